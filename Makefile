@@ -1,0 +1,138 @@
+# ZipCCL runtime — one Makefile for everything.
+#
+#   make deps        install what is missing (Debian packages, PyPI test references)
+#   make             build libraries, programs and tests into build/
+#   make test        run the whole suite (normal build + ASan/UBSan build)
+#   make run         train the embedded default (tiny Llama, 4 ranks, compressed)
+#   make fuzz        run the codec fuzzers for FUZZ_SECONDS each (libFuzzer)
+#   make test-gpu    GPU tests + GPU benchmarks (needs a CUDA device)
+#   make bench       CPU codec benchmark
+#
+# Layout: comm/ (libzipccl), kernels/ models/ runtime/ (libzrt), programs in
+# comm/bench/*.c and runtime/train.c, tests in tests/test_*.{c,sh,py}.
+
+BUILD      ?= build
+CC         ?= gcc
+SAN        ?=
+NO_CUDA    ?=
+NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+
+CPPFLAGS   := -Icomm -Ikernels -Imodels -Iruntime -D_GNU_SOURCE $(MPI_CFLAGS)
+CFLAGS     ?= -O2 -g
+CFLAGS     += -std=c11 -Wall -Wextra -Werror -fopenmp -pthread $(SAN)
+LDLIBS     := $(MPI_LIBS) -lopenblas -lyaml -lzstd -llz4 -lxxhash -lm -lpthread -fopenmp
+
+ifeq ($(NO_CUDA),)
+ifneq ($(NVCC),)
+HAVE_CUDA  := 1
+endif
+endif
+
+ifdef HAVE_CUDA
+CPPFLAGS   += -DZIPCCL_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+NVCCFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC
+CU_SRC     := $(wildcard comm/*.cu kernels/*.cu)
+CU_OBJ     := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC))
+LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
+              -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lnccl -lstdc++
+endif
+
+COMM_SRC   := $(wildcard comm/*.c)
+RT_SRC     := $(filter-out runtime/train.c,$(wildcard kernels/*.c models/*.c runtime/*.c))
+COMM_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMM_SRC)) $(filter $(BUILD)/obj/comm/%,$(CU_OBJ))
+RT_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC)) $(filter $(BUILD)/obj/kernels/%,$(CU_OBJ))
+LIBZIPCCL  := $(BUILD)/libzipccl.a
+LIBZRT     := $(BUILD)/libzrt.a
+
+BENCH_SRC  := $(wildcard comm/bench/*.c)
+PROGS      := $(patsubst comm/bench/%.c,$(BUILD)/zipccl-%,$(BENCH_SRC))
+PROGS      := $(subst zipccl-coll_bench,zipccl-bench,$(subst zipccl-codec_bench,zipccl-codec-bench,$(PROGS)))
+ifneq ($(wildcard runtime/train.c),)
+PROGS      += $(BUILD)/train
+endif
+TEST_SRC   := $(wildcard tests/test_*.c)
+TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
+REPLAYS    := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/replay_%,$(FUZZ_SRC))
+
+.PHONY: all deps test test-asan test-long run fuzz test-gpu bench clean
+all: $(LIBZIPCCL) $(LIBZRT) $(PROGS) $(TESTS) $(REPLAYS)
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out $(MPI_CFLAGS),$(CPPFLAGS)) $(NVCCFLAGS) -c $< -o $@
+
+$(LIBZIPCCL): $(COMM_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBZRT): $(RT_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+LINK = $(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/zipccl-codec-bench: $(BUILD)/obj/comm/bench/codec_bench.o $(LIBZRT) $(LIBZIPCCL)
+	$(LINK)
+$(BUILD)/zipccl-bench: $(BUILD)/obj/comm/bench/coll_bench.o $(LIBZIPCCL)
+	$(LINK)
+$(BUILD)/zipccl-%: $(BUILD)/obj/comm/bench/%.o $(LIBZIPCCL)
+	$(LINK)
+$(BUILD)/train: $(BUILD)/obj/runtime/train.o $(LIBZRT) $(LIBZIPCCL)
+	$(LINK)
+# Tests of the communication library alone link only libzipccl, so a half-built
+# runtime never blocks them.
+COMM_TESTS := $(filter $(BUILD)/tests/test_codec% $(BUILD)/tests/test_coll%,$(TESTS))
+$(COMM_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBZIPCCL)
+	@mkdir -p $(dir $@)
+	$(LINK)
+$(filter-out $(COMM_TESTS),$(TESTS)): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBZRT) $(LIBZIPCCL)
+	@mkdir -p $(dir $@)
+	$(LINK)
+$(BUILD)/tests/replay_%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/replay_main.o $(LIBZIPCCL)
+	@mkdir -p $(dir $@)
+	$(LINK)
+
+# The sanitizer build: same sources, own directory, no CUDA objects.
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+asan-all:
+	@$(MAKE) --no-print-directory BUILD=build-asan NO_CUDA=1 SAN="$(ASAN_FLAGS)" CFLAGS="-O1 -g" all
+
+test: deps all asan-all
+	@scripts/run_tests.sh $(BUILD) build-asan
+
+test-asan: deps asan-all
+	@scripts/run_tests.sh build-asan
+
+test-long: deps all
+	@ZIPCCL_TEST_LONG=1 scripts/run_tests.sh $(BUILD)
+
+run: deps all
+	@scripts/run_default.sh
+
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+test-gpu: all
+	@scripts/test_gpu.sh
+
+bench: all
+	$(BUILD)/zipccl-codec-bench
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

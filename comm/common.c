@@ -1,0 +1,74 @@
+/*
+ * common.c — result strings, per-thread error detail, dtype helpers.
+ *
+ * Everything in libzipccl reports failure through zipcclResult_t; the
+ * human-readable "what exactly" goes through zipcclSetError() into a
+ * thread-local buffer that zipcclGetLastErrorDetail() returns.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "zipccl.h"
+#include "zipccl_internal.h"
+
+static const char* const kResultStrings[zipcclNumResults] = {
+    [zipcclSuccess] = "success",
+    [zipcclInvalidArgument] = "invalid argument",
+    [zipcclDstTooSmall] = "destination buffer too small",
+    [zipcclCorruptStream] = "corrupt or truncated stream",
+    [zipcclChecksumMismatch] = "checksum mismatch",
+    [zipcclUnsupported] = "unsupported by this build or format version",
+    [zipcclSystemError] = "system error",
+    [zipcclTransportError] = "transport (MPI/NCCL) error",
+    [zipcclMismatch] = "ranks disagree on the call's arguments",
+    [zipcclTimeout] = "timed out",
+    [zipcclInProgress] = "operation in progress",
+    [zipcclInternalError] = "internal error",
+};
+
+const char* zipcclGetErrorString(zipcclResult_t result) {
+    if ((int)result < 0 || result >= zipcclNumResults || !kResultStrings[result])
+        return "unknown result code";
+    return kResultStrings[result];
+}
+
+static _Thread_local char tls_detail[512];
+
+const char* zipcclGetLastErrorDetail(void) { return tls_detail; }
+
+zipcclResult_t zipcclSetError(zipcclResult_t code, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tls_detail, sizeof tls_detail, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void zipcclClearError(void) { tls_detail[0] = '\0'; }
+
+size_t zipcclTypeSize(zipcclDataType_t dtype) {
+    switch (dtype) {
+    case zipcclBfloat16:
+    case zipcclFloat16: return 2;
+    case zipcclFloat32: return 4;
+    }
+    return 0;
+}
+
+const char* zipcclTypeName(zipcclDataType_t dtype) {
+    switch (dtype) {
+    case zipcclBfloat16: return "bf16";
+    case zipcclFloat16: return "fp16";
+    case zipcclFloat32: return "fp32";
+    }
+    return "?";
+}
+
+int zipcclTypeParse(const char* name, zipcclDataType_t* out) {
+    if (!strcmp(name, "bf16") || !strcmp(name, "bfloat16")) *out = zipcclBfloat16;
+    else if (!strcmp(name, "fp16") || !strcmp(name, "half") || !strcmp(name, "float16")) *out = zipcclFloat16;
+    else if (!strcmp(name, "fp32") || !strcmp(name, "float") || !strcmp(name, "float32")) *out = zipcclFloat32;
+    else return 0;
+    return 1;
+}

@@ -1,0 +1,284 @@
+/*
+ * zipccl.h — the public contract of ZipCCL.
+ *
+ * ZipCCL moves floating-point tensors between ranks with their payloads
+ * compressed losslessly.  Two layers live behind this one header:
+ *
+ *   1. The codec.  zipcclCompress / zipcclDecompress turn a bf16, fp16 or fp32
+ *      array into a self-describing frame (docs/FORMAT.md) and back, bit for
+ *      bit.  The exponent field is coded with a code derived from a Gaussian
+ *      model of the tensor (no histogram pass); sign and mantissa stay raw.
+ *      CPU (scalar, AVX2, AVX-512) and CUDA encoders emit identical bytes.
+ *
+ *   2. The collectives.  AllGather, ReduceScatter, AllReduce, AlltoAll and
+ *      AlltoAllv over an Open MPI communicator (host buffers) or NCCL (device
+ *      buffers), with a per-call strategy: the transport's own collective
+ *      (native), our algorithm over an uncompressed wire (raw), the same
+ *      algorithm over a compressed wire (compressed), or a cost model that
+ *      picks one per call (auto).  compressed == raw, bit for bit, always.
+ *
+ * Conventions (after NCCL and zstd):
+ *   - every call returns a zipcclResult_t; zipcclGetErrorString() names it,
+ *     zipcclGetLastErrorDetail() says what exactly was wrong (thread-local);
+ *   - nothing in the hot path allocates: outputs go to caller buffers sized
+ *     with the *Bound() functions;
+ *   - collectives share one argument order:
+ *       (sendbuf, recvbuf, count, dtype, [op], comm, cfg, stream)
+ *     where cfg may be NULL (communicator defaults) and stream is a
+ *     cudaStream_t for NCCL communicators and NULL for MPI ones.
+ *   - counts are in elements, sizes in bytes.
+ */
+#ifndef ZIPCCL_H
+#define ZIPCCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZIPCCL_VERSION_MAJOR 0
+#define ZIPCCL_VERSION_MINOR 1
+#define ZIPCCL_FORMAT_VERSION 1 /* docs/FORMAT.md */
+
+/* ------------------------------------------------------------------------ */
+/* Result codes                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    zipcclSuccess = 0,
+    zipcclInvalidArgument = 1,  /* null pointer, bad dtype/op/count, ...     */
+    zipcclDstTooSmall = 2,      /* caller buffer smaller than needed         */
+    zipcclCorruptStream = 3,    /* frame fails validation                    */
+    zipcclChecksumMismatch = 4, /* frame checksum does not match its bytes   */
+    zipcclUnsupported = 5,      /* valid request this build/format can't do  */
+    zipcclSystemError = 6,      /* OS / allocation / CUDA runtime failure    */
+    zipcclTransportError = 7,   /* MPI or NCCL reported an error             */
+    zipcclMismatch = 8,         /* ranks disagree (counts, dtype, op, ...)   */
+    zipcclTimeout = 9,          /* collective did not complete in time       */
+    zipcclInProgress = 10,      /* non-blocking request not finished yet     */
+    zipcclInternalError = 11,
+    zipcclNumResults = 12
+} zipcclResult_t;
+
+const char* zipcclGetErrorString(zipcclResult_t result);
+/* Human-readable detail of the last error raised on this thread ("" if none). */
+const char* zipcclGetLastErrorDetail(void);
+
+/* ------------------------------------------------------------------------ */
+/* Data types (numbering follows NCCL's ncclDataType_t)                     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    zipcclFloat16 = 6,
+    zipcclFloat32 = 7,
+    zipcclBfloat16 = 9
+} zipcclDataType_t;
+
+/* Bytes per element, or 0 for an unsupported dtype. */
+size_t zipcclTypeSize(zipcclDataType_t dtype);
+const char* zipcclTypeName(zipcclDataType_t dtype); /* "bf16", "fp16", "fp32" */
+
+/* ------------------------------------------------------------------------ */
+/* Codec                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    zipcclCodecDefault = 0, /* fast                                          */
+    zipcclCodecFast = 1,    /* fixed 3-bit exponent window + escapes (F3)    */
+    zipcclCodecDense = 2,   /* rANS with Gaussian-model tables (R)           */
+    zipcclCodecStored = 3   /* no compression: a stored frame                */
+} zipcclCodec_t;
+
+typedef enum {
+    zipcclSimdAuto = 0, /* best path this CPU supports (runtime dispatch)     */
+    zipcclSimdScalar = 1,
+    zipcclSimdAvx2 = 2,
+    zipcclSimdAvx512 = 3
+} zipcclSimd_t;
+
+typedef struct {
+    zipcclCodec_t codec;
+    int checksum;      /* nonzero: append XXH32 checksums (FORMAT.md §6)    */
+    zipcclSimd_t simd; /* force a CPU path; unsupported -> zipcclUnsupported */
+} zipcclCodecParams_t;
+
+#define ZIPCCL_CODEC_PARAMS_DEFAULT {zipcclCodecDefault, 0, zipcclSimdAuto}
+
+/* Largest frame zipcclCompress can produce for `count` elements (exact). */
+size_t zipcclCompressBound(size_t count, zipcclDataType_t dtype, int checksum);
+
+/* Compress `count` elements of `dtype` at src (any alignment) into dst.
+ * On success *dstSize holds the frame size.  params may be NULL (defaults). */
+zipcclResult_t zipcclCompress(const void* src, size_t count, zipcclDataType_t dtype,
+                              void* dst, size_t dstCapacity, size_t* dstSize,
+                              const zipcclCodecParams_t* params);
+
+typedef struct {
+    uint64_t count;          /* elements in the frame                        */
+    zipcclDataType_t dtype;
+    size_t frameSize;        /* bytes of the whole frame                     */
+    size_t decompressedSize; /* count * zipcclTypeSize(dtype)                */
+    int checksum;            /* frame carries checksums                      */
+    int stored;              /* frame is stored (uncompressed)               */
+    uint32_t numChunks;
+} zipcclFrameInfo_t;
+
+/* Read and validate a frame header (does not decode the payload). */
+zipcclResult_t zipcclGetFrameInfo(const void* src, size_t srcSize, zipcclFrameInfo_t* info);
+
+/* Decompress one frame.  srcSize must be exactly the frame size.  On success
+ * *count (may be NULL) receives the element count; the dtype must match
+ * `expectDtype` unless it is 0.  params may be NULL (only .simd is read). */
+zipcclResult_t zipcclDecompress(const void* src, size_t srcSize, void* dst, size_t dstCapacity,
+                                size_t* count, zipcclDataType_t expectDtype,
+                                const zipcclCodecParams_t* params);
+
+/* Which CPU SIMD path zipcclSimdAuto resolves to on this machine. */
+zipcclSimd_t zipcclSimdDetect(void);
+
+/* ---- CUDA codec (device buffers; same byte format) ---------------------- */
+/* Available when the library was built with nvcc (ZIPCCL_HAVE_CUDA).  Both
+ * functions enqueue on `stream` (a cudaStream_t) and block until the frame
+ * size is known on the host (it is needed to post the send).  `workspace` is
+ * device memory of zipcclCudaWorkspaceSize() bytes. */
+int zipcclCudaAvailable(void); /* 1 if built with CUDA and a device is usable */
+size_t zipcclCudaWorkspaceSize(size_t count, zipcclDataType_t dtype);
+zipcclResult_t zipcclCompressCuda(const void* d_src, size_t count, zipcclDataType_t dtype,
+                                  void* d_dst, size_t dstCapacity, size_t* dstSize,
+                                  const zipcclCodecParams_t* params, void* d_workspace,
+                                  size_t workspaceSize, void* stream);
+zipcclResult_t zipcclDecompressCuda(const void* d_src, size_t srcSize, void* d_dst,
+                                    size_t dstCapacity, size_t* count,
+                                    zipcclDataType_t expectDtype, void* d_workspace,
+                                    size_t workspaceSize, void* stream);
+
+/* ------------------------------------------------------------------------ */
+/* Collectives                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct zipcclComm* zipcclComm_t;
+typedef struct zipcclRequest* zipcclRequest_t;
+
+typedef enum { zipcclSum = 0, zipcclAvg = 4 } zipcclRedOp_t; /* NCCL numbering */
+
+typedef enum {
+    zipcclStrategyDefault = 0,    /* the communicator's default              */
+    zipcclStrategyNative = 1,     /* MPI_Allgather / ncclAllGather, ...       */
+    zipcclStrategyRaw = 2,        /* our algorithm, uncompressed wire         */
+    zipcclStrategyCompressed = 3, /* our algorithm, compressed wire           */
+    zipcclStrategyAuto = 4        /* cost model picks per call                */
+} zipcclStrategy_t;
+
+typedef enum {
+    zipcclAlgoDefault = 0,
+    zipcclAlgoRing = 1,   /* ReduceScatter: decompress-reduce-recompress per hop */
+    zipcclAlgoDirect = 2  /* ReduceScatter: each chunk compressed once, reduced by owner */
+} zipcclAlgo_t;
+
+typedef enum {
+    zipcclCollAllGather = 0,
+    zipcclCollReduceScatter = 1,
+    zipcclCollAllReduce = 2,
+    zipcclCollAlltoAll = 3,
+    zipcclCollAlltoAllv = 4,
+    zipcclNumCollKinds = 5
+} zipcclCollKind_t;
+
+const char* zipcclCollName(zipcclCollKind_t kind);
+const char* zipcclStrategyName(zipcclStrategy_t s);
+/* Parse "native"|"raw"|"compressed"|"auto"; zipcclInvalidArgument otherwise. */
+zipcclResult_t zipcclStrategyParse(const char* name, zipcclStrategy_t* out);
+
+/* Per-call configuration; pass NULL for the communicator's defaults. */
+typedef struct {
+    zipcclStrategy_t strategy;
+    zipcclCodec_t codec;
+    zipcclAlgo_t algo;
+} zipcclCallConfig_t;
+
+#define ZIPCCL_CALL_CONFIG_DEFAULT {zipcclStrategyDefault, zipcclCodecDefault, zipcclAlgoDefault}
+
+/* Communicator creation.  MPI: pass a pointer to an MPI_Comm (it is
+ * duplicated).  NCCL: pass an initialised ncclComm_t (not owned).
+ * Defaults come from the environment:
+ *   ZIPCCL_STRATEGY=native|raw|compressed|auto   (default: auto)
+ *   ZIPCCL_CODEC=fast|dense                      (default: fast)
+ *   ZIPCCL_TIMEOUT_S=seconds                     (default: 300; 0 = none)
+ *   ZIPCCL_LOG=0|1|2                              (switcher decisions)     */
+zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm);
+zipcclResult_t zipcclCommInitNccl(zipcclComm_t* comm, void* ncclComm);
+zipcclResult_t zipcclCommDestroy(zipcclComm_t comm);
+zipcclResult_t zipcclCommRank(zipcclComm_t comm, int* rank);
+zipcclResult_t zipcclCommSize(zipcclComm_t comm, int* size);
+zipcclResult_t zipcclCommSetDefaults(zipcclComm_t comm, const zipcclCallConfig_t* cfg);
+
+/* Blocking collectives.  In-place: AllGather with
+ * sendbuf == recvbuf + rank*count*size; ReduceScatter with
+ * sendbuf + rank*recvcount*size == recvbuf; AllReduce / AlltoAll with
+ * sendbuf == recvbuf. */
+zipcclResult_t zipcclAllGather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                               zipcclDataType_t dtype, zipcclComm_t comm,
+                               const zipcclCallConfig_t* cfg, void* stream);
+zipcclResult_t zipcclReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                   zipcclDataType_t dtype, zipcclRedOp_t op, zipcclComm_t comm,
+                                   const zipcclCallConfig_t* cfg, void* stream);
+zipcclResult_t zipcclAllReduce(const void* sendbuf, void* recvbuf, size_t count,
+                               zipcclDataType_t dtype, zipcclRedOp_t op, zipcclComm_t comm,
+                               const zipcclCallConfig_t* cfg, void* stream);
+zipcclResult_t zipcclAlltoAll(const void* sendbuf, void* recvbuf, size_t count,
+                              zipcclDataType_t dtype, zipcclComm_t comm,
+                              const zipcclCallConfig_t* cfg, void* stream);
+zipcclResult_t zipcclAlltoAllv(const void* sendbuf, const size_t* sendcounts,
+                               const size_t* sdispls, void* recvbuf, const size_t* recvcounts,
+                               const size_t* rdispls, zipcclDataType_t dtype, zipcclComm_t comm,
+                               const zipcclCallConfig_t* cfg, void* stream);
+
+/* Non-blocking forms: same arguments plus a request, completed with
+ * zipcclWait / zipcclTest.  Several may be in flight on one communicator;
+ * they complete in issue order's semantics (results never depend on timing). */
+zipcclResult_t zipcclAllGatherAsync(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                    zipcclDataType_t dtype, zipcclComm_t comm,
+                                    const zipcclCallConfig_t* cfg, void* stream,
+                                    zipcclRequest_t* req);
+zipcclResult_t zipcclReduceScatterAsync(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                        zipcclDataType_t dtype, zipcclRedOp_t op,
+                                        zipcclComm_t comm, const zipcclCallConfig_t* cfg,
+                                        void* stream, zipcclRequest_t* req);
+zipcclResult_t zipcclAllReduceAsync(const void* sendbuf, void* recvbuf, size_t count,
+                                    zipcclDataType_t dtype, zipcclRedOp_t op, zipcclComm_t comm,
+                                    const zipcclCallConfig_t* cfg, void* stream,
+                                    zipcclRequest_t* req);
+zipcclResult_t zipcclAlltoAllAsync(const void* sendbuf, void* recvbuf, size_t count,
+                                   zipcclDataType_t dtype, zipcclComm_t comm,
+                                   const zipcclCallConfig_t* cfg, void* stream,
+                                   zipcclRequest_t* req);
+zipcclResult_t zipcclAlltoAllvAsync(const void* sendbuf, const size_t* sendcounts,
+                                    const size_t* sdispls, void* recvbuf,
+                                    const size_t* recvcounts, const size_t* rdispls,
+                                    zipcclDataType_t dtype, zipcclComm_t comm,
+                                    const zipcclCallConfig_t* cfg, void* stream,
+                                    zipcclRequest_t* req);
+zipcclResult_t zipcclWait(zipcclRequest_t req);             /* frees req          */
+zipcclResult_t zipcclTest(zipcclRequest_t req, int* done); /* frees req when done */
+
+/* Per-communicator counters, per collective kind. */
+typedef struct {
+    uint64_t calls;
+    uint64_t rawBytes;    /* bytes the collective would move uncompressed   */
+    uint64_t wireBytes;   /* bytes actually sent by this rank               */
+    double codecSeconds;  /* time in compress + decompress                  */
+    double wireSeconds;   /* time waiting on the transport                  */
+    double totalSeconds;  /* wall time inside the collective                */
+    uint64_t byStrategy[5]; /* calls per zipcclStrategy_t actually executed */
+} zipcclCounters_t;
+
+zipcclResult_t zipcclCommGetCounters(zipcclComm_t comm, zipcclCollKind_t kind,
+                                     zipcclCounters_t* out);
+zipcclResult_t zipcclCommResetCounters(zipcclComm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZIPCCL_H */

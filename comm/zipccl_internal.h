@@ -1,0 +1,23 @@
+/*
+ * zipccl_internal.h — shared between the files of libzipccl, not installed.
+ */
+#ifndef ZIPCCL_INTERNAL_H
+#define ZIPCCL_INTERNAL_H
+#include "zipccl.h"
+
+/* Record a detail message for zipcclGetLastErrorDetail() and return code. */
+zipcclResult_t zipcclSetError(zipcclResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void zipcclClearError(void);
+
+/* "bf16"/"fp16"/"fp32" (and long names) -> dtype; returns 0 if unknown. */
+int zipcclTypeParse(const char* name, zipcclDataType_t* out);
+
+/* Propagate a non-success result. */
+#define ZIPCCL_TRY(call)                                  \
+    do {                                                  \
+        zipcclResult_t zipccl_try_res_ = (call);          \
+        if (zipccl_try_res_ != zipcclSuccess) return zipccl_try_res_; \
+    } while (0)
+
+#endif

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# deps.sh — install what the build and the test references need and is missing.
+# Idempotent and quick when everything is there (dpkg and import checks only).
+#
+# Debian packages:
+#   libopenmpi-dev openmpi-bin  MPI transport for CPU ranks (comm/, mpirun)
+#   libopenblas-dev             SGEMM for the CPU kernels (kernels/)
+#   libyaml-dev                 config files (runtime/config.c)
+#   libzstd-dev liblz4-dev      codec benchmark baselines (comm/bench/)
+#   libxxhash-dev               frame checksums (XXH32, docs/FORMAT.md §6)
+#   fortunes fortunes-min       the default training corpus (scripts/prepare_data.sh)
+#   iproute2 iptables           emulated slow-link cluster (scripts/cluster.sh)
+# PyPI (test references and plots only):
+#   numpy jax[cpu] safetensors matplotlib
+set -euo pipefail
+APT_PKGS="build-essential libopenmpi-dev openmpi-bin libopenblas-dev libyaml-dev libzstd-dev
+          liblz4-dev libxxhash-dev fortunes fortunes-min iproute2"
+PY_MODS="numpy jax safetensors matplotlib"
+
+missing=()
+for p in $APT_PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+pymissing=()
+for m in $PY_MODS; do
+  $PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('$m') is None)" 2>/dev/null \
+    || pymissing+=("$m")
+done
+if [ ${#pymissing[@]} -gt 0 ]; then
+  echo "deps: installing Python packages: ${pymissing[*]}"
+  $PY -m pip install -q --disable-pip-version-check "${pymissing[@]}"
+fi
