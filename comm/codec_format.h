@@ -1,0 +1,121 @@
+/*
+ * codec_format.h — constants and tiny helpers of the frame format
+ * (docs/FORMAT.md), shared by the CPU codec (codec_cpu.c) and the CUDA codec
+ * (codec_cuda.cu) so both read the same definitions and make the same encoder
+ * choices. Plain C; every function is static inline and also compiles as
+ * __host__ __device__ under nvcc.
+ */
+#ifndef ZIPCCL_CODEC_FORMAT_H
+#define ZIPCCL_CODEC_FORMAT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codec_tables.h"
+
+#ifdef __CUDACC__
+#define ZIPCCL_HD __host__ __device__ __forceinline__
+#else
+#define ZIPCCL_HD static inline
+#endif
+
+enum {
+    ZCF_MAGIC = 0x3143435Au, /* "ZCC1" little-endian                      */
+    ZCF_VERSION = 1,
+    ZCF_HEADER_SIZE = 16,
+    ZCF_CHUNK_LOG2 = 14, /* version 1 encoders                          */
+    ZCF_CHUNK_LOG2_MIN = 10,
+    ZCF_CHUNK_LOG2_MAX = 20,
+    ZCF_FLAG_CHECKSUM = 1,
+    ZCF_FLAG_STORED = 2,
+    ZCF_CHUNK_HEADER_SIZE = 8,
+    ZCF_MODE_RAW = 0,
+    ZCF_MODE_F3 = 1,
+    ZCF_MODE_R = 2,
+    ZCF_DT_BF16 = 1,
+    ZCF_DT_FP16 = 2,
+    ZCF_DT_FP32 = 3,
+    ZCF_F3_ESC = 7,
+    ZCF_R_LANES = 32,
+    ZCF_R_ESC = 15,
+    ZCF_R_PROB_BITS = 12,
+    ZCF_R_M = 1 << 12,
+    ZCF_R_L = 1 << 16,
+    ZCF_SAMPLE = 256,
+    ZCF_EST_BIAS8 = 11 /* round(8 * 1.4164): log2(sigma) - E[exponent] */
+};
+
+/* Per-dtype geometry (dt is a ZCF_DT_* code). */
+ZIPCCL_HD int zcf_elem_size(int dt) { return dt == ZCF_DT_FP32 ? 4 : 2; }
+ZIPCCL_HD int zcf_exp_bits(int dt) { return dt == ZCF_DT_FP16 ? 5 : 8; }
+ZIPCCL_HD int zcf_mant_bits(int dt) { return dt == ZCF_DT_BF16 ? 7 : dt == ZCF_DT_FP16 ? 10 : 23; }
+
+/* Exponent field of an element given as its raw bits (u16 or u32). */
+ZIPCCL_HD uint32_t zcf_exponent(int dt, uint32_t bits) {
+    int m = zcf_mant_bits(dt);
+    return (bits >> m) & ((1u << zcf_exp_bits(dt)) - 1u);
+}
+
+/* Bytes of the rest section (FORMAT.md 4.1) for a chunk of n elements. */
+ZIPCCL_HD size_t zcf_rest_size(int dt, size_t n) {
+    size_t groups = (n + 63) / 64;
+    if (dt == ZCF_DT_BF16) return n;
+    if (dt == ZCF_DT_FP16) return n + 24 * groups;
+    return 3 * n;
+}
+
+/* Number of chunks for count elements. */
+ZIPCCL_HD size_t zcf_num_chunks(uint64_t count, int chunk_log2) {
+    return (size_t)((count + ((1ull << chunk_log2) - 1)) >> chunk_log2);
+}
+
+/* Reference encoder's scale estimate (FORMAT.md section 7): returns s8, an
+ * estimate of 8*log2(sigma) in exponent-field units, from a fixed sample of
+ * at most 256 elements. `load(ctx, i)` returns the raw bits of element i. */
+ZIPCCL_HD int zcf_estimate_s8_u16(int dt, const uint16_t* x, size_t n) {
+    size_t s = n < ZCF_SAMPLE ? n : ZCF_SAMPLE;
+    uint32_t emax = (1u << zcf_exp_bits(dt)) - 1u;
+    uint64_t sum = 0, cnt = 0;
+    for (size_t k = 0; k < s; k++) {
+        uint32_t e = zcf_exponent(dt, x[(k * n) / s]);
+        if (e > 0 && e < emax) { sum += e; cnt++; }
+    }
+    if (cnt == 0) return 40;
+    return (int)((8 * sum + cnt / 2) / cnt) + ZCF_EST_BIAS8;
+}
+ZIPCCL_HD int zcf_estimate_s8_u32(const uint32_t* x, size_t n) {
+    size_t s = n < ZCF_SAMPLE ? n : ZCF_SAMPLE;
+    uint64_t sum = 0, cnt = 0;
+    for (size_t k = 0; k < s; k++) {
+        uint32_t e = zcf_exponent(ZCF_DT_FP32, x[(k * n) / s]);
+        if (e > 0 && e < 255) { sum += e; cnt++; }
+    }
+    if (cnt == 0) return 40;
+    return (int)((8 * sum + cnt / 2) / cnt) + ZCF_EST_BIAS8;
+}
+
+/* Window tops chosen by the reference encoders from s8. */
+ZIPCCL_HD uint32_t zcf_clamp_top(int dt, int top) {
+    int emax = (1 << zcf_exp_bits(dt)) - 1;
+    return (uint32_t)(top < 0 ? 0 : top > emax ? emax : top);
+}
+ZIPCCL_HD uint32_t zcf_f3_top(int dt, int s8) {
+    return zcf_clamp_top(dt, s8 / 8 + 1 + ((s8 & 7) >= 6 ? 1 : 0));
+}
+ZIPCCL_HD uint32_t zcf_r_top(int dt, int s8) { return zcf_clamp_top(dt, s8 / 8 + 2); }
+ZIPCCL_HD uint32_t zcf_r_table(int s8) { return (uint32_t)(s8 & 7); }
+
+/* Little-endian loads/stores that never assume alignment. */
+ZIPCCL_HD uint16_t zcf_ld16(const uint8_t* p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+ZIPCCL_HD uint32_t zcf_ld32(const uint8_t* p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+ZIPCCL_HD uint64_t zcf_ld64(const uint8_t* p) {
+    return (uint64_t)zcf_ld32(p) | ((uint64_t)zcf_ld32(p + 4) << 32);
+}
+ZIPCCL_HD void zcf_st16(uint8_t* p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+ZIPCCL_HD void zcf_st32(uint8_t* p, uint32_t v) {
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+ZIPCCL_HD void zcf_st64(uint8_t* p, uint64_t v) { zcf_st32(p, (uint32_t)v); zcf_st32(p + 4, (uint32_t)(v >> 32)); }
+
+#endif
