@@ -24,7 +24,7 @@ MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 
 CPPFLAGS   := -Icomm -Ikernels -Imodels -Iruntime -D_GNU_SOURCE $(MPI_CFLAGS)
 CFLAGS     ?= -O2 -g
-CFLAGS     += -std=c11 -Wall -Wextra -Werror -fopenmp -pthread $(SAN)
+override CFLAGS += -std=c11 -Wall -Wextra -Werror -fopenmp -pthread $(SAN)
 LDLIBS     := $(MPI_LIBS) -lopenblas -lyaml -lzstd -llz4 -lxxhash -lm -lpthread -fopenmp
 
 ifeq ($(NO_CUDA),)
@@ -59,9 +59,16 @@ TEST_SRC   := $(wildcard tests/test_*.c)
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 REPLAYS    := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/replay_%,$(FUZZ_SRC))
+# GPU test programs: tests/gpu/*.cu -> BUILD/gpu/* (run by scripts/test_gpu.sh);
+# tests/gpu/*.cc -> BUILD/gpu/* (host emulation of the CUDA codec, plain C++,
+# run in the suite by tests/test_codec_cuda_emu.sh). Not in sanitizer builds.
+GPU_PROGS  := $(if $(SAN),,$(patsubst tests/gpu/%.cc,$(BUILD)/gpu/%,$(wildcard tests/gpu/*.cc)))
+ifdef HAVE_CUDA
+GPU_PROGS  += $(patsubst tests/gpu/%.cu,$(BUILD)/gpu/%,$(wildcard tests/gpu/*.cu))
+endif
 
 .PHONY: all deps test test-asan test-long run fuzz test-gpu bench clean
-all: $(LIBZIPCCL) $(LIBZRT) $(PROGS) $(TESTS) $(REPLAYS)
+all: $(LIBZIPCCL) $(LIBZRT) $(PROGS) $(TESTS) $(REPLAYS) $(GPU_PROGS)
 
 deps:
 	@scripts/deps.sh
@@ -104,6 +111,13 @@ $(filter-out $(COMM_TESTS),$(TESTS)): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $
 $(BUILD)/tests/replay_%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/replay_main.o $(LIBZIPCCL)
 	@mkdir -p $(dir $@)
 	$(LINK)
+$(BUILD)/gpu/%: tests/gpu/%.cc comm/codec_cuda.cu $(wildcard tests/gpu/*.h) $(LIBZIPCCL)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) -O2 -g -std=c++17 -Wall -Wextra -Werror $< $(LIBZIPCCL) $(LDLIBS) -o $@
+$(BUILD)/gpu/%: tests/gpu/%.cu $(wildcard tests/gpu/*.h) $(LIBZIPCCL)
+	@mkdir -p $(dir $@) $(BUILD)/obj/tests/gpu
+	$(NVCC) $(filter-out $(MPI_CFLAGS),$(CPPFLAGS)) $(NVCCFLAGS) -c $< -o $(BUILD)/obj/tests/gpu/$*.cu.o
+	$(CC) $(CFLAGS) $(BUILD)/obj/tests/gpu/$*.cu.o $(LIBZIPCCL) $(LDLIBS) -o $@
 
 # The sanitizer build: same sources, own directory, no CUDA objects.
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

@@ -72,7 +72,7 @@ ZIPCCL_HD size_t zcf_num_chunks(uint64_t count, int chunk_log2) {
  * estimate of 8*log2(sigma) in exponent-field units, from a fixed sample of
  * at most 256 elements. `load(ctx, i)` returns the raw bits of element i. */
 ZIPCCL_HD int zcf_estimate_s8_u16(int dt, const uint16_t* x, size_t n) {
-    size_t s = n < ZCF_SAMPLE ? n : ZCF_SAMPLE;
+    size_t s = n < (size_t)ZCF_SAMPLE ? n : (size_t)ZCF_SAMPLE;
     uint32_t emax = (1u << zcf_exp_bits(dt)) - 1u;
     uint64_t sum = 0, cnt = 0;
     for (size_t k = 0; k < s; k++) {
@@ -83,7 +83,7 @@ ZIPCCL_HD int zcf_estimate_s8_u16(int dt, const uint16_t* x, size_t n) {
     return (int)((8 * sum + cnt / 2) / cnt) + ZCF_EST_BIAS8;
 }
 ZIPCCL_HD int zcf_estimate_s8_u32(const uint32_t* x, size_t n) {
-    size_t s = n < ZCF_SAMPLE ? n : ZCF_SAMPLE;
+    size_t s = n < (size_t)ZCF_SAMPLE ? n : (size_t)ZCF_SAMPLE;
     uint64_t sum = 0, cnt = 0;
     for (size_t k = 0; k < s; k++) {
         uint32_t e = zcf_exponent(ZCF_DT_FP32, x[(k * n) / s]);

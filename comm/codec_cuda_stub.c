@@ -1,0 +1,44 @@
+/*
+ * codec_cuda_stub.c — the CUDA codec entry points for builds without nvcc.
+ *
+ * When the library is built without ZIPCCL_HAVE_CUDA, zipccl.h still declares
+ * zipcclCompressCuda / zipcclDecompressCuda; these definitions make them
+ * report zipcclUnsupported (with a detail message) instead of failing to
+ * link. Builds with CUDA compile this file to nothing; the real functions
+ * live in codec_cuda.cu.
+ */
+#ifndef ZIPCCL_HAVE_CUDA
+#include "zipccl.h"
+#include "zipccl_internal.h"
+
+int zipcclCudaAvailable(void) { return 0; }
+
+size_t zipcclCudaWorkspaceSize(size_t count, zipcclDataType_t dtype) {
+    (void)count;
+    (void)dtype;
+    return 0;
+}
+
+zipcclResult_t zipcclCompressCuda(const void* d_src, size_t count, zipcclDataType_t dtype,
+                                  void* d_dst, size_t dstCapacity, size_t* dstSize,
+                                  const zipcclCodecParams_t* params, void* d_workspace,
+                                  size_t workspaceSize, void* stream) {
+    (void)d_src; (void)count; (void)dtype; (void)d_dst; (void)dstCapacity; (void)dstSize;
+    (void)params; (void)d_workspace; (void)workspaceSize; (void)stream;
+    return zipcclSetError(zipcclUnsupported,
+                          "zipcclCompressCuda: libzipccl was built without CUDA (no nvcc)");
+}
+
+zipcclResult_t zipcclDecompressCuda(const void* d_src, size_t srcSize, void* d_dst,
+                                    size_t dstCapacity, size_t* count,
+                                    zipcclDataType_t expectDtype, void* d_workspace,
+                                    size_t workspaceSize, void* stream) {
+    (void)d_src; (void)srcSize; (void)d_dst; (void)dstCapacity; (void)count;
+    (void)expectDtype; (void)d_workspace; (void)workspaceSize; (void)stream;
+    return zipcclSetError(zipcclUnsupported,
+                          "zipcclDecompressCuda: libzipccl was built without CUDA (no nvcc)");
+}
+#else
+/* ISO C forbids an empty translation unit. */
+typedef int zipccl_codec_cuda_stub_unused_t;
+#endif

@@ -1,0 +1,98 @@
+/*
+ * fuzz_decode.c — libFuzzer target for the CPU codec (docs/FORMAT.md).
+ *
+ * Each input is used twice:
+ *   (a) as a frame: every SIMD path must decode it without crashing, and the
+ *       paths must agree on the result code and, on success, on every byte;
+ *   (b) as raw element data of each dtype: every codec (fast, dense, stored),
+ *       with and without checksums, on every SIMD path, must produce the same
+ *       frame bytes and decode back to the input bit for bit.
+ * Any disagreement aborts, which libFuzzer reports as a crash. Built with
+ * clang -fsanitize=fuzzer by scripts/fuzz.sh, and with gcc plus
+ * replay_main.c (a plain main over corpus files) by the Makefile.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zipccl.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+static void fail(const char* what) {
+    fprintf(stderr, "fuzz_decode: %s\n", what);
+    abort();
+}
+
+static int paths(zipcclSimd_t out[3]) {
+    int n = 0;
+    zipcclSimd_t best = zipcclSimdDetect();
+    out[n++] = zipcclSimdScalar;
+    if (best >= zipcclSimdAvx2) out[n++] = zipcclSimdAvx2;
+    if (best >= zipcclSimdAvx512) out[n++] = zipcclSimdAvx512;
+    return n;
+}
+
+static void as_frame(const uint8_t* data, size_t size, const zipcclSimd_t* p, int np) {
+    zipcclFrameInfo_t fi;
+    size_t cap = 1 << 16;
+    if (zipcclGetFrameInfo(data, size, &fi) == zipcclSuccess && fi.decompressedSize <= (64u << 20))
+        cap = fi.decompressedSize;
+    uint8_t* first = malloc(cap + 1);
+    uint8_t* out = malloc(cap + 1);
+    zipcclResult_t r0 = zipcclSuccess;
+    size_t c0 = 0;
+    for (int k = 0; k < np; k++) {
+        zipcclCodecParams_t prm = {zipcclCodecDefault, 0, p[k]};
+        size_t cnt = 0;
+        zipcclResult_t r = zipcclDecompress(data, size, k ? out : first, cap, &cnt, (zipcclDataType_t)0, &prm);
+        if (k == 0) { r0 = r; c0 = cnt; continue; }
+        if (r != r0) fail("SIMD paths disagree on a frame's result code");
+        if (r == zipcclSuccess && (cnt != c0 || memcmp(first, out, cap)))
+            fail("SIMD paths decode a frame differently");
+    }
+    free(first);
+    free(out);
+}
+
+static void as_data(const uint8_t* data, size_t size, const zipcclSimd_t* p, int np) {
+    static const zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    for (int di = 0; di < 3; di++) {
+        size_t es = zipcclTypeSize(dts[di]), count = size / es, bytes = count * es;
+        for (int codec = zipcclCodecFast; codec <= zipcclCodecStored; codec++)
+            for (int cs = 0; cs < 2; cs++) {
+                size_t bound = zipcclCompressBound(count, dts[di], cs), fs0 = 0;
+                uint8_t* f0 = malloc(bound);
+                uint8_t* f = malloc(bound);
+                uint8_t* out = malloc(bytes + 1);
+                for (int k = 0; k < np; k++) {
+                    zipcclCodecParams_t prm = {(zipcclCodec_t)codec, cs, p[k]};
+                    size_t fs = 0;
+                    if (zipcclCompress(data, count, dts[di], k ? f : f0, bound, &fs, &prm) != zipcclSuccess)
+                        fail("compress failed with a buffer of the bound");
+                    if (fs > bound) fail("frame larger than the bound");
+                    if (k == 0) fs0 = fs;
+                    else if (fs != fs0 || memcmp(f, f0, fs)) fail("SIMD paths emit different frames");
+                }
+                for (int j = 0; j < np; j++) { /* one frame for all paths: decode it on each */
+                    zipcclCodecParams_t q = {zipcclCodecDefault, 0, p[j]};
+                    size_t got = 0;
+                    if (zipcclDecompress(f0, fs0, out, bytes, &got, dts[di], &q) != zipcclSuccess)
+                        fail("a fresh frame does not decode");
+                    if (got != count || memcmp(out, data, bytes)) fail("round trip is not lossless");
+                }
+                free(f0);
+                free(f);
+                free(out);
+            }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    zipcclSimd_t p[3];
+    int np = paths(p);
+    as_frame(data, size, p, np);
+    as_data(data, size, p, np);
+    return 0;
+}

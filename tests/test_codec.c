@@ -1,0 +1,784 @@
+// test: timeout=300
+/*
+ * test_codec.c — the CPU codec against docs/FORMAT.md.
+ *
+ * The independent reference is a small encoder written here straight from
+ * FORMAT.md (§2–§4 and the §7 choices, plain loops and plain division, no
+ * code shared with comm/codec_cpu.c): every frame the library writes, on
+ * every SIMD path, must equal the reference bytes, and must decode back to
+ * the input bit for bit. Then the decoder is attacked: truncations, bit
+ * flips, hostile headers and chunks, and it must answer with an error code.
+ *
+ * ZIPCCL_TEST_LONG=1 widens the random sweeps.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <xxhash.h>
+
+#include "testutil.h"
+#include "zipccl.h"
+
+/* ------------------------------------------------------------------------ */
+/* Data                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double gauss(void) {
+    double u = ((rnd() >> 11) + 1) * (1.0 / 9007199254740993.0), v = (rnd() >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static uint16_t f32_to_bf16(float f) { uint32_t u = f32_bits(f); return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16); }
+static uint16_t f32_to_f16(float f) { /* round to nearest even; no _Float16 needed */
+    uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000, a = u & 0x7FFFFFFF;
+    if (a >= 0x7F800000) return (uint16_t)(sign | 0x7C00 | (a > 0x7F800000 ? 0x200 : 0));
+    if (a >= 0x477FF000) return (uint16_t)(sign | 0x7C00);                       /* >= 65520: inf */
+    if (a < 0x38800000) return (uint16_t)(sign | (uint32_t)lrintf(fabsf(f) * 16777216.0f)); /* subnormal */
+    uint32_t r = a - 0x38000000;
+    r += 0xFFF + ((r >> 13) & 1);
+    return (uint16_t)(sign | (r >> 13));
+}
+
+static size_t esize(zipcclDataType_t dt) { return zipcclTypeSize(dt); }
+
+/* count Gaussian elements of sigma into a new buffer */
+static uint8_t* make_gauss(zipcclDataType_t dt, size_t count, double sigma) {
+    uint8_t* p = malloc(count * esize(dt) + 1);
+    for (size_t i = 0; i < count; i++) {
+        float f = (float)(gauss() * sigma);
+        if (dt == zipcclBfloat16) { uint16_t v = f32_to_bf16(f); memcpy(p + 2 * i, &v, 2); }
+        else if (dt == zipcclFloat16) { uint16_t v = f32_to_f16(f); memcpy(p + 2 * i, &v, 2); }
+        else memcpy(p + 4 * i, &f, 4);
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reference encoder, from FORMAT.md only                                    */
+/* ------------------------------------------------------------------------ */
+
+static const uint16_t REF_F[8][16] = { /* FORMAT.md §5 table */
+    {1, 227, 1158, 1195, 732, 385, 195, 98, 49, 24, 12, 6, 3, 2, 1, 8},
+    {2, 322, 1224, 1150, 678, 354, 179, 90, 45, 22, 11, 6, 3, 1, 1, 8},
+    {5, 434, 1276, 1092, 628, 325, 164, 82, 41, 21, 10, 5, 3, 1, 1, 8},
+    {13, 559, 1306, 1031, 580, 299, 150, 75, 38, 19, 9, 5, 2, 1, 1, 8},
+    {28, 692, 1314, 969, 535, 274, 138, 69, 35, 17, 9, 4, 2, 1, 1, 8},
+    {53, 824, 1304, 908, 493, 252, 127, 63, 32, 16, 8, 4, 2, 1, 1, 8},
+    {93, 950, 1280, 847, 454, 231, 116, 58, 29, 15, 7, 4, 2, 1, 1, 8},
+    {150, 1063, 1243, 788, 418, 212, 107, 53, 27, 13, 7, 3, 2, 1, 1, 8},
+};
+
+typedef struct { int code, es, E, M; } ref_dt_t;
+static ref_dt_t ref_dt(zipcclDataType_t dt) {
+    if (dt == zipcclBfloat16) return (ref_dt_t){1, 2, 8, 7};
+    if (dt == zipcclFloat16) return (ref_dt_t){2, 2, 5, 10};
+    return (ref_dt_t){3, 4, 8, 23};
+}
+static uint32_t ref_get(const uint8_t* p, size_t i, int es) {
+    uint32_t v = 0;
+    for (int b = 0; b < es; b++) v |= (uint32_t)p[es * i + b] << (8 * b);
+    return v;
+}
+static void put32(uint8_t* p, uint32_t v) { for (int b = 0; b < 4; b++) p[b] = (uint8_t)(v >> (8 * b)); }
+static void put64(uint8_t* p, uint64_t v) { for (int b = 0; b < 8; b++) p[b] = (uint8_t)(v >> (8 * b)); }
+static uint32_t get32(const uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/* One chunk per FORMAT.md §4 (mode 1 or 2), raw if not smaller. */
+static size_t ref_chunk(ref_dt_t d, int mode, const uint8_t* x, size_t n, uint8_t* final) {
+    uint8_t* out = malloc(8 + 64 + 8 * n + 48 * ((n + 63) / 64) + 64); /* any encoding fits */
+    uint32_t emax = (1u << d.E) - 1;
+    size_t S = n < 256 ? n : 256;
+    uint64_t sum = 0, cnt = 0;
+    for (size_t k = 0; k < S; k++) {
+        uint32_t e = (ref_get(x, k * n / S, d.es) >> d.M) & emax;
+        if (e > 0 && e < emax) { sum += e; cnt++; }
+    }
+    int s8 = cnt ? (int)((8 * sum + cnt / 2) / cnt) + 11 : 40;
+    int table = s8 % 8;
+    int top = mode == 2 ? s8 / 8 + 2 : s8 / 8 + 1 + (table >= 6);
+    if (top > (int)emax) top = (int)emax;
+    int W = mode == 1 ? 7 : 15;
+    size_t G = (n + 63) / 64, pos = 8;
+    uint8_t* rest = malloc(3 * n + 24 * G + 1);
+    uint8_t* esc = malloc(n + 1);
+    uint8_t* sym = malloc(n + 1);
+    size_t rlen = 0, nesc = 0;
+    memset(rest, 0, 3 * n + 24 * G + 1);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = ref_get(x, i, d.es), e = (v >> d.M) & emax;
+        int dd = top - (int)e;
+        sym[i] = (uint8_t)((dd >= 0 && dd < W) ? dd : W);
+        if (sym[i] == W) esc[nesc++] = (uint8_t)e;
+        uint32_t sign = v >> (d.es * 8 - 1), mant = v & ((1u << d.M) - 1);
+        if (d.code == 1) rest[i] = (uint8_t)(sign << 7 | mant);
+        else if (d.code == 2) {
+            rest[i] = (uint8_t)(mant & 0xFF);
+            uint32_t hb = sign << 2 | mant >> 8;
+            for (int k = 0; k < 3; k++)
+                if (hb >> k & 1) rest[n + 24 * (i / 64) + 8 * k + (i % 64) / 8] |= (uint8_t)(1u << (i % 8));
+        } else {
+            rest[i] = (uint8_t)(mant & 0xFF);
+            rest[n + i] = (uint8_t)((mant >> 8) & 0xFF);
+            rest[2 * n + i] = (uint8_t)(sign << 7 | mant >> 16);
+        }
+    }
+    rlen = d.code == 1 ? n : d.code == 2 ? n + 24 * G : 3 * n;
+    out[0] = (uint8_t)mode; out[1] = (uint8_t)top; out[2] = (uint8_t)(mode == 2 ? table : 0); out[3] = 0;
+    put32(out + 4, (uint32_t)nesc);
+    if (mode == 1) {
+        memcpy(out + pos, rest, rlen); pos += rlen;
+        memset(out + pos, 0, 24 * G);
+        for (size_t i = 0; i < n; i++)
+            for (int k = 0; k < 3; k++)
+                if (sym[i] >> k & 1) out[pos + 24 * (i / 64) + 8 * k + (i % 64) / 8] |= (uint8_t)(1u << (i % 8));
+        pos += 24 * G;
+    } else {
+        size_t lane_at = pos; pos += 64;
+        memcpy(out + pos, rest, rlen); pos += rlen;
+        uint32_t cum[16], c = 0;
+        for (int s = 0; s < 16; s++) { cum[s] = c; c += REF_F[table][s]; }
+        uint16_t* words = malloc(sizeof(uint16_t) * (n / 32 + 2));
+        for (size_t l = 0; l < 32; l++) {
+            size_t nl = n > l ? (n - l + 31) / 32 : 0, nw = 0;
+            if (!nl) { out[lane_at + 2 * l] = out[lane_at + 2 * l + 1] = 0; continue; }
+            uint32_t st = 1u << 16;
+            for (size_t k = nl; k-- > 0;) {
+                uint32_t s = sym[32 * k + l], f = REF_F[table][s];
+                if (st >= (f << 20)) { words[nw++] = (uint16_t)st; st >>= 16; }
+                st = ((st / f) << 12) + (st % f) + cum[s];
+            }
+            size_t ls = 4 + 2 * nw;
+            out[lane_at + 2 * l] = (uint8_t)ls; out[lane_at + 2 * l + 1] = (uint8_t)(ls >> 8);
+            put32(out + pos, st); pos += 4;
+            for (size_t w = nw; w-- > 0;) { out[pos++] = (uint8_t)words[w]; out[pos++] = (uint8_t)(words[w] >> 8); }
+        }
+        free(words);
+    }
+    memcpy(out + pos, esc, nesc); pos += nesc;
+    free(rest); free(esc); free(sym);
+    if (pos >= 8 + n * d.es) {
+        memset(out, 0, 8);
+        memcpy(out + 8, x, n * d.es);
+        pos = 8 + n * d.es;
+    }
+    memcpy(final, out, pos);
+    free(out);
+    return pos;
+}
+
+/* Whole frame; returns its size. out must hold the stored bound + 12 per chunk. */
+static size_t ref_frame_log2(zipcclDataType_t dtype, int codec, int checksum, const uint8_t* x, size_t count,
+                             uint8_t* out, int chunk_log2) {
+    ref_dt_t d = ref_dt(dtype);
+    size_t C = (size_t)1 << chunk_log2, nc = (count + C - 1) / C, cs = checksum ? 4 + 4 * nc : 0;
+    size_t stored = 16 + cs + count * d.es;
+    memcpy(out, "ZCC1", 4); out[4] = 1; out[5] = (uint8_t)d.code; out[7] = (uint8_t)chunk_log2; put64(out + 8, count);
+    if (codec != zipcclCodecStored && count) {
+        out[6] = (uint8_t)(checksum ? 1 : 0);
+        size_t pos = 16 + 4 * nc + cs;
+        for (size_t k = 0; k < nc; k++) {
+            size_t n = count - k * C < C ? count - k * C : C;
+            size_t sz = ref_chunk(d, codec == zipcclCodecDense ? 2 : 1, x + k * C * d.es, n, out + pos);
+            put32(out + 16 + 4 * k, (uint32_t)sz);
+            pos += sz;
+        }
+        if (pos < stored) {
+            if (checksum) {
+                put32(out + 16 + 4 * nc, XXH32(out, 16 + 4 * nc, 0));
+                size_t at = 16 + 4 * nc + cs;
+                for (size_t k = 0; k < nc; k++) {
+                    uint32_t sz = get32(out + 16 + 4 * k);
+                    put32(out + 16 + 4 * nc + 4 + 4 * k, XXH32(out + at, sz, 0));
+                    at += sz;
+                }
+            }
+            return pos;
+        }
+    }
+    out[6] = (uint8_t)(2 | (checksum ? 1 : 0));
+    if (checksum) {
+        put32(out + 16, XXH32(out, 16, 0));
+        for (size_t k = 0; k < nc; k++) {
+            size_t n = count - k * C < C ? count - k * C : C;
+            put32(out + 20 + 4 * k, XXH32(x + k * C * d.es, n * d.es, 0));
+        }
+    }
+    memcpy(out + 16 + cs, x, count * d.es);
+    return stored;
+}
+
+static size_t ref_frame(zipcclDataType_t dtype, int codec, int checksum, const uint8_t* x, size_t count, uint8_t* out) {
+    return ref_frame_log2(dtype, codec, checksum, x, count, out, 14);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Round trips on every path                                                 */
+/* ------------------------------------------------------------------------ */
+
+static zipcclSimd_t paths[3];
+static int npaths;
+static const char* simd_name(zipcclSimd_t s) { return s == zipcclSimdAvx512 ? "avx512" : s == zipcclSimdAvx2 ? "avx2" : "scalar"; }
+static const char* codec_name(int c) { return c == zipcclCodecDense ? "dense" : c == zipcclCodecStored ? "stored" : "fast"; }
+
+/* Compress x on every path (optionally from/to misaligned buffers), check
+ * every frame equals the reference, decode every frame on every path and
+ * compare. Returns 1 if all good; why holds the first failure. Also returns
+ * the frame size through *fsize. */
+static int roundtrip(zipcclDataType_t dt, int codec, int checksum, const uint8_t* x, size_t count,
+                     size_t misalign, size_t* fsize, char* why, size_t whylen) {
+    size_t bytes = count * esize(dt), bound = zipcclCompressBound(count, dt, checksum);
+    size_t nc = (count + 16383) / 16384;
+    uint8_t* ref = malloc(bound + 12 * nc + 64);
+    size_t rsize = ref_frame(dt, codec, checksum, x, count, ref);
+    uint8_t* srcbuf = malloc(bytes + 64);
+    uint8_t* src = srcbuf + misalign;
+    memcpy(src, x, bytes);
+    uint8_t* fbuf = malloc(bound + 64);
+    uint8_t* frame = fbuf + misalign;
+    uint8_t* obuf = malloc(bytes + 64);
+    uint8_t* out = obuf + (misalign ? 64 - misalign : 0) % 64;
+    int ok = 1;
+    for (int a = 0; a < npaths && ok; a++) {
+        zipcclCodecParams_t p = {(zipcclCodec_t)codec, checksum, paths[a]};
+        size_t fs = 0;
+        zipcclResult_t r = zipcclCompress(src, count, dt, frame, bound, &fs, &p);
+        if (r != zipcclSuccess) { snprintf(why, whylen, "compress[%s]: %s (%s)", simd_name(paths[a]), zipcclGetErrorString(r), zipcclGetLastErrorDetail()); ok = 0; break; }
+        if (fs != rsize || memcmp(frame, ref, fs)) {
+            size_t at = 0;
+            while (at < fs && at < rsize && frame[at] == ref[at]) at++;
+            snprintf(why, whylen, "frame[%s] differs from the reference: size %zu vs %zu, first diff at %zu", simd_name(paths[a]), fs, rsize, at);
+            ok = 0; break;
+        }
+        *fsize = fs;
+        for (int b = 0; b < npaths && ok; b++) {
+            zipcclCodecParams_t q = {zipcclCodecDefault, 0, paths[b]};
+            size_t got = 12345;
+            memset(out, 0xA5, bytes);
+            r = zipcclDecompress(frame, fs, out, bytes, &got, dt, &q);
+            if (r != zipcclSuccess) { snprintf(why, whylen, "decompress[%s]: %s (%s)", simd_name(paths[b]), zipcclGetErrorString(r), zipcclGetLastErrorDetail()); ok = 0; }
+            else if (got != count) { snprintf(why, whylen, "count %zu != %zu", got, count); ok = 0; }
+            else if (memcmp(out, x, bytes)) {
+                size_t at = 0;
+                while (out[at] == x[at]) at++;
+                snprintf(why, whylen, "decoded[%s] differs at byte %zu", simd_name(paths[b]), at);
+                ok = 0;
+            }
+        }
+    }
+    free(ref); free(srcbuf); free(fbuf); free(obuf);
+    return ok;
+}
+
+static void check_rt(const char* name, zipcclDataType_t dt, const uint8_t* x, size_t count) {
+    char why[256] = "";
+    int ok = 1;
+    size_t fs;
+    for (int codec = 1; codec <= 3 && ok; codec++)
+        for (int cs = 0; cs < 2 && ok; cs++)
+            if (!roundtrip(dt, codec, cs, x, count, 0, &fs, why, sizeof why)) {
+                char w2[300];
+                snprintf(w2, sizeof w2, "%s checksum=%d: %s", codec_name(codec), cs, why);
+                memcpy(why, w2, sizeof why - 1);
+                ok = 0;
+            }
+    CHECK(ok, name, "%s", why);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exhaustive 16-bit patterns                                                */
+/* ------------------------------------------------------------------------ */
+
+static void exhaustive16(zipcclDataType_t dt, const char* tag) {
+    size_t N = 65536;
+    uint16_t* v = malloc(2 * N * 4);
+    char name[96];
+    /* natural order: whole binades per chunk, so windows sit everywhere */
+    for (size_t i = 0; i < N; i++) v[i] = (uint16_t)i;
+    snprintf(name, sizeof name, "%s_exhaustive_sorted_roundtrip", tag);
+    check_rt(name, dt, (uint8_t*)v, N);
+    /* shuffled */
+    for (size_t i = N - 1; i > 0; i--) { size_t j = rnd() % (i + 1); uint16_t t = v[i]; v[i] = v[j]; v[j] = t; }
+    snprintf(name, sizeof name, "%s_exhaustive_shuffled_roundtrip", tag);
+    check_rt(name, dt, (uint8_t*)v, N);
+    /* every pattern among Gaussian neighbours (window + escapes), 1 in 4 */
+    uint8_t* g = make_gauss(dt, 4 * N, 1.0);
+    uint16_t* w = (uint16_t*)g;
+    for (size_t i = 0; i < N; i++) w[4 * i + 1] = (uint16_t)i;
+    snprintf(name, sizeof name, "%s_exhaustive_in_gaussian_roundtrip", tag);
+    check_rt(name, dt, g, 4 * N);
+    /* every pattern among tiny values: the window sits at the bottom, so
+     * Inf/NaN exponents are far above top (no wrap-around into the window) */
+    uint8_t* t = make_gauss(dt, 4 * N, dt == zipcclBfloat16 ? 1e-36 : 1e-6);
+    w = (uint16_t*)t;
+    for (size_t i = 0; i < N; i++) w[4 * i + 3] = (uint16_t)i;
+    snprintf(name, sizeof name, "%s_exhaustive_in_tiny_roundtrip", tag);
+    check_rt(name, dt, t, 4 * N);
+    free(v); free(g); free(t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decoder attacks                                                           */
+/* ------------------------------------------------------------------------ */
+
+static zipcclResult_t dec(const uint8_t* f, size_t fs, uint8_t* out, size_t cap, zipcclDataType_t expect, zipcclSimd_t s) {
+    zipcclCodecParams_t q = {zipcclCodecDefault, 0, s};
+    size_t cnt;
+    return zipcclDecompress(f, fs, out, cap, &cnt, expect, &q);
+}
+
+static void attacks(void) {
+    zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const char* tags[3] = {"bf16", "fp16", "fp32"};
+    char name[128];
+    for (int di = 0; di < 3; di++) {
+        zipcclDataType_t dt = dts[di];
+        size_t count = 16384 + 700; /* two chunks, second partial */
+        uint8_t* x = make_gauss(dt, count, 0.02);
+        ((uint16_t*)x)[5] = 0x7F80; /* an escape or two */
+        size_t bytes = count * esize(dt);
+        uint8_t* out = malloc(bytes);
+        for (int codec = 1; codec <= 3; codec++)
+            for (int cs = 0; cs < 2; cs++) {
+                size_t bound = zipcclCompressBound(count, dt, cs), fs;
+                uint8_t* f = malloc(bound);
+                zipcclCodecParams_t p = {(zipcclCodec_t)codec, cs, zipcclSimdAuto};
+                zipcclCompress(x, count, dt, f, bound, &fs, &p);
+                uint8_t* m = malloc(fs + 1);
+                const char* cn = codec_name(codec);
+                /* every truncation, and one byte too many */
+                int ok = 1;
+                size_t step = fs > 4000 ? 7 : 1;
+                for (size_t len = 0; len < fs && ok; len += (len < 200 || fs - len < 200) ? 1 : step) {
+                    memcpy(m, f, len);
+                    zipcclResult_t r = dec(m, len, out, bytes, 0, zipcclSimdAuto);
+                    if (r == zipcclSuccess) ok = 0, snprintf(name, sizeof name, "%zu", len);
+                }
+                memcpy(m, f, fs); m[fs] = 0;
+                if (dec(m, fs + 1, out, bytes, 0, zipcclSimdAuto) == zipcclSuccess) ok = 0;
+                char tn[128];
+                snprintf(tn, sizeof tn, "%s_%s_cs%d_truncations_rejected", tags[di], cn, cs);
+                CHECK(ok, tn, "a truncated or padded frame decoded");
+                /* bit flips */
+                int detected = 1, crashed_not = 1;
+                int flips = getenv("ZIPCCL_TEST_LONG") ? 4000 : 400;
+                for (int t = 0; t < flips; t++) {
+                    memcpy(m, f, fs);
+                    size_t at = rnd() % fs;
+                    m[at] ^= (uint8_t)(1u << (rnd() % 8));
+                    for (int a = 0; a < npaths; a++) {
+                        zipcclResult_t r = dec(m, fs, out, bytes, 0, paths[a]);
+                        if (cs && r == zipcclSuccess) detected = 0;
+                        if ((int)r < 0 || r >= zipcclNumResults) crashed_not = 0; /* a real result code */
+                    }
+                }
+                snprintf(tn, sizeof tn, "%s_%s_cs%d_bitflips_%s", tags[di], cn, cs, cs ? "detected" : "no_crash");
+                CHECK(detected && crashed_not, tn, "a flipped checksummed frame decoded, or a bad result code");
+                /* checksum flips must say ChecksumMismatch when only a chunk byte changed */
+                if (cs && codec != zipcclCodecStored) {
+                    memcpy(m, f, fs);
+                    m[fs - 1] ^= 0x40;
+                    memset(out, 0xA5, bytes);
+                    zipcclResult_t r = dec(m, fs, out, bytes, 0, zipcclSimdAuto);
+                    size_t touched = 0;
+                    for (size_t i = 0; i < bytes; i++) touched += out[i] != 0xA5;
+                    snprintf(tn, sizeof tn, "%s_%s_chunk_checksum_mismatch_before_output", tags[di], cn);
+                    CHECK(r == zipcclChecksumMismatch && !touched, tn, "got %s, %zu output bytes written",
+                          zipcclGetErrorString(r), touched);
+                }
+                /* dst too small, expectDtype mismatch */
+                zipcclResult_t r = dec(f, fs, out, bytes - 1, 0, zipcclSimdAuto);
+                snprintf(tn, sizeof tn, "%s_%s_cs%d_dst_too_small", tags[di], cn, cs);
+                CHECK(r == zipcclDstTooSmall, tn, "got %s", zipcclGetErrorString(r));
+                r = dec(f, fs, out, bytes, dt == zipcclFloat32 ? zipcclBfloat16 : zipcclFloat32, zipcclSimdAuto);
+                snprintf(tn, sizeof tn, "%s_%s_cs%d_expect_dtype_mismatch", tags[di], cn, cs);
+                CHECK(r == zipcclMismatch, tn, "got %s", zipcclGetErrorString(r));
+                free(m); free(f);
+            }
+        free(x); free(out);
+    }
+}
+
+/* Hostile headers and chunk fields on a small valid frame (no checksum). */
+static void hostile(void) {
+    size_t count = 1000;
+    uint8_t* x = make_gauss(zipcclBfloat16, count, 1.0);
+    uint8_t out[4000];
+    for (int codec = 1; codec <= 2; codec++) {
+        size_t bound = zipcclCompressBound(count, zipcclBfloat16, 0), fs;
+        uint8_t* f = malloc(bound + 64);
+        uint8_t* m = malloc(bound + 64);
+        zipcclCodecParams_t p = {(zipcclCodec_t)codec, 0, zipcclSimdAuto};
+        zipcclCompress(x, count, zipcclBfloat16, f, bound, &fs, &p);
+        const char* cn = codec_name(codec);
+        char tn[128];
+        struct { const char* what; size_t at; uint8_t val; } cases[] = {
+            {"magic", 0, 'X'}, {"version", 4, 2}, {"dtype0", 5, 0}, {"dtype4", 5, 4}, {"flags_unknown", 6, 4},
+            {"flags_stored", 6, 2}, {"flags_checksum", 6, 1}, {"chunk_log2_9", 7, 9}, {"chunk_log2_21", 7, 21},
+            {"count_high", 15, 0x40}, {"count_low", 8, (uint8_t)(1000 - 1)},
+            {"chunk_size", 16, 0}, {"mode_3", 20, 3}, {"mode_raw", 20, 0}, {"top_256_bf16_ok_but_wrong", 21, 2},
+            {"table_nonzero", 22, 9}, {"reserved", 23, 1}, {"n_esc", 24, 0xFF}, {"n_esc_high", 27, 1},
+        };
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            memcpy(m, f, fs);
+            if (m[cases[k].at] == cases[k].val) m[cases[k].at] ^= 1;
+            else m[cases[k].at] = cases[k].val;
+            zipcclResult_t r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
+            int want_fail = 1;
+            /* a different top in range is a valid (wrong) frame only if all codes stay in range */
+            if (!strcmp(cases[k].what, "top_256_bf16_ok_but_wrong")) want_fail = 0;
+            snprintf(tn, sizeof tn, "hostile_%s_%s_rejected", cn, cases[k].what);
+            if (want_fail) CHECK(r != zipcclSuccess, tn, "accepted");
+        }
+        /* top 0 with codes above it */
+        memcpy(m, f, fs); m[21] = 0;
+        zipcclResult_t r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
+        snprintf(tn, sizeof tn, "hostile_%s_top_below_codes_rejected", cn);
+        CHECK(r == zipcclCorruptStream, tn, "got %s", zipcclGetErrorString(r));
+        if (codec == zipcclCodecDense) {
+            /* lane sizes: shift two bytes from lane 0 to lane 1 */
+            memcpy(m, f, fs);
+            uint16_t l0 = (uint16_t)(m[28] | m[29] << 8), l1 = (uint16_t)(m[30] | m[31] << 8);
+            l0 -= 2; l1 += 2;
+            m[28] = (uint8_t)l0; m[29] = (uint8_t)(l0 >> 8); m[30] = (uint8_t)l1; m[31] = (uint8_t)(l1 >> 8);
+            r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
+            CHECK(r == zipcclCorruptStream, "hostile_dense_lane_sizes_shifted_rejected", "got %s", zipcclGetErrorString(r));
+            /* one word too many in lane 0: frame grows by 2, table and lane size agree */
+            {
+                size_t l0end = 16 + 4 + 8 + 64 + 1000 + (size_t)(f[28] | f[29] << 8);
+                uint8_t* g = malloc(fs + 2);
+                memcpy(g, f, l0end); g[l0end] = 0x12; g[l0end + 1] = 0x34;
+                memcpy(g + l0end + 2, f + l0end, fs - l0end);
+                uint32_t cs0 = get32(g + 16) + 2;
+                put32(g + 16, cs0);
+                uint16_t nl0 = (uint16_t)((f[28] | f[29] << 8) + 2);
+                g[28] = (uint8_t)nl0; g[29] = (uint8_t)(nl0 >> 8);
+                for (int a = 0; a < npaths; a++) {
+                    r = dec(g, fs + 2, out, sizeof out, 0, paths[a]);
+                    snprintf(tn, sizeof tn, "hostile_dense_leftover_lane_word_rejected_%s", simd_name(paths[a]));
+                    CHECK(r == zipcclCorruptStream, tn, "got %s", zipcclGetErrorString(r));
+                }
+                free(g);
+            }
+            /* a different (valid-looking) initial state: final state != L */
+            {
+                size_t lane0 = 16 + 4 + 8 + 64 + 1000;
+                memcpy(m, f, fs); m[lane0] ^= 0x5A;
+                for (int a = 0; a < npaths; a++) {
+                    r = dec(m, fs, out, sizeof out, 0, paths[a]);
+                    snprintf(tn, sizeof tn, "hostile_dense_wrong_initial_state_rejected_%s", simd_name(paths[a]));
+                    CHECK(r == zipcclCorruptStream, tn, "got %s", zipcclGetErrorString(r));
+                }
+            }
+            memcpy(m, f, fs); m[28] = 3; m[29] = 0;
+            r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
+            CHECK(r == zipcclCorruptStream, "hostile_dense_lane_size_odd_rejected", "got %s", zipcclGetErrorString(r));
+            /* initial state below L */
+            size_t lane0 = 16 + 4 + 8 + 64 + 1000;
+            memcpy(m, f, fs); m[lane0 + 2] = 0; m[lane0 + 3] = 0;
+            r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
+            CHECK(r == zipcclCorruptStream, "hostile_dense_state_below_L_rejected", "got %s", zipcclGetErrorString(r));
+        } else {
+            /* padding bits of the last group set */
+            size_t planes = 16 + 4 + 8 + 1000, last = planes + 24 * 15;
+            memcpy(m, f, fs); m[last + 7] |= 0x80;
+            r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
+            CHECK(r == zipcclCorruptStream, "hostile_fast_padding_bits_rejected", "got %s", zipcclGetErrorString(r));
+        }
+        free(f); free(m);
+    }
+    /* a frame whose count needs 2^62 bytes, and a huge chunk count */
+    uint8_t h[64] = {'Z', 'C', 'C', '1', 1, 3, 0, 10};
+    put64(h + 8, 1ull << 61);
+    CHECK(dec(h, sizeof h, out, sizeof out, 0, zipcclSimdAuto) == zipcclCorruptStream, "hostile_huge_count_rejected", "accepted");
+    put64(h + 8, 1ull << 50);
+    zipcclFrameInfo_t fi;
+    CHECK(zipcclGetFrameInfo(h, sizeof h, &fi) == zipcclCorruptStream, "hostile_huge_chunk_table_rejected", "accepted");
+    CHECK(dec(NULL, 0, out, 1, 0, zipcclSimdAuto) == zipcclInvalidArgument, "decompress_null_src_rejected", "accepted");
+    CHECK(dec(h, sizeof h, out, sizeof out, (zipcclDataType_t)3, zipcclSimdAuto) == zipcclInvalidArgument,
+          "decompress_bad_expect_dtype_rejected", "accepted");
+    free(x);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(void) {
+    paths[npaths++] = zipcclSimdScalar;
+    zipcclSimd_t best = zipcclSimdDetect();
+    if (best >= zipcclSimdAvx2) paths[npaths++] = zipcclSimdAvx2;
+    if (best >= zipcclSimdAvx512) paths[npaths++] = zipcclSimdAvx512;
+    printf("# SIMD paths tested: %d (best %s)\n", npaths, simd_name(best));
+    int longrun = getenv("ZIPCCL_TEST_LONG") != NULL;
+
+    /* bound */
+    CHECK(zipcclCompressBound(0, zipcclBfloat16, 0) == 16 && zipcclCompressBound(0, zipcclBfloat16, 1) == 20 &&
+              zipcclCompressBound(16385, zipcclFloat32, 1) == 16 + 4 * 16385 + 4 + 8 &&
+              zipcclCompressBound(10, (zipcclDataType_t)3, 0) == 0,
+          "compress_bound_values", "wrong bound");
+
+    /* exhaustive 16-bit */
+    exhaustive16(zipcclBfloat16, "bf16");
+    exhaustive16(zipcclFloat16, "fp16");
+
+    /* fp32: random bits, specials, Gaussian */
+    {
+        size_t n = 70000;
+        uint32_t* v = malloc(4 * n);
+        for (size_t i = 0; i < n; i++) v[i] = (uint32_t)rnd();
+        check_rt("fp32_random_bits_roundtrip", zipcclFloat32, (uint8_t*)v, n);
+        uint8_t* g = make_gauss(zipcclFloat32, n, 1.0);
+        uint32_t* gw = (uint32_t*)g;
+        const uint32_t specials[] = {0, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u,
+                                     0xFFFFFFFFu, 0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu, 0x00800000u};
+        for (size_t i = 0; i < n; i += 7) gw[i] = (i / 7) % 3 ? specials[(i / 7) % 11] : (uint32_t)rnd();
+        check_rt("fp32_gaussian_with_specials_roundtrip", zipcclFloat32, g, n);
+        uint8_t* t = make_gauss(zipcclFloat32, n, 1e-37);
+        for (size_t i = 0; i < n; i += 5) ((uint32_t*)t)[i] = specials[(i / 5) % 11];
+        check_rt("fp32_tiny_with_inf_nan_roundtrip", zipcclFloat32, t, n);
+        free(v); free(g); free(t);
+    }
+
+    /* counts and misalignment */
+    {
+        const size_t counts[] = {0, 1, 2, 7, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 16383, 16384, 16385, 3 * 16384 + 77};
+        zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+        const char* tags[3] = {"bf16", "fp16", "fp32"};
+        for (int di = 0; di < 3; di++) {
+            int ok = 1;
+            char why[300] = "";
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && ok; ci++) {
+                uint8_t* x = make_gauss(dts[di], counts[ci] + 1, 3.0);
+                for (int codec = 1; codec <= 3 && ok; codec++)
+                    for (int mis = 0; mis < 2 && ok; mis++) {
+                        size_t fs;
+                        char w[256];
+                        if (!roundtrip(dts[di], codec, mis, x, counts[ci], mis ? 3 : 0, &fs, w, sizeof w)) {
+                            snprintf(why, sizeof why, "count %zu %s misaligned=%d: %s", counts[ci], codec_name(codec), mis, w);
+                            ok = 0;
+                        }
+                    }
+                free(x);
+            }
+            char tn[96];
+            snprintf(tn, sizeof tn, "%s_counts_and_unaligned_roundtrip", tags[di]);
+            CHECK(ok, tn, "%s", why);
+        }
+    }
+
+    /* large frames, scales */
+    {
+        size_t n = longrun ? 4000000 : 1000003;
+        zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+        const char* tags[3] = {"bf16", "fp16", "fp32"};
+        const double sig[] = {1.0, 0.003, 37.0};
+        for (int di = 0; di < 3; di++) {
+            uint8_t* x = make_gauss(dts[di], n, sig[di]);
+            char tn[96];
+            snprintf(tn, sizeof tn, "%s_large_%zu_roundtrip", tags[di], n);
+            check_rt(tn, dts[di], x, n);
+            free(x);
+        }
+    }
+
+    /* frames with other chunk sizes (decoders accept chunk_log2 10..20) */
+    {
+        zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+        const int logs[2] = {10, 20};
+        int ok = 1;
+        char why[200] = "";
+        for (int di = 0; di < 3; di++)
+            for (int li = 0; li < 2; li++)
+                for (int codec = 1; codec <= 3; codec++) {
+                    size_t n = logs[li] == 10 ? 5000 : (1u << 20) + 3001, es = esize(dts[di]);
+                    uint8_t* x = make_gauss(dts[di], n, 0.7);
+                    uint8_t* f = malloc(16 + 8 * (n / 1024 + 2) + 8 * n + 64 * (n / 1024 + 2));
+                    uint8_t* out = malloc(n * es);
+                    size_t fs = ref_frame_log2(dts[di], codec, codec >= 2, x, n, f, logs[li]);
+                    for (int a = 0; a < npaths; a++) {
+                        zipcclCodecParams_t q = {zipcclCodecDefault, 0, paths[a]};
+                        size_t got = 0;
+                        zipcclResult_t r = zipcclDecompress(f, fs, out, n * es, &got, dts[di], &q);
+                        if (r != zipcclSuccess || got != n || memcmp(out, x, n * es)) {
+                            snprintf(why, sizeof why, "dtype %d chunk_log2 %d %s on %s: %s", (int)dts[di], logs[li],
+                                     codec_name(codec), simd_name(paths[a]), zipcclGetLastErrorDetail());
+                            ok = 0;
+                        }
+                    }
+                    free(x); free(f); free(out);
+                }
+        CHECK(ok, "decode_chunk_log2_10_and_20_frames", "%s", why);
+    }
+
+    /* random sweep: dtype, count, scale, specials, codec, checksum, alignment */
+    {
+        int iters = longrun ? 600 : 40, ok = 1;
+        char why[400] = "";
+        zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+        for (int it = 0; it < iters && ok; it++) {
+            zipcclDataType_t dt = dts[rnd() % 3];
+            size_t n = rnd() % 4 == 0 ? rnd() % 200 : rnd() % 70000;
+            double lo = dt == zipcclFloat16 ? -6 : -30, hi = dt == zipcclFloat16 ? 4 : 30;
+            double sigma = pow(10.0, lo + (hi - lo) * (double)(rnd() % 1000) / 1000.0);
+            uint8_t* x = make_gauss(dt, n, sigma);
+            size_t es = esize(dt), nspecial = rnd() % 3 == 0 ? n / (1 + rnd() % 50) : 0;
+            for (size_t k = 0; k < nspecial; k++) { /* random bit patterns dropped anywhere */
+                size_t i = rnd() % n;
+                uint64_t r = rnd();
+                memcpy(x + i * es, &r, es);
+            }
+            int codec = 1 + (int)(rnd() % 3), cs = (int)(rnd() % 2);
+            size_t mis = rnd() % 8, fs;
+            char w[300];
+            if (!roundtrip(dt, codec, cs, x, n, mis, &fs, w, sizeof w)) {
+                snprintf(why, sizeof why, "iter %d dtype %d n %zu sigma %g %s cs %d: %s", it, (int)dt, n, sigma,
+                         codec_name(codec), cs, w);
+                ok = 0;
+            }
+            free(x);
+        }
+        CHECK(ok, "random_sweep_roundtrip_matches_reference", "%s", why);
+    }
+
+    /* ratios on Gaussian data (each table phase) */
+    {
+        size_t n = 1 << 20;
+        struct { zipcclDataType_t dt; int codec; double min; const char* name; } rq[] = {
+            {zipcclBfloat16, zipcclCodecFast, 1.40, "bf16_fast"}, {zipcclBfloat16, zipcclCodecDense, 1.50, "bf16_dense"},
+            {zipcclFloat16, zipcclCodecFast, 1.10, "fp16_fast"}, {zipcclFloat16, zipcclCodecDense, 1.16, "fp16_dense"},
+            {zipcclFloat32, zipcclCodecFast, 1.15, "fp32_fast"}, {zipcclFloat32, zipcclCodecDense, 1.19, "fp32_dense"},
+        };
+        for (size_t k = 0; k < sizeof rq / sizeof rq[0]; k++) {
+            double worst = 1e9;
+            for (int ph = 0; ph < 8; ph++) {
+                double sigma = pow(2.0, ph / 8.0 + 0.03) * (rq[k].dt == zipcclFloat16 ? 0.25 : 1.0);
+                uint8_t* x = make_gauss(rq[k].dt, n, sigma);
+                size_t bound = zipcclCompressBound(n, rq[k].dt, 0), fs = 0;
+                uint8_t* f = malloc(bound);
+                zipcclCodecParams_t p = {(zipcclCodec_t)rq[k].codec, 0, zipcclSimdAuto};
+                zipcclCompress(x, n, rq[k].dt, f, bound, &fs, &p);
+                double ratio = (double)(n * esize(rq[k].dt)) / (double)fs;
+                if (ratio < worst) worst = ratio;
+                free(x); free(f);
+            }
+            char tn[96];
+            snprintf(tn, sizeof tn, "%s_gaussian_ratio_at_least_%.2f", rq[k].name, rq[k].min);
+            printf("# %s worst ratio over 8 scale phases: %.4f\n", rq[k].name, worst);
+            CHECK(worst >= rq[k].min, tn, "ratio %.4f", worst);
+        }
+    }
+
+    /* worst case: uniform random bits -> stored frame of exactly the bound */
+    {
+        zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+        int ok = 1;
+        for (int di = 0; di < 3; di++)
+            for (int codec = 1; codec <= 2; codec++)
+                for (int cs = 0; cs < 2; cs++) {
+                    size_t n = 40000, bytes = n * esize(dts[di]), bound = zipcclCompressBound(n, dts[di], cs), fs;
+                    uint8_t* x = malloc(bytes);
+                    for (size_t i = 0; i < bytes; i++) x[i] = (uint8_t)rnd();
+                    uint8_t* f = malloc(bound);
+                    zipcclCodecParams_t p = {(zipcclCodec_t)codec, cs, zipcclSimdAuto};
+                    zipcclResult_t r = zipcclCompress(x, n, dts[di], f, bound, &fs, &p);
+                    zipcclFrameInfo_t fi;
+                    if (r || fs != bound || zipcclGetFrameInfo(f, fs, &fi) || !fi.stored) ok = 0;
+                    /* one byte less than the bound: nothing fits */
+                    r = zipcclCompress(x, n, dts[di], f, bound - 1, &fs, &p);
+                    if (r != zipcclDstTooSmall) ok = 0;
+                    free(x); free(f);
+                }
+        CHECK(ok, "random_bits_stored_frame_equals_bound", "random data did not give a stored frame of the bound");
+    }
+
+    /* a destination smaller than the bound: exactly the frame fits, one byte less does not */
+    {
+        size_t n = 2 * 16384 + 999;
+        int ok = 1;
+        for (int codec = 1; codec <= 2; codec++)
+            for (int cs = 0; cs < 2; cs++) {
+                uint8_t* x = make_gauss(zipcclBfloat16, n, 0.5);
+                size_t bound = zipcclCompressBound(n, zipcclBfloat16, cs), fs, fs2 = 0;
+                uint8_t* f = malloc(bound);
+                uint8_t* g = malloc(bound);
+                zipcclCodecParams_t p = {(zipcclCodec_t)codec, cs, zipcclSimdAuto};
+                zipcclCompress(x, n, zipcclBfloat16, f, bound, &fs, &p);
+                if (zipcclCompress(x, n, zipcclBfloat16, g, fs, &fs2, &p) != zipcclSuccess || fs2 != fs || memcmp(f, g, fs))
+                    ok = 0;
+                if (zipcclCompress(x, n, zipcclBfloat16, g, fs - 1, &fs2, &p) != zipcclDstTooSmall) ok = 0;
+                free(x); free(f); free(g);
+            }
+        CHECK(ok, "compress_into_exact_frame_capacity", "tight destination mishandled");
+    }
+
+    /* per-chunk raw fallback: one random chunk among Gaussian ones */
+    {
+        size_t n = 3 * 16384;
+        uint8_t* x = make_gauss(zipcclBfloat16, n, 1.0);
+        for (size_t i = 2 * 16384 * 2; i < 3 * 16384 * 2; i++) x[i] = (uint8_t)rnd(); /* chunk 2 */
+        size_t bound = zipcclCompressBound(n, zipcclBfloat16, 0), fs;
+        uint8_t* f = malloc(bound);
+        int ok = 1;
+        for (int codec = 1; codec <= 2; codec++) {
+            zipcclCodecParams_t p = {(zipcclCodec_t)codec, 0, zipcclSimdAuto};
+            zipcclCompress(x, n, zipcclBfloat16, f, bound, &fs, &p);
+            size_t c0 = get32(f + 16), c1 = get32(f + 20);
+            uint8_t* chunk2 = f + 16 + 12 + c0 + c1;
+            if (chunk2[0] != 0 || get32(f + 24) != 8 + 32768 || f[16 + 12] != codec) ok = 0;
+        }
+        check_rt("bf16_raw_chunk_fallback_roundtrip", zipcclBfloat16, x, n);
+        CHECK(ok, "bf16_raw_chunk_fallback_mode", "random chunk not stored raw");
+        free(x); free(f);
+    }
+
+    /* frame info */
+    {
+        size_t n = 20000;
+        uint8_t* x = make_gauss(zipcclFloat16, n, 1.0);
+        size_t bound = zipcclCompressBound(n, zipcclFloat16, 1), fs;
+        uint8_t* f = malloc(bound);
+        zipcclCodecParams_t p = {zipcclCodecDense, 1, zipcclSimdAuto};
+        zipcclCompress(x, n, zipcclFloat16, f, bound, &fs, &p);
+        zipcclFrameInfo_t fi;
+        zipcclResult_t r = zipcclGetFrameInfo(f, fs, &fi);
+        CHECK(r == zipcclSuccess && fi.count == n && fi.dtype == zipcclFloat16 && fi.frameSize == fs &&
+                  fi.decompressedSize == 2 * n && fi.checksum && !fi.stored && fi.numChunks == 2,
+              "frame_info_fields", "r=%d count=%llu size=%zu/%zu", r, (unsigned long long)fi.count, fi.frameSize, fs);
+        free(x); free(f);
+    }
+
+    /* arguments */
+    {
+        uint16_t v[4] = {1, 2, 3, 4};
+        uint8_t f[64];
+        size_t fs;
+        zipcclCodecParams_t bad = {(zipcclCodec_t)9, 0, zipcclSimdAuto};
+        CHECK(zipcclCompress(v, 4, zipcclBfloat16, f, sizeof f, &fs, &bad) == zipcclInvalidArgument,
+              "compress_bad_codec_rejected", "accepted");
+        zipcclCodecParams_t bads = {zipcclCodecFast, 0, (zipcclSimd_t)7};
+        CHECK(zipcclCompress(v, 4, zipcclBfloat16, f, sizeof f, &fs, &bads) == zipcclInvalidArgument,
+              "compress_bad_simd_rejected", "accepted");
+        CHECK(zipcclCompress(v, 4, (zipcclDataType_t)2, f, sizeof f, &fs, NULL) == zipcclInvalidArgument,
+              "compress_bad_dtype_rejected", "accepted");
+        CHECK(zipcclCompress(NULL, 4, zipcclBfloat16, f, sizeof f, &fs, NULL) == zipcclInvalidArgument,
+              "compress_null_src_rejected", "accepted");
+        CHECK(zipcclCompress(v, 4, zipcclBfloat16, f, 10, &fs, NULL) == zipcclDstTooSmall,
+              "compress_dst_too_small", "accepted");
+        if (best < zipcclSimdAvx512) {
+            zipcclCodecParams_t p512 = {zipcclCodecFast, 0, zipcclSimdAvx512};
+            CHECK(zipcclCompress(v, 4, zipcclBfloat16, f, sizeof f, &fs, &p512) == zipcclUnsupported,
+                  "compress_unsupported_simd_rejected", "accepted");
+        }
+    }
+
+    attacks();
+    hostile();
+    return tu_exit();
+}
