@@ -85,7 +85,11 @@ typedef struct {
  * NULL it receives (B, T, V) logits (for reference checks).
  * Unit order: forward acquires 0, 1..L, then 0 again for the head;
  * backward walks 0 (head), L..1, 0 (embedding), calling grads_ready(unit) as
- * soon as a unit's gradients are final for this micro-batch. */
+ * soon as a unit's gradients are final for this micro-batch. The embedding
+ * backward reads no parameters, so it calls only grad_buffer(0) and
+ * grads_ready(0), no acquire (exact sequence: docs/MODEL.md). Bad input
+ * (token/target out of range, B or T over the acts capacity) returns NaN
+ * before any hook is called, with a message on stderr. */
 float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, const int* targets,
                  int B, int T, const LlamaParamHooks* hooks, int backward, float* logits_out);
 

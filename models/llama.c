@@ -1,0 +1,502 @@
+/*
+ * llama.c — the dense Llama-style decoder of llama.h: parameter layout,
+ * deterministic init, forward, backward, and the activation arena.
+ *
+ * Read top to bottom: configuration checks and parameter layout, init, the
+ * activation layout (one allocation, a pointer table computed per step),
+ * block_forward / block_backward, then llama_step, which walks the units in
+ * the order documented in llama.h and talks to the runtime only through the
+ * hooks. All compute goes through the kernel table (kernels/kernels.h).
+ *
+ * Memory discipline (FSDP frees gathered parameters between passes): the
+ * forward keeps every activation the backward reads and nothing else; the
+ * backward re-acquires each unit with phase 1 and never holds a parameter
+ * pointer across release(). Backward recomputes nothing.
+ *
+ * Leaves out: KV cache / inference, dropout, biases, sequence packing
+ * (every row of the batch is one sequence starting at position 0), and
+ * non-fp32 compute. Host memory only for now (logits_out is memcpy'd).
+ */
+#include "llama.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+/* --------------------------------------------------------------- config */
+
+int llama_config_check(const LlamaConfig* cfg, char* err, size_t errlen) {
+#define BAD(...)                                              \
+    do {                                                      \
+        if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
+        return -1;                                            \
+    } while (0)
+    if (!cfg) BAD("llama config: NULL");
+    if (cfg->vocab_size <= 0) BAD("llama config: vocab_size must be > 0 (got %d)", cfg->vocab_size);
+    if (cfg->dim <= 0) BAD("llama config: dim must be > 0 (got %d)", cfg->dim);
+    if (cfg->n_layers <= 0) BAD("llama config: n_layers must be > 0 (got %d)", cfg->n_layers);
+    if (cfg->n_heads <= 0) BAD("llama config: n_heads must be > 0 (got %d)", cfg->n_heads);
+    if (cfg->n_kv_heads <= 0)
+        BAD("llama config: n_kv_heads must be > 0 (got %d)", cfg->n_kv_heads);
+    if (cfg->dim % cfg->n_heads)
+        BAD("llama config: dim %d is not a multiple of n_heads %d", cfg->dim, cfg->n_heads);
+    if (cfg->n_heads % cfg->n_kv_heads)
+        BAD("llama config: n_kv_heads %d does not divide n_heads %d", cfg->n_kv_heads,
+            cfg->n_heads);
+    if ((cfg->dim / cfg->n_heads) % 2)
+        BAD("llama config: head dim %d (dim/n_heads) must be even for RoPE pairs",
+            cfg->dim / cfg->n_heads);
+    if (cfg->ffn_hidden <= 0) BAD("llama config: ffn_hidden must be > 0 (got %d)", cfg->ffn_hidden);
+    if (cfg->max_seq_len <= 0)
+        BAD("llama config: max_seq_len must be > 0 (got %d)", cfg->max_seq_len);
+    if (!(cfg->rope_theta > 1.0f) || !isfinite(cfg->rope_theta))
+        BAD("llama config: rope_theta must be a finite number > 1 (got %g)",
+            (double)cfg->rope_theta);
+    if (!(cfg->norm_eps > 0.0f) || !(cfg->norm_eps < 1.0f))
+        BAD("llama config: norm_eps must be in (0, 1) (got %g)", (double)cfg->norm_eps);
+    if (cfg->tie_embeddings != 0 && cfg->tie_embeddings != 1)
+        BAD("llama config: tie_embeddings must be 0 or 1 (got %d)", cfg->tie_embeddings);
+    // BLAS takes int dimensions and leading dimensions
+    const double big = 2147483647.0;
+    if ((double)cfg->vocab_size * cfg->dim > big || (double)cfg->ffn_hidden * cfg->dim > big)
+        BAD("llama config: a weight matrix has more than 2^31-1 elements (V*C or F*C)");
+    return 0;
+#undef BAD
+}
+
+/* ------------------------------------------------------ parameter layout */
+
+/* Offsets (in floats) of the tensors of one block inside its unit; the same
+ * layout serves parameters and gradients. */
+typedef struct {
+    size_t attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down, total;
+} BlockLayout;
+
+static BlockLayout block_layout(const LlamaConfig* cfg) {
+    const size_t C = cfg->dim, hd = C / cfg->n_heads, QD = hd * cfg->n_heads,
+                 KVD = hd * cfg->n_kv_heads, F = cfg->ffn_hidden;
+    BlockLayout b;
+    size_t o = 0;
+    b.attn_norm = o, o += C;         // (C)
+    b.wq = o, o += QD * C;           // (H*hd, C)
+    b.wk = o, o += KVD * C;          // (KV*hd, C)
+    b.wv = o, o += KVD * C;          // (KV*hd, C)
+    b.wo = o, o += C * QD;           // (C, H*hd)
+    b.mlp_norm = o, o += C;          // (C)
+    b.w_gate = o, o += F * C;        // (F, C)
+    b.w_up = o, o += F * C;          // (F, C)
+    b.w_down = o, o += C * F;        // (C, F)
+    b.total = o;
+    return b;
+}
+
+/* unit 0: tok_emb (V, C) | final_norm (C) | lm_head (V, C) if untied */
+static size_t unit0_final_norm(const LlamaConfig* cfg) {
+    return (size_t)cfg->vocab_size * cfg->dim;
+}
+static size_t unit0_lm_head(const LlamaConfig* cfg) {
+    return cfg->tie_embeddings ? 0 : unit0_final_norm(cfg) + (size_t)cfg->dim;
+}
+
+size_t llama_unit_numel(const LlamaConfig* cfg, int unit) {
+    if (unit < 0 || unit > cfg->n_layers) return 0;
+    if (unit > 0) return block_layout(cfg).total;
+    const size_t VC = (size_t)cfg->vocab_size * cfg->dim;
+    return VC + (size_t)cfg->dim + (cfg->tie_embeddings ? 0 : VC);
+}
+
+size_t llama_num_params(const LlamaConfig* cfg) {
+    return llama_unit_numel(cfg, 0) + (size_t)cfg->n_layers * llama_unit_numel(cfg, 1);
+}
+
+int llama_unit_tensors(const LlamaConfig* cfg, int unit, char names[][64], size_t rows[],
+                       size_t cols[], int max) {
+    const size_t C = cfg->dim, hd = C / cfg->n_heads, QD = hd * cfg->n_heads,
+                 KVD = hd * cfg->n_kv_heads, F = cfg->ffn_hidden, V = cfg->vocab_size;
+    int n = 0;
+#define ADD(nm, r, c)                                                \
+    do {                                                             \
+        if (n < max) {                                               \
+            if (names) snprintf(names[n], 64, "%s", nm);             \
+            if (rows) rows[n] = (r);                                 \
+            if (cols) cols[n] = (c);                                 \
+        }                                                            \
+        n++;                                                         \
+    } while (0)
+    if (unit < 0 || unit > cfg->n_layers) return 0;
+    if (unit == 0) {
+        ADD("tok_emb", V, C);
+        ADD("final_norm", C, 1);
+        if (!cfg->tie_embeddings) ADD("lm_head", V, C);
+        return n;
+    }
+    static const char* const block_names[9] = {"attn_norm", "wq",       "wk",   "wv",    "wo",
+                                               "mlp_norm",  "w_gate",   "w_up", "w_down"};
+    const size_t shape[9][2] = {{C, 1},  {QD, C}, {KVD, C}, {KVD, C}, {C, QD},
+                                {C, 1},  {F, C},  {F, C},   {C, F}};
+    for (int i = 0; i < 9; i++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "layers.%d.%s", unit - 1, block_names[i]);
+        ADD(nm, shape[i][0], shape[i][1]);
+    }
+    return n;
+#undef ADD
+}
+
+/* ------------------------------------------------------------------ init */
+
+/* splitmix64: tiny, good enough for init, and identical everywhere */
+static uint64_t splitmix64(uint64_t* s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* normal(0, std) by Box-Muller in double, one value per call (no caching,
+ * so a tensor's values depend only on the seed and its position) */
+static void fill_normal(float* x, size_t n, float std, uint64_t seed) {
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        double u1 = ((splitmix64(&s) >> 11) + 1.0) * (1.0 / 9007199254740993.0); // (0, 1]
+        double u2 = (splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);         // [0, 1)
+        x[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2));
+    }
+}
+
+static void fill_ones(float* x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = 1.0f;
+}
+
+void llama_unit_init(const LlamaConfig* cfg, int unit, unsigned long long seed, float* params) {
+    const float std = 0.02f, std_resid = 0.02f / sqrtf(2.0f * (float)cfg->n_layers);
+    // each tensor gets its own stream: seed, unit and tensor index mixed
+    uint64_t base = (uint64_t)seed * 0x100000001b3ull ^ ((uint64_t)unit << 32);
+#define STREAM(i) (base + 0x9e3779b97f4a7c15ull * (uint64_t)((i) + 1))
+    if (unit == 0) {
+        const size_t VC = (size_t)cfg->vocab_size * cfg->dim;
+        fill_normal(params, VC, std, STREAM(0));
+        fill_ones(params + unit0_final_norm(cfg), (size_t)cfg->dim);
+        if (!cfg->tie_embeddings) fill_normal(params + unit0_lm_head(cfg), VC, std, STREAM(2));
+        return;
+    }
+    const BlockLayout b = block_layout(cfg);
+    fill_ones(params + b.attn_norm, b.wq - b.attn_norm);
+    fill_normal(params + b.wq, b.wk - b.wq, std, STREAM(1));
+    fill_normal(params + b.wk, b.wv - b.wk, std, STREAM(2));
+    fill_normal(params + b.wv, b.wo - b.wv, std, STREAM(3));
+    fill_normal(params + b.wo, b.mlp_norm - b.wo, std_resid, STREAM(4));
+    fill_ones(params + b.mlp_norm, b.w_gate - b.mlp_norm);
+    fill_normal(params + b.w_gate, b.w_up - b.w_gate, std, STREAM(6));
+    fill_normal(params + b.w_up, b.w_down - b.w_up, std, STREAM(7));
+    fill_normal(params + b.w_down, b.total - b.w_down, std_resid, STREAM(8));
+#undef STREAM
+}
+
+/* ----------------------------------------------------------------- FLOPs */
+
+double llama_flops_per_token(const LlamaConfig* cfg, int seq_len) {
+    // 6 N + 12 L T d_attn (the PaLM / llm.c accounting): N counts the
+    // parameters that take part in a matmul (all block matrices and the LM
+    // head; the embedding lookup and norms are not matmuls); the second term
+    // is QK^T and PV, forward (2 x 2 T d) plus backward (2x forward), over the
+    // full T x T square, which is also what the kernels compute.
+    const double C = cfg->dim, hd = C / cfg->n_heads, QD = hd * cfg->n_heads,
+                 KVD = hd * cfg->n_kv_heads, F = cfg->ffn_hidden, L = cfg->n_layers;
+    const double n_matmul = L * (2.0 * QD * C + 2.0 * KVD * C + 3.0 * F * C) +
+                            (double)cfg->vocab_size * C;
+    return 6.0 * n_matmul + 12.0 * L * (double)seq_len * QD;
+}
+
+/* ----------------------------------------------------------- activations */
+
+/* Every tensor the forward saves for the backward, plus the backward's
+ * scratch; N = B*T. Filled per step from the actual (B, T). */
+typedef struct {
+    float* resid;     // (L+1, N, C) residual stream: [0] embeddings, [l+1] block l out
+    float* ln1;       // (L, N, C) attn_norm output
+    float* ln1_rstd;  // (L, N)
+    float* q;         // (L, N, H*hd) after RoPE
+    float* k;         // (L, N, KV*hd) after RoPE
+    float* v;         // (L, N, KV*hd)
+    float* att;       // (L, B, H, T, T) softmax probabilities
+    float* atty;      // (L, N, H*hd) attention output, input of wo
+    float* resid_mid; // (L, N, C) residual after attention
+    float* ln2;       // (L, N, C) mlp_norm output
+    float* ln2_rstd;  // (L, N)
+    float* gate;      // (L, N, F) x W_gate^T
+    float* up;        // (L, N, F) x W_up^T
+    float* hid;       // (L, N, F) silu(gate) * up, input of w_down
+    float* lnf;       // (N, C) final_norm output
+    float* lnf_rstd;  // (N)
+    float* logits;    // (N, V) logits; dlogits in place during backward
+    float* losses;    // (N) per-token loss
+    float* rope;      // (T, hd/2, 2) cos, sin
+    // backward / scratch, shared by all layers
+    float* dresid;    // (N, C) gradient of the residual stream
+    float* dln;       // (N, C) gradient of a norm output; forward: projection temp
+    float* dq;        // (N, H*hd)
+    float* dk;        // (N, KV*hd)
+    float* dv;        // (N, KV*hd)
+    float* datty;     // (N, H*hd)
+    float* dgate;     // (N, F)
+    float* dup;       // (N, F)
+    float* dhid;      // (N, F)
+    float* att_scratch; // attention_scratch_floats(B, T, KV)
+} ActPtrs;
+
+struct LlamaActs {
+    LlamaConfig cfg;
+    int B, T;     // capacity this arena was sized for
+    size_t bytes; // of mem
+    float* mem;
+};
+
+/* Lays the tensors out from offset 0, each on a 64-byte boundary; with
+ * base == NULL only counts. Returns the number of floats. */
+static size_t acts_layout(const LlamaConfig* cfg, int B, int T, float* base, ActPtrs* p) {
+    const ZrtKernels* K = zrt_kernels_cpu();
+    const size_t L = cfg->n_layers, N = (size_t)B * T, C = cfg->dim, H = cfg->n_heads,
+                 hd = C / H, KV = cfg->n_kv_heads, F = cfg->ffn_hidden, V = cfg->vocab_size;
+    size_t o = 0;
+    float** slots[] = {&p->resid,  &p->ln1,   &p->ln1_rstd, &p->q,        &p->k,      &p->v,
+                       &p->att,    &p->atty,  &p->resid_mid, &p->ln2,     &p->ln2_rstd, &p->gate,
+                       &p->up,     &p->hid,   &p->lnf,      &p->lnf_rstd, &p->logits, &p->losses,
+                       &p->rope,   &p->dresid, &p->dln,     &p->dq,       &p->dk,     &p->dv,
+                       &p->datty,  &p->dgate, &p->dup,      &p->dhid,     &p->att_scratch};
+    const size_t sizes[] = {(L + 1) * N * C, L * N * C, L * N,     L * N * H * hd, L * N * KV * hd,
+                            L * N * KV * hd, L * B * H * T * T,    L * N * H * hd, L * N * C,
+                            L * N * C,       L * N,     L * N * F, L * N * F,      L * N * F,
+                            N * C,           N,         N * V,     N,              T * hd,
+                            N * C,           N * C,     N * H * hd, N * KV * hd,   N * KV * hd,
+                            N * H * hd,      N * F,     N * F,     N * F,
+                            K->attention_scratch_floats(B, T, (int)KV)};
+    _Static_assert(sizeof slots / sizeof slots[0] == sizeof sizes / sizeof sizes[0],
+                   "one size per activation tensor");
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (base) *slots[i] = base + o;
+        o += (sizes[i] + 15) & ~(size_t)15;
+    }
+    return o;
+}
+
+size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T) {
+    ActPtrs p;
+    return acts_layout(cfg, B, T, NULL, &p) * sizeof(float);
+}
+
+LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T) {
+    if (llama_config_check(cfg, NULL, 0) || B <= 0 || T <= 0 || T > cfg->max_seq_len) return NULL;
+    LlamaActs* a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->cfg = *cfg;
+    a->B = B;
+    a->T = T;
+    a->bytes = llama_acts_bytes(cfg, B, T);
+    a->mem = aligned_alloc(64, (a->bytes + 63) & ~(size_t)63);
+    if (!a->mem) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void llama_acts_free(LlamaActs* acts) {
+    if (!acts) return;
+    free(acts->mem);
+    free(acts);
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+typedef struct {
+    const LlamaConfig* cfg;
+    const ZrtKernels* K;
+    int B, T, N, C, H, KV, hd, F;
+} Dims;
+
+/* One block forward: reads resid[l], writes resid[l+1] and the block's
+ * saved activations. p: the block's unit parameters. */
+static void block_forward(const Dims* d, const ActPtrs* a, int l, const float* p) {
+    const ZrtKernels* K = d->K;
+    const BlockLayout w = block_layout(d->cfg);
+    const size_t N = d->N, C = d->C, QD = (size_t)d->H * d->hd, KVD = (size_t)d->KV * d->hd,
+                 F = d->F;
+    const float* x = a->resid + l * N * C;           // (N, C)
+    float* out = a->resid + (l + 1) * N * C;         // (N, C)
+    float* ln1 = a->ln1 + l * N * C;                 // (N, C)
+    float* ln1_rstd = a->ln1_rstd + l * N;           // (N)
+    float* q = a->q + l * N * QD;                    // (N, H*hd)
+    float* k = a->k + l * N * KVD;                   // (N, KV*hd)
+    float* v = a->v + l * N * KVD;                   // (N, KV*hd)
+    float* att = a->att + l * (size_t)d->B * d->H * d->T * d->T; // (B, H, T, T)
+    float* atty = a->atty + l * N * QD;              // (N, H*hd)
+    float* mid = a->resid_mid + l * N * C;           // (N, C)
+    float* ln2 = a->ln2 + l * N * C;                 // (N, C)
+    float* ln2_rstd = a->ln2_rstd + l * N;           // (N)
+    float* gate = a->gate + l * N * F;               // (N, F)
+    float* up = a->up + l * N * F;                   // (N, F)
+    float* hid = a->hid + l * N * F;                 // (N, F)
+    float* tmp = a->dln;                             // (N, C) scratch
+
+    K->rmsnorm_forward(ln1, ln1_rstd, x, p + w.attn_norm, d->N, d->C, d->cfg->norm_eps);
+    K->matmul_forward(q, ln1, p + w.wq, d->N, d->C, (int)QD);
+    K->matmul_forward(k, ln1, p + w.wk, d->N, d->C, (int)KVD);
+    K->matmul_forward(v, ln1, p + w.wv, d->N, d->C, (int)KVD);
+    K->rope_forward(q, a->rope, d->B, d->T, d->H, d->hd);
+    K->rope_forward(k, a->rope, d->B, d->T, d->KV, d->hd);
+    K->attention_forward(atty, att, q, k, v, d->B, d->T, d->H, d->KV, d->hd, a->att_scratch);
+    K->matmul_forward(tmp, atty, p + w.wo, d->N, (int)QD, d->C);
+    K->add(mid, x, tmp, N * C);
+
+    K->rmsnorm_forward(ln2, ln2_rstd, mid, p + w.mlp_norm, d->N, d->C, d->cfg->norm_eps);
+    K->matmul_forward(gate, ln2, p + w.w_gate, d->N, d->C, d->F);
+    K->matmul_forward(up, ln2, p + w.w_up, d->N, d->C, d->F);
+    K->swiglu_forward(hid, gate, up, d->N, d->F);
+    K->matmul_forward(tmp, hid, p + w.w_down, d->N, d->F, d->C);
+    K->add(out, mid, tmp, N * C);
+}
+
+/* One block backward: on entry a->dresid holds dLoss/d resid[l+1]; on exit
+ * dLoss/d resid[l]. Parameter gradients accumulate into g. */
+static void block_backward(const Dims* d, const ActPtrs* a, int l, const float* p, float* g) {
+    const ZrtKernels* K = d->K;
+    const BlockLayout w = block_layout(d->cfg);
+    const size_t N = d->N, C = d->C, QD = (size_t)d->H * d->hd, KVD = (size_t)d->KV * d->hd,
+                 F = d->F;
+    const float* x = a->resid + l * N * C;
+    const float* ln1 = a->ln1 + l * N * C;
+    const float* ln1_rstd = a->ln1_rstd + l * N;
+    const float* q = a->q + l * N * QD;
+    const float* k = a->k + l * N * KVD;
+    const float* v = a->v + l * N * KVD;
+    const float* att = a->att + l * (size_t)d->B * d->H * d->T * d->T;
+    const float* atty = a->atty + l * N * QD;
+    const float* mid = a->resid_mid + l * N * C;
+    const float* ln2 = a->ln2 + l * N * C;
+    const float* ln2_rstd = a->ln2_rstd + l * N;
+    const float* gate = a->gate + l * N * F;
+    const float* up = a->up + l * N * F;
+    const float* hid = a->hid + l * N * F;
+    float* dresid = a->dresid; // (N, C)
+    float* dln = a->dln;       // (N, C)
+
+    // MLP: out = mid + hid W_down^T, hid = silu(ln2 W_gate^T) * (ln2 W_up^T)
+    K->matmul_backward(a->dhid, g + w.w_down, dresid, hid, p + w.w_down, d->N, d->F, d->C, 0);
+    K->swiglu_backward(a->dgate, a->dup, a->dhid, gate, up, d->N, d->F);
+    K->matmul_backward(dln, g + w.w_gate, a->dgate, ln2, p + w.w_gate, d->N, d->C, d->F, 0);
+    K->matmul_backward(dln, g + w.w_up, a->dup, ln2, p + w.w_up, d->N, d->C, d->F, 1);
+    // dresid becomes dLoss/d mid: the skip path plus the norm's input gradient
+    K->rmsnorm_backward(dresid, g + w.mlp_norm, dln, mid, p + w.mlp_norm, ln2_rstd, d->N, d->C);
+
+    // attention: mid = x + atty W_o^T
+    K->matmul_backward(a->datty, g + w.wo, dresid, atty, p + w.wo, d->N, (int)QD, d->C, 0);
+    K->attention_backward(a->dq, a->dk, a->dv, a->datty, att, q, k, v, d->B, d->T, d->H, d->KV,
+                          d->hd, a->att_scratch);
+    K->rope_backward(a->dq, a->rope, d->B, d->T, d->H, d->hd);
+    K->rope_backward(a->dk, a->rope, d->B, d->T, d->KV, d->hd);
+    K->matmul_backward(dln, g + w.wq, a->dq, ln1, p + w.wq, d->N, d->C, (int)QD, 0);
+    K->matmul_backward(dln, g + w.wk, a->dk, ln1, p + w.wk, d->N, d->C, (int)KVD, 1);
+    K->matmul_backward(dln, g + w.wv, a->dv, ln1, p + w.wv, d->N, d->C, (int)KVD, 1);
+    K->rmsnorm_backward(dresid, g + w.attn_norm, dln, x, p + w.attn_norm, ln1_rstd, d->N, d->C);
+}
+
+/* ------------------------------------------------------------------ step */
+
+static float step_error(const char* why) {
+    fprintf(stderr, "llama_step: %s\n", why);
+    return NAN;
+}
+
+float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, const int* targets,
+                 int B, int T, const LlamaParamHooks* hooks, int backward, float* logits_out) {
+    // refuse bad input before the first hook, so the runtime never sees a
+    // half-walked unit sequence
+    char err[160];
+    if (llama_config_check(cfg, err, sizeof err)) return step_error(err);
+    if (!acts || !tokens || !targets || !hooks || !hooks->acquire || !hooks->release)
+        return step_error("NULL argument");
+    if (backward && (!hooks->grad_buffer || !hooks->grads_ready))
+        return step_error("backward needs grad_buffer and grads_ready hooks");
+    if (memcmp(&acts->cfg, cfg, sizeof *cfg))
+        return step_error("activations were allocated for a different config");
+    if (B <= 0 || T <= 0 || B > acts->B || T > acts->T) {
+        snprintf(err, sizeof err, "(B, T) = (%d, %d) outside the activation capacity (%d, %d)", B,
+                 T, acts->B, acts->T);
+        return step_error(err);
+    }
+    const int V = cfg->vocab_size, N = B * T;
+    for (int n = 0; n < N; n++) {
+        if (tokens[n] < 0 || tokens[n] >= V || targets[n] >= V) {
+            snprintf(err, sizeof err, "token %d or target %d at position %d outside [0, %d)",
+                     tokens[n], targets[n], n, V);
+            return step_error(err);
+        }
+    }
+
+    const ZrtKernels* K = zrt_kernels_cpu();
+    ActPtrs a;
+    acts_layout(cfg, B, T, acts->mem, &a);
+    const int L = cfg->n_layers;
+    const Dims d = {cfg, K, B, T, N, cfg->dim, cfg->n_heads, cfg->n_kv_heads,
+                    cfg->dim / cfg->n_heads, cfg->ffn_hidden};
+    const size_t C = cfg->dim;
+    const size_t head_off = cfg->tie_embeddings ? 0 : unit0_lm_head(cfg);
+    K->rope_table(a.rope, T, d.hd, cfg->rope_theta);
+
+    // forward: unit 0 (embedding), blocks 1..L, unit 0 again (head)
+    const float* p = hooks->acquire(hooks->ctx, 0, 0);
+    if (!p) return step_error("acquire(0, forward) returned NULL");
+    K->embedding_forward(a.resid, tokens, p, N, d.C); // resid[0] (N, C)
+    hooks->release(hooks->ctx, 0, 0);
+    for (int l = 0; l < L; l++) {
+        p = hooks->acquire(hooks->ctx, 1 + l, 0);
+        if (!p) return step_error("acquire(block, forward) returned NULL");
+        block_forward(&d, &a, l, p);
+        hooks->release(hooks->ctx, 1 + l, 0);
+    }
+    p = hooks->acquire(hooks->ctx, 0, 0);
+    if (!p) return step_error("acquire(0, forward) returned NULL");
+    const float* resid_L = a.resid + (size_t)L * N * C;
+    K->rmsnorm_forward(a.lnf, a.lnf_rstd, resid_L, p + unit0_final_norm(cfg), N, d.C,
+                       cfg->norm_eps);
+    K->matmul_forward(a.logits, a.lnf, p + head_off, N, d.C, V); // (N, V)
+    hooks->release(hooks->ctx, 0, 0);
+    if (logits_out) memcpy(logits_out, a.logits, (size_t)N * V * sizeof(float));
+    // loss; with backward, dlogits overwrite the logits in place. The mean
+    // is over counted targets, so each counted row's gradient is 1/count.
+    int count = 0;
+    for (int n = 0; n < N; n++) count += targets[n] >= 0;
+    const float dscale = count ? 1.0f / (float)count : 0.0f;
+    double sum = K->crossentropy_forward_backward(backward ? a.logits : NULL, a.losses, a.logits,
+                                                  targets, N, V, dscale, &count);
+    const float loss = count ? (float)(sum / count) : 0.0f;
+    if (!backward) return loss;
+
+    // backward: unit 0 (head and final norm), blocks L..1, unit 0 (embedding)
+    p = hooks->acquire(hooks->ctx, 0, 1);
+    if (!p) return step_error("acquire(0, backward) returned NULL");
+    float* g = hooks->grad_buffer(hooks->ctx, 0);
+    K->matmul_backward(a.dln, g + head_off, a.logits, a.lnf, p + head_off, N, d.C, V, 0);
+    K->zero(a.dresid, (size_t)N * C);
+    K->rmsnorm_backward(a.dresid, g + unit0_final_norm(cfg), a.dln, resid_L,
+                        p + unit0_final_norm(cfg), a.lnf_rstd, N, d.C);
+    hooks->release(hooks->ctx, 0, 1);
+    for (int l = L - 1; l >= 0; l--) {
+        p = hooks->acquire(hooks->ctx, 1 + l, 1);
+        if (!p) return step_error("acquire(block, backward) returned NULL");
+        g = hooks->grad_buffer(hooks->ctx, 1 + l);
+        block_backward(&d, &a, l, p, g);
+        hooks->grads_ready(hooks->ctx, 1 + l);
+        hooks->release(hooks->ctx, 1 + l, 1);
+    }
+    // the embedding backward reads no parameters: no acquire, only the grads
+    g = hooks->grad_buffer(hooks->ctx, 0);
+    K->embedding_backward(g, a.dresid, tokens, N, d.C);
+    hooks->grads_ready(hooks->ctx, 0);
+    return loss;
+}
