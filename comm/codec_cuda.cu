@@ -1,0 +1,1240 @@
+/*
+ * codec_cuda.cu — ZipCCL's CUDA codec: the frame format of docs/FORMAT.md,
+ * encoded and decoded on the device, byte-identical to the CPU reference
+ * encoder (codec_cpu.c) for the same input and parameters (FORMAT.md §7).
+ *
+ * Shape of the work:
+ *   compress    k_encode_f3 / k_encode_r: one warp per chunk encodes into a
+ *               fixed-size slot of the workspace (room for the raw chunk) and
+ *               records its size and XXH32; k_plan prefix-sums the sizes; the
+ *               host reads the total (it needs it anyway to post the send),
+ *               then k_assemble writes header, chunk table and checksums and
+ *               compacts the chunks into the frame -- or the host emits a
+ *               stored frame when the compressed one would not be smaller.
+ *   decompress  the host reads and checks the 16-byte header; k_plan checks
+ *               the header checksum and the chunk table and prefix-sums the
+ *               chunk offsets; k_sums checks chunk checksums; k_decode (one
+ *               warp per chunk) validates and decodes each chunk. Every read
+ *               is bounded by sizes validated before it, so a corrupt frame
+ *               returns zipcclCorruptStream and never faults or writes outside
+ *               the caller's output.
+ *
+ * Lane mapping. F3 planes and the fp16 rest planes: a warp handles a
+ * 64-element group, lane l owning elements 64g+l and 64g+32+l, so each u64
+ * plane word is two ballots. R: lane l is the format's rANS lane l (elements
+ * l, l+32, ...), so a warp step covers 32 consecutive elements and escape
+ * positions in element order come from ballot + popc.
+ *
+ * Host emulation. With ZIPCCL_CUDA_EMU defined this file compiles as plain
+ * C++: the kernels' bodies run on the host under the warp emulator of
+ * tests/gpu/cuda_emu.cc, which checks them byte for byte against the CPU
+ * codec on machines without a GPU. Every warp intrinsic, launch and copy goes
+ * through the ZK_* macros for that reason.
+ *
+ * Left out: an encoder for chunk_log2 other than 14 (decoding accepts 10..20),
+ * overlapping several frames on streams (the collectives do that).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+extern "C" {
+#include "zipccl_internal.h"
+}
+#include "codec_format.h"
+
+/* ------------------------------------------------------------------------ */
+/* 1. Execution-space shims: CUDA or the host warp emulator                  */
+/* ------------------------------------------------------------------------ */
+
+#ifdef ZIPCCL_CUDA_EMU
+/* emu_tid, emu_bid, emu_smem, emu_ballot, emu_shfl, emu_syncwarp,
+ * emu_syncthreads and emu_launch are defined by the including emulator. */
+#define ZK static inline
+#define ZKHD static inline
+#define ZK_TID() emu_tid()
+#define ZK_BID() emu_bid()
+#define ZK_SMEM() emu_smem()
+#define ZK_BALLOT(p) emu_ballot((p) ? 1 : 0)
+#define ZK_SHFL(v, src) emu_shfl((uint32_t)(v), (int)(src))
+#define ZK_SYNCWARP() emu_syncwarp()
+#define ZK_SYNCTHREADS() emu_syncthreads()
+#define ZK_ATOMIC_OR(p, v) (*(p) |= (v))
+#define ZK_ATOMIC_MAX(p, v) (*(p) = *(p) > (v) ? *(p) : (v))
+ZK int zk_popc(uint32_t x) { return __builtin_popcount(x); }
+ZK uint16_t zk_ld16a(const uint8_t* p) { uint16_t v; memcpy(&v, p, 2); return v; }
+ZK uint32_t zk_ld32a(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return v; }
+ZK uint64_t zk_ld64a(const uint8_t* p) { uint64_t v; memcpy(&v, p, 8); return v; }
+ZK void zk_st16a(uint8_t* p, uint16_t v) { memcpy(p, &v, 2); }
+ZK void zk_st32a(uint8_t* p, uint32_t v) { memcpy(p, &v, 4); }
+ZK void zk_st64a(uint8_t* p, uint64_t v) { memcpy(p, &v, 8); }
+#else
+#include <cuda_runtime.h>
+#define ZK static __device__ __forceinline__
+#define ZKHD static __host__ __device__ __forceinline__
+extern __shared__ __align__(16) uint8_t zk_smem_dyn[];
+#define ZK_TID() threadIdx.x
+#define ZK_BID() blockIdx.x
+#define ZK_SMEM() zk_smem_dyn
+#define ZK_BALLOT(p) __ballot_sync(0xffffffffu, (p) ? 1 : 0)
+#define ZK_SHFL(v, src) __shfl_sync(0xffffffffu, (uint32_t)(v), (int)(src))
+#define ZK_SYNCWARP() __syncwarp()
+#define ZK_SYNCTHREADS() __syncthreads()
+#define ZK_ATOMIC_OR(p, v) atomicOr((p), (v))
+#define ZK_ATOMIC_MAX(p, v) atomicMax((p), (v))
+ZK int zk_popc(uint32_t x) { return __popc(x); }
+ZK uint16_t zk_ld16a(const uint8_t* p) { return *(const uint16_t*)p; }
+ZK uint32_t zk_ld32a(const uint8_t* p) { return *(const uint32_t*)p; }
+ZK uint64_t zk_ld64a(const uint8_t* p) { return *(const uint64_t*)p; }
+ZK void zk_st16a(uint8_t* p, uint16_t v) { *(uint16_t*)p = v; }
+ZK void zk_st32a(uint8_t* p, uint32_t v) { *(uint32_t*)p = v; }
+ZK void zk_st64a(uint8_t* p, uint64_t v) { *(uint64_t*)p = v; }
+#endif
+
+#define ZK_LANE() (ZK_TID() & 31u)
+#define ZK_WARP() (ZK_TID() >> 5)
+#define ZK_WARPS_PER_BLOCK 4 /* warp-per-chunk kernels: 128 threads a block */
+#define ZK_SCAN_THREADS 1024
+#define ZK_COPY_THREADS 256
+
+ZK uint64_t zk_shfl64(uint64_t v, uint32_t src) {
+    uint32_t lo = ZK_SHFL((uint32_t)v, src), hi = ZK_SHFL((uint32_t)(v >> 32), src);
+    return ((uint64_t)hi << 32) | lo;
+}
+ZK uint32_t zk_lanemask_lt(uint32_t lane) { return (1u << lane) - 1u; }
+
+/* Loads/stores that use the aligned instruction when the address allows. */
+ZK uint64_t zk_ld64(const uint8_t* p) { return ((uintptr_t)p & 7) ? zcf_ld64(p) : zk_ld64a(p); }
+ZK void zk_st64(uint8_t* p, uint64_t v) {
+    if ((uintptr_t)p & 7) zcf_st64(p, v);
+    else zk_st64a(p, v);
+}
+ZK uint32_t zk_ld_elem(const uint8_t* p, int es, int aligned) {
+    if (aligned) return es == 2 ? zk_ld16a(p) : zk_ld32a(p);
+    return es == 2 ? zcf_ld16(p) : zcf_ld32(p);
+}
+ZK void zk_st_elem(uint8_t* p, uint32_t v, int es, int aligned) {
+    if (es == 2) {
+        if (aligned) zk_st16a(p, (uint16_t)v);
+        else zcf_st16(p, (uint16_t)v);
+    } else {
+        if (aligned) zk_st32a(p, v);
+        else zcf_st32(p, v);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* 2. XXH32 (seed 0), written from the public xxHash specification           */
+/* ------------------------------------------------------------------------ */
+
+#define ZK_P1 0x9E3779B1u
+#define ZK_P2 0x85EBCA77u
+#define ZK_P3 0xC2B2AE3Du
+#define ZK_P4 0x27D4EB2Fu
+#define ZK_P5 0x165667B1u
+
+ZKHD uint32_t zk_rotl(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
+ZKHD uint32_t zk_xxh_round(uint32_t acc, uint32_t in) { return zk_rotl(acc + in * ZK_P2, 13) * ZK_P1; }
+
+/* Everything after the 16-byte stripes: acc already holds the merged (or
+ * short-input) accumulator plus the total length. */
+ZKHD uint32_t zk_xxh_tail(uint32_t acc, const uint8_t* p, size_t rem) {
+    for (; rem >= 4; rem -= 4, p += 4) acc = zk_rotl(acc + zcf_ld32(p) * ZK_P3, 17) * ZK_P4;
+    for (; rem; rem--, p++) acc = zk_rotl(acc + (uint32_t)*p * ZK_P5, 11) * ZK_P1;
+    acc ^= acc >> 15;
+    acc *= ZK_P2;
+    acc ^= acc >> 13;
+    acc *= ZK_P3;
+    acc ^= acc >> 16;
+    return acc;
+}
+
+/* One thread, any input (host: header checksums of stored frames). */
+ZKHD uint32_t zk_xxh32(const uint8_t* p, size_t len) {
+    size_t i = 0;
+    uint32_t acc;
+    if (len >= 16) {
+        uint32_t v1 = ZK_P1 + ZK_P2, v2 = ZK_P2, v3 = 0, v4 = 0u - ZK_P1;
+        for (; i + 16 <= len; i += 16) {
+            v1 = zk_xxh_round(v1, zcf_ld32(p + i));
+            v2 = zk_xxh_round(v2, zcf_ld32(p + i + 4));
+            v3 = zk_xxh_round(v3, zcf_ld32(p + i + 8));
+            v4 = zk_xxh_round(v4, zcf_ld32(p + i + 12));
+        }
+        acc = zk_rotl(v1, 1) + zk_rotl(v2, 7) + zk_rotl(v3, 12) + zk_rotl(v4, 18);
+    } else {
+        acc = ZK_P5;
+    }
+    return zk_xxh_tail(acc + (uint32_t)len, p + i, len - i);
+}
+
+/* A warp: XXH32's four accumulators are independent, so lanes 0..3 run one
+ * each over the stripes; every lane returns the hash. */
+ZK uint32_t zk_xxh32_warp(const uint8_t* p, size_t len, uint32_t lane) {
+    size_t stripes = len / 16;
+    uint32_t v = lane == 0 ? ZK_P1 + ZK_P2 : lane == 1 ? ZK_P2 : lane == 2 ? 0u : 0u - ZK_P1;
+    if (lane < 4) {
+        const uint8_t* q = p + 4 * lane;
+        if (((uintptr_t)p & 3) == 0)
+            for (size_t s = 0; s < stripes; s++) v = zk_xxh_round(v, zk_ld32a(q + 16 * s));
+        else
+            for (size_t s = 0; s < stripes; s++) v = zk_xxh_round(v, zcf_ld32(q + 16 * s));
+    }
+    uint32_t v1 = ZK_SHFL(v, 0), v2 = ZK_SHFL(v, 1), v3 = ZK_SHFL(v, 2), v4 = ZK_SHFL(v, 3);
+    uint32_t acc = stripes ? zk_rotl(v1, 1) + zk_rotl(v2, 7) + zk_rotl(v3, 12) + zk_rotl(v4, 18) : ZK_P5;
+    return zk_xxh_tail(acc + (uint32_t)len, p + 16 * stripes, len - 16 * stripes);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 3. Element fields (FORMAT.md §1, §4.1)                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Rest byte plane(s) of element i of a chunk of n; rest points at R0. */
+ZK void zk_put_rest(uint8_t* rest, uint32_t n, uint32_t i, uint32_t bits, int dt) {
+    if (dt == ZCF_DT_BF16) {
+        rest[i] = (uint8_t)((bits & 0x7Fu) | ((bits >> 8) & 0x80u));
+    } else if (dt == ZCF_DT_FP16) {
+        rest[i] = (uint8_t)bits;
+    } else {
+        rest[i] = (uint8_t)bits;
+        rest[n + i] = (uint8_t)(bits >> 8);
+        rest[2 * (size_t)n + i] = (uint8_t)(((bits >> 24) & 0x80u) | ((bits >> 16) & 0x7Fu));
+    }
+}
+/* fp16's three high rest bits: sign<<2 | mant10>>8. */
+ZK uint32_t zk_fp16_hi3(uint32_t bits) { return ((bits >> 13) & 4u) | ((bits >> 8) & 3u); }
+
+/* Rest bytes of element i, packed R0 | R1<<8 | R2<<16 (fp32) or R0. */
+ZK uint32_t zk_get_rest(int dt, const uint8_t* rest, uint32_t n, uint32_t i) {
+    if (dt != ZCF_DT_FP32) return rest[i];
+    return rest[i] | ((uint32_t)rest[n + i] << 8) | ((uint32_t)rest[2 * (size_t)n + i] << 16);
+}
+/* Element rebuilt from its exponent e and packed rest r; hv = fp16's hi3. */
+ZK uint32_t zk_rebuild(int dt, uint32_t r, uint32_t e, uint32_t hv) {
+    if (dt == ZCF_DT_BF16) return ((r & 0x80u) << 8) | (e << 7) | (r & 0x7Fu);
+    if (dt == ZCF_DT_FP16) return ((hv & 4u) << 13) | (e << 10) | ((hv & 3u) << 8) | r;
+    return ((r & 0x800000u) << 8) | (e << 23) | (r & 0x7FFFFFu);
+}
+
+/* Three u64 plane words of one group: bit j of word k is bit k of the 3-bit
+ * value of element 64g+j. v0 / v1: this lane's values for elements l, 32+l
+ * (0 past the chunk end, as the format requires). */
+ZK void zk_put_planes(uint8_t* w, uint32_t v0, uint32_t v1, uint32_t lane) {
+    uint64_t mine = 0;
+    for (uint32_t k = 0; k < 3; k++) {
+        uint64_t wk = (uint64_t)ZK_BALLOT((v0 >> k) & 1u) | ((uint64_t)ZK_BALLOT((v1 >> k) & 1u) << 32);
+        if (lane == k) mine = wk;
+    }
+    if (lane < 3) zk_st64(w + 8 * lane, mine);
+}
+ZK uint32_t zk_plane_bits(uint64_t w0, uint64_t w1, uint64_t w2, uint32_t j) {
+    return (uint32_t)(((w0 >> j) & 1u) | (((w1 >> j) & 1u) << 1) | (((w2 >> j) & 1u) << 2));
+}
+
+/* ------------------------------------------------------------------------ */
+/* 4. Encoder                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    uint16_t f[ZIPCCL_RANS_NTABLES][ZIPCCL_RANS_NSYM]; /* FORMAT.md §5, by value */
+} ZkTables;
+
+typedef struct {
+    const uint8_t* src;
+    uint8_t* slots;    /* n_chunks x slot_bytes, 16-aligned               */
+    uint32_t* sizes;   /* (n_chunks) chunk sizes                           */
+    uint32_t* sums;    /* (n_chunks) XXH32 of each chunk, if checksum      */
+    uint64_t count, n_chunks, slot_bytes;
+    int dt, es, checksum, src_aligned;
+    ZkTables tab;
+} EncArgs;
+
+/* FORMAT.md §7.1 with the sample spread over the lanes; same integers. */
+ZK int zk_estimate_s8(const uint8_t* in, uint32_t n, int dt, int es, int al, uint32_t lane) {
+    uint32_t S = n < (uint32_t)ZCF_SAMPLE ? n : (uint32_t)ZCF_SAMPLE, emax = (1u << zcf_exp_bits(dt)) - 1u;
+    uint32_t acc = 0; /* cnt << 17 | sum: sum <= 256*255 < 2^17 */
+    for (uint32_t k = lane; k < S; k += 32) {
+        uint64_t idx = ((uint64_t)k * n) / S;
+        uint32_t e = zcf_exponent(dt, zk_ld_elem(in + idx * es, es, al));
+        if (e > 0 && e < emax) acc += (1u << 17) + e;
+    }
+    for (uint32_t m = 16; m; m >>= 1) acc += ZK_SHFL(acc, lane ^ m);
+    uint32_t cnt = acc >> 17, sum = acc & 0x1FFFFu;
+    if (!cnt) return 40;
+    return (int)((8 * sum + cnt / 2) / cnt) + ZCF_EST_BIAS8;
+}
+
+ZK void zk_write_raw(uint8_t* out, const uint8_t* in, uint32_t nbytes, uint32_t lane) {
+    if (lane < 8) out[lane] = 0; /* mode 0, top 0, table 0, reserved 0, n_esc 0 */
+    uint32_t j = 0;
+    if (((uintptr_t)in & 3) == 0) { /* out + 8 is 8-aligned */
+        uint32_t words = nbytes / 4;
+        for (uint32_t w = lane; w < words; w += 32) zk_st32a(out + 8 + 4 * w, zk_ld32a(in + 4 * w));
+        j = 4 * words;
+    }
+    for (j += lane; j < nbytes; j += 32) out[8 + j] = in[j];
+}
+
+/* Records a finished chunk: size and (if asked) its checksum. */
+ZK void zk_finish_chunk(const EncArgs& a, uint64_t c, const uint8_t* out, uint32_t size, uint32_t lane) {
+    ZK_SYNCWARP(); /* every lane's bytes of the slot are visible to all */
+    if (lane == 0) a.sizes[c] = size;
+    if (a.checksum) {
+        uint32_t h = zk_xxh32_warp(out, size, lane);
+        if (lane == 0) a.sums[c] = h;
+    }
+}
+
+#define ZK_F3_UNROLL 4 /* groups loaded before any is processed */
+#define ZK_R_BATCH 8   /* rANS steps whose loads are issued together */
+
+/* F3 chunk c (FORMAT.md §4.3) by one warp; DT a compile-time dtype code. */
+template <int DT>
+ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
+    const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
+    uint64_t first = c << ZCF_CHUNK_LOG2;
+    uint32_t n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
+    const uint8_t* in = a.src + first * es;
+    uint8_t* out = a.slots + c * a.slot_bytes;
+    uint32_t top = zcf_f3_top(dt, zk_estimate_s8(in, n, dt, es, al, lane));
+    uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
+    uint32_t base = 8 + rest + 24 * G, size = raw;
+    if (base < raw) {
+        uint8_t* rp = out + 8;        /* R0 (and R1, R2 for fp32)     */
+        uint8_t* hp = out + 8 + n;    /* fp16 hi3 planes              */
+        uint8_t* cp = out + 8 + rest; /* code planes                  */
+        uint32_t run = 0;             /* escapes so far, element order */
+        for (uint32_t g0 = 0; g0 < G; g0 += ZK_F3_UNROLL) {
+            uint32_t bits[ZK_F3_UNROLL][2];
+            for (int u = 0; u < ZK_F3_UNROLL; u++)
+                for (int h = 0; h < 2; h++) {
+                    uint32_t i = 64 * (g0 + u) + 32 * h + lane;
+                    bits[u][h] = i < n ? zk_ld_elem(in + (size_t)i * es, es, al) : 0;
+                }
+            for (int u = 0; u < ZK_F3_UNROLL && g0 + u < G; u++) {
+                uint32_t g = g0 + u, code[2], hv[2], e[2];
+                for (int h = 0; h < 2; h++) {
+                    uint32_t i = 64 * g + 32 * h + lane;
+                    e[h] = zcf_exponent(dt, bits[u][h]);
+                    int d = (int)top - (int)e[h];
+                    code[h] = (d >= 0 && d <= 6) ? (uint32_t)d : (uint32_t)ZCF_F3_ESC;
+                    hv[h] = 0;
+                    if (i < n) {
+                        zk_put_rest(rp, n, i, bits[u][h], dt);
+                        hv[h] = zk_fp16_hi3(bits[u][h]);
+                    } else {
+                        code[h] = 0;
+                    }
+                }
+                zk_put_planes(cp + 24 * g, code[0], code[1], lane);
+                if (dt == ZCF_DT_FP16) zk_put_planes(hp + 24 * g, hv[0], hv[1], lane);
+                for (int h = 0; h < 2; h++) {
+                    int esc = code[h] == ZCF_F3_ESC;
+                    uint32_t b = ZK_BALLOT(esc);
+                    uint32_t pos = base + run + zk_popc(b & zk_lanemask_lt(lane));
+                    if (esc && pos < raw) out[pos] = (uint8_t)e[h]; /* past raw: chunk goes raw */
+                    run += zk_popc(b);
+                }
+            }
+        }
+        if (base + run < raw) {
+            size = base + run;
+            if (lane == 0) {
+                out[0] = ZCF_MODE_F3; out[1] = (uint8_t)top; out[2] = 0; out[3] = 0;
+                zcf_st32(out + 4, run);
+            }
+        }
+        ZK_SYNCWARP(); /* the raw rewrite below must land after the F3 bytes */
+    }
+    if (size == raw) zk_write_raw(out, in, n * es, lane);
+    zk_finish_chunk(a, c, out, size, lane);
+}
+
+/* R chunk c (FORMAT.md §4.4) by one warp; smem: 128 bytes of table, then
+ * the lanes' pushed words, interleaved (word k of lane l at 32k + l). */
+ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* smem) {
+    const int dt = a.dt, es = a.es, al = a.src_aligned;
+    uint64_t first = c << ZCF_CHUNK_LOG2;
+    uint32_t n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
+    const uint8_t* in = a.src + first * es;
+    uint8_t* out = a.slots + c * a.slot_bytes;
+    int s8 = zk_estimate_s8(in, n, dt, es, al, lane);
+    uint32_t top = zcf_r_top(dt, s8), tbl = zcf_r_table(s8);
+    uint32_t* fq = (uint32_t*)smem;
+    uint32_t* cm = fq + 16;
+    uint16_t* words = (uint16_t*)(smem + 128);
+    if (lane < 16) {
+        uint32_t cacc = 0;
+        for (uint32_t k = 0; k < lane; k++) cacc += a.tab.f[tbl][k];
+        fq[lane] = a.tab.f[tbl][lane];
+        cm[lane] = cacc;
+    }
+    ZK_SYNCWARP();
+    uint32_t kmax = (n + 31) / 32, nl = lane < n ? (n - lane + 31) / 32 : 0;
+    uint32_t x = ZCF_R_L, nw = 0, nesc = 0;
+    /* reverse order, as rANS encodes; a batch's loads go out before its
+     * (serial) rANS steps, since few warps share an SM here */
+    for (uint32_t kb = kmax; kb > 0;) {
+        uint32_t B = kb < ZK_R_BATCH ? kb : ZK_R_BATCH, eb[ZK_R_BATCH];
+        for (uint32_t t = 0; t < ZK_R_BATCH; t++) {
+            uint32_t i = 32 * (kb - 1 - (t < B ? t : 0)) + lane;
+            eb[t] = t < B && i < n ? zcf_exponent(dt, zk_ld_elem(in + (size_t)i * es, es, al)) : 0;
+        }
+        for (uint32_t t = 0; t < B; t++) {
+            uint32_t i = 32 * (kb - 1 - t) + lane;
+            int valid = i < n;
+            int d = (int)top - (int)eb[t];
+            uint32_t s = (d >= 0 && d <= 14) ? (uint32_t)d : (uint32_t)ZCF_R_ESC;
+            nesc += zk_popc(ZK_BALLOT(valid && s == ZCF_R_ESC));
+            if (valid) {
+                uint32_t f = fq[s];
+                if ((uint64_t)x >= ((uint64_t)f << 20)) {
+                    words[32 * nw + lane] = (uint16_t)x;
+                    nw++;
+                    x >>= 16;
+                }
+                x = ((x / f) << ZCF_R_PROB_BITS) + (x % f) + cm[s];
+            }
+        }
+        kb -= B;
+    }
+    uint32_t lsz = nl ? 4 + 2 * nw : 0, incl = lsz;
+    for (uint32_t d = 1; d < 32; d <<= 1) {
+        uint32_t t = ZK_SHFL(incl, lane >= d ? lane - d : lane);
+        if (lane >= d) incl += t;
+    }
+    uint32_t off = incl - lsz, lanes_total = ZK_SHFL(incl, 31);
+    uint32_t rest = (uint32_t)zcf_rest_size(dt, n), S0 = 8 + 2 * ZCF_R_LANES + rest;
+    uint32_t raw = 8 + n * es, total = S0 + lanes_total + nesc, size = raw;
+    if (total < raw) {
+        size = total;
+        if (lane == 0) {
+            out[0] = ZCF_MODE_R; out[1] = (uint8_t)top; out[2] = (uint8_t)tbl; out[3] = 0;
+            zcf_st32(out + 4, nesc);
+        }
+        zcf_st16(out + 8 + 2 * lane, (uint16_t)lsz);
+        if (nl) zcf_st32(out + S0 + off, x);
+        ZK_SYNCWARP(); /* every lane's pushed words are visible to all */
+        for (uint32_t j = 0; j < 32; j++) { /* lane j's words, last pushed first */
+            uint32_t nwj = ZK_SHFL(nw, j), offj = ZK_SHFL(off, j);
+            uint8_t* dst = out + S0 + offj + 4;
+            for (uint32_t w = lane; w < nwj; w += 32) zcf_st16(dst + 2 * w, words[32 * (nwj - 1 - w) + j]);
+        }
+        /* forward pass: rest section and escapes, in element order */
+        uint8_t* rp = out + 8 + 2 * ZCF_R_LANES;
+        uint32_t run = 0, G = (n + 63) / 64, esc_base = S0 + lanes_total;
+        for (uint32_t g = 0; g < G; g++) {
+            uint32_t hv[2], bits2[2];
+            for (int h = 0; h < 2; h++) { /* both loads in flight at once */
+                uint32_t i = 64 * g + 32 * h + lane;
+                bits2[h] = i < n ? zk_ld_elem(in + (size_t)i * es, es, al) : 0;
+            }
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = 64 * g + 32 * h + lane;
+                int valid = i < n;
+                uint32_t bits = bits2[h];
+                uint32_t e = zcf_exponent(dt, bits);
+                int d = (int)top - (int)e;
+                int esc = valid && !(d >= 0 && d <= 14);
+                hv[h] = valid ? zk_fp16_hi3(bits) : 0;
+                if (valid) zk_put_rest(rp, n, i, bits, dt);
+                uint32_t b = ZK_BALLOT(esc);
+                if (esc) out[esc_base + run + zk_popc(b & zk_lanemask_lt(lane))] = (uint8_t)e;
+                run += zk_popc(b);
+            }
+            if (dt == ZCF_DT_FP16) zk_put_planes(rp + n + 24 * g, hv[0], hv[1], lane);
+        }
+    } else {
+        zk_write_raw(out, in, n * es, lane);
+    }
+    zk_finish_chunk(a, c, out, size, lane);
+}
+
+template <int DT>
+ZK void zk_encode_f3_warp(const EncArgs& a) {
+    uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
+    if (c < a.n_chunks) zk_encode_f3_chunk<DT>(a, c, ZK_LANE());
+}
+ZK void encode_f3_bf16_body(const EncArgs& a) { zk_encode_f3_warp<ZCF_DT_BF16>(a); }
+ZK void encode_f3_fp16_body(const EncArgs& a) { zk_encode_f3_warp<ZCF_DT_FP16>(a); }
+ZK void encode_f3_fp32_body(const EncArgs& a) { zk_encode_f3_warp<ZCF_DT_FP32>(a); }
+ZK void encode_r_body(const EncArgs& a) { /* one warp a block: 32 KB of words */
+    if (ZK_BID() < a.n_chunks) zk_encode_r_chunk(a, ZK_BID(), ZK_LANE(), ZK_SMEM());
+}
+static size_t zk_encode_r_smem(void) { return 128 + 2 * ((size_t)1 << ZCF_CHUNK_LOG2); }
+
+/* ------------------------------------------------------------------------ */
+/* 5. Chunk table: prefix sums and validation (one block)                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    const uint32_t* sizes; /* compress: the encoder's sizes; else NULL       */
+    const uint8_t* frame;  /* decompress: the frame (table at +16)           */
+    uint64_t* offs;        /* (n_chunks + 1) chunk offsets in the payload    */
+    uint32_t* status;      /* decompress: status[0] |= 1 corrupt, 2 checksum */
+    uint64_t n_chunks, payload, max_chunk;
+    int checksum;
+} PlanArgs;
+
+/* Exclusive scan over the block; sm holds 33 u64. */
+ZK uint64_t zk_block_scan(uint64_t v, uint64_t* sm, uint64_t* total) {
+    uint32_t lane = ZK_LANE(), warp = ZK_WARP(), nwarps = ZK_SCAN_THREADS / 32;
+    uint64_t incl = v;
+    for (uint32_t d = 1; d < 32; d <<= 1) {
+        uint64_t t = zk_shfl64(incl, lane >= d ? lane - d : lane);
+        if (lane >= d) incl += t;
+    }
+    if (lane == 31) sm[warp] = incl;
+    ZK_SYNCTHREADS();
+    if (warp == 0) {
+        uint64_t w = lane < nwarps ? sm[lane] : 0, wi = w;
+        for (uint32_t d = 1; d < 32; d <<= 1) {
+            uint64_t t = zk_shfl64(wi, lane >= d ? lane - d : lane);
+            if (lane >= d) wi += t;
+        }
+        sm[lane] = wi - w;
+        if (lane == 31) sm[32] = wi;
+    }
+    ZK_SYNCTHREADS();
+    uint64_t ex = sm[warp] + incl - v;
+    *total = sm[32];
+    ZK_SYNCTHREADS(); /* sm is reused by the next call */
+    return ex;
+}
+
+ZK void plan_body(const PlanArgs& a) {
+    uint32_t tid = ZK_TID(), lane = ZK_LANE();
+    uint64_t* sm = (uint64_t*)ZK_SMEM();
+    if (tid == 0) sm[33] = 0;
+    ZK_SYNCTHREADS();
+    if (a.checksum && ZK_WARP() == 0) { /* the header checksum covers the table */
+        size_t len = ZCF_HEADER_SIZE + 4 * a.n_chunks;
+        uint32_t h = zk_xxh32_warp(a.frame, len, lane);
+        if (lane == 0 && h != zcf_ld32(a.frame + len)) sm[33] = 2;
+    }
+    ZK_SYNCTHREADS();
+    if (sm[33]) {
+        if (tid == 0) ZK_ATOMIC_OR(&a.status[0], 2u);
+        return;
+    }
+    uint64_t carry = 0;
+    uint32_t bad = 0;
+    for (uint64_t b = 0; b < a.n_chunks; b += ZK_SCAN_THREADS) {
+        uint64_t c = b + tid, v = 0, total;
+        if (c < a.n_chunks) {
+            v = a.sizes ? a.sizes[c] : zcf_ld32(a.frame + ZCF_HEADER_SIZE + 4 * c);
+            if (v < ZCF_CHUNK_HEADER_SIZE || v > a.max_chunk) bad = 1;
+        }
+        uint64_t ex = zk_block_scan(v, sm, &total);
+        if (c < a.n_chunks) a.offs[c] = carry + ex;
+        carry += total;
+    }
+    if (tid == 0) {
+        a.offs[a.n_chunks] = carry;
+        if (!a.sizes && carry != a.payload) bad = 1;
+    }
+    if (bad && a.status) ZK_ATOMIC_OR(&a.status[0], 1u);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 6. Frame assembly (compress)                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    const uint8_t* slots;
+    const uint32_t* sizes;
+    const uint32_t* sums;
+    const uint64_t* offs;
+    uint8_t* dst;
+    uint64_t n_chunks, slot_bytes, prefix; /* prefix: header + table + sums */
+    uint64_t bound, cap; /* write only a frame < bound that fits in cap    */
+    int checksum;
+    uint8_t header[16];
+} AsmArgs;
+
+/* Launched before the host has read the total, so the GPU never waits on
+ * the host in between: the frame is written only if the host will keep it
+ * (smaller than the stored frame, fits the caller's buffer). */
+ZK int zk_frame_kept(const AsmArgs& a) {
+    uint64_t size = a.prefix + a.offs[a.n_chunks];
+    return size < a.bound && size <= a.cap;
+}
+
+/* Copy len bytes from a 16-aligned slot (readable up to its 4-rounded end)
+ * to any address, a thread a u32 word of the destination. */
+ZK void zk_copy_out(uint8_t* d, const uint8_t* s, uint32_t len, uint32_t t, uint32_t nt) {
+    uint32_t head = (uint32_t)((4 - ((uintptr_t)d & 3)) & 3);
+    if (head > len) head = len;
+    if (t < head) d[t] = s[t];
+    uint32_t words = (len - head) / 4, sh = 8 * head;
+    for (uint32_t j = t; j < words; j += nt) {
+        uint32_t lo = zk_ld32a(s + 4 * j);
+        uint32_t v = sh ? (lo >> sh) | (zk_ld32a(s + 4 * j + 4) << (32 - sh)) : lo;
+        zk_st32a(d + head + 4 * j, v);
+    }
+    for (uint32_t k = head + 4 * words + t; k < len; k += nt) d[k] = s[k];
+}
+
+ZK void assemble_body(const AsmArgs& a) {
+    if (!zk_frame_kept(a)) return;
+    uint64_t c = ZK_BID();
+    uint32_t t = ZK_TID(), len = a.sizes[c];
+    zk_copy_out(a.dst + a.prefix + a.offs[c], a.slots + c * a.slot_bytes, len, t, ZK_COPY_THREADS);
+    if (t == 0) {
+        zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * c, len);
+        if (a.checksum) zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * a.n_chunks + 4 + 4 * c, a.sums[c]);
+    }
+    if (c == 0 && t < 16) a.dst[t] = a.header[t];
+}
+
+ZK void hsum_body(const AsmArgs& a) { /* one warp, after k_assemble: the header checksum */
+    if (!zk_frame_kept(a)) return;
+    uint64_t len = ZCF_HEADER_SIZE + 4 * a.n_chunks;
+    uint32_t h = zk_xxh32_warp(a.dst, len, ZK_LANE());
+    if (ZK_LANE() == 0) zcf_st32(a.dst + len, h);
+}
+
+typedef struct {
+    uint8_t* dst;
+    uint32_t len;
+    uint8_t b[24];
+} PutArgs;
+
+ZK void put_body(const PutArgs& a) {
+    if (ZK_TID() < a.len) a.dst[ZK_TID()] = a.b[ZK_TID()];
+}
+
+/* ------------------------------------------------------------------------ */
+/* 7. Checksums of chunks or stored slices: write or verify, warp per item   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    const uint8_t* data;  /* payload: chunks (offs) or slices (slice_bytes)  */
+    const uint64_t* offs; /* NULL: slices of slice_bytes over data_bytes     */
+    uint8_t* sums;        /* the frame's checksum array                       */
+    uint32_t* status;     /* verify: status[0] |= 2 on a mismatch; NULL: write */
+    uint64_t n, slice_bytes, data_bytes;
+} SumArgs;
+
+ZK void sums_body(const SumArgs& a) {
+    uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
+    uint32_t lane = ZK_LANE();
+    if (c >= a.n) return;
+    if (a.status && ZK_BALLOT(a.status[0] != 0)) return; /* table already bad */
+    const uint8_t* p;
+    uint64_t len;
+    if (a.offs) {
+        p = a.data + a.offs[c];
+        len = a.offs[c + 1] - a.offs[c];
+    } else {
+        p = a.data + c * a.slice_bytes;
+        len = a.data_bytes - c * a.slice_bytes < a.slice_bytes ? a.data_bytes - c * a.slice_bytes : a.slice_bytes;
+    }
+    uint32_t h = zk_xxh32_warp(p, len, lane);
+    if (lane == 0) {
+        if (!a.status) zcf_st32(a.sums + 4 * c, h);
+        else if (h != zcf_ld32(a.sums + 4 * c)) ZK_ATOMIC_OR(&a.status[0], 2u);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* 8. Decoder                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    const uint8_t* payload; /* chunk 0                                       */
+    const uint64_t* offs;   /* (n_chunks + 1), validated by k_plan            */
+    uint8_t* dst;
+    uint32_t* status;       /* [0] plan/verify, [1] decode error, [2] ~first bad chunk */
+    uint64_t count, n_chunks;
+    int dt, es, chunk_log2, dst_aligned;
+    ZkTables tab;
+} DecArgs;
+
+/* The last group's plane bits past the chunk end must be 0 (the CPU decoder
+ * rejects them too, so both accept the same frames). */
+ZK int zk_pad_bad(const uint8_t* planes, uint32_t n) {
+    uint32_t tail = n % 64;
+    if (!tail) return 0;
+    const uint8_t* w = planes + 24 * (size_t)((n + 63) / 64 - 1);
+    uint64_t pad = ~0ull << tail;
+    return ((zcf_ld64(w) | zcf_ld64(w + 8) | zcf_ld64(w + 16)) & pad) != 0;
+}
+
+#define ZK_DEC_UNROLL 4 /* groups whose loads are issued before any is decoded */
+
+/* Decodes chunk c; returns nonzero (on every lane) if it is corrupt. */
+template <int DT>
+ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t* sm) {
+    const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.dst_aligned;
+    uint64_t first = c << a.chunk_log2, C = 1ull << a.chunk_log2;
+    uint32_t n = (uint32_t)(a.count - first < C ? a.count - first : C);
+    const uint8_t* p = a.payload + a.offs[c];
+    uint64_t size = a.offs[c + 1] - a.offs[c]; /* >= 8, checked by k_plan */
+    uint8_t* out = a.dst + first * es;
+    uint32_t mode = p[0], top = p[1], tbl = p[2], nesc = zcf_ld32(p + 4);
+    uint32_t emax = (1u << zcf_exp_bits(dt)) - 1u;
+    uint64_t rest = zcf_rest_size(dt, n), G = (n + 63) / 64;
+    if (p[3]) return 1;
+    if (mode == ZCF_MODE_RAW) {
+        if (top || tbl || nesc || size != 8 + (uint64_t)n * es) return 1;
+        for (uint32_t j = lane; j < n * (uint32_t)es; j += 32) out[j] = p[8 + j];
+        return 0;
+    }
+    if ((mode != ZCF_MODE_F3 && mode != ZCF_MODE_R) || top > emax || nesc > n) return 1;
+    const uint8_t* rp = p + 8 + (mode == ZCF_MODE_R ? 2 * (int)ZCF_R_LANES : 0);
+    if (dt == ZCF_DT_FP16 && zk_pad_bad(rp + n, n)) return 1;
+    uint32_t err = 0, run = 0;
+    if (mode == ZCF_MODE_F3) {
+        if (tbl || size != 8 + rest + 24 * G + nesc) return 1;
+        const uint8_t* cp = rp + rest;
+        const uint8_t* ep = cp + 24 * G;
+        if (zk_pad_bad(cp, n)) return 1;
+        for (uint32_t g0 = 0; g0 < G; g0 += ZK_DEC_UNROLL) {
+            /* per lane only its two elements' bits of each plane word are kept */
+            uint32_t cdu[ZK_DEC_UNROLL][2], hvu[ZK_DEC_UNROLL][2], r[ZK_DEC_UNROLL][2];
+            for (int u = 0; u < ZK_DEC_UNROLL; u++) {
+                uint32_t g = g0 + u < G ? g0 + u : g0; /* past the end: reload a valid group */
+                const uint8_t* w = cp + 24 * g;
+                uint64_t w0 = zk_ld64(w), w1 = zk_ld64(w + 8), w2 = zk_ld64(w + 16), h0 = 0, h1 = 0, h2 = 0;
+                if (dt == ZCF_DT_FP16) {
+                    const uint8_t* hw = rp + n + 24 * g;
+                    h0 = zk_ld64(hw); h1 = zk_ld64(hw + 8); h2 = zk_ld64(hw + 16);
+                }
+                for (int h = 0; h < 2; h++) {
+                    uint32_t i = 64 * g + 32 * h + lane;
+                    r[u][h] = i < n ? zk_get_rest(dt, rp, n, i) : 0;
+                    cdu[u][h] = zk_plane_bits(w0, w1, w2, 32 * h + lane);
+                    hvu[u][h] = zk_plane_bits(h0, h1, h2, 32 * h + lane);
+                }
+            }
+            for (int u = 0; u < ZK_DEC_UNROLL && g0 + u < G; u++) {
+                uint32_t g = g0 + u;
+                for (uint32_t h = 0; h < 2; h++) {
+                    uint32_t j = 32 * h + lane, i = 64 * g + j;
+                    int valid = i < n;
+                    uint32_t cd = cdu[u][h];
+                    int esc = valid && cd == ZCF_F3_ESC;
+                    uint32_t b = ZK_BALLOT(esc);
+                    if (valid) {
+                        uint32_t e = 0;
+                        if (esc) {
+                            uint32_t idx = run + zk_popc(b & zk_lanemask_lt(lane));
+                            if (idx < nesc) e = ep[idx];
+                            if (idx >= nesc || e > emax) err = 1;
+                        } else if (cd > top) {
+                            err = 1;
+                        } else {
+                            e = top - cd;
+                        }
+                        zk_st_elem(out + (size_t)i * es, zk_rebuild(dt, r[u][h], e & emax, hvu[u][h]), es, al);
+                    }
+                    run += zk_popc(b);
+                }
+            }
+        }
+        return ZK_BALLOT(err || run != nesc) != 0;
+    }
+    /* R chunk */
+    if (tbl >= ZIPCCL_RANS_NTABLES) return 1;
+    uint64_t S0 = 8 + 2 * ZCF_R_LANES + rest;
+    if (size < S0 + nesc) return 1;
+    uint32_t nl = lane < n ? (n - lane + 31) / 32 : 0;
+    uint32_t lsz = zcf_ld16(p + 8 + 2 * lane), incl = lsz;
+    int bad = nl ? (lsz < 4 || (lsz & 1)) : lsz != 0;
+    for (uint32_t d = 1; d < 32; d <<= 1) {
+        uint32_t t = ZK_SHFL(incl, lane >= d ? lane - d : lane);
+        if (lane >= d) incl += t;
+    }
+    uint32_t off = incl - lsz, lanes_total = ZK_SHFL(incl, 31);
+    if (ZK_BALLOT(bad) || S0 + lanes_total + nesc != size) return 1;
+    uint32_t* fq = sm;
+    uint32_t* cm = sm + 16; /* 17 entries: cm[16] = M */
+    if (lane < 16) {
+        uint32_t cacc = 0;
+        for (uint32_t k = 0; k < lane; k++) cacc += a.tab.f[tbl][k];
+        fq[lane] = a.tab.f[tbl][lane];
+        cm[lane] = cacc;
+    }
+    if (lane == 16) cm[16] = ZCF_R_M;
+    ZK_SYNCWARP();
+    const uint8_t* st = p + S0 + off;
+    const uint8_t* ep = p + S0 + lanes_total;
+    uint32_t x = ZCF_R_L, nwords = 0, wi = 0;
+    if (nl) {
+        x = zcf_ld32(st);
+        nwords = (lsz - 4) / 2;
+        if (x < ZCF_R_L) err = 1;
+    }
+    if (ZK_BALLOT(err)) return 1;
+    uint32_t kmax = (n + 31) / 32;
+    for (uint32_t k0 = 0; k0 < kmax; k0 += ZK_R_BATCH) {
+        uint32_t rb[ZK_R_BATCH], hb[ZK_R_BATCH]; /* rest and fp16 hi3 bits, loaded ahead */
+        for (uint32_t t = 0; t < ZK_R_BATCH; t++) {
+            uint32_t i = 32 * (k0 + t) + lane;
+            rb[t] = i < n ? zk_get_rest(dt, rp, n, i) : 0;
+            hb[t] = 0;
+            if (dt == ZCF_DT_FP16 && i < n) {
+                const uint8_t* hw = rp + n + 24 * (size_t)(i >> 6);
+                hb[t] = zk_plane_bits(zk_ld64(hw), zk_ld64(hw + 8), zk_ld64(hw + 16), i & 63);
+            }
+        }
+        for (uint32_t t = 0; t < ZK_R_BATCH && k0 + t < kmax; t++) {
+            uint32_t i = 32 * (k0 + t) + lane;
+            int active = i < n;
+            uint32_t s = 0;
+            if (active) {
+                uint32_t slot = x & (ZCF_R_M - 1);
+                s = slot >= cm[8] ? 8 : 0;
+                s += slot >= cm[s + 4] ? 4 : 0;
+                s += slot >= cm[s + 2] ? 2 : 0;
+                s += slot >= cm[s + 1] ? 1 : 0;
+                x = fq[s] * (x >> ZCF_R_PROB_BITS) + slot - cm[s];
+                if (x < ZCF_R_L) {
+                    if (wi < nwords) x = (x << 16) | zcf_ld16(st + 4 + 2 * wi++);
+                    else err = 1;
+                }
+            }
+            int esc = active && s == ZCF_R_ESC;
+            uint32_t b = ZK_BALLOT(esc);
+            if (active) {
+                uint32_t e = 0;
+                if (esc) {
+                    uint32_t idx = run + zk_popc(b & zk_lanemask_lt(lane));
+                    if (idx < nesc) e = ep[idx];
+                    if (idx >= nesc || e > emax) err = 1;
+                } else if (s > top) {
+                    err = 1;
+                } else {
+                    e = top - s;
+                }
+                zk_st_elem(out + (size_t)i * es, zk_rebuild(dt, rb[t], e & emax, hb[t]), es, al);
+            }
+            run += zk_popc(b);
+        }
+    }
+    if (nl && (x != ZCF_R_L || wi != nwords)) err = 1;
+    return ZK_BALLOT(err || run != nesc) != 0;
+}
+
+template <int DT>
+ZK void zk_decode_warp(const DecArgs& a) {
+    uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
+    uint32_t lane = ZK_LANE();
+    if (c >= a.n_chunks) return;
+    if (ZK_BALLOT(a.status[0] != 0)) return; /* table or checksum failed: write nothing */
+    uint32_t* sm = (uint32_t*)ZK_SMEM() + 40 * ZK_WARP();
+    if (zk_decode_chunk<DT>(a, c, lane, sm) && lane == 0) {
+        ZK_ATOMIC_OR(&a.status[1], 1u);
+        ZK_ATOMIC_MAX(&a.status[2], 0xFFFFFFFFu - (uint32_t)(c < 0xFFFFFFFEu ? c : 0xFFFFFFFEu));
+    }
+}
+ZK void decode_bf16_body(const DecArgs& a) { zk_decode_warp<ZCF_DT_BF16>(a); }
+ZK void decode_fp16_body(const DecArgs& a) { zk_decode_warp<ZCF_DT_FP16>(a); }
+ZK void decode_fp32_body(const DecArgs& a) { zk_decode_warp<ZCF_DT_FP32>(a); }
+
+/* ------------------------------------------------------------------------ */
+/* 9. Kernels and launches                                                   */
+/* ------------------------------------------------------------------------ */
+
+#ifdef ZIPCCL_CUDA_EMU
+#define ZK_LAUNCH(name, grid, block, smem, stream, args) \
+    (emu_launch((uint64_t)(grid), (unsigned)(block), (size_t)(smem), [&]() { name##_body(args); }), zipcclSuccess)
+static zipcclResult_t zk_memcpy(void* d, const void* s, size_t n, void* stream) {
+    (void)stream;
+    if (n) memmove(d, s, n);
+    return zipcclSuccess;
+}
+static zipcclResult_t zk_memset(void* d, int v, size_t n, void* stream) {
+    (void)stream;
+    memset(d, v, n);
+    return zipcclSuccess;
+}
+static zipcclResult_t zk_sync(void* stream) {
+    (void)stream;
+    return zipcclSuccess;
+}
+#else
+/* min_blocks: the warp-per-chunk kernels want >= 32 resident warps an SM
+ * (<= 64 registers) to keep enough loads in flight. */
+#define ZK_KERNEL(name, Args, threads, min_blocks) \
+    __global__ void __launch_bounds__(threads, min_blocks) k_##name(const __grid_constant__ Args a) { name##_body(a); }
+ZK_KERNEL(encode_f3_bf16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(encode_f3_fp16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(encode_f3_fp32, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(encode_r, EncArgs, 32, 1)
+ZK_KERNEL(plan, PlanArgs, ZK_SCAN_THREADS, 1)
+ZK_KERNEL(assemble, AsmArgs, ZK_COPY_THREADS, 1)
+ZK_KERNEL(hsum, AsmArgs, 32, 1)
+ZK_KERNEL(put, PutArgs, 32, 1)
+ZK_KERNEL(sums, SumArgs, 32 * ZK_WARPS_PER_BLOCK, 1)
+ZK_KERNEL(decode_bf16, DecArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(decode_fp16, DecArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(decode_fp32, DecArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+
+static zipcclResult_t zk_cuda(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return zipcclSuccess;
+    return zipcclSetError(zipcclSystemError, "CUDA codec: %s: %s", what, cudaGetErrorString(e));
+}
+#define ZK_LAUNCH(name, grid, block, smem, stream, args) \
+    (k_##name<<<(unsigned)(grid), (block), (smem), (cudaStream_t)(stream)>>>(args), \
+     zk_cuda(cudaGetLastError(), "launch k_" #name))
+static zipcclResult_t zk_memcpy(void* d, const void* s, size_t n, void* stream) {
+    if (!n) return zipcclSuccess;
+    return zk_cuda(cudaMemcpyAsync(d, s, n, cudaMemcpyDefault, (cudaStream_t)stream), "cudaMemcpyAsync");
+}
+static zipcclResult_t zk_memset(void* d, int v, size_t n, void* stream) {
+    return zk_cuda(cudaMemsetAsync(d, v, n, (cudaStream_t)stream), "cudaMemsetAsync");
+}
+static zipcclResult_t zk_sync(void* stream) {
+    return zk_cuda(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* 10. Host side: workspace, compress, decompress                            */
+/* ------------------------------------------------------------------------ */
+
+static int zk_dt(zipcclDataType_t d) {
+    return d == zipcclBfloat16 ? ZCF_DT_BF16 : d == zipcclFloat16 ? ZCF_DT_FP16 : d == zipcclFloat32 ? ZCF_DT_FP32 : 0;
+}
+static zipcclDataType_t zk_dtype(int dt) {
+    return dt == ZCF_DT_BF16 ? zipcclBfloat16 : dt == ZCF_DT_FP16 ? zipcclFloat16 : zipcclFloat32;
+}
+static size_t zk_align(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* Workspace layouts. Compress: slots | sizes | sums | offs | misc.
+ * Decompress: offs | status. A frame's chunk_log2 may be as small as 10, so
+ * the decompress part is sized for that. */
+typedef struct {
+    size_t slots, sizes, sums, offs, misc, total;
+} ZkLayout;
+
+static ZkLayout zk_layout_compress(uint64_t n_chunks, int es) {
+    ZkLayout L;
+    size_t slot = ((8 + ((size_t)es << ZCF_CHUNK_LOG2)) + 15) & ~(size_t)15;
+    L.slots = 0;
+    L.sizes = zk_align(L.slots + n_chunks * slot);
+    L.sums = zk_align(L.sizes + 4 * n_chunks);
+    L.offs = zk_align(L.sums + 4 * n_chunks);
+    L.misc = zk_align(L.offs + 8 * (n_chunks + 1));
+    L.total = zk_align(L.misc + 64);
+    return L;
+}
+static ZkLayout zk_layout_decompress(uint64_t n_chunks) {
+    ZkLayout L;
+    memset(&L, 0, sizeof L);
+    L.offs = 0;
+    L.misc = zk_align(8 * (n_chunks + 1));
+    L.total = zk_align(L.misc + 64);
+    return L;
+}
+static size_t zk_slot_bytes(int es) { return ((8 + ((size_t)es << ZCF_CHUNK_LOG2)) + 15) & ~(size_t)15; }
+
+static size_t zk_workspace_size(size_t count, zipcclDataType_t dtype) {
+    int dt = zk_dt(dtype);
+    if (!dt) return 0;
+    int es = zcf_elem_size(dt);
+    size_t c = zk_layout_compress(zcf_num_chunks(count, ZCF_CHUNK_LOG2), es).total;
+    size_t d = zk_layout_decompress(zcf_num_chunks(count, ZCF_CHUNK_LOG2_MIN)).total;
+    return (c > d ? c : d) + 256; /* + room to align a caller's odd pointer */
+}
+
+/* The workspace as the kernels want it: 256-aligned, with its usable size. */
+static uint8_t* zk_ws_align(void* ws, size_t* size) {
+    uintptr_t p = (uintptr_t)ws, a = (p + 255) & ~(uintptr_t)255;
+    *size = *size > a - p ? *size - (a - p) : 0;
+    return (uint8_t*)a;
+}
+
+static void zk_put_header(uint8_t* h, int dt, int flags, uint64_t count) {
+    zcf_st32(h, ZCF_MAGIC);
+    h[4] = ZCF_VERSION;
+    h[5] = (uint8_t)dt;
+    h[6] = (uint8_t)flags;
+    h[7] = ZCF_CHUNK_LOG2;
+    zcf_st64(h + 8, count);
+}
+
+static ZkTables zk_tables(void) {
+    ZkTables t;
+    memcpy(t.f, zipccl_rans_freq, sizeof t.f);
+    return t;
+}
+
+static zipcclResult_t zk_write_stored(const uint8_t* src, uint64_t count, int dt, int cs, uint8_t* dst,
+                                      size_t cap, size_t* dstSize, void* stream) {
+    int es = zcf_elem_size(dt);
+    uint64_t nc = zcf_num_chunks(count, ZCF_CHUNK_LOG2);
+    size_t need = ZCF_HEADER_SIZE + count * es + (cs ? 4 + 4 * nc : 0);
+    if (cap < need) return zipcclSetError(zipcclDstTooSmall, "compress (CUDA): stored frame needs %zu bytes, have %zu", need, cap);
+    PutArgs h;
+    memset(&h, 0, sizeof h);
+    h.dst = dst;
+    zk_put_header(h.b, dt, ZCF_FLAG_STORED | (cs ? ZCF_FLAG_CHECKSUM : 0), count);
+    h.len = ZCF_HEADER_SIZE;
+    if (cs) {
+        zcf_st32(h.b + ZCF_HEADER_SIZE, zk_xxh32(h.b, ZCF_HEADER_SIZE));
+        h.len += 4;
+    }
+    ZIPCCL_TRY(ZK_LAUNCH(put, 1, 32, 0, stream, h));
+    size_t data = ZCF_HEADER_SIZE + (cs ? 4 + 4 * nc : 0);
+    ZIPCCL_TRY(zk_memcpy(dst + data, src, count * es, stream));
+    if (cs && nc) {
+        SumArgs s;
+        memset(&s, 0, sizeof s);
+        s.data = src;
+        s.sums = dst + ZCF_HEADER_SIZE + 4;
+        s.n = nc;
+        s.slice_bytes = (uint64_t)es << ZCF_CHUNK_LOG2;
+        s.data_bytes = count * es;
+        ZIPCCL_TRY(ZK_LAUNCH(sums, (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK, 32 * ZK_WARPS_PER_BLOCK, 0, stream, s));
+    }
+    *dstSize = need;
+    return zipcclSuccess;
+}
+
+static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataType_t dtype, void* d_dst,
+                                  size_t cap, size_t* dstSize, const zipcclCodecParams_t* params,
+                                  void* d_ws, size_t wsSize, void* stream) {
+    int dt = zk_dt(dtype);
+    if (!dt) return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): unknown dtype %d", (int)dtype);
+    if (!d_dst || !dstSize || (count && !d_src))
+        return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): null pointer argument");
+    int es = zcf_elem_size(dt);
+    if (count > ((size_t)1 << 61) / es)
+        return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): count %zu too large", count);
+    zipcclCodec_t codec = params ? params->codec : zipcclCodecDefault;
+    int cs = params ? params->checksum != 0 : 0;
+    if (codec == zipcclCodecDefault) codec = zipcclCodecFast;
+    if (codec < zipcclCodecFast || codec > zipcclCodecStored)
+        return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): unknown codec %d", (int)codec);
+    const uint8_t* src = (const uint8_t*)d_src;
+    uint8_t* dst = (uint8_t*)d_dst;
+    if (codec == zipcclCodecStored || count == 0)
+        return zk_write_stored(src, count, dt, cs, dst, cap, dstSize, stream);
+
+    uint64_t nc = zcf_num_chunks(count, ZCF_CHUNK_LOG2);
+    ZkLayout L = zk_layout_compress(nc, es);
+    uint8_t* ws = zk_ws_align(d_ws, &wsSize);
+    if (!d_ws || wsSize < L.total)
+        return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): workspace of %zu usable bytes, need %zu", wsSize,
+                              L.total);
+    EncArgs e;
+    memset(&e, 0, sizeof e);
+    e.src = src;
+    e.slots = ws + L.slots;
+    e.sizes = (uint32_t*)(ws + L.sizes);
+    e.sums = (uint32_t*)(ws + L.sums);
+    e.count = count;
+    e.n_chunks = nc;
+    e.slot_bytes = zk_slot_bytes(es);
+    e.dt = dt;
+    e.es = es;
+    e.checksum = cs;
+    e.src_aligned = ((uintptr_t)src % es) == 0;
+    e.tab = zk_tables();
+    uint64_t warp_blocks = (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK;
+    if (codec == zipcclCodecDense)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_r, nc, 32, zk_encode_r_smem(), stream, e));
+    else if (dt == ZCF_DT_BF16)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_bf16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, 0, stream, e));
+    else if (dt == ZCF_DT_FP16)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, 0, stream, e));
+    else
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp32, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, 0, stream, e));
+    PlanArgs pl;
+    memset(&pl, 0, sizeof pl);
+    pl.sizes = e.sizes;
+    pl.offs = (uint64_t*)(ws + L.offs);
+    pl.n_chunks = nc;
+    pl.max_chunk = ~0ull;
+    ZIPCCL_TRY(ZK_LAUNCH(plan, 1, ZK_SCAN_THREADS, 34 * 8, stream, pl));
+    size_t prefix = ZCF_HEADER_SIZE + 4 * nc + (cs ? 4 + 4 * nc : 0);
+    size_t bound = ZCF_HEADER_SIZE + count * es + (cs ? 4 + 4 * nc : 0);
+    AsmArgs as;
+    memset(&as, 0, sizeof as);
+    as.slots = e.slots;
+    as.sizes = e.sizes;
+    as.sums = e.sums;
+    as.offs = pl.offs;
+    as.dst = dst;
+    as.n_chunks = nc;
+    as.slot_bytes = e.slot_bytes;
+    as.prefix = prefix;
+    as.bound = bound;
+    as.cap = cap;
+    as.checksum = cs;
+    zk_put_header(as.header, dt, cs ? ZCF_FLAG_CHECKSUM : 0, count);
+    ZIPCCL_TRY(ZK_LAUNCH(assemble, nc, ZK_COPY_THREADS, 0, stream, as));
+    if (cs) ZIPCCL_TRY(ZK_LAUNCH(hsum, 1, 32, 0, stream, as));
+    uint64_t total = 0;
+    ZIPCCL_TRY(zk_memcpy(&total, pl.offs + nc, 8, stream));
+    ZIPCCL_TRY(zk_sync(stream));
+    if (prefix + total >= bound) return zk_write_stored(src, count, dt, cs, dst, cap, dstSize, stream);
+    if (cap < prefix + total)
+        return zipcclSetError(zipcclDstTooSmall, "compress (CUDA): frame needs %zu bytes, have %zu",
+                              (size_t)(prefix + total), cap);
+    *dstSize = prefix + total;
+    return zipcclSuccess;
+}
+
+#define ZK_CORRUPT(...) zipcclSetError(zipcclCorruptStream, __VA_ARGS__)
+
+static zipcclResult_t zk_decompress(const void* d_src, size_t srcSize, void* d_dst, size_t cap,
+                                    size_t* countOut, zipcclDataType_t expect, void* d_ws,
+                                    size_t wsSize, void* stream) {
+    if (!d_src) return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): null source");
+    if (expect && !zk_dt(expect))
+        return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): unknown expected dtype %d", (int)expect);
+    if (srcSize < ZCF_HEADER_SIZE)
+        return ZK_CORRUPT("frame of %zu bytes is shorter than its header", srcSize);
+    const uint8_t* src = (const uint8_t*)d_src;
+    uint8_t* dst = (uint8_t*)d_dst;
+    uint8_t h[ZCF_HEADER_SIZE + 4];
+    size_t hn = srcSize < sizeof h ? srcSize : sizeof h;
+    ZIPCCL_TRY(zk_memcpy(h, src, hn, stream));
+    ZIPCCL_TRY(zk_sync(stream));
+    if (zcf_ld32(h) != ZCF_MAGIC) return ZK_CORRUPT("bad magic 0x%08x", zcf_ld32(h));
+    if (h[4] != ZCF_VERSION)
+        return zipcclSetError(zipcclUnsupported, "frame version %u, this build reads %d", h[4], ZCF_VERSION);
+    int dt = h[5];
+    if (dt < ZCF_DT_BF16 || dt > ZCF_DT_FP32) return ZK_CORRUPT("unknown dtype code %u", h[5]);
+    if (h[6] & ~(ZCF_FLAG_CHECKSUM | ZCF_FLAG_STORED)) return ZK_CORRUPT("unknown flag bits 0x%02x", h[6]);
+    int cs = h[6] & ZCF_FLAG_CHECKSUM, stored = (h[6] & ZCF_FLAG_STORED) != 0, log2 = h[7];
+    if (log2 < ZCF_CHUNK_LOG2_MIN || log2 > ZCF_CHUNK_LOG2_MAX)
+        return ZK_CORRUPT("chunk_log2 %d outside %d..%d", log2, ZCF_CHUNK_LOG2_MIN, ZCF_CHUNK_LOG2_MAX);
+    uint64_t count = zcf_ld64(h + 8);
+    int es = zcf_elem_size(dt);
+    if (count >= (1ull << 62) / es) return ZK_CORRUPT("count %llu too large", (unsigned long long)count);
+    uint64_t nc = zcf_num_chunks(count, log2), sums_bytes = cs ? 4 + 4 * nc : 0, total = count * es;
+    uint64_t prefix = ZCF_HEADER_SIZE + sums_bytes + (stored ? 0 : 4 * nc);
+    /* the order of checks follows the CPU decoder, so both name the same fault */
+    if (prefix + (stored ? total : 0) > srcSize)
+        return ZK_CORRUPT("frame of %zu bytes cannot hold %llu elements (%s)", srcSize,
+                          (unsigned long long)count, stored ? "stored" : "compressed");
+    if (cs && (stored || nc == 0) && zk_xxh32(h, ZCF_HEADER_SIZE) != zcf_ld32(h + ZCF_HEADER_SIZE))
+        return zipcclSetError(zipcclChecksumMismatch, "header checksum mismatch");
+    if ((stored || nc == 0) && prefix + (stored ? total : 0) != srcSize)
+        return ZK_CORRUPT("frame is %llu bytes but %zu were given", (unsigned long long)(prefix + total), srcSize);
+    if (expect && zk_dtype(dt) != expect)
+        return zipcclSetError(zipcclMismatch, "frame holds %s, caller expects %s", zipcclTypeName(zk_dtype(dt)),
+                              zipcclTypeName(expect));
+    if (cap < total) return zipcclSetError(zipcclDstTooSmall, "decompress (CUDA): need %llu bytes, have %zu",
+                                           (unsigned long long)total, cap);
+    if (total && !dst) return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): null destination");
+    if (nc == 0) {
+        if (countOut) *countOut = 0;
+        return zipcclSuccess;
+    }
+    ZkLayout L = zk_layout_decompress(nc);
+    uint8_t* ws = zk_ws_align(d_ws, &wsSize);
+    if (!d_ws || wsSize < L.total)
+        return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): workspace of %zu usable bytes, need %zu",
+                              wsSize, L.total);
+    uint32_t* status = (uint32_t*)(ws + L.misc);
+    uint32_t st[3] = {0, 0, 0};
+    ZIPCCL_TRY(zk_memset(status, 0, 12, stream));
+    if (stored) {
+        if (cs) {
+            SumArgs s;
+            memset(&s, 0, sizeof s);
+            s.data = src + prefix;
+            s.sums = (uint8_t*)src + ZCF_HEADER_SIZE + 4;
+            s.status = status;
+            s.n = nc;
+            s.slice_bytes = (uint64_t)es << log2;
+            s.data_bytes = total;
+            ZIPCCL_TRY(ZK_LAUNCH(sums, (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK, 32 * ZK_WARPS_PER_BLOCK,
+                                 0, stream, s));
+            ZIPCCL_TRY(zk_memcpy(st, status, 4, stream));
+            ZIPCCL_TRY(zk_sync(stream));
+            if (st[0]) return zipcclSetError(zipcclChecksumMismatch, "stored frame: slice checksum mismatch");
+        }
+        ZIPCCL_TRY(zk_memcpy(dst, src + prefix, total, stream));
+        if (countOut) *countOut = count;
+        return zipcclSuccess;
+    }
+    uint64_t* offs = (uint64_t*)(ws + L.offs);
+    PlanArgs pl;
+    memset(&pl, 0, sizeof pl);
+    pl.frame = src;
+    pl.offs = offs;
+    pl.status = status;
+    pl.n_chunks = nc;
+    pl.payload = srcSize - prefix;
+    pl.max_chunk = 256 + (8ull << log2); /* far above any valid chunk; keeps sums < 2^63 */
+    pl.checksum = cs;
+    ZIPCCL_TRY(ZK_LAUNCH(plan, 1, ZK_SCAN_THREADS, 34 * 8, stream, pl));
+    if (cs) {
+        SumArgs s;
+        memset(&s, 0, sizeof s);
+        s.data = src + prefix;
+        s.offs = offs;
+        s.sums = (uint8_t*)src + ZCF_HEADER_SIZE + 4 * nc + 4;
+        s.status = status;
+        s.n = nc;
+        ZIPCCL_TRY(ZK_LAUNCH(sums, (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK, 32 * ZK_WARPS_PER_BLOCK, 0,
+                             stream, s));
+    }
+    DecArgs d;
+    memset(&d, 0, sizeof d);
+    d.payload = src + prefix;
+    d.offs = offs;
+    d.dst = dst;
+    d.status = status;
+    d.count = count;
+    d.n_chunks = nc;
+    d.dt = dt;
+    d.es = es;
+    d.chunk_log2 = log2;
+    d.dst_aligned = ((uintptr_t)dst % es) == 0;
+    d.tab = zk_tables();
+    uint64_t warp_blocks = (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK;
+    size_t dsm = 40 * 4 * ZK_WARPS_PER_BLOCK;
+    if (dt == ZCF_DT_BF16) ZIPCCL_TRY(ZK_LAUNCH(decode_bf16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d));
+    else if (dt == ZCF_DT_FP16) ZIPCCL_TRY(ZK_LAUNCH(decode_fp16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d));
+    else ZIPCCL_TRY(ZK_LAUNCH(decode_fp32, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d));
+    ZIPCCL_TRY(zk_memcpy(st, status, 12, stream));
+    ZIPCCL_TRY(zk_sync(stream));
+    if (st[0] & 2) return zipcclSetError(zipcclChecksumMismatch, "header or chunk checksum mismatch");
+    if (st[0] & 1) return ZK_CORRUPT("chunk table does not match the frame size of %zu bytes", srcSize);
+    if (st[1]) return ZK_CORRUPT("chunk %u is corrupt", 0xFFFFFFFFu - st[2]);
+    if (countOut) *countOut = count;
+    return zipcclSuccess;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 11. Public entry points (zipccl.h)                                        */
+/* ------------------------------------------------------------------------ */
+
+#ifndef ZIPCCL_CUDA_EMU
+extern "C" {
+
+int zipcclCudaAvailable(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky "no device" error */
+        return 0;
+    }
+    return n > 0;
+}
+
+size_t zipcclCudaWorkspaceSize(size_t count, zipcclDataType_t dtype) { return zk_workspace_size(count, dtype); }
+
+zipcclResult_t zipcclCompressCuda(const void* d_src, size_t count, zipcclDataType_t dtype, void* d_dst,
+                                  size_t dstCapacity, size_t* dstSize, const zipcclCodecParams_t* params,
+                                  void* d_workspace, size_t workspaceSize, void* stream) {
+    return zk_compress(d_src, count, dtype, d_dst, dstCapacity, dstSize, params, d_workspace, workspaceSize,
+                       stream);
+}
+
+zipcclResult_t zipcclDecompressCuda(const void* d_src, size_t srcSize, void* d_dst, size_t dstCapacity,
+                                    size_t* count, zipcclDataType_t expectDtype, void* d_workspace,
+                                    size_t workspaceSize, void* stream) {
+    return zk_decompress(d_src, srcSize, d_dst, dstCapacity, count, expectDtype, d_workspace, workspaceSize,
+                         stream);
+}
+
+} /* extern "C" */
+#endif

@@ -1,0 +1,319 @@
+/*
+ * cuda_emu.cc — runs the CUDA codec's kernels on the host, under a small
+ * deterministic warp emulator, and checks them against the CPU codec.
+ *
+ * Why: machines without a GPU cannot run comm/codec_cuda.cu, yet it must be
+ * right the first time it meets one. This program includes that file with
+ * ZIPCCL_CUDA_EMU defined, so the very same kernel bodies and host-side
+ * launch sequence run here, with device memory replaced by host memory.
+ *
+ * The emulator: every CUDA thread of a block is a coroutine (ucontext) with
+ * its own stack. A thread runs until it reaches a collective (ballot,
+ * shuffle, __syncwarp: the whole warp; __syncthreads: the whole block),
+ * then the next runs; a collective completes once every thread it needs has
+ * arrived, which also catches divergent collectives (a CUDA hang or UB).
+ * Blocks run one after another. What it does not model: memory-ordering
+ * races, timing, and alignment faults; the device test covers those.
+ *
+ * Built by the Makefile as BUILD/gpu/cuda_emu (plain g++, no CUDA needed);
+ * run in the suite by tests/test_codec_cuda_emu.sh. Argument --long adds
+ * bigger inputs.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <functional>
+#include <vector>
+
+/* ---- the emulator -------------------------------------------------------- */
+
+namespace emu {
+enum { RUN, WAIT_WARP, WAIT_BLOCK, DONE };
+enum { OP_BALLOT, OP_SHFL, OP_SYNCWARP };
+struct Thread {
+    ucontext_t ctx;
+    int state, op, src;
+    uint32_t val, res;
+};
+static const size_t kStack = 256 * 1024;
+static std::vector<Thread> threads;
+static std::vector<char*> stacks;
+static ucontext_t sched;
+static unsigned cur, nthreads;
+static uint64_t block_id;
+static std::vector<uint8_t> smem;
+static const std::function<void()>* body;
+
+[[noreturn]] static void die(const char* what) {
+    printf("FAIL cuda_emu: %s (block %llu)\n", what, (unsigned long long)block_id);
+    fflush(stdout);
+    exit(1);
+}
+
+static void entry() {
+    (*body)();
+    threads[cur].state = DONE;
+} /* returns to sched through uc_link */
+
+static uint32_t collective(int op, uint32_t val, int src) {
+    unsigned me = cur;
+    threads[me].op = op;
+    threads[me].val = val;
+    threads[me].src = src;
+    threads[me].state = WAIT_WARP;
+    swapcontext(&threads[me].ctx, &sched);
+    return threads[me].res;
+}
+
+static void launch(uint64_t grid, unsigned block, size_t smem_bytes, const std::function<void()>& fn) {
+    if (block == 0 || block % 32 || block > 1024) die("block size must be a multiple of 32, at most 1024");
+    if (threads.size() < block) {
+        threads.resize(block);
+        while (stacks.size() < block) stacks.push_back((char*)malloc(kStack));
+    }
+    nthreads = block;
+    body = &fn;
+    for (uint64_t b = 0; b < grid; b++) {
+        block_id = b;
+        smem.assign(smem_bytes + 16, 0xCD); /* garbage, as on a device */
+        for (unsigned t = 0; t < block; t++) {
+            Thread& T = threads[t];
+            getcontext(&T.ctx);
+            T.ctx.uc_stack.ss_sp = stacks[t];
+            T.ctx.uc_stack.ss_size = kStack;
+            T.ctx.uc_link = &sched;
+            makecontext(&T.ctx, entry, 0);
+            T.state = RUN;
+        }
+        for (;;) {
+            for (unsigned t = 0; t < block; t++)
+                if (threads[t].state == RUN) {
+                    cur = t;
+                    swapcontext(&sched, &threads[t].ctx);
+                }
+            int progress = 0, live = 0, at_barrier = 0;
+            for (unsigned w = 0; w < block / 32; w++) {
+                Thread* T = &threads[32 * w];
+                int waiting = 0;
+                for (int l = 0; l < 32; l++) waiting += T[l].state == WAIT_WARP;
+                if (waiting == 0) continue;
+                if (waiting != 32) die("warp collective reached by only part of the warp");
+                for (int l = 1; l < 32; l++)
+                    if (T[l].op != T[0].op) die("lanes of a warp are in different collectives");
+                uint32_t ballot = 0;
+                for (int l = 0; l < 32; l++) ballot |= (T[l].val & 1u) << l;
+                for (int l = 0; l < 32; l++) {
+                    T[l].res = T[0].op == OP_BALLOT ? ballot : T[0].op == OP_SHFL ? T[T[l].src & 31].val : 0;
+                    T[l].state = RUN;
+                }
+                progress = 1;
+            }
+            for (unsigned t = 0; t < block; t++) {
+                live += threads[t].state != DONE;
+                at_barrier += threads[t].state == WAIT_BLOCK;
+            }
+            if (!live) break;
+            if (!progress) {
+                if (at_barrier != live) die("deadlock");
+                for (unsigned t = 0; t < block; t++)
+                    if (threads[t].state == WAIT_BLOCK) threads[t].state = RUN;
+            }
+        }
+    }
+}
+} // namespace emu
+
+static unsigned emu_tid(void) { return emu::cur; }
+static uint64_t emu_bid(void) { return emu::block_id; }
+static uint8_t* emu_smem(void) { return emu::smem.data(); }
+static uint32_t emu_ballot(int p) { return emu::collective(emu::OP_BALLOT, (uint32_t)p, 0); }
+static uint32_t emu_shfl(uint32_t v, int src) { return emu::collective(emu::OP_SHFL, v, src); }
+static void emu_syncwarp(void) { emu::collective(emu::OP_SYNCWARP, 0, 0); }
+static void emu_syncthreads(void) {
+    unsigned me = emu::cur;
+    emu::threads[me].state = emu::WAIT_BLOCK;
+    swapcontext(&emu::threads[me].ctx, &emu::sched);
+}
+static void emu_launch(uint64_t grid, unsigned block, size_t smem, const std::function<void()>& fn) {
+    emu::launch(grid, block, smem, fn);
+}
+
+#define ZIPCCL_CUDA_EMU 1
+#include "../../comm/codec_cuda.cu"
+
+#include <xxhash.h>
+
+#include "codec_cases.h"
+
+/* ---- the emulated backend ------------------------------------------------ */
+
+/* "Device" buffers are host buffers placed at odd offsets inside bigger ones,
+ * so unaligned paths run too when asked. */
+static int g_misalign = 0;
+
+static zipcclResult_t emu_compress(const void* src, size_t count, zipcclDataType_t dt, const zipcclCodecParams_t* p,
+                                   std::vector<uint8_t>* frame) {
+    size_t es = zipcclTypeSize(dt) ? zipcclTypeSize(dt) : 2;
+    size_t cap = zipcclCompressBound(count, dt, p ? p->checksum : 0) + 64;
+    std::vector<uint8_t> in(count * es + 16), out(cap + 16), ws(zk_workspace_size(count, dt) + 16);
+    if (count) memcpy(in.data() + g_misalign, src, count * es);
+    size_t size = 0;
+    zipcclResult_t r = zk_compress(count ? in.data() + g_misalign : src, count, dt, out.data() + 3 * g_misalign, cap,
+                                   &size, p, ws.data() + 7 * g_misalign, ws.size() - 16, NULL);
+    if (r == zipcclSuccess) frame->assign(out.begin() + 3 * g_misalign, out.begin() + 3 * g_misalign + size);
+    return r;
+}
+
+static zipcclResult_t emu_decompress(const uint8_t* frame, size_t size, uint8_t* out, size_t cap, size_t* count,
+                                     zipcclDataType_t expect) {
+    std::vector<uint8_t> f(size + 16);
+    if (size) memcpy(f.data() + g_misalign, frame, size);
+    /* workspace for the largest count this frame could name within its size */
+    std::vector<uint8_t> ws(zk_layout_decompress(size + 1).total + 256 + 8);
+    return zk_decompress(f.data() + g_misalign, size, out, cap, count, expect, ws.data() + 5 * g_misalign,
+                         ws.size() - 8, NULL);
+}
+
+static const Backend kEmu = {"emu", emu_compress, emu_decompress};
+
+/* ---- checks of the pieces ------------------------------------------------ */
+
+static void check_xxh32(void) {
+    int ok = 1;
+    std::vector<uint8_t> buf(300);
+    for (size_t i = 0; i < buf.size(); i++) buf[i] = (uint8_t)cc_next();
+    for (size_t len = 0; len < buf.size() && ok; len++)
+        for (size_t off = 0; off < 4 && ok; off++) {
+            if (off + len > buf.size()) continue;
+            uint32_t want = XXH32(buf.data() + off, len, 0);
+            uint32_t one = zk_xxh32(buf.data() + off, len), warp = 0;
+            emu_launch(1, 32, 0, [&]() {
+                uint32_t h = zk_xxh32_warp(buf.data() + off, len, emu_tid());
+                if (emu_tid() == 0) warp = h;
+            });
+            if (one != want || warp != want) ok = 0;
+        }
+    CHECK(ok, "emu/xxh32_matches_libxxhash", "a length/offset disagrees with libxxhash");
+}
+
+static void check_estimator(void) {
+    int ok = 1;
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const size_t ns[] = {1, 2, 31, 255, 256, 257, 1000, 16384};
+    for (int d = 0; d < 3; d++)
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            std::vector<uint8_t> v = cc_make(dts[d], k % 2 ? D_MIXED : D_SPECIAL, ns[k]);
+            int dt = zk_dt(dts[d]), want, got = -1;
+            if (dt == ZCF_DT_FP32) want = zcf_estimate_s8_u32((const uint32_t*)v.data(), ns[k]);
+            else want = zcf_estimate_s8_u16(dt, (const uint16_t*)v.data(), ns[k]);
+            emu_launch(1, 32, 0, [&]() {
+                int s = zk_estimate_s8(v.data(), (uint32_t)ns[k], dt, zcf_elem_size(dt), 1, emu_tid());
+                if (emu_tid() == 0) got = s;
+            });
+            if (got != want) {
+                ok = 0;
+                printf("  estimator dt %d n %zu: got %d want %d\n", dt, ns[k], got, want);
+            }
+        }
+    CHECK(ok, "emu/estimator_matches_codec_format_h", "see above");
+}
+
+static void check_scan(void) {
+    /* k_plan's block scan over more chunks than threads */
+    std::vector<uint32_t> sizes(2500);
+    for (auto& s : sizes) s = 8 + (uint32_t)(cc_next() % 50000);
+    std::vector<uint64_t> offs(sizes.size() + 1, 0);
+    std::vector<uint8_t> sm(34 * 8);
+    PlanArgs a;
+    memset(&a, 0, sizeof a);
+    a.sizes = sizes.data();
+    a.offs = offs.data();
+    a.n_chunks = sizes.size();
+    a.max_chunk = ~0ull;
+    emu_launch(1, ZK_SCAN_THREADS, 34 * 8, [&]() { plan_body(a); });
+    uint64_t acc = 0;
+    int ok = 1;
+    for (size_t i = 0; i < sizes.size(); i++) {
+        if (offs[i] != acc) ok = 0;
+        acc += sizes[i];
+    }
+    CHECK(ok && offs[sizes.size()] == acc, "emu/plan_prefix_sums", "offsets differ from a serial sum");
+}
+
+/* The frame is written only when it fits: exact capacity works, one byte
+ * less is zipcclDstTooSmall with nothing written past the capacity. */
+static void check_compress_capacity(void) {
+    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecDense};
+    for (int c = 0; c < 2; c++)
+        for (int cs = 0; cs < 2; cs++) {
+            size_t count = 20000;
+            std::vector<uint8_t> src = cc_make(zipcclBfloat16, D_GAUSS, count), ref;
+            zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+            p.codec = codecs[c];
+            p.checksum = cs;
+            int ok = emu_compress(src.data(), count, zipcclBfloat16, &p, &ref) == zipcclSuccess;
+            std::vector<uint8_t> ws(zk_workspace_size(count, zipcclBfloat16)), out(ref.size() + 64, 0xEE);
+            size_t size = 0;
+            ok &= zk_compress(src.data(), count, zipcclBfloat16, out.data(), ref.size(), &size, &p, ws.data(), ws.size(),
+                              NULL) == zipcclSuccess &&
+                  size == ref.size() && !memcmp(out.data(), ref.data(), size);
+            std::fill(out.begin(), out.end(), 0xEE);
+            zipcclResult_t r = zk_compress(src.data(), count, zipcclBfloat16, out.data(), ref.size() - 1, &size, &p,
+                                           ws.data(), ws.size(), NULL);
+            for (size_t i = ref.size() - 1; i < out.size(); i++) ok &= out[i] == 0xEE;
+            char n[96];
+            snprintf(n, sizeof n, "emu/compress_capacity/%s/cs%d", cc_codec_name(codecs[c]), cs);
+            CHECK(ok && r == zipcclDstTooSmall, n, "ok %d, short buffer gave %d", ok, r);
+        }
+}
+
+int main(int argc, char** argv) {
+    int longrun = argc > 1 && !strcmp(argv[1], "--long");
+    tu_quiet_pass = 0;
+    check_xxh32();
+    check_estimator();
+    check_scan();
+    check_compress_capacity();
+    cc_api(&kEmu);
+    cc_chunk_log2(&kEmu);
+    cc_small_chunks(&kEmu);
+
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecDense};
+    const size_t counts[] = {0, 1, 63, 64, 65, 16383, 16384, 16385};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++)
+            for (int cs = 0; cs < 2; cs++)
+                for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+                    cc_roundtrip(&kEmu, dts[d], codecs[c], cs, D_GAUSS, counts[k]);
+    /* distributions, a chunk and a bit each */
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++)
+            for (int dist = D_GAUSS_SMALL; dist <= D_MIXED; dist++)
+                cc_roundtrip(&kEmu, dts[d], codecs[c], dist % 2, (cc_dist_t)dist, dist == D_MIXED ? 50000 : 20000);
+    /* every 16-bit pattern */
+    for (int d = 0; d < 2; d++)
+        for (int c = 0; c < 2; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_ALLBITS, 65536);
+    cc_roundtrip(&kEmu, zipcclFloat32, zipcclCodecFast, 0, D_RANDBITS, 20000);
+    cc_roundtrip(&kEmu, zipcclFloat32, zipcclCodecStored, 1,
+                 D_GAUSS, 20000);
+    /* unaligned buffers */
+    g_misalign = 1;
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_SPECIAL, 16500);
+    g_misalign = 0;
+    /* damaged frames */
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++)
+            for (int cs = 0; cs < 2; cs++) cc_corruption(&kEmu, dts[d], codecs[c], cs, 20000, longrun ? 200 : 40);
+    for (int cs = 0; cs < 2; cs++) cc_corruption(&kEmu, zipcclFloat16, zipcclCodecStored, cs, 20000, longrun ? 200 : 40);
+    if (longrun) {
+        for (int d = 0; d < 3; d++)
+            for (int c = 0; c < 2; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_GAUSS, 1 << 20);
+    }
+    printf("%d passed, %d failed\n", tu_passes, tu_failures);
+    return tu_exit();
+}

@@ -1,0 +1,282 @@
+/*
+ * test_gpu_codec.cu — the CUDA codec on a real device, checked against the
+ * CPU codec, and its benchmark.
+ *
+ *   test_gpu_codec            tests: for bf16/fp16/fp32, fast/dense, checksum
+ *                             on/off and many counts and distributions, the
+ *                             GPU frame equals the CPU frame byte for byte and
+ *                             each side decodes the other's; damaged frames
+ *                             are refused without writes past the output.
+ *   test_gpu_codec --bench [--json FILE]
+ *                             throughput on device-resident Gaussian data
+ *                             (cudaEvent timing, median of 10 after warm-up,
+ *                             input already on the device).
+ *   test_gpu_codec --probe    exit 0 if a CUDA device is usable, else 2.
+ *
+ * Run by scripts/test_gpu.sh (make test-gpu). Prints "PASS name" /
+ * "FAIL name: why" lines and a closing "N passed, N failed".
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "codec_cases.h"
+
+#define CUDA_OK(call)                                                                                   \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) {                                                                        \
+            printf("FAIL cuda: %s at %s:%d: %s\n", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            exit(1);                                                                                    \
+        }                                                                                               \
+    } while (0)
+
+static cudaStream_t g_stream;
+static size_t g_misalign = 0; /* device buffers start this many bytes into their allocation */
+
+/* ---- the device backend -------------------------------------------------- */
+
+static zipcclResult_t dev_compress(const void* src, size_t count, zipcclDataType_t dt, const zipcclCodecParams_t* p,
+                                   std::vector<uint8_t>* frame) {
+    size_t es = zipcclTypeSize(dt) ? zipcclTypeSize(dt) : 2;
+    size_t cap = zipcclCompressBound(count, dt, p ? p->checksum : 0) + 64;
+    size_t wsz = zipcclCudaWorkspaceSize(count, dt);
+    uint8_t *d_in, *d_out, *d_ws;
+    CUDA_OK(cudaMalloc(&d_in, count * es + 16));
+    CUDA_OK(cudaMalloc(&d_out, cap + 16));
+    CUDA_OK(cudaMalloc(&d_ws, wsz + 16));
+    /* every copy on g_stream: a pageable cudaMemcpy may return before its DMA
+     * lands, and a non-blocking stream would not wait for it */
+    if (count) CUDA_OK(cudaMemcpyAsync(d_in + g_misalign, src, count * es, cudaMemcpyHostToDevice, g_stream));
+    size_t size = 0;
+    zipcclResult_t r = zipcclCompressCuda(d_in + g_misalign, count, dt, d_out + 3 * g_misalign, cap, &size, p,
+                                          d_ws + 5 * g_misalign, wsz, g_stream);
+    CUDA_OK(cudaStreamSynchronize(g_stream));
+    if (r == zipcclSuccess) {
+        frame->resize(size);
+        if (size) CUDA_OK(cudaMemcpyAsync(frame->data(), d_out + 3 * g_misalign, size, cudaMemcpyDeviceToHost, g_stream));
+        CUDA_OK(cudaStreamSynchronize(g_stream));
+    }
+    CUDA_OK(cudaFree(d_in));
+    CUDA_OK(cudaFree(d_out));
+    CUDA_OK(cudaFree(d_ws));
+    return r;
+}
+
+static zipcclResult_t dev_decompress(const uint8_t* frame, size_t size, uint8_t* out, size_t cap, size_t* count,
+                                     zipcclDataType_t expect) {
+    uint8_t *d_f, *d_out, *d_ws;
+    size_t wsz = 2 * size + 4096; /* 8 bytes a chunk, and a chunk has >= 4 table bytes */
+    CUDA_OK(cudaMalloc(&d_f, size + 16));
+    CUDA_OK(cudaMalloc(&d_out, cap + CC_GUARD + 16));
+    CUDA_OK(cudaMalloc(&d_ws, wsz));
+    if (size) CUDA_OK(cudaMemcpyAsync(d_f + g_misalign, frame, size, cudaMemcpyHostToDevice, g_stream));
+    CUDA_OK(cudaMemsetAsync(d_out, 0xA5, cap + CC_GUARD + 16, g_stream));
+    zipcclResult_t r = zipcclDecompressCuda(d_f + g_misalign, size, d_out + 2 * g_misalign, cap, count, expect,
+                                            d_ws + 3 * g_misalign, wsz, g_stream);
+    CUDA_OK(cudaStreamSynchronize(g_stream));
+    CUDA_OK(cudaMemcpyAsync(out, d_out + 2 * g_misalign, cap + CC_GUARD, cudaMemcpyDeviceToHost, g_stream));
+    CUDA_OK(cudaStreamSynchronize(g_stream));
+    CUDA_OK(cudaFree(d_f));
+    CUDA_OK(cudaFree(d_out));
+    CUDA_OK(cudaFree(d_ws));
+    return r;
+}
+
+static const Backend kDev = {"gpu", dev_compress, dev_decompress};
+
+static int run_tests(void) {
+    cc_api(&kDev);
+    cc_chunk_log2(&kDev);
+    cc_small_chunks(&kDev);
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecDense};
+    const size_t counts[] = {0, 1, 63, 64, 65, 16383, 16384, 16385, 1u << 20};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++)
+            for (int cs = 0; cs < 2; cs++)
+                for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+                    cc_roundtrip(&kDev, dts[d], codecs[c], cs, D_GAUSS, counts[k]);
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++)
+            for (int dist = D_GAUSS_SMALL; dist <= D_MIXED; dist++)
+                cc_roundtrip(&kDev, dts[d], codecs[c], dist % 2, (cc_dist_t)dist, dist == D_MIXED ? 300000 : 100000);
+    for (int d = 0; d < 2; d++)
+        for (int c = 0; c < 2; c++)
+            for (int cs = 0; cs < 2; cs++) cc_roundtrip(&kDev, dts[d], codecs[c], cs, D_ALLBITS, 65536);
+    for (int c = 0; c < 2; c++) cc_roundtrip(&kDev, zipcclFloat32, codecs[c], 1, D_RANDBITS, 100000);
+    for (int d = 0; d < 3; d++) cc_roundtrip(&kDev, dts[d], zipcclCodecStored, 1, D_GAUSS, 40000);
+    cudaStream_t own = g_stream;
+    g_stream = 0; /* the legacy default stream works too */
+    for (int c = 0; c < 2; c++) cc_roundtrip(&kDev, zipcclBfloat16, codecs[c], 1, D_GAUSS, 100000);
+    g_stream = own;
+    g_misalign = 1; /* odd addresses: the unaligned load/store paths */
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++) cc_roundtrip(&kDev, dts[d], codecs[c], 1, D_SPECIAL, 40000);
+    g_misalign = 0;
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++)
+            for (int cs = 0; cs < 2; cs++) cc_corruption(&kDev, dts[d], codecs[c], cs, 40000, 150);
+    for (int cs = 0; cs < 2; cs++) cc_corruption(&kDev, zipcclFloat16, zipcclCodecStored, cs, 20000, 150);
+    printf("%d passed, %d failed\n", tu_passes, tu_failures);
+    return tu_exit();
+}
+
+/* ---- the benchmark ------------------------------------------------------- */
+
+__device__ static uint32_t bench_hash(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+__global__ static void bench_gauss(uint8_t* out, size_t count, int dt, float sigma, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        float u1 = (bench_hash(seed + 2 * i) + 0.5f) * 2.3283064e-10f;
+        float u2 = (bench_hash(seed + 2 * i + 1) + 0.5f) * 2.3283064e-10f;
+        float g = sigma * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+        if (dt == 1) ((uint16_t*)out)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(g));
+        else if (dt == 2) ((uint16_t*)out)[i] = __half_as_ushort(__float2half_rn(g));
+        else ((float*)out)[i] = g;
+    }
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+static int run_bench(const char* json_path) {
+    FILE* js = json_path ? fopen(json_path, "w") : NULL;
+    cudaDeviceProp prop;
+    int dev = 0;
+    CUDA_OK(cudaGetDevice(&dev));
+    CUDA_OK(cudaGetDeviceProperties(&prop, dev));
+    struct { zipcclDataType_t dt; int code; size_t bytes; } sets[] = {
+        {zipcclBfloat16, 1, 256u << 20}, {zipcclFloat16, 2, 64u << 20}, {zipcclFloat32, 3, 64u << 20}};
+    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecDense};
+    printf("GPU codec benchmark on %s: Gaussian sigma=1, median of 10 after 2 warm-up runs\n", prop.name);
+    printf("%-6s %-6s %10s %8s %14s %16s\n", "codec", "dtype", "MiB", "ratio", "compress GB/s", "decompress GB/s");
+    int bad = 0;
+    for (auto& s : sets) {
+        size_t es = zipcclTypeSize(s.dt), count = s.bytes / es;
+        size_t cap = zipcclCompressBound(count, s.dt, 0), wsz = zipcclCudaWorkspaceSize(count, s.dt);
+        uint8_t *d_in, *d_frame, *d_out, *d_ws;
+        CUDA_OK(cudaMalloc(&d_in, s.bytes));
+        CUDA_OK(cudaMalloc(&d_frame, cap));
+        CUDA_OK(cudaMalloc(&d_out, s.bytes));
+        CUDA_OK(cudaMalloc(&d_ws, wsz));
+        bench_gauss<<<1024, 256, 0, g_stream>>>(d_in, count, s.code, 1.0f, 12345);
+        CUDA_OK(cudaStreamSynchronize(g_stream));
+        cudaEvent_t e0, e1;
+        CUDA_OK(cudaEventCreate(&e0));
+        CUDA_OK(cudaEventCreate(&e1));
+        { /* copy baseline: what moving the bytes once costs */
+            std::vector<double> t;
+            for (int it = 0; it < 12; it++) {
+                CUDA_OK(cudaEventRecord(e0, g_stream));
+                CUDA_OK(cudaMemcpyAsync(d_out, d_in, s.bytes, cudaMemcpyDeviceToDevice, g_stream));
+                CUDA_OK(cudaEventRecord(e1, g_stream));
+                CUDA_OK(cudaEventSynchronize(e1));
+                float ms;
+                CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+                if (it >= 2) t.push_back(ms);
+            }
+            double gbps = s.bytes / (median(t) * 1e-3) / 1e9;
+            printf("%-6s %-6s %10zu %8.4f %14.1f %16.1f\n", "memcpy", zipcclTypeName(s.dt), s.bytes >> 20, 1.0, gbps, gbps);
+        }
+        for (zipcclCodec_t codec : codecs) {
+            zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+            p.codec = codec;
+            size_t fsize = 0, got = 0;
+            std::vector<double> tc, td;
+            zipcclResult_t r = zipcclSuccess;
+            for (int it = 0; it < 12 && r == zipcclSuccess; it++) {
+                CUDA_OK(cudaEventRecord(e0, g_stream));
+                r = zipcclCompressCuda(d_in, count, s.dt, d_frame, cap, &fsize, &p, d_ws, wsz, g_stream);
+                CUDA_OK(cudaEventRecord(e1, g_stream));
+                CUDA_OK(cudaEventSynchronize(e1));
+                float ms;
+                CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+                if (it >= 2) tc.push_back(ms);
+            }
+            for (int it = 0; it < 12 && r == zipcclSuccess; it++) {
+                CUDA_OK(cudaEventRecord(e0, g_stream));
+                r = zipcclDecompressCuda(d_frame, fsize, d_out, s.bytes, &got, s.dt, d_ws, wsz, g_stream);
+                CUDA_OK(cudaEventRecord(e1, g_stream));
+                CUDA_OK(cudaEventSynchronize(e1));
+                float ms;
+                CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+                if (it >= 2) td.push_back(ms);
+            }
+            char name[96];
+            snprintf(name, sizeof name, "bench/%s/%s/ran", cc_codec_name(codec), zipcclTypeName(s.dt));
+            if (!CHECK(r == zipcclSuccess, name, "result %d: %s", r, zipcclGetLastErrorDetail())) {
+                bad++;
+                continue;
+            }
+            /* the round trip is exact, and the frame is the CPU codec's */
+            std::vector<uint8_t> in(s.bytes), out(s.bytes), frame(fsize), cpu(cap);
+            CUDA_OK(cudaMemcpy(in.data(), d_in, s.bytes, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(out.data(), d_out, s.bytes, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(frame.data(), d_frame, fsize, cudaMemcpyDeviceToHost));
+            size_t csize = 0;
+            zipcclResult_t rc = zipcclCompress(in.data(), count, s.dt, cpu.data(), cap, &csize, &p);
+            snprintf(name, sizeof name, "bench/%s/%s/roundtrip_and_cpu_identical", cc_codec_name(codec),
+                     zipcclTypeName(s.dt));
+            CHECK(in == out && rc == zipcclSuccess && csize == fsize && !memcmp(cpu.data(), frame.data(), fsize), name,
+                  "round trip %s, cpu frame %zu bytes vs %zu %s", in == out ? "exact" : "DIFFERS", csize, fsize,
+                  csize == fsize && !memcmp(cpu.data(), frame.data(), fsize) ? "(same)" : "(different)");
+            double ratio = (double)s.bytes / fsize;
+            double cg = s.bytes / (median(tc) * 1e-3) / 1e9, dg = s.bytes / (median(td) * 1e-3) / 1e9;
+            printf("%-6s %-6s %10zu %8.4f %14.1f %16.1f\n", cc_codec_name(codec), zipcclTypeName(s.dt), s.bytes >> 20,
+                   ratio, cg, dg);
+            char line[512];
+            snprintf(line, sizeof line,
+                     "{\"codec\":\"%s\",\"dtype\":\"%s\",\"dist\":\"gauss\",\"sigma\":1,\"bytes\":%zu,\"ratio\":%.5f,"
+                     "\"compress_gbps\":%.1f,\"decompress_gbps\":%.1f,\"device\":\"%s\"}",
+                     cc_codec_name(codec), zipcclTypeName(s.dt), s.bytes, ratio, cg, dg, prop.name);
+            printf("%s\n", line);
+            if (js) fprintf(js, "%s\n", line);
+        }
+        CUDA_OK(cudaEventDestroy(e0));
+        CUDA_OK(cudaEventDestroy(e1));
+        CUDA_OK(cudaFree(d_in));
+        CUDA_OK(cudaFree(d_frame));
+        CUDA_OK(cudaFree(d_out));
+        CUDA_OK(cudaFree(d_ws));
+    }
+    if (js) fclose(js);
+    printf("%d passed, %d failed\n", tu_passes, tu_failures);
+    return bad || tu_failures ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+    int bench = 0, probe = 0;
+    const char* json = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bench")) bench = 1;
+        else if (!strcmp(argv[i], "--probe")) probe = 1;
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--probe | --bench [--json FILE]]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!zipcclCudaAvailable()) {
+        int n = 0;
+        cudaError_t e = cudaGetDeviceCount(&n);
+        printf("no CUDA device: skipped (cudaGetDeviceCount: %s, %d devices)\n", cudaGetErrorString(e), n);
+        return probe ? 2 : 0;
+    }
+    if (probe) return 0;
+    CUDA_OK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+    int rc = bench ? run_bench(json) : run_tests();
+    CUDA_OK(cudaStreamDestroy(g_stream));
+    return rc;
+}

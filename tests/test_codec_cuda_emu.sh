@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# test: timeout=600 asan=no
+# test_codec_cuda_emu.sh — the CUDA codec (comm/codec_cuda.cu) on machines
+# without a GPU: its kernels run on the host under the warp emulator of
+# tests/gpu/cuda_emu.cc and must emit the CPU codec's frames byte for byte,
+# decode the CPU's frames, and refuse damaged ones. Built by `make` as
+# BUILD/gpu/cuda_emu (plain C++, needs no CUDA toolkit).
+bin="${BUILD:-build}/gpu/cuda_emu"
+if [ ! -x "$bin" ]; then
+  echo "FAIL cuda_emu: $bin is not built (make BUILD=${BUILD:-build} $bin)"
+  exit 1
+fi
+exec "$bin"
