@@ -1,0 +1,295 @@
+/*
+ * checkpoint.c — checkpoints as safetensors + JSON (see checkpoint.h).
+ *
+ * Saving gathers each unit's fp32 params, m and v with the FSDP all-gather
+ * (every rank takes part, rank 0 keeps the result), cuts the flat unit into
+ * its named tensors and writes two safetensors files with h2's writer (which
+ * writes to a temporary name and renames, so a crash never leaves half a
+ * file). Loading needs no communication: every rank reads the files and
+ * keeps its own shard.
+ */
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "safetensors.h"
+
+#define MAX_TENSORS_PER_UNIT 16
+
+static uint64_t file_hash(const char* path, size_t* bytes) {
+    FILE* fp = fopen(path, "rb");
+    trainCheck(fp, "checkpoint: cannot read %s: %s", path, strerror(errno));
+    unsigned char buf[1 << 16];
+    uint64_t h = ZRT_FNV_INIT;
+    size_t n, total = 0;
+    while ((n = fread(buf, 1, sizeof buf, fp)) > 0) {
+        h = zrt_fnv1a64(h, buf, n);
+        total += n;
+    }
+    fclose(fp);
+    if (bytes) *bytes = total;
+    return h;
+}
+
+static void mkdir_p(const char* dir) {
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char* p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(tmp, 0755);
+            *p = '/';
+        }
+    trainCheck(mkdir(tmp, 0755) == 0 || errno == EEXIST, "checkpoint: cannot create %s: %s",
+               dir, strerror(errno));
+}
+
+static void rm_step_dir(const char* dir) {
+    static const char* files[] = {"model.safetensors", "optim.safetensors", "state.json",
+                                  "config.yaml", "manifest.json"};
+    char p[1200];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+static int cmp_str(const void* a, const void* b) {
+    return strcmp(*(char* const*)a, *(char* const*)b);
+}
+
+/* Keep the newest `keep` step_* directories under root. */
+static void prune(const char* root, int keep) {
+    if (keep <= 0) return;
+    DIR* d = opendir(root);
+    if (!d) return;
+    char* names[4096];
+    int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) && n < 4096)
+        if (!strncmp(e->d_name, "step_", 5)) names[n++] = strdup(e->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_str); /* zero-padded: sorts by step */
+    for (int i = 0; i < n; i++) {
+        if (i < n - keep) {
+            char p[1100];
+            snprintf(p, sizeof p, "%s/%s", root, names[i]);
+            rm_step_dir(p);
+        }
+        free(names[i]);
+    }
+}
+
+void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
+    const LlamaConfig* mc = &cfg->model;
+    char dir[1100], path[1200], err[512];
+    snprintf(dir, sizeof dir, "%s/step_%08d", cfg->ckpt.dir, st->step);
+    st_writer* wm = NULL;
+    st_writer* wo = NULL;
+    float** keep = NULL; /* rank 0: the gathered arrays, alive until written */
+    if (f->rank == 0) {
+        mkdir_p(dir);
+        wm = st_writer_begin();
+        wo = st_writer_begin();
+        trainCheck(wm && wo, "checkpoint: out of memory");
+        keep = zrt_calloc((size_t)f->n_units * 3, sizeof(float*), "checkpoint buffers");
+    }
+    char names[MAX_TENSORS_PER_UNIT][64];
+    size_t rows[MAX_TENSORS_PER_UNIT], cols[MAX_TENSORS_PER_UNIT];
+    for (int u = 0; u < f->n_units; u++) {
+        int nt = llama_unit_tensors(mc, u, names, rows, cols, MAX_TENSORS_PER_UNIT);
+        trainCheck(nt > 0 && nt <= MAX_TENSORS_PER_UNIT, "unit %d has %d tensors", u, nt);
+        for (int which = 0; which < 3; which++) {
+            float* full = zrt_malloc(f->units[u].padded * sizeof(float), "checkpoint gather");
+            fsdp_gather_full(f, u, which, full);
+            if (f->rank != 0) {
+                free(full);
+                continue;
+            }
+            keep[u * 3 + which] = full;
+            size_t off = 0;
+            for (int t = 0; t < nt; t++) {
+                char name[80];
+                snprintf(name, sizeof name, "%s%s", which == 0 ? "" : which == 1 ? "m." : "v.",
+                         names[t]);
+                int64_t shape[2] = {(int64_t)rows[t], (int64_t)cols[t]};
+                int ndim = cols[t] == 1 ? 1 : 2;
+                size_t n = rows[t] * cols[t];
+                trainCheck(!st_writer_add(which == 0 ? wm : wo, name, "F32", ndim, shape,
+                                          full + off, n * sizeof(float), err, sizeof err),
+                           "checkpoint: %s", err);
+                off += n;
+            }
+            trainCheck(off == f->units[u].numel, "unit %d: tensors cover %zu of %zu values", u,
+                       off, f->units[u].numel);
+        }
+    }
+    if (f->rank == 0) {
+        char stepbuf[32];
+        snprintf(stepbuf, sizeof stepbuf, "%d", st->step);
+        st_writer_set_metadata(wm, "step", stepbuf, err, sizeof err);
+        st_writer_set_metadata(wo, "step", stepbuf, err, sizeof err);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        trainCheck(!st_writer_write(wm, path, err, sizeof err), "checkpoint: %s", err);
+        snprintf(path, sizeof path, "%s/optim.safetensors", dir);
+        trainCheck(!st_writer_write(wo, path, err, sizeof err), "checkpoint: %s", err);
+        st_writer_free(wm);
+        st_writer_free(wo);
+        for (int i = 0; i < f->n_units * 3; i++) free(keep[i]);
+        free(keep);
+
+        snprintf(path, sizeof path, "%s/state.json", dir);
+        FILE* fp = fopen(path, "w");
+        trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
+        fprintf(fp,
+                "{\"step\": %d, \"samples\": %lld, \"nranks\": %d, \"data_seed\": %lld, "
+                "\"train_seed\": %lld}\n",
+                st->step, st->samples, f->nranks, cfg->data.seed, cfg->train.seed);
+        fclose(fp);
+        snprintf(path, sizeof path, "%s/config.yaml", dir);
+        fp = fopen(path, "w");
+        trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
+        config_print(cfg, fp);
+        fclose(fp);
+
+        static const char* files[] = {"model.safetensors", "optim.safetensors", "state.json",
+                                      "config.yaml"};
+        snprintf(path, sizeof path, "%s/manifest.json.tmp", dir);
+        fp = fopen(path, "w");
+        trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
+        fprintf(fp, "{\"format\": \"zipccl-runtime-checkpoint-1\", \"step\": %d, \"files\": [",
+                st->step);
+        for (int i = 0; i < 4; i++) {
+            char fpth[1300];
+            size_t bytes;
+            snprintf(fpth, sizeof fpth, "%s/%s", dir, files[i]);
+            uint64_t h = file_hash(fpth, &bytes);
+            fprintf(fp, "%s{\"name\": \"%s\", \"bytes\": %zu, \"fnv1a64\": \"%016" PRIx64 "\"}",
+                    i ? ", " : "", files[i], bytes, h);
+        }
+        fprintf(fp, "]}\n");
+        fclose(fp);
+        char final[1200];
+        snprintf(final, sizeof final, "%s/manifest.json", dir);
+        trainCheck(rename(path, final) == 0, "checkpoint: rename %s: %s", path, strerror(errno));
+
+        /* `latest` last: a reader that finds it finds a complete checkpoint. */
+        snprintf(path, sizeof path, "%s/latest.tmp", cfg->ckpt.dir);
+        fp = fopen(path, "w");
+        trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
+        fprintf(fp, "step_%08d\n", st->step);
+        fclose(fp);
+        snprintf(final, sizeof final, "%s/latest", cfg->ckpt.dir);
+        trainCheck(rename(path, final) == 0, "checkpoint: rename %s: %s", path, strerror(errno));
+        prune(cfg->ckpt.dir, cfg->ckpt.keep);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Check every file against the manifest; a checkpoint that was edited,
+ * truncated or half-copied is refused by name. */
+static void verify_manifest(const char* dir) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    FILE* fp = fopen(path, "rb");
+    trainCheck(fp, "--resume: %s is not a checkpoint (no manifest.json: %s)", dir,
+               strerror(errno));
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, fp);
+    fclose(fp);
+    text[n] = '\0';
+    const char* p = text;
+    int files = 0;
+    while ((p = strstr(p, "{\"name\": \""))) {
+        char name[128], hex[32];
+        size_t bytes;
+        if (sscanf(p, "{\"name\": \"%127[^\"]\", \"bytes\": %zu, \"fnv1a64\": \"%31[0-9a-f]\"}",
+                   name, &bytes, hex) != 3)
+            trainCheck(0, "--resume: %s/manifest.json is malformed near '%.40s'", dir, p);
+        char fpth[1400];
+        snprintf(fpth, sizeof fpth, "%s/%s", dir, name);
+        size_t got;
+        uint64_t h = file_hash(fpth, &got);
+        char ghex[32];
+        snprintf(ghex, sizeof ghex, "%016" PRIx64, h);
+        trainCheck(got == bytes && !strcmp(ghex, hex),
+                   "--resume: %s does not match the manifest (%zu bytes, hash %s; manifest says "
+                   "%zu bytes, hash %s)",
+                   fpth, got, ghex, bytes, hex);
+        files++;
+        p++;
+    }
+    trainCheck(files >= 4, "--resume: %s/manifest.json lists %d files, expected 4", dir, files);
+}
+
+static void load_file(Fsdp* f, const char* path, int first_which) {
+    const LlamaConfig* mc = &f->cfg->model;
+    char err[512];
+    st_file* sf;
+    trainCheck(!st_open(path, &sf, err, sizeof err), "--resume: %s", err);
+    char names[MAX_TENSORS_PER_UNIT][64];
+    size_t rows[MAX_TENSORS_PER_UNIT], cols[MAX_TENSORS_PER_UNIT];
+    for (int which = first_which; which < (first_which ? 3 : 1); which++) {
+        for (int u = 0; u < f->n_units; u++) {
+            int nt = llama_unit_tensors(mc, u, names, rows, cols, MAX_TENSORS_PER_UNIT);
+            float* full = zrt_calloc(f->units[u].padded, sizeof(float), "checkpoint load");
+            size_t off = 0;
+            for (int t = 0; t < nt; t++) {
+                char name[80];
+                snprintf(name, sizeof name, "%s%s", which == 0 ? "" : which == 1 ? "m." : "v.",
+                         names[t]);
+                const st_tensor* T = st_find(sf, name);
+                size_t n = rows[t] * cols[t];
+                trainCheck(T, "--resume: %s has no tensor '%s' (different model config?)", path,
+                           name);
+                trainCheck(!strcmp(T->dtype, "F32") && T->numel == n,
+                           "--resume: %s: tensor '%s' is %s with %llu values, the model needs "
+                           "F32 with %zu (different model config?)",
+                           path, name, T->dtype, (unsigned long long)T->numel, n);
+                trainCheck(!st_read(sf, T, full + off, n * sizeof(float), err, sizeof err),
+                           "--resume: %s", err);
+                off += n;
+            }
+            fsdp_load_full(f, u, which, full);
+            free(full);
+        }
+    }
+    st_close(sf);
+}
+
+void checkpoint_load(Fsdp* f, const char* path, TrainState* st) {
+    char dir[1100];
+    char latest[1100];
+    snprintf(latest, sizeof latest, "%s/latest", path);
+    FILE* fp = fopen(latest, "r");
+    if (fp) {
+        char name[128] = "";
+        trainCheck(fscanf(fp, "%127s", name) == 1, "--resume: %s is empty", latest);
+        fclose(fp);
+        snprintf(dir, sizeof dir, "%s/%s", path, name);
+    } else {
+        snprintf(dir, sizeof dir, "%s", path);
+    }
+    verify_manifest(dir);
+    char p[1200];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    load_file(f, p, 0);
+    snprintf(p, sizeof p, "%s/optim.safetensors", dir);
+    load_file(f, p, 1);
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    fp = fopen(p, "r");
+    trainCheck(fp, "--resume: cannot read %s: %s", p, strerror(errno));
+    int ok = fscanf(fp, "{\"step\": %d, \"samples\": %lld", &st->step, &st->samples) == 2;
+    fclose(fp);
+    trainCheck(ok && st->step >= 0 && st->samples >= 0, "--resume: %s is malformed", p);
+}

@@ -1,0 +1,108 @@
+/*
+ * config.h — the trainer's configuration: one struct, read from YAML.
+ *
+ * A config file has the sections model, data, train, optimizer, schedule,
+ * parallelism, comm, logging and checkpoint (see configs/llama-tiny.yaml and
+ * docs/RUNTIME.md). Every key is described once, in a table in config.c, with
+ * its type and allowed range; the YAML reader and the command line's
+ * `--set dotted.key=value` both go through that table, so both refuse an
+ * unknown key, a wrong type or an out-of-range value with a message naming
+ * the file, the line and the key.
+ *
+ * Left out: includes, anchors/merges beyond what libyaml resolves itself,
+ * environment interpolation.
+ */
+#ifndef RUNTIME_CONFIG_H
+#define RUNTIME_CONFIG_H
+#include <stddef.h>
+#include <stdio.h>
+
+#include "llama.h"
+#include "zipccl.h"
+
+#define CFG_MAX_OVERRIDES 32
+#define CFG_PATH_MAX 512
+
+/* A per-layer strategy override: units whose name matches `pattern`
+ * (fnmatch; unit names are "outer", "layers.0", "layers.1", ...) use
+ * `strategy` for the collective kinds selected by `kind`. */
+typedef struct {
+    char pattern[64];
+    int kind; /* -1: both kinds, else zipcclCollAllGather / zipcclCollReduceScatter */
+    zipcclStrategy_t strategy;
+} CommOverride;
+
+typedef struct {
+    LlamaConfig model;
+    struct {
+        char path[CFG_PATH_MAX]; /* text file, or .bin of uint16 / int32 tokens */
+        char tokenizer[16];      /* "byte" | "bpe" (text), "u16" / "i32" (pre-tokenized .bin) */
+        int bpe_merges;          /* tokenizer bpe: merges, vocabulary = 256 + merges */
+        int seq_len;             /* T */
+        int batch_size;          /* B: sequences per rank per micro-batch */
+        int grad_accum;          /* micro-batches per optimizer step */
+        double val_fraction;     /* tail of the token stream kept for validation */
+        int val_every;           /* steps between validation passes (0: never) */
+        int val_batches;         /* micro-batches per validation pass */
+        long long seed;          /* data order */
+    } data;
+    struct {
+        int steps;               /* optimizer steps to run (end step) */
+        long long seed;          /* parameter init */
+    } train;
+    struct {
+        double lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;
+    } optim;
+    struct {
+        int warmup_steps;
+        int total_steps; /* cosine length; 0 means train.steps */
+    } schedule;
+    struct {
+        int fsdp;                  /* must be true: the only mode */
+        int reshard_after_forward; /* free gathered units after forward */
+        int prefetch;              /* all-gather the next unit while computing */
+    } parallel;
+    struct {
+        zipcclStrategy_t strategy;                 /* every collective */
+        zipcclStrategy_t allgather, reducescatter; /* Default: follow strategy */
+        zipcclCodec_t codec;
+        zipcclDataType_t param_dtype, reduce_dtype;
+        int n_overrides;
+        CommOverride overrides[CFG_MAX_OVERRIDES];
+        int strategy_forced; /* set by --set comm.strategy: wins over all the rest */
+    } comm;
+    struct {
+        int every;              /* print a step line every N steps */
+        char json[CFG_PATH_MAX]; /* JSON-lines log ("" = none) */
+    } log;
+    struct {
+        char dir[CFG_PATH_MAX]; /* "" = no checkpoints */
+        int every;              /* steps between saves (0: only at the end) */
+        int keep;               /* newest checkpoints kept (0: all) */
+    } ckpt;
+    char source[CFG_PATH_MAX]; /* the file it came from */
+} TrainConfig;
+
+/* Defaults for every key (a valid tiny model). */
+void config_defaults(TrainConfig* cfg);
+
+/* Read `path` over the current values. Returns 0, or -1 with a message
+ * "FILE:LINE: key 'a.b': what is wrong" in err. */
+int config_load(TrainConfig* cfg, const char* path, char* err, size_t errlen);
+
+/* Apply "dotted.key=value" (command-line --set) with the same checks. */
+int config_set(TrainConfig* cfg, const char* assignment, char* err, size_t errlen);
+
+/* Cross-field checks (heads divide dim, model shape, ...), after all sets. */
+int config_validate(const TrainConfig* cfg, char* err, size_t errlen);
+
+/* The effective strategy for one collective kind on one unit name. */
+zipcclStrategy_t config_strategy_for(const TrainConfig* cfg, zipcclCollKind_t kind,
+                                     const char* unit_name);
+
+/* Print the effective config as YAML (it reads back with config_load). */
+void config_print(const TrainConfig* cfg, FILE* f);
+
+const char* config_codec_name(zipcclCodec_t c);
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * data.h — token streams, the train/validation split and who reads what.
+ *
+ * A data file is either text or pre-tokenized little-endian tokens ("u16"
+ * or "i32" .bin). Text is read with tokenizer "byte" (every byte a token,
+ * vocabulary 256) or "bpe": a byte-pair encoding with `bpe_merges` merges
+ * (vocabulary 256 + merges) trained on the text's training split when the
+ * data is opened, deterministically (most frequent adjacent pair first, ties
+ * to the smaller pair id), and cached next to the file as PATH.bpeM.cache
+ * (merges + tokens, keyed by the text's size, hash and split) with a
+ * readable PATH.bpeM.vocab. The last val_fraction of the stream is the
+ * validation split (for bpe: of the bytes, before encoding).
+ *
+ * Each split is cut into non-overlapping windows of T+1 tokens (inputs and
+ * shifted targets). Training samples follow a seeded global order: epoch e
+ * is a permutation of all windows drawn from (seed, e) alone, so the order
+ * never depends on how many ranks read it or on where a run resumed. Global
+ * micro-batch k holds samples k*G .. k*G+G-1 (G = B * nranks) of that order
+ * and rank r takes samples r, r+N, r+2N, ... of it: one rank with batch B*N
+ * sees exactly the tokens that N ranks with batch B see together.
+ *
+ * Left out: pre-tokenization (BPE merges may cross word boundaries), document
+ * boundaries, streaming files bigger than memory.
+ */
+#ifndef RUNTIME_DATA_H
+#define RUNTIME_DATA_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int* tokens;        /* whole file, train split first */
+    size_t n_tokens;
+    size_t n_train;     /* tokens [0, n_train) train, the rest validation */
+    int T;              /* sequence length */
+    size_t n_windows[2];/* windows per split (0 train, 1 val) */
+    uint64_t seed;
+    /* The permutation of the current epoch (cached: rebuilt when it changes). */
+    uint32_t* perm;
+    long long perm_epoch;
+    int bpe_cached;     /* bpe: 1 if the encoding came from the cache file */
+} Dataset;
+
+/* Load and split. tokenizer: "byte" | "bpe" | "u16" | "i32" (bpe_merges is
+ * read for "bpe" only). Every token must be < vocab. Returns 0, or -1 with a
+ * message naming the file. */
+int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merges, int vocab,
+              int T, double val_fraction, uint64_t seed, char* err, size_t errlen);
+void data_close(Dataset* d);
+
+/* Fill tokens/targets (B, T) for global micro-batch k of a split, as rank
+ * `rank` of `nranks` sees it. split 0 = train (shuffled, endless epochs),
+ * 1 = validation (file order, wrapping). */
+void data_batch(Dataset* d, int split, long long k, int rank, int nranks, int B, int* tokens,
+                int* targets);
+
+#endif

@@ -1,0 +1,127 @@
+/*
+ * fsdp.h — fully sharded data parallelism over ZipCCL (see fsdp.c).
+ *
+ * Each of the model's units (llama.h) is one flat fp32 array, padded to a
+ * multiple of the rank count N and cut into N equal shards; rank r owns
+ * shard r of every unit: its fp32 master weights, its gradient and its
+ * optimizer state (m, v). The model sees full units only through
+ * fsdp_hooks(): acquire() all-gathers a unit, release() frees it again,
+ * grads_ready() reduce-scatters the unit's full gradient to the owners.
+ *
+ * Left out: hybrid sharding, CPU offload, a real overlap scheduler (a
+ * one-unit prefetch is all there is), and device (CUDA) buffers.
+ */
+#ifndef RUNTIME_FSDP_H
+#define RUNTIME_FSDP_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "llama.h"
+#include "zipccl.h"
+
+#define FSDP_MAX_UNITS 1100
+#define FSDP_MAX_RS_IN_FLIGHT 2 /* gradient reduce-scatters outstanding at once */
+
+typedef enum { UNIT_FREE = 0, UNIT_INFLIGHT, UNIT_READY } UnitState;
+
+typedef struct {
+    char name[32];        /* "outer", "layers.0", ... (what overrides match) */
+    size_t numel;         /* real elements of the unit                       */
+    size_t padded;        /* numel rounded up to a multiple of N             */
+    size_t shard;         /* padded / N: elements this rank owns             */
+    float* param;         /* (shard) fp32 master weights                     */
+    float* grad;          /* (shard) fp32 gradient, summed over micro-batches */
+    float* m;             /* (shard) AdamW first moment                      */
+    float* v;             /* (shard) AdamW second moment                     */
+    zipcclCallConfig_t ag_cfg, rs_cfg; /* per-unit call config (overrides)   */
+
+    /* gathered state */
+    UnitState state;
+    float* full;          /* (padded) gathered parameters while held         */
+    uint16_t* full16;     /* (padded) bf16 receive buffer (param_dtype bf16) */
+    uint16_t* send16;     /* (shard) bf16 copy of the shard being sent       */
+    zipcclRequest_t ag_req;
+
+    /* gradient state */
+    float* gfull;         /* (padded) full gradient the model accumulates into */
+    uint16_t* gfull16;    /* (padded) bf16 copy sent (reduce_dtype bf16)     */
+    void* grecv;          /* (shard) reduce-scatter output, fp32 or bf16     */
+    zipcclRequest_t rs_req;
+    int rs_pending;
+} FsdpUnit;
+
+typedef struct {
+    const TrainConfig* cfg;
+    int rank, nranks, n_units;
+    FsdpUnit* units;
+    zipcclComm_t comm_ag;  /* parameter all-gathers                          */
+    zipcclComm_t comm_rs;  /* gradient reduce-scatters                       */
+    zipcclComm_t comm_misc;/* small all-gathers: losses, norms               */
+    zipcclDataType_t param_dtype, reduce_dtype;
+    int reshard_after_forward, prefetch;
+
+    /* micro-batch bookkeeping */
+    int backward;          /* this micro-batch runs a backward pass          */
+    int blocks_seen[2];    /* blocks acquired so far, per phase (prefetch)   */
+    int rs_order[FSDP_MAX_UNITS], n_rs; /* reduce-scatters in issue order    */
+    int rs_head;           /* rs_order[rs_head..n_rs) are still in flight    */
+
+    /* statistics */
+    double blocked_s;      /* compute thread waiting on collectives          */
+    uint64_t gathers;      /* all-gathers issued                             */
+
+    /* --dump-tensors: when armed, keep what each collective sent this step */
+    int dump_armed;
+    void** dump_param;     /* per unit: full gathered unit (param dtype)     */
+    void** dump_grad;      /* per unit: full gradient as sent (reduce dtype) */
+} Fsdp;
+
+/* Shard every unit of cfg->model, initialised with llama_unit_init(seed) on
+ * every rank (each keeps only its shard). Collective over MPI_COMM_WORLD. */
+void fsdp_init(Fsdp* f, const TrainConfig* cfg);
+void fsdp_free(Fsdp* f);
+
+/* The hooks the model calls (ctx = f). */
+LlamaParamHooks fsdp_hooks(Fsdp* f);
+
+/* Around one micro-batch: begin resets the prefetch cursor; end waits for
+ * the outstanding reduce-scatters (in issue order) and adds them into the
+ * gradient shards. */
+void fsdp_begin_microbatch(Fsdp* f, int backward);
+void fsdp_end_microbatch(Fsdp* f);
+/* After the step's last micro-batch: drop every gathered unit. */
+void fsdp_end_step(Fsdp* f);
+
+/* Zero the gradient shards (start of a step). */
+void fsdp_zero_grads(Fsdp* f);
+/* Multiply every gradient shard by s (the mean over the global batch). */
+void fsdp_scale_grads(Fsdp* f, float s);
+/* Global L2 norm of the gradient: per-rank sums of squares (units in order),
+ * all-gathered, summed in rank order — the same on every rank, every run. */
+double fsdp_grad_norm(Fsdp* f);
+
+/* Mean over ranks of one value per rank, summed in rank order. */
+double fsdp_mean_over_ranks(Fsdp* f, double x);
+
+/* Gather a unit's full fp32 array of `which` (0 param, 1 m, 2 v) into out
+ * (padded floats) on every rank. */
+void fsdp_gather_full(Fsdp* f, int unit, int which, float* out);
+/* Take this rank's shard of a full array (numel floats) for `which`. */
+void fsdp_load_full(Fsdp* f, int unit, int which, const float* full);
+
+/* FNV-1a 64 over the full fp32 params of all units in order (collective). */
+uint64_t fsdp_param_hash(Fsdp* f);
+
+/* --dump-tensors: arm before a step, write after it (per rank files in dir). */
+void fsdp_dump_arm(Fsdp* f);
+void fsdp_dump_write(Fsdp* f, const char* dir, int step);
+
+/* Sum of this rank's per-kind counters over the communicators. */
+void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out);
+
+/* Refuse a requested compressed path that is not compressing: checks the
+ * counter deltas between `before` and now for each kind. */
+void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[2]);
+
+#endif

@@ -1,0 +1,109 @@
+/*
+ * log.c — fatal checks, clocks, hashes, machine probes (see log.h).
+ */
+#include "log.h"
+
+#include <cblas.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void zrt_fatal(const char* file, int line, const char* fmt, ...) {
+    int rank = 0, init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "FATAL (rank %d) %s:%d: %s\n", rank, file, line, msg);
+    fflush(stderr);
+    if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+void* zrt_malloc(size_t bytes, const char* what) {
+    void* p = malloc(bytes ? bytes : 1);
+    trainCheck(p, "out of memory allocating %zu bytes for %s", bytes, what);
+    return p;
+}
+
+void* zrt_calloc(size_t n, size_t size, const char* what) {
+    void* p = calloc(n ? n : 1, size ? size : 1);
+    trainCheck(p, "out of memory allocating %zu x %zu bytes for %s", n, size, what);
+    return p;
+}
+
+double zrt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t zrt_fnv1a64(uint64_t h, const void* data, size_t n) {
+    const unsigned char* p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+double zrt_sgemm_peak(double seconds) {
+    /* 256^3 is large enough to reach SGEMM's steady state on a CPU core and
+     * small enough that one call is a few milliseconds. */
+    const int n = 256;
+    float* a = zrt_malloc((size_t)n * n * sizeof(float), "sgemm probe");
+    float* b = zrt_malloc((size_t)n * n * sizeof(float), "sgemm probe");
+    float* c = zrt_malloc((size_t)n * n * sizeof(float), "sgemm probe");
+    for (int i = 0; i < n * n; i++) {
+        a[i] = (float)((i * 7) % 13) * 0.01f;
+        b[i] = (float)((i * 5) % 11) * 0.01f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    double t0 = zrt_now(), t;
+    long calls = 0;
+    do {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
+        calls++;
+        t = zrt_now() - t0;
+    } while (t < seconds);
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * n * (double)n * (double)calls / t;
+}
+
+size_t zrt_mem_available(void) {
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                fclose(f);
+                return (size_t)kb * 1024;
+            }
+        fclose(f);
+    }
+    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
+}
+
+const char* zrt_fmt_bytes(double bytes, char* buf, size_t n) {
+    const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) {
+        bytes /= 1024;
+        u++;
+    }
+    snprintf(buf, n, "%.2f %s", bytes, unit[u]);
+    return buf;
+}

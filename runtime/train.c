@@ -1,0 +1,457 @@
+/*
+ * train.c — the trainer: `build/train CONFIG.yaml [options]`, one process per
+ * rank under mpirun (or alone as one rank).
+ *
+ *   build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]
+ *               [--dump-tensors STEP DIR] [--resume DIR]
+ *
+ * One step, top to bottom (docs/RUNTIME.md has the long form):
+ *   config -> data (this rank's sequences of the global batch)
+ *          -> llama_step per micro-batch, with FSDP hooks that all-gather
+ *             each unit before the model reads it and reduce-scatter its
+ *             gradient when it is complete (runtime/fsdp.c, over ZipCCL)
+ *          -> mean over the global batch, global-norm clip, AdamW on shards
+ *          -> one log line (rank 0), checkpoints, validation.
+ *
+ * Left out: GPU execution (the model runs on the CPU kernels), MoE, the
+ * overlap scheduler of a later issue (only a one-unit prefetch here).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "config.h"
+#include "data.h"
+#include "fsdp.h"
+#include "llama.h"
+#include "log.h"
+#include "optim.h"
+
+#define MAX_SETS 64
+
+typedef struct {
+    const char* config;
+    const char* sets[MAX_SETS];
+    int n_sets;
+    const char* log_json;
+    int dump_step;
+    const char* dump_dir;
+    const char* resume;
+} Args;
+
+static int g_rank, g_nranks;
+
+static void usage(FILE* f) {
+    fprintf(f,
+            "usage: build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]\n"
+            "                   [--dump-tensors STEP DIR] [--resume DIR]\n"
+            "  --set key=value        override a config key (dotted: train.steps=20,\n"
+            "                         comm.strategy=raw|native|compressed|auto, ...)\n"
+            "  --log-json FILE        one JSON object per step, last line the param hash\n"
+            "  --dump-tensors STEP D  write the tensors the collectives send at STEP to D\n"
+            "  --resume DIR           continue from a checkpoint (step dir or root)\n");
+}
+
+/* Errors every rank sees alike (bad arguments, bad config): rank 0 says
+ * it once and all ranks leave with status 2, no MPI_Abort needed. */
+static void config_fail(const char* msg) {
+    if (g_rank == 0) {
+        fprintf(stderr, "train: error: %s\n", msg);
+        fflush(stderr);
+    }
+    MPI_Finalize();
+    exit(2);
+}
+
+static void parse_args(int argc, char** argv, Args* a) {
+    memset(a, 0, sizeof *a);
+    a->dump_step = -1;
+    for (int i = 1; i < argc; i++) {
+        const char* s = argv[i];
+        char msg[600];
+        if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+            if (g_rank == 0) usage(stdout);
+            MPI_Finalize();
+            exit(0);
+        } else if (!strcmp(s, "--set") && i + 1 < argc) {
+            if (a->n_sets == MAX_SETS) config_fail("too many --set options");
+            a->sets[a->n_sets++] = argv[++i];
+        } else if (!strcmp(s, "--log-json") && i + 1 < argc) {
+            a->log_json = argv[++i];
+        } else if (!strcmp(s, "--dump-tensors") && i + 2 < argc) {
+            char* end;
+            a->dump_step = (int)strtol(argv[++i], &end, 10);
+            if (*end || a->dump_step < 1) {
+                snprintf(msg, sizeof msg, "--dump-tensors: STEP must be a step number >= 1, got '%s'",
+                         argv[i]);
+                config_fail(msg);
+            }
+            a->dump_dir = argv[++i];
+        } else if (!strcmp(s, "--resume") && i + 1 < argc) {
+            a->resume = argv[++i];
+        } else if (s[0] == '-') {
+            if (g_rank == 0) usage(stderr);
+            snprintf(msg, sizeof msg, "unknown or incomplete option '%s'", s);
+            config_fail(msg);
+        } else if (!a->config) {
+            a->config = s;
+        } else {
+            snprintf(msg, sizeof msg, "unexpected argument '%s' (one config file only)", s);
+            config_fail(msg);
+        }
+    }
+    if (!a->config) {
+        if (g_rank == 0) usage(stderr);
+        config_fail("no config file given");
+    }
+}
+
+/* Refuse at start a model that cannot fit, with the estimate. */
+static void check_memory(const TrainConfig* cfg) {
+    const LlamaConfig* m = &cfg->model;
+    const int N = g_nranks, L = m->n_layers;
+    double shards = 0, root = 0, block = 0;
+    for (int u = 0; u <= L; u++) {
+        double padded = (double)((llama_unit_numel(m, u) + (size_t)N - 1) / (size_t)N * (size_t)N);
+        shards += padded / N;
+        if (u == 0) root = padded;
+        else if (padded > block) block = padded;
+    }
+    const double f32 = 4, p_extra = cfg->comm.param_dtype == zipcclBfloat16 ? 2 : 0,
+                 g_extra = cfg->comm.reduce_dtype == zipcclBfloat16 ? 2 : 0;
+    double params = shards * f32, grads = 2 * shards * f32 /* grad + RS output */,
+           optim = 2 * shards * f32;
+    double gathered = (root + 2 * block) * (f32 + p_extra);
+    double gradfull = (root + (FSDP_MAX_RS_IN_FLIGHT + 1) * block) * (f32 + g_extra);
+    double acts = (double)llama_acts_bytes(m, cfg->data.batch_size, cfg->data.seq_len);
+    double per_rank = params + grads + optim + gathered + gradfull + acts;
+
+    /* Ranks on this host share its memory. */
+    MPI_Comm node;
+    int local = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    double avail = (double)zrt_mem_available();
+    double need = per_rank * local;
+    if (g_rank == 0) {
+        char b[9][32];
+        printf("# memory per rank: params %s + grads %s + optimizer %s + gathered units %s + full "
+               "grads %s + activations %s = %s; x %d ranks on this host = %s of %s available\n",
+               zrt_fmt_bytes(params, b[0], 32), zrt_fmt_bytes(grads, b[1], 32),
+               zrt_fmt_bytes(optim, b[2], 32), zrt_fmt_bytes(gathered, b[3], 32),
+               zrt_fmt_bytes(gradfull, b[4], 32), zrt_fmt_bytes(acts, b[5], 32),
+               zrt_fmt_bytes(per_rank, b[6], 32), local, zrt_fmt_bytes(need, b[7], 32),
+               zrt_fmt_bytes(avail, b[8], 32));
+    }
+    /* Decide together: a rank that stopped alone would leave the others
+     * waiting in their first collective. */
+    int bad = avail > 0 && need > 0.9 * avail, any_bad = 0;
+    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any_bad) {
+        char b[4][32], msg[2048];
+        char g1[32], g2[32], g3[32], g4[32];
+        snprintf(msg, sizeof msg,
+                 "%s: the model does not fit: %.3g B parameters need %s per rank (params %s, "
+                 "grads %s, AdamW m+v %s, gathered units + full grads %s, activations %s); %d "
+                 "ranks on this host need %s but only %s is available. Hint: more hosts, a "
+                 "smaller model, or a smaller data.batch_size / seq_len.",
+                 cfg->source, (double)llama_num_params(m) / 1e9,
+                 zrt_fmt_bytes(per_rank, b[0], 32), zrt_fmt_bytes(params, b[1], 32),
+                 zrt_fmt_bytes(grads, b[2], 32), zrt_fmt_bytes(optim, b[3], 32),
+                 zrt_fmt_bytes(gathered + gradfull, g1, 32), zrt_fmt_bytes(acts, g2, 32), local,
+                 zrt_fmt_bytes(need, g3, 32), zrt_fmt_bytes(avail, g4, 32));
+        config_fail(msg);
+    }
+}
+
+/* AdamW on this rank's shard of every unit, one call per tensor overlap so
+ * norms (vectors) are not decayed while matrices are. */
+static void optimizer_step(Fsdp* f, const AdamWConfig* oc, int t, float lr) {
+    char names[16][64];
+    size_t rows[16], cols[16];
+    for (int u = 0; u < f->n_units; u++) {
+        FsdpUnit* U = &f->units[u];
+        int nt = llama_unit_tensors(&f->cfg->model, u, names, rows, cols, 16);
+        size_t lo = (size_t)f->rank * U->shard, hi = lo + U->shard, off = 0;
+        for (int k = 0; k < nt; k++) {
+            size_t a = off, b = off + rows[k] * cols[k];
+            off = b;
+            if (b <= lo || a >= hi) continue;
+            size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+            float wd = cols[k] == 1 ? 0.0f : oc->weight_decay;
+            adamw_update(oc, U->param + (s - lo), U->grad + (s - lo), U->m + (s - lo),
+                         U->v + (s - lo), e - s, t, lr, wd);
+        }
+    }
+}
+
+static double validate(Fsdp* f, Dataset* ds, LlamaActs* acts, const LlamaParamHooks* hooks,
+                       int* tok, int* tgt) {
+    const TrainConfig* cfg = f->cfg;
+    const int B = cfg->data.batch_size, T = cfg->data.seq_len;
+    double sum = 0;
+    for (int k = 0; k < cfg->data.val_batches; k++) {
+        data_batch(ds, 1, (long long)k * B * g_nranks, g_rank, g_nranks, B, tok, tgt);
+        fsdp_begin_microbatch(f, 0);
+        sum += llama_step(&cfg->model, acts, tok, tgt, B, T, hooks, 0, NULL);
+        fsdp_end_step(f);
+    }
+    return fsdp_mean_over_ranks(f, sum / cfg->data.val_batches);
+}
+
+static void fmt_eta(double s, char* buf, size_t n) {
+    if (s < 0 || !isfinite(s)) s = 0;
+    int h = (int)(s / 3600), m = (int)(s / 60) % 60, sec = (int)s % 60;
+    if (h) snprintf(buf, n, "%dh%02dm", h, m);
+    else snprintf(buf, n, "%dm%02ds", m, sec);
+}
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_nranks);
+    Args args;
+    parse_args(argc, argv, &args);
+
+    /* ---- config ---- */
+    static TrainConfig cfg;
+    char err[1024];
+    config_defaults(&cfg);
+    if (config_load(&cfg, args.config, err, sizeof err)) config_fail(err);
+    for (int i = 0; i < args.n_sets; i++)
+        if (config_set(&cfg, args.sets[i], err, sizeof err)) config_fail(err);
+    if (args.log_json) snprintf(cfg.log.json, sizeof cfg.log.json, "%s", args.log_json);
+    if (config_validate(&cfg, err, sizeof err)) config_fail(err);
+    AdamWConfig oc = {(float)cfg.optim.lr, (float)cfg.optim.min_lr, cfg.schedule.warmup_steps,
+                      cfg.schedule.total_steps ? cfg.schedule.total_steps : cfg.train.steps,
+                      (float)cfg.optim.beta1, (float)cfg.optim.beta2, (float)cfg.optim.eps,
+                      (float)cfg.optim.weight_decay};
+    if (oc.warmup_steps > oc.total_steps) {
+        /* Short runs of a long config (--set train.steps=5) keep working. */
+        if (g_rank == 0)
+            printf("# note: schedule.warmup_steps %d > %d total steps: warmup clamped to %d\n",
+                   oc.warmup_steps, oc.total_steps, oc.total_steps);
+        oc.warmup_steps = oc.total_steps;
+    }
+    if (adamw_config_check(&oc, err, sizeof err)) {
+        char msg[2000];
+        snprintf(msg, sizeof msg, "%s: optimizer/schedule: %s", cfg.source, err);
+        config_fail(msg);
+    }
+    const LlamaConfig* mc = &cfg.model;
+    const int B = cfg.data.batch_size, T = cfg.data.seq_len, A = cfg.data.grad_accum;
+    if (g_rank == 0) {
+        printf("# effective config (%s, %d rank%s)\n", cfg.source, g_nranks,
+               g_nranks > 1 ? "s" : "");
+        config_print(&cfg, stdout);
+        printf("# model: %.3f M parameters, %d units; global batch %d x %d x %d ranks x %d accum "
+               "= %lld tokens/step\n",
+               (double)llama_num_params(mc) / 1e6, mc->n_layers + 1, B, T, g_nranks, A,
+               (long long)B * T * g_nranks * A);
+        fflush(stdout);
+    }
+    check_memory(&cfg);
+
+    /* ---- data ---- */
+    Dataset ds;
+    const double t_data = zrt_now();
+    /* A BPE is trained once, by rank 0, and cached next to the data; the
+     * other ranks wait and read the cache instead of all training at once. */
+    const int bpe = !strcmp(cfg.data.tokenizer, "bpe");
+    int data_rc = 0;
+    if (!bpe || g_rank == 0)
+        data_rc = data_open(&ds, cfg.data.path, cfg.data.tokenizer, cfg.data.bpe_merges,
+                            mc->vocab_size, T, cfg.data.val_fraction, (uint64_t)cfg.data.seed, err,
+                            sizeof err);
+    if (bpe) {
+        MPI_Bcast(&data_rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (g_rank != 0 && data_rc == 0) {
+            /* Rank 0 succeeded, so this is a local failure: abort everyone. */
+            trainCheck(!data_open(&ds, cfg.data.path, cfg.data.tokenizer, cfg.data.bpe_merges,
+                                  mc->vocab_size, T, cfg.data.val_fraction,
+                                  (uint64_t)cfg.data.seed, err, sizeof err),
+                       "%s", err);
+        }
+    }
+    if (data_rc) config_fail(err); /* every rank saw it (or rank 0 did and said so) */
+    if (g_rank == 0)
+        printf("# data: %s, %s tokenizer%s, %zu tokens (%zu train, %zu validation), %zu train "
+               "sequences, %.1f s\n",
+               cfg.data.path, cfg.data.tokenizer,
+               strcmp(cfg.data.tokenizer, "bpe") ? "" : ds.bpe_cached ? " (cached)" : " (trained)",
+               ds.n_tokens, ds.n_train, ds.n_tokens - ds.n_train, ds.n_windows[0],
+               zrt_now() - t_data);
+
+    /* ---- the SGEMM peak for MFU: every rank at once, summed ---- */
+    double peak_rank = zrt_sgemm_peak(0.3);
+
+    /* ---- model + FSDP ---- */
+    Fsdp fsdp;
+    fsdp_init(&fsdp, &cfg);
+    double peak = fsdp_mean_over_ranks(&fsdp, peak_rank) * g_nranks;
+    LlamaActs* acts = llama_acts_alloc(mc, B, T);
+    trainCheck(acts, "cannot allocate %zu bytes of activations for B=%d T=%d",
+               llama_acts_bytes(mc, B, T), B, T);
+    LlamaParamHooks hooks = fsdp_hooks(&fsdp);
+    int* tok = zrt_malloc((size_t)B * T * sizeof(int), "tokens");
+    int* tgt = zrt_malloc((size_t)B * T * sizeof(int), "targets");
+
+    TrainState st = {0, 0};
+    if (args.resume) {
+        checkpoint_load(&fsdp, args.resume, &st);
+        if (g_rank == 0)
+            printf("# resumed from %s at step %d (%lld samples consumed)\n", args.resume, st.step,
+                   st.samples);
+    }
+    trainCheck(st.step <= cfg.train.steps,
+               "--resume: the checkpoint is at step %d, beyond train.steps %d (hint: --set "
+               "train.steps=N)",
+               st.step, cfg.train.steps);
+
+    FILE* jl = NULL;
+    if (g_rank == 0 && cfg.log.json[0]) {
+        jl = fopen(cfg.log.json, "w");
+        trainCheck(jl, "cannot open the JSON log %s: %s", cfg.log.json, strerror(errno));
+    }
+    if (g_rank == 0) {
+        printf("# sgemm peak %.2f GFLOP/s (all ranks); strategies: allgather %s, reducescatter "
+               "%s; param %s, reduce %s, codec %s\n",
+               peak / 1e9, zipcclStrategyName(fsdp.units[1 % fsdp.n_units].ag_cfg.strategy),
+               zipcclStrategyName(fsdp.units[1 % fsdp.n_units].rs_cfg.strategy),
+               zipcclTypeName(cfg.comm.param_dtype), zipcclTypeName(cfg.comm.reduce_dtype),
+               config_codec_name(cfg.comm.codec));
+        fflush(stdout);
+    }
+
+    /* ---- the loop ---- */
+    const double tokens_per_step = (double)B * T * g_nranks * A;
+    const double flops_per_step = llama_flops_per_token(mc, T) * tokens_per_step;
+    const int first_step = st.step;
+    const double t_start = zrt_now();
+    for (int step = st.step; step < cfg.train.steps; step++) {
+        const int step_no = step + 1; /* 1-based: the step being computed */
+        zipcclCounters_t c0[2], c1[2];
+        fsdp_counters(&fsdp, zipcclCollAllGather, &c0[0]);
+        fsdp_counters(&fsdp, zipcclCollReduceScatter, &c0[1]);
+        zipcclCounters_t chk[2];
+        zipcclCheck(zipcclCommGetCounters(fsdp.comm_ag, zipcclCollAllGather, &chk[0]));
+        zipcclCheck(zipcclCommGetCounters(fsdp.comm_rs, zipcclCollReduceScatter, &chk[1]));
+        const double blocked0 = fsdp.blocked_s;
+        const double t0 = zrt_now();
+        if (args.dump_step == step_no) fsdp_dump_arm(&fsdp);
+
+        fsdp_zero_grads(&fsdp);
+        double loss_sum = 0;
+        for (int a = 0; a < A; a++) {
+            data_batch(&ds, 0, st.samples, g_rank, g_nranks, B, tok, tgt);
+            fsdp_begin_microbatch(&fsdp, 1);
+            loss_sum += llama_step(mc, acts, tok, tgt, B, T, &hooks, 1, NULL);
+            fsdp_end_microbatch(&fsdp);
+            st.samples += (long long)B * g_nranks;
+        }
+        fsdp_end_step(&fsdp);
+        /* Sum over ranks and micro-batches -> mean over the global batch. */
+        fsdp_scale_grads(&fsdp, 1.0f / (float)(g_nranks * A));
+        const double loss = fsdp_mean_over_ranks(&fsdp, loss_sum / A);
+        const double norm = fsdp_grad_norm(&fsdp);
+        trainCheck(isfinite(loss) && isfinite(norm),
+                   "step %d: loss %g, grad norm %g are not finite (hint: lower optimizer.lr, "
+                   "raise warmup_steps)",
+                   step_no, loss, norm);
+        const float clip = optim_clip_factor(norm, (float)cfg.optim.grad_clip);
+        if (clip != 1.0f)
+            for (int u = 0; u < fsdp.n_units; u++)
+                optim_scale(fsdp.units[u].grad, fsdp.units[u].shard, clip);
+        const float lr = adamw_lr(&oc, step);
+        optimizer_step(&fsdp, &oc, step_no, lr);
+        st.step = step_no;
+        const double dt = zrt_now() - t0;
+
+        if (args.dump_step == step_no) {
+            fsdp_dump_write(&fsdp, args.dump_dir, step_no);
+            if (g_rank == 0) printf("# dumped the step %d tensors to %s\n", step_no, args.dump_dir);
+        }
+        fsdp_check_compression(&fsdp, chk);
+        fsdp_counters(&fsdp, zipcclCollAllGather, &c1[0]);
+        fsdp_counters(&fsdp, zipcclCollReduceScatter, &c1[1]);
+        double raw[2], wire[2], codec_ms = 0;
+        for (int k = 0; k < 2; k++) {
+            raw[k] = (double)(c1[k].rawBytes - c0[k].rawBytes);
+            wire[k] = (double)(c1[k].wireBytes - c0[k].wireBytes);
+            codec_ms += (c1[k].codecSeconds - c0[k].codecSeconds) * 1e3;
+        }
+        const double raw_all = raw[0] + raw[1], wire_all = wire[0] + wire[1];
+        const double exposed_ms = (fsdp.blocked_s - blocked0) * 1e3;
+
+        double val = NAN;
+        if (cfg.data.val_every > 0 && (step_no % cfg.data.val_every == 0 ||
+                                       step_no == cfg.train.steps) && ds.n_windows[1] > 0)
+            val = validate(&fsdp, &ds, acts, &hooks, tok, tgt);
+
+        if (g_rank == 0) {
+            const double tps = tokens_per_step / dt, fl = flops_per_step / dt;
+            const double elapsed = zrt_now() - t_start;
+            char eta[32];
+            fmt_eta(elapsed / (step_no - first_step) * (cfg.train.steps - step_no), eta,
+                    sizeof eta);
+            if (step_no % cfg.log.every == 0 || step_no == cfg.train.steps || !isnan(val)) {
+                printf("step %5d/%d | loss %.4f | norm %.4f | lr %.3e | %7.1f ms | %8.0f tok/s | "
+                       "%6.2f GFLOP/s | MFU %5.1f%% | comm %.2f MB -> %.2f MB (x%.3f) | codec "
+                       "%.1f ms | exposed %.1f ms",
+                       step_no, cfg.train.steps, loss, norm, lr, dt * 1e3, tps, fl / 1e9,
+                       100 * fl / peak, raw_all / 1e6, wire_all / 1e6,
+                       wire_all > 0 ? raw_all / wire_all : 1.0, codec_ms, exposed_ms);
+                if (!isnan(val)) printf(" | val %.4f", val);
+                printf(" | eta %s\n", eta);
+                fflush(stdout);
+            }
+            if (jl) {
+                fprintf(jl,
+                        "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                        "\"ms\": %.9g, \"tokens_per_s\": %.9g, \"flops_per_s\": %.9g, "
+                        "\"mfu\": %.9g, \"comm_raw_bytes\": %.0f, \"comm_wire_bytes\": %.0f, "
+                        "\"comm_ratio\": %.9g, \"allgather_ratio\": %.9g, "
+                        "\"reducescatter_ratio\": %.9g, \"allgather_raw_bytes\": %.0f, "
+                        "\"allgather_wire_bytes\": %.0f, \"reducescatter_raw_bytes\": %.0f, "
+                        "\"reducescatter_wire_bytes\": %.0f, \"codec_ms\": %.9g, "
+                        "\"exposed_comm_ms\": %.9g",
+                        step_no, loss, norm, (double)lr, dt * 1e3, tps, fl, fl / peak, raw_all,
+                        wire_all, wire_all > 0 ? raw_all / wire_all : 1.0,
+                        wire[0] > 0 ? raw[0] / wire[0] : 1.0,
+                        wire[1] > 0 ? raw[1] / wire[1] : 1.0, raw[0], wire[0], raw[1], wire[1],
+                        codec_ms, exposed_ms);
+                if (!isnan(val)) fprintf(jl, ", \"val_loss\": %.9g", val);
+                fprintf(jl, "}\n");
+                fflush(jl);
+            }
+        }
+        if (cfg.ckpt.dir[0] && cfg.ckpt.every > 0 && step_no % cfg.ckpt.every == 0 &&
+            step_no != cfg.train.steps)
+            checkpoint_save(&fsdp, &cfg, &st);
+    }
+    if (cfg.ckpt.dir[0] && st.step > first_step) checkpoint_save(&fsdp, &cfg, &st);
+
+    const uint64_t hash = fsdp_param_hash(&fsdp);
+    if (g_rank == 0) {
+        printf("# done: %d steps, %.1f s, final param hash %016" PRIx64 "\n",
+               st.step - first_step, zrt_now() - t_start, hash);
+        if (jl) {
+            fprintf(jl, "{\"final\": true, \"step\": %d, \"param_hash\": \"%016" PRIx64 "\"}\n",
+                    st.step, hash);
+            fclose(jl);
+        }
+    }
+    free(tok);
+    free(tgt);
+    llama_acts_free(acts);
+    fsdp_free(&fsdp);
+    data_close(&ds);
+    MPI_Finalize();
+    return 0;
+}

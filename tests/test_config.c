@@ -1,0 +1,211 @@
+/*
+ * test_config.c — unit tests of the trainer's config reader (runtime/config.c).
+ *
+ * Each case writes a small YAML file and checks what config_load() made of
+ * it against the values written in the text (the independent reference),
+ * and that bad files are refused with the file, the line and the key.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "testutil.h"
+
+static char g_path[64];
+
+static const char* write_yaml(const char* text) {
+    snprintf(g_path, sizeof g_path, "/tmp/test_config_%d.yaml", (int)getpid());
+    FILE* f = fopen(g_path, "w");
+    if (!f) return NULL;
+    fputs(text, f);
+    fclose(f);
+    return g_path;
+}
+
+/* Load text over the defaults; returns config_load's result, err filled. */
+static int load(const char* text, TrainConfig* c, char* err, size_t n) {
+    config_defaults(c);
+    err[0] = '\0';
+    return config_load(c, write_yaml(text), err, n);
+}
+
+/* The error must be refused and mention every fragment. */
+static void expect_error(const char* name, const char* text, const char* frag1,
+                         const char* frag2) {
+    TrainConfig c;
+    char err[512];
+    int rc = load(text, &c, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, frag1) && (!frag2 || strstr(err, frag2)), name,
+          "rc %d, error '%s', wanted '%s' and '%s'", rc, err, frag1, frag2 ? frag2 : "");
+}
+
+int main(void) {
+    TrainConfig c;
+    char err[512];
+
+    /* A full file: every section, nested and flow style, comments. */
+    int rc = load("# comment\n"
+                  "model:\n"
+                  "  vocab_size: 300\n"
+                  "  dim: 96\n"
+                  "  n_layers: 3\n"
+                  "  n_heads: 6\n"
+                  "  n_kv_heads: 2\n"
+                  "  ffn_hidden: 200\n"
+                  "  max_seq_len: 48\n"
+                  "  rope_theta: 500000\n"
+                  "  norm_eps: 1.0e-6\n"
+                  "  tie_embeddings: false\n"
+                  "data: {path: x.bin, tokenizer: u16, seq_len: 40, batch_size: 3, grad_accum: 5,\n"
+                  "       val_fraction: 0.1, val_every: 7, val_batches: 2, seed: 99}\n"
+                  "train: {steps: 123, seed: 77}\n"
+                  "optimizer: {lr: 0.002, min_lr: 0.0001, beta1: 0.8, beta2: 0.99, eps: 1e-7,\n"
+                  "            weight_decay: 0.05, grad_clip: 0.5}\n"
+                  "schedule: {warmup_steps: 11, total_steps: 200}\n"
+                  "parallelism: {fsdp: true, reshard_after_forward: false, prefetch: no}\n"
+                  "comm:\n"
+                  "  strategy: raw\n"
+                  "  allgather: compressed\n"
+                  "  reducescatter: default\n"
+                  "  codec: dense\n"
+                  "  param_dtype: bf16\n"
+                  "  reduce_dtype: bf16\n"
+                  "  overrides:\n"
+                  "    - {pattern: \"layers.1*\", strategy: native}\n"
+                  "    - {pattern: \"outer\", strategy: auto, kind: reducescatter}\n"
+                  "logging: {every: 4, json: log.jsonl}\n"
+                  "checkpoint: {dir: ck, every: 50, keep: 3}\n",
+                  &c, err, sizeof err);
+    CHECK(rc == 0, "full_file_loads", "%s", err);
+    CHECK(c.model.vocab_size == 300 && c.model.dim == 96 && c.model.n_layers == 3 &&
+              c.model.n_heads == 6 && c.model.n_kv_heads == 2 && c.model.ffn_hidden == 200 &&
+              c.model.max_seq_len == 48 && c.model.rope_theta == 500000.0f &&
+              c.model.norm_eps == 1.0e-6f && c.model.tie_embeddings == 0,
+          "model_section", "got dim %d layers %d", c.model.dim, c.model.n_layers);
+    CHECK(!strcmp(c.data.path, "x.bin") && !strcmp(c.data.tokenizer, "u16") &&
+              c.data.seq_len == 40 && c.data.batch_size == 3 && c.data.grad_accum == 5 &&
+              c.data.val_fraction == 0.1 && c.data.val_every == 7 && c.data.val_batches == 2 &&
+              c.data.seed == 99,
+          "data_section_flow_style", "path '%s' seq %d", c.data.path, c.data.seq_len);
+    CHECK(c.train.steps == 123 && c.train.seed == 77 && c.schedule.warmup_steps == 11 &&
+              c.schedule.total_steps == 200,
+          "train_schedule", "steps %d", c.train.steps);
+    CHECK(c.optim.lr == 0.002 && c.optim.min_lr == 0.0001 && c.optim.beta1 == 0.8 &&
+              c.optim.beta2 == 0.99 && c.optim.eps == 1e-7 && c.optim.weight_decay == 0.05 &&
+              c.optim.grad_clip == 0.5,
+          "optimizer_section", "lr %g", c.optim.lr);
+    CHECK(c.parallel.fsdp == 1 && c.parallel.reshard_after_forward == 0 && c.parallel.prefetch == 0,
+          "parallelism_bools", "reshard %d prefetch %d", c.parallel.reshard_after_forward,
+          c.parallel.prefetch);
+    CHECK(c.comm.strategy == zipcclStrategyRaw && c.comm.allgather == zipcclStrategyCompressed &&
+              c.comm.reducescatter == zipcclStrategyDefault && c.comm.codec == zipcclCodecDense &&
+              c.comm.param_dtype == zipcclBfloat16 && c.comm.reduce_dtype == zipcclBfloat16 &&
+              c.comm.n_overrides == 2,
+          "comm_section", "strategy %d overrides %d", c.comm.strategy, c.comm.n_overrides);
+    CHECK(c.log.every == 4 && !strcmp(c.log.json, "log.jsonl") && !strcmp(c.ckpt.dir, "ck") &&
+              c.ckpt.every == 50 && c.ckpt.keep == 3,
+          "logging_checkpoint", "every %d dir '%s'", c.log.every, c.ckpt.dir);
+
+    /* Strategy resolution: per kind, then overrides by fnmatch, later wins. */
+    CHECK(config_strategy_for(&c, zipcclCollAllGather, "layers.0") == zipcclStrategyCompressed &&
+              config_strategy_for(&c, zipcclCollReduceScatter, "layers.0") == zipcclStrategyRaw &&
+              config_strategy_for(&c, zipcclCollAllGather, "layers.1") == zipcclStrategyNative &&
+              config_strategy_for(&c, zipcclCollReduceScatter, "layers.12") == zipcclStrategyNative &&
+              config_strategy_for(&c, zipcclCollAllGather, "layers.2") == zipcclStrategyCompressed &&
+              config_strategy_for(&c, zipcclCollReduceScatter, "outer") == zipcclStrategyAuto &&
+              config_strategy_for(&c, zipcclCollAllGather, "outer") == zipcclStrategyCompressed,
+          "strategy_resolution", "per-kind / override resolution wrong");
+
+    /* --set: same checks, and comm.strategy wins over everything. */
+    CHECK(config_set(&c, "train.steps=9", err, sizeof err) == 0 && c.train.steps == 9,
+          "set_int", "%s", err);
+    CHECK(config_set(&c, "optimizer.lr=0.5", err, sizeof err) == 0 && c.optim.lr == 0.5,
+          "set_float", "%s", err);
+    CHECK(config_set(&c, "comm.strategy=compressed", err, sizeof err) == 0 &&
+              config_strategy_for(&c, zipcclCollAllGather, "layers.1") == zipcclStrategyCompressed &&
+              config_strategy_for(&c, zipcclCollReduceScatter, "outer") ==
+                  zipcclStrategyCompressed,
+          "set_strategy_forces_all", "%s", err);
+    CHECK(config_set(&c, "model.dimx=3", err, sizeof err) == -1 &&
+              strstr(err, "unknown key 'model.dimx'"),
+          "set_unknown_key", "%s", err);
+    CHECK(config_set(&c, "data.seq_len=abc", err, sizeof err) == -1 &&
+              strstr(err, "key 'data.seq_len': expected an integer"),
+          "set_wrong_type", "%s", err);
+    CHECK(config_set(&c, "data.val_fraction=0.9", err, sizeof err) == -1 &&
+              strstr(err, "out of range"),
+          "set_out_of_range", "%s", err);
+    CHECK(config_set(&c, "noequals", err, sizeof err) == -1, "set_malformed", "%s", err);
+
+    /* The printout reads back to the same values. */
+    {
+        TrainConfig a, b;
+        char path2[80];
+        config_defaults(&a);
+        config_set(&a, "model.dim=48", err, sizeof err);
+        config_set(&a, "comm.reduce_dtype=bf16", err, sizeof err);
+        config_set(&a, "data.path=some file.txt", err, sizeof err);
+        snprintf(path2, sizeof path2, "/tmp/test_config_print_%d.yaml", (int)getpid());
+        FILE* f = fopen(path2, "w");
+        config_print(&a, f);
+        fclose(f);
+        config_defaults(&b);
+        int r = config_load(&b, path2, err, sizeof err);
+        unlink(path2);
+        CHECK(r == 0 && b.model.dim == 48 && b.comm.reduce_dtype == zipcclBfloat16 &&
+                  !strcmp(b.data.path, "some file.txt") && b.optim.lr == a.optim.lr &&
+                  b.model.norm_eps == a.model.norm_eps && b.data.seed == a.data.seed,
+              "print_reads_back", "%s", err);
+    }
+
+    /* Refusals, each naming file, line and key. */
+    expect_error("unknown_key_line", "model:\n  dim: 64\n  depth: 3\n", ":3: unknown key 'model.depth'",
+                 g_path);
+    expect_error("unknown_section", "train:\n  steps: 3\nmodle:\n  dim: 4\n",
+                 ":3: unknown key 'modle'", NULL);
+    expect_error("wrong_type_int", "train:\n  steps: 3.5\n",
+                 ":2: key 'train.steps': expected an integer, got '3.5'", NULL);
+    expect_error("wrong_type_bool", "model:\n  tie_embeddings: maybe\n",
+                 ":2: key 'model.tie_embeddings': expected true or false", NULL);
+    expect_error("out_of_range_int", "data:\n  batch_size: 0\n",
+                 ":2: key 'data.batch_size': 0 is out of range", NULL);
+    expect_error("out_of_range_float", "optimizer:\n  beta2: 1.5\n",
+                 ":2: key 'optimizer.beta2': 1.5 is out of range", NULL);
+    expect_error("nan_refused", "optimizer:\n  lr: .nan\n", "key 'optimizer.lr': expected a number",
+                 NULL);
+    expect_error("fsdp_false_refused", "parallelism:\n  fsdp: false\n",
+                 "key 'parallelism.fsdp': only true is supported", NULL);
+    expect_error("bad_dtype", "comm:\n  param_dtype: fp8\n", ":2: key 'comm.param_dtype': unknown dtype 'fp8'",
+                 NULL);
+    expect_error("bad_codec", "comm:\n  codec: zstd\n", "unknown codec 'zstd'", NULL);
+    expect_error("section_not_mapping", "model: 3\n", ":1: key 'model': expected a mapping", NULL);
+    expect_error("value_not_scalar", "model:\n  dim: [1, 2]\n", ":2: key 'model.dim': expected a single value",
+                 NULL);
+    expect_error("override_without_strategy", "comm:\n  overrides:\n    - {pattern: outer}\n",
+                 ":3: key 'comm.overrides': entry needs both pattern and strategy", NULL);
+    expect_error("override_not_list", "comm:\n  overrides: raw\n", "key 'comm.overrides': expected a list",
+                 NULL);
+    expect_error("syntax_error", "model:\n  dim: 4\n   bad indent: [\n", "YAML syntax error", NULL);
+    expect_error("top_not_mapping", "- a\n- b\n", "the top level must be a mapping", NULL);
+    {
+        TrainConfig d;
+        config_defaults(&d);
+        int r = config_load(&d, "/nonexistent/dir/x.yaml", err, sizeof err);
+        CHECK(r == -1 && strstr(err, "/nonexistent/dir/x.yaml: cannot open config"),
+              "missing_file", "%s", err);
+    }
+    /* Cross-field checks after loading. */
+    {
+        TrainConfig d;
+        config_defaults(&d);
+        config_set(&d, "data.seq_len=128", err, sizeof err); /* > max_seq_len 64 */
+        CHECK(config_validate(&d, err, sizeof err) == -1 && strstr(err, "data.seq_len"),
+              "validate_seq_len", "%s", err);
+        config_defaults(&d);
+        CHECK(config_validate(&d, err, sizeof err) == 0, "defaults_valid", "%s", err);
+    }
+    unlink(g_path);
+    return tu_exit();
+}

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# test: asan=no timeout=600
+# test_train_equiv.sh — the trainer's numerical invariants, end to end.
+#   (a) compressed collectives == raw collectives, bit for bit: every step's
+#       loss, grad norm and lr and the final parameter hash, over 20 steps at
+#       1, 2 and 4 ranks (bf16 all-gathers and fp32 reduce-scatters, then
+#       bf16 reduce-scatters too).
+#   (b) N ranks with batch B == 1 rank with batch N*B (same global batch):
+#       losses agree within 1e-5 relative over 20 steps, 1e-6 at step 1
+#       (measured: ~5e-8).
+#       Not bitwise, by design: the gradient mean is summed in a different
+#       order (per-rank means, then a reduce-scatter sum x 1/N, against one
+#       mean over all sequences), so fp32 rounding differs from step 1 on and
+#       the tiny differences grow a little with each update.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+TRAIN=${TRAIN:-$BUILD/train}
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# A small corpus from the tree itself and a model that runs 20 steps in a
+# second or two.
+cat README.md docs/*.md runtime/*.c models/*.c >"$tmp/corpus.txt"
+cat >"$tmp/tiny.yaml" <<YAML
+model: {vocab_size: 256, dim: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64,
+        max_seq_len: 32, rope_theta: 10000, norm_eps: 1.0e-5, tie_embeddings: false}
+data: {path: $tmp/corpus.txt, tokenizer: byte, seq_len: 32, batch_size: 2, grad_accum: 2,
+       val_fraction: 0.05, val_every: 10, val_batches: 2, seed: 7}
+train: {steps: 20, seed: 3}
+optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {warmup_steps: 5}
+comm: {strategy: compressed, param_dtype: bf16, reduce_dtype: fp32}
+YAML
+
+fails=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+
+run() { # run NP OUT [--set ...]
+  local np=$1 out=$2; shift 2
+  if [ "$np" = 1 ]; then
+    "$TRAIN" "$tmp/tiny.yaml" --log-json "$out" "$@" >"$out.log" 2>&1
+  else
+    mpirun --oversubscribe --bind-to none -n "$np" "$TRAIN" "$tmp/tiny.yaml" --log-json "$out" \
+      "$@" >"$out.log" 2>&1
+  fi
+  local rc=$?
+  [ $rc -eq 0 ] || { echo "--- $out.log (exit $rc)"; tail -5 "$out.log"; }
+  return $rc
+}
+
+# compare A B MODE [TOL]: MODE exact -> identical loss/grad_norm/lr per step
+# and identical final hash; MODE close -> relative loss difference <= TOL.
+compare() {
+  python3 - "$@" <<'PY'
+import json, sys
+a, b, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+tol = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+def load(p):
+    steps, final = {}, None
+    for line in open(p):
+        o = json.loads(line)
+        if o.get("final"): final = o
+        else: steps[o["step"]] = o
+    return steps, final
+sa, fa = load(a); sb, fb = load(b)
+if sorted(sa) != sorted(sb) or not sa: print("steps differ: %s vs %s" % (sorted(sa), sorted(sb))); sys.exit(1)
+worst = 0.0
+for s in sorted(sa):
+    for k in ("loss", "grad_norm", "lr") if mode == "exact" else ("loss",):
+        x, y = sa[s][k], sb[s][k]
+        if mode == "exact" and x != y: print("step %d %s: %r != %r" % (s, k, x, y)); sys.exit(1)
+        rel = abs(x - y) / max(abs(x), 1e-30)
+        worst = max(worst, rel)
+        if mode == "close" and rel > (1e-6 if s == 1 else tol):
+            print("step %d %s: %r vs %r, relative %.3g" % (s, k, x, y, rel)); sys.exit(1)
+if mode == "exact" and (not fa or not fb or fa["param_hash"] != fb["param_hash"]):
+    print("final hash %s != %s" % (fa and fa["param_hash"], fb and fb["param_hash"])); sys.exit(1)
+print("max relative loss difference %.3g over %d steps" % (worst, len(sa)))
+PY
+}
+
+[ -x "$TRAIN" ] || { echo "FAIL train_equiv: $TRAIN not built"; exit 1; }
+
+# (a) compressed == raw
+for np in 1 2 4; do
+  for rd in fp32 bf16; do
+    name="compressed_equals_raw_np${np}_reduce_${rd}"
+    if run "$np" "$tmp/c$np$rd.jsonl" --set comm.reduce_dtype=$rd &&
+       run "$np" "$tmp/r$np$rd.jsonl" --set comm.reduce_dtype=$rd --set comm.strategy=raw; then
+      why=$(compare "$tmp/c$np$rd.jsonl" "$tmp/r$np$rd.jsonl" exact) && pass "$name" || fail "$name" "$why"
+    else
+      fail "$name" "a run failed"
+    fi
+  done
+  # The compressed run must really have compressed (the trainer also refuses
+  # a compressed path that is not compressing; this checks the log says so).
+  if [ "$np" -gt 1 ]; then
+    python3 - "$tmp/c${np}fp32.jsonl" <<'PY' && pass "compressed_run_compresses_np$np" || fail "compressed_run_compresses_np$np" "comm_ratio <= 1"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"final"' not in l]
+sys.exit(0 if rows and all(r["comm_wire_bytes"] < r["comm_raw_bytes"] for r in rows) else 1)
+PY
+  fi
+done
+
+# Overlap and resharding choices and per-layer strategies are numerically
+# neutral: prefetch off + keep gathered units, and a config whose overrides
+# send some units raw / native, equal the compressed run bit for bit.
+name="prefetch_reshard_neutral_np2"
+if run 2 "$tmp/n2.jsonl" --set comm.reduce_dtype=fp32 --set parallelism.prefetch=false \
+       --set parallelism.reshard_after_forward=false; then
+  why=$(compare "$tmp/c2fp32.jsonl" "$tmp/n2.jsonl" exact) && pass "$name" || fail "$name" "$why"
+else
+  fail "$name" "run failed"
+fi
+sed 's/^comm: .*/comm: {strategy: compressed, param_dtype: bf16, reduce_dtype: fp32, allgather: raw,\
+       overrides: [{pattern: "outer", strategy: native}, {pattern: "layers.1", strategy: compressed, kind: allgather}]}/' \
+  "$tmp/tiny.yaml" >"$tmp/ovr.yaml"
+name="per_layer_overrides_neutral_np2"
+if mpirun --oversubscribe --bind-to none -n 2 "$TRAIN" "$tmp/ovr.yaml" --log-json "$tmp/o2.jsonl" >"$tmp/o2.log" 2>&1; then
+  why=$(compare "$tmp/c2fp32.jsonl" "$tmp/o2.jsonl" exact) && pass "$name" || fail "$name" "$why"
+else
+  fail "$name" "run failed: $(tail -3 "$tmp/o2.log")"
+fi
+
+# (b) N ranks x B == 1 rank x N*B at the same global batch (8 sequences x 2 accum)
+run 1 "$tmp/g1.jsonl" --set data.batch_size=4 --set comm.param_dtype=fp32 || fail "one_rank_run" "failed"
+for np in 2 4; do
+  b=$((4 / np))
+  name="np${np}_matches_np1_same_global_batch"
+  if run "$np" "$tmp/g$np.jsonl" --set data.batch_size=$b --set comm.param_dtype=fp32; then
+    why=$(compare "$tmp/g1.jsonl" "$tmp/g$np.jsonl" close 1e-5) && { pass "$name"; echo "  $why"; } || fail "$name" "$why"
+  else
+    fail "$name" "run failed"
+  fi
+done
+exit $((fails > 0))
