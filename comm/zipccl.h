@@ -25,7 +25,7 @@
  *   - collectives share one argument order:
  *       (sendbuf, recvbuf, count, dtype, [op], comm, cfg, stream)
  *     where cfg may be NULL (communicator defaults) and stream is a
- *     cudaStream_t for NCCL communicators and NULL for MPI ones.
+ *     cudaStream_t for NCCL communicators and NULL (ignored) for MPI ones.
  *   - counts are in elements, sizes in bytes.
  */
 #ifndef ZIPCCL_H
@@ -173,8 +173,9 @@ typedef enum {
 
 typedef enum {
     zipcclAlgoDefault = 0,
-    zipcclAlgoRing = 1,   /* ReduceScatter: decompress-reduce-recompress per hop */
-    zipcclAlgoDirect = 2  /* ReduceScatter: each chunk compressed once, reduced by owner */
+    zipcclAlgoRing = 1,   /* ReduceScatter/AllReduce: decompress-reduce-recompress per hop
+                             (fp32 partials; MPI only) */
+    zipcclAlgoDirect = 2  /* ReduceScatter/AllReduce: each chunk compressed once, reduced by owner */
 } zipcclAlgo_t;
 
 typedef enum {
@@ -206,7 +207,17 @@ typedef struct {
  *   ZIPCCL_STRATEGY=native|raw|compressed|auto   (default: auto)
  *   ZIPCCL_CODEC=fast|dense                      (default: fast)
  *   ZIPCCL_TIMEOUT_S=seconds                     (default: 300; 0 = none)
- *   ZIPCCL_LOG=0|1|2                              (switcher decisions)     */
+ *   ZIPCCL_LOG=0|1|2                              (switcher decisions)
+ *   ZIPCCL_ALGO=ring|direct                      (default: direct)
+ *   ZIPCCL_PIECE_BYTES, ZIPCCL_CALIBRATE=0, ZIPCCL_LINK_GBPS: see
+ *   docs/COLLECTIVES.md §8.
+ * MPI: each communicator runs its calls on its own progress thread, which
+ * needs MPI_THREAD_MULTIPLE (MPI_Init_thread); below that level every call,
+ * async ones too, completes at issue.  After a call fails mid-flight
+ * (timeout, mismatch, transport error) the communicator refuses further
+ * calls: destroy it.  Reductions sum in the canonical order of
+ * docs/COLLECTIVES.md §3 (block b: ranks b+1, ..., b-1, b, in fp32, one
+ * rounding), identical for raw/compressed and ring/direct.                 */
 zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm);
 zipcclResult_t zipcclCommInitNccl(zipcclComm_t* comm, void* ncclComm);
 zipcclResult_t zipcclCommDestroy(zipcclComm_t comm);

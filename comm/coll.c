@@ -1,0 +1,527 @@
+/*
+ * coll.c — the collectives' front door: communicators, argument checks,
+ * the per-communicator executor (queue + progress thread), requests,
+ * strategy resolution and counters.  The algorithms are in coll_algos.c,
+ * the MPI side in transport_mpi.c, NCCL in transport_nccl.c, the auto cost
+ * model in switcher.c.
+ *
+ * Execution model.  Each MPI communicator owns a duplicate of the caller's
+ * MPI communicator and one progress thread that runs its calls one at a
+ * time in issue order; a blocking call is an async call plus a wait.  Calls
+ * on different communicators run concurrently on their own threads and
+ * their own MPI contexts, so they neither interfere nor deadlock, and calls
+ * on one communicator cannot deadlock because every rank runs them in the
+ * same order.  This needs MPI_THREAD_MULTIPLE; under a lower thread level
+ * every call (async ones too) runs to completion in the caller's thread at
+ * issue, which is still correct when all ranks issue in the same order.
+ * NCCL communicators run at issue too: their work is stream-ordered.
+ *
+ * Left out: cancelling a queued call; re-using a communicator after a
+ * mid-flight failure (timeout, mismatch, transport error) — it is marked
+ * broken and refuses further calls, since peers may still send to it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coll_internal.h"
+
+double zipcclNow(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    if (c->scratchCap[slot] < bytes) {
+        free(c->scratch[slot]);
+        /* Grow by 1/8 more so slowly growing sizes do not reallocate each call. */
+        size_t cap = bytes + bytes / 8;
+        c->scratch[slot] = malloc(cap);
+        c->scratchCap[slot] = c->scratch[slot] ? cap : 0;
+    }
+    return c->scratch[slot];
+}
+
+/* ---- names ------------------------------------------------------------------- */
+
+const char* zipcclCollName(zipcclCollKind_t kind) {
+    static const char* const names[zipcclNumCollKinds] = {"AllGather", "ReduceScatter",
+                                                          "AllReduce", "AlltoAll", "AlltoAllv"};
+    return (int)kind >= 0 && kind < zipcclNumCollKinds ? names[kind] : "?";
+}
+
+const char* zipcclStrategyName(zipcclStrategy_t s) {
+    switch (s) {
+    case zipcclStrategyDefault: return "default";
+    case zipcclStrategyNative: return "native";
+    case zipcclStrategyRaw: return "raw";
+    case zipcclStrategyCompressed: return "compressed";
+    case zipcclStrategyAuto: return "auto";
+    }
+    return "?";
+}
+
+zipcclResult_t zipcclStrategyParse(const char* name, zipcclStrategy_t* out) {
+    if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclStrategyParse: null argument");
+    static const char* const names[] = {"native", "raw", "compressed", "auto"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, names[i])) { *out = (zipcclStrategy_t)(i + 1); return zipcclSuccess; }
+    return zipcclSetError(zipcclInvalidArgument,
+                          "unknown strategy '%s' (expected native, raw, compressed or auto)", name);
+}
+
+static zipcclResult_t parseCodec(const char* name, zipcclCodec_t* out) {
+    if (!strcmp(name, "fast")) *out = zipcclCodecFast;
+    else if (!strcmp(name, "dense")) *out = zipcclCodecDense;
+    else return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_CODEC='%s' (expected fast or dense)", name);
+    return zipcclSuccess;
+}
+
+static zipcclResult_t checkConfig(const zipcclCallConfig_t* cfg) {
+    if ((int)cfg->strategy < 0 || cfg->strategy > zipcclStrategyAuto)
+        return zipcclSetError(zipcclInvalidArgument, "call config: strategy %d out of range", (int)cfg->strategy);
+    if ((int)cfg->codec < 0 || cfg->codec > zipcclCodecDense)
+        return zipcclSetError(zipcclInvalidArgument,
+                              "call config: codec %d is not fast (1) or dense (2); a compressed "
+                              "strategy with the stored codec would not compress",
+                              (int)cfg->codec);
+    if ((int)cfg->algo < 0 || cfg->algo > zipcclAlgoDirect)
+        return zipcclSetError(zipcclInvalidArgument, "call config: algo %d out of range", (int)cfg->algo);
+    return zipcclSuccess;
+}
+
+/* ---- executor ------------------------------------------------------------------ */
+
+static void execute(struct zipcclComm* c, zipcclOp* op) {
+    zipcclExecStats st;
+    memset(&st, 0, sizeof st);
+    double t0 = zipcclNow();
+    zipcclResult_t res;
+    zipcclClearError();
+    int wasAuto = op->cfg.strategy == zipcclStrategyAuto;
+    zipcclCallConfig_t cfg;
+    if (c->broken) {
+        res = zipcclSetError(zipcclInvalidArgument,
+                             "%s: communicator unusable after an earlier failure (%s); destroy it",
+                             zipcclCollName(op->kind), c->brokenWhy);
+        goto out;
+    }
+    res = zipcclModelDecide(c, op, &cfg);
+    if (res != zipcclSuccess) goto out;
+    st.strategy = cfg.strategy;
+    st.codec = cfg.codec;
+    st.algo = cfg.algo;
+    if (c->isNccl) res = zipcclRunNccl(c, op, cfg.strategy, &st);
+    else if (cfg.strategy == zipcclStrategyNative) res = zipcclRunMpiNative(c, op, &st);
+    else res = zipcclRunMpiAlgo(c, op, &st);
+    st.totalSeconds = zipcclNow() - t0;
+    if (res == zipcclSuccess) {
+        pthread_mutex_lock(&c->mu);
+        zipcclCounters_t* k = &c->counters[op->kind];
+        k->calls++;
+        k->rawBytes += st.rawBytes;
+        k->wireBytes += st.wireBytes;
+        k->codecSeconds += st.codecSeconds;
+        k->wireSeconds += st.wireSeconds;
+        k->totalSeconds += st.totalSeconds;
+        k->byStrategy[st.strategy]++;
+        pthread_mutex_unlock(&c->mu);
+        res = zipcclModelObserve(c, op, &st, wasAuto);
+    }
+    if (res != zipcclSuccess && res != zipcclInvalidArgument && res != zipcclUnsupported) {
+        /* Messages may still be in flight to or from this communicator. */
+        c->broken = 1;
+        snprintf(c->brokenWhy, sizeof c->brokenWhy, "%s: %s", zipcclCollName(op->kind),
+                 zipcclGetErrorString(res));
+    }
+out:
+    op->result = res;
+    snprintf(op->detail, sizeof op->detail, "%s", res == zipcclSuccess ? "" : zipcclGetLastErrorDetail());
+}
+
+static void* workerMain(void* arg) {
+    struct zipcclComm* c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->head && !c->stopping) pthread_cond_wait(&c->cv, &c->mu);
+        if (!c->head) break;
+        zipcclOp* op = c->head;
+        pthread_mutex_unlock(&c->mu);
+        execute(c, op);
+        pthread_mutex_lock(&c->mu);
+        c->head = op->next;
+        if (!c->head) c->tail = NULL;
+        op->done = 1;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* ---- communicators ---------------------------------------------------------------- */
+
+static zipcclResult_t readEnv(struct zipcclComm* c) {
+    zipcclCallConfig_t d = {zipcclStrategyAuto, zipcclCodecFast, zipcclAlgoDefault};
+    const char* s = getenv("ZIPCCL_STRATEGY");
+    if (s && *s) ZIPCCL_TRY(zipcclStrategyParse(s, &d.strategy));
+    s = getenv("ZIPCCL_CODEC");
+    if (s && *s) ZIPCCL_TRY(parseCodec(s, &d.codec));
+    s = getenv("ZIPCCL_ALGO");
+    if (s && *s) {
+        if (!strcmp(s, "ring")) d.algo = zipcclAlgoRing;
+        else if (!strcmp(s, "direct")) d.algo = zipcclAlgoDirect;
+        else return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_ALGO='%s' (expected ring or direct)", s);
+    }
+    c->defaults = d;
+    c->timeoutS = 300;
+    s = getenv("ZIPCCL_TIMEOUT_S");
+    if (s && *s) {
+        char* end;
+        double t = strtod(s, &end);
+        if (*end || t < 0) return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_TIMEOUT_S='%s' is not a number of seconds", s);
+        c->timeoutS = t;
+    }
+    c->pieceBytes = (size_t)4 << 20; /* fewer, larger messages won on 1 Gbit/s TCP (COLLECTIVES.md) */
+    s = getenv("ZIPCCL_PIECE_BYTES");
+    if (s && *s) {
+        char* end;
+        long long v = strtoll(s, &end, 10);
+        if (*end || v < 32768) return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_PIECE_BYTES='%s' (want an integer >= 32768)", s);
+        c->pieceBytes = (size_t)v;
+    }
+    return zipcclSuccess;
+}
+
+static struct zipcclComm* commAlloc(void) {
+    struct zipcclComm* c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->mpi = MPI_COMM_NULL;
+    zipcclModelDefaults(&c->model);
+    return c;
+}
+
+static void commFree(struct zipcclComm* c) {
+    if (!c->broken) /* else in-flight sends may still read them */
+        for (int i = 0; i < ZIPCCL_SCRATCH_SLOTS; i++) free(c->scratch[i]);
+    if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
+zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm) {
+    if (!comm || !mpiComm) return zipcclSetError(zipcclInvalidArgument, "zipcclCommInitMpi: null argument");
+    *comm = NULL;
+    int multiple = 0;
+    ZIPCCL_TRY(zipcclMpiCheckThreads(&multiple));
+    struct zipcclComm* c = commAlloc();
+    if (!c) return zipcclSetError(zipcclSystemError, "zipcclCommInitMpi: out of memory");
+    zipcclResult_t res = readEnv(c);
+    if (res != zipcclSuccess) { commFree(c); return res; }
+    int err = MPI_Comm_dup(*(const MPI_Comm*)mpiComm, &c->mpi);
+    if (err != MPI_SUCCESS) { commFree(c); return zipcclMpiError(err, "MPI_Comm_dup"); }
+    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->mpi, &c->rank);
+    MPI_Comm_size(c->mpi, &c->nranks);
+    int* tagUb = NULL;
+    int flag = 0;
+    MPI_Comm_get_attr(c->mpi, MPI_TAG_UB, &tagUb, &flag);
+    if (!flag || *tagUb < (1 << 23) - 1) {
+        commFree(c);
+        return zipcclSetError(zipcclUnsupported, "MPI_TAG_UB %d is below the 2^23 ZipCCL tags need",
+                              flag ? *tagUb : -1);
+    }
+    c->model.log = 0;
+    const char* lg = getenv("ZIPCCL_LOG");
+    if (lg && *lg) c->model.log = atoi(lg);
+    if (c->defaults.strategy == zipcclStrategyAuto) {
+        res = zipcclModelCalibrate(c); /* collective; the same on every rank */
+        if (res != zipcclSuccess) { commFree(c); return res; }
+    }
+    c->threaded = multiple;
+    if (c->threaded && pthread_create(&c->worker, NULL, workerMain, c) != 0) {
+        commFree(c);
+        return zipcclSetError(zipcclSystemError, "zipcclCommInitMpi: cannot start progress thread");
+    }
+    *comm = c;
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommInitNccl(zipcclComm_t* comm, void* ncclComm) {
+    if (!comm || !ncclComm) return zipcclSetError(zipcclInvalidArgument, "zipcclCommInitNccl: null argument");
+    *comm = NULL;
+    struct zipcclComm* c = commAlloc();
+    if (!c) return zipcclSetError(zipcclSystemError, "zipcclCommInitNccl: out of memory");
+    zipcclResult_t res = readEnv(c);
+    c->isNccl = 1;
+    c->nccl = ncclComm;
+    if (res == zipcclSuccess) res = zipcclNcclInit(c);
+    if (res != zipcclSuccess) { commFree(c); return res; }
+    const char* lg = getenv("ZIPCCL_LOG");
+    if (lg && *lg) c->model.log = atoi(lg);
+    *comm = c;
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommDestroy(zipcclComm_t c) {
+    if (!c) return zipcclSuccess;
+    if (c->threaded) {
+        pthread_mutex_lock(&c->mu);
+        c->stopping = 1; /* the worker finishes what is queued first */
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->worker, NULL);
+    }
+    if (c->isNccl) zipcclNcclDestroy(c);
+    commFree(c);
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommRank(zipcclComm_t c, int* rank) {
+    if (!c || !rank) return zipcclSetError(zipcclInvalidArgument, "zipcclCommRank: null argument");
+    *rank = c->rank;
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommSize(zipcclComm_t c, int* size) {
+    if (!c || !size) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSize: null argument");
+    *size = c->nranks;
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommSetDefaults(zipcclComm_t c, const zipcclCallConfig_t* cfg) {
+    if (!c || !cfg) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDefaults: null argument");
+    ZIPCCL_TRY(checkConfig(cfg));
+    pthread_mutex_lock(&c->mu);
+    if (cfg->strategy != zipcclStrategyDefault) c->defaults.strategy = cfg->strategy;
+    if (cfg->codec != zipcclCodecDefault) c->defaults.codec = cfg->codec;
+    if (cfg->algo != zipcclAlgoDefault) c->defaults.algo = cfg->algo;
+    pthread_mutex_unlock(&c->mu);
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommGetCounters(zipcclComm_t c, zipcclCollKind_t kind, zipcclCounters_t* out) {
+    if (!c || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclCommGetCounters: null argument");
+    if ((int)kind < 0 || kind >= zipcclNumCollKinds)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommGetCounters: kind %d out of range", (int)kind);
+    pthread_mutex_lock(&c->mu);
+    *out = c->counters[kind];
+    pthread_mutex_unlock(&c->mu);
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommResetCounters(zipcclComm_t c) {
+    if (!c) return zipcclSetError(zipcclInvalidArgument, "zipcclCommResetCounters: null comm");
+    pthread_mutex_lock(&c->mu);
+    memset(c->counters, 0, sizeof c->counters);
+    pthread_mutex_unlock(&c->mu);
+    return zipcclSuccess;
+}
+
+/* ---- issuing calls ------------------------------------------------------------------- */
+
+static int mulOverflows(size_t a, size_t b) { return b && a > SIZE_MAX / b; }
+
+static zipcclResult_t validate(const zipcclOp* op) {
+    const struct zipcclComm* c = op->comm;
+    const char* what = zipcclCollName(op->kind);
+    size_t esz = zipcclTypeSize(op->dtype);
+    if (!esz)
+        return zipcclSetError(zipcclInvalidArgument, "%s: unsupported dtype %d (bf16, fp16 or fp32)",
+                              what, (int)op->dtype);
+    if ((op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce) &&
+        op->op != zipcclSum && op->op != zipcclAvg)
+        return zipcclSetError(zipcclInvalidArgument, "%s: unsupported reduction op %d (sum or avg)",
+                              what, (int)op->op);
+    if (op->kind == zipcclCollAlltoAllv) {
+        if (!op->sendcounts || !op->sdispls || !op->recvcounts || !op->rdispls)
+            return zipcclSetError(zipcclInvalidArgument, "%s: null count or displacement array", what);
+        int anySend = 0, anyRecv = 0;
+        for (int i = 0; i < c->nranks; i++) {
+            anySend |= op->sendcounts[i] != 0;
+            anyRecv |= op->recvcounts[i] != 0;
+            if (op->sdispls[i] + op->sendcounts[i] < op->sdispls[i] ||
+                mulOverflows(op->sdispls[i] + op->sendcounts[i], esz) ||
+                mulOverflows(op->rdispls[i] + op->recvcounts[i], esz))
+                return zipcclSetError(zipcclInvalidArgument, "%s: counts/displacements overflow", what);
+        }
+        if ((anySend && !op->sendbuf) || (anyRecv && !op->recvbuf))
+            return zipcclSetError(zipcclInvalidArgument, "%s: null buffer", what);
+        return zipcclSuccess;
+    }
+    if (mulOverflows(op->count, esz * (size_t)c->nranks))
+        return zipcclSetError(zipcclInvalidArgument, "%s: count %zu overflows", what, op->count);
+    if (op->count && (!op->sendbuf || !op->recvbuf))
+        return zipcclSetError(zipcclInvalidArgument, "%s: null %s with count %zu", what,
+                              op->sendbuf ? "recvbuf" : "sendbuf", op->count);
+    return zipcclSuccess;
+}
+
+/* Build, check and queue (or run) one call; *reqOut gets the request. */
+static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcclRequest_t* reqOut) {
+    struct zipcclComm* c = tmpl->comm;
+    const char* what = zipcclCollName(tmpl->kind);
+    if (!c) return zipcclSetError(zipcclInvalidArgument, "%s: null communicator", what);
+    if (!reqOut) return zipcclSetError(zipcclInvalidArgument, "%s: null request pointer", what);
+    *reqOut = NULL;
+    ZIPCCL_TRY(validate(tmpl));
+    zipcclCallConfig_t r = ZIPCCL_CALL_CONFIG_DEFAULT;
+    if (cfg) {
+        ZIPCCL_TRY(checkConfig(cfg));
+        r = *cfg;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (r.strategy == zipcclStrategyDefault) r.strategy = c->defaults.strategy;
+    if (r.codec == zipcclCodecDefault) r.codec = c->defaults.codec;
+    if (r.algo == zipcclAlgoDefault) r.algo = c->defaults.algo;
+    pthread_mutex_unlock(&c->mu);
+    tmpl->cfg = r;
+
+    const int n = c->nranks;
+    zipcclOp* op = malloc(sizeof *op + (tmpl->kind == zipcclCollAlltoAllv ? 4 * n * sizeof(size_t) : 0));
+    if (!op) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
+    *op = *tmpl;
+    if (tmpl->kind == zipcclCollAlltoAllv) { /* the caller may reuse its arrays at once */
+        size_t* a = (size_t*)(op + 1);
+        memcpy(a, tmpl->sendcounts, n * sizeof(size_t));
+        memcpy(a + n, tmpl->sdispls, n * sizeof(size_t));
+        memcpy(a + 2 * n, tmpl->recvcounts, n * sizeof(size_t));
+        memcpy(a + 3 * n, tmpl->rdispls, n * sizeof(size_t));
+        op->sendcounts = a, op->sdispls = a + n, op->recvcounts = a + 2 * n, op->rdispls = a + 3 * n;
+    }
+    op->next = NULL;
+    op->done = 0;
+    if (!c->threaded) {
+        execute(c, op);
+        op->done = 1;
+    } else {
+        pthread_mutex_lock(&c->mu);
+        if (c->tail) c->tail->next = op;
+        else c->head = op;
+        c->tail = op;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+    *reqOut = op;
+    return zipcclSuccess;
+}
+
+static zipcclResult_t finish(zipcclOp* op) {
+    zipcclResult_t res = op->result;
+    if (res != zipcclSuccess) zipcclSetError(res, "%s", op->detail);
+    free(op);
+    return res;
+}
+
+zipcclResult_t zipcclWait(zipcclRequest_t op) {
+    if (!op) return zipcclSetError(zipcclInvalidArgument, "zipcclWait: null request");
+    struct zipcclComm* c = op->comm;
+    pthread_mutex_lock(&c->mu);
+    while (!op->done) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    return finish(op);
+}
+
+zipcclResult_t zipcclTest(zipcclRequest_t op, int* done) {
+    if (!op || !done) return zipcclSetError(zipcclInvalidArgument, "zipcclTest: null argument");
+    struct zipcclComm* c = op->comm;
+    pthread_mutex_lock(&c->mu);
+    *done = op->done;
+    pthread_mutex_unlock(&c->mu);
+    return *done ? finish(op) : zipcclSuccess;
+}
+
+/* ---- the public collectives ------------------------------------------------------------ */
+
+#define OP(kind_, sb, rb, cnt, dt, rop, cm, st) \
+    {.comm = (cm), .kind = (kind_), .sendbuf = (sb), .recvbuf = (rb), .count = (cnt), \
+     .dtype = (dt), .op = (rop), .stream = (st)}
+
+static zipcclResult_t blocking(zipcclOp* tmpl, const zipcclCallConfig_t* cfg) {
+    zipcclRequest_t req;
+    ZIPCCL_TRY(issue(tmpl, cfg, &req));
+    return zipcclWait(req);
+}
+
+zipcclResult_t zipcclAllGatherAsync(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                    zipcclDataType_t dtype, zipcclComm_t comm,
+                                    const zipcclCallConfig_t* cfg, void* stream,
+                                    zipcclRequest_t* req) {
+    zipcclOp t = OP(zipcclCollAllGather, sendbuf, recvbuf, sendcount, dtype, zipcclSum, comm, stream);
+    return issue(&t, cfg, req);
+}
+zipcclResult_t zipcclAllGather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                               zipcclDataType_t dtype, zipcclComm_t comm,
+                               const zipcclCallConfig_t* cfg, void* stream) {
+    zipcclOp t = OP(zipcclCollAllGather, sendbuf, recvbuf, sendcount, dtype, zipcclSum, comm, stream);
+    return blocking(&t, cfg);
+}
+
+zipcclResult_t zipcclReduceScatterAsync(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                        zipcclDataType_t dtype, zipcclRedOp_t op,
+                                        zipcclComm_t comm, const zipcclCallConfig_t* cfg,
+                                        void* stream, zipcclRequest_t* req) {
+    zipcclOp t = OP(zipcclCollReduceScatter, sendbuf, recvbuf, recvcount, dtype, op, comm, stream);
+    return issue(&t, cfg, req);
+}
+zipcclResult_t zipcclReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                   zipcclDataType_t dtype, zipcclRedOp_t op, zipcclComm_t comm,
+                                   const zipcclCallConfig_t* cfg, void* stream) {
+    zipcclOp t = OP(zipcclCollReduceScatter, sendbuf, recvbuf, recvcount, dtype, op, comm, stream);
+    return blocking(&t, cfg);
+}
+
+zipcclResult_t zipcclAllReduceAsync(const void* sendbuf, void* recvbuf, size_t count,
+                                    zipcclDataType_t dtype, zipcclRedOp_t op, zipcclComm_t comm,
+                                    const zipcclCallConfig_t* cfg, void* stream,
+                                    zipcclRequest_t* req) {
+    zipcclOp t = OP(zipcclCollAllReduce, sendbuf, recvbuf, count, dtype, op, comm, stream);
+    return issue(&t, cfg, req);
+}
+zipcclResult_t zipcclAllReduce(const void* sendbuf, void* recvbuf, size_t count,
+                               zipcclDataType_t dtype, zipcclRedOp_t op, zipcclComm_t comm,
+                               const zipcclCallConfig_t* cfg, void* stream) {
+    zipcclOp t = OP(zipcclCollAllReduce, sendbuf, recvbuf, count, dtype, op, comm, stream);
+    return blocking(&t, cfg);
+}
+
+zipcclResult_t zipcclAlltoAllAsync(const void* sendbuf, void* recvbuf, size_t count,
+                                   zipcclDataType_t dtype, zipcclComm_t comm,
+                                   const zipcclCallConfig_t* cfg, void* stream,
+                                   zipcclRequest_t* req) {
+    zipcclOp t = OP(zipcclCollAlltoAll, sendbuf, recvbuf, count, dtype, zipcclSum, comm, stream);
+    return issue(&t, cfg, req);
+}
+zipcclResult_t zipcclAlltoAll(const void* sendbuf, void* recvbuf, size_t count,
+                              zipcclDataType_t dtype, zipcclComm_t comm,
+                              const zipcclCallConfig_t* cfg, void* stream) {
+    zipcclOp t = OP(zipcclCollAlltoAll, sendbuf, recvbuf, count, dtype, zipcclSum, comm, stream);
+    return blocking(&t, cfg);
+}
+
+zipcclResult_t zipcclAlltoAllvAsync(const void* sendbuf, const size_t* sendcounts,
+                                    const size_t* sdispls, void* recvbuf,
+                                    const size_t* recvcounts, const size_t* rdispls,
+                                    zipcclDataType_t dtype, zipcclComm_t comm,
+                                    const zipcclCallConfig_t* cfg, void* stream,
+                                    zipcclRequest_t* req) {
+    zipcclOp t = OP(zipcclCollAlltoAllv, sendbuf, recvbuf, 0, dtype, zipcclSum, comm, stream);
+    t.sendcounts = (size_t*)sendcounts, t.sdispls = (size_t*)sdispls;
+    t.recvcounts = (size_t*)recvcounts, t.rdispls = (size_t*)rdispls;
+    return issue(&t, cfg, req);
+}
+zipcclResult_t zipcclAlltoAllv(const void* sendbuf, const size_t* sendcounts,
+                               const size_t* sdispls, void* recvbuf, const size_t* recvcounts,
+                               const size_t* rdispls, zipcclDataType_t dtype, zipcclComm_t comm,
+                               const zipcclCallConfig_t* cfg, void* stream) {
+    zipcclRequest_t req;
+    ZIPCCL_TRY(zipcclAlltoAllvAsync(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,
+                                    dtype, comm, cfg, stream, &req));
+    return zipcclWait(req);
+}

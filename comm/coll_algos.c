@@ -1,0 +1,862 @@
+/*
+ * coll_algos.c — ZipCCL's own collective algorithms on host buffers over MPI
+ * point-to-point.  One code path serves two strategies: "raw" sends the
+ * elements as they are, "compressed" sends each piece as a codec frame.
+ * Everything else (pieces, message order, reduction order) is shared, which
+ * is why compressed == raw bit for bit: the codec is lossless and the sums
+ * see the same values in the same order.  docs/COLLECTIVES.md explains the
+ * designs; the short version:
+ *
+ *   - Data moves in pieces of ~ZIPCCL_PIECE_BYTES (4 MiB); each piece is one
+ *     MPI message (one frame when compressed).  All receives are posted up
+ *     front with the largest size the piece can have (zipcclCompressBound), so
+ *     no size exchange is needed; the frame header (count, dtype) and the
+ *     message tag (collective, piece index, last-piece flag) let the receiver
+ *     verify what arrived.  Sends go out as soon as a piece is encoded and
+ *     arrivals are decoded between encodes: the codec overlaps the wire.
+ *   - Reductions: block b is summed in fp32 in the canonical order
+ *     b+1, b+2, ..., b+n-1, b (mod n) — the owner last — then divided by n
+ *     for avg and rounded once to the dtype (round to nearest even).  Ring
+ *     and direct produce exactly this order, so they agree bit for bit.
+ *
+ * Left out: hierarchical (intra/inter node) variants, fused AllReduce
+ * (it runs ReduceScatter then AllGather), device buffers (transport_nccl.c).
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_internal.h"
+
+/* ---- element conversions ------------------------------------------------- */
+
+float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype) {
+    if (dtype == zipcclFloat32) return ((const float*)p)[i];
+    uint16_t h = ((const uint16_t*)p)[i];
+    if (dtype == zipcclBfloat16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+}
+
+void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype) {
+    if (dtype == zipcclFloat32) { ((float*)p)[i] = v; return; }
+    uint16_t h;
+    if (dtype == zipcclBfloat16) {
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        if ((u & 0x7FFFFFFFu) > 0x7F800000u) h = (uint16_t)((u >> 16) | 0x0040); /* quiet NaN */
+        else h = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    } else {
+        _Float16 x = (_Float16)v; /* IEEE conversion: round to nearest even */
+        memcpy(&h, &x, 2);
+    }
+    ((uint16_t*)p)[i] = h;
+}
+
+/* fp16 -> fp32 by table: exact, and far faster than a conversion call per
+ * element on CPUs compiled for without F16C. */
+static float fp16Table[65536];
+static pthread_once_t fp16Once = PTHREAD_ONCE_INIT;
+static void fp16TableInit(void) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint16_t v = (uint16_t)h;
+        _Float16 x;
+        memcpy(&x, &v, 2);
+        fp16Table[h] = (float)x;
+    }
+}
+
+static inline float bf16ToFloat(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* acc[i] (+)= x[i] in fp32, one loop per dtype so the compiler vectorises. */
+static void accumulate(float* acc, const void* x, size_t count, zipcclDataType_t dtype, int first) {
+    if (dtype == zipcclFloat32) {
+        const float* f = x;
+        if (first) memcpy(acc, f, count * 4);
+        else for (size_t i = 0; i < count; i++) acc[i] += f[i];
+        return;
+    }
+    const uint16_t* h = x;
+    if (dtype == zipcclBfloat16) {
+        if (first) for (size_t i = 0; i < count; i++) acc[i] = bf16ToFloat(h[i]);
+        else for (size_t i = 0; i < count; i++) acc[i] += bf16ToFloat(h[i]);
+        return;
+    }
+    pthread_once(&fp16Once, fp16TableInit);
+    if (first) for (size_t i = 0; i < count; i++) acc[i] = fp16Table[h[i]];
+    else for (size_t i = 0; i < count; i++) acc[i] += fp16Table[h[i]];
+}
+
+/* out[i] = round(acc[i] (/ n)) */
+static void finalize(void* out, const float* acc, size_t count, zipcclDataType_t dtype,
+                     zipcclRedOp_t op, int n) {
+    if (op == zipcclAvg)
+        for (size_t i = 0; i < count; i++) zipcclFromFloat(out, i, acc[i] / (float)n, dtype);
+    else if (dtype == zipcclFloat32) memmove(out, acc, count * 4);
+    else for (size_t i = 0; i < count; i++) zipcclFromFloat(out, i, acc[i], dtype);
+}
+
+/* ---- shared machinery ------------------------------------------------------ */
+
+/* Scratch slots (coll.c keeps them per communicator, grown on demand):
+ * 0 staged input (in-place AlltoAll), 1 request tables, 2 receive staging,
+ * 3 send staging, 4 fp32 accumulators, 5 AllReduce's reduced block,
+ * 6 decode temporary, 7 arrival flags. */
+enum { kSlotInput = 0, kSlotReqs, kSlotRecv, kSlotSend, kSlotAcc, kSlotBlock, kSlotTmp, kSlotFlags };
+
+/* Tags: collective kind in bits 20..22, last-piece flag in bit 19, piece (or
+ * step*pieces+piece on the ring) in bits 0..18.  Open MPI's tag bound is
+ * 2^31-1; coll.c checks MPI_TAG_UB at communicator creation. */
+#define TAG_LAST (1 << 19)
+#define TAG_INDEX_MAX ((size_t)1 << 19)
+
+typedef struct {
+    void* buf;     /* where the message lands                               */
+    size_t bytes;  /* its size once arrived                                 */
+    int peer, step;
+    size_t piece;
+} RecvRec;
+
+typedef struct {
+    struct zipcclComm* c;
+    const zipcclOp* op;
+    zipcclExecStats* st;
+    const char* what;
+    int compressed;
+    zipcclCodecParams_t params;
+    double t0;
+    /* Outstanding requests: receives first (all posted before any send),
+     * then sends. */
+    MPI_Request* reqs;
+    int nrecv, nsend, cap;
+    int* peerOf;
+    int* idx;
+    MPI_Status* stats;
+    RecvRec* rec;
+    /* The first data error (mismatch, corrupt frame).  The call carries on
+     * with its sends and receives so no peer is left waiting on us, then
+     * reports it. */
+    zipcclResult_t soft;
+    char softDetail[400];
+} Ctx;
+
+/* Record a data error; returns 1 if `res` is one (the caller skips the item). */
+static int softFail(Ctx* x, zipcclResult_t res) {
+    if (res == zipcclSuccess) return 0;
+    if (x->soft == zipcclSuccess) {
+        x->soft = res;
+        snprintf(x->softDetail, sizeof x->softDetail, "%s", zipcclGetLastErrorDetail());
+    }
+    return 1;
+}
+
+static size_t pieceElems(const struct zipcclComm* c, size_t wireEsz) {
+    size_t p = c->pieceBytes / wireEsz;
+    p &= ~(size_t)16383; /* whole codec chunks (FORMAT.md: C = 2^14) */
+    return p ? p : 16384;
+}
+static size_t numPieces(size_t count, size_t P) { return (count + P - 1) / P; }
+static size_t pieceLen(size_t count, size_t P, size_t k) {
+    return (k + 1) * P <= count ? P : count - k * P;
+}
+static int makeTag(zipcclCollKind_t kind, size_t index, int last) {
+    return ((int)kind << 20) | (last ? TAG_LAST : 0) | (int)index;
+}
+static size_t wireCap(const Ctx* x, size_t count, zipcclDataType_t dt) {
+    return x->compressed ? zipcclCompressBound(count, dt, 0) : count * zipcclTypeSize(dt);
+}
+/* Bytes needed to stage all pieces of `count` elements. */
+static size_t stageFor(const Ctx* x, size_t count, size_t P, zipcclDataType_t dt) {
+    size_t K = numPieces(count, P), b = 0;
+    for (size_t k = 0; k < K; k++) b += wireCap(x, pieceLen(count, P, k), dt);
+    return b;
+}
+
+static zipcclResult_t oom(const Ctx* x) {
+    return zipcclSetError(zipcclSystemError, "%s: out of memory for staging buffers", x->what);
+}
+
+static zipcclResult_t ctxInit(Ctx* x, struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                              size_t maxReqs) {
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    x->op = op;
+    x->st = st;
+    x->what = zipcclCollName(op->kind);
+    x->compressed = st->strategy == zipcclStrategyCompressed;
+    zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+    p.codec = st->codec;
+    x->params = p;
+    x->t0 = zipcclNow();
+    if (maxReqs > (size_t)1 << 28) return zipcclSetError(zipcclUnsupported, "%s: too many pieces", x->what);
+    x->cap = (int)maxReqs;
+    size_t m = maxReqs + 1;
+    size_t per = sizeof(RecvRec) + sizeof(MPI_Status) + sizeof(MPI_Request) + 2 * sizeof(int);
+    char* mem = zipcclScratch(c, kSlotReqs, m * per);
+    if (!mem) return oom(x);
+    x->rec = (RecvRec*)mem;
+    x->stats = (MPI_Status*)(x->rec + m);
+    x->reqs = (MPI_Request*)(x->stats + m);
+    x->peerOf = (int*)(x->reqs + m);
+    x->idx = x->peerOf + m;
+    return zipcclSuccess;
+}
+
+static zipcclResult_t postRecv(Ctx* x, void* buf, size_t cap, int src, int tag, int step,
+                               size_t piece) {
+    if (x->nrecv + x->nsend >= x->cap)
+        return zipcclSetError(zipcclInternalError, "%s: request table full", x->what);
+    int i = x->nrecv++;
+    x->peerOf[i] = src;
+    x->rec[i] = (RecvRec){buf, 0, src, step, piece};
+    int err = MPI_Irecv(buf, (int)cap, MPI_BYTE, src, tag, x->c->mpi, &x->reqs[i]);
+    return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, x->what);
+}
+
+static zipcclResult_t postSend(Ctx* x, const void* buf, size_t bytes, int dst, int tag) {
+    if (x->nrecv + x->nsend >= x->cap)
+        return zipcclSetError(zipcclInternalError, "%s: request table full", x->what);
+    int i = x->nrecv + x->nsend++;
+    x->peerOf[i] = dst;
+    int err = MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, x->c->mpi, &x->reqs[i]);
+    x->st->wireBytes += bytes;
+    return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, x->what);
+}
+
+/* Complete some receives: with `block`, wait (up to the deadline) until at
+ * least one arrives or none is left; otherwise only test.  *n gets how many
+ * completed; their indices are in x->idx, statuses in x->stats. */
+static zipcclResult_t pollRecvs(Ctx* x, int block, int* n) {
+    double t0 = zipcclNow(), note = 10.0; /* idle time: resets at every arrival */
+    *n = 0;
+    for (;;) {
+        int out = 0;
+        int err = MPI_Testsome(x->nrecv, x->reqs, &out, x->idx, x->stats);
+        if (err == MPI_ERR_IN_STATUS) {
+            /* A truncated message (a peer sent more than we expect) is a
+             * data error: drop it from the completed list and carry on. */
+            int kept = 0;
+            err = MPI_SUCCESS;
+            for (int k = 0; k < out; k++) {
+                int e = x->stats[k].MPI_ERROR, cls = MPI_SUCCESS;
+                if (e != MPI_SUCCESS) MPI_Error_class(e, &cls);
+                if (e == MPI_SUCCESS) {
+                    x->idx[kept] = x->idx[k];
+                    x->stats[kept++] = x->stats[k];
+                } else if (cls == MPI_ERR_TRUNCATE) {
+                    softFail(x, zipcclMpiError(e, x->what));
+                    x->rec[x->idx[k]].bytes = (size_t)-1;
+                } else if (err == MPI_SUCCESS) {
+                    err = e;
+                }
+            }
+            if (err == MPI_SUCCESS) {
+                if (!kept && block) continue;
+                out = kept;
+            }
+        }
+        if (err != MPI_SUCCESS) return zipcclMpiError(err, x->what);
+        if (out == MPI_UNDEFINED) break; /* nothing left to receive */
+        if (x->nsend) { /* lets MPI retire finished sends */
+            int f;
+            MPI_Testall(x->nsend, x->reqs + x->nrecv, &f, MPI_STATUSES_IGNORE);
+        }
+        if (out > 0 || !block) { *n = out; break; }
+        double now = zipcclNow(), waited = now - x->t0;
+        if (x->c->timeoutS > 0 && waited > x->c->timeoutS) {
+            int who = -1;
+            for (int i = 0; i < x->nrecv && who < 0; i++)
+                if (x->reqs[i] != MPI_REQUEST_NULL) who = x->peerOf[i];
+            x->st->wireSeconds += now - t0;
+            return zipcclSetError(zipcclTimeout,
+                                  "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) waiting "
+                                  "for data from rank %d",
+                                  x->what, x->c->rank, waited, who);
+        }
+        if (now - t0 > note) {
+            fprintf(stderr, "zipccl: rank %d: %s still waiting for peers after %.0f s\n",
+                    x->c->rank, x->what, now - t0);
+            note *= 2;
+        }
+        zipcclIdle(now - t0);
+    }
+    x->st->wireSeconds += zipcclNow() - t0;
+    return zipcclSuccess;
+}
+
+/* The end of every body: wait for our sends, then report a data error. */
+static zipcclResult_t finishSends(Ctx* x) {
+    if (x->nsend)
+        ZIPCCL_TRY(zipcclMpiWaitAll(x->c, x->nsend, x->reqs + x->nrecv, x->what, &x->st->wireSeconds));
+    if (x->soft != zipcclSuccess) return zipcclSetError(x->soft, "%s", x->softDetail);
+    return zipcclSuccess;
+}
+
+/* After a failure: withdraw what we posted so nothing lands in the caller's
+ * buffers later.  Receives are cancelled; sends cannot be, so their buffers
+ * (the communicator's scratch) are kept and coll.c marks the communicator
+ * broken. */
+static void ctxAbandon(Ctx* x) {
+    for (int i = 0; i < x->nrecv + x->nsend; i++) {
+        if (x->reqs[i] == MPI_REQUEST_NULL) continue;
+        if (i < x->nrecv) {
+            MPI_Cancel(&x->reqs[i]);
+            MPI_Wait(&x->reqs[i], MPI_STATUS_IGNORE);
+        } else {
+            MPI_Request_free(&x->reqs[i]);
+        }
+    }
+}
+
+static zipcclResult_t encode(Ctx* x, const void* src, size_t count, zipcclDataType_t dt, void* dst,
+                             size_t cap, size_t* size) {
+    double t0 = zipcclNow();
+    zipcclResult_t r = zipcclCompress(src, count, dt, dst, cap, size, &x->params);
+    x->st->codecSeconds += zipcclNow() - t0;
+    if (r != zipcclSuccess)
+        return zipcclSetError(r, "%s: compressing a piece failed: %s", x->what,
+                              zipcclGetLastErrorDetail());
+    return zipcclSuccess;
+}
+
+/* Check a completed receive (status g) against what the algorithm expects:
+ * the tag (collective, piece, last flag) and, raw, the exact size. */
+static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclDataType_t dt) {
+    const MPI_Status* s = &x->stats[g];
+    RecvRec* rc = &x->rec[x->idx[g]];
+    int bytes = 0;
+    MPI_Get_count(s, MPI_BYTE, &bytes);
+    rc->bytes = (size_t)bytes;
+    if (s->MPI_TAG != expectTag && (s->MPI_TAG & TAG_LAST) && !(expectTag & TAG_LAST)) {
+        /* The peer has no more pieces for us than this one: withdraw the
+         * receives still waiting for it, or we would wait for the timeout. */
+        for (int i = 0; i < x->nrecv; i++)
+            if (x->peerOf[i] == s->MPI_SOURCE && x->reqs[i] != MPI_REQUEST_NULL) {
+                MPI_Cancel(&x->reqs[i]);
+                MPI_Wait(&x->reqs[i], MPI_STATUS_IGNORE);
+            }
+    }
+    if (s->MPI_TAG != expectTag)
+        return zipcclSetError(zipcclMismatch,
+                              "%s on rank %d: rank %d sent a message tagged 0x%x where 0x%x was "
+                              "expected (ranks disagree on the collective or on counts)",
+                              x->what, x->c->rank, s->MPI_SOURCE, (unsigned)s->MPI_TAG,
+                              (unsigned)expectTag);
+    if (!x->compressed && (size_t)bytes != count * zipcclTypeSize(dt))
+        return zipcclSetError(zipcclMismatch,
+                              "%s on rank %d: rank %d sent %d bytes where %zu %s elements were "
+                              "expected (ranks disagree on counts or dtype)",
+                              x->what, x->c->rank, s->MPI_SOURCE, bytes, count, zipcclTypeName(dt));
+    return zipcclSuccess;
+}
+
+/* Decode an arrived message into dst (compressed: decompress and check the
+ * frame's count/dtype; raw: copy unless it already landed at dst). */
+static zipcclResult_t decode(Ctx* x, const RecvRec* rc, void* dst, size_t count,
+                             zipcclDataType_t dt) {
+    size_t esz = zipcclTypeSize(dt);
+    if (!x->compressed) {
+        if (rc->buf != dst && count) memcpy(dst, rc->buf, count * esz);
+        return zipcclSuccess;
+    }
+    zipcclFrameInfo_t fi;
+    memset(&fi, 0, sizeof fi);
+    zipcclResult_t r = zipcclGetFrameInfo(rc->buf, rc->bytes, &fi);
+    if (r == zipcclSuccess && (fi.count != count || fi.dtype != dt))
+        return zipcclSetError(zipcclMismatch,
+                              "%s on rank %d: rank %d sent a frame of %llu %s elements where %zu %s "
+                              "were expected (ranks disagree on counts or dtype)",
+                              x->what, x->c->rank, rc->peer, (unsigned long long)fi.count,
+                              zipcclTypeName(fi.dtype), count, zipcclTypeName(dt));
+    double t0 = zipcclNow();
+    size_t got = 0;
+    if (r == zipcclSuccess) r = zipcclDecompress(rc->buf, rc->bytes, dst, count * esz, &got, dt, NULL);
+    x->st->codecSeconds += zipcclNow() - t0;
+    if (r != zipcclSuccess)
+        return zipcclSetError(r, "%s on rank %d: frame from rank %d: %s", x->what, x->c->rank,
+                              rc->peer, zipcclGetLastErrorDetail());
+    return zipcclSuccess;
+}
+
+#define TRY_OR_ABANDON(x, call)                      \
+    do {                                             \
+        zipcclResult_t res_ = (call);                \
+        if (res_ != zipcclSuccess) {                 \
+            ctxAbandon(x);                           \
+            return res_;                             \
+        }                                            \
+    } while (0)
+
+/* ---- AllGather (variable block sizes, so AllReduce can reuse it) ----------- */
+
+/* Block b (counts[b] elements at displs[b] of recvbuf) comes from rank b.
+ * Each rank encodes its block once, piece by piece, and sends every piece to
+ * all peers as soon as it is encoded; arrivals are decoded in between. */
+static zipcclResult_t allGatherBody(Ctx* x, const void* mine, void* recvbuf, const size_t* counts,
+                                    const size_t* displs) {
+    struct zipcclComm* c = x->c;
+    const int n = c->nranks, r = c->rank;
+    const zipcclDataType_t dt = x->op->dtype;
+    const zipcclCollKind_t kind = x->op->kind;
+    const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz);
+    char* out = recvbuf;
+    char* myBlock = out + displs[r] * esz;
+
+    size_t recvStage = 0;
+    for (int s = 0; s < n; s++)
+        if (s != r && x->compressed) recvStage += stageFor(x, counts[s], P, dt);
+    char* rstage = x->compressed ? zipcclScratch(c, kSlotRecv, recvStage + 1) : NULL;
+    char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, stageFor(x, counts[r], P, dt) + 1) : NULL;
+    if (x->compressed && (!rstage || !sstage)) return oom(x);
+
+    /* Receives, in the order the senders address us (rank r-1 first). */
+    size_t off = 0;
+    for (int j = 1; j < n; j++) {
+        int s = (r - j + n) % n;
+        for (size_t k = 0, K = numPieces(counts[s], P); k < K; k++) {
+            size_t cap = wireCap(x, pieceLen(counts[s], P, k), dt);
+            void* buf = x->compressed ? rstage + off : out + (displs[s] + k * P) * esz;
+            ZIPCCL_TRY(postRecv(x, buf, cap, s, MPI_ANY_TAG, 0, k));
+            if (x->compressed) off += cap;
+        }
+    }
+    if (mine != myBlock) memmove(myBlock, mine, counts[r] * esz);
+    x->st->rawBytes += counts[r] * esz * (size_t)(n - 1);
+
+    const size_t K = numPieces(counts[r], P);
+    size_t soff = 0;
+    for (size_t k = 0; k <= K; k++) {
+        if (k < K) {
+            size_t pc = pieceLen(counts[r], P, k), bytes = pc * esz;
+            const char* src = myBlock + k * P * esz;
+            if (x->compressed) {
+                size_t cap = zipcclCompressBound(pc, dt, 0);
+                ZIPCCL_TRY(encode(x, src, pc, dt, sstage + soff, cap, &bytes));
+                src = sstage + soff;
+                soff += cap;
+            }
+            for (int j = 1; j < n; j++)
+                ZIPCCL_TRY(postSend(x, src, bytes, (r + j) % n, makeTag(kind, k, k + 1 == K)));
+        }
+        int got = 0;
+        do { /* after the last piece: until every receive is in */
+            ZIPCCL_TRY(pollRecvs(x, k == K, &got));
+            for (int g = 0; g < got; g++) {
+                const RecvRec* rc = &x->rec[x->idx[g]];
+                size_t Ks = numPieces(counts[rc->peer], P);
+                size_t pc = pieceLen(counts[rc->peer], P, rc->piece);
+                if (softFail(x, verify(x, g, makeTag(kind, rc->piece, rc->piece + 1 == Ks), pc, dt))) continue;
+                softFail(x, decode(x, rc, out + (displs[rc->peer] + rc->piece * P) * esz, pc, dt));
+            }
+        } while (k == K && got > 0);
+    }
+    return finishSends(x);
+}
+
+static zipcclResult_t allGatherCore(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                                    const void* mine, void* recvbuf, const size_t* counts,
+                                    const size_t* displs) {
+    const int n = c->nranks;
+    size_t P = pieceElems(c, zipcclTypeSize(op->dtype)), reqs = 1;
+    for (int s = 0; s < n; s++) {
+        size_t K = numPieces(counts[s], P);
+        if (K > TAG_INDEX_MAX) return zipcclSetError(zipcclUnsupported, "count too large");
+        reqs += s == c->rank ? K * (size_t)(n - 1) : K;
+    }
+    Ctx x;
+    ZIPCCL_TRY(ctxInit(&x, c, op, st, reqs));
+    TRY_OR_ABANDON(&x, allGatherBody(&x, mine, recvbuf, counts, displs));
+    return zipcclSuccess;
+}
+
+/* ---- AlltoAll(v) ------------------------------------------------------------ */
+
+/* Per destination: encode the block piece by piece and send; receives are
+ * posted up front with bounds from recvcounts.  AlltoAllv always sends at
+ * least one (possibly empty) message per pair, so a receiver can tell a
+ * peer's count from its own expectation even when one of them is 0. */
+static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* sendcounts,
+                                   const size_t* sdispls, char* recvbuf, const size_t* recvcounts,
+                                   const size_t* rdispls, int minOne) {
+    struct zipcclComm* c = x->c;
+    const int n = c->nranks, r = c->rank;
+    const zipcclDataType_t dt = x->op->dtype;
+    const zipcclCollKind_t kind = x->op->kind;
+    const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz);
+#define KOF(cnt) (minOne && (cnt) == 0 ? 1 : numPieces((cnt), P))
+
+    size_t recvStage = 0, sendStage = 0;
+    for (int s = 0; s < n; s++) {
+        if (s == r || !x->compressed) continue;
+        recvStage += recvcounts[s] ? stageFor(x, recvcounts[s], P, dt) : wireCap(x, 0, dt);
+        sendStage += sendcounts[s] ? stageFor(x, sendcounts[s], P, dt) : wireCap(x, 0, dt);
+    }
+    char* rstage = x->compressed ? zipcclScratch(c, kSlotRecv, recvStage + 1) : NULL;
+    char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, sendStage + 1) : NULL;
+    if (x->compressed && (!rstage || !sstage)) return oom(x);
+
+    size_t off = 0;
+    for (int j = 1; j < n; j++) {
+        int s = (r - j + n) % n;
+        for (size_t k = 0, K = KOF(recvcounts[s]); k < K; k++) {
+            size_t cap = wireCap(x, pieceLen(recvcounts[s], P, k), dt);
+            void* buf = x->compressed ? rstage + off : recvbuf + (rdispls[s] + k * P) * esz;
+            ZIPCCL_TRY(postRecv(x, buf, cap, s, MPI_ANY_TAG, 0, k));
+            if (x->compressed) off += cap;
+        }
+    }
+    if (sendcounts[r] != recvcounts[r])
+        softFail(x, zipcclSetError(zipcclMismatch, "%s on rank %d: sendcounts[%d]=%zu but recvcounts[%d]=%zu",
+                                   x->what, r, r, sendcounts[r], r, recvcounts[r]));
+    else if (sendcounts[r]) memmove(recvbuf + rdispls[r] * esz, sendbuf + sdispls[r] * esz, sendcounts[r] * esz);
+
+    size_t soff = 0;
+    for (int j = 1; j <= n; j++) {
+        if (j < n) {
+            int d = (r + j) % n;
+            x->st->rawBytes += sendcounts[d] * esz;
+            for (size_t k = 0, K = KOF(sendcounts[d]); k < K; k++) {
+                size_t pc = pieceLen(sendcounts[d], P, k), bytes = pc * esz;
+                const char* src = sendbuf + (sdispls[d] + k * P) * esz;
+                if (x->compressed) {
+                    size_t cap = zipcclCompressBound(pc, dt, 0);
+                    ZIPCCL_TRY(encode(x, src, pc, dt, sstage + soff, cap, &bytes));
+                    src = sstage + soff;
+                    soff += cap;
+                }
+                ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == K)));
+                int got = 0;
+                ZIPCCL_TRY(pollRecvs(x, 0, &got));
+                for (int g = 0; g < got; g++) {
+                    const RecvRec* rc = &x->rec[x->idx[g]];
+                    size_t Ks = KOF(recvcounts[rc->peer]), pcs = pieceLen(recvcounts[rc->peer], P, rc->piece);
+                    if (softFail(x, verify(x, g, makeTag(kind, rc->piece, rc->piece + 1 == Ks), pcs, dt))) continue;
+                    softFail(x, decode(x, rc, recvbuf + (rdispls[rc->peer] + rc->piece * P) * esz, pcs, dt));
+                }
+            }
+            continue;
+        }
+        int got = 0;
+        do {
+            ZIPCCL_TRY(pollRecvs(x, 1, &got));
+            for (int g = 0; g < got; g++) {
+                const RecvRec* rc = &x->rec[x->idx[g]];
+                size_t Ks = KOF(recvcounts[rc->peer]), pcs = pieceLen(recvcounts[rc->peer], P, rc->piece);
+                if (softFail(x, verify(x, g, makeTag(kind, rc->piece, rc->piece + 1 == Ks), pcs, dt))) continue;
+                softFail(x, decode(x, rc, recvbuf + (rdispls[rc->peer] + rc->piece * P) * esz, pcs, dt));
+            }
+        } while (got > 0);
+    }
+#undef KOF
+    return finishSends(x);
+}
+
+static zipcclResult_t alltoallCore(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                                   const size_t* sendcounts, const size_t* sdispls,
+                                   const size_t* recvcounts, const size_t* rdispls, int minOne) {
+    const int n = c->nranks;
+    const size_t esz = zipcclTypeSize(op->dtype), P = pieceElems(c, esz);
+    size_t reqs = 1, extent = 0;
+    for (int s = 0; s < n; s++) {
+        size_t Ks = numPieces(sendcounts[s], P) + 1, Kr = numPieces(recvcounts[s], P) + 1;
+        if (Ks > TAG_INDEX_MAX || Kr > TAG_INDEX_MAX) return zipcclSetError(zipcclUnsupported, "count too large");
+        reqs += Ks + Kr;
+        if (sdispls[s] + sendcounts[s] > extent) extent = sdispls[s] + sendcounts[s];
+    }
+    const char* sendbuf = op->sendbuf;
+    if (op->sendbuf == op->recvbuf && n > 1 && extent) { /* in place: stage the input */
+        char* tmp = zipcclScratch(c, kSlotInput, extent * esz);
+        if (!tmp) return zipcclSetError(zipcclSystemError, "out of memory");
+        memcpy(tmp, op->sendbuf, extent * esz);
+        sendbuf = tmp;
+    }
+    Ctx x;
+    ZIPCCL_TRY(ctxInit(&x, c, op, st, reqs));
+    TRY_OR_ABANDON(&x, alltoallBody(&x, sendbuf, sendcounts, sdispls, op->recvbuf, recvcounts,
+                                    rdispls, minOne));
+    return zipcclSuccess;
+}
+
+/* ---- ReduceScatter, direct ------------------------------------------------- */
+
+/* Block b of every rank's input (counts[b] elements at displs[b]) is reduced
+ * by rank b into out.  Each rank sends block d to rank d (encoded once),
+ * addressing first the owner that needs it first in the canonical order:
+ * rank r is the j-th contributor of block r-j, so it sends to r-1, r-2, ...
+ * The owner adds piece by piece in the canonical order as contributions
+ * arrive, its own data last. */
+static zipcclResult_t rsDirectBody(Ctx* x, const char* sendbuf, const size_t* counts,
+                                   const size_t* displs, void* out) {
+    struct zipcclComm* c = x->c;
+    const int n = c->nranks, r = c->rank;
+    const zipcclDataType_t dt = x->op->dtype;
+    const zipcclCollKind_t kind = x->op->kind;
+    const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz);
+    const size_t mine = counts[r], K = numPieces(mine, P);
+    const char* own = sendbuf + displs[r] * esz;
+
+    float* acc = zipcclScratch(c, kSlotAcc, mine * sizeof(float) + 1);
+    if (!acc) return oom(x);
+    size_t recvStage = (size_t)(n - 1) * stageFor(x, mine, P, dt), sendStage = 0;
+    for (int d = 0; d < n; d++)
+        if (d != r && x->compressed) sendStage += stageFor(x, counts[d], P, dt);
+    char* rstage = zipcclScratch(c, kSlotRecv, recvStage + 1);
+    char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, sendStage + 1) : NULL;
+    char* tmp = x->compressed ? zipcclScratch(c, kSlotTmp, P * esz) : NULL;
+    /* arrived[j*K + k]: contribution of the j-th contributor for piece k;
+     * nextPos[k]: the next position to add for piece k (n = finished). */
+    int* arrived = zipcclScratch(c, kSlotFlags, sizeof(int) * ((size_t)n + 1) * (K + 1));
+    if (!rstage || (x->compressed && (!sstage || !tmp)) || !arrived) return oom(x);
+    int* nextPos = arrived + (size_t)n * K;
+    memset(arrived, 0, sizeof(int) * (size_t)n * K);
+    int* recIndex = zipcclScratch(c, kSlotInput, sizeof(int) * (size_t)n * (K + 1));
+    if (!recIndex) return oom(x);
+
+    size_t off = 0;
+    for (int j = 1; j < n; j++) {
+        int s = (r + j) % n;
+        for (size_t k = 0; k < K; k++) {
+            size_t cap = wireCap(x, pieceLen(mine, P, k), dt);
+            recIndex[(size_t)j * K + k] = x->nrecv;
+            ZIPCCL_TRY(postRecv(x, rstage + off, cap, s, MPI_ANY_TAG, j, k));
+            off += cap;
+        }
+    }
+    for (size_t k = 0; k < K; k++) nextPos[k] = 1;
+
+    size_t soff = 0;
+    for (int j = 1; j <= n; j++) {
+        int d = (r - j + n) % n;
+        size_t Kd = j < n ? numPieces(counts[d], P) : 1;
+        for (size_t k = 0; k < Kd; k++) {
+            if (j < n) {
+                size_t pc = pieceLen(counts[d], P, k), bytes = pc * esz;
+                const char* src = sendbuf + (displs[d] + k * P) * esz;
+                x->st->rawBytes += bytes;
+                if (x->compressed) {
+                    size_t cap = zipcclCompressBound(pc, dt, 0);
+                    ZIPCCL_TRY(encode(x, src, pc, dt, sstage + soff, cap, &bytes));
+                    src = sstage + soff;
+                    soff += cap;
+                }
+                ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == Kd)));
+            }
+            int got = 0;
+            do {
+                ZIPCCL_TRY(pollRecvs(x, j == n, &got));
+                for (int g = 0; g < got; g++) {
+                    const RecvRec* rc = &x->rec[x->idx[g]];
+                    size_t kk = rc->piece;
+                    if (softFail(x, verify(x, g, makeTag(kind, kk, kk + 1 == K), pieceLen(mine, P, kk), dt))) continue;
+                    arrived[(size_t)rc->step * K + kk] = 1;
+                    /* Add every contribution of piece kk that is now next in line. */
+                    size_t pc = pieceLen(mine, P, kk);
+                    while (nextPos[kk] < n && arrived[(size_t)nextPos[kk] * K + kk]) {
+                        const RecvRec* src = &x->rec[recIndex[(size_t)nextPos[kk] * K + kk]];
+                        const void* data = src->buf;
+                        if (x->compressed) {
+                            if (softFail(x, decode(x, src, tmp, pc, dt))) memset(tmp, 0, pc * esz);
+                            data = tmp;
+                        }
+                        accumulate(acc + kk * P, data, pc, dt, nextPos[kk] == 1);
+                        if (++nextPos[kk] == n) {
+                            accumulate(acc + kk * P, own + kk * P * esz, pc, dt, 0);
+                            finalize((char*)out + kk * P * esz, acc + kk * P, pc, dt, x->op->op, n);
+                        }
+                    }
+                }
+            } while (j == n && got > 0);
+        }
+    }
+    return finishSends(x);
+}
+
+/* ---- ReduceScatter, ring ----------------------------------------------------- */
+
+/* Step s (0..n-2): rank r sends the partial sum of block r-1-s to r+1 and
+ * receives that of block r-2-s from r-1, adds its own contribution and
+ * passes it on; at step n-2 the received block is r itself.  The partial
+ * travels in fp32 (step 0 carries the dtype: converting it is exact), so
+ * the sum is formed in the canonical order b+1, ..., b-1, b with a single
+ * rounding, exactly like the direct design.  Pieces of different steps are
+ * independent, so the ring pipelines piece by piece. */
+static zipcclResult_t rsRingBody(Ctx* x, const char* sendbuf, const size_t* counts,
+                                 const size_t* displs, void* out) {
+    struct zipcclComm* c = x->c;
+    const int n = c->nranks, r = c->rank, left = (r - 1 + n) % n, right = (r + 1) % n;
+    const zipcclDataType_t dt = x->op->dtype;
+    const zipcclCollKind_t kind = x->op->kind;
+    const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, 4);
+    size_t Kmax = 0;
+    for (int b = 0; b < n; b++)
+        if (numPieces(counts[b], P) > Kmax) Kmax = numPieces(counts[b], P);
+#define BLOCK_AT(s) ((r - 2 - (s) + 2 * n) % n) /* block received at step s */
+
+    /* Per step: the partial sums (fp32) and, compressed, the staged frames. */
+    size_t partialElems = 0, recvStage = 0, sendStage = 0;
+    for (int s = 0; s < n - 1; s++) {
+        size_t cnt = counts[BLOCK_AT(s)];
+        partialElems += cnt;
+        recvStage += stageFor(x, cnt, P, s == 0 ? dt : zipcclFloat32);
+        if (s < n - 2 && x->compressed) sendStage += stageFor(x, cnt, P, zipcclFloat32);
+    }
+    sendStage += x->compressed ? stageFor(x, counts[(r - 1 + n) % n], P, dt) : 0;
+    float* partial = zipcclScratch(c, kSlotAcc, partialElems * sizeof(float) + 1);
+    char* rstage = zipcclScratch(c, kSlotRecv, recvStage + 1);
+    char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, sendStage + 1) : NULL;
+    char* tmp = zipcclScratch(c, kSlotTmp, P * esz);
+    size_t* stepOff = zipcclScratch(c, kSlotFlags, sizeof(size_t) * 3 * (size_t)n);
+    if (!partial || !rstage || (x->compressed && !sstage) || !tmp || !stepOff) return oom(x);
+    size_t* sendOff = stepOff + n; /* compressed staging offset per step */
+
+    size_t off = 0, pOff = 0, sOff = 0;
+    for (int s = 0; s < n - 1; s++) {
+        size_t cnt = counts[BLOCK_AT(s)];
+        zipcclDataType_t wdt = s == 0 ? dt : zipcclFloat32;
+        stepOff[s] = pOff;
+        pOff += cnt;
+        for (size_t k = 0, K = numPieces(cnt, P); k < K; k++) {
+            size_t cap = wireCap(x, pieceLen(cnt, P, k), wdt);
+            ZIPCCL_TRY(postRecv(x, rstage + off, cap, left, makeTag(kind, (size_t)s * Kmax + k, 0), s, k));
+            off += cap;
+        }
+    }
+    for (int s = 1; s < n - 1; s++) { /* frames we send at step s (s >= 1) */
+        sendOff[s] = sOff;
+        if (x->compressed) sOff += stageFor(x, counts[BLOCK_AT(s - 1)], P, zipcclFloat32);
+    }
+
+    /* Step 0: our own contribution to block r-1, in the dtype. */
+    const size_t b0 = (size_t)((r - 1 + n) % n), K0 = numPieces(counts[b0], P);
+    for (size_t k = 0; k <= K0; k++) {
+        if (k < K0) {
+            size_t pc = pieceLen(counts[b0], P, k), bytes = pc * esz;
+            const char* src = sendbuf + (displs[b0] + k * P) * esz;
+            x->st->rawBytes += bytes;
+            if (x->compressed) {
+                size_t cap = zipcclCompressBound(pc, dt, 0);
+                ZIPCCL_TRY(encode(x, src, pc, dt, sstage + sOff, cap, &bytes));
+                src = sstage + sOff;
+                sOff += cap;
+            }
+            ZIPCCL_TRY(postSend(x, src, bytes, right, makeTag(kind, k, 0)));
+        }
+        int got = 0;
+        do {
+            ZIPCCL_TRY(pollRecvs(x, k == K0, &got));
+            for (int g = 0; g < got; g++) {
+                const RecvRec* rc = &x->rec[x->idx[g]];
+                int s = rc->step, b = BLOCK_AT(s);
+                size_t kk = rc->piece, pc = pieceLen(counts[b], P, kk);
+                zipcclDataType_t wdt = s == 0 ? dt : zipcclFloat32;
+                float* part = partial + stepOff[s] + kk * P;
+                /* On a data error the ring still passes a (zeroed) partial on,
+                 * so every rank finishes the protocol. */
+                int bad = softFail(x, verify(x, g, makeTag(kind, (size_t)s * Kmax + kk, 0), pc, wdt));
+                if (!bad && s == 0 && dt != zipcclFloat32) {
+                    bad = softFail(x, decode(x, rc, tmp, pc, dt));
+                    if (!bad) accumulate(part, tmp, pc, dt, 1);
+                } else if (!bad) {
+                    bad = softFail(x, decode(x, rc, part, pc, zipcclFloat32));
+                }
+                if (bad) memset(part, 0, pc * sizeof(float));
+                accumulate(part, sendbuf + (displs[b] + kk * P) * esz, pc, dt, 0);
+                if (s == n - 2) {
+                    finalize((char*)out + kk * P * esz, part, pc, dt, x->op->op, n);
+                    continue;
+                }
+                const void* src = part;
+                size_t bytes = pc * 4;
+                x->st->rawBytes += bytes;
+                if (x->compressed) {
+                    size_t cap = zipcclCompressBound(pc, zipcclFloat32, 0);
+                    char* dst = sstage + sendOff[s + 1] + kk * zipcclCompressBound(P, zipcclFloat32, 0);
+                    ZIPCCL_TRY(encode(x, part, pc, zipcclFloat32, dst, cap, &bytes));
+                    src = dst;
+                }
+                ZIPCCL_TRY(postSend(x, src, bytes, right, makeTag(kind, (size_t)(s + 1) * Kmax + kk, 0)));
+            }
+        } while (k == K0 && got > 0);
+    }
+#undef BLOCK_AT
+    return finishSends(x);
+}
+
+static zipcclResult_t reduceScatterCore(struct zipcclComm* c, const zipcclOp* op,
+                                        zipcclExecStats* st, const size_t* counts,
+                                        const size_t* displs, void* out) {
+    const int n = c->nranks, r = c->rank;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    if (n == 1) { /* the canonical order of one: own data, one rounding */
+        float* acc = zipcclScratch(c, kSlotAcc, counts[0] * sizeof(float) + 1);
+        if (!acc) return zipcclSetError(zipcclSystemError, "out of memory");
+        accumulate(acc, (const char*)op->sendbuf + displs[0] * esz, counts[0], op->dtype, 1);
+        finalize(out, acc, counts[0], op->dtype, op->op, 1);
+        return zipcclSuccess;
+    }
+    int ring = st->algo == zipcclAlgoRing;
+    size_t P = pieceElems(c, ring ? 4 : esz), Kmax = 0, reqs = 2;
+    for (int b = 0; b < n; b++) {
+        size_t K = numPieces(counts[b], P);
+        if (K > Kmax) Kmax = K;
+        reqs += ring ? 2 * K : (b == r ? K * (size_t)(n - 1) : K);
+    }
+    if ((ring ? Kmax * (size_t)n : Kmax) >= TAG_INDEX_MAX)
+        return zipcclSetError(zipcclUnsupported, "%s: count too large", zipcclCollName(op->kind));
+    Ctx x;
+    ZIPCCL_TRY(ctxInit(&x, c, op, st, reqs));
+    if (ring) TRY_OR_ABANDON(&x, rsRingBody(&x, op->sendbuf, counts, displs, out));
+    else TRY_OR_ABANDON(&x, rsDirectBody(&x, op->sendbuf, counts, displs, out));
+    return zipcclSuccess;
+}
+
+/* ---- dispatch --------------------------------------------------------------- */
+
+zipcclResult_t zipcclRunMpiAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
+    const int n = c->nranks;
+    size_t counts[n], displs[n];
+    switch (op->kind) {
+    case zipcclCollAllGather:
+        if (!op->count) return zipcclSuccess;
+        for (int i = 0; i < n; i++) counts[i] = op->count, displs[i] = (size_t)i * op->count;
+        return allGatherCore(c, op, st, op->sendbuf, op->recvbuf, counts, displs);
+    case zipcclCollReduceScatter:
+        if (!op->count) return zipcclSuccess;
+        for (int i = 0; i < n; i++) counts[i] = op->count, displs[i] = (size_t)i * op->count;
+        return reduceScatterCore(c, op, st, counts, displs, op->recvbuf);
+    case zipcclCollAllReduce: {
+        if (!op->count) return zipcclSuccess;
+        /* ReduceScatter into a block of our own, then AllGather the blocks. */
+        size_t base = op->count / (size_t)n, extra = op->count % (size_t)n, d = 0;
+        for (int i = 0; i < n; i++) {
+            counts[i] = base + ((size_t)i < extra);
+            displs[i] = d;
+            d += counts[i];
+        }
+        void* block = zipcclScratch(c, kSlotBlock, counts[c->rank] * zipcclTypeSize(op->dtype) + 1);
+        if (!block) return zipcclSetError(zipcclSystemError, "out of memory");
+        ZIPCCL_TRY(reduceScatterCore(c, op, st, counts, displs, block));
+        return allGatherCore(c, op, st, block, op->recvbuf, counts, displs);
+    }
+    case zipcclCollAlltoAll:
+        if (!op->count) return zipcclSuccess;
+        for (int i = 0; i < n; i++) counts[i] = op->count, displs[i] = (size_t)i * op->count;
+        return alltoallCore(c, op, st, counts, displs, counts, displs, 0);
+    case zipcclCollAlltoAllv:
+        return alltoallCore(c, op, st, op->sendcounts, op->sdispls, op->recvcounts, op->rdispls, 1);
+    default: break;
+    }
+    return zipcclSetError(zipcclInternalError, "unknown collective kind %d", (int)op->kind);
+}

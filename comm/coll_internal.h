@@ -1,0 +1,141 @@
+/*
+ * coll_internal.h — what the collective files of libzipccl share: the
+ * communicator, the queued operation (which is also the request handle), the
+ * transports' entry points and the switcher's model.  Not installed.
+ *
+ * Files: coll.c (API, validation, queue, counters), coll_algos.c (our
+ * algorithms on host buffers over MPI point-to-point), transport_mpi.c (MPI
+ * point-to-point engine + native MPI collectives), transport_nccl.c (NCCL,
+ * only with ZIPCCL_HAVE_CUDA), switcher.c (the auto cost model).
+ */
+#ifndef ZIPCCL_COLL_INTERNAL_H
+#define ZIPCCL_COLL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+#include "zipccl.h"
+#include "zipccl_internal.h"
+
+/* One collective call as queued on a communicator; it is also the request
+ * handle the public header calls struct zipcclRequest. */
+typedef struct zipcclRequest {
+    struct zipcclComm* comm;
+    zipcclCollKind_t kind;
+    const void* sendbuf;
+    void* recvbuf;
+    size_t count; /* AG: sendcount, RS: recvcount, AR/A2A: count (per rank)  */
+    size_t* sendcounts; /* AlltoAllv only: copies of the caller's arrays     */
+    size_t* sdispls;
+    size_t* recvcounts;
+    size_t* rdispls;
+    zipcclDataType_t dtype;
+    zipcclRedOp_t op;
+    zipcclCallConfig_t cfg; /* as requested (strategy may still be auto)    */
+    void* stream;
+    /* Filled by the executor. */
+    zipcclResult_t result;
+    char detail[512];
+    int done;
+    struct zipcclRequest* next;
+} zipcclOp;
+
+/* What one executed call cost; folded into the counters and the switcher. */
+typedef struct {
+    zipcclStrategy_t strategy; /* native / raw / compressed as executed    */
+    zipcclCodec_t codec;
+    zipcclAlgo_t algo;
+    uint64_t rawBytes, wireBytes;
+    double codecSeconds, wireSeconds, totalSeconds;
+} zipcclExecStats;
+
+/* Cost-model state (switcher.c).  Every field is identical on all ranks. */
+typedef struct {
+    int calibrated;
+    double alpha;        /* seconds per message                             */
+    double beta;         /* link bytes per second                           */
+    double encFast, decFast, encDense, decDense; /* codec raw bytes/second  */
+    double memBw;        /* reduction / copy bytes per second               */
+    double ratio[zipcclNumCollKinds][3][2]; /* EWMA raw/wire by kind, dtype (bf16, fp16, fp32), codec */
+    /* Local observations since the last agreement (switcher.c lays it out). */
+    double obs[zipcclNumCollKinds * 3 * 2 * 2 + 6];
+    uint64_t autoCalls;
+    int log;
+} zipcclModel;
+
+#define ZIPCCL_SCRATCH_SLOTS 8 /* see coll_algos.c for who uses which */
+
+struct zipcclComm {
+    int isNccl;
+    int rank, nranks;
+    MPI_Comm mpi;        /* our duplicate (MPI communicators)                */
+    void* nccl;          /* ncclComm_t (not owned)                           */
+    void* ncclState;     /* transport_nccl.c private                         */
+    int ncclCodec;       /* the CUDA codec is usable on this communicator    */
+    zipcclCallConfig_t defaults;
+    double timeoutS;     /* 0 = wait forever                                 */
+    size_t pieceBytes;   /* pipelining granularity of our algorithms         */
+    int broken;          /* a collective failed mid-flight: refuse new ones  */
+    char brokenWhy[256];
+
+    /* Executor: one progress thread per communicator runs queued ops in
+     * issue order.  Without MPI_THREAD_MULTIPLE ops run eagerly at issue.  */
+    int threaded;
+    pthread_t worker;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;   /* queue non-empty / op done / shutting down        */
+    zipcclOp *head, *tail;
+    int stopping;
+
+    /* Scratch buffers reused across calls (only the executor touches them). */
+    void* scratch[ZIPCCL_SCRATCH_SLOTS];
+    size_t scratchCap[ZIPCCL_SCRATCH_SLOTS];
+
+    zipcclCounters_t counters[zipcclNumCollKinds]; /* under mu               */
+    zipcclModel model;   /* executor only                                   */
+};
+
+/* coll.c */
+void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes); /* NULL on OOM */
+double zipcclNow(void);
+
+/* coll_algos.c: our algorithms over MPI point-to-point (host buffers). */
+zipcclResult_t zipcclRunMpiAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st);
+
+/* transport_mpi.c */
+zipcclResult_t zipcclMpiCheckThreads(int* multiple);
+zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st);
+/* Wait for `n` requests with the communicator's deadline; `what` names the
+ * collective for error messages.  Returns zipcclTimeout / TransportError. */
+zipcclResult_t zipcclMpiWaitAll(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
+                                double* waitSeconds);
+zipcclResult_t zipcclMpiError(int mpiErr, const char* what);
+void zipcclIdle(double idleSeconds); /* between empty polls */
+/* MPI_Allreduce that gives up after the communicator's timeout. */
+zipcclResult_t zipcclMpiAllreduceTimed(struct zipcclComm* c, const void* in, void* out, int n,
+                                      MPI_Datatype dt, MPI_Op op, const char* what);
+/* Ping-pong between ranks 0 and 1: latency and bandwidth (rank-agreed). */
+zipcclResult_t zipcclMpiPingPong(struct zipcclComm* c, double* alpha, double* beta);
+
+/* transport_nccl.c (stubs returning zipcclUnsupported without CUDA). */
+zipcclResult_t zipcclNcclInit(struct zipcclComm* c);
+void zipcclNcclDestroy(struct zipcclComm* c);
+zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t strategy,
+                             zipcclExecStats* st);
+
+/* switcher.c */
+void zipcclModelDefaults(zipcclModel* m);
+zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c);
+/* Resolve strategy/codec/algo for `op` (cfg->strategy may be auto). */
+zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op,
+                                 zipcclCallConfig_t* out);
+zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
+                                  const zipcclExecStats* st, int wasAuto);
+
+/* bf16/fp16 <-> fp32 conversions (round to nearest even), coll_algos.c */
+float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype);
+void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype);
+
+#endif

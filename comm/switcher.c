@@ -1,0 +1,298 @@
+/*
+ * switcher.c — strategy auto: per call, estimate the time of each design
+ * (native, raw direct/ring, compressed fast/dense direct/ring) with an
+ * alpha-beta-codec model and run the cheapest.  NCCL's tuner is the model:
+ *
+ *   t(design) = messages * alpha
+ *             + max(wireBytes / beta, codecBytes / codecThroughput)   (pipelined)
+ *             + one piece of codec work (the pipeline fill)
+ *             + reduction bytes / memory bandwidth                    (RS, AR)
+ *
+ * wireBytes for a compressed design is rawBytes / ratio, where the ratio is
+ * the last observed ratio for (collective, dtype, codec), starting from the
+ * Gaussian figures in DESIGN.md.  A wrong choice across ranks would
+ * deadlock, so every model input is identical on all ranks: calibration
+ * results are broadcast / all-reduced at creation, and observations from
+ * calls are pooled with one small MPI_Allreduce every kAgreeEvery auto calls
+ * before they change the model.  AlltoAllv's size is rank-local, so an auto
+ * AlltoAllv all-reduces its size first (one small message).
+ *
+ * Environment: ZIPCCL_CALIBRATE=0 skips measuring (defaults below),
+ * ZIPCCL_LINK_GBPS / ZIPCCL_LINK_ALPHA_US override the link, ZIPCCL_LOG=1
+ * prints each decision with its estimates on rank 0 (stderr).
+ *
+ * Left out: topology (every pair is assumed to have the same link); NCCL
+ * communicators use defaults + the env override, without refinement.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_internal.h"
+
+enum { kAgreeEvery = 8 };
+
+static int dtypeIndex(zipcclDataType_t dt) {
+    return dt == zipcclBfloat16 ? 0 : dt == zipcclFloat16 ? 1 : 2;
+}
+
+void zipcclModelDefaults(zipcclModel* m) {
+    memset(m, 0, sizeof *m);
+    m->alpha = 5e-6; /* shared memory-ish; calibration replaces these */
+    m->beta = 5e9;
+    m->encFast = 1.0e9, m->decFast = 1.5e9;
+    m->encDense = 0.3e9, m->decDense = 0.4e9;
+    m->memBw = 4e9;
+    /* raw/wire on Gaussian data: DESIGN.md limits, a bit below the ideal */
+    static const double r0[3][2] = {{1.40, 1.48}, {1.12, 1.16}, {1.17, 1.19}};
+    for (int k = 0; k < zipcclNumCollKinds; k++)
+        for (int d = 0; d < 3; d++)
+            for (int c = 0; c < 2; c++) m->ratio[k][d][c] = r0[d][c];
+}
+
+static void applyEnv(zipcclModel* m) {
+    const char* s = getenv("ZIPCCL_LINK_GBPS");
+    if (s && atof(s) > 0) m->beta = atof(s) * 1e9 / 8;
+    s = getenv("ZIPCCL_LINK_ALPHA_US");
+    if (s && atof(s) > 0) m->alpha = atof(s) * 1e-6;
+}
+
+/* Codec throughput on a synthetic Gaussian bf16 buffer (sigma 0.02). */
+static zipcclResult_t measureCodec(struct zipcclComm* c, double out[4]) {
+    const size_t n = 1 << 17; /* 256 KiB of bf16 */
+    uint16_t* x = zipcclScratch(c, 0, n * 2 + zipcclCompressBound(n, zipcclBfloat16, 0) + n * 2);
+    if (!x) return zipcclSetError(zipcclSystemError, "calibration: out of memory");
+    char* frame = (char*)(x + n);
+    uint16_t* back = (uint16_t*)(frame + zipcclCompressBound(n, zipcclBfloat16, 0));
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < n; i++) { /* sum of 4 uniforms: close enough to a Gaussian */
+        double u = 0;
+        for (int k = 0; k < 4; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            u += (double)(s >> 11) * 0x1p-53;
+        }
+        zipcclFromFloat(x, i, (float)((u - 2.0) * 0.02 * 1.732), zipcclBfloat16);
+    }
+    for (int codec = 0; codec < 2; codec++) {
+        zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+        p.codec = codec ? zipcclCodecDense : zipcclCodecFast;
+        size_t size = 0, cnt = 0;
+        double enc = 1e9, dec = 1e9;
+        /* Best of three after a warm-up run (first touches, table set-up):
+         * a shared machine's noise only ever makes a run slower. */
+        for (int rep = 0; rep < 4; rep++) {
+            double t0 = zipcclNow();
+            ZIPCCL_TRY(zipcclCompress(x, n, zipcclBfloat16, frame, zipcclCompressBound(n, zipcclBfloat16, 0), &size, &p));
+            double t1 = zipcclNow();
+            ZIPCCL_TRY(zipcclDecompress(frame, size, back, n * 2, &cnt, zipcclBfloat16, NULL));
+            double t2 = zipcclNow();
+            if (rep) enc = fmin(enc, t1 - t0), dec = fmin(dec, t2 - t1);
+        }
+        out[2 * codec] = (double)(n * 2) / fmax(enc, 1e-6);
+        out[2 * codec + 1] = (double)(n * 2) / fmax(dec, 1e-6);
+    }
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c) {
+    zipcclModel* m = &c->model;
+    const char* s = getenv("ZIPCCL_CALIBRATE");
+    double t0 = zipcclNow();
+    if (!(s && !strcmp(s, "0")) && !c->isNccl) {
+        ZIPCCL_TRY(zipcclMpiPingPong(c, &m->alpha, &m->beta));
+        double thr[4];
+        ZIPCCL_TRY(measureCodec(c, thr));
+        /* The slowest rank paces a pipelined collective; all ranks agree. */
+        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, MPI_IN_PLACE, thr, 4, MPI_DOUBLE, MPI_MIN, "calibration"));
+        m->encFast = thr[0], m->decFast = thr[1], m->encDense = thr[2], m->decDense = thr[3];
+    }
+    applyEnv(m);
+    m->calibrated = 1;
+    if (m->log && c->rank == 0)
+        fprintf(stderr,
+                "zipccl: calibrated in %.0f ms: alpha %.1f us, link %.0f MB/s, fast %.0f/%.0f MB/s, "
+                "dense %.0f/%.0f MB/s (enc/dec)\n",
+                1e3 * (zipcclNow() - t0), m->alpha * 1e6, m->beta / 1e6, m->encFast / 1e6,
+                m->decFast / 1e6, m->encDense / 1e6, m->decDense / 1e6);
+    return zipcclSuccess;
+}
+
+/* ---- the estimate ------------------------------------------------------------ */
+
+typedef struct {
+    zipcclStrategy_t strategy;
+    zipcclCodec_t codec;
+    zipcclAlgo_t algo;
+    double t;
+} Design;
+
+/* Bytes this rank sends (raw), encodes, decodes and reduces for one design.
+ * `block` = bytes of one rank's share, `total` = bytes of one rank's input. */
+static double estimate(const zipcclModel* m, const struct zipcclComm* c, zipcclCollKind_t kind,
+                       zipcclDataType_t dt, double total, Design* d) {
+    const int n = c->nranks;
+    const double n1 = n - 1, esz = (double)zipcclTypeSize(dt);
+    double block = kind == zipcclCollAllGather ? total : total / n;
+    double send = 0, enc = 0, dec = 0, red = 0, msgs = n1, pipeSteps = 1;
+    int ring = d->algo == zipcclAlgoRing;
+    switch (kind) {
+    case zipcclCollAllGather: send = block * n1, enc = block, dec = block * n1; break;
+    case zipcclCollAlltoAll:
+    case zipcclCollAlltoAllv: send = total * n1 / n, enc = send, dec = send; break;
+    case zipcclCollReduceScatter:
+    case zipcclCollAllReduce:
+        /* the ring carries fp32 partials after the first hop */
+        send = ring ? block * (1 + (n1 - 1) * 4 / esz) : block * n1;
+        enc = send, dec = send, red = block * n * (4 / esz) * 2;
+        if (ring) pipeSteps = n1;
+        if (kind == zipcclCollAllReduce) {
+            send += block * n1, enc += block, dec += block * n1, msgs *= 2;
+        }
+        break;
+    default: break;
+    }
+    double t;
+    if (d->strategy == zipcclStrategyNative) {
+        /* MPI's own algorithms: bandwidth-optimal for large messages,
+         * logarithmic in messages for small ones; bf16/fp16 sums pay for
+         * the user op's per-element conversions. */
+        t = ceil(log2((double)n)) * m->alpha + send / m->beta;
+        if (red > 0) t += red / m->memBw * (esz == 2 ? 2 : 1);
+    } else {
+        double piece = fmin((double)c->pieceBytes, block);
+        double pieces = ceil(block / fmax((double)c->pieceBytes, 1));
+        t = (msgs * fmax(pieces, 1)) * m->alpha + red / m->memBw;
+        if (d->strategy == zipcclStrategyRaw) {
+            t += send / m->beta + (pipeSteps - 1) * piece / m->beta;
+        } else {
+            double ratio = m->ratio[kind][dtypeIndex(dt)][d->codec == zipcclCodecDense];
+            double encBw = d->codec == zipcclCodecDense ? m->encDense : m->encFast;
+            double decBw = d->codec == zipcclCodecDense ? m->decDense : m->decFast;
+            double wire = send / ratio / m->beta, codec = enc / encBw + dec / decBw;
+            t += fmax(wire, codec) + pipeSteps * piece * (1 / encBw + 1 / decBw + 1 / ratio / m->beta);
+        }
+    }
+    d->t = t;
+    return t;
+}
+
+zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcclCallConfig_t* out) {
+    *out = op->cfg;
+    if (out->codec == zipcclCodecDefault) out->codec = zipcclCodecFast;
+    if (out->algo == zipcclAlgoDefault) out->algo = zipcclAlgoDirect;
+    if (out->strategy != zipcclStrategyAuto) return zipcclSuccess;
+
+    zipcclModel* m = &c->model;
+    if (!m->calibrated) ZIPCCL_TRY(zipcclModelCalibrate(c));
+    const size_t esz = zipcclTypeSize(op->dtype);
+    double total;
+    switch (op->kind) {
+    case zipcclCollAllGather: total = (double)(op->count * esz); break;
+    case zipcclCollReduceScatter: total = (double)(op->count * esz * (size_t)c->nranks); break;
+    case zipcclCollAlltoAll: total = (double)(op->count * esz * (size_t)c->nranks); break;
+    case zipcclCollAlltoAllv: {
+        double mine = 0;
+        for (int i = 0; i < c->nranks; i++) mine += (double)(op->sendcounts[i] * esz);
+        total = mine;
+        if (!c->isNccl && c->nranks > 1) { /* the only rank-local size: agree on the largest */
+            ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, &mine, &total, 1, MPI_DOUBLE, MPI_MAX,
+                                               "AlltoAllv (auto size agreement)"));
+        }
+        break;
+    }
+    default: total = (double)(op->count * esz); break;
+    }
+    int reduce = op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce;
+    Design cand[7];
+    int nc = 0;
+    cand[nc++] = (Design){zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect, 0};
+    for (int ring = 0; ring <= (reduce && !c->isNccl); ring++) {
+        zipcclAlgo_t a = ring ? zipcclAlgoRing : zipcclAlgoDirect;
+        cand[nc++] = (Design){zipcclStrategyRaw, zipcclCodecFast, a, 0};
+        cand[nc++] = (Design){zipcclStrategyCompressed, zipcclCodecFast, a, 0};
+        cand[nc++] = (Design){zipcclStrategyCompressed, zipcclCodecDense, a, 0};
+    }
+    int best = 0;
+    for (int i = 0; i < nc; i++) {
+        estimate(m, c, op->kind, op->dtype, total, &cand[i]);
+        if (cand[i].t < cand[best].t) best = i;
+    }
+    /* An NCCL communicator without the CUDA codec cannot compress. */
+    if (c->isNccl && !c->ncclCodec && cand[best].strategy == zipcclStrategyCompressed)
+        best = 0;
+    out->strategy = cand[best].strategy;
+    out->codec = cand[best].codec;
+    out->algo = cand[best].algo;
+    if (m->log && c->rank == 0) {
+        fprintf(stderr, "zipccl auto: %s %s %.0f KiB/rank n=%d -> %s/%s/%s (est %.3f ms;", zipcclCollName(op->kind),
+                zipcclTypeName(op->dtype), total / 1024, c->nranks, zipcclStrategyName(out->strategy),
+                out->codec == zipcclCodecDense ? "dense" : "fast", out->algo == zipcclAlgoRing ? "ring" : "direct",
+                cand[best].t * 1e3);
+        for (int i = 0; i < nc; i++)
+            fprintf(stderr, " %s%s%s %.3f", zipcclStrategyName(cand[i].strategy),
+                    cand[i].strategy == zipcclStrategyCompressed ? (cand[i].codec == zipcclCodecDense ? "/dense" : "/fast") : "",
+                    cand[i].algo == zipcclAlgoRing ? "/ring" : "", cand[i].t * 1e3);
+        fprintf(stderr, "; link %.0f MB/s, ratio fast %.3f dense %.3f)\n", m->beta / 1e6,
+                m->ratio[op->kind][dtypeIndex(op->dtype)][0], m->ratio[op->kind][dtypeIndex(op->dtype)][1]);
+    }
+    return zipcclSuccess;
+}
+
+/* ---- refinement from what calls actually did ------------------------------------ */
+
+/* Pooled observations: [kind][dtype][codec] raw and wire bytes of
+ * compressed calls, then raw-call link bytes and seconds, then per codec
+ * codec bytes and seconds. */
+#define OBS_RATIO (zipcclNumCollKinds * 3 * 2 * 2)
+#define OBS_LEN (OBS_RATIO + 2 + 4)
+
+zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
+                                  const zipcclExecStats* st, int wasAuto) {
+    zipcclModel* m = &c->model;
+    double* obs = m->obs;
+    _Static_assert(sizeof m->obs == OBS_LEN * sizeof(double), "obs layout");
+    if (c->isNccl) return zipcclSuccess;
+    int di = dtypeIndex(op->dtype), ci = st->codec == zipcclCodecDense;
+    if (st->strategy == zipcclStrategyCompressed && st->rawBytes) {
+        double* o = obs + (((int)op->kind * 3 + di) * 2 + ci) * 2;
+        o[0] += (double)st->rawBytes, o[1] += (double)st->wireBytes;
+        obs[OBS_RATIO + 2 + 2 * ci] += (double)st->rawBytes * 2;
+        obs[OBS_RATIO + 3 + 2 * ci] += st->codecSeconds;
+    }
+    if (st->strategy == zipcclStrategyRaw && st->wireBytes) {
+        obs[OBS_RATIO] += (double)st->wireBytes;
+        obs[OBS_RATIO + 1] += fmax(st->totalSeconds - st->codecSeconds, 1e-7);
+    }
+    if (!wasAuto) return zipcclSuccess;
+    if (++m->autoCalls % kAgreeEvery) return zipcclSuccess;
+    /* Same call index on every rank: pool, then update the shared model. */
+    double pooled[OBS_LEN];
+    ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, obs, pooled, OBS_LEN, MPI_DOUBLE, MPI_SUM,
+                                       "switcher (observation agreement)"));
+    memset(obs, 0, sizeof m->obs);
+    const double w = 0.3; /* EWMA weight of new evidence */
+    for (int k = 0; k < zipcclNumCollKinds; k++)
+        for (int d = 0; d < 3; d++)
+            for (int cc = 0; cc < 2; cc++) {
+                double* o = pooled + ((k * 3 + d) * 2 + cc) * 2;
+                if (o[1] > 0) m->ratio[k][d][cc] = (1 - w) * m->ratio[k][d][cc] + w * o[0] / o[1];
+            }
+    if (pooled[OBS_RATIO + 1] > 0 && pooled[OBS_RATIO] > 1e6)
+        m->beta = (1 - w) * m->beta + w * pooled[OBS_RATIO] / pooled[OBS_RATIO + 1];
+    for (int cc = 0; cc < 2; cc++) {
+        double b = pooled[OBS_RATIO + 2 + 2 * cc], s = pooled[OBS_RATIO + 3 + 2 * cc];
+        if (s <= 0 || b < 1e6) continue;
+        /* observed bytes/s over encode+decode; split like the calibration did */
+        double* enc = cc ? &m->encDense : &m->encFast;
+        double* dec = cc ? &m->decDense : &m->decFast;
+        double predicted = 2.0 / (1 / *enc + 1 / *dec), scale = (b / s) / predicted;
+        *enc *= (1 - w) + w * scale;
+        *dec *= (1 - w) + w * scale;
+    }
+    applyEnv(m); /* an explicit link override stays in force */
+    if (m->log > 1 && c->rank == 0)
+        fprintf(stderr, "zipccl: model refined: link %.0f MB/s, fast %.0f/%.0f MB/s\n", m->beta / 1e6,
+                m->encFast / 1e6, m->decFast / 1e6);
+    return zipcclSuccess;
+}

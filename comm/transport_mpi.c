@@ -1,0 +1,278 @@
+/*
+ * transport_mpi.c — the MPI side of ZipCCL: waiting on point-to-point
+ * requests with a deadline (so no collective can hang), turning MPI errors
+ * into zipcclResult_t, the native strategy (Open MPI's own non-blocking
+ * collectives), and the ping-pong the switcher calibrates with.
+ *
+ * Native numerics are MPI's: for bf16/fp16 sums MPI has no type, so we
+ * register commutative user ops on MPI_UINT16_T that add two values in fp32
+ * and round to the dtype at every combine (the pairwise rounding a user of
+ * MPI would get); avg is the native sum divided by n afterwards, in fp32,
+ * rounded once more.  Our own algorithms live in coll_algos.c.
+ *
+ * Left out: MPI one-sided, persistent requests, counts above INT_MAX on the
+ * native path (refused with zipcclUnsupported; raw/compressed handle them).
+ */
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "coll_internal.h"
+
+zipcclResult_t zipcclMpiCheckThreads(int* multiple) {
+    int inited = 0, level = MPI_THREAD_SINGLE;
+    MPI_Initialized(&inited);
+    if (!inited) return zipcclSetError(zipcclInvalidArgument, "MPI is not initialised");
+    MPI_Query_thread(&level);
+    *multiple = (level >= MPI_THREAD_MULTIPLE);
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclMpiError(int mpiErr, const char* what) {
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0, cls = 0;
+    MPI_Error_class(mpiErr, &cls);
+    MPI_Error_string(mpiErr, msg, &len);
+    if (cls == MPI_ERR_TRUNCATE)
+        return zipcclSetError(zipcclMismatch,
+                              "%s: a peer sent more data than this rank expects (ranks disagree "
+                              "on counts, dtype or the collective called): %s",
+                              what, msg);
+    return zipcclSetError(zipcclTransportError, "%s: MPI error: %s", what, msg);
+}
+
+/* Between polls that found nothing: yield the core at first, then nap
+ * 50 us.  Busy polling is fastest for small messages, but ranks that share
+ * cores with the codec (or with an emulated network) must not burn them
+ * while a large transfer drains; 50 us is a few KB at 1 Gbit/s, far less
+ * than the socket buffers keep in flight. */
+void zipcclIdle(double idleSeconds) {
+    if (idleSeconds < 200e-6) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+}
+
+/* Warn on stderr when a wait drags on: if a peer died, Open MPI ends the job
+ * right after, and this line says which collective was waiting. */
+static void noteSlowWait(struct zipcclComm* c, const char* what, double waited) {
+    fprintf(stderr, "zipccl: rank %d: %s still waiting after %.0f s (timeout %.0f s)\n", c->rank,
+            what, waited, c->timeoutS);
+}
+
+zipcclResult_t zipcclMpiWaitAll(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
+                                double* waitSeconds) {
+    double t0 = zipcclNow(), note = 30.0;
+    for (;;) {
+        int flag = 0;
+        int err = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
+        if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
+        if (flag) break;
+        double waited = zipcclNow() - t0;
+        if (c->timeoutS > 0 && waited > c->timeoutS)
+            return zipcclSetError(zipcclTimeout, "%s: rank %d timed out after %.1f s (ZIPCCL_TIMEOUT_S)",
+                                  what, c->rank, waited);
+        if (waited > note) { noteSlowWait(c, what, waited); note *= 2; }
+        zipcclIdle(waited);
+    }
+    if (waitSeconds) *waitSeconds += zipcclNow() - t0;
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclMpiAllreduceTimed(struct zipcclComm* c, const void* in, void* out, int n,
+                                      MPI_Datatype dt, MPI_Op op, const char* what) {
+    MPI_Request req;
+    int err = MPI_Iallreduce(in, out, n, dt, op, c->mpi, &req);
+    if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
+    return zipcclMpiWaitAll(c, 1, &req, what, NULL);
+}
+
+/* ---- bf16 / fp16 sums for the native path -------------------------------- */
+
+static void sumBf16(void* in, void* inout, int* len, MPI_Datatype* dt) {
+    (void)dt;
+    for (int i = 0; i < *len; i++)
+        zipcclFromFloat(inout, i,
+                        zipcclToFloat(in, i, zipcclBfloat16) + zipcclToFloat(inout, i, zipcclBfloat16),
+                        zipcclBfloat16);
+}
+static void sumFp16(void* in, void* inout, int* len, MPI_Datatype* dt) {
+    (void)dt;
+    for (int i = 0; i < *len; i++)
+        zipcclFromFloat(inout, i,
+                        zipcclToFloat(in, i, zipcclFloat16) + zipcclToFloat(inout, i, zipcclFloat16),
+                        zipcclFloat16);
+}
+
+static pthread_mutex_t opsMu = PTHREAD_MUTEX_INITIALIZER;
+static MPI_Op opBf16 = MPI_OP_NULL, opFp16 = MPI_OP_NULL;
+
+static zipcclResult_t sumOp(zipcclDataType_t dtype, MPI_Datatype* dt, MPI_Op* op) {
+    if (dtype == zipcclFloat32) { *dt = MPI_FLOAT; *op = MPI_SUM; return zipcclSuccess; }
+    pthread_mutex_lock(&opsMu);
+    int err = MPI_SUCCESS;
+    if (opBf16 == MPI_OP_NULL) err = MPI_Op_create(sumBf16, 1, &opBf16);
+    if (err == MPI_SUCCESS && opFp16 == MPI_OP_NULL) err = MPI_Op_create(sumFp16, 1, &opFp16);
+    pthread_mutex_unlock(&opsMu);
+    if (err != MPI_SUCCESS) return zipcclMpiError(err, "MPI_Op_create");
+    *dt = MPI_UINT16_T;
+    *op = dtype == zipcclBfloat16 ? opBf16 : opFp16;
+    return zipcclSuccess;
+}
+
+static void divideByN(void* buf, size_t count, zipcclDataType_t dtype, int n) {
+    for (size_t i = 0; i < count; i++)
+        zipcclFromFloat(buf, i, zipcclToFloat(buf, i, dtype) / (float)n, dtype);
+}
+
+static int fitsInt(size_t v) { return v <= (size_t)INT_MAX; }
+
+zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
+    const int n = c->nranks, r = c->rank;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    const char* what = zipcclCollName(op->kind);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int err = MPI_SUCCESS;
+    size_t nominal = 0; /* bytes this rank sends in a textbook algorithm */
+    size_t reduceCount = 0;
+
+    switch (op->kind) {
+    case zipcclCollAllGather: {
+        size_t bytes = op->count * esz;
+        if (!fitsInt(bytes)) goto tooBig;
+        const void* src = (op->sendbuf == (char*)op->recvbuf + r * bytes) ? MPI_IN_PLACE : op->sendbuf;
+        err = MPI_Iallgather(src, (int)bytes, MPI_BYTE, op->recvbuf, (int)bytes, MPI_BYTE, c->mpi, &req);
+        nominal = bytes * (size_t)(n - 1);
+        break;
+    }
+    case zipcclCollReduceScatter: {
+        if (!fitsInt(op->count)) goto tooBig;
+        MPI_Datatype dt;
+        MPI_Op mop;
+        ZIPCCL_TRY(sumOp(op->dtype, &dt, &mop));
+        const void* src = op->sendbuf;
+        if ((const char*)op->sendbuf + r * op->count * esz == (char*)op->recvbuf && n > 1) {
+            /* MPI's in-place convention differs from ours: stage the input. */
+            void* tmp = zipcclScratch(c, 0, op->count * esz * n);
+            if (!tmp) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
+            memcpy(tmp, op->sendbuf, op->count * esz * n);
+            src = tmp;
+        }
+        err = MPI_Ireduce_scatter_block(src, op->recvbuf, (int)op->count, dt, mop, c->mpi, &req);
+        nominal = op->count * esz * (size_t)(n - 1);
+        reduceCount = op->count;
+        break;
+    }
+    case zipcclCollAllReduce: {
+        if (!fitsInt(op->count)) goto tooBig;
+        MPI_Datatype dt;
+        MPI_Op mop;
+        ZIPCCL_TRY(sumOp(op->dtype, &dt, &mop));
+        const void* src = op->sendbuf == op->recvbuf ? MPI_IN_PLACE : op->sendbuf;
+        err = MPI_Iallreduce(src, op->recvbuf, (int)op->count, dt, mop, c->mpi, &req);
+        nominal = 2 * op->count * esz * (size_t)(n - 1) / (size_t)n;
+        reduceCount = op->count;
+        break;
+    }
+    case zipcclCollAlltoAll: {
+        size_t bytes = op->count * esz;
+        if (!fitsInt(bytes)) goto tooBig;
+        const void* src = op->sendbuf;
+        if (op->sendbuf == op->recvbuf) {
+            void* tmp = zipcclScratch(c, 0, bytes * n);
+            if (!tmp) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
+            memcpy(tmp, op->sendbuf, bytes * n);
+            src = tmp;
+        }
+        err = MPI_Ialltoall(src, (int)bytes, MPI_BYTE, op->recvbuf, (int)bytes, MPI_BYTE, c->mpi, &req);
+        nominal = bytes * (size_t)(n - 1);
+        break;
+    }
+    case zipcclCollAlltoAllv: {
+        int* iv = zipcclScratch(c, 1, sizeof(int) * 4 * (size_t)n);
+        if (!iv) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
+        size_t sendExtent = 0;
+        for (int i = 0; i < n; i++) {
+            if (!fitsInt(op->sendcounts[i]) || !fitsInt(op->sdispls[i]) ||
+                !fitsInt(op->recvcounts[i]) || !fitsInt(op->rdispls[i]))
+                goto tooBig;
+            iv[i] = (int)op->sendcounts[i];
+            iv[n + i] = (int)op->sdispls[i];
+            iv[2 * n + i] = (int)op->recvcounts[i];
+            iv[3 * n + i] = (int)op->rdispls[i];
+            if (op->sdispls[i] + op->sendcounts[i] > sendExtent)
+                sendExtent = op->sdispls[i] + op->sendcounts[i];
+            if (i != r) nominal += op->sendcounts[i] * esz;
+        }
+        const void* src = op->sendbuf;
+        if (op->sendbuf == op->recvbuf && sendExtent) {
+            void* tmp = zipcclScratch(c, 0, sendExtent * esz);
+            if (!tmp) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
+            memcpy(tmp, op->sendbuf, sendExtent * esz);
+            src = tmp;
+        }
+        MPI_Datatype dt = esz == 4 ? MPI_FLOAT : MPI_UINT16_T;
+        err = MPI_Ialltoallv(src, iv, iv + n, dt, op->recvbuf, iv + 2 * n, iv + 3 * n, dt, c->mpi,
+                             &req);
+        break;
+    }
+    default: return zipcclSetError(zipcclInternalError, "native: unknown collective");
+    }
+    if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
+    ZIPCCL_TRY(zipcclMpiWaitAll(c, 1, &req, what, &st->wireSeconds));
+    if (op->op == zipcclAvg && reduceCount) divideByN(op->recvbuf, reduceCount, op->dtype, n);
+    st->rawBytes = st->wireBytes = nominal;
+    return zipcclSuccess;
+tooBig:
+    return zipcclSetError(zipcclUnsupported,
+                          "%s: native MPI path takes at most INT_MAX elements/bytes per count; "
+                          "use strategy raw or compressed",
+                          what);
+}
+
+/* ---- calibration ---------------------------------------------------------- */
+
+/* Ranks 0 and 1 bounce a small and a 1 MiB message; everyone receives the
+ * result by broadcast so the model inputs agree.  ~a few ms on shared
+ * memory, ~30 ms on a 1 Gbit/s link. */
+zipcclResult_t zipcclMpiPingPong(struct zipcclComm* c, double* alpha, double* beta) {
+    double res[2] = {*alpha, *beta};
+    if (c->nranks >= 2 && c->rank <= 1) {
+        enum { kSmallReps = 20, kBigReps = 3 };
+        const size_t big = 1 << 20;
+        char* buf = zipcclScratch(c, 0, big);
+        if (!buf) return zipcclSetError(zipcclSystemError, "calibration: out of memory");
+        memset(buf, 0, big);
+        int peer = 1 - c->rank, tag = 0x7FFF;
+        double tSmall = 0, tBig = 0;
+        for (int phase = 0; phase < 2; phase++) {
+            size_t sz = phase ? big : 8;
+            int reps = phase ? kBigReps : kSmallReps;
+            double t0 = zipcclNow();
+            for (int i = 0; i < reps; i++) {
+                if (c->rank == 0) {
+                    MPI_Send(buf, (int)sz, MPI_BYTE, peer, tag, c->mpi);
+                    MPI_Recv(buf, (int)sz, MPI_BYTE, peer, tag, c->mpi, MPI_STATUS_IGNORE);
+                } else {
+                    MPI_Recv(buf, (int)sz, MPI_BYTE, peer, tag, c->mpi, MPI_STATUS_IGNORE);
+                    MPI_Send(buf, (int)sz, MPI_BYTE, peer, tag, c->mpi);
+                }
+            }
+            double t = (zipcclNow() - t0) / (2.0 * reps);
+            if (phase) tBig = t; else tSmall = t;
+        }
+        res[0] = tSmall;
+        res[1] = tBig > tSmall ? (double)big / (tBig - tSmall) : 1e10;
+    }
+    if (c->nranks >= 2) { /* rank 0's measurement for everyone (max of it and zeros) */
+        if (c->rank != 0) res[0] = res[1] = 0;
+        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, MPI_IN_PLACE, res, 2, MPI_DOUBLE, MPI_MAX, "calibration"));
+    }
+    *alpha = res[0];
+    *beta = res[1];
+    return zipcclSuccess;
+}

@@ -1,0 +1,442 @@
+/*
+ * transport_nccl.c — ZipCCL on NCCL communicators: device buffers, work
+ * enqueued on the caller's CUDA stream.
+ *
+ *   native      ncclAllGather / ncclReduceScatter / ncclAllReduce (NCCL's own
+ *               numerics, ncclAvg for avg) and grouped ncclSend/ncclRecv for
+ *               AlltoAll(v), which NCCL has no collective for.
+ *   raw         our designs over grouped ncclSend/ncclRecv, uncompressed.
+ *   compressed  the same designs with each block coded once on the device
+ *               (zipcclCompressCuda), frame sizes exchanged first (8 bytes per
+ *               pair: NCCL needs the size of a receive up front), frames
+ *               exchanged, decoded on the device (zipcclDecompressCuda), whose
+ *               frame header carries count and dtype so a receiver detects a
+ *               peer that disagrees on counts.
+ *
+ * Every exchange includes the rank itself (a self send/receive), so a
+ * single-GPU communicator still runs the whole compressed path.  Reductions
+ * use the canonical order of docs/COLLECTIVES.md (block b: ranks b+1, ...,
+ * b in fp32, one rounding) with the kernels of transport_nccl_kernels.cu,
+ * so a GPU raw/compressed result equals the CPU one bit for bit.
+ *
+ * Left out (documented in COLLECTIVES.md): the ring ReduceScatter
+ * (zipcclUnsupported on NCCL), piece-level pipelining of the codec with the
+ * wire (the device codec is fast next to the link), and timeouts: NCCL calls
+ * block inside NCCL.  Calls run at issue; the request completes when the
+ * host part is done and the device work is ordered on the stream.
+ */
+#include "coll_internal.h"
+
+#ifndef ZIPCCL_HAVE_CUDA
+
+zipcclResult_t zipcclNcclInit(struct zipcclComm* c) {
+    (void)c;
+    return zipcclSetError(zipcclUnsupported,
+                          "zipcclCommInitNccl: libzipccl was built without CUDA/NCCL (no nvcc)");
+}
+void zipcclNcclDestroy(struct zipcclComm* c) { (void)c; }
+zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t strategy,
+                             zipcclExecStats* st) {
+    (void)c, (void)op, (void)strategy, (void)st;
+    return zipcclSetError(zipcclUnsupported, "NCCL transport: built without CUDA");
+}
+
+#else
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* transport_nccl_kernels.cu */
+int zipcclCudaAccumulate(float* acc, const void* x, size_t n, int dtype, int first, void* stream);
+int zipcclCudaFinalize(void* out, const float* acc, size_t n, int dtype, int avg, int nranks,
+                       void* stream);
+
+enum { kDevSlots = 6 };
+typedef struct {
+    void* dev[kDevSlots]; /* 0 send frames, 1 recv frames, 2 acc, 3 tmp, 4 block, 5 codec workspace */
+    size_t cap[kDevSlots];
+    uint64_t* dSizes;     /* 2n sizes on the device for the size exchange */
+    uint64_t* hSizes;     /* their host copy */
+} NcclState;
+
+static zipcclResult_t cudaOk(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return zipcclSuccess;
+    return zipcclSetError(zipcclSystemError, "%s: CUDA error: %s", what, cudaGetErrorString(e));
+}
+static zipcclResult_t ncclOk(ncclResult_t e, const char* what) {
+    if (e == ncclSuccess || e == ncclInProgress) return zipcclSuccess;
+    return zipcclSetError(zipcclTransportError, "%s: NCCL error: %s", what, ncclGetErrorString(e));
+}
+
+static zipcclResult_t devScratch(struct zipcclComm* c, int slot, size_t bytes, void** out) {
+    NcclState* s = c->ncclState;
+    if (bytes == 0) bytes = 1;
+    if (s->cap[slot] < bytes) {
+        if (s->dev[slot]) cudaFree(s->dev[slot]);
+        s->dev[slot] = NULL;
+        s->cap[slot] = 0;
+        ZIPCCL_TRY(cudaOk(cudaMalloc(&s->dev[slot], bytes), "device scratch"));
+        s->cap[slot] = bytes;
+    }
+    *out = s->dev[slot];
+    return zipcclSuccess;
+}
+
+static ncclDataType_t ncclType(zipcclDataType_t dt) {
+    return dt == zipcclFloat32 ? ncclFloat32 : dt == zipcclFloat16 ? ncclFloat16 : ncclBfloat16;
+}
+
+zipcclResult_t zipcclNcclInit(struct zipcclComm* c) {
+    ncclComm_t nc = (ncclComm_t)c->nccl;
+    ZIPCCL_TRY(ncclOk(ncclCommUserRank(nc, &c->rank), "ncclCommUserRank"));
+    ZIPCCL_TRY(ncclOk(ncclCommCount(nc, &c->nranks), "ncclCommCount"));
+    NcclState* s = calloc(1, sizeof *s);
+    if (!s) return zipcclSetError(zipcclSystemError, "zipcclCommInitNccl: out of memory");
+    c->ncclState = s;
+    ZIPCCL_TRY(cudaOk(cudaMalloc((void**)&s->dSizes, 2 * sizeof(uint64_t) * (size_t)c->nranks), "size buffer"));
+    ZIPCCL_TRY(cudaOk(cudaMallocHost((void**)&s->hSizes, 2 * sizeof(uint64_t) * (size_t)c->nranks), "size buffer"));
+    c->ncclCodec = zipcclCudaAvailable();
+    c->threaded = 0;
+    c->model.calibrated = 1; /* defaults + ZIPCCL_LINK_GBPS; no measuring on NCCL */
+    return zipcclSuccess;
+}
+
+void zipcclNcclDestroy(struct zipcclComm* c) {
+    NcclState* s = c->ncclState;
+    if (!s) return;
+    for (int i = 0; i < kDevSlots; i++)
+        if (s->dev[i]) cudaFree(s->dev[i]);
+    if (s->dSizes) cudaFree(s->dSizes);
+    if (s->hSizes) cudaFreeHost(s->hSizes);
+    free(s);
+    c->ncclState = NULL;
+}
+
+/* ---- the exchange every design is built from -------------------------------- */
+
+typedef struct {
+    struct zipcclComm* c;
+    const zipcclOp* op;
+    zipcclExecStats* st;
+    cudaStream_t stream;
+    int compressed;
+    zipcclCodecParams_t params;
+    void* ws;
+    size_t wsSize;
+} Nx;
+
+/* Send sendBytes[p] bytes at sendPtr[p] to every p and receive from every p
+ * into recvPtr[p]: recvBytes[p] is known (raw) or learnt by a size exchange
+ * first (compressed; then recvCap[p] bounds it). */
+static zipcclResult_t exchange(Nx* x, void* const* sendPtr, const size_t* sendBytes,
+                               void* const* recvPtr, size_t* recvBytes, const size_t* recvCap) {
+    struct zipcclComm* c = x->c;
+    NcclState* s = c->ncclState;
+    ncclComm_t nc = (ncclComm_t)c->nccl;
+    const int n = c->nranks;
+    const char* what = zipcclCollName(x->op->kind);
+    double t0 = zipcclNow();
+    if (x->compressed) {
+        for (int p = 0; p < n; p++) s->hSizes[p] = sendBytes[p];
+        ZIPCCL_TRY(cudaOk(cudaMemcpyAsync(s->dSizes, s->hSizes, sizeof(uint64_t) * n, cudaMemcpyHostToDevice, x->stream), what));
+        ZIPCCL_TRY(ncclOk(ncclGroupStart(), what));
+        for (int p = 0; p < n; p++) {
+            ncclSend(s->dSizes + p, 1, ncclUint64, p, nc, x->stream);
+            ncclRecv(s->dSizes + n + p, 1, ncclUint64, p, nc, x->stream);
+        }
+        ZIPCCL_TRY(ncclOk(ncclGroupEnd(), what));
+        ZIPCCL_TRY(cudaOk(cudaMemcpyAsync(s->hSizes + n, s->dSizes + n, sizeof(uint64_t) * n, cudaMemcpyDeviceToHost, x->stream), what));
+        ZIPCCL_TRY(cudaOk(cudaStreamSynchronize(x->stream), what));
+        for (int p = 0; p < n; p++) {
+            if (s->hSizes[n + p] > recvCap[p])
+                return zipcclSetError(zipcclMismatch,
+                                      "%s on rank %d: rank %d sends a %llu-byte frame, more than the %zu "
+                                      "bytes its expected count can take (ranks disagree on counts)",
+                                      what, c->rank, p, (unsigned long long)s->hSizes[n + p], recvCap[p]);
+            recvBytes[p] = s->hSizes[n + p];
+        }
+    }
+    ZIPCCL_TRY(ncclOk(ncclGroupStart(), what));
+    for (int p = 0; p < n; p++) {
+        if (sendBytes[p]) ncclSend(sendPtr[p], sendBytes[p], ncclUint8, p, nc, x->stream);
+        if (recvBytes[p]) ncclRecv(recvPtr[p], recvBytes[p], ncclUint8, p, nc, x->stream);
+        if (p != c->rank) x->st->wireBytes += sendBytes[p];
+    }
+    ZIPCCL_TRY(ncclOk(ncclGroupEnd(), what));
+    x->st->wireSeconds += zipcclNow() - t0;
+    return zipcclSuccess;
+}
+
+static zipcclResult_t encodeDev(Nx* x, const void* src, size_t count, void* dst, size_t cap, size_t* size) {
+    double t0 = zipcclNow();
+    zipcclResult_t r = zipcclCompressCuda(src, count, x->op->dtype, dst, cap, size, &x->params, x->ws,
+                                          x->wsSize, x->stream);
+    x->st->codecSeconds += zipcclNow() - t0;
+    return r;
+}
+
+static zipcclResult_t decodeDev(Nx* x, const void* src, size_t size, void* dst, size_t count, int peer) {
+    double t0 = zipcclNow();
+    size_t got = 0;
+    zipcclResult_t r = zipcclDecompressCuda(src, size, dst, count * zipcclTypeSize(x->op->dtype), &got,
+                                            x->op->dtype, x->ws, x->wsSize, x->stream);
+    x->st->codecSeconds += zipcclNow() - t0;
+    if (r == zipcclSuccess && got != count)
+        r = zipcclSetError(zipcclMismatch, "%s on rank %d: rank %d sent %zu elements, expected %zu",
+                           zipcclCollName(x->op->kind), x->c->rank, peer, got, count);
+    else if (r == zipcclDstTooSmall)
+        r = zipcclSetError(zipcclMismatch, "%s on rank %d: rank %d sent more elements than expected (%zu)",
+                           zipcclCollName(x->op->kind), x->c->rank, peer, count);
+    return r;
+}
+
+/* ---- designs ------------------------------------------------------------------ */
+
+/* AllGather of blocks counts[p] at displs[p] (elements); `mine` is ours. */
+static zipcclResult_t gatherDev(Nx* x, const void* mine, void* recvbuf, const size_t* counts,
+                                const size_t* displs) {
+    struct zipcclComm* c = x->c;
+    const int n = c->nranks, r = c->rank;
+    const size_t esz = zipcclTypeSize(x->op->dtype);
+    void *sp[n], *rp[n];
+    size_t sb[n], rb[n], rcap[n], off = 0;
+    char* out = recvbuf;
+    memset(sp, 0, sizeof sp), memset(rp, 0, sizeof rp), memset(sb, 0, sizeof sb), memset(rb, 0, sizeof rb);
+    if (!x->compressed) {
+        for (int p = 0; p < n; p++) {
+            sp[p] = (void*)mine, sb[p] = p == r ? 0 : counts[r] * esz;
+            rp[p] = out + displs[p] * esz, rb[p] = p == r ? 0 : counts[p] * esz;
+        }
+        if (mine != out + displs[r] * esz && counts[r])
+            ZIPCCL_TRY(cudaOk(cudaMemcpyAsync(out + displs[r] * esz, mine, counts[r] * esz, cudaMemcpyDeviceToDevice, x->stream), "AllGather"));
+        x->st->rawBytes += counts[r] * esz * (size_t)(n - 1);
+        return exchange(x, sp, sb, rp, rb, NULL);
+    }
+    for (int p = 0; p < n; p++) rcap[p] = zipcclCompressBound(counts[p], x->op->dtype, 0), off += rcap[p];
+    void *frame, *stage;
+    ZIPCCL_TRY(devScratch(c, 0, rcap[r], &frame));
+    ZIPCCL_TRY(devScratch(c, 1, off, &stage));
+    size_t fsz = 0;
+    ZIPCCL_TRY(encodeDev(x, mine, counts[r], frame, rcap[r], &fsz)); /* once, for every peer */
+    off = 0;
+    for (int p = 0; p < n; p++) {
+        sp[p] = frame, sb[p] = fsz;
+        rp[p] = (char*)stage + off, off += rcap[p];
+    }
+    x->st->rawBytes += counts[r] * esz * (size_t)(n - 1);
+    ZIPCCL_TRY(exchange(x, sp, sb, rp, rb, rcap));
+    for (int p = 0; p < n; p++)
+        ZIPCCL_TRY(decodeDev(x, rp[p], rb[p], out + displs[p] * esz, counts[p], p));
+    return zipcclSuccess;
+}
+
+static zipcclResult_t alltoallDev(Nx* x, const char* sendbuf, const size_t* sc, const size_t* sd,
+                                  char* recvbuf, const size_t* rc, const size_t* rd) {
+    struct zipcclComm* c = x->c;
+    const int n = c->nranks, r = c->rank;
+    const zipcclDataType_t dt = x->op->dtype;
+    const size_t esz = zipcclTypeSize(dt);
+    void *sp[n], *rp[n];
+    size_t sb[n], rb[n], rcap[n], scap = 0, rtot = 0, extent = 0;
+    memset(sp, 0, sizeof sp), memset(rp, 0, sizeof rp), memset(sb, 0, sizeof sb), memset(rb, 0, sizeof rb);
+    for (int p = 0; p < n; p++)
+        if (sd[p] + sc[p] > extent) extent = sd[p] + sc[p];
+    if (sendbuf == recvbuf && extent) { /* in place: stage the input */
+        void* tmp;
+        ZIPCCL_TRY(devScratch(c, 4, extent * esz, &tmp));
+        ZIPCCL_TRY(cudaOk(cudaMemcpyAsync(tmp, sendbuf, extent * esz, cudaMemcpyDeviceToDevice, x->stream), "AlltoAll"));
+        sendbuf = tmp;
+    }
+    for (int p = 0; p < n; p++)
+        if (p != r) x->st->rawBytes += sc[p] * esz;
+    if (!x->compressed) {
+        for (int p = 0; p < n; p++) {
+            sp[p] = (void*)(sendbuf + sd[p] * esz), sb[p] = sc[p] * esz;
+            rp[p] = recvbuf + rd[p] * esz, rb[p] = rc[p] * esz;
+        }
+        return exchange(x, sp, sb, rp, rb, NULL);
+    }
+    for (int p = 0; p < n; p++) {
+        scap += zipcclCompressBound(sc[p], dt, 0);
+        rcap[p] = zipcclCompressBound(rc[p], dt, 0), rtot += rcap[p];
+    }
+    void *frames, *stage;
+    ZIPCCL_TRY(devScratch(c, 0, scap, &frames));
+    ZIPCCL_TRY(devScratch(c, 1, rtot, &stage));
+    size_t so = 0, ro = 0;
+    for (int p = 0; p < n; p++) {
+        size_t cap = zipcclCompressBound(sc[p], dt, 0);
+        sp[p] = (char*)frames + so;
+        ZIPCCL_TRY(encodeDev(x, sendbuf + sd[p] * esz, sc[p], sp[p], cap, &sb[p]));
+        so += cap;
+        rp[p] = (char*)stage + ro, ro += rcap[p];
+    }
+    ZIPCCL_TRY(exchange(x, sp, sb, rp, rb, rcap));
+    for (int p = 0; p < n; p++) ZIPCCL_TRY(decodeDev(x, rp[p], rb[p], recvbuf + rd[p] * esz, rc[p], p));
+    return zipcclSuccess;
+}
+
+/* Direct ReduceScatter: block d of our input goes to rank d; we add the n
+ * contributions to our block in the canonical order r+1, ..., r. */
+static zipcclResult_t reduceScatterDev(Nx* x, const char* sendbuf, const size_t* counts,
+                                       const size_t* displs, void* out) {
+    struct zipcclComm* c = x->c;
+    const int n = c->nranks, r = c->rank;
+    const zipcclDataType_t dt = x->op->dtype;
+    const size_t esz = zipcclTypeSize(dt), mine = counts[r];
+    void *sp[n], *rp[n];
+    size_t sb[n], rb[n], rcap[n], scap = 0, rtot = 0;
+    void *acc, *tmp, *frames = NULL, *stage;
+    memset(sp, 0, sizeof sp), memset(rp, 0, sizeof rp), memset(sb, 0, sizeof sb), memset(rb, 0, sizeof rb);
+    ZIPCCL_TRY(devScratch(c, 2, mine * sizeof(float), &acc));
+    ZIPCCL_TRY(devScratch(c, 3, mine * esz, &tmp));
+    for (int p = 0; p < n; p++) {
+        rcap[p] = x->compressed ? zipcclCompressBound(mine, dt, 0) : mine * esz, rtot += rcap[p];
+        scap += x->compressed ? zipcclCompressBound(counts[p], dt, 0) : 0;
+        if (p != r) x->st->rawBytes += counts[p] * esz;
+    }
+    ZIPCCL_TRY(devScratch(c, 1, rtot, &stage));
+    if (x->compressed) ZIPCCL_TRY(devScratch(c, 0, scap, &frames));
+    size_t so = 0, ro = 0;
+    for (int p = 0; p < n; p++) {
+        const char* blk = sendbuf + displs[p] * esz;
+        if (x->compressed) {
+            size_t cap = zipcclCompressBound(counts[p], dt, 0);
+            sp[p] = (char*)frames + so, so += cap;
+            ZIPCCL_TRY(encodeDev(x, blk, counts[p], sp[p], cap, &sb[p]));
+        } else {
+            sp[p] = (void*)blk, sb[p] = counts[p] * esz;
+        }
+        rp[p] = (char*)stage + ro, ro += rcap[p], rb[p] = mine * esz;
+    }
+    ZIPCCL_TRY(exchange(x, sp, sb, rp, rb, rcap));
+    for (int j = 1; j <= n; j++) {
+        int p = (r + j) % n;
+        const void* src = rp[p];
+        if (x->compressed) {
+            ZIPCCL_TRY(decodeDev(x, rp[p], rb[p], tmp, mine, p));
+            src = tmp;
+        }
+        if (zipcclCudaAccumulate(acc, src, mine, (int)dt, j == 1, x->stream))
+            return zipcclSetError(zipcclSystemError, "ReduceScatter: accumulate kernel failed");
+    }
+    if (zipcclCudaFinalize(out, acc, mine, (int)dt, x->op->op == zipcclAvg, n, x->stream))
+        return zipcclSetError(zipcclSystemError, "ReduceScatter: finalize kernel failed");
+    return zipcclSuccess;
+}
+
+static zipcclResult_t runNative(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
+    ncclComm_t nc = (ncclComm_t)c->nccl;
+    cudaStream_t s = (cudaStream_t)op->stream;
+    const int n = c->nranks, r = c->rank;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    const ncclDataType_t t = ncclType(op->dtype);
+    const ncclRedOp_t rop = op->op == zipcclAvg ? ncclAvg : ncclSum;
+    const char* what = zipcclCollName(op->kind);
+    double t0 = zipcclNow();
+    switch (op->kind) {
+    case zipcclCollAllGather:
+        ZIPCCL_TRY(ncclOk(ncclAllGather(op->sendbuf, op->recvbuf, op->count, t, nc, s), what));
+        st->rawBytes = op->count * esz * (size_t)(n - 1);
+        break;
+    case zipcclCollReduceScatter:
+        ZIPCCL_TRY(ncclOk(ncclReduceScatter(op->sendbuf, op->recvbuf, op->count, t, rop, nc, s), what));
+        st->rawBytes = op->count * esz * (size_t)(n - 1);
+        break;
+    case zipcclCollAllReduce:
+        ZIPCCL_TRY(ncclOk(ncclAllReduce(op->sendbuf, op->recvbuf, op->count, t, rop, nc, s), what));
+        st->rawBytes = 2 * op->count * esz * (size_t)(n - 1) / (size_t)n;
+        break;
+    case zipcclCollAlltoAll:
+    case zipcclCollAlltoAllv: {
+        int v = op->kind == zipcclCollAlltoAllv;
+        const char* src = op->sendbuf;
+        size_t extent = 0;
+        for (int p = 0; p < n; p++) {
+            size_t e = v ? op->sdispls[p] + op->sendcounts[p] : (size_t)(p + 1) * op->count;
+            if (e > extent) extent = e;
+        }
+        if (op->sendbuf == op->recvbuf && extent) {
+            void* tmp;
+            ZIPCCL_TRY(devScratch(c, 4, extent * esz, &tmp));
+            ZIPCCL_TRY(cudaOk(cudaMemcpyAsync(tmp, op->sendbuf, extent * esz, cudaMemcpyDeviceToDevice, s), what));
+            src = tmp;
+        }
+        ZIPCCL_TRY(ncclOk(ncclGroupStart(), what));
+        for (int p = 0; p < n; p++) {
+            size_t scnt = v ? op->sendcounts[p] : op->count, sdsp = v ? op->sdispls[p] : (size_t)p * op->count;
+            size_t rcnt = v ? op->recvcounts[p] : op->count, rdsp = v ? op->rdispls[p] : (size_t)p * op->count;
+            if (scnt) ncclSend(src + sdsp * esz, scnt, t, p, nc, s);
+            if (rcnt) ncclRecv((char*)op->recvbuf + rdsp * esz, rcnt, t, p, nc, s);
+            if (p != r) st->rawBytes += scnt * esz;
+        }
+        ZIPCCL_TRY(ncclOk(ncclGroupEnd(), what));
+        break;
+    }
+    default: return zipcclSetError(zipcclInternalError, "native NCCL: unknown collective");
+    }
+    st->wireBytes = st->rawBytes;
+    st->wireSeconds = zipcclNow() - t0;
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t strategy,
+                             zipcclExecStats* st) {
+    if (strategy == zipcclStrategyNative) return runNative(c, op, st);
+    const char* what = zipcclCollName(op->kind);
+    if ((op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce) && st->algo == zipcclAlgoRing)
+        return zipcclSetError(zipcclUnsupported, "%s: the ring design is implemented for MPI communicators only; use direct", what);
+    Nx x;
+    memset(&x, 0, sizeof x);
+    x.c = c, x.op = op, x.st = st, x.stream = (cudaStream_t)op->stream;
+    x.compressed = strategy == zipcclStrategyCompressed;
+    zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+    p.codec = st->codec;
+    x.params = p;
+    const int n = c->nranks;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    size_t counts[n], displs[n], maxCount = 0;
+    if (op->kind == zipcclCollAllReduce) {
+        size_t base = op->count / (size_t)n, extra = op->count % (size_t)n, d = 0;
+        for (int i = 0; i < n; i++) counts[i] = base + ((size_t)i < extra), displs[i] = d, d += counts[i];
+    } else {
+        for (int i = 0; i < n; i++) counts[i] = op->count, displs[i] = (size_t)i * op->count;
+    }
+    maxCount = op->count; /* the largest block one codec call sees */
+    if (op->kind == zipcclCollAlltoAllv)
+        for (int i = 0; i < n; i++) {
+            if (op->sendcounts[i] > maxCount) maxCount = op->sendcounts[i];
+            if (op->recvcounts[i] > maxCount) maxCount = op->recvcounts[i];
+        }
+    if (x.compressed) {
+        if (!c->ncclCodec) return zipcclSetError(zipcclUnsupported, "%s: compressed strategy needs the CUDA codec, which is not usable here", what);
+        x.wsSize = zipcclCudaWorkspaceSize(maxCount, op->dtype);
+        ZIPCCL_TRY(devScratch(c, 5, x.wsSize, &x.ws));
+    }
+    switch (op->kind) {
+    case zipcclCollAllGather:
+        if (!op->count) return zipcclSuccess;
+        return gatherDev(&x, op->sendbuf, op->recvbuf, counts, displs);
+    case zipcclCollReduceScatter:
+        if (!op->count) return zipcclSuccess;
+        return reduceScatterDev(&x, op->sendbuf, counts, displs, op->recvbuf);
+    case zipcclCollAllReduce: {
+        if (!op->count) return zipcclSuccess;
+        void* block;
+        ZIPCCL_TRY(devScratch(c, 4, counts[c->rank] * esz, &block));
+        ZIPCCL_TRY(reduceScatterDev(&x, op->sendbuf, counts, displs, block));
+        return gatherDev(&x, block, op->recvbuf, counts, displs);
+    }
+    case zipcclCollAlltoAll:
+        if (!op->count) return zipcclSuccess;
+        return alltoallDev(&x, op->sendbuf, counts, displs, op->recvbuf, counts, displs);
+    case zipcclCollAlltoAllv:
+        return alltoallDev(&x, op->sendbuf, op->sendcounts, op->sdispls, op->recvbuf, op->recvcounts, op->rdispls);
+    default: break;
+    }
+    return zipcclSetError(zipcclInternalError, "NCCL: unknown collective");
+}
+
+#endif /* ZIPCCL_HAVE_CUDA */

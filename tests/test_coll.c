@@ -1,0 +1,437 @@
+// test: ranks=1,2,3,4,8 timeout=300
+/*
+ * test_coll.c — every collective x dtype x strategy x count on real MPI
+ * ranks, checked bit for bit against independent references:
+ *   - AllGather / AlltoAll / AlltoAllv: MPI's own collective on the same data;
+ *   - ReduceScatter / AllReduce: every rank regenerates every rank's input
+ *     and forms the canonical sum itself (docs/COLLECTIVES.md: block b is
+ *     summed in fp32 in the order b+1, ..., b-1, b, divided by n for avg,
+ *     rounded once); native (MPI's own order) within a tolerance.
+ * Raw, compressed-fast, compressed-dense, ring and direct must all equal the
+ * reference exactly, so they equal each other.  Compressed calls on Gaussian
+ * data must put fewer bytes on the wire than raw ones (the counters).
+ * Pieces are set small (ZIPCCL_PIECE_BYTES=65536) so even 8 ranks pipeline
+ * several pieces per block.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "testutil.h"
+#include "zipccl.h"
+
+static int rank, nranks;
+
+/* ---- deterministic data: any rank can regenerate any rank's input ---------- */
+
+static uint64_t mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+static double gauss(uint64_t key) {
+    double u1 = ((double)(mix(key) >> 11) + 0.5) * 0x1p-53;
+    double u2 = (double)(mix(key ^ 0xABCDEFull) >> 11) * 0x1p-53;
+    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+}
+static size_t esz(zipcclDataType_t dt) { return zipcclTypeSize(dt); }
+
+static float toF(const void* p, size_t i, zipcclDataType_t dt) {
+    if (dt == zipcclFloat32) return ((const float*)p)[i];
+    uint16_t h = ((const uint16_t*)p)[i];
+    if (dt == zipcclBfloat16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+}
+/* Round to nearest even, written independently of the library's version. */
+static void fromF(void* p, size_t i, float v, zipcclDataType_t dt) {
+    if (dt == zipcclFloat32) { ((float*)p)[i] = v; return; }
+    uint16_t h;
+    if (dt == zipcclBfloat16) {
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        if (isnan(v)) h = (uint16_t)((u >> 16) | 0x40);
+        else {
+            uint32_t lsb = (u >> 16) & 1, rem = u & 0xFFFF;
+            h = (uint16_t)(u >> 16);
+            if (rem > 0x8000 || (rem == 0x8000 && lsb)) h++;
+        }
+    } else {
+        _Float16 x = (_Float16)v;
+        memcpy(&h, &x, 2);
+    }
+    ((uint16_t*)p)[i] = h;
+}
+
+/* Element i of rank r's input for test `seed`: Gaussian (sigma 0.02), or
+ * random bit patterns when bits != 0 (stored frames, NaNs and all). */
+static void fill(void* buf, size_t count, zipcclDataType_t dt, int r, uint64_t seed, int bits) {
+    for (size_t i = 0; i < count; i++) {
+        uint64_t key = seed * 0x1000193ull + ((uint64_t)r << 40) + i;
+        if (bits) {
+            uint64_t b = mix(key);
+            if (esz(dt) == 4) ((uint32_t*)buf)[i] = (uint32_t)b;
+            else ((uint16_t*)buf)[i] = (uint16_t)b;
+        } else {
+            fromF(buf, i, (float)(0.02 * gauss(key)), dt);
+        }
+    }
+}
+
+/* ---- verdicts ---------------------------------------------------------------- */
+
+static int agree(int ok) {
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+static char why[256];
+static void report(int ok, const char* name) {
+    ok = agree(ok);
+    if (rank == 0) CHECK(ok, name, "%s", why[0] ? why : "mismatch on some rank");
+    else if (!ok) tu_failures++;
+    why[0] = 0;
+}
+
+typedef struct {
+    const char* name;
+    zipcclStrategy_t strategy;
+    zipcclCodec_t codec;
+    zipcclAlgo_t algo;
+} Strat;
+static const Strat kStrats[] = {
+    {"native", zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect},
+    {"raw", zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect},
+    {"fast", zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect},
+    {"dense", zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoDirect},
+    {"auto", zipcclStrategyAuto, zipcclCodecFast, zipcclAlgoDirect},
+    {"raw-ring", zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoRing},
+    {"fast-ring", zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing},
+    {"dense-ring", zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoRing},
+};
+enum { kNumStrats = sizeof kStrats / sizeof kStrats[0], kNumNonRing = 5 };
+
+static const zipcclDataType_t kTypes[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+
+static size_t kCounts[4];
+static zipcclComm_t comm;
+
+static zipcclResult_t lastRes;
+#define ZCHECK(call)                                                                  \
+    do {                                                                              \
+        lastRes = (call);                                                             \
+        if (lastRes != zipcclSuccess) {                                               \
+            snprintf(why, sizeof why, "rank %d: %s: %s", rank, zipcclGetErrorString(lastRes), \
+                     zipcclGetLastErrorDetail());                                     \
+            ok = 0;                                                                   \
+        }                                                                             \
+    } while (0)
+
+/* Compressed on Gaussian data must have put fewer bytes on the wire. */
+static int checkCompressed(zipcclCollKind_t kind, const Strat* s, zipcclCounters_t* before) {
+    zipcclCounters_t after;
+    zipcclCommGetCounters(comm, kind, &after);
+    int ok = after.calls == before->calls + 1;
+    if (s->strategy == zipcclStrategyCompressed) {
+        ok &= after.byStrategy[zipcclStrategyCompressed] == before->byStrategy[zipcclStrategyCompressed] + 1;
+        uint64_t raw = after.rawBytes - before->rawBytes, wire = after.wireBytes - before->wireBytes;
+        if (raw > 100000 && wire >= raw) {
+            snprintf(why, sizeof why, "rank %d: compressed sent %llu bytes for %llu raw", rank,
+                     (unsigned long long)wire, (unsigned long long)raw);
+            ok = 0;
+        }
+    }
+    *before = after;
+    return ok;
+}
+
+/* ---- AllGather / AlltoAll / AlltoAllv: vs MPI ----------------------------------- */
+
+static void testAllGather(zipcclDataType_t dt) {
+    for (int si = 0; si < kNumNonRing; si++) {
+        const Strat* s = &kStrats[si];
+        zipcclCallConfig_t cfg = {s->strategy, s->codec, s->algo};
+        int ok = 1;
+        zipcclCounters_t ctr;
+        zipcclCommGetCounters(comm, zipcclCollAllGather, &ctr);
+        for (int ci = 0; ci < 4; ci++) {
+            for (int mode = 0; mode < 3; mode++) { /* 0 gauss, 1 bits, 2 gauss in place */
+                if (mode == 1 && ci != 2) continue;
+                size_t cnt = kCounts[ci], bytes = cnt * esz(dt);
+                char* send = malloc(bytes + 1);
+                char* got = malloc(bytes * nranks + 1);
+                char* want = malloc(bytes * nranks + 1);
+                fill(send, cnt, dt, rank, 100 + ci, mode == 1);
+                MPI_Allgather(send, (int)bytes, MPI_BYTE, want, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+                memset(got, 0xEE, bytes * nranks + 1);
+                if (mode == 2) {
+                    memcpy(got + rank * bytes, send, bytes);
+                    ZCHECK(zipcclAllGather(got + rank * bytes, got, cnt, dt, comm, &cfg, NULL));
+                } else {
+                    ZCHECK(zipcclAllGather(send, got, cnt, dt, comm, &cfg, NULL));
+                }
+                if (memcmp(got, want, bytes * nranks) || (unsigned char)got[bytes * nranks] != 0xEE) {
+                    if (ok) snprintf(why, sizeof why, "rank %d: count %zu mode %d differs from MPI_Allgather", rank, cnt, mode);
+                    ok = 0;
+                }
+                if (mode == 0 && !checkCompressed(zipcclCollAllGather, s, &ctr)) ok = 0;
+                zipcclCommGetCounters(comm, zipcclCollAllGather, &ctr);
+                free(send), free(got), free(want);
+            }
+        }
+        char name[96];
+        snprintf(name, sizeof name, "allgather_%s_%s_np%d", zipcclTypeName(dt), s->name, nranks);
+        report(ok, name);
+    }
+}
+
+static void testAlltoAll(zipcclDataType_t dt) {
+    for (int si = 0; si < kNumNonRing; si++) {
+        const Strat* s = &kStrats[si];
+        zipcclCallConfig_t cfg = {s->strategy, s->codec, s->algo};
+        int ok = 1;
+        zipcclCounters_t ctr;
+        zipcclCommGetCounters(comm, zipcclCollAlltoAll, &ctr);
+        for (int ci = 0; ci < 4; ci++) {
+            for (int mode = 0; mode < 3; mode++) {
+                if (mode == 1 && ci != 2) continue;
+                size_t cnt = kCounts[ci] / (size_t)nranks + (ci == 2), bytes = cnt * esz(dt);
+                if (ci == 1) cnt = 1, bytes = esz(dt);
+                char* send = malloc(bytes * nranks + 1);
+                char* got = malloc(bytes * nranks + 1);
+                char* want = malloc(bytes * nranks + 1);
+                fill(send, cnt * nranks, dt, rank, 200 + ci, mode == 1);
+                MPI_Alltoall(send, (int)bytes, MPI_BYTE, want, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+                memset(got, 0xEE, bytes * nranks + 1);
+                if (mode == 2) {
+                    memcpy(got, send, bytes * nranks);
+                    ZCHECK(zipcclAlltoAll(got, got, cnt, dt, comm, &cfg, NULL));
+                } else {
+                    ZCHECK(zipcclAlltoAll(send, got, cnt, dt, comm, &cfg, NULL));
+                }
+                if (memcmp(got, want, bytes * nranks) || (unsigned char)got[bytes * nranks] != 0xEE) {
+                    if (ok) snprintf(why, sizeof why, "rank %d: count %zu mode %d differs from MPI_Alltoall", rank, cnt, mode);
+                    ok = 0;
+                }
+                if (mode == 0 && !checkCompressed(zipcclCollAlltoAll, s, &ctr)) ok = 0;
+                zipcclCommGetCounters(comm, zipcclCollAlltoAll, &ctr);
+                free(send), free(got), free(want);
+            }
+        }
+        char name[96];
+        snprintf(name, sizeof name, "alltoall_%s_%s_np%d", zipcclTypeName(dt), s->name, nranks);
+        report(ok, name);
+    }
+}
+
+/* Variable counts with zeros and gaps between blocks. */
+static size_t vcount(int from, int to, int scale) {
+    size_t base[] = {0, 1, 777, 3000};
+    return base[(from * 3 + to * 5 + scale) % 4] * (size_t)(scale ? 7 : 1);
+}
+
+static void testAlltoAllv(zipcclDataType_t dt) {
+    for (int si = 0; si < kNumNonRing; si++) {
+        const Strat* s = &kStrats[si];
+        zipcclCallConfig_t cfg = {s->strategy, s->codec, s->algo};
+        int ok = 1;
+        for (int scale = 0; scale < 3; scale++) {
+            for (int inplace = 0; inplace < 2; inplace++) {
+                size_t sc[nranks], sd[nranks], rc[nranks], rd[nranks], stot = 0, rtot = 0;
+                int isc[nranks], isd[nranks], irc[nranks], ird[nranks];
+                for (int p = 0; p < nranks; p++) {
+                    sc[p] = vcount(rank, p, scale), rc[p] = vcount(p, rank, scale);
+                    sd[p] = stot, rd[p] = rtot;
+                    stot += sc[p] + (inplace ? 0 : 5), rtot += rc[p] + (inplace ? 0 : 3);
+                }
+                if (inplace) { /* same layout for send and receive */
+                    size_t t = 0;
+                    for (int p = 0; p < nranks; p++) {
+                        size_t m = sc[p] > rc[p] ? sc[p] : rc[p];
+                        sd[p] = rd[p] = t;
+                        t += m;
+                    }
+                    stot = rtot = t;
+                }
+                for (int p = 0; p < nranks; p++)
+                    isc[p] = (int)sc[p], isd[p] = (int)sd[p], irc[p] = (int)rc[p], ird[p] = (int)rd[p];
+                size_t e = esz(dt);
+                char* send = calloc(stot + 1, e);
+                char* got = malloc((rtot + 1) * e);
+                char* want = malloc((rtot + 1) * e);
+                fill(send, stot, dt, rank, 300 + scale, scale == 1);
+                MPI_Datatype mt = e == 4 ? MPI_FLOAT : MPI_UINT16_T;
+                memset(want, 0xEE, (rtot + 1) * e);
+                memset(got, 0xEE, (rtot + 1) * e);
+                MPI_Alltoallv(send, isc, isd, mt, want, irc, ird, mt, MPI_COMM_WORLD);
+                if (inplace) {
+                    memcpy(got, send, stot * e);
+                    /* untouched gaps keep the input: mirror that in want */
+                    for (int p = 0; p < nranks; p++)
+                        memcpy(want + (rd[p] + rc[p]) * e, send + (rd[p] + rc[p]) * e,
+                               ((p + 1 < nranks ? rd[p + 1] : rtot) - rd[p] - rc[p]) * e);
+                    ZCHECK(zipcclAlltoAllv(got, sc, sd, got, rc, rd, dt, comm, &cfg, NULL));
+                } else {
+                    ZCHECK(zipcclAlltoAllv(send, sc, sd, got, rc, rd, dt, comm, &cfg, NULL));
+                }
+                if (memcmp(got, want, (rtot + 1) * e)) {
+                    if (ok) snprintf(why, sizeof why, "rank %d: scale %d inplace %d differs from MPI_Alltoallv", rank, scale, inplace);
+                    ok = 0;
+                }
+                free(send), free(got), free(want);
+            }
+        }
+        char name[96];
+        snprintf(name, sizeof name, "alltoallv_%s_%s_np%d", zipcclTypeName(dt), s->name, nranks);
+        report(ok, name);
+    }
+}
+
+/* ---- ReduceScatter / AllReduce: vs the canonical sum ------------------------------- */
+
+/* Reference: element i of block b, summed over ranks b+1, ..., b (mod n). */
+static void canonical(void* out, size_t begin, size_t cnt, int b, const void* const* inputs,
+                      zipcclDataType_t dt, zipcclRedOp_t op) {
+    for (size_t i = 0; i < cnt; i++) {
+        float acc = 0;
+        for (int j = 1; j <= nranks; j++) {
+            float v = toF(inputs[(b + j) % nranks], begin + i, dt);
+            acc = j == 1 ? v : acc + v;
+        }
+        if (op == zipcclAvg) acc /= (float)nranks;
+        fromF(out, i, acc, dt);
+    }
+}
+
+/* Native numerics differ (MPI's order, bf16 rounding per combine): close. */
+static int close(const void* a, const void* b, size_t cnt, zipcclDataType_t dt) {
+    double tol = dt == zipcclFloat32 ? 1e-5 : dt == zipcclFloat16 ? 2e-3 : 2e-2;
+    for (size_t i = 0; i < cnt; i++) {
+        double x = toF(a, i, dt), y = toF(b, i, dt);
+        if (fabs(x - y) > tol * (0.05 * nranks) + 1e-6) return 0;
+    }
+    return 1;
+}
+
+static void testReduce(zipcclCollKind_t kind, zipcclDataType_t dt) {
+    const int allreduce = kind == zipcclCollAllReduce;
+    int ok[kNumStrats];
+    zipcclCounters_t ctr[kNumStrats];
+    char whyS[kNumStrats][256];
+    for (int si = 0; si < kNumStrats; si++) ok[si] = 1, whyS[si][0] = 0;
+    const size_t e = esz(dt);
+    for (int ci = 0; ci < 4; ci++) {
+        /* Inputs and the reference are made once and shared by all strategies. */
+        size_t cnt = kCounts[ci]; /* RS: per rank; AR: total */
+        size_t total = allreduce ? cnt : cnt * nranks;
+        void* inputs[nranks];
+        for (int p = 0; p < nranks; p++) {
+            inputs[p] = malloc(total * e + 1);
+            fill(inputs[p], total, dt, p, 400 + ci, 0);
+        }
+        char* want[2];
+        for (int op = 0; op < 2; op++) {
+            want[op] = malloc(cnt * e + 1);
+            zipcclRedOp_t rop = op ? zipcclAvg : zipcclSum;
+            if (allreduce) {
+                size_t base = cnt / nranks, extra = cnt % nranks, d = 0;
+                for (int b = 0; b < nranks; b++) {
+                    size_t cb = base + ((size_t)b < extra);
+                    canonical(want[op] + d * e, d, cb, b, (const void* const*)inputs, dt, rop);
+                    d += cb;
+                }
+            } else {
+                canonical(want[op], rank * cnt, cnt, rank, (const void* const*)inputs, dt, rop);
+            }
+        }
+        char* send = malloc(total * e + 1);
+        char* got = malloc(cnt * e + 1);
+        for (int mode = 0; mode < 3; mode++) { /* 0 sum, 1 avg, 2 sum in place */
+            if (mode == 1 && ci != 2) continue;
+            zipcclRedOp_t op = mode == 1 ? zipcclAvg : zipcclSum;
+            for (int si = 0; si < kNumStrats; si++) {
+                const Strat* s = &kStrats[si];
+                zipcclCallConfig_t cfg = {s->strategy, s->codec, s->algo};
+                zipcclCommGetCounters(comm, kind, &ctr[si]);
+                memcpy(send, inputs[rank], total * e);
+                memset(got, 0xEE, cnt * e + 1);
+                char* res = got;
+                int okc = 1;
+#define ok okc
+                if (mode == 2) {
+                    if (allreduce) {
+                        ZCHECK(zipcclAllReduce(send, send, cnt, dt, op, comm, &cfg, NULL));
+                        res = send;
+                    } else {
+                        ZCHECK(zipcclReduceScatter(send, send + rank * cnt * e, cnt, dt, op, comm, &cfg, NULL));
+                        res = send + rank * cnt * e;
+                    }
+                } else if (allreduce) {
+                    ZCHECK(zipcclAllReduce(send, got, cnt, dt, op, comm, &cfg, NULL));
+                } else {
+                    ZCHECK(zipcclReduceScatter(send, got, cnt, dt, op, comm, &cfg, NULL));
+                }
+#undef ok
+                int same = s->strategy == zipcclStrategyNative || s->strategy == zipcclStrategyAuto
+                               ? close(res, want[op == zipcclAvg], cnt, dt)
+                               : !memcmp(res, want[op == zipcclAvg], cnt * e);
+                if (!okc || !same || (res == got && (unsigned char)got[cnt * e] != 0xEE)) {
+                    if (ok[si] && !why[0]) snprintf(why, sizeof why, "rank %d: count %zu mode %d differs from the canonical sum", rank, cnt, mode);
+                    okc = 0;
+                }
+                if (mode == 0 && !checkCompressed(kind, s, &ctr[si])) okc = 0;
+                if (!okc && ok[si]) { ok[si] = 0; snprintf(whyS[si], sizeof whyS[si], "%s", why); }
+                why[0] = 0;
+            }
+        }
+        for (int p = 0; p < nranks; p++) free(inputs[p]);
+        free(want[0]), free(want[1]), free(send), free(got);
+    }
+    for (int si = 0; si < kNumStrats; si++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s_%s_%s_np%d", allreduce ? "allreduce" : "reducescatter",
+                 zipcclTypeName(dt), kStrats[si].name, nranks);
+        memcpy(why, whyS[si], sizeof why);
+        report(ok[si], name);
+    }
+}
+
+int main(int argc, char** argv) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (rank != 0) tu_quiet_pass = 1;
+    setenv("ZIPCCL_PIECE_BYTES", "65536", 1);
+    setenv("ZIPCCL_CALIBRATE", "0", 1);
+    kCounts[0] = 0, kCounts[1] = 1, kCounts[2] = 777;
+    kCounts[3] = ((size_t)1 << 20) / (size_t)nranks + 3; /* ~1M elements in all */
+#if defined(__SANITIZE_ADDRESS__)
+    kCounts[3] = ((size_t)1 << 17) / (size_t)nranks + 3; /* the ASan build runs ~3x slower */
+#endif
+    if (getenv("ZIPCCL_TEST_LONG")) kCounts[3] = ((size_t)1 << 22) + 3;
+    MPI_Comm world = MPI_COMM_WORLD;
+    zipcclResult_t r = zipcclCommInitMpi(&comm, &world);
+    if (rank == 0) CHECK(r == zipcclSuccess, "comm_init", "%s", zipcclGetLastErrorDetail());
+    if (r != zipcclSuccess) { MPI_Finalize(); return 1; }
+    for (int t = 0; t < 3; t++) {
+        testAllGather(kTypes[t]);
+        testAlltoAll(kTypes[t]);
+        testAlltoAllv(kTypes[t]);
+        testReduce(zipcclCollReduceScatter, kTypes[t]);
+        testReduce(zipcclCollAllReduce, kTypes[t]);
+    }
+    zipcclCommDestroy(comm);
+    MPI_Finalize();
+    return tu_exit();
+}
