@@ -28,6 +28,7 @@
 #include "config.h"
 #include "data.h"
 #include "fsdp.h"
+#include "kernels.h"
 #include "llama.h"
 #include "log.h"
 #include "optim.h"
@@ -213,7 +214,13 @@ static void fmt_eta(double s, char* buf, size_t n) {
 }
 
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
+    /* Before anything loads OpenBLAS's kernels: pick the right SGEMM core for
+     * this CPU (may re-exec once with the environment set; kernels/kernels.h). */
+    zrt_blas_select_core(argv);
+    /* MPI_THREAD_MULTIPLE lets each ZipCCL communicator run its own progress
+     * thread, so asynchronous gathers and reduce-scatters overlap compute. */
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_nranks);
     Args args;
