@@ -206,7 +206,12 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     int reduce = op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce;
     Design cand[7];
     int nc = 0;
-    cand[nc++] = (Design){zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect, 0};
+    /* Native reductions sum in the transport's own order (and MPI rounds bf16
+     * at every pairwise combine), so auto never picks them: every design it
+     * chooses from for ReduceScatter/AllReduce gives the same bits (the
+     * canonical order, docs/COLLECTIVES.md), and switching never changes a
+     * training run. Data-movement collectives are bit-identical anyway. */
+    if (!reduce) cand[nc++] = (Design){zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect, 0};
     for (int ring = 0; ring <= (reduce && !c->isNccl); ring++) {
         zipcclAlgo_t a = ring ? zipcclAlgoRing : zipcclAlgoDirect;
         cand[nc++] = (Design){zipcclStrategyRaw, zipcclCodecFast, a, 0};
@@ -220,7 +225,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     }
     /* An NCCL communicator without the CUDA codec cannot compress. */
     if (c->isNccl && !c->ncclCodec && cand[best].strategy == zipcclStrategyCompressed)
-        best = 0;
+        for (best = 0; cand[best].strategy == zipcclStrategyCompressed; best++) {}
     out->strategy = cand[best].strategy;
     out->codec = cand[best].codec;
     out->algo = cand[best].algo;
