@@ -1,0 +1,969 @@
+/*
+ * coll_bench.c — zipccl-bench: time ZipCCL collectives per size and strategy,
+ * in the manner of nccl-tests, and check every result bit for bit.
+ *
+ *   mpirun -n 4 build/zipccl-bench -b 4K -e 64M -f 4 -n 5 -w 1 --coll allgather --json
+ *
+ * For each collective, size and strategy (native, raw, compressed, auto) it
+ * prints the median time over the timed iterations (each iteration's time is
+ * the slowest rank's), algbw = bytes/time, busbw with the nccl-tests factors,
+ * the compression ratio seen by the library's counters (raw bytes / wire
+ * bytes, all ranks together) and #wrong: elements that differ from the
+ * reference result (strategy raw; for AllGather and the All-to-Alls also
+ * MPI's own collective).  The data are deterministic (a seeded generator or a
+ * file), so every strategy sees the same input.
+ *
+ * What it leaves out: NCCL communicators and device buffers (this program
+ * drives MPI host buffers only), in-place calls, and the non-blocking API.
+ * It links libzipccl only; a .safetensors input is read as one flat array of
+ * its data section (every tensor must have the requested dtype), which needs
+ * no runtime library.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zipccl.h"
+
+/* ------------------------------------------------------------------------ */
+/* Fatal checks (this is a program: failing loudly is its job)              */
+/* ------------------------------------------------------------------------ */
+
+#define ZCHECK(call)                                                                       \
+    do {                                                                                   \
+        zipcclResult_t r_ = (call);                                                        \
+        if (r_ != zipcclSuccess) {                                                         \
+            fprintf(stderr, "zipccl-bench: %s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, \
+                    #call, zipcclGetErrorString(r_), zipcclGetLastErrorDetail());          \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                                  \
+        }                                                                                  \
+    } while (0)
+
+#define MCHECK(call)                                                                     \
+    do {                                                                                 \
+        int r_ = (call);                                                                 \
+        if (r_ != MPI_SUCCESS) {                                                         \
+            fprintf(stderr, "zipccl-bench: %s:%d: %s failed (MPI error %d)\n", __FILE__, \
+                    __LINE__, #call, r_);                                                \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                                \
+        }                                                                                \
+    } while (0)
+
+static void* xmalloc(size_t n) {
+    void* p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "zipccl-bench: out of memory allocating %zu bytes\n", n);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                  */
+/* ------------------------------------------------------------------------ */
+
+enum { DIST_GAUSSIAN, DIST_RANDOM };
+#define MAX_STRATS 4
+
+typedef struct {
+    size_t minBytes, maxBytes;
+    double factor;
+    int iters, warmup, check, json;
+    int injectError; /* tests: corrupt one element of compressed results */
+    zipcclRedOp_t op;
+    zipcclDataType_t dtype;
+    int doColl[zipcclNumCollKinds];
+    zipcclStrategy_t strats[MAX_STRATS];
+    int nstrats;
+    zipcclCodec_t codec;
+    zipcclAlgo_t algo;
+    const char* input;
+    double sigma;
+    int dist;
+} Options;
+
+static const char* const kCollArg[zipcclNumCollKinds] = {"allgather", "reducescatter", "allreduce",
+                                                         "alltoall", "alltoallv"};
+
+static void usage(FILE* f) {
+    fprintf(f,
+        "usage: mpirun -n N zipccl-bench [options]\n"
+        "  -b, --minbytes SIZE     smallest size (default 4K); suffixes K, M, G (powers of 1024)\n"
+        "  -e, --maxbytes SIZE     largest size (default 64M)\n"
+        "  -f, --stepfactor F      multiply the size by F each step (default 4, > 1)\n"
+        "  -n, --iters N           timed iterations per size and strategy (default 5)\n"
+        "  -w, --warmup N          untimed iterations first (default 1)\n"
+        "  -c, --check 0|1         compare every result with the reference (default 1)\n"
+        "  -o, --op sum|avg        reduction (default sum)\n"
+        "  -d, --dtype bf16|fp16|fp32   element type (default bf16)\n"
+        "  --coll LIST             allgather,reducescatter,allreduce,alltoall,alltoallv (default all)\n"
+        "  --strategy LIST         native,raw,compressed,auto (default all four)\n"
+        "  --codec fast|dense      codec of the compressed wire (default: library default)\n"
+        "  --algo ring|direct      algorithm of raw/compressed (default: library default)\n"
+        "  --input FILE            take the data from FILE: a raw little-endian dump of the\n"
+        "                          dtype, or a .safetensors file (its data section as one flat\n"
+        "                          array; all tensors must have the dtype); used cyclically\n"
+        "  --dist gaussian|random  synthetic data: N(0, sigma^2) (default) or random bits\n"
+        "                          (exponent never all-ones, so no Inf/NaN)\n"
+        "  --sigma S               Gaussian scale (default 0.02)\n"
+        "  --json                  one JSON object per result line instead of the table\n"
+        "  --inject-error          (tests) flip one bit of rank 0's compressed result before\n"
+        "                          the check, to prove #wrong counts\n"
+        "  -h, --help              this text\n"
+        "\n"
+        "'bytes' follows nccl-tests: AllGather, the whole output buffer (n x per-rank input);\n"
+        "ReduceScatter, the whole input buffer (n x per-rank output); AllReduce, the buffer;\n"
+        "AlltoAll and AlltoAllv, one rank's send buffer (n blocks; AlltoAllv blocks are uneven,\n"
+        "1/2..3/2 of the mean, with every rank's send and receive total equal to 'bytes').\n"
+        "time: median over the timed iterations of the slowest rank's time of each iteration.\n"
+        "algbw = bytes / time; busbw = algbw x (n-1)/n for AllGather, ReduceScatter, AlltoAll(v),\n"
+        "x 2(n-1)/n for AllReduce; both in GB/s (1e9 bytes per second), as nccl-tests prints.\n"
+        "ratio = raw bytes / wire bytes from zipcclCommGetCounters, summed over ranks.\n"
+        "#wrong: elements differing bit-wise from the reference, summed over ranks.  The reference\n"
+        "is strategy raw, itself checked against MPI's collective (AllGather, AlltoAll(v)) or\n"
+        "against the documented reduction recomputed here (ReduceScatter, AllReduce: fp32 sum in\n"
+        "the order b+1, ..., b-1, b for block b, one rounding).  Native ReduceScatter/AllReduce\n"
+        "round at every MPI combine, so they print n/a (JSON null) and 'differ' = elements that\n"
+        "differ from raw; auto is checked against whatever strategy it picked.\n"
+        "Exit codes: 0 ok, 1 a check found wrong elements or a call failed, 2 bad arguments.\n");
+}
+
+static int rank0ForMessages(void) {
+    /* Arguments are parsed before MPI_Init so a bad flag never starts the
+     * transport; the launcher's rank variables keep the message to one copy. */
+    const char* v = getenv("OMPI_COMM_WORLD_RANK");
+    if (!v) v = getenv("PMI_RANK");
+    return !v || atoi(v) == 0;
+}
+
+static void badArg(const char* fmt, const char* what) {
+    if (rank0ForMessages()) {
+        fprintf(stderr, "zipccl-bench: ");
+        fprintf(stderr, fmt, what);
+        fprintf(stderr, "\n(zipccl-bench --help lists the options)\n");
+    }
+    exit(2);
+}
+
+/* "64M" -> 67108864.  Suffixes K/M/G (optionally followed by B or iB). */
+static int parseSize(const char* s, size_t* out) {
+    errno = 0;
+    char* end;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0)) return 0;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (mul > 1 && (end[0] == 'i' || end[0] == 'I')) end++;
+    if (end[0] == 'B' || end[0] == 'b') end++;
+    if (*end) return 0;
+    double b = v * mul;
+    if (b < 1 || b > 1e15 || b != floor(b)) return 0;
+    *out = (size_t)b;
+    return 1;
+}
+
+static int parseInt(const char* s, int lo, int hi, int* out) {
+    char* end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+/* Split a comma list in place-free fashion: calls fn for each item. */
+static void parseList(const char* list, const char* flag, void (*fn)(const char*, Options*),
+                      Options* o) {
+    char buf[256];
+    if (strlen(list) >= sizeof buf || !*list) badArg("bad list for %s", flag);
+    strcpy(buf, list);
+    for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) fn(tok, o);
+}
+
+static void addColl(const char* name, Options* o) {
+    for (int k = 0; k < zipcclNumCollKinds; k++)
+        if (!strcmp(name, kCollArg[k])) {
+            o->doColl[k] = 1;
+            return;
+        }
+    badArg("unknown collective '%s' (allgather, reducescatter, allreduce, alltoall, alltoallv)",
+           name);
+}
+
+static void addStrat(const char* name, Options* o) {
+    zipcclStrategy_t s;
+    if (zipcclStrategyParse(name, &s) != zipcclSuccess || s == zipcclStrategyDefault)
+        badArg("unknown strategy '%s' (native, raw, compressed, auto)", name);
+    for (int i = 0; i < o->nstrats; i++)
+        if (o->strats[i] == s) return;
+    if (o->nstrats == MAX_STRATS) badArg("too many strategies in '%s'", name);
+    o->strats[o->nstrats++] = s;
+}
+
+static void parseArgs(int argc, char** argv, Options* o) {
+    memset(o, 0, sizeof *o);
+    o->minBytes = 4096;
+    o->maxBytes = 64u << 20;
+    o->factor = 4;
+    o->iters = 5;
+    o->warmup = 1;
+    o->check = 1;
+    o->op = zipcclSum;
+    o->dtype = zipcclBfloat16;
+    o->codec = zipcclCodecDefault;
+    o->algo = zipcclAlgoDefault;
+    o->sigma = 0.02;
+    o->dist = DIST_GAUSSIAN;
+    int anyColl = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        char flag[64];
+        const char* val = NULL;
+        /* --flag=value is the same as --flag value */
+        const char* eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        if (eq && (size_t)(eq - a) < sizeof flag) {
+            memcpy(flag, a, (size_t)(eq - a));
+            flag[eq - a] = '\0';
+            val = eq + 1;
+        } else {
+            snprintf(flag, sizeof flag, "%s", a);
+        }
+#define IS(s, l) (!strcmp(flag, s) || !strcmp(flag, l))
+#define VALUE() (val ? val : (i + 1 < argc ? argv[++i] : (badArg("%s needs a value", flag), "")))
+        if (IS("-h", "--help")) {
+            if (rank0ForMessages()) usage(stdout);
+            exit(0);
+        } else if (IS("--json", "--json")) {
+            o->json = 1;
+        } else if (IS("--inject-error", "--inject-error")) {
+            o->injectError = 1;
+        } else if (IS("-b", "--minbytes")) {
+            const char* v = VALUE();
+            if (!parseSize(v, &o->minBytes)) badArg("bad size for -b: '%s' (e.g. 4K, 64M)", v);
+        } else if (IS("-e", "--maxbytes")) {
+            const char* v = VALUE();
+            if (!parseSize(v, &o->maxBytes)) badArg("bad size for -e: '%s' (e.g. 4K, 64M)", v);
+        } else if (IS("-f", "--stepfactor")) {
+            const char* v = VALUE();
+            char* end;
+            o->factor = strtod(v, &end);
+            if (end == v || *end || !(o->factor > 1.0) || o->factor > 1e6)
+                badArg("bad step factor '%s' (a number > 1)", v);
+        } else if (IS("-n", "--iters")) {
+            const char* v = VALUE();
+            if (!parseInt(v, 1, 1000000, &o->iters)) badArg("bad iteration count '%s'", v);
+        } else if (IS("-w", "--warmup")) {
+            const char* v = VALUE();
+            if (!parseInt(v, 0, 1000000, &o->warmup)) badArg("bad warmup count '%s'", v);
+        } else if (IS("-c", "--check")) {
+            const char* v = VALUE();
+            if (!parseInt(v, 0, 1, &o->check)) badArg("bad -c '%s' (0 or 1)", v);
+        } else if (IS("-o", "--op")) {
+            const char* v = VALUE();
+            if (!strcmp(v, "sum")) o->op = zipcclSum;
+            else if (!strcmp(v, "avg")) o->op = zipcclAvg;
+            else badArg("bad op '%s' (sum, avg)", v);
+        } else if (IS("-d", "--dtype")) {
+            const char* v = VALUE();
+            if (!strcmp(v, "bf16")) o->dtype = zipcclBfloat16;
+            else if (!strcmp(v, "fp16")) o->dtype = zipcclFloat16;
+            else if (!strcmp(v, "fp32")) o->dtype = zipcclFloat32;
+            else badArg("bad dtype '%s' (bf16, fp16, fp32)", v);
+        } else if (IS("--coll", "--colls")) {
+            parseList(VALUE(), "--coll", addColl, o);
+            anyColl = 1;
+        } else if (IS("--strategy", "--strategies")) {
+            parseList(VALUE(), "--strategy", addStrat, o);
+        } else if (IS("--codec", "--codec")) {
+            const char* v = VALUE();
+            if (!strcmp(v, "fast")) o->codec = zipcclCodecFast;
+            else if (!strcmp(v, "dense")) o->codec = zipcclCodecDense;
+            else badArg("bad codec '%s' (fast, dense)", v);
+        } else if (IS("--algo", "--algo")) {
+            const char* v = VALUE();
+            if (!strcmp(v, "ring")) o->algo = zipcclAlgoRing;
+            else if (!strcmp(v, "direct")) o->algo = zipcclAlgoDirect;
+            else badArg("bad algo '%s' (ring, direct)", v);
+        } else if (IS("--input", "--input")) {
+            o->input = VALUE();
+        } else if (IS("--sigma", "--sigma")) {
+            const char* v = VALUE();
+            char* end;
+            o->sigma = strtod(v, &end);
+            if (end == v || *end || !(o->sigma > 0) || !isfinite(o->sigma))
+                badArg("bad sigma '%s' (a positive number)", v);
+        } else if (IS("--dist", "--dist")) {
+            const char* v = VALUE();
+            if (!strcmp(v, "gaussian")) o->dist = DIST_GAUSSIAN;
+            else if (!strcmp(v, "random")) o->dist = DIST_RANDOM;
+            else badArg("bad distribution '%s' (gaussian, random)", v);
+        } else {
+            badArg("unknown option '%s'", a);
+        }
+#undef IS
+#undef VALUE
+    }
+    if (o->minBytes > o->maxBytes) badArg("%s", "-b is larger than -e");
+    /* MPI's reference collectives take int counts of elements. */
+    if (o->maxBytes / zipcclTypeSize(o->dtype) > (size_t)INT_MAX)
+        badArg("%s", "-e is too large (at most 2^31-1 elements)");
+    if (!anyColl)
+        for (int k = 0; k < zipcclNumCollKinds; k++) o->doColl[k] = 1;
+    if (o->nstrats == 0) {
+        const zipcclStrategy_t all[MAX_STRATS] = {zipcclStrategyNative, zipcclStrategyRaw,
+                                                  zipcclStrategyCompressed, zipcclStrategyAuto};
+        memcpy(o->strats, all, sizeof all);
+        o->nstrats = MAX_STRATS;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Deterministic data                                                       */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint32_t f32bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Round-to-nearest-even float -> bf16; a NaN stays a quiet NaN with its sign
+ * and top payload bits (sums of random bits can make inf - inf). */
+static uint16_t toBf16(float f) {
+    uint32_t u = f32bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Round-to-nearest-even float -> IEEE half, subnormals included, overflow to Inf. */
+static uint16_t toFp16(float f) {
+    uint32_t u = f32bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return sign | 0x7E00u | (uint16_t)((a >> 13) & 0x3FFu); /* quiet NaN */
+    if (a >= 0x477FF000u) return sign | 0x7C00u; /* rounds to >= 65520: Inf */
+    if (a < 0x38800000u) {                         /* below 2^-14: subnormal or zero */
+        if (a < 0x33000000u) return sign;          /* below half of the least subnormal */
+        uint32_t e = a >> 23, m = (a & 0x7FFFFFu) | 0x800000u;
+        uint32_t shift = 126 - e; /* value / 2^-24 = m * 2^(e - 126), shift in [14, 24] */
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (q & 1u))) q++;
+        return sign | (uint16_t)q;
+    }
+    uint32_t h = ((a >> 13) - ((127u - 15u) << 10));
+    uint32_t rem = a & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return sign | (uint16_t)h;
+}
+
+static float fromBf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* IEEE half -> float, exact (subnormals, Inf and NaN included). */
+static float fromFp16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu, u;
+    if (e == 0x1F) u = sign | 0x7F800000u | (m << 13);
+    else if (e) u = sign | ((e + 112u) << 23) | (m << 13);
+    else if (!m) u = sign;
+    else { /* subnormal: m * 2^-24, renormalised */
+        int shift = 0;
+        while (!(m & 0x400u)) m <<= 1, shift++;
+        u = sign | ((uint32_t)(113 - shift) << 23) | ((m & 0x3FFu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float toFloat(const void* p, size_t i, zipcclDataType_t dtype) {
+    if (dtype == zipcclFloat32) return ((const float*)p)[i];
+    uint16_t h = ((const uint16_t*)p)[i];
+    return dtype == zipcclBfloat16 ? fromBf16(h) : fromFp16(h);
+}
+
+static void storeFloat(void* p, size_t i, float v, zipcclDataType_t dtype) {
+    if (dtype == zipcclFloat32) ((float*)p)[i] = v;
+    else ((uint16_t*)p)[i] = dtype == zipcclBfloat16 ? toBf16(v) : toFp16(v);
+}
+
+/* Elements first..first+count-1 of a buffer whose element i depends only on
+ * (seed, i): any rank can regenerate any other rank's data, in any piece. */
+static void genSynthetic(void* dst, size_t first, size_t count, zipcclDataType_t dtype, int dist,
+                         double sigma, uint64_t seed) {
+    for (size_t i = 0; i < count; i++) {
+        uint64_t h = splitmix64(seed ^ splitmix64(first + i));
+        if (dist == DIST_RANDOM) {
+            /* Random bits with the exponent kept off all-ones, so sums stay finite-ish and
+             * no NaN payload questions arise. */
+            if (dtype == zipcclFloat32) {
+                uint32_t v = (uint32_t)h;
+                if (((v >> 23) & 0xFFu) == 0xFFu) v &= ~(1u << 30);
+                ((uint32_t*)dst)[i] = v;
+            } else {
+                uint16_t v = (uint16_t)h;
+                int ebits = dtype == zipcclBfloat16 ? 8 : 5, mbits = 15 - ebits;
+                uint16_t emask = (uint16_t)(((1u << ebits) - 1) << mbits);
+                if ((v & emask) == emask) v &= (uint16_t)~(1u << 14);
+                ((uint16_t*)dst)[i] = v;
+            }
+            continue;
+        }
+        /* Box-Muller from two 32-bit halves; u1 in (0, 1]. */
+        double u1 = ((double)(h >> 32) + 1.0) / 4294967296.0;
+        double u2 = (double)(uint32_t)h / 4294967296.0;
+        float x = (float)(sigma * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+        switch (dtype) {
+        case zipcclBfloat16: ((uint16_t*)dst)[i] = toBf16(x); break;
+        case zipcclFloat16: ((uint16_t*)dst)[i] = toFp16(x); break;
+        case zipcclFloat32: ((float*)dst)[i] = x; break;
+        }
+    }
+}
+
+typedef struct {
+    unsigned char* data; /* the file's values */
+    size_t count;        /* elements */
+} Pool;
+
+static int dtypeMatchesTag(const char* tag, zipcclDataType_t dtype) {
+    return (dtype == zipcclBfloat16 && !strcmp(tag, "BF16")) ||
+           (dtype == zipcclFloat16 && !strcmp(tag, "F16")) ||
+           (dtype == zipcclFloat32 && !strcmp(tag, "F32"));
+}
+
+/* Load --input.  Errors are argument errors (exit 2), found before MPI starts. */
+static void loadInput(const char* path, zipcclDataType_t dtype, Pool* pool) {
+    size_t es = zipcclTypeSize(dtype);
+    FILE* f = fopen(path, "rb");
+    if (!f) badArg("cannot open --input '%s'", path);
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (sz <= 0) badArg("--input '%s' is empty or unreadable", path);
+    size_t n = strlen(path), skip = 0;
+    if (n >= 12 && !strcmp(path + n - 12, ".safetensors")) {
+        /* u64 little-endian header length, a JSON header, then the data section. */
+        unsigned char len8[8];
+        if (fread(len8, 1, 8, f) != 8) badArg("--input '%s': truncated safetensors header", path);
+        uint64_t hl = 0;
+        for (int i = 7; i >= 0; i--) hl = (hl << 8) | len8[i];
+        if (hl == 0 || hl > (uint64_t)sz - 8 || hl > (100u << 20))
+            badArg("--input '%s': bad safetensors header length", path);
+        char* hdr = xmalloc(hl + 1);
+        if (fread(hdr, 1, hl, f) != hl) badArg("--input '%s': truncated safetensors header", path);
+        hdr[hl] = '\0';
+        int tensors = 0;
+        for (char* p = strstr(hdr, "\"dtype\""); p; p = strstr(p + 7, "\"dtype\"")) {
+            char tag[16] = "";
+            if (sscanf(p + 7, " : \"%15[A-Z0-9]\"", tag) != 1 || !dtypeMatchesTag(tag, dtype)) {
+                free(hdr);
+                badArg("--input '%s': a tensor's dtype differs from -d (all must match)", path);
+            }
+            tensors++;
+        }
+        free(hdr);
+        if (!tensors) badArg("--input '%s': no tensors in the safetensors header", path);
+        skip = 8 + hl;
+    }
+    size_t bytes = (size_t)sz - skip;
+    if (bytes < es || bytes % es) badArg("--input '%s': data size is not a multiple of the dtype", path);
+    pool->data = xmalloc(bytes);
+    if (fread(pool->data, 1, bytes, f) != bytes) badArg("--input '%s': short read", path);
+    fclose(f);
+    pool->count = bytes / es;
+}
+
+/* Elements first..first+count-1 of rank `rank`'s send buffer (of `total`
+ * elements) for collective `stream`: from the file pool (cyclically, from a
+ * rank-dependent start) or from the generator. */
+static void fillRange(void* dst, size_t first, size_t count, size_t total, const Options* o,
+                      const Pool* pool, int rank, int stream) {
+    if (pool->data) {
+        size_t es = zipcclTypeSize(o->dtype);
+        size_t at = ((size_t)rank * total % pool->count + first % pool->count) % pool->count;
+        for (size_t done = 0; done < count;) {
+            size_t n = pool->count - at < count - done ? pool->count - at : count - done;
+            memcpy((char*)dst + done * es, pool->data + at * es, n * es);
+            done += n;
+            at = 0;
+        }
+        return;
+    }
+    uint64_t seed = splitmix64(0x5A1Bull * 1000003u + (uint64_t)rank * 7919u + (uint64_t)stream);
+    genSynthetic(dst, first, count, o->dtype, o->dist, o->sigma, seed);
+}
+
+/* ------------------------------------------------------------------------ */
+/* One collective at one size                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    zipcclCollKind_t kind;
+    size_t count;      /* per-call count argument (per rank / per peer)       */
+    size_t sendElems, recvElems;
+    size_t bytes;      /* the nccl-tests 'bytes' of the table                 */
+    size_t *scounts, *sdispls, *rcounts, *rdispls; /* AlltoAllv only          */
+    int *iscounts, *isdispls, *ircounts, *irdispls; /* the same, for MPI      */
+} Shape;
+
+/* AlltoAllv block from rank i to rank j: base + base/2 * w[(j - i) mod n],
+ * w = +1 for the first n/2 offsets, -1 for the last n/2, 0 in the middle.
+ * Each row and each column of w sums to zero, so every rank sends and
+ * receives exactly n * base elements while the blocks are uneven. */
+static size_t a2avBlock(size_t base, int i, int j, int n) {
+    int k = ((j - i) % n + n) % n;
+    size_t d = base / 2;
+    if (k < n / 2) return base + d;
+    if (k >= n - n / 2) return base - d;
+    return base;
+}
+
+static void makeShape(Shape* s, zipcclCollKind_t kind, size_t bytes, size_t es, int n, int rank) {
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    size_t per = bytes / es;
+    switch (kind) {
+    case zipcclCollAllGather:
+        s->count = per / n ? per / n : 1;
+        s->sendElems = s->count;
+        s->recvElems = s->count * n;
+        s->bytes = s->recvElems * es;
+        break;
+    case zipcclCollReduceScatter:
+        s->count = per / n ? per / n : 1;
+        s->sendElems = s->count * n;
+        s->recvElems = s->count;
+        s->bytes = s->sendElems * es;
+        break;
+    case zipcclCollAllReduce:
+        s->count = per ? per : 1;
+        s->sendElems = s->recvElems = s->count;
+        s->bytes = s->count * es;
+        break;
+    case zipcclCollAlltoAll:
+    case zipcclCollAlltoAllv:
+        s->count = per / n ? per / n : 1;
+        s->sendElems = s->recvElems = s->count * n;
+        s->bytes = s->sendElems * es;
+        break;
+    default: break;
+    }
+    if (kind == zipcclCollAlltoAllv) {
+        s->scounts = xmalloc(4 * n * sizeof(size_t));
+        s->sdispls = s->scounts + n;
+        s->rcounts = s->scounts + 2 * n;
+        s->rdispls = s->scounts + 3 * n;
+        s->iscounts = xmalloc(4 * n * sizeof(int));
+        s->isdispls = s->iscounts + n;
+        s->ircounts = s->iscounts + 2 * n;
+        s->irdispls = s->iscounts + 3 * n;
+        size_t so = 0, ro = 0;
+        for (int j = 0; j < n; j++) {
+            s->scounts[j] = a2avBlock(s->count, rank, j, n);
+            s->rcounts[j] = a2avBlock(s->count, j, rank, n);
+            s->sdispls[j] = so;
+            s->rdispls[j] = ro;
+            so += s->scounts[j];
+            ro += s->rcounts[j];
+            s->iscounts[j] = (int)s->scounts[j];
+            s->isdispls[j] = (int)s->sdispls[j];
+            s->ircounts[j] = (int)s->rcounts[j];
+            s->irdispls[j] = (int)s->rdispls[j];
+        }
+    }
+}
+
+static void freeShape(Shape* s) {
+    free(s->scounts);
+    free(s->iscounts);
+}
+
+static zipcclResult_t runColl(const Shape* s, const Options* o, const void* send, void* recv,
+                              zipcclComm_t comm, zipcclStrategy_t strat) {
+    zipcclCallConfig_t cfg = {strat, o->codec, o->algo};
+    switch (s->kind) {
+    case zipcclCollAllGather:
+        return zipcclAllGather(send, recv, s->count, o->dtype, comm, &cfg, NULL);
+    case zipcclCollReduceScatter:
+        return zipcclReduceScatter(send, recv, s->count, o->dtype, o->op, comm, &cfg, NULL);
+    case zipcclCollAllReduce:
+        return zipcclAllReduce(send, recv, s->count, o->dtype, o->op, comm, &cfg, NULL);
+    case zipcclCollAlltoAll:
+        return zipcclAlltoAll(send, recv, s->count, o->dtype, comm, &cfg, NULL);
+    case zipcclCollAlltoAllv:
+        return zipcclAlltoAllv(send, s->scounts, s->sdispls, recv, s->rcounts, s->rdispls,
+                               o->dtype, comm, &cfg, NULL);
+    default: return zipcclInvalidArgument;
+    }
+}
+
+/* MPI's own collective on the same bytes: the independent reference for the
+ * data-movement collectives.  Elements travel as opaque es-byte records. */
+static void runMpiReference(const Shape* s, const void* send, void* recv, MPI_Datatype elem) {
+    switch (s->kind) {
+    case zipcclCollAllGather:
+        MCHECK(MPI_Allgather(send, (int)s->count, elem, recv, (int)s->count, elem, MPI_COMM_WORLD));
+        break;
+    case zipcclCollAlltoAll:
+        MCHECK(MPI_Alltoall(send, (int)s->count, elem, recv, (int)s->count, elem, MPI_COMM_WORLD));
+        break;
+    case zipcclCollAlltoAllv:
+        MCHECK(MPI_Alltoallv(send, s->iscounts, s->isdispls, elem, recv, s->ircounts,
+                             s->irdispls, elem, MPI_COMM_WORLD));
+        break;
+    default: break;
+    }
+}
+
+static long long countWrong(const void* a, const void* b, size_t n, size_t es) {
+    long long wrong = 0;
+    if (es == 2) {
+        const uint16_t *x = a, *y = b;
+        for (size_t i = 0; i < n; i++) wrong += x[i] != y[i];
+    } else {
+        const uint32_t *x = a, *y = b;
+        for (size_t i = 0; i < n; i++) wrong += x[i] != y[i];
+    }
+    return wrong;
+}
+
+/* The library's documented reduction (coll_algos.c): block b of the result is
+ * the fp32 sum of the ranks' block-b inputs in the order b+1, ..., b+n-1, b
+ * (mod n), divided by n for avg, rounded once to the dtype.  Blocks are the
+ * ReduceScatter outputs, or for AllReduce count/n elements each with the first
+ * count%n blocks one longer.  Recomputed here from regenerated inputs, so raw
+ * is checked against arithmetic that never went over the wire.  Returns the
+ * number of elements of this rank's result `got` that differ. */
+static long long checkReduction(const Shape* s, const Options* o, const Pool* pool, int rank,
+                                int n, const void* got) {
+    const size_t es = zipcclTypeSize(o->dtype), chunk = 1u << 18;
+    float* acc = xmalloc(chunk * sizeof(float));
+    unsigned char* tmp = xmalloc(chunk * es);
+    long long wrong = 0;
+    for (int b = 0; b < n; b++) {
+        size_t off, len, outOff;
+        if (s->kind == zipcclCollReduceScatter) {
+            if (b != rank) continue; /* our output is our block only */
+            off = (size_t)b * s->count, len = s->count, outOff = 0;
+        } else {
+            size_t base = s->count / n, extra = s->count % n;
+            off = (size_t)b * base + ((size_t)b < extra ? (size_t)b : extra);
+            len = base + ((size_t)b < extra);
+            outOff = off;
+        }
+        for (size_t c0 = 0; c0 < len; c0 += chunk) {
+            size_t m = len - c0 < chunk ? len - c0 : chunk;
+            for (int k = 1; k <= n; k++) {
+                int q = (b + k) % n;
+                fillRange(tmp, off + c0, m, s->sendElems, o, pool, q, (int)s->kind);
+                for (size_t i = 0; i < m; i++)
+                    acc[i] = k == 1 ? toFloat(tmp, i, o->dtype) : acc[i] + toFloat(tmp, i, o->dtype);
+            }
+            for (size_t i = 0; i < m; i++)
+                storeFloat(tmp, i, o->op == zipcclAvg ? acc[i] / (float)n : acc[i], o->dtype);
+            wrong += countWrong(tmp, (const char*)got + (outOff + c0) * es, m, es);
+        }
+    }
+    free(tmp);
+    free(acc);
+    return wrong;
+}
+
+static int cmpDouble(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+static double busFactor(zipcclCollKind_t k, int n) {
+    if (n <= 1) return 1.0;
+    if (k == zipcclCollAllReduce) return 2.0 * (n - 1) / n;
+    return (double)(n - 1) / n;
+}
+
+static const char* algoName(zipcclAlgo_t a) {
+    return a == zipcclAlgoRing ? "ring" : a == zipcclAlgoDirect ? "direct" : "default";
+}
+static const char* codecName(zipcclCodec_t c) {
+    return c == zipcclCodecFast ? "fast" : c == zipcclCodecDense ? "dense" : "default";
+}
+
+/* Which strategy the library actually executed, from its per-strategy counts:
+ * one name, or several joined by '+' when auto changed its mind mid-run. */
+static void pickedName(const uint64_t by[5], char* out, size_t cap) {
+    out[0] = '\0';
+    for (int s = zipcclStrategyNative; s <= zipcclStrategyAuto; s++) {
+        if (!by[s]) continue;
+        size_t l = strlen(out);
+        snprintf(out + l, cap - l, "%s%s", l ? "+" : "", zipcclStrategyName((zipcclStrategy_t)s));
+    }
+    if (!out[0]) snprintf(out, cap, "-");
+}
+
+typedef struct {
+    int rank, nranks;
+    MPI_Datatype elem;
+    zipcclComm_t comm;
+    long long totalWrong;
+    int failed;
+} Ctx;
+
+/* Time and check every strategy for one collective at one size.
+ *
+ * The check: raw's result is the reference.  Raw itself is checked against
+ * MPI's own collective (AllGather, AlltoAll, AlltoAllv) or against the
+ * documented reduction recomputed locally (ReduceScatter, AllReduce); every
+ * other strategy against raw.  Native reductions are the exception: MPI adds
+ * pairwise in its own tree order and rounds at every combine (transport_mpi.c),
+ * so they are not bit-comparable; their rows report #wrong as n/a and the
+ * number of elements that differ from raw as "differ".  When auto picks native
+ * for a reduction, its result is compared with native's. */
+static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_t kind,
+                     size_t bytes) {
+    size_t es = zipcclTypeSize(o->dtype);
+    Shape s;
+    makeShape(&s, kind, bytes, es, c->nranks, c->rank);
+    void* send = xmalloc(s.sendElems * es);
+    void* recv = xmalloc(s.recvElems * es);
+    void* ref = o->check ? xmalloc(s.recvElems * es) : NULL;
+    fillRange(send, 0, s.sendElems, s.sendElems, o, pool, c->rank, (int)kind);
+    const int reduction = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
+
+    long long refWrong = 0;
+    if (o->check) {
+        ZCHECK(runColl(&s, o, send, ref, c->comm, zipcclStrategyRaw));
+        if (reduction) {
+            refWrong = checkReduction(&s, o, pool, c->rank, c->nranks, ref);
+        } else {
+            memset(recv, 0xA5, s.recvElems * es);
+            runMpiReference(&s, send, recv, c->elem);
+            refWrong = countWrong(ref, recv, s.recvElems, es);
+        }
+    }
+
+    double* times = xmalloc((size_t)o->iters * sizeof(double));
+    for (int si = 0; si < o->nstrats; si++) {
+        zipcclStrategy_t strat = o->strats[si];
+        memset(recv, 0xA5, s.recvElems * es); /* a stale result must not pass the check */
+        for (int it = 0; it < o->warmup; it++) ZCHECK(runColl(&s, o, send, recv, c->comm, strat));
+        MCHECK(MPI_Barrier(MPI_COMM_WORLD));
+        ZCHECK(zipcclCommResetCounters(c->comm));
+        for (int it = 0; it < o->iters; it++) {
+            MCHECK(MPI_Barrier(MPI_COMM_WORLD));
+            double t0 = MPI_Wtime();
+            ZCHECK(runColl(&s, o, send, recv, c->comm, strat));
+            times[it] = MPI_Wtime() - t0;
+        }
+        /* Each iteration lasts as long as its slowest rank; report the median. */
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, times, o->iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+        qsort(times, (size_t)o->iters, sizeof(double), cmpDouble);
+        double t = o->iters % 2 ? times[o->iters / 2]
+                                : 0.5 * (times[o->iters / 2 - 1] + times[o->iters / 2]);
+
+        zipcclCounters_t cnt;
+        ZCHECK(zipcclCommGetCounters(c->comm, kind, &cnt));
+        double sums[3] = {(double)cnt.rawBytes, (double)cnt.wireBytes, cnt.codecSeconds};
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        uint64_t by[5];
+        memcpy(by, cnt.byStrategy, sizeof by);
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, by, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+        double ratio = sums[1] > 0 ? sums[0] / sums[1] : 1.0;
+        double codecUs = cnt.calls ? 1e6 * sums[2] / c->nranks / (double)cnt.calls : 0.0;
+        char picked[64];
+        pickedName(by, picked, sizeof picked);
+
+        /* wrong < 0: not bit-comparable (see above); differ: elements != raw. */
+        long long wrong = -1, differ = -1;
+        if (o->injectError && strat == zipcclStrategyCompressed && c->rank == 0)
+            ((unsigned char*)recv)[(s.recvElems / 2) * es] ^= 1u;
+        if (o->check) {
+            long long v[2] = {0, 0}; /* {wrong, differ} summed over ranks */
+            int nativeRed = reduction && strat == zipcclStrategyNative;
+            int autoNative = reduction && strat == zipcclStrategyAuto && strchr(picked, '+') == NULL &&
+                             !strcmp(picked, "native");
+            int autoMixed = reduction && strat == zipcclStrategyAuto && strstr(picked, "native") &&
+                            strchr(picked, '+');
+            if (strat == zipcclStrategyRaw) {
+                v[0] = refWrong + countWrong(ref, recv, s.recvElems, es);
+            } else if (nativeRed || autoMixed) {
+                v[1] = countWrong(ref, recv, s.recvElems, es);
+            } else if (autoNative) {
+                /* auto's result against native's own, computed once more now */
+                void* nat = xmalloc(s.recvElems * es);
+                ZCHECK(runColl(&s, o, send, nat, c->comm, zipcclStrategyNative));
+                v[0] = countWrong(nat, recv, s.recvElems, es);
+                v[1] = countWrong(ref, recv, s.recvElems, es);
+                free(nat);
+            } else {
+                v[0] = countWrong(ref, recv, s.recvElems, es);
+            }
+            MCHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+            if (!(nativeRed || autoMixed)) wrong = v[0], c->totalWrong += v[0];
+            if (nativeRed || autoNative || autoMixed) differ = v[1];
+        }
+
+        double algbw = (double)s.bytes / t / 1e9, busbw = algbw * busFactor(kind, c->nranks);
+        if (c->rank == 0) {
+            const char* sn = zipcclStrategyName(strat);
+            int coded = strat == zipcclStrategyCompressed || strat == zipcclStrategyAuto;
+            int algoed = strat != zipcclStrategyNative;
+            if (o->json) {
+                printf("{\"coll\":\"%s\",\"dtype\":\"%s\",\"bytes\":%zu,\"count\":%zu,"
+                       "\"nranks\":%d,\"strategy\":\"%s\",",
+                       kCollArg[kind], zipcclTypeName(o->dtype), s.bytes, s.count, c->nranks, sn);
+                if (coded) printf("\"codec\":\"%s\",", codecName(o->codec));
+                if (algoed) printf("\"algo\":\"%s\",", algoName(o->algo));
+                if (strat == zipcclStrategyAuto) printf("\"picked\":\"%s\",", picked);
+                printf("\"op\":\"%s\",\"dist\":\"%s\",\"time_us\":%.3f,\"algbw_gbps\":%.4f,"
+                       "\"busbw_gbps\":%.4f,\"ratio\":%.4f,\"codec_us\":%.2f,\"iters\":%d,",
+                       o->op == zipcclAvg ? "avg" : "sum",
+                       o->input ? "file" : o->dist == DIST_RANDOM ? "random" : "gaussian",
+                       t * 1e6, algbw, busbw, ratio, codecUs, o->iters);
+                if (differ >= 0) printf("\"differ\":%lld,", differ);
+                if (wrong >= 0) printf("\"wrong\":%lld}\n", wrong);
+                else printf("\"wrong\":null}\n");
+            } else {
+                char wbuf[32];
+                if (wrong >= 0) snprintf(wbuf, sizeof wbuf, "%lld", wrong);
+                else snprintf(wbuf, sizeof wbuf, "n/a");
+                char note[96] = "";
+                if (strat == zipcclStrategyAuto) snprintf(note, sizeof note, "%s", picked);
+                if (differ >= 0)
+                    snprintf(note + strlen(note), sizeof note - strlen(note), "%s(%lld differ from raw)",
+                             note[0] ? " " : "", differ);
+                printf("%14s %12zu %12zu %6s %11s %12.1f %9.3f %9.3f %7.3f %10.1f %7s  %s\n",
+                       kCollArg[kind], s.bytes, s.count, zipcclTypeName(o->dtype), sn, t * 1e6,
+                       algbw, busbw, ratio, codecUs, wbuf, note);
+            }
+            fflush(stdout);
+        }
+    }
+    free(times);
+    free(ref);
+    free(recv);
+    free(send);
+    freeShape(&s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Header and main                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void printHeader(const Ctx* c, const Options* o) {
+    /* Host names: the emulated cluster (scripts/cluster.sh) runs every rank
+     * under one kernel hostname, so it exports ZCL_HOST per namespace. */
+    char me[64] = "";
+    const char* h = getenv("ZCL_HOST");
+    if (h) snprintf(me, sizeof me, "%.63s", h);
+    else {
+        int len = 0;
+        char name[MPI_MAX_PROCESSOR_NAME];
+        MPI_Get_processor_name(name, &len);
+        snprintf(me, sizeof me, "%.63s", name);
+    }
+    char* all = c->rank == 0 ? xmalloc((size_t)c->nranks * sizeof me) : NULL;
+    MCHECK(MPI_Gather(me, sizeof me, MPI_CHAR, all, sizeof me, MPI_CHAR, 0, MPI_COMM_WORLD));
+    if (c->rank != 0) return;
+
+    char date[64];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    struct utsname u;
+    uname(&u);
+    char cpu[128] = "unknown CPU";
+    FILE* f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+                snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
+                cpu[strcspn(cpu, "\n")] = '\0';
+                break;
+            }
+        fclose(f);
+    }
+    double load[3] = {0, 0, 0};
+    if (getloadavg(load, 3) < 0) load[0] = -1;
+
+    printf("# zipccl-bench  ZipCCL %d.%d (format %d)\n", ZIPCCL_VERSION_MAJOR,
+           ZIPCCL_VERSION_MINOR, ZIPCCL_FORMAT_VERSION);
+    printf("# date %s  nranks %d\n# hosts", date, c->nranks);
+    for (int r = 0; r < c->nranks; r++) printf(" %d:%s", r, all + (size_t)r * sizeof me);
+    printf("\n# machine %s %s %s, %s, %ld cpus, load %.2f %.2f %.2f\n", u.nodename, u.sysname,
+           u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
+    printf("# dtype %s  op %s  data %s", zipcclTypeName(o->dtype), o->op == zipcclAvg ? "avg" : "sum",
+           o->input ? o->input : o->dist == DIST_RANDOM ? "random bits" : "gaussian");
+    if (!o->input && o->dist == DIST_GAUSSIAN) printf(" sigma %g", o->sigma);
+    printf("  iters %d  warmup %d  check %d  codec %s  algo %s\n", o->iters, o->warmup, o->check,
+           codecName(o->codec), algoName(o->algo));
+    if (!o->json)
+        printf("#\n# %12s %12s %12s %6s %11s %12s %9s %9s %7s %10s %7s  %s\n"
+               "# %12s %12s %12s %6s %11s %12s %9s %9s %7s %10s %7s\n",
+               "coll", "size", "count", "type", "strategy", "time", "algbw", "busbw", "ratio",
+               "codec", "#wrong", "picked", "", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
+               "(GB/s)", "", "(us/call)", "");
+    fflush(stdout);
+    free(all);
+}
+
+int main(int argc, char** argv) {
+    Options o;
+    parseArgs(argc, argv, &o);
+    Pool pool = {NULL, 0};
+    if (o.input) loadInput(o.input, o.dtype, &pool);
+
+    MCHECK(MPI_Init(&argc, &argv));
+    Ctx c = {0};
+    MCHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c.rank));
+    MCHECK(MPI_Comm_size(MPI_COMM_WORLD, &c.nranks));
+    MCHECK(MPI_Type_contiguous((int)zipcclTypeSize(o.dtype), MPI_BYTE, &c.elem));
+    MCHECK(MPI_Type_commit(&c.elem));
+    MPI_Comm world = MPI_COMM_WORLD;
+    ZCHECK(zipcclCommInitMpi(&c.comm, &world));
+
+    printHeader(&c, &o);
+    for (int k = 0; k < zipcclNumCollKinds; k++) {
+        if (!o.doColl[k]) continue;
+        size_t last = 0;
+        for (double b = (double)o.minBytes; b <= (double)o.maxBytes * (1 + 1e-9); b *= o.factor) {
+            size_t bytes = (size_t)(b + 0.5);
+            if (bytes == last) continue; /* a small factor can round to the same size */
+            last = bytes;
+            benchOne(&c, &o, &pool, (zipcclCollKind_t)k, bytes);
+        }
+    }
+    if (c.rank == 0 && o.check && !o.json)
+        printf("# total #wrong %lld%s\n", c.totalWrong, c.totalWrong ? "  (FAILED)" : "");
+
+    ZCHECK(zipcclCommDestroy(c.comm));
+    MPI_Type_free(&c.elem);
+    free(pool.data);
+    MPI_Finalize();
+    return c.totalWrong ? 1 : 0;
+}

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# test: timeout=240
+# test_coll_bench.sh — zipccl-bench end to end: every collective and strategy
+# on 2 and 3 ranks with small sizes, its JSON rows checked by an independent
+# reading (python): #wrong == 0 everywhere, the nccl-tests size and bus
+# bandwidth conventions, compression on Gaussian bf16; its #wrong column shown
+# to count a corrupted element; file input; bad flags -> exit code 2.
+# Under the sanitizer build it runs as well (leak checks off: Open MPI keeps
+# allocations until exit that LeakSanitizer would report).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+BIN=$BUILD/zipccl-bench
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; }
+check() { if [ "$2" = 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
+
+if [ ! -x "$BIN" ]; then
+  fail bench_built "$BIN missing (make $BIN)"
+  exit 1
+fi
+
+mpi() { local n=$1; shift; timeout 100 mpirun --oversubscribe --bind-to none -n "$n" "$@"; }
+
+# Validate JSON rows: validate.py FILE NRANKS DTYPE EXPECT_ROWS [extra checks...]
+cat >"$tmp/validate.py" <<'EOF'
+import json, sys
+path, n, dtype, expect_rows = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+flags = set(sys.argv[5:])
+es = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype]
+rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+errs = []
+def err(m):
+    if len(errs) < 8: errs.append(m)
+if len(rows) != expect_rows:
+    err("%d rows, expected %d" % (len(rows), expect_rows))
+need = ["coll", "dtype", "bytes", "nranks", "strategy", "time_us", "algbw_gbps", "busbw_gbps",
+        "ratio", "wrong"]
+bus = {"allgather": (n - 1) / n, "reducescatter": (n - 1) / n, "allreduce": 2 * (n - 1) / n,
+       "alltoall": (n - 1) / n, "alltoallv": (n - 1) / n}
+for r in rows:
+    tag = "%s/%s/%s" % (r.get("coll"), r.get("bytes"), r.get("strategy"))
+    miss = [k for k in need if k not in r]
+    if miss:
+        err("%s: missing %s" % (tag, miss)); continue
+    red = r["coll"] in ("reducescatter", "allreduce")
+    if r["wrong"] is None:
+        # Only MPI's own reductions (pairwise rounding in MPI's order) are exempt
+        # from the bit-exact check; they must still say how far they are from raw.
+        exempt = red and (r["strategy"] == "native" or "native" in r.get("picked", ""))
+        if not exempt or not isinstance(r.get("differ"), int):
+            err("%s: wrong = null without a reason" % tag)
+    elif r["wrong"] != 0:
+        err("%s: wrong = %s" % (tag, r["wrong"]))
+    if r["nranks"] != n or r["dtype"] != dtype:
+        err("%s: nranks/dtype %s/%s" % (tag, r["nranks"], r["dtype"]))
+    # nccl-tests size conventions, from the per-call count the row reports.
+    c = r["count"]
+    want = {"allgather": c * n * es, "reducescatter": c * n * es, "allreduce": c * es,
+            "alltoall": c * n * es, "alltoallv": c * n * es}[r["coll"]]
+    if r["bytes"] != want:
+        err("%s: bytes %d != %d for count %d" % (tag, r["bytes"], want, c))
+    if not r["time_us"] > 0:
+        err("%s: time %s" % (tag, r["time_us"]))
+    algbw = r["bytes"] / (r["time_us"] * 1e-6) / 1e9
+    # time_us is printed to 1 ns: allow for that rounding on tiny times
+    if abs(r["algbw_gbps"] - algbw) > algbw * (1e-3 + 1e-3 / r["time_us"]) + 2e-4:
+        err("%s: algbw %s != bytes/time %.4f" % (tag, r["algbw_gbps"], algbw))
+    if abs(r["busbw_gbps"] - r["algbw_gbps"] * bus[r["coll"]]) > 1e-3 * r["algbw_gbps"] + 2e-4:
+        err("%s: busbw %s != algbw x %.3f" % (tag, r["busbw_gbps"], bus[r["coll"]]))
+    if r["strategy"] in ("native", "raw") and abs(r["ratio"] - 1.0) > 0.01:
+        err("%s: uncompressed strategy reports ratio %s" % (tag, r["ratio"]))
+    if r["strategy"] in ("compressed", "auto") and "codec" not in r:
+        err("%s: no codec key" % tag)
+    # auto may change its mind between iterations: "raw+compressed" names both
+    picked = r.get("picked", "").split("+")
+    if r["strategy"] == "auto" and (not picked or not set(picked) <= {"native", "raw", "compressed"}):
+        err("%s: auto picked %r" % (tag, r.get("picked")))
+if "compress" in flags:
+    # Gaussian data must compress at the largest size, for every collective.
+    for coll in bus:
+        big = [r for r in rows if r["coll"] == coll and r["strategy"] == "compressed"]
+        if not big:
+            continue
+        top = max(big, key=lambda r: r["bytes"])
+        if not top["ratio"] > (1.2 if dtype == "bf16" else 1.0):
+            err("%s compressed at %d bytes: ratio %s" % (coll, top["bytes"], top["ratio"]))
+if "strategies" in flags:
+    got = {(r["coll"], r["strategy"]) for r in rows}
+    want = {(c, s) for c in bus for s in ("native", "raw", "compressed", "auto")}
+    if got != want:
+        err("missing (coll, strategy) pairs: %s" % sorted(want - got))
+print("; ".join(errs) if errs else "ok")
+sys.exit(1 if errs else 0)
+EOF
+
+# 1. Every collective and strategy, bf16 Gaussian, 2 and 3 ranks.
+for n in 2 3; do
+  mpi "$n" "$BIN" -b 1K -e 256K -f 4 -n 2 -w 1 --json >"$tmp/np$n.out" 2>"$tmp/np$n.err"
+  rc=$?
+  check "bench_np${n}_exit0" "$rc" "exit $rc: $(tail -3 "$tmp/np$n.err" | tr '\n' ' ')"
+  # 5 collectives x 5 sizes (1K 4K 16K 64K 256K) x 4 strategies
+  msg=$(python3 "$tmp/validate.py" "$tmp/np$n.out" "$n" bf16 100 compress strategies)
+  check "bench_np${n}_rows_valid_wrong0_ratio" $? "$msg"
+  grep -q "^# hosts 0:" "$tmp/np$n.out"
+  check "bench_np${n}_header" $? "no '# hosts' header line"
+done
+
+# 2. Other dtypes, ops, codec and algorithm choices (3 ranks: uneven splits).
+mpi 3 "$BIN" -b 4K -e 64K -f 4 -n 2 -w 0 -d fp32 -o avg --coll reducescatter,allreduce \
+  --strategy raw,compressed --algo direct --codec dense --json >"$tmp/fp32.out" 2>"$tmp/fp32.err"
+rc=$?
+msg=$(python3 "$tmp/validate.py" "$tmp/fp32.out" 3 fp32 12); v=$?
+check bench_fp32_avg_direct_dense $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/fp32.err" | tr '\n' ' ')"
+grep -q '"algo":"direct"' "$tmp/fp32.out" && grep -q '"codec":"dense"' "$tmp/fp32.out"
+check bench_reports_codec_algo $? "rows lack codec/algo"
+mpi 2 "$BIN" -b 16K -e 16K -n 2 -w 1 -d fp16 --coll alltoallv,allgather --json \
+  >"$tmp/fp16.out" 2>"$tmp/fp16.err"
+rc=$?
+msg=$(python3 "$tmp/validate.py" "$tmp/fp16.out" 2 fp16 8); v=$?
+check bench_fp16 $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/fp16.err" | tr '\n' ' ')"
+
+# 3. #wrong must see a corrupted element: one flipped bit on rank 0 per compressed row.
+mpi 2 "$BIN" -b 4K -e 16K -f 4 -n 1 -w 0 --coll allgather,allreduce --strategy raw,compressed \
+  --json --inject-error >"$tmp/inj.out" 2>/dev/null
+rc=$?
+python3 - "$tmp/inj.out" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+bad = [r for r in rows if r["wrong"] != (1 if r["strategy"] == "compressed" else 0)]
+sys.exit(1 if bad or len(rows) != 8 else 0)
+EOF
+v=$?
+check bench_wrong_counts_injected_error $v "rows: $(grep -c '^{' "$tmp/inj.out"), wrong column did not show exactly the flipped element"
+[ "$rc" = 1 ]
+check bench_wrong_gives_exit1 $? "exit code $rc, expected 1 when #wrong > 0"
+
+# 4. Data from a file: a raw bf16 dump and the same values as .safetensors.
+python3 - "$tmp" <<'EOF'
+import json, random, struct, sys
+random.seed(7)
+def bf16(x):
+    u = struct.unpack("<I", struct.pack("<f", x))[0]
+    return (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+vals = [bf16(random.gauss(0, 0.05)) for _ in range(50000)]
+raw = struct.pack("<%dH" % len(vals), *vals)
+open(sys.argv[1] + "/t.bf16", "wb").write(raw)
+def st(name, dtype):
+    hdr = json.dumps({"__metadata__": {"k": "v"},
+                      "w": {"dtype": dtype, "shape": [len(vals)], "data_offsets": [0, len(raw)]}}).encode()
+    open(sys.argv[1] + "/" + name, "wb").write(struct.pack("<Q", len(hdr)) + hdr + raw)
+st("t.safetensors", "BF16")
+st("bad.safetensors", "F32")
+EOF
+for f in t.bf16 t.safetensors; do
+  mpi 2 "$BIN" -b 64K -e 64K -n 1 -w 0 --coll allgather,alltoall --strategy raw,compressed \
+    --input "$tmp/$f" --json >"$tmp/in.out" 2>"$tmp/in.err"
+  rc=$?
+  msg=$(python3 "$tmp/validate.py" "$tmp/in.out" 2 bf16 4 compress); v=$?
+  check "bench_input_${f#t.}" $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/in.err" | tr '\n' ' ')"
+done
+
+# 5. Bad arguments: exit code 2 and a message naming the problem, also under mpirun.
+bad_case() { # bad_case NAME EXPECTED_WORD ARGS...
+  local name=$1 word=$2; shift 2
+  local out rc
+  out=$("$BIN" "$@" 2>&1); rc=$?
+  if [ "$rc" = 2 ] && printf '%s' "$out" | grep -qi -- "$word"; then pass "badarg_$name"
+  else fail "badarg_$name" "exit $rc, output: $(printf '%s' "$out" | head -2 | tr '\n' ' ')"; fi
+}
+bad_case unknown_flag "unknown option" --frobnicate
+bad_case bad_size "bad size" -b 12Q
+bad_case min_gt_max "larger" -b 1M -e 1K
+bad_case bad_coll "unknown collective" --coll allgather,broadcast
+bad_case bad_strategy "unknown strategy" --strategy fastest
+bad_case bad_dtype "bad dtype" -d int8
+bad_case bad_iters "iteration" -n 0
+bad_case bad_factor "step factor" -f 1
+bad_case missing_value "needs a value" -e
+bad_case missing_input "cannot open" --input "$tmp/nonexistent.bin"
+bad_case input_dtype_mismatch "dtype" --input "$tmp/bad.safetensors"
+out=$(mpi 2 "$BIN" --coll nope 2>&1); rc=$?
+[ "$rc" = 2 ] && [ "$(printf '%s' "$out" | grep -c 'unknown collective')" = 1 ]
+check badarg_under_mpirun_once $? "exit $rc; expected 2 and one message: $(printf '%s' "$out" | head -3 | tr '\n' ' ')"
+"$BIN" --help | grep -q "ReduceScatter, the whole input"
+check help_documents_bytes $? "--help does not explain 'bytes'"
+exit 0
