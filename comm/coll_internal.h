@@ -51,6 +51,18 @@ typedef struct {
     double codecSeconds, wireSeconds, totalSeconds;
 } zipcclExecStats;
 
+/* Measured selection (switcher.c): for one (collective, dtype, floor(log2
+ * bytes)) bucket, the candidate designs and their rank-agreed wall times. */
+#define ZIPCCL_TUNE_BUCKETS 48
+#define ZIPCCL_TUNE_CANDS 4
+typedef struct {
+    int n;                             /* candidates; 0 = bucket not seen yet */
+    int design[ZIPCCL_TUNE_CANDS];     /* index into switcher.c's design table */
+    int runs[ZIPCCL_TUNE_CANDS];       /* agreed measurements taken           */
+    double t[ZIPCCL_TUNE_CANDS];       /* agreed seconds (min, then EWMA)     */
+    uint64_t calls;                    /* auto calls in this bucket           */
+} zipcclTuneBucket;
+
 /* Cost-model state (switcher.c).  Every field is identical on all ranks. */
 typedef struct {
     int calibrated;
@@ -63,6 +75,10 @@ typedef struct {
     double obs[zipcclNumCollKinds * 3 * 2 * 2 + 6];
     uint64_t autoCalls;
     int log;
+    int explore;         /* measured selection on (ZIPCCL_AUTO_EXPLORE != 0)  */
+    zipcclTuneBucket tune[zipcclNumCollKinds][3][ZIPCCL_TUNE_BUCKETS];
+    zipcclTuneBucket* probeBucket; /* the current call is a measurement of   */
+    int probeCand;                 /* probeBucket->design[probeCand]         */
 } zipcclModel;
 
 #define ZIPCCL_SCRATCH_SLOTS 8 /* see coll_algos.c for who uses which */

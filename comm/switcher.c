@@ -17,12 +17,27 @@
  * before they change the model.  AlltoAllv's size is rank-local, so an auto
  * AlltoAllv all-reduces its size first (one small message).
  *
+ * On a shared, CPU-bound machine the model's inputs are often wrong by more
+ * than the gaps between designs, so on MPI communicators the model only
+ * nominates: per (collective, dtype, floor(log2 bytes)) bucket a few
+ * candidates (the fixed strategies' designs plus the model's plausible
+ * others) are each run kExploreRuns times, the call's wall time agreed
+ * across ranks (MPI_Allreduce MAX, only on these measuring calls), and then
+ * the fastest measured design is run; every kReprobeEvery calls (first at
+ * the bucket's call kReprobeAt) the runner-up and the incumbent are
+ * re-measured so a misled exploration is corrected and drift is followed.
+ * The measurements are agreed and the bucket's call sequence is the same on
+ * all ranks, so the choice stays identical everywhere.
+ *
  * Environment: ZIPCCL_CALIBRATE=0 skips measuring (defaults below),
  * ZIPCCL_LINK_GBPS / ZIPCCL_LINK_ALPHA_US override the link, ZIPCCL_LOG=1
- * prints each decision with its estimates on rank 0 (stderr).
+ * prints each decision with its estimates on rank 0 (stderr),
+ * ZIPCCL_AUTO_EXPLORE=0 turns measured selection off (model only); it is
+ * off by default when ZIPCCL_LINK_GBPS declares the link.
  *
  * Left out: topology (every pair is assumed to have the same link); NCCL
- * communicators use defaults + the env override, without refinement.
+ * communicators use defaults + the env override, without refinement or
+ * measured selection.
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +47,11 @@
 #include "coll_internal.h"
 
 enum { kAgreeEvery = 8 };
+/* Measured selection: runs per candidate before exploiting, the re-measure
+ * period in bucket calls, and how far (x the model's best estimate) a
+ * design beyond the fixed strategies' ones may be and still be tried. */
+enum { kExploreRuns = 3, kReprobeEvery = 64, kReprobeAt = 16 };
+static const double kPlausible = 2.0;
 
 static int dtypeIndex(zipcclDataType_t dt) {
     return dt == zipcclBfloat16 ? 0 : dt == zipcclFloat16 ? 1 : 2;
@@ -49,6 +69,12 @@ void zipcclModelDefaults(zipcclModel* m) {
     for (int k = 0; k < zipcclNumCollKinds; k++)
         for (int d = 0; d < 3; d++)
             for (int c = 0; c < 2; c++) m->ratio[k][d][c] = r0[d][c];
+    /* A declared link (ZIPCCL_LINK_GBPS) says the link is not what this
+     * process can measure (planning for another network, tests), so then
+     * auto plans with the model unless measuring is asked for explicitly. */
+    const char* e = getenv("ZIPCCL_AUTO_EXPLORE");
+    const char* link = getenv("ZIPCCL_LINK_GBPS");
+    m->explore = e && *e ? strcmp(e, "0") != 0 : !(link && atof(link) > 0);
 }
 
 static void applyEnv(zipcclModel* m) {
@@ -177,8 +203,114 @@ static double estimate(const zipcclModel* m, const struct zipcclComm* c, zipcclC
     return t;
 }
 
+/* ---- measured selection --------------------------------------------------------- */
+
+/* Every design auto may run; the bucket tables store indices into this. */
+enum { kNumDesigns = 7 };
+static const Design kDesigns[kNumDesigns] = {
+    {zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect, 0},
+    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect, 0},
+    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect, 0},
+    {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoDirect, 0},
+    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoRing, 0},
+    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing, 0},
+    {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoRing, 0},
+};
+
+static int designId(const Design* d) {
+    for (int i = 0; i < kNumDesigns; i++)
+        if (kDesigns[i].strategy == d->strategy && kDesigns[i].codec == d->codec && kDesigns[i].algo == d->algo)
+            return i;
+    return -1;
+}
+
+static const char* designName(const Design* d) {
+    static const char* names[kNumDesigns] = {"native", "raw", "compressed/fast", "compressed/dense",
+                                             "raw/ring", "compressed/fast/ring", "compressed/dense/ring"};
+    int i = designId(d);
+    return i < 0 ? "?" : names[i];
+}
+
+static zipcclTuneBucket* tuneBucket(zipcclModel* m, const zipcclOp* op, double total) {
+    int b = total >= 1 ? (int)floor(log2(total)) : 0;
+    if (b >= ZIPCCL_TUNE_BUCKETS) b = ZIPCCL_TUNE_BUCKETS - 1;
+    return &m->tune[op->kind][dtypeIndex(op->dtype)][b];
+}
+
+/* The candidates of a new bucket: the designs of the fixed strategies
+ * (native where allowed, raw, compressed with the default fast/direct), so
+ * auto can always match the best of them, then the model's other designs
+ * cheapest first while within kPlausible of its best estimate. */
+static void tuneSetup(zipcclTuneBucket* b, const Design* cand, int nc, int best) {
+    int order[kNumDesigns];
+    for (int i = 0; i < nc; i++) order[i] = i;
+    for (int i = 1; i < nc; i++) /* insertion sort by estimate; ties keep table order */
+        for (int j = i; j > 0 && cand[order[j]].t < cand[order[j - 1]].t; j--) {
+            int x = order[j];
+            order[j] = order[j - 1], order[j - 1] = x;
+        }
+    b->n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nc && b->n < ZIPCCL_TUNE_CANDS; i++) {
+            int id = designId(&cand[order[i]]);
+            int fixed = id <= 2; /* native, raw, compressed/fast direct */
+            if (pass == 0 ? !fixed : (fixed || cand[order[i]].t > kPlausible * cand[best].t)) continue;
+            b->design[b->n] = id, b->runs[b->n] = 0, b->t[b->n] = 0;
+            b->n++;
+        }
+}
+
+/* Pick the design for an auto call from the bucket's measurements; sets
+ * m->probeBucket when this call is to be measured.  Returns a word for the
+ * log ("explore", "reprobe", "exploit"). */
+static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, const Design* cand, int nc,
+                              int* best) {
+    zipcclTuneBucket* b = tuneBucket(m, op, total);
+    if (b->n == 0) tuneSetup(b, cand, nc, *best);
+    uint64_t call = b->calls++;
+    int pick = -1;
+    const char* why = "exploit";
+    /* Round-robin (fewest runs first): the bucket's first calls also pay for
+     * first touches of buffers and connections, and a burst of load on the
+     * machine lasts a few calls; spreading each design's runs apart keeps
+     * both from landing on all the runs of one design. */
+    for (int i = 0; i < b->n; i++)
+        if (b->runs[i] < kExploreRuns && (pick < 0 || b->runs[i] < b->runs[pick])) pick = i, why = "explore";
+    int first = 0, second = -1;
+    for (int i = 1; i < b->n; i++)
+        if (b->t[i] < b->t[first]) first = i;
+    for (int i = 0; i < b->n; i++)
+        if (i != first && (second < 0 || b->t[i] < b->t[second])) second = i;
+    /* Re-measure the runner-up, then the incumbent: first soon after the
+     * exploration (a burst of load may have misled it), then periodically. */
+    if (pick < 0 && second >= 0 && call % kReprobeEvery == kReprobeAt) pick = second, why = "reprobe";
+    else if (pick < 0 && second >= 0 && call % kReprobeEvery == kReprobeAt + 1) pick = first, why = "reprobe";
+    if (pick >= 0) {
+        m->probeBucket = b, m->probeCand = pick;
+    } else {
+        pick = first;
+    }
+    for (int i = 0; i < nc; i++)
+        if (designId(&cand[i]) == b->design[pick]) *best = i;
+    return why;
+}
+
+/* Fold one measuring call's agreed wall time into its bucket: the minimum
+ * while exploring (the machine's noise only ever adds time, and the first
+ * run pays for first touches), an even EWMA when re-measuring. */
+static void tuneRecord(zipcclModel* m, double seconds) {
+    zipcclTuneBucket* b = m->probeBucket;
+    int i = m->probeCand;
+    m->probeBucket = NULL;
+    if (b->runs[i] == 0) b->t[i] = seconds;
+    else if (b->runs[i] < kExploreRuns) b->t[i] = fmin(b->t[i], seconds);
+    else b->t[i] = 0.5 * b->t[i] + 0.5 * seconds;
+    b->runs[i]++;
+}
+
 zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcclCallConfig_t* out) {
     *out = op->cfg;
+    c->model.probeBucket = NULL; /* a failed call may have left one */
     if (out->codec == zipcclCodecDefault) out->codec = zipcclCodecFast;
     if (out->algo == zipcclAlgoDefault) out->algo = zipcclAlgoDirect;
     if (out->strategy != zipcclStrategyAuto) return zipcclSuccess;
@@ -204,19 +336,17 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     default: total = (double)(op->count * esz); break;
     }
     int reduce = op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce;
-    Design cand[7];
+    Design cand[kNumDesigns];
     int nc = 0;
     /* Native reductions sum in the transport's own order (and MPI rounds bf16
      * at every pairwise combine), so auto never picks them: every design it
      * chooses from for ReduceScatter/AllReduce gives the same bits (the
      * canonical order, docs/COLLECTIVES.md), and switching never changes a
      * training run. Data-movement collectives are bit-identical anyway. */
-    if (!reduce) cand[nc++] = (Design){zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect, 0};
-    for (int ring = 0; ring <= (reduce && !c->isNccl); ring++) {
-        zipcclAlgo_t a = ring ? zipcclAlgoRing : zipcclAlgoDirect;
-        cand[nc++] = (Design){zipcclStrategyRaw, zipcclCodecFast, a, 0};
-        cand[nc++] = (Design){zipcclStrategyCompressed, zipcclCodecFast, a, 0};
-        cand[nc++] = (Design){zipcclStrategyCompressed, zipcclCodecDense, a, 0};
+    for (int i = 0; i < kNumDesigns; i++) {
+        if (kDesigns[i].strategy == zipcclStrategyNative && reduce) continue;
+        if (kDesigns[i].algo == zipcclAlgoRing && !(reduce && !c->isNccl)) continue;
+        cand[nc++] = kDesigns[i];
     }
     int best = 0;
     for (int i = 0; i < nc; i++) {
@@ -226,20 +356,28 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     /* An NCCL communicator without the CUDA codec cannot compress. */
     if (c->isNccl && !c->ncclCodec && cand[best].strategy == zipcclStrategyCompressed)
         for (best = 0; cand[best].strategy == zipcclStrategyCompressed; best++) {}
+    const char* why = NULL;
+    if (m->explore && !c->isNccl && c->nranks > 1) why = tuneChoose(m, op, total, cand, nc, &best);
     out->strategy = cand[best].strategy;
     out->codec = cand[best].codec;
     out->algo = cand[best].algo;
     if (m->log && c->rank == 0) {
-        fprintf(stderr, "zipccl auto: %s %s %.0f KiB/rank n=%d -> %s/%s/%s (est %.3f ms;", zipcclCollName(op->kind),
+        fprintf(stderr, "zipccl auto: %s %s %.0f KiB/rank n=%d -> %s/%s/%s (%s; est %.3f ms;", zipcclCollName(op->kind),
                 zipcclTypeName(op->dtype), total / 1024, c->nranks, zipcclStrategyName(out->strategy),
                 out->codec == zipcclCodecDense ? "dense" : "fast", out->algo == zipcclAlgoRing ? "ring" : "direct",
-                cand[best].t * 1e3);
-        for (int i = 0; i < nc; i++)
-            fprintf(stderr, " %s%s%s %.3f", zipcclStrategyName(cand[i].strategy),
-                    cand[i].strategy == zipcclStrategyCompressed ? (cand[i].codec == zipcclCodecDense ? "/dense" : "/fast") : "",
-                    cand[i].algo == zipcclAlgoRing ? "/ring" : "", cand[i].t * 1e3);
+                why ? why : "model", cand[best].t * 1e3);
+        for (int i = 0; i < nc; i++) fprintf(stderr, " %s %.3f", designName(&cand[i]), cand[i].t * 1e3);
         fprintf(stderr, "; link %.0f MB/s, ratio fast %.3f dense %.3f)\n", m->beta / 1e6,
                 m->ratio[op->kind][dtypeIndex(op->dtype)][0], m->ratio[op->kind][dtypeIndex(op->dtype)][1]);
+        if (why) {
+            const zipcclTuneBucket* b = tuneBucket(m, op, total);
+            fprintf(stderr, "zipccl auto: measured (bucket call %llu):", (unsigned long long)b->calls);
+            for (int i = 0; i < b->n; i++) {
+                if (b->runs[i]) fprintf(stderr, " %s %.3f ms x%d", designName(&kDesigns[b->design[i]]), b->t[i] * 1e3, b->runs[i]);
+                else fprintf(stderr, " %s unmeasured", designName(&kDesigns[b->design[i]]));
+            }
+            fprintf(stderr, "\n");
+        }
     }
     return zipcclSuccess;
 }
@@ -270,6 +408,12 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
         obs[OBS_RATIO + 1] += fmax(st->totalSeconds - st->codecSeconds, 1e-7);
     }
     if (!wasAuto) return zipcclSuccess;
+    if (m->probeBucket) { /* set only on MPI communicators, the same call on every rank */
+        double agreed = 0;
+        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, &st->totalSeconds, &agreed, 1, MPI_DOUBLE, MPI_MAX,
+                                           "switcher (measured time agreement)"));
+        tuneRecord(m, agreed);
+    }
     if (++m->autoCalls % kAgreeEvery) return zipcclSuccess;
     /* Same call index on every rank: pool, then update the shared model. */
     double pooled[OBS_LEN];
