@@ -74,6 +74,8 @@ static void* xmalloc(size_t n) {
 enum { DIST_GAUSSIAN, DIST_RANDOM };
 #define MAX_STRATS 4
 
+enum { kAutoWarmup = 14 }; /* > exploration calls of one switcher bucket */
+
 typedef struct {
     size_t minBytes, maxBytes;
     double factor;
@@ -101,7 +103,8 @@ static void usage(FILE* f) {
         "  -e, --maxbytes SIZE     largest size (default 64M)\n"
         "  -f, --stepfactor F      multiply the size by F each step (default 4, > 1)\n"
         "  -n, --iters N           timed iterations per size and strategy (default 5)\n"
-        "  -w, --warmup N          untimed iterations first (default 1)\n"
+        "  -w, --warmup N          untimed iterations first (default 1; at least 14 for auto,\n"
+        "                          whose first calls per size explore designs)\n"
         "  -c, --check 0|1         compare every result with the reference (default 1)\n"
         "  -o, --op sum|avg        reduction (default sum)\n"
         "  -d, --dtype bf16|fp16|fp32   element type (default bf16)\n"
@@ -771,7 +774,10 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
     for (int si = 0; si < o->nstrats; si++) {
         zipcclStrategy_t strat = o->strats[si];
         memset(recv, 0xA5, s.recvElems * es); /* a stale result must not pass the check */
-        for (int it = 0; it < o->warmup; it++) ZCHECK(runColl(&s, o, send, recv, c->comm, strat));
+        /* auto spends its first calls in a size bucket measuring candidate
+         * designs (comm/switcher.c); time it once it has settled. */
+        int warmup = strat == zipcclStrategyAuto && o->warmup < kAutoWarmup ? kAutoWarmup : o->warmup;
+        for (int it = 0; it < warmup; it++) ZCHECK(runColl(&s, o, send, recv, c->comm, strat));
         MCHECK(MPI_Barrier(MPI_COMM_WORLD));
         ZCHECK(zipcclCommResetCounters(c->comm));
         for (int it = 0; it < o->iters; it++) {
