@@ -13,17 +13,7 @@
 #   - a vocabulary smaller than 256 + merges is refused.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-TRAIN=${TRAIN:-$BUILD/train}
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
-export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+. tests/lib.sh
 [ -x "$TRAIN" ] || { echo "FAIL train_bpe: $TRAIN not built"; exit 1; }
 cat README.md docs/RUNTIME.md >"$tmp/corpus.txt"
 cat >"$tmp/bpe.yaml" <<YAML

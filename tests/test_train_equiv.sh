@@ -14,14 +14,7 @@
 #       the tiny differences grow a little with each update.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-TRAIN=${TRAIN:-$BUILD/train}
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
-export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/lib.sh
 
 # A small corpus from the tree itself and a model that runs 20 steps in a
 # second or two.
@@ -37,9 +30,6 @@ schedule: {warmup_steps: 5}
 comm: {strategy: compressed, param_dtype: bf16, reduce_dtype: fp32}
 YAML
 
-fails=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
 
 run() { # run NP OUT [--set ...]
   local np=$1 out=$2; shift 2

@@ -14,14 +14,7 @@
 #        shapes; a corrupted file is refused by the manifest check.
 set -u
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-TRAIN=${TRAIN:-$BUILD/train}
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
-export PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/lib.sh
 cat README.md docs/*.md runtime/*.c models/*.c >"$tmp/corpus.txt"
 cat >"$tmp/tiny.yaml" <<YAML
 model: {vocab_size: 256, dim: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64,
@@ -34,9 +27,6 @@ schedule: {warmup_steps: 5, total_steps: 20}
 comm: {strategy: compressed, param_dtype: bf16}
 checkpoint: {every: 5, keep: 2}
 YAML
-fails=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
 run() { # run NP LOG [args...]
   local np=$1 log=$2; shift 2
   if [ "$np" = 1 ]; then "$TRAIN" "$tmp/tiny.yaml" "$@" >"$log" 2>&1
