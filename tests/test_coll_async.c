@@ -20,6 +20,7 @@
 
 #include <mpi.h>
 
+#include "gauss.h"
 #include "testutil.h"
 #include "zipccl.h"
 
@@ -42,21 +43,7 @@ static void report(int ok, const char* name) {
     why[0] = 0;
 }
 
-/* Gaussian bf16 (sigma 0.02): compressible, like gradients. */
-static void fillBf16(uint16_t* x, size_t n, uint64_t seed) {
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        double u = 0;
-        for (int k = 0; k < 4; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            u += (double)(s >> 11) * 0x1p-53;
-        }
-        float f = (float)((u - 2.0) * 0.02 * 1.732);
-        uint32_t b;
-        memcpy(&b, &f, 4);
-        x[i] = (uint16_t)((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
-    }
-}
+static void fillBf16(uint16_t* x, size_t n, uint64_t seed) { gauss_fill_bf16(x, n, seed, 1); }
 
 static const zipcclCallConfig_t kRaw = {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect};
 static const zipcclCallConfig_t kFast = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect};

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "zipccl.h"
+#include "../gauss.h"
 
 static int failures;
 static void check(int ok, const char* name, const char* why) {
@@ -33,16 +34,9 @@ static void check(int ok, const char* name, const char* why) {
 static void fillGauss(void* buf, size_t n, zipcclDataType_t dt, uint64_t seed) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
     for (size_t i = 0; i < n; i++) {
-        double u = 0;
-        for (int k = 0; k < 4; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            u += (double)(s >> 11) * 0x1p-53;
-        }
-        float f = (float)((u - 2.0) * 0.02 * 1.732);
-        uint32_t b;
-        memcpy(&b, &f, 4);
+        float f = gauss_next(&s);
         if (dt == zipcclFloat32) ((float*)buf)[i] = f;
-        else if (dt == zipcclBfloat16) ((uint16_t*)buf)[i] = (uint16_t)((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
+        else if (dt == zipcclBfloat16) ((uint16_t*)buf)[i] = gauss_bf16_round(f);
         else {
             __half h = __float2half_rn(f);
             memcpy((uint16_t*)buf + i, &h, 2);
