@@ -67,6 +67,10 @@ ifdef HAVE_CUDA
 GPU_PROGS  += $(patsubst tests/gpu/%.cu,$(BUILD)/gpu/%,$(wildcard tests/gpu/*.cu))
 endif
 
+# Keep intermediate objects (the fuzz replays' objects are chained targets):
+# make would delete them after the suite and print that as its last line.
+.SECONDARY:
+
 .PHONY: all deps test test-asan test-long run fuzz test-gpu bench clean
 all: $(LIBZIPCCL) $(LIBZRT) $(PROGS) $(TESTS) $(REPLAYS) $(GPU_PROGS)
 
