@@ -10,6 +10,7 @@
  * Left out: anchors and merge keys beyond libyaml's own resolution.
  */
 #include "config.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -131,15 +132,6 @@ void config_defaults(TrainConfig* c) {
     c->ckpt.keep = 2;
 }
 
-static int errf(char* err, size_t errlen, const char* fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int errf(char* err, size_t errlen, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static const char* strategy_names[] = {"default", "native", "raw", "compressed", "auto"};
 
@@ -164,10 +156,10 @@ static int set_key(TrainConfig* c, const KeyDesc* k, const char* v, const char* 
         errno = 0;
         long long x = strtoll(v, &end, 10);
         if (!*v || *end || errno)
-            return errf(err, errlen, "%s: key '%s': expected an integer, got '%s'", where,
+            return zrt_errf(err, errlen, "%s: key '%s': expected an integer, got '%s'", where,
                         k->name, v);
         if ((double)x < k->lo || (double)x > k->hi)
-            return errf(err, errlen, "%s: key '%s': %lld is out of range [%.0f, %.0f]%s%s",
+            return zrt_errf(err, errlen, "%s: key '%s': %lld is out of range [%.0f, %.0f]%s%s",
                         where, k->name, x, k->lo, k->hi, *k->help ? " — " : "", k->help);
         if (k->type == K_INT) *(int*)base = (int)x;
         else *(long long*)base = x;
@@ -177,10 +169,10 @@ static int set_key(TrainConfig* c, const KeyDesc* k, const char* v, const char* 
         errno = 0;
         double x = strtod(v, &end);
         if (!*v || *end || errno || !isfinite(x))
-            return errf(err, errlen, "%s: key '%s': expected a number, got '%s'", where, k->name,
+            return zrt_errf(err, errlen, "%s: key '%s': expected a number, got '%s'", where, k->name,
                         v);
         if (x < k->lo || x > k->hi)
-            return errf(err, errlen, "%s: key '%s': %g is out of range [%g, %g]%s%s", where,
+            return zrt_errf(err, errlen, "%s: key '%s': %g is out of range [%g, %g]%s%s", where,
                         k->name, x, k->lo, k->hi, *k->help ? " — " : "", k->help);
         /* LlamaConfig holds floats; everything else is double. */
         if (!strncmp(k->name, "model.", 6)) *(float*)base = (float)x;
@@ -196,24 +188,24 @@ static int set_key(TrainConfig* c, const KeyDesc* k, const char* v, const char* 
                  !strcmp(v, "0"))
             x = 0;
         else
-            return errf(err, errlen, "%s: key '%s': expected true or false, got '%s'", where,
+            return zrt_errf(err, errlen, "%s: key '%s': expected true or false, got '%s'", where,
                         k->name, v);
         if (x < k->lo || x > k->hi)
-            return errf(err, errlen, "%s: key '%s': only %s is supported%s%s", where, k->name,
+            return zrt_errf(err, errlen, "%s: key '%s': only %s is supported%s%s", where, k->name,
                         k->lo ? "true" : "false", *k->help ? " — " : "", k->help);
         *(int*)base = x;
         return 0;
     }
     case K_STR:
         if (strlen(v) >= k->size)
-            return errf(err, errlen, "%s: key '%s': value longer than %zu characters", where,
+            return zrt_errf(err, errlen, "%s: key '%s': value longer than %zu characters", where,
                         k->name, k->size - 1);
         snprintf(base, k->size, "%s", v);
         return 0;
     case K_STRATEGY: {
         zipcclStrategy_t s;
         if (parse_strategy(v, k->lo == 0, &s))
-            return errf(err, errlen, "%s: key '%s': unknown strategy '%s' (expected %s)", where,
+            return zrt_errf(err, errlen, "%s: key '%s': unknown strategy '%s' (expected %s)", where,
                         k->name, v, k->help);
         *(zipcclStrategy_t*)base = s;
         return 0;
@@ -222,18 +214,18 @@ static int set_key(TrainConfig* c, const KeyDesc* k, const char* v, const char* 
         if (!strcmp(v, "fast")) *(zipcclCodec_t*)base = zipcclCodecFast;
         else if (!strcmp(v, "dense")) *(zipcclCodec_t*)base = zipcclCodecDense;
         else
-            return errf(err, errlen, "%s: key '%s': unknown codec '%s' (expected fast|dense)",
+            return zrt_errf(err, errlen, "%s: key '%s': unknown codec '%s' (expected fast|dense)",
                         where, k->name, v);
         return 0;
     case K_DTYPE:
         if (!strcmp(v, "fp32")) *(zipcclDataType_t*)base = zipcclFloat32;
         else if (!strcmp(v, "bf16")) *(zipcclDataType_t*)base = zipcclBfloat16;
         else
-            return errf(err, errlen, "%s: key '%s': unknown dtype '%s' (expected fp32|bf16)",
+            return zrt_errf(err, errlen, "%s: key '%s': unknown dtype '%s' (expected fp32|bf16)",
                         where, k->name, v);
         return 0;
     }
-    return errf(err, errlen, "%s: key '%s': internal: bad key type", where, k->name);
+    return zrt_errf(err, errlen, "%s: key '%s': internal: bad key type", where, k->name);
 }
 
 static const KeyDesc* find_key(const char* name) {
@@ -261,7 +253,7 @@ static const char* scalar(yaml_node_t* n) { return (const char*)n->data.scalar.v
 
 static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
     if (seq->type != YAML_SEQUENCE_NODE)
-        return errf(w->err, w->errlen,
+        return zrt_errf(w->err, w->errlen,
                     "%s:%zu: key 'comm.overrides': expected a list of {pattern, strategy}",
                     w->file, seq->start_mark.line + 1);
     c->comm.n_overrides = 0;
@@ -270,12 +262,12 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
         yaml_node_t* m = yaml_document_get_node(w->doc, *it);
         size_t line = m->start_mark.line + 1;
         if (m->type != YAML_MAPPING_NODE)
-            return errf(w->err, w->errlen,
+            return zrt_errf(w->err, w->errlen,
                         "%s:%zu: key 'comm.overrides': each entry is a mapping "
                         "{pattern: \"layers.1*\", strategy: raw}",
                         w->file, line);
         if (c->comm.n_overrides == CFG_MAX_OVERRIDES)
-            return errf(w->err, w->errlen, "%s:%zu: key 'comm.overrides': more than %d entries",
+            return zrt_errf(w->err, w->errlen, "%s:%zu: key 'comm.overrides': more than %d entries",
                         w->file, line, CFG_MAX_OVERRIDES);
         CommOverride o = {.kind = -1, .strategy = zipcclStrategyDefault};
         for (yaml_node_pair_t* p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top;
@@ -284,20 +276,20 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
             yaml_node_t* v = yaml_document_get_node(w->doc, p->value);
             size_t kl = k->start_mark.line + 1;
             if (k->type != YAML_SCALAR_NODE || v->type != YAML_SCALAR_NODE)
-                return errf(w->err, w->errlen,
+                return zrt_errf(w->err, w->errlen,
                             "%s:%zu: key 'comm.overrides': keys and values must be scalars",
                             w->file, kl);
             const char* ks = scalar(k);
             const char* vs = scalar(v);
             if (!strcmp(ks, "pattern")) {
                 if (strlen(vs) >= sizeof o.pattern || !*vs)
-                    return errf(w->err, w->errlen,
+                    return zrt_errf(w->err, w->errlen,
                                 "%s:%zu: key 'comm.overrides.pattern': empty or too long",
                                 w->file, kl);
                 snprintf(o.pattern, sizeof o.pattern, "%s", vs);
             } else if (!strcmp(ks, "strategy")) {
                 if (parse_strategy(vs, 0, &o.strategy))
-                    return errf(w->err, w->errlen,
+                    return zrt_errf(w->err, w->errlen,
                                 "%s:%zu: key 'comm.overrides.strategy': unknown strategy '%s' "
                                 "(expected native|raw|compressed|auto)",
                                 w->file, kl, vs);
@@ -306,19 +298,19 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
                 else if (!strcmp(vs, "allgather")) o.kind = zipcclCollAllGather;
                 else if (!strcmp(vs, "reducescatter")) o.kind = zipcclCollReduceScatter;
                 else
-                    return errf(w->err, w->errlen,
+                    return zrt_errf(w->err, w->errlen,
                                 "%s:%zu: key 'comm.overrides.kind': unknown kind '%s' "
                                 "(expected all|allgather|reducescatter)",
                                 w->file, kl, vs);
             } else {
-                return errf(w->err, w->errlen,
+                return zrt_errf(w->err, w->errlen,
                             "%s:%zu: unknown key 'comm.overrides.%s' (expected pattern, "
                             "strategy, kind)",
                             w->file, kl, ks);
             }
         }
         if (!o.pattern[0] || o.strategy == zipcclStrategyDefault)
-            return errf(w->err, w->errlen,
+            return zrt_errf(w->err, w->errlen,
                         "%s:%zu: key 'comm.overrides': entry needs both pattern and strategy",
                         w->file, line);
         c->comm.overrides[c->comm.n_overrides++] = o;
@@ -334,18 +326,18 @@ static int walk_mapping(TrainConfig* c, Walk* w, yaml_node_t* map, const char* p
         yaml_node_t* v = yaml_document_get_node(w->doc, p->value);
         size_t line = k->start_mark.line + 1;
         if (k->type != YAML_SCALAR_NODE)
-            return errf(w->err, w->errlen, "%s:%zu: keys must be plain names", w->file, line);
+            return zrt_errf(w->err, w->errlen, "%s:%zu: keys must be plain names", w->file, line);
         char name[160];
         snprintf(name, sizeof name, "%s%s", prefix, scalar(k));
         if (!*prefix) {
             if (!is_section(name))
-                return errf(w->err, w->errlen,
+                return zrt_errf(w->err, w->errlen,
                             "%s:%zu: unknown key '%s' (sections: model, data, train, optimizer, "
                             "schedule, parallelism, comm, logging, checkpoint)",
                             w->file, line, name);
             if (v->type == YAML_SCALAR_NODE && !*scalar(v)) continue; /* empty section */
             if (v->type != YAML_MAPPING_NODE)
-                return errf(w->err, w->errlen, "%s:%zu: key '%s': expected a mapping", w->file,
+                return zrt_errf(w->err, w->errlen, "%s:%zu: key '%s': expected a mapping", w->file,
                             line, name);
             char sub[170];
             snprintf(sub, sizeof sub, "%s.", name);
@@ -358,9 +350,9 @@ static int walk_mapping(TrainConfig* c, Walk* w, yaml_node_t* map, const char* p
         }
         const KeyDesc* kd = find_key(name);
         if (!kd)
-            return errf(w->err, w->errlen, "%s:%zu: unknown key '%s'", w->file, line, name);
+            return zrt_errf(w->err, w->errlen, "%s:%zu: unknown key '%s'", w->file, line, name);
         if (v->type != YAML_SCALAR_NODE)
-            return errf(w->err, w->errlen, "%s:%zu: key '%s': expected a single value", w->file,
+            return zrt_errf(w->err, w->errlen, "%s:%zu: key '%s': expected a single value", w->file,
                         v->start_mark.line + 1, name);
         char where[CFG_PATH_MAX + 32];
         snprintf(where, sizeof where, "%s:%zu", w->file, v->start_mark.line + 1);
@@ -371,17 +363,17 @@ static int walk_mapping(TrainConfig* c, Walk* w, yaml_node_t* map, const char* p
 
 int config_load(TrainConfig* c, const char* path, char* err, size_t errlen) {
     FILE* f = fopen(path, "rb");
-    if (!f) return errf(err, errlen, "%s: cannot open config: %s", path, strerror(errno));
+    if (!f) return zrt_errf(err, errlen, "%s: cannot open config: %s", path, strerror(errno));
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) {
         fclose(f);
-        return errf(err, errlen, "%s: libyaml failed to initialise", path);
+        return zrt_errf(err, errlen, "%s: libyaml failed to initialise", path);
     }
     yaml_parser_set_input_file(&parser, f);
     int rc = 0;
     if (!yaml_parser_load(&parser, &doc)) {
-        rc = errf(err, errlen, "%s:%zu:%zu: YAML syntax error: %s%s%s", path,
+        rc = zrt_errf(err, errlen, "%s:%zu:%zu: YAML syntax error: %s%s%s", path,
                   parser.problem_mark.line + 1, parser.problem_mark.column + 1,
                   parser.problem ? parser.problem : "?", parser.context ? " " : "",
                   parser.context ? parser.context : "");
@@ -391,9 +383,9 @@ int config_load(TrainConfig* c, const char* path, char* err, size_t errlen) {
     }
     yaml_node_t* root = yaml_document_get_root_node(&doc);
     Walk w = {&doc, path, err, errlen};
-    if (!root) rc = errf(err, errlen, "%s: empty config", path);
+    if (!root) rc = zrt_errf(err, errlen, "%s: empty config", path);
     else if (root->type != YAML_MAPPING_NODE)
-        rc = errf(err, errlen, "%s:%zu: the top level must be a mapping of sections", path,
+        rc = zrt_errf(err, errlen, "%s:%zu: the top level must be a mapping of sections", path,
                   root->start_mark.line + 1);
     else rc = walk_mapping(c, &w, root, "");
     yaml_document_delete(&doc);
@@ -406,14 +398,14 @@ int config_load(TrainConfig* c, const char* path, char* err, size_t errlen) {
 int config_set(TrainConfig* c, const char* a, char* err, size_t errlen) {
     const char* eq = strchr(a, '=');
     if (!eq || eq == a)
-        return errf(err, errlen, "--set '%s': expected dotted.key=value", a);
+        return zrt_errf(err, errlen, "--set '%s': expected dotted.key=value", a);
     char name[160];
     size_t n = (size_t)(eq - a);
-    if (n >= sizeof name) return errf(err, errlen, "--set '%s': key too long", a);
+    if (n >= sizeof name) return zrt_errf(err, errlen, "--set '%s': key too long", a);
     memcpy(name, a, n);
     name[n] = '\0';
     const KeyDesc* kd = find_key(name);
-    if (!kd) return errf(err, errlen, "--set: unknown key '%s'", name);
+    if (!kd) return zrt_errf(err, errlen, "--set: unknown key '%s'", name);
     if (set_key(c, kd, eq + 1, "--set", err, errlen)) return -1;
     /* The command line's strategy is meant for A/B runs: it names the
      * strategy of every collective, so per-kind and per-layer choices from
@@ -426,28 +418,28 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
     char merr[256];
     const char* src = c->source[0] ? c->source : "config";
     if (llama_config_check(&c->model, merr, sizeof merr))
-        return errf(err, errlen, "%s: model: %s", src, merr);
+        return zrt_errf(err, errlen, "%s: model: %s", src, merr);
     if (c->data.seq_len > c->model.max_seq_len)
-        return errf(err, errlen, "%s: key 'data.seq_len': %d exceeds model.max_seq_len %d", src,
+        return zrt_errf(err, errlen, "%s: key 'data.seq_len': %d exceeds model.max_seq_len %d", src,
                     c->data.seq_len, c->model.max_seq_len);
     if (strcmp(c->data.tokenizer, "byte") && strcmp(c->data.tokenizer, "bpe") &&
         strcmp(c->data.tokenizer, "u16") && strcmp(c->data.tokenizer, "i32"))
-        return errf(err, errlen,
+        return zrt_errf(err, errlen,
                     "%s: key 'data.tokenizer': unknown tokenizer '%s' (byte|bpe|u16|i32)", src,
                     c->data.tokenizer);
     if (!strcmp(c->data.tokenizer, "bpe") && c->model.vocab_size < 256 + c->data.bpe_merges)
-        return errf(err, errlen,
+        return zrt_errf(err, errlen,
                     "%s: key 'model.vocab_size': %d is too small for the bpe tokenizer with %d "
                     "merges (needs >= %d)",
                     src, c->model.vocab_size, c->data.bpe_merges, 256 + c->data.bpe_merges);
     if (!strcmp(c->data.tokenizer, "byte") && c->model.vocab_size < 256)
-        return errf(err, errlen,
+        return zrt_errf(err, errlen,
                     "%s: key 'model.vocab_size': %d is too small for the byte tokenizer (>= 256)",
                     src, c->model.vocab_size);
     if (c->optim.min_lr > c->optim.lr)
-        return errf(err, errlen, "%s: key 'optimizer.min_lr': %g exceeds optimizer.lr %g", src,
+        return zrt_errf(err, errlen, "%s: key 'optimizer.min_lr': %g exceeds optimizer.lr %g", src,
                     c->optim.min_lr, c->optim.lr);
-    if (!c->data.path[0]) return errf(err, errlen, "%s: key 'data.path' is empty", src);
+    if (!c->data.path[0]) return zrt_errf(err, errlen, "%s: key 'data.path' is empty", src);
     return 0;
 }
 

@@ -7,6 +7,7 @@
  * step on resume without replaying the data.
  */
 #include "data.h"
+#include "log.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -15,15 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int errf(char* err, size_t errlen, const char* fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int errf(char* err, size_t errlen, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* splitmix64: tiny, seedable, good enough to shuffle windows. */
 static uint64_t splitmix64(uint64_t* s) {
@@ -197,12 +189,12 @@ static int bpe_open(Dataset* d, const char* path, const unsigned char* text, siz
         return 0;
     }
     d->tokens = malloc(n * sizeof(int) + 1);
-    if (!d->tokens) return errf(err, errlen, "%s: out of memory for %zu tokens", path, n);
+    if (!d->tokens) return zrt_errf(err, errlen, "%s: out of memory for %zu tokens", path, n);
     for (size_t i = 0; i < n; i++) d->tokens[i] = text[i];
     size_t nt = (size_t)split, nv = n - (size_t)split;
     Bpe bpe = {0};
     if (bpe_train(&bpe, d->tokens, &nt, M))
-        return errf(err, errlen, "%s: out of memory training the BPE", path);
+        return zrt_errf(err, errlen, "%s: out of memory training the BPE", path);
     /* Validation bytes follow the (shrunken) training tokens. */
     memmove(d->tokens + nt, d->tokens + split, nv * sizeof(int));
     for (int m = 0; m < bpe.n_merges; m++)
@@ -221,20 +213,20 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
     d->perm_epoch = -1;
     FILE* f = fopen(path, "rb");
     if (!f)
-        return errf(err, errlen,
+        return zrt_errf(err, errlen,
                     "%s: cannot open data file: %s (the default corpus is made by "
                     "scripts/prepare_data.sh)",
                     path, strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0) {
         fclose(f);
-        return errf(err, errlen, "%s: cannot seek: %s", path, strerror(errno));
+        return zrt_errf(err, errlen, "%s: cannot seek: %s", path, strerror(errno));
     }
     long sz = ftell(f);
     rewind(f);
     size_t width = !strcmp(tokenizer, "u16") ? 2 : !strcmp(tokenizer, "i32") ? 4 : 1;
     if (sz <= 0 || (size_t)sz % width) {
         fclose(f);
-        return errf(err, errlen, "%s: %ld bytes is not a whole number of %zu-byte tokens", path,
+        return zrt_errf(err, errlen, "%s: %ld bytes is not a whole number of %zu-byte tokens", path,
                     sz, width);
     }
     size_t n = (size_t)sz / width;
@@ -242,7 +234,7 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
     if (!raw || fread(raw, 1, (size_t)sz, f) != (size_t)sz) {
         free(raw);
         fclose(f);
-        return errf(err, errlen, "%s: cannot read %ld bytes", path, sz);
+        return zrt_errf(err, errlen, "%s: cannot read %ld bytes", path, sz);
     }
     fclose(f);
     if (!strcmp(tokenizer, "bpe")) {
@@ -256,7 +248,7 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
         d->tokens = malloc(n * sizeof(int) + 1);
         if (!d->tokens) {
             free(raw);
-            return errf(err, errlen, "%s: out of memory for %zu tokens", path, n);
+            return zrt_errf(err, errlen, "%s: out of memory for %zu tokens", path, n);
         }
         for (size_t i = 0; i < n; i++) {
             if (width == 1) d->tokens[i] = raw[i];
@@ -275,7 +267,7 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
         if (d->tokens[i] < 0 || d->tokens[i] >= vocab) {
             long long t = d->tokens[i];
             data_close(d);
-            return errf(err, errlen, "%s: token %lld at index %zu is outside the vocabulary [0, %d)",
+            return zrt_errf(err, errlen, "%s: token %lld at index %zu is outside the vocabulary [0, %d)",
                         path, t, i, vocab);
         }
     }
@@ -287,12 +279,12 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
     d->n_windows[1] = n_val > (size_t)T ? (n_val - 1) / (size_t)T : 0;
     if (d->n_windows[0] < 1) {
         data_close(d);
-        return errf(err, errlen, "%s: %zu training tokens do not fill one sequence of %d", path,
+        return zrt_errf(err, errlen, "%s: %zu training tokens do not fill one sequence of %d", path,
                     d->n_train, T + 1);
     }
     if (val_fraction > 0 && d->n_windows[1] < 1) {
         data_close(d);
-        return errf(err, errlen,
+        return zrt_errf(err, errlen,
                     "%s: validation split (%zu tokens) does not fill one sequence of %d; raise "
                     "data.val_fraction or set it to 0",
                     path, n_val, T + 1);
@@ -300,7 +292,7 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
     d->perm = malloc(d->n_windows[0] * sizeof(uint32_t));
     if (!d->perm) {
         data_close(d);
-        return errf(err, errlen, "out of memory for the sample order");
+        return zrt_errf(err, errlen, "out of memory for the sample order");
     }
     return 0;
 }

@@ -55,6 +55,14 @@ uint64_t zrt_fnv1a64(uint64_t h, const void* data, size_t n) {
     return h;
 }
 
+int zrt_errf(char* err, size_t errlen, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 double zrt_sgemm_peak(double seconds) {
     /* 1024^3: large enough that every BLAS thread reaches SGEMM's steady state
      * (256^3 underestimated a 2-thread peak by ~40%), small enough that one

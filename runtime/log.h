@@ -36,6 +36,10 @@ void zrt_fatal(const char* file, int line, const char* fmt, ...)
                       zipcclGetErrorString(zrt_r_), zipcclGetLastErrorDetail()); \
     } while (0)
 
+/* Format an error message into err (errlen bytes) and return -1: the
+ * runtime's library functions report failures this way, never exit. */
+int zrt_errf(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* malloc/calloc that never return NULL (they die with the size asked). */
 void* zrt_malloc(size_t bytes, const char* what);
 void* zrt_calloc(size_t n, size_t size, const char* what);
