@@ -193,6 +193,14 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
         if (*end || v < 32768) return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_PIECE_BYTES='%s' (want an integer >= 32768)", s);
         c->pieceBytes = (size_t)v;
     }
+    c->a2aWindow = 2;
+    s = getenv("ZIPCCL_A2A_WINDOW");
+    if (s && *s) {
+        char* end;
+        long v = strtol(s, &end, 10);
+        if (*end || v < 1 || v > 1 << 20) return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_A2A_WINDOW='%s' (want an integer >= 1)", s);
+        c->a2aWindow = (int)v;
+    }
     return zipcclSuccess;
 }
 

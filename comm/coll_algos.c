@@ -435,8 +435,10 @@ static zipcclResult_t allGatherBody(Ctx* x, const void* mine, void* recvbuf, con
     char* myBlock = out + displs[r] * esz;
 #define SHARD_AT(s) ((r - (s) - 1 + 2 * n) % n) /* block received at step s */
 
-    if (mine != myBlock) memmove(myBlock, mine, counts[r] * esz);
-    if (n == 1) return zipcclSuccess;
+    if (n == 1) {
+        if (mine != myBlock) memmove(myBlock, mine, counts[r] * esz);
+        return zipcclSuccess;
+    }
     size_t recvStage = 0;
     for (int s = 0; s < n; s++)
         if (s != r && x->compressed) recvStage += stageFor(x, counts[s], P, dt);
@@ -468,7 +470,8 @@ static zipcclResult_t allGatherBody(Ctx* x, const void* mine, void* recvbuf, con
     for (size_t k = 0; k <= K; k++) {
         if (k < K) {
             size_t pc = pieceLen(counts[r], P, k), bytes = pc * esz;
-            const char* src = myBlock + k * P * esz;
+            const char* own = (const char*)mine + k * P * esz;
+            const char* src = own;
             if (x->compressed) {
                 size_t cap = zipcclCompressBound(pc, dt, 0);
                 ZIPCCL_TRY(encode(x, src, pc, dt, sstage + soff, cap, &bytes));
@@ -477,6 +480,10 @@ static zipcclResult_t allGatherBody(Ctx* x, const void* mine, void* recvbuf, con
             }
             x->st->rawBytes += pc * esz;
             ZIPCCL_TRY(postSend(x, src, bytes, right, makeTag(kind, k, k + 1 == K)));
+            /* Our own block goes into place piece by piece once the piece is
+             * on its way, not all before the first send (64 MiB of memmove
+             * would delay the whole ring by ~20 ms). */
+            if (own != myBlock + k * P * esz) memmove(myBlock + k * P * esz, own, pc * esz);
         }
         /* After our own pieces: pass arrivals on, then wait for the next,
          * until every receive is in. */
@@ -586,19 +593,25 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
             if (x->compressed) off += cap;
         }
     }
+    /* Our own block is copied once the first step's sends are out, so the
+     * copy (24 MiB in the benchmark's AlltoAllv) does not delay the wire. */
+    const int copySelf = sendcounts[r] == recvcounts[r] && sendcounts[r] > 0;
+    char* selfDst = recvbuf + rdispls[r] * esz;
+    const char* selfSrc = sendbuf + sdispls[r] * esz;
     if (sendcounts[r] != recvcounts[r])
         softFail(x, zipcclSetError(zipcclMismatch, "%s on rank %d: sendcounts[%d]=%zu but recvcounts[%d]=%zu",
                                    x->what, r, r, sendcounts[r], r, recvcounts[r]));
-    else if (sendcounts[r]) memmove(recvbuf + rdispls[r] * esz, sendbuf + sdispls[r] * esz, sendcounts[r] * esz);
+    if (n == 1 && copySelf) memmove(selfDst, selfSrc, sendcounts[r] * esz);
 
     size_t soff = 0;
-    /* Step j starts once the sends of step j-2 are done: two steps in
-     * flight measured faster than one on the emulated 1 Gbit/s cluster
-     * (AlltoAll 64 MiB bf16, 4 ranks, raw: 0.58 s vs 0.69 s; all steps at
-     * once 0.67 s), since the next step's handshake then hides under the
-     * current step's tail. */
-    enum { W = 2 };
-    int ends[W + 1] = {0}; /* x->nsend after step j, by j % (W + 1) */
+    /* Step j starts once the sends of step j-W are done (W = a2aWindow,
+     * ZIPCCL_A2A_WINDOW, default 2): two steps in flight measured faster
+     * than one on the emulated 1 Gbit/s cluster (AlltoAll 64 MiB bf16, 4
+     * ranks, raw: 0.58 s vs 0.69 s; all steps at once 0.67 s), since the
+     * next step's handshake then hides under the current step's tail. */
+    const int W = c->a2aWindow < n ? c->a2aWindow : n;
+    int ends[n + 1]; /* x->nsend after step j, by j % (W + 1) */
+    memset(ends, 0, sizeof ends);
     for (int j = 1; j < n; j++) {
         int d = (r + j) % n, lim = j - W >= 1 ? ends[(j - W) % (W + 1)] : 0;
         x->st->rawBytes += sendcounts[d] * esz;
@@ -638,6 +651,7 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
             alltoallTake(x, got, recvbuf, recvcounts, rdispls, minOne, P);
         }
         ends[j % (W + 1)] = x->nsend;
+        if (j == 1 && copySelf) memmove(selfDst, selfSrc, sendcounts[r] * esz);
     }
     int got = 0;
     do {

@@ -93,6 +93,7 @@ struct zipcclComm {
     zipcclCallConfig_t defaults;
     double timeoutS;     /* 0 = wait forever                                 */
     size_t pieceBytes;   /* pipelining granularity of our algorithms         */
+    int a2aWindow;       /* AlltoAll(v): pairwise steps in flight (1..n-1)    */
     int broken;          /* a collective failed mid-flight: refuse new ones  */
     char brokenWhy[256];
 

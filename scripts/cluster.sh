@@ -180,9 +180,7 @@ cmd_run() {
   mkdir -p "$STATE/tmp/$h0"
   # Remote daemons inherit the agent's (so mpirun's) environment; -x makes it explicit.
   local v fwd=()
-  for v in ZIPCCL_STRATEGY ZIPCCL_CODEC ZIPCCL_LOG ZIPCCL_TIMEOUT_S; do
-    [ -n "${!v+x}" ] && fwd+=(-x "$v")
-  done
+  for v in $(compgen -e | grep '^ZIPCCL_'); do fwd+=(-x "$v"); done
   # shellcheck disable=SC2086
   ip netns exec "$h0" env ZCL_HOST="$h0" TMPDIR="$STATE/tmp/$h0" \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \

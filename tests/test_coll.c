@@ -125,6 +125,7 @@ static const zipcclDataType_t kTypes[] = {zipcclBfloat16, zipcclFloat16, zipcclF
 
 static size_t kCounts[4];
 static zipcclComm_t comm;
+static char variant[32] = ""; /* appended to check names: "_w1" etc. */
 
 static zipcclResult_t lastRes;
 #define ZCHECK(call)                                                                  \
@@ -229,7 +230,7 @@ static void testAlltoAll(zipcclDataType_t dt) {
             }
         }
         char name[96];
-        snprintf(name, sizeof name, "alltoall_%s_%s_np%d", zipcclTypeName(dt), s->name, nranks);
+        snprintf(name, sizeof name, "alltoall_%s_%s_np%d%s", zipcclTypeName(dt), s->name, nranks, variant);
         report(ok, name);
     }
 }
@@ -292,7 +293,7 @@ static void testAlltoAllv(zipcclDataType_t dt) {
             }
         }
         char name[96];
-        snprintf(name, sizeof name, "alltoallv_%s_%s_np%d", zipcclTypeName(dt), s->name, nranks);
+        snprintf(name, sizeof name, "alltoallv_%s_%s_np%d%s", zipcclTypeName(dt), s->name, nranks, variant);
         report(ok, name);
     }
 }
@@ -433,6 +434,24 @@ int main(int argc, char** argv) {
         testReduce(zipcclCollAllReduce, kTypes[t]);
     }
     zipcclCommDestroy(comm);
+    /* The All-to-Alls again with one step in flight and with all of them
+     * (ZIPCCL_A2A_WINDOW, read when a communicator is created). */
+    const char* windows[] = {"1", "64"};
+    for (int w = 0; w < 2; w++) {
+        setenv("ZIPCCL_A2A_WINDOW", windows[w], 1);
+        snprintf(variant, sizeof variant, "_w%s", windows[w]);
+        r = zipcclCommInitMpi(&comm, &world);
+        CHECK(r == zipcclSuccess, "comm_init_window", "%s", zipcclGetLastErrorDetail());
+        if (r != zipcclSuccess) break;
+        testAlltoAll(zipcclBfloat16);
+        testAlltoAllv(zipcclBfloat16);
+        zipcclCommDestroy(comm);
+    }
+    setenv("ZIPCCL_A2A_WINDOW", "0", 1);
+    r = zipcclCommInitMpi(&comm, &world);
+    CHECK(r == zipcclInvalidArgument, "env_window_rejected", "ZIPCCL_A2A_WINDOW=0 gave %s",
+          zipcclGetErrorString(r));
+    if (r == zipcclSuccess) zipcclCommDestroy(comm);
     MPI_Finalize();
     return tu_exit();
 }
