@@ -110,15 +110,17 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
                              zipcclCollName(op->kind), c->brokenWhy);
         goto out;
     }
-    res = zipcclModelDecide(c, op, &cfg);
+    res = zipcclModelDecide(c, op, &cfg, &st.mixed);
     if (res != zipcclSuccess) goto out;
     st.strategy = cfg.strategy;
     st.codec = cfg.codec;
     st.algo = cfg.algo;
+    double t1 = zipcclNow();
     if (c->isNccl) res = zipcclRunNccl(c, op, cfg.strategy, &st);
     else if (cfg.strategy == zipcclStrategyNative) res = zipcclRunMpiNative(c, op, &st);
     else res = zipcclRunMpiAlgo(c, op, &st);
     st.totalSeconds = zipcclNow() - t0;
+    st.runSeconds = t0 + st.totalSeconds - t1;
     if (res == zipcclSuccess) {
         pthread_mutex_lock(&c->mu);
         zipcclCounters_t* k = &c->counters[op->kind];
@@ -240,9 +242,9 @@ zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm) {
     int* tagUb = NULL;
     int flag = 0;
     MPI_Comm_get_attr(c->mpi, MPI_TAG_UB, &tagUb, &flag);
-    if (!flag || *tagUb < (1 << 23) - 1) {
+    if (!flag || *tagUb < (1 << 24) - 1) {
         commFree(c);
-        return zipcclSetError(zipcclUnsupported, "MPI_TAG_UB %d is below the 2^23 ZipCCL tags need",
+        return zipcclSetError(zipcclUnsupported, "MPI_TAG_UB %d is below the 2^24 ZipCCL tags need",
                               flag ? *tagUb : -1);
     }
     c->model.log = 0;

@@ -126,12 +126,14 @@ enum { kSlotInput = 0, kSlotReqs, kSlotRecv, kSlotSend, kSlotAcc, kSlotBlock, kS
 #define TAG_LAST (1 << 19)
 #define TAG_INDEX_MAX ((size_t)1 << 19)
 #define TAG_BAD_INDEX (TAG_INDEX_MAX - 1) /* a poisoned piece passed on (AllGather ring) */
+#define TAG_RAW (1 << 23) /* mixed calls: this message is raw elements, not a frame */
 
 typedef struct {
     void* buf;     /* where the message lands                               */
     size_t bytes;  /* its size once arrived                                 */
     int peer, step;
     size_t piece;
+    int raw;       /* mixed calls: the message carried raw elements          */
 } RecvRec;
 
 typedef struct {
@@ -139,7 +141,10 @@ typedef struct {
     const zipcclOp* op;
     zipcclExecStats* st;
     const char* what;
-    int compressed;
+    int compressed; /* our messages are codec frames                        */
+    int mixed;      /* AlltoAllv under auto: each rank chooses raw or frames
+                     * for its own sends (TAG_RAW marks raw), so receivers
+                     * stage every message and look at its tag             */
     zipcclCodecParams_t params;
     double t0;
     /* Outstanding requests: receives first (all posted before any send),
@@ -180,7 +185,7 @@ static int makeTag(zipcclCollKind_t kind, size_t index, int last) {
     return ((int)kind << 20) | (last ? TAG_LAST : 0) | (int)index;
 }
 static size_t wireCap(const Ctx* x, size_t count, zipcclDataType_t dt) {
-    return x->compressed ? zipcclCompressBound(count, dt, 0) : count * zipcclTypeSize(dt);
+    return x->compressed || x->mixed ? zipcclCompressBound(count, dt, 0) : count * zipcclTypeSize(dt);
 }
 /* Bytes needed to stage all pieces of `count` elements. */
 static size_t stageFor(const Ctx* x, size_t count, size_t P, zipcclDataType_t dt) {
@@ -201,6 +206,7 @@ static zipcclResult_t ctxInit(Ctx* x, struct zipcclComm* c, const zipcclOp* op, 
     x->st = st;
     x->what = zipcclCollName(op->kind);
     x->compressed = st->strategy == zipcclStrategyCompressed;
+    x->mixed = st->mixed;
     zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
     p.codec = st->codec;
     x->params = p;
@@ -225,7 +231,7 @@ static zipcclResult_t postRecv(Ctx* x, void* buf, size_t cap, int src, int tag, 
         return zipcclSetError(zipcclInternalError, "%s: request table full", x->what);
     int i = x->nrecv++;
     x->peerOf[i] = src;
-    x->rec[i] = (RecvRec){buf, 0, src, step, piece};
+    x->rec[i] = (RecvRec){buf, 0, src, step, piece, 0};
     int err = MPI_Irecv(buf, (int)cap, MPI_BYTE, src, tag, x->c->mpi, &x->reqs[i]);
     return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, x->what);
 }
@@ -336,6 +342,9 @@ static zipcclResult_t encode(Ctx* x, const void* src, size_t count, zipcclDataTy
     return zipcclSuccess;
 }
 
+/* Did this message carry raw elements (not a codec frame)? */
+static int isRaw(const Ctx* x, const RecvRec* rc) { return x->mixed ? rc->raw : !x->compressed; }
+
 /* Check a completed receive (status g) against what the algorithm expects:
  * the tag (collective, piece, last flag) and, raw, the exact size. */
 static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclDataType_t dt) {
@@ -344,7 +353,12 @@ static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclD
     int bytes = 0;
     MPI_Get_count(s, MPI_BYTE, &bytes);
     rc->bytes = (size_t)bytes;
-    if (s->MPI_TAG != expectTag && (s->MPI_TAG & TAG_LAST) && !(expectTag & TAG_LAST)) {
+    int tag = s->MPI_TAG;
+    if (x->mixed) { /* the sender's choice travels in the tag */
+        rc->raw = (tag & TAG_RAW) != 0;
+        tag &= ~TAG_RAW;
+    }
+    if (tag != expectTag && (tag & TAG_LAST) && !(expectTag & TAG_LAST)) {
         /* The peer has no more pieces for us than this one: withdraw the
          * receives still waiting for it, or we would wait for the timeout. */
         for (int i = 0; i < x->nrecv; i++)
@@ -353,18 +367,18 @@ static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclD
                 MPI_Wait(&x->reqs[i], MPI_STATUS_IGNORE);
             }
     }
-    if (s->MPI_TAG != expectTag && (s->MPI_TAG & (int)TAG_BAD_INDEX) == (int)TAG_BAD_INDEX)
+    if (tag != expectTag && (tag & (int)TAG_BAD_INDEX) == (int)TAG_BAD_INDEX)
         return zipcclSetError(zipcclMismatch,
                               "%s on rank %d: rank %d passed on a piece that failed verification "
                               "upstream (ranks disagree on the collective or on counts)",
                               x->what, x->c->rank, s->MPI_SOURCE);
-    if (s->MPI_TAG != expectTag)
+    if (tag != expectTag)
         return zipcclSetError(zipcclMismatch,
                               "%s on rank %d: rank %d sent a message tagged 0x%x where 0x%x was "
                               "expected (ranks disagree on the collective or on counts)",
-                              x->what, x->c->rank, s->MPI_SOURCE, (unsigned)s->MPI_TAG,
+                              x->what, x->c->rank, s->MPI_SOURCE, (unsigned)tag,
                               (unsigned)expectTag);
-    if (!x->compressed && (size_t)bytes != count * zipcclTypeSize(dt))
+    if (isRaw(x, rc) && (size_t)bytes != count * zipcclTypeSize(dt))
         return zipcclSetError(zipcclMismatch,
                               "%s on rank %d: rank %d sent %d bytes where %zu %s elements were "
                               "expected (ranks disagree on counts or dtype)",
@@ -377,7 +391,7 @@ static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclD
 static zipcclResult_t decode(Ctx* x, const RecvRec* rc, void* dst, size_t count,
                              zipcclDataType_t dt) {
     size_t esz = zipcclTypeSize(dt);
-    if (!x->compressed) {
+    if (isRaw(x, rc)) {
         if (rc->buf != dst && count) memcpy(dst, rc->buf, count * esz);
         return zipcclSuccess;
     }
@@ -573,24 +587,27 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
     const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz);
 #define KOF(cnt) (minOne && (cnt) == 0 ? 1 : numPieces((cnt), P))
 
+    /* Frames arrive in staging (mixed calls: every message); raw messages
+     * of a raw call land in recvbuf directly. */
+    const int staged = x->compressed || x->mixed;
     size_t recvStage = 0, sendStage = 0;
     for (int s = 0; s < n; s++) {
-        if (s == r || !x->compressed) continue;
+        if (s == r || !staged) continue;
         recvStage += recvcounts[s] ? stageFor(x, recvcounts[s], P, dt) : wireCap(x, 0, dt);
-        sendStage += sendcounts[s] ? stageFor(x, sendcounts[s], P, dt) : wireCap(x, 0, dt);
+        if (x->compressed) sendStage += sendcounts[s] ? stageFor(x, sendcounts[s], P, dt) : wireCap(x, 0, dt);
     }
-    char* rstage = x->compressed ? zipcclScratch(c, kSlotRecv, recvStage + 1) : NULL;
+    char* rstage = staged ? zipcclScratch(c, kSlotRecv, recvStage + 1) : NULL;
     char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, sendStage + 1) : NULL;
-    if (x->compressed && (!rstage || !sstage)) return oom(x);
+    if ((staged && !rstage) || (x->compressed && !sstage)) return oom(x);
 
     size_t off = 0;
     for (int j = 1; j < n; j++) {
         int s = (r - j + n) % n;
         for (size_t k = 0, K = KOF(recvcounts[s]); k < K; k++) {
             size_t cap = wireCap(x, pieceLen(recvcounts[s], P, k), dt);
-            void* buf = x->compressed ? rstage + off : recvbuf + (rdispls[s] + k * P) * esz;
+            void* buf = staged ? rstage + off : recvbuf + (rdispls[s] + k * P) * esz;
             ZIPCCL_TRY(postRecv(x, buf, cap, s, MPI_ANY_TAG, j, k));
-            if (x->compressed) off += cap;
+            if (staged) off += cap;
         }
     }
     /* Our own block is copied once the first step's sends are out, so the
@@ -645,7 +662,8 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
                 zipcclIdle(now - w0);
             }
             if (k == 0) x->st->wireSeconds += zipcclNow() - w0;
-            ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == K)));
+            int tag = makeTag(kind, k, k + 1 == K) | (x->mixed && !x->compressed ? TAG_RAW : 0);
+            ZIPCCL_TRY(postSend(x, src, bytes, d, tag));
             int got = 0;
             ZIPCCL_TRY(pollRecvs(x, 0, &got));
             alltoallTake(x, got, recvbuf, recvcounts, rdispls, minOne, P);

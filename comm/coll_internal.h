@@ -47,8 +47,11 @@ typedef struct {
     zipcclStrategy_t strategy; /* native / raw / compressed as executed    */
     zipcclCodec_t codec;
     zipcclAlgo_t algo;
+    int mixed;                 /* AlltoAllv auto: this rank chose its sends' form alone */
     uint64_t rawBytes, wireBytes;
     double codecSeconds, wireSeconds, totalSeconds;
+    double runSeconds; /* the design's own run, after the decision (and, on a
+                        * measuring call, the barrier that aligns the ranks) */
 } zipcclExecStats;
 
 /* Measured selection (switcher.c): for one (collective, dtype, floor(log2
@@ -58,8 +61,9 @@ typedef struct {
 typedef struct {
     int n;                             /* candidates; 0 = bucket not seen yet */
     int design[ZIPCCL_TUNE_CANDS];     /* index into switcher.c's design table */
-    int runs[ZIPCCL_TUNE_CANDS];       /* agreed measurements taken           */
-    double t[ZIPCCL_TUNE_CANDS];       /* agreed seconds (min, then EWMA)     */
+    int runs[ZIPCCL_TUNE_CANDS];       /* measurements taken                  */
+    double mine[ZIPCCL_TUNE_CANDS];    /* this rank's seconds (min, then EWMA) */
+    double t[ZIPCCL_TUNE_CANDS];       /* agreed: the max over ranks of mine  */
     uint64_t calls;                    /* auto calls in this bucket           */
 } zipcclTuneBucket;
 
@@ -79,6 +83,10 @@ typedef struct {
     zipcclTuneBucket tune[zipcclNumCollKinds][3][ZIPCCL_TUNE_BUCKETS];
     zipcclTuneBucket* probeBucket; /* the current call is a measurement of   */
     int probeCand;                 /* probeBucket->design[probeCand]         */
+    int probeLocal;                /* ... taken by this rank alone (no agreement) */
+    int probeAgree;                /* after it, agree the bucket's times     */
+    zipcclCallConfig_t lastLogged; /* the last decision (log level 1 prints changes) */
+    zipcclCollKind_t lastLoggedKind;
 } zipcclModel;
 
 #define ZIPCCL_SCRATCH_SLOTS 8 /* see coll_algos.c for who uses which */
@@ -145,9 +153,11 @@ zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStr
 /* switcher.c */
 void zipcclModelDefaults(zipcclModel* m);
 zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c);
-/* Resolve strategy/codec/algo for `op` (cfg->strategy may be auto). */
+/* Resolve strategy/codec/algo for `op` (cfg->strategy may be auto).  *mixed
+ * = 1: an AlltoAllv whose sends' form (raw or frames) this rank chose alone;
+ * receivers then take either (coll_algos.c, TAG_RAW). */
 zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op,
-                                 zipcclCallConfig_t* out);
+                                 zipcclCallConfig_t* out, int* mixed);
 zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
                                   const zipcclExecStats* st, int wasAuto);
 

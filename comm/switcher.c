@@ -14,8 +14,11 @@
  * deadlock, so every model input is identical on all ranks: calibration
  * results are broadcast / all-reduced at creation, and observations from
  * calls are pooled with one small MPI_Allreduce every kAgreeEvery auto calls
- * before they change the model.  AlltoAllv's size is rank-local, so an auto
- * AlltoAllv all-reduces its size first (one small message).
+ * before they change the model.  AlltoAllv's size is rank-local: with
+ * measured selection each rank picks the form of its own sends (raw or codec
+ * frames; the tag tells the receiver which) from its own measurements, so no
+ * agreement is needed and native is not a candidate; the model alone
+ * all-reduces the size first (one small message).
  *
  * On a shared, CPU-bound machine the model's inputs are often wrong by more
  * than the gaps between designs, so on MPI communicators the model only
@@ -255,7 +258,7 @@ static void tuneSetup(zipcclTuneBucket* b, const Design* cand, int nc, int best)
             int id = designId(&cand[order[i]]);
             int fixed = id <= 2; /* native, raw, compressed/fast direct */
             if (pass == 0 ? !fixed : (fixed || cand[order[i]].t > kPlausible * cand[best].t)) continue;
-            b->design[b->n] = id, b->runs[b->n] = 0, b->t[b->n] = 0;
+            b->design[b->n] = id, b->runs[b->n] = 0, b->t[b->n] = 0, b->mine[b->n] = 0;
             b->n++;
         }
 }
@@ -287,6 +290,13 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
     else if (pick < 0 && second >= 0 && call % kReprobeEvery == kReprobeAt + 1) pick = first, why = "reprobe";
     if (pick >= 0) {
         m->probeBucket = b, m->probeCand = pick;
+        /* Agree once the exploration is complete or the re-measured pair is
+         * in: no collective between measuring calls, so they run back to
+         * back like the calls they stand for (an agreement in between left
+         * the ranks skewed and made a 4 KiB call measure 3-5x its time). */
+        int left = 0;
+        for (int i = 0; i < b->n; i++) left += b->runs[i] < kExploreRuns ? kExploreRuns - b->runs[i] : 0;
+        m->probeAgree = strcmp(why, "explore") ? call % kReprobeEvery == kReprobeAt + 1 : left == 1;
     } else {
         pick = first;
     }
@@ -295,21 +305,35 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
     return why;
 }
 
-/* Fold one measuring call's agreed wall time into its bucket: the minimum
- * while exploring (the machine's noise only ever adds time, and the first
- * run pays for first touches), an even EWMA when re-measuring. */
-static void tuneRecord(zipcclModel* m, double seconds) {
+/* Fold one measuring call's wall time into this rank's view of its bucket:
+ * the minimum while exploring (the machine's noise only ever adds time, and
+ * the first run pays for first touches), an even EWMA when re-measuring.
+ * Then, at the end of an exploration or of a re-measured pair, agree: the
+ * bucket's times become the max over ranks (the same call on every rank,
+ * so every rank then exploits the same design); a bucket chosen by this rank
+ * alone (probeLocal) takes its own times. */
+static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
+    zipcclModel* m = &c->model;
     zipcclTuneBucket* b = m->probeBucket;
     int i = m->probeCand;
     m->probeBucket = NULL;
-    if (b->runs[i] == 0) b->t[i] = seconds;
-    else if (b->runs[i] < kExploreRuns) b->t[i] = fmin(b->t[i], seconds);
-    else b->t[i] = 0.5 * b->t[i] + 0.5 * seconds;
+    if (b->runs[i] == 0) b->mine[i] = seconds;
+    else if (b->runs[i] < kExploreRuns) b->mine[i] = fmin(b->mine[i], seconds);
+    else b->mine[i] = 0.5 * b->mine[i] + 0.5 * seconds;
     b->runs[i]++;
+    if (m->probeLocal) {
+        b->t[i] = b->mine[i];
+    } else if (m->probeAgree) {
+        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, b->mine, b->t, b->n, MPI_DOUBLE, MPI_MAX,
+                                           "switcher (measured time agreement)"));
+    }
+    return zipcclSuccess;
 }
 
-zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcclCallConfig_t* out) {
+zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcclCallConfig_t* out,
+                                 int* mixed) {
     *out = op->cfg;
+    *mixed = 0;
     c->model.probeBucket = NULL; /* a failed call may have left one */
     if (out->codec == zipcclCodecDefault) out->codec = zipcclCodecFast;
     if (out->algo == zipcclAlgoDefault) out->algo = zipcclAlgoDirect;
@@ -324,13 +348,18 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     case zipcclCollReduceScatter: total = (double)(op->count * esz * (size_t)c->nranks); break;
     case zipcclCollAlltoAll: total = (double)(op->count * esz * (size_t)c->nranks); break;
     case zipcclCollAlltoAllv: {
+        /* The only rank-local size.  With measured selection each rank
+         * chooses the form of its own sends (raw or frames, marked in the
+         * tag) and measures its own calls, so no agreement is needed, which
+         * at 4 KiB would cost as much as the call; the model alone must agree
+         * on the largest size first. */
         double mine = 0;
         for (int i = 0; i < c->nranks; i++) mine += (double)(op->sendcounts[i] * esz);
         total = mine;
-        if (!c->isNccl && c->nranks > 1) { /* the only rank-local size: agree on the largest */
+        if (!c->isNccl && c->nranks > 1 && m->explore) *mixed = 1;
+        else if (!c->isNccl && c->nranks > 1)
             ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, &mine, &total, 1, MPI_DOUBLE, MPI_MAX,
                                                "AlltoAllv (auto size agreement)"));
-        }
         break;
     }
     default: total = (double)(op->count * esz); break;
@@ -344,7 +373,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
      * canonical order, docs/COLLECTIVES.md), and switching never changes a
      * training run. Data-movement collectives are bit-identical anyway. */
     for (int i = 0; i < kNumDesigns; i++) {
-        if (kDesigns[i].strategy == zipcclStrategyNative && reduce) continue;
+        if (kDesigns[i].strategy == zipcclStrategyNative && (reduce || *mixed)) continue;
         if (kDesigns[i].algo == zipcclAlgoRing && !(reduce && !c->isNccl)) continue;
         cand[nc++] = kDesigns[i];
     }
@@ -358,10 +387,16 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
         for (best = 0; cand[best].strategy == zipcclStrategyCompressed; best++) {}
     const char* why = NULL;
     if (m->explore && !c->isNccl && c->nranks > 1) why = tuneChoose(m, op, total, cand, nc, &best);
+    m->probeLocal = *mixed;
     out->strategy = cand[best].strategy;
     out->codec = cand[best].codec;
     out->algo = cand[best].algo;
-    if (m->log && c->rank == 0) {
+    /* Log level 1: decisions that measure or change the design (the
+     * model's, or a bucket's settled one); level 2: every decision. */
+    int changed = cand[best].strategy != m->lastLogged.strategy || cand[best].codec != m->lastLogged.codec ||
+                  cand[best].algo != m->lastLogged.algo || op->kind != m->lastLoggedKind;
+    m->lastLogged = *out, m->lastLoggedKind = op->kind;
+    if (m->log && c->rank == 0 && (m->log > 1 || changed || (why && strcmp(why, "exploit")))) {
         fprintf(stderr, "zipccl auto: %s %s %.0f KiB/rank n=%d -> %s/%s/%s (%s; est %.3f ms;", zipcclCollName(op->kind),
                 zipcclTypeName(op->dtype), total / 1024, c->nranks, zipcclStrategyName(out->strategy),
                 out->codec == zipcclCodecDense ? "dense" : "fast", out->algo == zipcclAlgoRing ? "ring" : "direct",
@@ -373,7 +408,8 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
             const zipcclTuneBucket* b = tuneBucket(m, op, total);
             fprintf(stderr, "zipccl auto: measured (bucket call %llu):", (unsigned long long)b->calls);
             for (int i = 0; i < b->n; i++) {
-                if (b->runs[i]) fprintf(stderr, " %s %.3f ms x%d", designName(&kDesigns[b->design[i]]), b->t[i] * 1e3, b->runs[i]);
+                if (b->runs[i] && b->t[i] > 0) fprintf(stderr, " %s %.3f ms x%d", designName(&kDesigns[b->design[i]]), b->t[i] * 1e3, b->runs[i]);
+                else if (b->runs[i]) fprintf(stderr, " %s %.3f ms on rank 0 x%d", designName(&kDesigns[b->design[i]]), b->mine[i] * 1e3, b->runs[i]);
                 else fprintf(stderr, " %s unmeasured", designName(&kDesigns[b->design[i]]));
             }
             fprintf(stderr, "\n");
@@ -408,12 +444,7 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
         obs[OBS_RATIO + 1] += fmax(st->totalSeconds - st->codecSeconds, 1e-7);
     }
     if (!wasAuto) return zipcclSuccess;
-    if (m->probeBucket) { /* set only on MPI communicators, the same call on every rank */
-        double agreed = 0;
-        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, &st->totalSeconds, &agreed, 1, MPI_DOUBLE, MPI_MAX,
-                                           "switcher (measured time agreement)"));
-        tuneRecord(m, agreed);
-    }
+    if (m->probeBucket) ZIPCCL_TRY(tuneRecord(c, st->runSeconds)); /* only on MPI communicators */
     if (++m->autoCalls % kAgreeEvery) return zipcclSuccess;
     /* Same call index on every rank: pool, then update the shared model. */
     double pooled[OBS_LEN];

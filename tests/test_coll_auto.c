@@ -227,6 +227,71 @@ static void testExploreOff(void) {
     report(ok && one, name);
 }
 
+/* AlltoAllv under auto: each rank chooses the form of its own sends (no
+ * size agreement), so in one call some ranks may send raw and others frames.
+ * Rank 0's sizes move to a new size bucket every call, so it always runs the
+ * first candidate of a fresh bucket, while the other ranks' fixed size cycles
+ * through the candidates: the forms differ within some calls.  Every call
+ * must equal MPI_Alltoallv bit for bit. */
+static size_t a2avCount(int from, int to, int call) {
+    if (from == 0) return ((size_t)16 << (call % 12)) + (size_t)to; /* 12 buckets */
+    return 3000 + (size_t)(7 * from + to);
+}
+static void testAlltoAllvMixed(void) {
+    enum { kCalls = 12 };
+    zipcclComm_t comm;
+    MPI_Comm world = MPI_COMM_WORLD;
+    zipcclResult_t r = zipcclCommInitMpi(&comm, &world);
+    int ok = r == zipcclSuccess, same = 1, mixedCalls = 0;
+    if (!ok) snprintf(why, sizeof why, "init: %s", zipcclGetLastErrorDetail());
+    size_t maxPer = ((size_t)16 << 11) + (size_t)nranks + 3000 + 8 * (size_t)nranks;
+    uint16_t* send = malloc(maxPer * (size_t)nranks * 2);
+    uint16_t* got = malloc(maxPer * (size_t)nranks * 2);
+    uint16_t* ref = malloc(maxPer * (size_t)nranks * 2);
+    size_t sc[64], sd[64], rc[64], rd[64];
+    int isc[64], isd[64], irc[64], ird[64];
+    for (int call = 0; call < kCalls && ok; call++) {
+        size_t so = 0, ro = 0;
+        for (int j = 0; j < nranks; j++) {
+            sc[j] = a2avCount(rank, j, call), rc[j] = a2avCount(j, rank, call);
+            sd[j] = so, rd[j] = ro, so += sc[j], ro += rc[j];
+            isc[j] = (int)sc[j], isd[j] = (int)sd[j], irc[j] = (int)rc[j], ird[j] = (int)rd[j];
+        }
+        fill(send, so, zipcclBfloat16, 500 + (uint64_t)call);
+        MPI_Alltoallv(send, isc, isd, MPI_UINT16_T, ref, irc, ird, MPI_UINT16_T, MPI_COMM_WORLD);
+        memset(got, 0xA5, ro * 2);
+        zipcclCounters_t before, after;
+        zipcclCommGetCounters(comm, zipcclCollAlltoAllv, &before);
+        zipcclCallConfig_t cfg = ZIPCCL_CALL_CONFIG_DEFAULT;
+        cfg.strategy = zipcclStrategyAuto;
+        r = zipcclAlltoAllv(send, sc, sd, got, rc, rd, zipcclBfloat16, comm, &cfg, NULL);
+        if (r != zipcclSuccess) {
+            snprintf(why, sizeof why, "rank %d call %d: %s: %s", rank, call, zipcclGetErrorString(r),
+                     zipcclGetLastErrorDetail());
+            ok = 0;
+            break;
+        }
+        if (memcmp(got, ref, ro * 2)) {
+            snprintf(why, sizeof why, "rank %d: auto AlltoAllv call %d differs from MPI_Alltoallv", rank, call);
+            same = 0;
+        }
+        zipcclCommGetCounters(comm, zipcclCollAlltoAllv, &after);
+        int ran = -1, lo = 0, hi = 0;
+        for (int i = 0; i < 5; i++)
+            if (after.byStrategy[i] != before.byStrategy[i]) ran = i;
+        MPI_Allreduce(&ran, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(&ran, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        mixedCalls += lo != hi;
+    }
+    if (ok && same && !mixedCalls) snprintf(why, sizeof why, "no call had ranks sending in different forms");
+    char name[64];
+    snprintf(name, sizeof name, "auto_alltoallv_n%d_per_rank_forms_bits", nranks);
+    report(ok && same && mixedCalls > 0, name);
+    if (rank == 0) printf("# auto AlltoAllv: %d of %d calls had ranks sending in different forms\n", mixedCalls, kCalls);
+    if (r == zipcclSuccess || ok) zipcclCommDestroy(comm);
+    free(send), free(got), free(ref);
+}
+
 int main(int argc, char** argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -246,6 +311,7 @@ int main(int argc, char** argv) {
     runCase(comm, zipcclCollReduceScatter, zipcclFloat32, 8192 / (size_t)nranks);
     runCase(comm, zipcclCollReduceScatter, zipcclFloat32, 262144 / (size_t)nranks);
     zipcclCommDestroy(comm);
+    testAlltoAllvMixed();
     testExploreOff();
     MPI_Finalize();
     return tu_exit();
