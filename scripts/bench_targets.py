@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""bench_targets.py FILE.jsonl — the 1 Gbit/s target verdict from repeated runs.
+
+Reads the JSON lines scripts/bench_targets.sh wrote (zipccl-bench --json plus
+a "rep" field), takes for every (collective, strategy) the median over the
+repetitions of the bench's time (itself the median of its calls on the
+slowest rank), and prints a Markdown table: each repetition's time, the
+median, and compressed's speed-up against native and raw with the issue's
+targets.  A speed-up is also given per repetition (compressed and the
+baseline from the same run), since the link's behaviour drifts between runs.
+"""
+import json
+import statistics
+import sys
+
+TARGETS = {  # collective: (vs native, vs raw)
+    "allgather": (1.40, 1.35),
+    "alltoall": (1.40, 1.35),
+    "alltoallv": (1.40, 1.35),
+    "reducescatter": (1.30, 1.25),
+    "allreduce": (1.30, 1.25),
+}
+ORDER = ["allgather", "reducescatter", "allreduce", "alltoall", "alltoallv"]
+
+
+def main(path):
+    rows = [json.loads(line) for line in open(path) if line.startswith('{"rep"')]
+    if not rows:
+        sys.exit(f"bench_targets.py: no result rows in {path}")
+    t = {}  # (coll, strategy) -> {rep: ms}
+    wrong = 0
+    for r in rows:
+        if r.get("algo", "default") not in ("default", ""):
+            continue
+        t.setdefault((r["coll"], r["strategy"]), {})[r["rep"]] = r["time_us"] / 1e3
+        wrong += int(r.get("wrong") or 0) if isinstance(r.get("wrong"), int) else 0
+    reps = sorted({r["rep"] for r in rows})
+    print(f"| collective | strategy | {' | '.join(f'run {k} ms' for k in reps)} | median ms |")
+    print("|---|---|" + "---:|" * (len(reps) + 1))
+    for coll in ORDER:
+        for s in ("native", "raw", "compressed", "auto"):
+            v = t.get((coll, s))
+            if not v:
+                continue
+            cells = " | ".join(f"{v[k]:.0f}" if k in v else "" for k in reps)
+            print(f"| {coll} | {s} | {cells} | {statistics.median(v.values()):.0f} |")
+    print()
+    print("| collective | compressed vs native (target) | per run | compressed vs raw (target) | per run |")
+    print("|---|---|---|---|---|")
+    for coll in ORDER:
+        c = t.get((coll, "compressed"))
+        if not c:
+            continue
+        cells = [coll]
+        for base, target in zip(("native", "raw"), TARGETS[coll]):
+            b = t.get((coll, base), {})
+            if not b:
+                cells += ["n/a", ""]
+                continue
+            sp = statistics.median(b.values()) / statistics.median(c.values())
+            per = ", ".join(f"{b[k] / c[k]:.3f}x" for k in reps if k in b and k in c)
+            mark = "✓" if sp >= target else "✗"
+            cells += [f"{sp:.3f}x (≥ {target:.2f} {mark})", per]
+        print("| " + " | ".join(cells) + " |")
+    print(f"\n#wrong summed over every row: {wrong}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
