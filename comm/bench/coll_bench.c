@@ -74,7 +74,7 @@ static void* xmalloc(size_t n) {
 enum { DIST_GAUSSIAN, DIST_RANDOM };
 #define MAX_STRATS 4
 
-enum { kAutoWarmup = 14 }; /* > exploration calls of one switcher bucket */
+enum { kAutoWarmup = 18 }; /* a switcher bucket's exploration (<= 12 calls) and its first re-measured pair (calls 16, 17) */
 
 typedef struct {
     size_t minBytes, maxBytes;
@@ -103,8 +103,8 @@ static void usage(FILE* f) {
         "  -e, --maxbytes SIZE     largest size (default 64M)\n"
         "  -f, --stepfactor F      multiply the size by F each step (default 4, > 1)\n"
         "  -n, --iters N           timed iterations per size and strategy (default 5)\n"
-        "  -w, --warmup N          untimed iterations first (default 1; at least 14 for auto,\n"
-        "                          whose first calls per size explore designs)\n"
+        "  -w, --warmup N          untimed iterations first (default 1; at least 18 for auto,\n"
+        "                          whose first calls per size explore and re-measure designs)\n"
         "  -c, --check 0|1         compare every result with the reference (default 1)\n"
         "  -o, --op sum|avg        reduction (default sum)\n"
         "  -d, --dtype bf16|fp16|fp32   element type (default bf16)\n"
