@@ -342,6 +342,22 @@ static zipcclResult_t encode(Ctx* x, const void* src, size_t count, zipcclDataTy
     return zipcclSuccess;
 }
 
+/* Send `count` elements at src as one message: as they are, or (compressed)
+ * as a frame encoded into stage + *stageOff, which then advances by the
+ * frame bound (the staging must outlive the send). */
+static zipcclResult_t sendPiece(Ctx* x, const void* src, size_t count, zipcclDataType_t dt, char* stage,
+                                size_t* stageOff, int dst, int tag) {
+    size_t bytes = count * zipcclTypeSize(dt);
+    x->st->rawBytes += bytes;
+    if (x->compressed) {
+        size_t cap = zipcclCompressBound(count, dt, 0);
+        ZIPCCL_TRY(encode(x, src, count, dt, stage + *stageOff, cap, &bytes));
+        src = stage + *stageOff;
+        *stageOff += cap;
+    }
+    return postSend(x, src, bytes, dst, tag);
+}
+
 /* Did this message carry raw elements (not a codec frame)? */
 static int isRaw(const Ctx* x, const RecvRec* rc) { return x->mixed ? rc->raw : !x->compressed; }
 
@@ -483,17 +499,9 @@ static zipcclResult_t allGatherBody(Ctx* x, const void* mine, void* recvbuf, con
     int fwd = 0;
     for (size_t k = 0; k <= K; k++) {
         if (k < K) {
-            size_t pc = pieceLen(counts[r], P, k), bytes = pc * esz;
+            size_t pc = pieceLen(counts[r], P, k);
             const char* own = (const char*)mine + k * P * esz;
-            const char* src = own;
-            if (x->compressed) {
-                size_t cap = zipcclCompressBound(pc, dt, 0);
-                ZIPCCL_TRY(encode(x, src, pc, dt, sstage + soff, cap, &bytes));
-                src = sstage + soff;
-                soff += cap;
-            }
-            x->st->rawBytes += pc * esz;
-            ZIPCCL_TRY(postSend(x, src, bytes, right, makeTag(kind, k, k + 1 == K)));
+            ZIPCCL_TRY(sendPiece(x, own, pc, dt, sstage, &soff, right, makeTag(kind, k, k + 1 == K)));
             /* Our own block goes into place piece by piece once the piece is
              * on its way, not all before the first send (64 MiB of memmove
              * would delay the whole ring by ~20 ms). */
@@ -758,18 +766,9 @@ static zipcclResult_t rsDirectBody(Ctx* x, const char* sendbuf, const size_t* co
         int d = (r - j + n) % n;
         size_t Kd = j < n ? numPieces(counts[d], P) : 1;
         for (size_t k = 0; k < Kd; k++) {
-            if (j < n) {
-                size_t pc = pieceLen(counts[d], P, k), bytes = pc * esz;
-                const char* src = sendbuf + (displs[d] + k * P) * esz;
-                x->st->rawBytes += bytes;
-                if (x->compressed) {
-                    size_t cap = zipcclCompressBound(pc, dt, 0);
-                    ZIPCCL_TRY(encode(x, src, pc, dt, sstage + soff, cap, &bytes));
-                    src = sstage + soff;
-                    soff += cap;
-                }
-                ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == Kd)));
-            }
+            if (j < n)
+                ZIPCCL_TRY(sendPiece(x, sendbuf + (displs[d] + k * P) * esz, pieceLen(counts[d], P, k), dt,
+                                     sstage, &soff, d, makeTag(kind, k, k + 1 == Kd)));
             int got = 0;
             do {
                 ZIPCCL_TRY(pollRecvs(x, j == n, &got));
@@ -858,18 +857,9 @@ static zipcclResult_t rsRingBody(Ctx* x, const char* sendbuf, const size_t* coun
     /* Step 0: our own contribution to block r-1, in the dtype. */
     const size_t b0 = (size_t)((r - 1 + n) % n), K0 = numPieces(counts[b0], P);
     for (size_t k = 0; k <= K0; k++) {
-        if (k < K0) {
-            size_t pc = pieceLen(counts[b0], P, k), bytes = pc * esz;
-            const char* src = sendbuf + (displs[b0] + k * P) * esz;
-            x->st->rawBytes += bytes;
-            if (x->compressed) {
-                size_t cap = zipcclCompressBound(pc, dt, 0);
-                ZIPCCL_TRY(encode(x, src, pc, dt, sstage + sOff, cap, &bytes));
-                src = sstage + sOff;
-                sOff += cap;
-            }
-            ZIPCCL_TRY(postSend(x, src, bytes, right, makeTag(kind, k, 0)));
-        }
+        if (k < K0)
+            ZIPCCL_TRY(sendPiece(x, sendbuf + (displs[b0] + k * P) * esz, pieceLen(counts[b0], P, k), dt,
+                                 sstage, &sOff, right, makeTag(kind, k, 0)));
         int got = 0;
         do {
             ZIPCCL_TRY(pollRecvs(x, k == K0, &got));
