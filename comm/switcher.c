@@ -279,6 +279,7 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
      * both from landing on all the runs of one design. */
     for (int i = 0; i < b->n; i++)
         if (b->runs[i] < kExploreRuns && (pick < 0 || b->runs[i] < b->runs[pick])) pick = i, why = "explore";
+    const int exploring = pick >= 0;
     int first = 0, second = -1;
     for (int i = 1; i < b->n; i++)
         if (b->t[i] < b->t[first]) first = i;
@@ -294,9 +295,9 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
          * in: no collective between measuring calls, so they run back to
          * back like the calls they stand for (an agreement in between left
          * the ranks skewed and made a 4 KiB call measure 3-5x its time). */
-        int left = 0;
+        int left = 0; /* exploration runs still to do, this one included */
         for (int i = 0; i < b->n; i++) left += b->runs[i] < kExploreRuns ? kExploreRuns - b->runs[i] : 0;
-        m->probeAgree = strcmp(why, "explore") ? call % kReprobeEvery == kReprobeAt + 1 : left == 1;
+        m->probeAgree = exploring ? left == 1 : pick == first; /* the incumbent is re-measured second */
     } else {
         pick = first;
     }
