@@ -7,7 +7,8 @@
  * see the same values in the same order.  docs/COLLECTIVES.md explains the
  * designs; the short version:
  *
- *   - Data moves in pieces of ~ZIPCCL_PIECE_BYTES (4 MiB); each piece is one
+ *   - Data moves in pieces (~4 ms of the link, 512 KiB-4 MiB, or
+ *     ZIPCCL_PIECE_BYTES; coll.c piecesForLink); each piece is one
  *     MPI message (one frame when compressed).  All receives are posted up
  *     front with the largest size the piece can have (zipcclCompressBound), so
  *     no size exchange is needed; the frame header (count, dtype) and the

@@ -70,6 +70,7 @@ typedef struct {
 /* Cost-model state (switcher.c).  Every field is identical on all ranks. */
 typedef struct {
     int calibrated;
+    int linkMeasured;    /* alpha/beta come from zipcclMpiPingPong          */
     double alpha;        /* seconds per message                             */
     double beta;         /* link bytes per second                           */
     double encFast, decFast, encDense, decDense; /* codec raw bytes/second  */

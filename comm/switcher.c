@@ -129,7 +129,8 @@ zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c) {
     const char* s = getenv("ZIPCCL_CALIBRATE");
     double t0 = zipcclNow();
     if (!(s && !strcmp(s, "0")) && !c->isNccl) {
-        ZIPCCL_TRY(zipcclMpiPingPong(c, &m->alpha, &m->beta));
+        if (!m->linkMeasured) ZIPCCL_TRY(zipcclMpiPingPong(c, &m->alpha, &m->beta));
+        m->linkMeasured = 1;
         double thr[4];
         ZIPCCL_TRY(measureCodec(c, thr));
         /* The slowest rank paces a pipelined collective; all ranks agree. */

@@ -223,6 +223,9 @@ zipcclResult_t zipcclCommInitNccl(zipcclComm_t* comm, void* ncclComm);
 zipcclResult_t zipcclCommDestroy(zipcclComm_t comm);
 zipcclResult_t zipcclCommRank(zipcclComm_t comm, int* rank);
 zipcclResult_t zipcclCommSize(zipcclComm_t comm, int* size);
+/* The piece size this communicator's MPI algorithms pipeline with
+ * (ZIPCCL_PIECE_BYTES, else ~4 ms of its link; docs/COLLECTIVES.md §2). */
+zipcclResult_t zipcclCommPieceBytes(zipcclComm_t comm, size_t* bytes);
 zipcclResult_t zipcclCommSetDefaults(zipcclComm_t comm, const zipcclCallConfig_t* cfg);
 
 /* Blocking collectives.  In-place: AllGather with

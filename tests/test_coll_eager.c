@@ -7,7 +7,10 @@
  * complete (no deadlock when all ranks issue in the same order), give the
  * same bits as MPI_Allgather / a blocking raw call, and that an auto
  * communicator with real calibration (ZIPCCL_CALIBRATE unset) starts
- * quickly and agrees across ranks.
+ * quickly and agrees across ranks.  Also the piece size: measured (ranks
+ * agree), from ZIPCCL_LINK_GBPS (~4 ms of the link within 512 KiB-4 MiB,
+ * recomputed here), from ZIPCCL_PIECE_BYTES, and a compressed AllGather
+ * cut into 512 KiB pieces equal to MPI_Allgather.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -76,8 +79,56 @@ int main(int argc, char** argv) {
     ok = agree(ok);
     if (rank == 0) CHECK(ok, "eager_async_two_comms", "async calls without MPI_THREAD_MULTIPLE failed or differ");
 
+    /* Pieces: the measured size is the same on every rank and in range. */
+    size_t piece = 0;
+    ok = zipcclCommPieceBytes(a, &piece) == zipcclSuccess;
+    unsigned long long mine = piece, lo = 0, hi = 0;
+    MPI_Allreduce(&mine, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&mine, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    ok = agree(ok && lo == hi && piece >= (512u << 10) && piece <= (4u << 20) &&
+               (piece % (64u << 10) == 0));
+    if (rank == 0) CHECK(ok, "eager_pieces_measured_agree", "rank 0 %zu bytes, min %llu max %llu", piece, lo, hi);
     zipcclCommDestroy(a);
     zipcclCommDestroy(b);
+
+    /* From a stated link: 1 Gbit/s -> 500000 B -> 512 KiB floor; 2 Gbit/s ->
+     * 1000000 B, rounded down to 64 KiB; 10 Gbit/s -> the 4 MiB ceiling; a
+     * set ZIPCCL_PIECE_BYTES wins. */
+    static const struct { const char* gbps; const char* bytes; size_t want; } kPieces[] = {
+        {"1", NULL, 512u << 10}, {"2", NULL, 1000000u / 65536 * 65536}, {"10", NULL, 4u << 20},
+        {"1", "98304", 98304},
+    };
+    unsetenv("ZIPCCL_STRATEGY");
+    for (size_t i = 0; i < sizeof kPieces / sizeof kPieces[0]; i++) {
+        setenv("ZIPCCL_LINK_GBPS", kPieces[i].gbps, 1);
+        if (kPieces[i].bytes) setenv("ZIPCCL_PIECE_BYTES", kPieces[i].bytes, 1);
+        else unsetenv("ZIPCCL_PIECE_BYTES");
+        zipcclComm_t p = NULL;
+        piece = 0;
+        ok = zipcclCommInitMpi(&p, &world) == zipcclSuccess && zipcclCommPieceBytes(p, &piece) == zipcclSuccess &&
+             piece == kPieces[i].want;
+        ok = agree(ok);
+        if (rank == 0)
+            CHECK(ok, "eager_pieces_from_link", "%s Gbit/s, ZIPCCL_PIECE_BYTES=%s: %zu bytes, want %zu",
+                  kPieces[i].gbps, kPieces[i].bytes ? kPieces[i].bytes : "unset", piece, kPieces[i].want);
+        if (i == 0 && ok) { /* 512 KiB pieces: 3 of them per rank's block */
+            const size_t m = 600001;
+            uint16_t* blk = malloc(m * 2);
+            uint16_t* got = malloc(m * 2 * nranks);
+            uint16_t* want = malloc(m * 2 * nranks);
+            fillBf16(blk, m, 30 + rank);
+            MPI_Allgather(blk, (int)m * 2, MPI_BYTE, want, (int)m * 2, MPI_BYTE, MPI_COMM_WORLD);
+            zipcclCallConfig_t fast = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect};
+            ok = zipcclAllGather(blk, got, m, zipcclBfloat16, p, &fast, NULL) == zipcclSuccess &&
+                 !memcmp(got, want, m * 2 * nranks);
+            ok = agree(ok);
+            if (rank == 0) CHECK(ok, "eager_allgather_512k_pieces", "differs from MPI_Allgather");
+            free(blk), free(got), free(want);
+        }
+        if (p) zipcclCommDestroy(p);
+    }
+    unsetenv("ZIPCCL_LINK_GBPS");
+    unsetenv("ZIPCCL_PIECE_BYTES");
     free(in), free(grad), free(full), free(ref), free(rs), free(rsRef);
     MPI_Finalize();
     return tu_exit();
