@@ -8,6 +8,9 @@ slowest rank), and prints a Markdown table: each repetition's time, the
 median, and compressed's speed-up against native and raw with the issue's
 targets.  A speed-up is also given per repetition (compressed and the
 baseline from the same run), since the link's behaviour drifts between runs.
+The native baseline of a run is the faster of MPI's collective under the
+cluster's btl_tcp_flags=send ("native") and under Open MPI's defaults
+("native-put"), so the setting cannot flatter compressed.
 """
 import json
 import statistics
@@ -38,13 +41,18 @@ def main(path):
     print(f"| collective | strategy | {' | '.join(f'run {k} ms' for k in reps)} | median ms |")
     print("|---|---|" + "---:|" * (len(reps) + 1))
     for coll in ORDER:
-        for s in ("native", "raw", "compressed", "auto"):
+        for s in ("native", "native-put", "raw", "compressed", "auto"):
             v = t.get((coll, s))
             if not v:
                 continue
             cells = " | ".join(f"{v[k]:.0f}" if k in v else "" for k in reps)
             print(f"| {coll} | {s} | {cells} | {statistics.median(v.values()):.0f} |")
     print()
+    for coll in ORDER:  # the native baseline: per run, the faster MPI setting
+        a, b = t.get((coll, "native"), {}), t.get((coll, "native-put"), {})
+        best = {k: min(v for v in (a.get(k), b.get(k)) if v is not None) for k in set(a) | set(b)}
+        if best:
+            t[(coll, "best-native")] = best
     print("| collective | compressed vs native (target) | per run | compressed vs raw (target) | per run |")
     print("|---|---|---|---|---|")
     for coll in ORDER:
@@ -52,7 +60,7 @@ def main(path):
         if not c:
             continue
         cells = [coll]
-        for base, target in zip(("native", "raw"), TARGETS[coll]):
+        for base, target in zip(("best-native", "raw"), TARGETS[coll]):
             b = t.get((coll, base), {})
             if not b:
                 cells += ["n/a", ""]
@@ -62,6 +70,7 @@ def main(path):
             mark = "✓" if sp >= target else "✗"
             cells += [f"{sp:.3f}x (≥ {target:.2f} {mark})", per]
         print("| " + " | ".join(cells) + " |")
+    print("\nnative baseline: per run, the faster of native and native-put")
     print(f"\n#wrong summed over every row: {wrong}")
 
 

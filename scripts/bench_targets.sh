@@ -9,7 +9,8 @@
 # per rank (256M in nccl-tests' convention), ReduceScatter, AllReduce,
 # AlltoAll and AlltoAllv with 64 MiB per rank, each as its own zipccl-bench
 # run with all four strategies (each figure there: the median of ITERS calls
-# of the slowest rank).  The JSON lines go to OUT; scripts/bench_targets.py
+# of the slowest rank), then native again under Open MPI's default TCP flags
+# ("native-put"; cluster.sh's runs use btl_tcp_flags=send).  The JSON lines go to OUT; scripts/bench_targets.py
 # then prints, per collective and strategy, the median over the repetitions
 # and the verdict against the targets.  The cluster is torn down on exit.
 set -u
@@ -42,6 +43,12 @@ for ((rep = 1; rep <= REPS; rep++)); do
     scripts/cluster.sh run "$BENCH" -b "$size" -e "$size" -n "$ITERS" -w 1 -c 1 -d bf16 \
       --dist gaussian --sigma 0.02 --coll "$coll" --json 2>&1 |
       grep '^{' | sed "s/^{/{\"rep\":$rep,/" >>"$OUT"
+    [ "${PIPESTATUS[0]}" = 0 ] || { echo "bench_targets.sh: zipccl-bench failed" >&2; exit 1; }
+    # MPI's own collective once more under Open MPI's default btl_tcp_flags
+    # (cluster.sh runs with "send"), so the baseline is the faster of both.
+    ZCL_BTL_TCP_FLAGS=default scripts/cluster.sh run "$BENCH" -b "$size" -e "$size" -n "$ITERS" \
+      -w 1 -c 1 -d bf16 --dist gaussian --sigma 0.02 --coll "$coll" --strategy native --json 2>&1 |
+      grep '^{' | sed -e "s/^{/{\"rep\":$rep,/" -e 's/"strategy":"native"/"strategy":"native-put"/' >>"$OUT"
     [ "${PIPESTATUS[0]}" = 0 ] || { echo "bench_targets.sh: zipccl-bench failed" >&2; exit 1; }
   done
 done

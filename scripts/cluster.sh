@@ -21,7 +21,14 @@
 # `run` starts Open MPI inside the first host, with one rank per host.  The
 # hosts share this machine's few cores, so a rank waiting for data must give
 # its core away (mpi_yield_when_idle): busy-polling ranks made 4 KiB
-# collectives ~10x slower here, a cost no real cluster has.  Open MPI
+# collectives ~10x slower here, a cost no real cluster has.  The TCP
+# transport runs with btl_tcp_flags=send (ZCL_BTL_TCP_FLAGS; "default" keeps
+# Open MPI's, which add "put"): with put, a large message whose receive is
+# already posted goes as one emulated RDMA write of the whole message, and
+# pipelined point-to-point lost ~25% of the link.  4 ranks each sending 16
+# MiB to every other rank in pairs, receives posted first, moved 90 MB/s per
+# 119 MB/s link with put and 117 MB/s without (docs/COLLECTIVES.md, "Open
+# MPI over TCP"); MPI's own collectives were not slower without it.  Open MPI
 # launches its daemons on the other hosts through a "remote shell" agent
 # script that enters the host's namespace instead of using ssh; TCP (btl tcp)
 # carries MPI traffic and the out-of-band channel, restricted to the cluster
@@ -29,7 +36,8 @@
 #
 # Environment: ZCL_PREFIX (default zcl) and ZCL_SUBNET (default 10.77.0; a /24
 # as three octets) let a test run its own cluster next to a benchmark's.
-# ZCL_MPIRUN_ARGS adds mpirun options to `run`.
+# ZCL_MPIRUN_ARGS adds mpirun options to `run`; ZCL_BTL_TCP_FLAGS sets Open
+# MPI's btl_tcp_flags (default "send"; "default" leaves Open MPI's own).
 #
 # Leaves out: propagation delay (the netem qdisc is not available on these
 # machines), several ranks per host, and non-root use (namespaces need root).
@@ -179,7 +187,8 @@ cmd_run() {
   local h0; h0=$(host_ns 0)
   mkdir -p "$STATE/tmp/$h0"
   # Remote daemons inherit the agent's (so mpirun's) environment; -x makes it explicit.
-  local v fwd=()
+  local v fwd=() flags=(--mca btl_tcp_flags "${ZCL_BTL_TCP_FLAGS:-send}")
+  [ "${ZCL_BTL_TCP_FLAGS:-}" = default ] && flags=()
   for v in $(compgen -e | grep '^ZIPCCL_'); do fwd+=(-x "$v"); done
   # shellcheck disable=SC2086
   ip netns exec "$h0" env ZCL_HOST="$h0" TMPDIR="$STATE/tmp/$h0" \
@@ -187,7 +196,7 @@ cmd_run() {
     OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" \
     mpirun --host "$hostlist" -n "$n" --bind-to none \
       --mca plm_rsh_agent "$STATE/agent.sh" --mca plm_rsh_no_tree_spawn 1 \
-      --mca pml ob1 --mca btl tcp,self --mca mpi_yield_when_idle 1 \
+      --mca pml ob1 --mca btl tcp,self --mca mpi_yield_when_idle 1 "${flags[@]}" \
       --mca btl_tcp_if_include "${SUBNET}.0/24" --mca oob_tcp_if_include "${SUBNET}.0/24" \
       "${fwd[@]}" ${ZCL_MPIRUN_ARGS:-} "$@"
 }

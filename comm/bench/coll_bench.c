@@ -923,6 +923,9 @@ static void printHeader(const Ctx* c, const Options* o) {
     for (int r = 0; r < c->nranks; r++) printf(" %d:%s", r, all + (size_t)r * sizeof me);
     printf("\n# machine %s %s %s, %s, %ld cpus, load %.2f %.2f %.2f\n", u.nodename, u.sysname,
            u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
+    const char* btlFlags = getenv("OMPI_MCA_btl_tcp_flags"), *piece = getenv("ZIPCCL_PIECE_BYTES");
+    printf("# open mpi btl_tcp_flags %s  pieces %s\n", btlFlags ? btlFlags : "(default)",
+           piece ? piece : "(sized to the link)");
     printf("# dtype %s  op %s  data %s", zipcclTypeName(o->dtype), o->op == zipcclAvg ? "avg" : "sum",
            o->input ? o->input : o->dist == DIST_RANDOM ? "random bits" : "gaussian");
     if (!o->input && o->dist == DIST_GAUSSIAN) printf(" sigma %g", o->sigma);
