@@ -58,11 +58,13 @@ typedef struct {
  * bytes)) bucket, the candidate designs and their rank-agreed wall times. */
 #define ZIPCCL_TUNE_BUCKETS 48
 #define ZIPCCL_TUNE_CANDS 4
+#define ZIPCCL_TUNE_RUNS 3 /* exploration runs per candidate */
 typedef struct {
     int n;                             /* candidates; 0 = bucket not seen yet */
     int design[ZIPCCL_TUNE_CANDS];     /* index into switcher.c's design table */
     int runs[ZIPCCL_TUNE_CANDS];       /* measurements taken                  */
-    double mine[ZIPCCL_TUNE_CANDS];    /* this rank's seconds (min, then EWMA) */
+    double mine[ZIPCCL_TUNE_CANDS];    /* this rank's seconds (median, then EWMA) */
+    double seen[ZIPCCL_TUNE_CANDS][ZIPCCL_TUNE_RUNS]; /* exploration runs     */
     double t[ZIPCCL_TUNE_CANDS];       /* agreed: the max over ranks of mine  */
     uint64_t calls;                    /* auto calls in this bucket           */
 } zipcclTuneBucket;
