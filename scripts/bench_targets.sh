@@ -36,20 +36,24 @@ ZCL_BURST=256kb scripts/cluster.sh up 4 1gbit || exit 1
 printf '{"header":"bench_targets.sh reps %d iters %d","date":"%s","load_before":"%s","link_probe":"%s"}\n' \
   "$REPS" "$ITERS" "$(date -u +%FT%TZ)" "$(cut -d' ' -f1-3 /proc/loadavg)" \
   "$(scripts/cluster.sh bw 64 2>&1 | tail -1)" >"$OUT"
+# One zipccl-bench run of the point, its JSON lines tagged with the rep and
+# then rewritten by the sed expression $1 (strategy renames); the rest of the
+# arguments go to the bench.
+measure() {
+  local rename=$1; shift
+  scripts/cluster.sh run "$BENCH" -b "$size" -e "$size" -n "$ITERS" -w 1 -c 1 -d bf16 \
+    --dist gaussian --sigma 0.02 --coll "$coll" --json "$@" 2>&1 |
+    grep '^{' | sed -e "s/^{/{\"rep\":$rep,/" -e "$rename" >>"$OUT"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "bench_targets.sh: zipccl-bench failed" >&2; exit 1; }
+}
 for ((rep = 1; rep <= REPS; rep++)); do
   for point in allgather:256M reducescatter:64M allreduce:64M alltoall:64M alltoallv:64M; do
     coll=${point%%:*} size=${point#*:}
     echo "== rep $rep/$REPS: $coll $size"
-    scripts/cluster.sh run "$BENCH" -b "$size" -e "$size" -n "$ITERS" -w 1 -c 1 -d bf16 \
-      --dist gaussian --sigma 0.02 --coll "$coll" --json 2>&1 |
-      grep '^{' | sed "s/^{/{\"rep\":$rep,/" >>"$OUT"
-    [ "${PIPESTATUS[0]}" = 0 ] || { echo "bench_targets.sh: zipccl-bench failed" >&2; exit 1; }
+    measure ''
     # MPI's own collective once more under Open MPI's default btl_tcp_flags
     # (cluster.sh runs with "send"), so the baseline is the faster of both.
-    ZCL_BTL_TCP_FLAGS=default scripts/cluster.sh run "$BENCH" -b "$size" -e "$size" -n "$ITERS" \
-      -w 1 -c 1 -d bf16 --dist gaussian --sigma 0.02 --coll "$coll" --strategy native --json 2>&1 |
-      grep '^{' | sed -e "s/^{/{\"rep\":$rep,/" -e 's/"strategy":"native"/"strategy":"native-put"/' >>"$OUT"
-    [ "${PIPESTATUS[0]}" = 0 ] || { echo "bench_targets.sh: zipccl-bench failed" >&2; exit 1; }
+    ZCL_BTL_TCP_FLAGS=default measure 's/"strategy":"native"/"strategy":"native-put"/' --strategy native
   done
 done
 python3 scripts/bench_targets.py "$OUT"
