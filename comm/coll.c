@@ -226,36 +226,27 @@ static void commFree(struct zipcclComm* c) {
 }
 
 /* Piece size when ZIPCCL_PIECE_BYTES is unset: about kPieceSeconds of wire
- * time on the link zipcclMpiPingPong measures, within [512 KiB, 4 MiB].  A
- * piece is the unit a ring forwards and a receiver decodes, so a pipeline
- * fills and drains in a few piece times; each piece is also one MPI
- * message with its handshake.  On the emulated 4-host cluster (bf16, 64
- * MiB per rank) 512 KiB pieces beat 4 MiB ones at 1 Gbit/s (ReduceScatter
- * compressed 332 vs 440 ms, AllGather 1.19 vs 1.23 s) and lost at 10
- * Gbit/s (AllGather 146 vs 129 ms, AlltoAll raw 172 vs 150 ms): 4 ms of
- * wire is ~512 KiB at 1 Gbit/s and ~4 MiB at 10 Gbit/s.  The measurement
- * is rank-agreed, so every rank cuts the same pieces.  ZIPCCL_LINK_GBPS
- * replaces the measurement; without either (ZIPCCL_CALIBRATE=0, one
- * rank) pieces are 4 MiB. */
+ * time on the communicator's link (zipcclModelLink), within [512 KiB, 4
+ * MiB].  A piece is the unit a ring forwards and a receiver decodes, so a
+ * pipeline fills and drains in a few piece times; each piece is also one MPI
+ * message with its handshake.  On the emulated 4-host cluster (bf16, 64 MiB
+ * per rank) 512 KiB pieces beat 4 MiB ones at 1 Gbit/s (ReduceScatter
+ * compressed 332 vs 440 ms, AllGather 1.19 vs 1.23 s) and lost at 10 Gbit/s
+ * (AllGather 146 vs 129 ms, AlltoAll raw 172 vs 150 ms): 4 ms of wire is
+ * ~512 KiB at 1 Gbit/s and ~4 MiB at 10 Gbit/s.  The link is rank-agreed,
+ * so every rank cuts the same pieces; unmeasured (ZIPCCL_CALIBRATE=0, one
+ * rank) it is the model's default 5 GB/s, so pieces are 4 MiB. */
 static zipcclResult_t piecesForLink(struct zipcclComm* c) {
     static const double kPieceSeconds = 0.004;
     static const size_t kMin = (size_t)512 << 10, kMax = (size_t)4 << 20, kStep = (size_t)64 << 10;
     if (c->pieceBytes) return zipcclSuccess; /* ZIPCCL_PIECE_BYTES */
-    const char* cal = getenv("ZIPCCL_CALIBRATE"), *gbps = getenv("ZIPCCL_LINK_GBPS");
-    double t0 = zipcclNow(), beta = gbps && atof(gbps) > 0 ? atof(gbps) * 1e9 / 8 : 0;
-    c->pieceBytes = kMax;
-    if (beta <= 0 && c->nranks >= 2 && !(cal && !strcmp(cal, "0"))) {
-        ZIPCCL_TRY(zipcclMpiPingPong(c, &c->model.alpha, &c->model.beta));
-        c->model.linkMeasured = 1;
-        beta = c->model.beta;
-    }
-    if (beta <= 0) return zipcclSuccess;
-    double want = beta * kPieceSeconds;
-    size_t p = want >= (double)kMax ? kMax : want <= (double)kMin ? kMin : (size_t)want / kStep * kStep;
-    c->pieceBytes = p;
+    double t0 = zipcclNow();
+    ZIPCCL_TRY(zipcclModelLink(c));
+    double want = c->model.beta * kPieceSeconds;
+    c->pieceBytes = want >= (double)kMax ? kMax : want <= (double)kMin ? kMin : (size_t)want / kStep * kStep;
     if (c->model.log && c->rank == 0)
-        fprintf(stderr, "zipccl: link %.0f MB/s (%s, %.0f ms): pieces of %zu KiB\n", beta / 1e6,
-                c->model.linkMeasured ? "ping-pong" : "ZIPCCL_LINK_GBPS", 1e3 * (zipcclNow() - t0), p >> 10);
+        fprintf(stderr, "zipccl: link %.0f MB/s (%.0f ms): pieces of %zu KiB\n", c->model.beta / 1e6,
+                1e3 * (zipcclNow() - t0), c->pieceBytes >> 10);
     return zipcclSuccess;
 }
 

@@ -72,7 +72,7 @@ typedef struct {
 /* Cost-model state (switcher.c).  Every field is identical on all ranks. */
 typedef struct {
     int calibrated;
-    int linkMeasured;    /* alpha/beta come from zipcclMpiPingPong          */
+    int linkKnown;       /* alpha/beta settled (zipcclModelLink)            */
     double alpha;        /* seconds per message                             */
     double beta;         /* link bytes per second                           */
     double encFast, decFast, encDense, decDense; /* codec raw bytes/second  */
@@ -155,6 +155,10 @@ zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStr
 
 /* switcher.c */
 void zipcclModelDefaults(zipcclModel* m);
+/* alpha and beta, once per communicator (collective): the ping-pong unless
+ * ZIPCCL_CALIBRATE=0 (or NCCL), then ZIPCCL_LINK_GBPS/_ALPHA_US override;
+ * with neither, the defaults (5 us, 5 GB/s). */
+zipcclResult_t zipcclModelLink(struct zipcclComm* c);
 zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c);
 /* Resolve strategy/codec/algo for `op` (cfg->strategy may be auto).  *mixed
  * = 1: an AlltoAllv whose sends' form (raw or frames) this rank chose alone;

@@ -124,20 +124,31 @@ static zipcclResult_t measureCodec(struct zipcclComm* c, double out[4]) {
     return zipcclSuccess;
 }
 
+static int measuring(const struct zipcclComm* c) {
+    const char* s = getenv("ZIPCCL_CALIBRATE");
+    return !(s && !strcmp(s, "0")) && !c->isNccl;
+}
+
+zipcclResult_t zipcclModelLink(struct zipcclComm* c) {
+    zipcclModel* m = &c->model;
+    if (m->linkKnown) return zipcclSuccess;
+    if (measuring(c)) ZIPCCL_TRY(zipcclMpiPingPong(c, &m->alpha, &m->beta));
+    applyEnv(m);
+    m->linkKnown = 1;
+    return zipcclSuccess;
+}
+
 zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c) {
     zipcclModel* m = &c->model;
-    const char* s = getenv("ZIPCCL_CALIBRATE");
     double t0 = zipcclNow();
-    if (!(s && !strcmp(s, "0")) && !c->isNccl) {
-        if (!m->linkMeasured) ZIPCCL_TRY(zipcclMpiPingPong(c, &m->alpha, &m->beta));
-        m->linkMeasured = 1;
+    ZIPCCL_TRY(zipcclModelLink(c));
+    if (measuring(c)) {
         double thr[4];
         ZIPCCL_TRY(measureCodec(c, thr));
         /* The slowest rank paces a pipelined collective; all ranks agree. */
         ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, MPI_IN_PLACE, thr, 4, MPI_DOUBLE, MPI_MIN, "calibration"));
         m->encFast = thr[0], m->decFast = thr[1], m->encDense = thr[2], m->decDense = thr[3];
     }
-    applyEnv(m);
     m->calibrated = 1;
     if (m->log && c->rank == 0)
         fprintf(stderr,
