@@ -4,14 +4,16 @@
 #
 #   scripts/bench_sweep.sh [--rates "1gbit 10gbit none"] [--hosts 4]
 #                          [--max 256M] [--max-1gbit 64M] [--iters 5] [--iters-small 20]
-#                          [--colls allgather,...] [--no-direct] [--no-doc]
+#                          [--colls allgather,...] [--no-ring] [--no-doc]
 #                          [--burst 256kb]
 #
 # For each rate: scripts/cluster.sh up HOSTS RATE, zipccl-bench over every
 # collective with bf16 Gaussian data (sigma 0.02), sizes 4 KiB .. MAX (factor
-# 4; 20 timed iterations up to 1 MiB, 5 above), all four strategies, --json;
-# then ReduceScatter and AllReduce once more
-# with --algo direct (raw and compressed) unless --no-direct; then down.
+# 4; 20 timed iterations up to 1 MiB, 5 above), all four strategies, --json,
+# the strategies' timed calls interleaved (zipccl-bench's default order);
+# ReduceScatter and AllReduce in a run of their own that also times the ring
+# design (raw:ring, compressed:ring) beside the default direct one, unless
+# --no-ring; then down.
 # The JSON lines go to docs/bench/coll_<rate>.jsonl (the first line holds the
 # run's header: machine, date, load); scripts/plot_coll.py renders
 # docs/bench/coll_<rate>.png, prints the verdict against the targets and
@@ -30,7 +32,7 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 RATES="1gbit 10gbit none"
-HOSTS=4 MAX=256M MAX1G=64M ITERS=5 ITERS_SMALL=20 COLLS="" DIRECT=1 DOC=1 BURST=256kb
+HOSTS=4 MAX=256M MAX1G=64M ITERS=5 ITERS_SMALL=20 COLLS="" RING=1 DOC=1 BURST=256kb
 while [ $# -gt 0 ]; do
   case "$1" in
     --rates) RATES=$2; shift 2 ;;
@@ -40,10 +42,10 @@ while [ $# -gt 0 ]; do
     --iters) ITERS=$2; shift 2 ;;
     --iters-small) ITERS_SMALL=$2; shift 2 ;;
     --colls) COLLS=$2; shift 2 ;;
-    --no-direct) DIRECT=0; shift ;;
+    --no-ring) RING=0; shift ;;
     --no-doc) DOC=0; shift ;;
     --burst) BURST=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench_sweep.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -70,9 +72,13 @@ for rate in $RATES; do
   echo "   $bw"
   log=$(mktemp)
   common=(-f 4 -w 1 -c 1 -d bf16 --dist gaussian --sigma 0.02 --json)
-  [ -n "$COLLS" ] && common+=(--coll "$COLLS")
-  dcolls=reducescatter,allreduce
-  [ -n "$COLLS" ] && dcolls=$(echo "$COLLS" | tr ',' '\n' | grep -E '^(reducescatter|allreduce)$' | paste -sd, -)
+  # Two runs per size range: the data-movement collectives with the four
+  # strategies, the reductions with the ring design's two entries as well.
+  want=${COLLS:-allgather,reducescatter,allreduce,alltoall,alltoallv}
+  mcolls=$(echo "$want" | tr ',' '\n' | grep -Ev '^(reducescatter|allreduce)$' | paste -sd, -)
+  rcolls=$(echo "$want" | tr ',' '\n' | grep -E '^(reducescatter|allreduce)$' | paste -sd, -)
+  rstrats=native,raw,compressed,auto
+  [ "$RING" = 1 ] && rstrats+=,raw:ring,compressed:ring
   t0=$SECONDS rc=0
   # Small sizes are noisy (scheduling on a shared machine): more iterations.
   ranges=("4K 1M $ITERS_SMALL")
@@ -80,12 +86,14 @@ for rate in $RATES; do
   for rg in "${ranges[@]}"; do
     set -- $rg
     [ "$rc" = 0 ] || break
-    scripts/cluster.sh run "$BENCH" -b "$1" -e "$2" -n "$3" "${common[@]}" >>"$log" 2>&1
-    rc=$?
-    if [ "$DIRECT" = 1 ] && [ "$rc" = 0 ] && [ -n "$dcolls" ]; then
-      scripts/cluster.sh run "$BENCH" -b "$1" -e "$2" -n "$3" "${common[@]}" --coll "$dcolls" \
-        --strategy raw,compressed --algo direct 2>&1 | grep '^{' >>"$log"
-      rc=${PIPESTATUS[0]}
+    if [ -n "$mcolls" ]; then
+      scripts/cluster.sh run "$BENCH" -b "$1" -e "$2" -n "$3" "${common[@]}" --coll "$mcolls" >>"$log" 2>&1
+      rc=$?
+    fi
+    if [ "$rc" = 0 ] && [ -n "$rcolls" ]; then
+      scripts/cluster.sh run "$BENCH" -b "$1" -e "$2" -n "$3" "${common[@]}" --coll "$rcolls" \
+        --strategy "$rstrats" >>"$log" 2>&1
+      rc=$?
     fi
   done
   # The targets are per rank (64 MiB bf16 per rank); in the nccl-tests
@@ -93,13 +101,11 @@ for rate in $RATES; do
   # sweep: measure that one point as well.
   agb=$((HOSTS * (64 << 20)))
   if [ "$rc" = 0 ] && [ "$(to_bytes "$max")" -lt "$agb" ] && { [ -z "$COLLS" ] || [[ ",$COLLS," == *,allgather,* ]]; }; then
-    c2=("${common[@]}")
-    [ -n "$COLLS" ] && c2=(-f 4 -w 1 -c 1 -d bf16 --dist gaussian --sigma 0.02 --json)
-    scripts/cluster.sh run "$BENCH" -b "$agb" -e "$agb" -n "$ITERS" "${c2[@]}" --coll allgather \
+    scripts/cluster.sh run "$BENCH" -b "$agb" -e "$agb" -n "$ITERS" "${common[@]}" --coll allgather \
       2>&1 | grep '^{' >>"$log"
     rc=${PIPESTATUS[0]}
   fi
-  header=$(grep '^#' "$log" | head -5 | json_str)
+  header=$(grep '^# ' "$log" | head -6 | json_str)
   {
     printf '{"header":%s,"rate":"%s","hosts":%d,"burst":"%s","link_probe":%s,"load_before":"%s","load_after":"%s","seconds":%d}\n' \
       "$header" "$rate" "$HOSTS" "$BURST" "$(printf '%s' "$bw" | json_str)" "$load0" \

@@ -112,6 +112,16 @@ for n in 2 3; do
   grep -q "^# hosts 0:" "$tmp/np$n.out"
   check "bench_np${n}_header" $? "no '# hosts' header line"
 done
+# The default order interleaves the strategies' timed calls; the counters and
+# the check must still be per strategy (validate: raw ratio 1, compressed > 1.2).
+[ "$(grep -c '"order":"interleaved"' "$tmp/np2.out")" = 100 ]
+check bench_default_order_interleaved $? "rows do not all say order interleaved"
+mpi 2 "$BIN" -b 16K -e 64K -f 4 -n 3 -w 1 --coll allgather,reducescatter --order sequential --json \
+  >"$tmp/seq.out" 2>"$tmp/seq.err"
+rc=$?
+msg=$(python3 "$tmp/validate.py" "$tmp/seq.out" 2 bf16 16 compress); v=$?
+[ "$(grep -c '"order":"sequential"' "$tmp/seq.out")" = 16 ]
+check bench_order_sequential $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/seq.err" | tr '\n' ' ')"
 
 # 2. Other dtypes, ops, codec and algorithm choices (3 ranks: uneven splits).
 mpi 3 "$BIN" -b 4K -e 64K -f 4 -n 2 -w 0 -d fp32 -o avg --coll reducescatter,allreduce \
@@ -127,20 +137,24 @@ rc=$?
 msg=$(python3 "$tmp/validate.py" "$tmp/fp16.out" 2 fp16 8); v=$?
 check bench_fp16 $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/fp16.err" | tr '\n' ' ')"
 
-# 3. #wrong must see a corrupted element: one flipped bit on rank 0 per compressed row.
-mpi 2 "$BIN" -b 4K -e 16K -f 4 -n 1 -w 0 --coll allgather,allreduce --strategy raw,compressed \
-  --json --inject-error >"$tmp/inj.out" 2>/dev/null
-rc=$?
-python3 - "$tmp/inj.out" <<'EOF'
+# 3. #wrong must see a corrupted element: one flipped bit on rank 0 per compressed row,
+#    with one timed call per strategy and with three interleaved ones (the check
+#    must read each strategy's own last result, not the next strategy's).
+for iters in 1 3; do
+  mpi 2 "$BIN" -b 4K -e 16K -f 4 -n $iters -w 0 --coll allgather,allreduce --strategy raw,compressed,auto \
+    --json --inject-error >"$tmp/inj.out" 2>/dev/null
+  rc=$?
+  python3 - "$tmp/inj.out" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 bad = [r for r in rows if r["wrong"] != (1 if r["strategy"] == "compressed" else 0)]
-sys.exit(1 if bad or len(rows) != 8 else 0)
+sys.exit(1 if bad or len(rows) != 12 else 0)
 EOF
-v=$?
-check bench_wrong_counts_injected_error $v "rows: $(grep -c '^{' "$tmp/inj.out"), wrong column did not show exactly the flipped element"
-[ "$rc" = 1 ]
-check bench_wrong_gives_exit1 $? "exit code $rc, expected 1 when #wrong > 0"
+  v=$?
+  check bench_wrong_counts_injected_error_n$iters $v "rows: $(grep -c '^{' "$tmp/inj.out"), wrong column did not show exactly the flipped element"
+  [ "$rc" = 1 ]
+  check bench_wrong_gives_exit1_n$iters $? "exit code $rc, expected 1 when #wrong > 0"
+done
 
 # 4. Data from a file: a raw bf16 dump and the same values as .safetensors.
 python3 - "$tmp" <<'EOF'
@@ -183,6 +197,7 @@ bad_case bad_strategy "unknown strategy" --strategy fastest
 bad_case bad_dtype "bad dtype" -d int8
 bad_case bad_iters "iteration" -n 0
 bad_case bad_factor "step factor" -f 1
+bad_case bad_order "bad order" --order random
 bad_case missing_value "needs a value" -e
 bad_case missing_input "cannot open" --input "$tmp/nonexistent.bin"
 bad_case input_dtype_mismatch "dtype" --input "$tmp/bad.safetensors"

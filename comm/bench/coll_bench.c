@@ -72,7 +72,7 @@ static void* xmalloc(size_t n) {
 /* ------------------------------------------------------------------------ */
 
 enum { DIST_GAUSSIAN, DIST_RANDOM };
-#define MAX_STRATS 4
+#define MAX_STRATS 8
 
 enum { kAutoWarmup = 18 }; /* a switcher bucket's exploration (<= 12 calls) and its first re-measured pair (calls 16, 17) */
 
@@ -80,11 +80,13 @@ typedef struct {
     size_t minBytes, maxBytes;
     double factor;
     int iters, warmup, check, json;
+    int sequential; /* --order sequential: each strategy's timed calls back to back */
     int injectError; /* tests: corrupt one element of compressed results */
     zipcclRedOp_t op;
     zipcclDataType_t dtype;
     int doColl[zipcclNumCollKinds];
-    zipcclStrategy_t strats[MAX_STRATS];
+    zipcclStrategy_t strats[MAX_STRATS]; /* the entries of --strategy, in order      */
+    zipcclAlgo_t algos[MAX_STRATS];      /* per entry: STRATEGY:ALGO, else --algo    */
     int nstrats;
     zipcclCodec_t codec;
     zipcclAlgo_t algo;
@@ -109,7 +111,9 @@ static void usage(FILE* f) {
         "  -o, --op sum|avg        reduction (default sum)\n"
         "  -d, --dtype bf16|fp16|fp32   element type (default bf16)\n"
         "  --coll LIST             allgather,reducescatter,allreduce,alltoall,alltoallv (default all)\n"
-        "  --strategy LIST         native,raw,compressed,auto (default all four)\n"
+        "  --strategy LIST         native,raw,compressed,auto (default all four); raw and\n"
+        "                          compressed also as raw:ring, compressed:direct, ... to time\n"
+        "                          one design beside another (up to 8 entries)\n"
         "  --codec fast|dense      codec of the compressed wire (default: library default)\n"
         "  --algo ring|direct      algorithm of raw/compressed (default: library default)\n"
         "  --input FILE            take the data from FILE: a raw little-endian dump of the\n"
@@ -118,6 +122,9 @@ static void usage(FILE* f) {
         "  --dist gaussian|random  synthetic data: N(0, sigma^2) (default) or random bits\n"
         "                          (exponent never all-ones, so no Inf/NaN)\n"
         "  --sigma S               Gaussian scale (default 0.02)\n"
+        "  --order interleaved|sequential   timed calls round by round, each strategy once per\n"
+        "                          round in a rotating order (default), or each strategy's\n"
+        "                          calls back to back as nccl-tests does\n"
         "  --json                  one JSON object per result line instead of the table\n"
         "  --inject-error          (tests) flip one bit of rank 0's compressed result before\n"
         "                          the check, to prove #wrong counts\n"
@@ -207,14 +214,30 @@ static void addColl(const char* name, Options* o) {
            name);
 }
 
-static void addStrat(const char* name, Options* o) {
+/* One --strategy entry: STRATEGY or STRATEGY:ALGO (raw and compressed only),
+ * so that one run can time, say, raw with the direct and the ring design
+ * side by side. */
+static void addStrat(const char* entry, Options* o) {
+    char name[32];
+    snprintf(name, sizeof name, "%s", entry);
+    char* colon = strchr(name, ':');
+    zipcclAlgo_t a = zipcclAlgoDefault;
+    if (colon) {
+        *colon = '\0';
+        if (!strcmp(colon + 1, "ring")) a = zipcclAlgoRing;
+        else if (!strcmp(colon + 1, "direct")) a = zipcclAlgoDirect;
+        else badArg("unknown algorithm in strategy '%s' (ring, direct)", entry);
+    }
     zipcclStrategy_t s;
     if (zipcclStrategyParse(name, &s) != zipcclSuccess || s == zipcclStrategyDefault)
-        badArg("unknown strategy '%s' (native, raw, compressed, auto)", name);
+        badArg("unknown strategy '%s' (native, raw, compressed, auto)", entry);
+    if (colon && s != zipcclStrategyRaw && s != zipcclStrategyCompressed)
+        badArg("strategy '%s': only raw and compressed take an algorithm", entry);
     for (int i = 0; i < o->nstrats; i++)
-        if (o->strats[i] == s) return;
-    if (o->nstrats == MAX_STRATS) badArg("too many strategies in '%s'", name);
-    o->strats[o->nstrats++] = s;
+        if (o->strats[i] == s && o->algos[i] == a) return;
+    if (o->nstrats == MAX_STRATS) badArg("too many strategies in '%s'", entry);
+    o->strats[o->nstrats] = s;
+    o->algos[o->nstrats++] = a;
 }
 
 static void parseArgs(int argc, char** argv, Options* o) {
@@ -253,6 +276,11 @@ static void parseArgs(int argc, char** argv, Options* o) {
             exit(0);
         } else if (IS("--json", "--json")) {
             o->json = 1;
+        } else if (IS("--order", "--order")) {
+            const char* v = VALUE();
+            if (!strcmp(v, "interleaved")) o->sequential = 0;
+            else if (!strcmp(v, "sequential")) o->sequential = 1;
+            else badArg("bad order '%s' (interleaved, sequential)", v);
         } else if (IS("--inject-error", "--inject-error")) {
             o->injectError = 1;
         } else if (IS("-b", "--minbytes")) {
@@ -328,10 +356,10 @@ static void parseArgs(int argc, char** argv, Options* o) {
     if (!anyColl)
         for (int k = 0; k < zipcclNumCollKinds; k++) o->doColl[k] = 1;
     if (o->nstrats == 0) {
-        const zipcclStrategy_t all[MAX_STRATS] = {zipcclStrategyNative, zipcclStrategyRaw,
+        const zipcclStrategy_t all[4] = {zipcclStrategyNative, zipcclStrategyRaw,
                                                   zipcclStrategyCompressed, zipcclStrategyAuto};
         memcpy(o->strats, all, sizeof all);
-        o->nstrats = MAX_STRATS;
+        o->nstrats = 4;
     }
 }
 
@@ -608,9 +636,14 @@ static void freeShape(Shape* s) {
     free(s->iscounts);
 }
 
+/* The algorithm of --strategy entry si: its own, else --algo's. */
+static zipcclAlgo_t entryAlgo(const Options* o, int si) {
+    return o->algos[si] != zipcclAlgoDefault ? o->algos[si] : o->algo;
+}
+
 static zipcclResult_t runColl(const Shape* s, const Options* o, const void* send, void* recv,
-                              zipcclComm_t comm, zipcclStrategy_t strat) {
-    zipcclCallConfig_t cfg = {strat, o->codec, o->algo};
+                              zipcclComm_t comm, zipcclStrategy_t strat, zipcclAlgo_t algo) {
+    zipcclCallConfig_t cfg = {strat, o->codec, algo};
     switch (s->kind) {
     case zipcclCollAllGather:
         return zipcclAllGather(send, recv, s->count, o->dtype, comm, &cfg, NULL);
@@ -747,6 +780,103 @@ typedef struct {
  * so they are not bit-comparable; their rows report #wrong as n/a and the
  * number of elements that differ from raw as "differ".  When auto picks native
  * for a reduction, its result is compared with native's. */
+/* Counters of one call: after - before, per field. */
+static void addDelta(zipcclCounters_t* sum, const zipcclCounters_t* a, const zipcclCounters_t* b) {
+    sum->calls += b->calls - a->calls;
+    sum->rawBytes += b->rawBytes - a->rawBytes;
+    sum->wireBytes += b->wireBytes - a->wireBytes;
+    sum->codecSeconds += b->codecSeconds - a->codecSeconds;
+    for (int k = 0; k < 5; k++) sum->byStrategy[k] += b->byStrategy[k] - a->byStrategy[k];
+}
+
+/* Check the result in recv of strategy strat against the reference (see
+ * above); sets *wrong (-1: not bit-comparable) and *differ (-1: not
+ * reported), both summed over ranks. */
+static void checkResult(Ctx* c, const Options* o, const Shape* s, zipcclCollKind_t kind,
+                        zipcclStrategy_t strat, const char* picked, const void* send, const void* ref,
+                        void* recv, long long refWrong, long long* wrong, long long* differ) {
+    const size_t es = zipcclTypeSize(o->dtype);
+    const int reduction = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
+    *wrong = -1, *differ = -1;
+    if (o->injectError && strat == zipcclStrategyCompressed && c->rank == 0)
+        ((unsigned char*)recv)[(s->recvElems / 2) * es] ^= 1u;
+    if (!o->check) return;
+    long long v[2] = {0, 0}; /* {wrong, differ} summed over ranks */
+    int nativeRed = reduction && strat == zipcclStrategyNative;
+    int autoNative = reduction && strat == zipcclStrategyAuto && strchr(picked, '+') == NULL &&
+                     !strcmp(picked, "native");
+    int autoMixed = reduction && strat == zipcclStrategyAuto && strstr(picked, "native") &&
+                    strchr(picked, '+');
+    if (strat == zipcclStrategyRaw) {
+        v[0] = refWrong + countWrong(ref, recv, s->recvElems, es);
+    } else if (nativeRed || autoMixed) {
+        v[1] = countWrong(ref, recv, s->recvElems, es);
+    } else if (autoNative) {
+        /* auto's result against native's own, computed once more now */
+        void* nat = xmalloc(s->recvElems * es);
+        ZCHECK(runColl(s, o, send, nat, c->comm, zipcclStrategyNative, zipcclAlgoDefault));
+        v[0] = countWrong(nat, recv, s->recvElems, es);
+        v[1] = countWrong(ref, recv, s->recvElems, es);
+        free(nat);
+    } else {
+        v[0] = countWrong(ref, recv, s->recvElems, es);
+    }
+    MCHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+    if (!(nativeRed || autoMixed)) *wrong = v[0], c->totalWrong += v[0];
+    if (nativeRed || autoNative || autoMixed) *differ = v[1];
+}
+
+/* One result line (rank 0). */
+static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipcclStrategy_t strat,
+                   zipcclAlgo_t algo, int nranks, double t, double ratio, double codecUs, const char* picked,
+                   long long wrong, long long differ) {
+    double algbw = (double)s->bytes / t / 1e9, busbw = algbw * busFactor(kind, nranks);
+    const char* sn = zipcclStrategyName(strat);
+    int coded = strat == zipcclStrategyCompressed || strat == zipcclStrategyAuto;
+    int algoed = strat != zipcclStrategyNative;
+    if (o->json) {
+        printf("{\"coll\":\"%s\",\"dtype\":\"%s\",\"bytes\":%zu,\"count\":%zu,"
+               "\"nranks\":%d,\"strategy\":\"%s\",",
+               kCollArg[kind], zipcclTypeName(o->dtype), s->bytes, s->count, nranks, sn);
+        if (coded) printf("\"codec\":\"%s\",", codecName(o->codec));
+        if (algoed) printf("\"algo\":\"%s\",", algoName(algo));
+        if (strat == zipcclStrategyAuto) printf("\"picked\":\"%s\",", picked);
+        printf("\"op\":\"%s\",\"dist\":\"%s\",\"time_us\":%.3f,\"algbw_gbps\":%.4f,"
+               "\"busbw_gbps\":%.4f,\"ratio\":%.4f,\"codec_us\":%.2f,\"iters\":%d,\"order\":\"%s\",",
+               o->op == zipcclAvg ? "avg" : "sum",
+               o->input ? "file" : o->dist == DIST_RANDOM ? "random" : "gaussian", t * 1e6, algbw,
+               busbw, ratio, codecUs, o->iters, o->sequential ? "sequential" : "interleaved");
+        if (differ >= 0) printf("\"differ\":%lld,", differ);
+        if (wrong >= 0) printf("\"wrong\":%lld}\n", wrong);
+        else printf("\"wrong\":null}\n");
+    } else {
+        char wbuf[32];
+        if (wrong >= 0) snprintf(wbuf, sizeof wbuf, "%lld", wrong);
+        else snprintf(wbuf, sizeof wbuf, "n/a");
+        char note[96] = "";
+        if (strat == zipcclStrategyAuto) snprintf(note, sizeof note, "%s", picked);
+        if (differ >= 0)
+            snprintf(note + strlen(note), sizeof note - strlen(note), "%s(%lld differ from raw)",
+                     note[0] ? " " : "", differ);
+        char label[48]; /* an entry's own algorithm shows as STRATEGY:ALGO */
+        if (algoed && algo != o->algo) snprintf(label, sizeof label, "%s:%s", sn, algoName(algo));
+        else snprintf(label, sizeof label, "%s", sn);
+        printf("%14s %12zu %12zu %6s %17s %12.1f %9.3f %9.3f %7.3f %10.1f %7s  %s\n", kCollArg[kind],
+               s->bytes, s->count, zipcclTypeName(o->dtype), label, t * 1e6, algbw, busbw, ratio,
+               codecUs, wbuf, note);
+    }
+    fflush(stdout);
+}
+
+/* One size of one collective, every strategy.  Each strategy first runs its
+ * warm-up calls; then the timed calls go round by round, every strategy once
+ * per round in a rotating order (--order interleaved, the default), so that
+ * a burst of load on a shared machine hits all strategies alike instead of
+ * whichever ran at the time; --order sequential times each strategy's calls
+ * back to back (nccl-tests' way).  The library's counters are read around
+ * each timed call, so ratio and codec time stay per strategy.  The check
+ * runs on each strategy's last timed call, whose output buffer is poisoned
+ * (outside the timing) so that a stale result cannot pass. */
 static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_t kind,
                      size_t bytes) {
     size_t es = zipcclTypeSize(o->dtype);
@@ -760,7 +890,7 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
 
     long long refWrong = 0;
     if (o->check) {
-        ZCHECK(runColl(&s, o, send, ref, c->comm, zipcclStrategyRaw));
+        ZCHECK(runColl(&s, o, send, ref, c->comm, zipcclStrategyRaw, o->algo));
         if (reduction) {
             refWrong = checkReduction(&s, o, pool, c->rank, c->nranks, ref);
         } else {
@@ -770,105 +900,56 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         }
     }
 
-    double* times = xmalloc((size_t)o->iters * sizeof(double));
-    for (int si = 0; si < o->nstrats; si++) {
-        zipcclStrategy_t strat = o->strats[si];
-        memset(recv, 0xA5, s.recvElems * es); /* a stale result must not pass the check */
+    const int ns = o->nstrats, iters = o->iters;
+    double* times = xmalloc((size_t)ns * iters * sizeof(double)); /* [strategy][iteration] */
+    zipcclCounters_t sum[MAX_STRATS];
+    long long wrong[MAX_STRATS], differ[MAX_STRATS];
+    char picked[MAX_STRATS][64];
+    memset(sum, 0, sizeof sum);
+    for (int si = 0; si < ns; si++) {
         /* auto spends its first calls in a size bucket measuring candidate
          * designs (comm/switcher.c); time it once it has settled. */
+        zipcclStrategy_t strat = o->strats[si];
         int warmup = strat == zipcclStrategyAuto && o->warmup < kAutoWarmup ? kAutoWarmup : o->warmup;
-        for (int it = 0; it < warmup; it++) ZCHECK(runColl(&s, o, send, recv, c->comm, strat));
+        for (int it = 0; it < warmup; it++)
+            ZCHECK(runColl(&s, o, send, recv, c->comm, strat, entryAlgo(o, si)));
+    }
+    for (int k = 0; k < ns * iters; k++) {
+        int si, it;
+        if (o->sequential) si = k / iters, it = k % iters;
+        else it = k / ns, si = (k % ns + it) % ns;
+        zipcclStrategy_t strat = o->strats[si];
+        const int last = it == iters - 1;
+        if (last) memset(recv, 0xA5, s.recvElems * es); /* a stale result must not pass the check */
+        zipcclCounters_t before, after;
+        ZCHECK(zipcclCommGetCounters(c->comm, kind, &before));
         MCHECK(MPI_Barrier(MPI_COMM_WORLD));
-        ZCHECK(zipcclCommResetCounters(c->comm));
-        for (int it = 0; it < o->iters; it++) {
-            MCHECK(MPI_Barrier(MPI_COMM_WORLD));
-            double t0 = MPI_Wtime();
-            ZCHECK(runColl(&s, o, send, recv, c->comm, strat));
-            times[it] = MPI_Wtime() - t0;
-        }
-        /* Each iteration lasts as long as its slowest rank; report the median. */
-        MCHECK(MPI_Allreduce(MPI_IN_PLACE, times, o->iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-        qsort(times, (size_t)o->iters, sizeof(double), cmpDouble);
-        double t = o->iters % 2 ? times[o->iters / 2]
-                                : 0.5 * (times[o->iters / 2 - 1] + times[o->iters / 2]);
-
-        zipcclCounters_t cnt;
-        ZCHECK(zipcclCommGetCounters(c->comm, kind, &cnt));
-        double sums[3] = {(double)cnt.rawBytes, (double)cnt.wireBytes, cnt.codecSeconds};
-        MCHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        double t0 = MPI_Wtime();
+        ZCHECK(runColl(&s, o, send, recv, c->comm, strat, entryAlgo(o, si)));
+        times[si * iters + it] = MPI_Wtime() - t0;
+        ZCHECK(zipcclCommGetCounters(c->comm, kind, &after));
+        addDelta(&sum[si], &before, &after);
+        if (!last) continue;
         uint64_t by[5];
-        memcpy(by, cnt.byStrategy, sizeof by);
+        memcpy(by, sum[si].byStrategy, sizeof by);
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, by, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+        pickedName(by, picked[si], sizeof picked[si]);
+        checkResult(c, o, &s, kind, strat, picked[si], send, ref, recv, refWrong, &wrong[si],
+                    &differ[si]);
+    }
+    for (int si = 0; si < ns; si++) {
+        /* Each iteration lasts as long as its slowest rank; report the median. */
+        double* ts = times + si * iters;
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, ts, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+        qsort(ts, (size_t)iters, sizeof(double), cmpDouble);
+        double t = iters % 2 ? ts[iters / 2] : 0.5 * (ts[iters / 2 - 1] + ts[iters / 2]);
+        double sums[3] = {(double)sum[si].rawBytes, (double)sum[si].wireBytes, sum[si].codecSeconds};
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         double ratio = sums[1] > 0 ? sums[0] / sums[1] : 1.0;
-        double codecUs = cnt.calls ? 1e6 * sums[2] / c->nranks / (double)cnt.calls : 0.0;
-        char picked[64];
-        pickedName(by, picked, sizeof picked);
-
-        /* wrong < 0: not bit-comparable (see above); differ: elements != raw. */
-        long long wrong = -1, differ = -1;
-        if (o->injectError && strat == zipcclStrategyCompressed && c->rank == 0)
-            ((unsigned char*)recv)[(s.recvElems / 2) * es] ^= 1u;
-        if (o->check) {
-            long long v[2] = {0, 0}; /* {wrong, differ} summed over ranks */
-            int nativeRed = reduction && strat == zipcclStrategyNative;
-            int autoNative = reduction && strat == zipcclStrategyAuto && strchr(picked, '+') == NULL &&
-                             !strcmp(picked, "native");
-            int autoMixed = reduction && strat == zipcclStrategyAuto && strstr(picked, "native") &&
-                            strchr(picked, '+');
-            if (strat == zipcclStrategyRaw) {
-                v[0] = refWrong + countWrong(ref, recv, s.recvElems, es);
-            } else if (nativeRed || autoMixed) {
-                v[1] = countWrong(ref, recv, s.recvElems, es);
-            } else if (autoNative) {
-                /* auto's result against native's own, computed once more now */
-                void* nat = xmalloc(s.recvElems * es);
-                ZCHECK(runColl(&s, o, send, nat, c->comm, zipcclStrategyNative));
-                v[0] = countWrong(nat, recv, s.recvElems, es);
-                v[1] = countWrong(ref, recv, s.recvElems, es);
-                free(nat);
-            } else {
-                v[0] = countWrong(ref, recv, s.recvElems, es);
-            }
-            MCHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
-            if (!(nativeRed || autoMixed)) wrong = v[0], c->totalWrong += v[0];
-            if (nativeRed || autoNative || autoMixed) differ = v[1];
-        }
-
-        double algbw = (double)s.bytes / t / 1e9, busbw = algbw * busFactor(kind, c->nranks);
-        if (c->rank == 0) {
-            const char* sn = zipcclStrategyName(strat);
-            int coded = strat == zipcclStrategyCompressed || strat == zipcclStrategyAuto;
-            int algoed = strat != zipcclStrategyNative;
-            if (o->json) {
-                printf("{\"coll\":\"%s\",\"dtype\":\"%s\",\"bytes\":%zu,\"count\":%zu,"
-                       "\"nranks\":%d,\"strategy\":\"%s\",",
-                       kCollArg[kind], zipcclTypeName(o->dtype), s.bytes, s.count, c->nranks, sn);
-                if (coded) printf("\"codec\":\"%s\",", codecName(o->codec));
-                if (algoed) printf("\"algo\":\"%s\",", algoName(o->algo));
-                if (strat == zipcclStrategyAuto) printf("\"picked\":\"%s\",", picked);
-                printf("\"op\":\"%s\",\"dist\":\"%s\",\"time_us\":%.3f,\"algbw_gbps\":%.4f,"
-                       "\"busbw_gbps\":%.4f,\"ratio\":%.4f,\"codec_us\":%.2f,\"iters\":%d,",
-                       o->op == zipcclAvg ? "avg" : "sum",
-                       o->input ? "file" : o->dist == DIST_RANDOM ? "random" : "gaussian",
-                       t * 1e6, algbw, busbw, ratio, codecUs, o->iters);
-                if (differ >= 0) printf("\"differ\":%lld,", differ);
-                if (wrong >= 0) printf("\"wrong\":%lld}\n", wrong);
-                else printf("\"wrong\":null}\n");
-            } else {
-                char wbuf[32];
-                if (wrong >= 0) snprintf(wbuf, sizeof wbuf, "%lld", wrong);
-                else snprintf(wbuf, sizeof wbuf, "n/a");
-                char note[96] = "";
-                if (strat == zipcclStrategyAuto) snprintf(note, sizeof note, "%s", picked);
-                if (differ >= 0)
-                    snprintf(note + strlen(note), sizeof note - strlen(note), "%s(%lld differ from raw)",
-                             note[0] ? " " : "", differ);
-                printf("%14s %12zu %12zu %6s %11s %12.1f %9.3f %9.3f %7.3f %10.1f %7s  %s\n",
-                       kCollArg[kind], s.bytes, s.count, zipcclTypeName(o->dtype), sn, t * 1e6,
-                       algbw, busbw, ratio, codecUs, wbuf, note);
-            }
-            fflush(stdout);
-        }
+        double codecUs = sum[si].calls ? 1e6 * sums[2] / c->nranks / (double)sum[si].calls : 0.0;
+        if (c->rank == 0)
+            report(o, &s, kind, o->strats[si], entryAlgo(o, si), c->nranks, t, ratio, codecUs, picked[si], wrong[si],
+                   differ[si]);
     }
     free(times);
     free(ref);
@@ -929,11 +1010,11 @@ static void printHeader(const Ctx* c, const Options* o) {
     printf("# dtype %s  op %s  data %s", zipcclTypeName(o->dtype), o->op == zipcclAvg ? "avg" : "sum",
            o->input ? o->input : o->dist == DIST_RANDOM ? "random bits" : "gaussian");
     if (!o->input && o->dist == DIST_GAUSSIAN) printf(" sigma %g", o->sigma);
-    printf("  iters %d  warmup %d  check %d  codec %s  algo %s\n", o->iters, o->warmup, o->check,
-           codecName(o->codec), algoName(o->algo));
+    printf("  iters %d  warmup %d  check %d  codec %s  algo %s  order %s\n", o->iters, o->warmup,
+           o->check, codecName(o->codec), algoName(o->algo), o->sequential ? "sequential" : "interleaved");
     if (!o->json)
-        printf("#\n# %12s %12s %12s %6s %11s %12s %9s %9s %7s %10s %7s  %s\n"
-               "# %12s %12s %12s %6s %11s %12s %9s %9s %7s %10s %7s\n",
+        printf("#\n# %12s %12s %12s %6s %17s %12s %9s %9s %7s %10s %7s  %s\n"
+               "# %12s %12s %12s %6s %17s %12s %9s %9s %7s %10s %7s\n",
                "coll", "size", "count", "type", "strategy", "time", "algbw", "busbw", "ratio",
                "codec", "#wrong", "picked", "", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
                "(GB/s)", "", "(us/call)", "");
