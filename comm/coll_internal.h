@@ -51,7 +51,7 @@ typedef struct {
     uint64_t rawBytes, wireBytes;
     double codecSeconds, wireSeconds, totalSeconds;
     double runSeconds; /* the design's own run, after the decision (and, on a
-                        * measuring call, the barrier that aligns the ranks) */
+                        * measuring call, after the barrier that aligns the ranks) */
 } zipcclExecStats;
 
 /* Measured selection (switcher.c): for one (collective, dtype, floor(log2
@@ -63,9 +63,10 @@ typedef struct {
     int n;                             /* candidates; 0 = bucket not seen yet */
     int design[ZIPCCL_TUNE_CANDS];     /* index into switcher.c's design table */
     int runs[ZIPCCL_TUNE_CANDS];       /* measurements taken                  */
-    double mine[ZIPCCL_TUNE_CANDS];    /* this rank's seconds (median, then EWMA) */
-    double seen[ZIPCCL_TUNE_CANDS][ZIPCCL_TUNE_RUNS]; /* exploration runs     */
-    double t[ZIPCCL_TUNE_CANDS];       /* agreed: the max over ranks of mine  */
+    double seen[ZIPCCL_TUNE_CANDS][ZIPCCL_TUNE_RUNS]; /* the last runs (agreed once the
+                                                        * exploration is), oldest replaced */
+    double last[ZIPCCL_TUNE_CANDS];    /* re-measured pair: this rank's seconds, 0 = not in it */
+    double t[ZIPCCL_TUNE_CANDS];       /* agreed seconds (see switcher.c)     */
     uint64_t calls;                    /* auto calls in this bucket           */
 } zipcclTuneBucket;
 
@@ -144,6 +145,7 @@ void zipcclIdle(double idleSeconds); /* between empty polls */
 /* MPI_Allreduce that gives up after the communicator's timeout. */
 zipcclResult_t zipcclMpiAllreduceTimed(struct zipcclComm* c, const void* in, void* out, int n,
                                       MPI_Datatype dt, MPI_Op op, const char* what);
+zipcclResult_t zipcclMpiBarrierTimed(struct zipcclComm* c, const char* what);
 /* Ping-pong between ranks 0 and 1: latency and bandwidth (rank-agreed). */
 zipcclResult_t zipcclMpiPingPong(struct zipcclComm* c, double* alpha, double* beta);
 

@@ -24,8 +24,9 @@
  * than the gaps between designs, so on MPI communicators the model only
  * nominates: per (collective, dtype, floor(log2 bytes)) bucket a few
  * candidates (the fixed strategies' designs plus the model's plausible
- * others) are each run kExploreRuns times, the call's wall time agreed
- * across ranks (MPI_Allreduce MAX, only on these measuring calls), and then
+ * others) are each run kExploreRuns times, each such call started on all
+ * ranks together (a barrier) and its time agreed across ranks (the max,
+ * run by run, then the median of the runs), and then
  * the fastest measured design is run; every kReprobeEvery calls (first at
  * the bucket's call kReprobeAt) the runner-up and the incumbent are
  * re-measured so a misled exploration is corrected and drift is followed.
@@ -270,7 +271,7 @@ static void tuneSetup(zipcclTuneBucket* b, const Design* cand, int nc, int best)
             int id = designId(&cand[order[i]]);
             int fixed = id <= 2; /* native, raw, compressed/fast direct */
             if (pass == 0 ? !fixed : (fixed || cand[order[i]].t > kPlausible * cand[best].t)) continue;
-            b->design[b->n] = id, b->runs[b->n] = 0, b->t[b->n] = 0, b->mine[b->n] = 0;
+            b->design[b->n] = id, b->runs[b->n] = 0, b->t[b->n] = 0, b->last[b->n] = 0;
             b->n++;
         }
 }
@@ -304,9 +305,8 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
     if (pick >= 0) {
         m->probeBucket = b, m->probeCand = pick;
         /* Agree once the exploration is complete or the re-measured pair is
-         * in: no collective between measuring calls, so they run back to
-         * back like the calls they stand for (an agreement in between left
-         * the ranks skewed and made a 4 KiB call measure 3-5x its time). */
+         * in, not after every measuring call: an agreement leaves the ranks
+         * unevenly (each measuring call is aligned by its own barrier). */
         int left = 0; /* exploration runs still to do, this one included */
         for (int i = 0; i < b->n; i++) left += b->runs[i] < kExploreRuns ? kExploreRuns - b->runs[i] : 0;
         m->probeAgree = exploring ? left == 1 : pick == first; /* the incumbent is re-measured second */
@@ -318,41 +318,61 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
     return why;
 }
 
-/* Fold one measuring call's wall time into this rank's view of its bucket:
- * while exploring, the lower median of the runs so far (of 3: the middle;
- * of 2: the smaller, since the first run pays for first touches), an even
- * EWMA when re-measuring.  The minimum of 3, used before, favoured designs
- * whose time varies most: a CI run settled a 1 MiB fp32 ReduceScatter on a
- * design whose median then measured 2.1x the best's, and the median is what
- * the calls that follow see.
- * Then, at the end of an exploration or of a re-measured pair, agree: the
- * bucket's times become the max over ranks (the same call on every rank,
- * so every rank then exploits the same design); a bucket chosen by this rank
- * alone (probeLocal) takes its own times. */
+/* The lower median of v[0..k), k <= kExploreRuns (of 3: the middle; of 2:
+ * the smaller, since the first run pays for first touches). */
+static double lowerMedian(const double* v, int k) {
+    double s[kExploreRuns];
+    for (int a = 0; a < k; a++) {
+        int j = a;
+        for (; j > 0 && s[j - 1] > v[a]; j--) s[j] = s[j - 1];
+        s[j] = v[a];
+    }
+    return s[(k - 1) / 2];
+}
+
+/* Fold one measuring call's wall time into the bucket.  Measuring calls
+ * start together on all ranks (coll.c aligns them with a barrier), so a
+ * call's cost is its time on the slowest rank, as for the calls that follow
+ * and as zipccl-bench reports it.  A design's time is the lower median of
+ * its last kExploreRuns agreed runs:
+ * - exploration: at its end the runs are agreed run by run (max over ranks).
+ *   The minimum, used once, favoured designs whose time varies most (a CI
+ *   run settled a 1 MiB fp32 ReduceScatter on a design whose median measured
+ *   2.1x the best's);
+ * - re-measured pair: agreed the same way once the incumbent's call is in;
+ *   each new run replaces the design's oldest, so one noisy run cannot
+ *   overturn a clear exploration, two that agree can.
+ * A bucket chosen by this rank alone (probeLocal: AlltoAllv, whose sizes
+ * are rank-local) keeps its own runs, with no agreement and no barrier. */
 static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
     zipcclModel* m = &c->model;
     zipcclTuneBucket* b = m->probeBucket;
     int i = m->probeCand;
     m->probeBucket = NULL;
-    if (b->runs[i] < kExploreRuns) {
-        double* v = b->seen[i];
-        int k = b->runs[i];
-        v[k] = seconds;
-        for (int j = k; j > 0 && v[j] < v[j - 1]; j--) { /* keep them sorted */
-            double x = v[j];
-            v[j] = v[j - 1], v[j - 1] = x;
-        }
-        b->mine[i] = v[k / 2]; /* k + 1 runs: the lower median */
-    } else {
-        b->mine[i] = 0.5 * b->mine[i] + 0.5 * seconds;
-    }
+    const int exploring = b->runs[i] < kExploreRuns, slot = b->runs[i] % kExploreRuns;
     b->runs[i]++;
+    if (m->probeLocal || exploring) b->seen[i][slot] = seconds;
+    else b->last[i] = seconds;
     if (m->probeLocal) {
-        b->t[i] = b->mine[i];
-    } else if (m->probeAgree) {
-        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, b->mine, b->t, b->n, MPI_DOUBLE, MPI_MAX,
-                                           "switcher (measured time agreement)"));
+        b->t[i] = lowerMedian(b->seen[i], b->runs[i] < kExploreRuns ? b->runs[i] : kExploreRuns);
+        return zipcclSuccess;
     }
+    if (!m->probeAgree) return zipcclSuccess;
+    if (exploring) {
+        double all[ZIPCCL_TUNE_CANDS][ZIPCCL_TUNE_RUNS];
+        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, b->seen, all, b->n * kExploreRuns, MPI_DOUBLE, MPI_MAX,
+                                           "switcher (measured time agreement)"));
+        memcpy(b->seen, all, sizeof all);
+    } else {
+        double all[ZIPCCL_TUNE_CANDS];
+        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, b->last, all, b->n, MPI_DOUBLE, MPI_MAX,
+                                           "switcher (measured time agreement)"));
+        for (int q = 0; q < b->n; q++) {
+            if (all[q] > 0) b->seen[q][(b->runs[q] - 1) % kExploreRuns] = all[q];
+            b->last[q] = 0;
+        }
+    }
+    for (int q = 0; q < b->n; q++) b->t[q] = lowerMedian(b->seen[q], kExploreRuns);
     return zipcclSuccess;
 }
 
@@ -435,7 +455,8 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
             fprintf(stderr, "zipccl auto: measured (bucket call %llu):", (unsigned long long)b->calls);
             for (int i = 0; i < b->n; i++) {
                 if (b->runs[i] && b->t[i] > 0) fprintf(stderr, " %s %.3f ms x%d", designName(&kDesigns[b->design[i]]), b->t[i] * 1e3, b->runs[i]);
-                else if (b->runs[i]) fprintf(stderr, " %s %.3f ms on rank 0 x%d", designName(&kDesigns[b->design[i]]), b->mine[i] * 1e3, b->runs[i]);
+                else if (b->runs[i]) fprintf(stderr, " %s %.3f ms on rank 0 x%d", designName(&kDesigns[b->design[i]]),
+                                             lowerMedian(b->seen[i], b->runs[i] < kExploreRuns ? b->runs[i] : kExploreRuns) * 1e3, b->runs[i]);
                 else fprintf(stderr, " %s unmeasured", designName(&kDesigns[b->design[i]]));
             }
             fprintf(stderr, "\n");
