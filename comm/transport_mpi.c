@@ -64,8 +64,10 @@ static void noteSlowWait(struct zipcclComm* c, const char* what, double waited) 
             what, waited, c->timeoutS);
 }
 
-/* Wait for reqs with the communicator's timeout.  spin: never nap, only
- * yield, for waits whose exit time matters to the caller. */
+/* Wait for reqs with the communicator's timeout.  spin: only yield (no
+ * nap) for the first 20 ms, for waits whose exit time matters to the caller;
+ * past that the peers are busy elsewhere (an application's uneven compute)
+ * and the core is better given away. */
 static zipcclResult_t waitReqs(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
                                double* waitSeconds, int spin) {
     double t0 = zipcclNow(), note = 30.0;
@@ -79,7 +81,7 @@ static zipcclResult_t waitReqs(struct zipcclComm* c, int n, MPI_Request* reqs, c
             return zipcclSetError(zipcclTimeout, "%s: rank %d timed out after %.1f s (ZIPCCL_TIMEOUT_S)",
                                   what, c->rank, waited);
         if (waited > note) { noteSlowWait(c, what, waited); note *= 2; }
-        if (spin) sched_yield();
+        if (spin && waited < 20e-3) sched_yield();
         else zipcclIdle(waited);
     }
     if (waitSeconds) *waitSeconds += zipcclNow() - t0;

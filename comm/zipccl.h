@@ -286,6 +286,9 @@ typedef struct {
     double wireSeconds;   /* time waiting on the transport                  */
     double totalSeconds;  /* wall time inside the collective                */
     uint64_t byStrategy[5]; /* calls per zipcclStrategy_t actually executed */
+    uint64_t byCodec[4];    /* compressed calls per zipcclCodec_t used (fast, dense) */
+    uint64_t byAlgo[3];     /* raw and compressed ReduceScatter/AllReduce calls per
+                             * zipcclAlgo_t run (ring, direct); 0 for other kinds */
 } zipcclCounters_t;
 
 zipcclResult_t zipcclCommGetCounters(zipcclComm_t comm, zipcclCollKind_t kind,

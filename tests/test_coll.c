@@ -143,6 +143,21 @@ static int checkCompressed(zipcclCollKind_t kind, const Strat* s, zipcclCounters
     zipcclCounters_t after;
     zipcclCommGetCounters(comm, kind, &after);
     int ok = after.calls == before->calls + 1;
+    /* the design's codec and algorithm are counted (auto: whatever it ran) */
+    int red = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
+    uint64_t coded = 0, algos = 0;
+    for (int i = 0; i < 4; i++) coded += after.byCodec[i] - before->byCodec[i];
+    for (int i = 0; i < 3; i++) algos += after.byAlgo[i] - before->byAlgo[i];
+    uint64_t comp = after.byStrategy[zipcclStrategyCompressed] - before->byStrategy[zipcclStrategyCompressed];
+    uint64_t nat = after.byStrategy[zipcclStrategyNative] - before->byStrategy[zipcclStrategyNative];
+    ok &= coded == comp && algos == (red ? 1 - nat : 0);
+    if (s->strategy == zipcclStrategyCompressed)
+        ok &= after.byCodec[s->codec] == before->byCodec[s->codec] + 1;
+    if (red && (s->strategy == zipcclStrategyRaw || s->strategy == zipcclStrategyCompressed))
+        ok &= after.byAlgo[s->algo] == before->byAlgo[s->algo] + 1;
+    if (!ok) snprintf(why, sizeof why, "rank %d: %s counters: calls +%llu, codec +%llu, algo +%llu", rank,
+                      s->name, (unsigned long long)(after.calls - before->calls),
+                      (unsigned long long)coded, (unsigned long long)algos);
     if (s->strategy == zipcclStrategyCompressed) {
         ok &= after.byStrategy[zipcclStrategyCompressed] == before->byStrategy[zipcclStrategyCompressed] + 1;
         uint64_t raw = after.rawBytes - before->rawBytes, wire = after.wireBytes - before->wireBytes;

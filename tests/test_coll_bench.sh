@@ -79,9 +79,12 @@ for r in rows:
         err("%s: uncompressed strategy reports ratio %s" % (tag, r["ratio"]))
     if r["strategy"] in ("compressed", "auto") and "codec" not in r:
         err("%s: no codec key" % tag)
-    # auto may change its mind between iterations: "raw+compressed" names both
-    picked = r.get("picked", "").split("+")
-    if r["strategy"] == "auto" and (not picked or not set(picked) <= {"native", "raw", "compressed"}):
+    # auto may change its mind between iterations: "raw+compressed" names both;
+    # a non-default codec or design follows: "compressed/dense", "raw/ring"
+    parts = r.get("picked", "").split("/")
+    picked, extra = parts[0].split("+"), [x for p in parts[1:] for x in p.split("+")]
+    if r["strategy"] == "auto" and (not picked or not set(picked) <= {"native", "raw", "compressed"}
+                                    or not set(extra) <= {"fast", "dense", "ring", "direct"}):
         err("%s: auto picked %r" % (tag, r.get("picked")))
 if "compress" in flags:
     # Gaussian data must compress at the largest size, for every collective.

@@ -750,16 +750,30 @@ static const char* codecName(zipcclCodec_t c) {
     return c == zipcclCodecFast ? "fast" : c == zipcclCodecDense ? "dense" : "default";
 }
 
-/* Which strategy the library actually executed, from its per-strategy counts:
- * one name, or several joined by '+' when auto changed its mind mid-run. */
-static void pickedName(const uint64_t by[5], char* out, size_t cap) {
+/* What the library actually executed, from its counters summed over ranks:
+ * the strategy, or several joined by '+' when auto changed its mind mid-run,
+ * then "/dense" when compressed calls used the dense codec and "/ring" when
+ * raw/compressed reductions ran the ring ("/fast+dense", "/ring+direct" when
+ * both), e.g. "compressed/dense", "raw+compressed/ring".  The defaults
+ * (fast, direct) add nothing, so a pick reads like the fixed strategy it
+ * equals. */
+static void pickedName(const zipcclCounters_t* k, char* out, size_t cap) {
     out[0] = '\0';
     for (int s = zipcclStrategyNative; s <= zipcclStrategyAuto; s++) {
-        if (!by[s]) continue;
+        if (!k->byStrategy[s]) continue;
         size_t l = strlen(out);
         snprintf(out + l, cap - l, "%s%s", l ? "+" : "", zipcclStrategyName((zipcclStrategy_t)s));
     }
-    if (!out[0]) snprintf(out, cap, "-");
+    if (!out[0]) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    uint64_t fast = k->byCodec[zipcclCodecFast], dense = k->byCodec[zipcclCodecDense];
+    uint64_t ring = k->byAlgo[zipcclAlgoRing], direct = k->byAlgo[zipcclAlgoDirect];
+    size_t l = strlen(out);
+    if (dense) snprintf(out + l, cap - l, "%s", fast ? "/fast+dense" : "/dense");
+    l = strlen(out);
+    if (ring) snprintf(out + l, cap - l, "%s", direct ? "/ring+direct" : "/ring");
 }
 
 typedef struct {
@@ -787,6 +801,8 @@ static void addDelta(zipcclCounters_t* sum, const zipcclCounters_t* a, const zip
     sum->wireBytes += b->wireBytes - a->wireBytes;
     sum->codecSeconds += b->codecSeconds - a->codecSeconds;
     for (int k = 0; k < 5; k++) sum->byStrategy[k] += b->byStrategy[k] - a->byStrategy[k];
+    for (int k = 0; k < 4; k++) sum->byCodec[k] += b->byCodec[k] - a->byCodec[k];
+    for (int k = 0; k < 3; k++) sum->byAlgo[k] += b->byAlgo[k] - a->byAlgo[k];
 }
 
 /* Check the result in recv of strategy strat against the reference (see
@@ -930,10 +946,11 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         ZCHECK(zipcclCommGetCounters(c->comm, kind, &after));
         addDelta(&sum[si], &before, &after);
         if (!last) continue;
-        uint64_t by[5];
-        memcpy(by, sum[si].byStrategy, sizeof by);
-        MCHECK(MPI_Allreduce(MPI_IN_PLACE, by, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
-        pickedName(by, picked[si], sizeof picked[si]);
+        zipcclCounters_t all = sum[si];
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byStrategy, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byCodec, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byAlgo, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+        pickedName(&all, picked[si], sizeof picked[si]);
         checkResult(c, o, &s, kind, strat, picked[si], send, ref, recv, refWrong, &wrong[si],
                     &differ[si]);
     }
