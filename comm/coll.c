@@ -139,6 +139,10 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
         k->wireSeconds += st.wireSeconds;
         k->totalSeconds += st.totalSeconds;
         k->byStrategy[st.strategy]++;
+        if (st.strategy == zipcclStrategyCompressed) k->byCodec[st.codec]++;
+        if ((op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce) &&
+            st.strategy != zipcclStrategyNative)
+            k->byAlgo[st.algo]++;
         pthread_mutex_unlock(&c->mu);
         res = zipcclModelObserve(c, op, &st, wasAuto);
     }

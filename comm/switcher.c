@@ -56,6 +56,9 @@ enum { kAgreeEvery = 32 }; /* a collective every 8 calls cost ~10% on average at
  * design beyond the fixed strategies' ones may be and still be tried. */
 enum { kExploreRuns = ZIPCCL_TUNE_RUNS, kReprobeEvery = 64, kReprobeAt = 16 };
 static const double kPlausible = 2.0;
+/* Model constants per compressed frame: frame + chunk headers and chunk
+ * table (16 + 8 + 4 bytes for one chunk), and encode + decode overhead. */
+static const double kFrameHeaderBytes = 28, kFrameCodecS = 2e-6;
 
 static int dtypeIndex(zipcclDataType_t dt) {
     return dt == zipcclBfloat16 ? 0 : dt == zipcclFloat16 ? 1 : 2;
@@ -211,8 +214,16 @@ static double estimate(const zipcclModel* m, const struct zipcclComm* c, zipcclC
             double ratio = m->ratio[kind][dtypeIndex(dt)][d->codec == zipcclCodecDense];
             double encBw = d->codec == zipcclCodecDense ? m->encDense : m->encFast;
             double decBw = d->codec == zipcclCodecDense ? m->decDense : m->decFast;
-            double wire = send / ratio / m->beta, codec = enc / encBw + dec / decBw;
-            t += fmax(wire, codec) + pipeSteps * piece * (1 / encBw + 1 / decBw + 1 / ratio / m->beta);
+            /* plus per frame: its headers on the wire and a fixed codec cost
+             * (~1 us per encode or decode of a 4 KiB frame in zipccl-bench's
+             * codec_us), which is what keeps tiny messages raw */
+            double frames = msgs * fmax(pieces, 1);
+            double wire = (send / ratio + frames * kFrameHeaderBytes) / m->beta;
+            double codec = enc / encBw + dec / decBw + frames * kFrameCodecS;
+            if (ring) /* every hop waits for one piece to arrive, decode and re-encode */
+                t += fmax(wire, codec) + pipeSteps * piece * (1 / encBw + 1 / decBw + 1 / ratio / m->beta);
+            else /* two stages over P pieces: the slower one's whole, the faster one's 1/P */
+                t += fmax(wire, codec) + fmin(wire, codec) / fmax(pieces, 1);
         }
     }
     d->t = t;

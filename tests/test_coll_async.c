@@ -307,6 +307,27 @@ static void testAuto(void) {
     }
     report(ok, "auto_slow_link");
     zipcclCommDestroy(c);
+
+    /* The same when each rank's shard is a single piece (4 MiB pieces, 1 MiB
+     * shards): the model once charged that piece's wire time twice (as the
+     * whole transfer and again as pipeline fill) and chose raw on a 50 Mbit/s
+     * link for anything below a piece. */
+    setenv("ZIPCCL_LINK_GBPS", "0.05", 1);
+    setenv("ZIPCCL_STRATEGY", "auto", 1);
+    setenv("ZIPCCL_PIECE_BYTES", "4194304", 1);
+    c = newComm();
+    unsetenv("ZIPCCL_LINK_GBPS");
+    unsetenv("ZIPCCL_STRATEGY");
+    unsetenv("ZIPCCL_PIECE_BYTES");
+    ok = 1;
+    EXPECT(zipcclAllGather(in, out, n, zipcclBfloat16, c, NULL, NULL) == zipcclSuccess, "auto AllGather: %s",
+           zipcclGetLastErrorDetail());
+    EXPECT(!memcmp(out, ref, n * 2 * nranks), "auto AllGather result differs");
+    zipcclCommGetCounters(c, zipcclCollAllGather, &k);
+    if (nranks > 1)
+        EXPECT(k.byStrategy[zipcclStrategyCompressed] == 1, "auto did not compress a one-piece AllGather on a 50 Mbit/s link");
+    report(ok, "auto_slow_link_one_piece");
+    zipcclCommDestroy(c);
     free(in), free(out), free(ref);
 }
 
