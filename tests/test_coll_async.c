@@ -274,6 +274,31 @@ static void testTimeout(void) {
     report(ok, "timeout_one_rank_skips");
     MPI_Barrier(MPI_COMM_WORLD);
     zipcclCommDestroy(c);
+
+    /* The same under auto, where the call first waits in the barrier that
+     * aligns the switcher's measuring calls: one call on every rank first
+     * (it calibrates the codec, a collective of its own), then the last rank
+     * skips a call of another size, whose first call is a measuring one. */
+    setenv("ZIPCCL_TIMEOUT_S", "1", 1);
+    c = newComm();
+    unsetenv("ZIPCCL_TIMEOUT_S");
+    ok = 1;
+    const zipcclCallConfig_t autoCfg = {zipcclStrategyAuto, zipcclCodecDefault, zipcclAlgoDefault};
+    EXPECT(zipcclAllGather(in, out, 4, zipcclBfloat16, c, &autoCfg, NULL) == zipcclSuccess, "rank %d: %s", rank,
+           zipcclGetLastErrorDetail());
+    if (rank != nranks - 1) {
+        double t0 = MPI_Wtime();
+        zipcclResult_t r = zipcclAllGather(in, out, 16, zipcclBfloat16, c, &autoCfg, NULL);
+        double t = MPI_Wtime() - t0;
+        EXPECT(r == zipcclTimeout && t < 10, "rank %d: auto got %s after %.1f s", rank, zipcclGetErrorString(r), t);
+        EXPECT(strstr(zipcclGetLastErrorDetail(), "AllGather") && strstr(zipcclGetLastErrorDetail(), "measuring call"),
+               "detail names neither the collective nor the measuring call's barrier: %s", zipcclGetLastErrorDetail());
+        r = zipcclAllGather(in, out, 16, zipcclBfloat16, c, &autoCfg, NULL);
+        EXPECT(r != zipcclSuccess && r != zipcclTimeout, "broken communicator: got %s", zipcclGetErrorString(r));
+    }
+    report(ok, "timeout_one_rank_skips_auto");
+    MPI_Barrier(MPI_COMM_WORLD);
+    zipcclCommDestroy(c);
 }
 
 /* ---- auto ---------------------------------------------------------------------------- */
