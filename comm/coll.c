@@ -110,26 +110,23 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
                              zipcclCollName(op->kind), c->brokenWhy);
         goto out;
     }
+    /* The decision may communicate (calibration, agreements, the barrier
+     * before a measuring call); if that fails, the communicator breaks below
+     * like after a failed run. */
     res = zipcclModelDecide(c, op, &cfg, &st.mixed);
-    if (res != zipcclSuccess) goto out;
     st.strategy = cfg.strategy;
     st.codec = cfg.codec;
     st.algo = cfg.algo;
-    /* A call the switcher measures for all ranks starts together on all of
-     * them, as a call after the application's compute does: back to back,
-     * a rank's time also holds its wait for peers still in the previous
-     * call (on the shared 2-core machine per-rank medians of one design
-     * then ranged 0.06-1.3 ms for a 0.3 ms AllGather). */
-    if (c->model.probeBucket && !c->model.probeLocal) { /* a failure breaks the communicator below */
-        char what[96];
-        snprintf(what, sizeof what, "%s (auto: the barrier before a measuring call)", zipcclCollName(op->kind));
-        res = zipcclMpiBarrierTimed(c, what);
-    }
     double t1 = zipcclNow();
-    if (res != zipcclSuccess) c->model.probeBucket = NULL; /* nothing to measure */
-    else if (c->isNccl) res = zipcclRunNccl(c, op, cfg.strategy, &st);
-    else if (cfg.strategy == zipcclStrategyNative) res = zipcclRunMpiNative(c, op, &st);
-    else res = zipcclRunMpiAlgo(c, op, &st);
+    if (res != zipcclSuccess) {
+        /* nothing ran */
+    } else if (c->isNccl) {
+        res = zipcclRunNccl(c, op, cfg.strategy, &st);
+    } else if (cfg.strategy == zipcclStrategyNative) {
+        res = zipcclRunMpiNative(c, op, &st);
+    } else {
+        res = zipcclRunMpiAlgo(c, op, &st);
+    }
     st.totalSeconds = zipcclNow() - t0;
     st.runSeconds = t0 + st.totalSeconds - t1;
     if (res == zipcclSuccess) {

@@ -50,8 +50,8 @@ typedef struct {
     int mixed;                 /* AlltoAllv auto: this rank chose its sends' form alone */
     uint64_t rawBytes, wireBytes;
     double codecSeconds, wireSeconds, totalSeconds;
-    double runSeconds; /* the design's own run, after the decision (and, on a
-                        * measuring call, after the barrier that aligns the ranks) */
+    double runSeconds; /* the design's own run, after the decision (which, on
+                        * a measuring call, ends with the barrier aligning the ranks) */
 } zipcclExecStats;
 
 /* Measured selection (switcher.c): for one (collective, dtype, floor(log2
@@ -164,7 +164,8 @@ zipcclResult_t zipcclModelLink(struct zipcclComm* c);
 zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c);
 /* Resolve strategy/codec/algo for `op` (cfg->strategy may be auto).  *mixed
  * = 1: an AlltoAllv whose sends' form (raw or frames) this rank chose alone;
- * receivers then take either (coll_algos.c, TAG_RAW). */
+ * receivers then take either (coll_algos.c, TAG_RAW).  A call it measures
+ * for all ranks returns after a barrier, so the caller times from there. */
 zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op,
                                  zipcclCallConfig_t* out, int* mixed);
 zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,

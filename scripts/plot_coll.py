@@ -17,6 +17,7 @@ bench already reports the median over its iterations).
 import json
 import os
 import re
+import statistics
 import sys
 
 # Targets: 1 Gbit/s, 4 hosts, 64 MiB bf16 per rank; speedup of compressed over
@@ -170,19 +171,12 @@ def verdict(sets):
                             "%.3fx at %s (best: %s)" % (worst, human(at), best_name),
                             "<= %.2fx" % AUTO_SLACK, worst <= AUTO_SLACK))
             if every:
-                every.sort()
-                med = every[len(every) // 2] if len(every) % 2 else 0.5 * (every[len(every) // 2 - 1] + every[len(every) // 2])
-                k = sum(x <= AUTO_SLACK for x in every)
-                out.append(("%s all sizes: auto vs best fixed" % rate,
-                            "median %.3fx, within 3%%: %d of %d, within 10%%: %d" % (
-                                med, k, len(every), sum(x <= 1.10 for x in every)),
-                            "all <= %.2fx" % AUTO_SLACK, k == len(every)))
-                e = sorted(eligible)
-                out.append(("%s all sizes: auto vs best design it may run" % rate,
-                            "median %.3fx, within 3%%: %d of %d, within 10%%: %d" % (
-                                e[len(e) // 2] if len(e) % 2 else 0.5 * (e[len(e) // 2 - 1] + e[len(e) // 2]),
-                                sum(x <= AUTO_SLACK for x in e), len(e), sum(x <= 1.10 for x in e)),
-                            "all <= %.2fx" % AUTO_SLACK, sum(x <= AUTO_SLACK for x in e) == len(e)))
+                for what, ratios in (("best fixed", every), ("best design it may run", eligible)):
+                    k = sum(x <= AUTO_SLACK for x in ratios)
+                    out.append(("%s all sizes: auto vs %s" % (rate, what),
+                                "median %.3fx, within 3%%: %d of %d, within 10%%: %d" % (
+                                    statistics.median(ratios), k, len(ratios), sum(x <= 1.10 for x in ratios)),
+                                "all <= %.2fx" % AUTO_SLACK, k == len(ratios)))
     return out
 
 
