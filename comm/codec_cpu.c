@@ -8,19 +8,22 @@
  * Reading order, top to bottom:
  *   1. element <-> (exponent, rest) helpers and chunk geometry
  *   2. scalar group kernels: split (encode) / merge (decode) 64 elements
- *   3. AVX-512 and AVX2 group kernels: the same bytes, chosen at run time
+ *   3. AVX-512 and AVX2 group kernels: the same bytes, chosen at run time;
+ *      F2's tiers (symbols <-> primary and second-tier planes)
  *   4. rANS: 32 interleaved lanes, scalar and AVX-512 (gathers/scatters)
  *   5. chunk encoder and decoder (all validation lives here)
  *   6. frame encoder and decoder, public API
  *
  * A "group" is 64 consecutive elements of a chunk: the unit of the bit planes.
  * Split turns a chunk's elements into its rest section, its codes (F3: three
- * plane words per group; R: one symbol byte per element, fed to rANS) and its
- * escape bytes; merge does the reverse and checks every code. SIMD kernels do
+ * plane words per group; R and F2: one symbol byte per element, fed to rANS
+ * or cut into F2's two tiers) and its escape bytes; merge does the reverse
+ * and checks every code. SIMD kernels do
  * full groups and leave a chunk's last partial group to the scalar one, so the
  * scalar code is the reference every path is tested against byte for byte.
- * R chunks are decoded in segments of ZC_SEG elements (rANS -> symbols ->
- * merge) so no buffer grows with chunk_log2 (decoders accept up to 2^20).
+ * R and F2 chunks are decoded in segments of ZC_SEG elements (rANS or tiers
+ * -> symbols -> merge) so no buffer grows with chunk_log2 (decoders accept
+ * up to 2^20).
  *
  * Left out on purpose: threads (chunks are independent, callers can split
  * frames), encoding with chunk_log2 other than 14 (decoding accepts 10..20),
@@ -71,14 +74,17 @@ static inline size_t zc_raw_chunk_size(int dt, size_t n) {
 }
 
 /* Code value that means "escape" and the largest window distance + 1. */
-static inline uint32_t zc_esc_code(int mode) { return mode == ZCF_MODE_F3 ? ZCF_F3_ESC : ZCF_R_ESC; }
+/* The code that marks an escape: F3's plane code, R's and F2's symbol. */
+static inline uint32_t zc_esc_code(int mode) {
+    return mode == ZCF_MODE_F3 ? ZCF_F3_ESC : mode == ZCF_MODE_F2 ? ZCF_F2_ESC : ZCF_R_ESC;
+}
 
 /* ------------------------------------------------------------------------ */
 /* 2. Scalar group kernels (the reference every SIMD path must match)       */
 /* ------------------------------------------------------------------------ */
 
 /* Split group g of a chunk of n elements: rest bytes/bits into the rest
- * section, codes (F3: plane words at codes + 24g; R: symbols at codes + i),
+ * section, codes (F3: plane words at codes + 24g; R, F2: symbols at codes + i),
  * escape bytes appended at esc[*nesc]. */
 static void split_group_scalar(int dt, int mode, size_t n, size_t g, const uint8_t* src,
                                uint32_t top, uint8_t* rest, uint8_t* codes, uint8_t* esc,
@@ -126,7 +132,7 @@ static void split_group_scalar(int dt, int mode, size_t n, size_t g, const uint8
     }
 }
 
-/* Merge group g: codes of this group at `codes` (F3: 3 plane words; R: cnt
+/* Merge group g: codes of this group at `codes` (F3: 3 plane words; R, F2: cnt
  * symbol bytes). Returns -1 on a code outside the window or too few escape
  * bytes. Escape bytes were range-checked by the caller. */
 static int merge_group_scalar(int dt, int mode, size_t n, size_t g, const uint8_t* rest,
@@ -213,12 +219,13 @@ static const uint8_t kEven[64] __attribute__((aligned(64))) = {
     0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
     44, 46, 48, 50, 52, 54, 56, 58, 60, 62, 64, 66, 68, 70, 72, 74, 76, 78, 80, 82, 84, 86,
     88, 90, 92, 94, 96, 98, 100, 102, 104, 106, 108, 110, 112, 114, 116, 118, 120, 122, 124, 126};
-static uint8_t kIdxOdd[64], kIlv0[64], kIlv1[64], kF32P[64], kF32Q[64];
+static uint8_t kIdxOdd[64], kIota[64], kIlv0[64], kIlv1[64], kF32P[64], kF32Q[64];
 static uint16_t kW16a[32], kW16b[32];
 static pthread_once_t kIdxOnce = PTHREAD_ONCE_INIT;
 static void zc_init_idx(void) {
     for (int j = 0; j < 64; j++) {
         kIdxOdd[j] = (uint8_t)(2 * j + 1);
+        kIota[j] = (uint8_t)j;
         kIlv0[j] = (uint8_t)((j & 1) ? 64 + j / 2 : j / 2);
         kIlv1[j] = (uint8_t)(kIlv0[j] + 32);
         kF32P[j] = (uint8_t)(j < 32 ? 4 * j : 4 * (j - 32) + 1);
@@ -316,7 +323,8 @@ ZC_T512 static __attribute__((always_inline)) inline int merge_avx512_impl(int d
                                 uint32_t n_esc, uint32_t* pos, uint32_t top, uint8_t* dst) {
     pthread_once(&kIdxOnce, zc_init_idx);
     const __m512i topv = _mm512_set1_epi8((char)top), one = _mm512_set1_epi8(1);
-    const __m512i two = _mm512_set1_epi8(2), four = _mm512_set1_epi8(4), fifteen = _mm512_set1_epi8(15);
+    const __m512i two = _mm512_set1_epi8(2), four = _mm512_set1_epi8(4);
+    const __m512i escv = _mm512_set1_epi8((char)zc_esc_code(mode));
     const __m512i m7f = _mm512_set1_epi8(0x7F);
     const __m512i il0 = _mm512_loadu_si512(kIlv0), il1 = _mm512_loadu_si512(kIlv1);
     size_t gend = g1;
@@ -334,7 +342,7 @@ ZC_T512 static __attribute__((always_inline)) inline int merge_avx512_impl(int d
             m = w0 & w1 & w2;
         } else {
             c = _mm512_loadu_si512(codes + 64 * (g - g0));
-            m = _mm512_cmpeq_epi8_mask(c, fifteen);
+            m = _mm512_cmpeq_epi8_mask(c, escv);
         }
         bad |= _mm512_cmpgt_epu8_mask(c, topv) & ~m;
         __m512i e = _mm512_sub_epi8(topv, c);
@@ -555,7 +563,7 @@ ZC_T256 static __attribute__((always_inline)) inline int merge_avx2_impl(int dt,
                 m = w0 & w1 & w2;
             } else {
                 c = _mm256_loadu_si256((const __m256i*)(codes + 64 * (g - g0) + 32 * h));
-                m = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(c, _mm256_set1_epi8(15)));
+                m = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(c, _mm256_set1_epi8((char)zc_esc_code(mode))));
             }
             /* c > top  <=>  max(c, top) != top */
             bad |= ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(c, topv), topv)) & ~m;
@@ -628,9 +636,12 @@ ZC_T256 static __attribute__((always_inline)) inline int merge_avx2_impl(int dt,
         switch (dt * 4 + mode) {                                                                  \
         case ZCF_DT_BF16 * 4 + ZCF_MODE_F3: return split_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F3, n, src, top, rest, codes, esc); \
         case ZCF_DT_BF16 * 4 + ZCF_MODE_R: return split_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_R, n, src, top, rest, codes, esc);   \
+        case ZCF_DT_BF16 * 4 + ZCF_MODE_F2: return split_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F2, n, src, top, rest, codes, esc); \
         case ZCF_DT_FP16 * 4 + ZCF_MODE_F3: return split_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F3, n, src, top, rest, codes, esc); \
         case ZCF_DT_FP16 * 4 + ZCF_MODE_R: return split_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_R, n, src, top, rest, codes, esc);   \
+        case ZCF_DT_FP16 * 4 + ZCF_MODE_F2: return split_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F2, n, src, top, rest, codes, esc); \
         case ZCF_DT_FP32 * 4 + ZCF_MODE_F3: return split_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F3, n, src, top, rest, codes, esc); \
+        case ZCF_DT_FP32 * 4 + ZCF_MODE_F2: return split_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F2, n, src, top, rest, codes, esc); \
         default: return split_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_R, n, src, top, rest, codes, esc);                             \
         }                                                                                         \
     }                                                                                             \
@@ -640,14 +651,219 @@ ZC_T256 static __attribute__((always_inline)) inline int merge_avx2_impl(int dt,
         switch (dt * 4 + mode) {                                                                  \
         case ZCF_DT_BF16 * 4 + ZCF_MODE_F3: return merge_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F3, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
         case ZCF_DT_BF16 * 4 + ZCF_MODE_R: return merge_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_R, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst);   \
+        case ZCF_DT_BF16 * 4 + ZCF_MODE_F2: return merge_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F2, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
         case ZCF_DT_FP16 * 4 + ZCF_MODE_F3: return merge_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F3, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
         case ZCF_DT_FP16 * 4 + ZCF_MODE_R: return merge_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_R, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst);   \
+        case ZCF_DT_FP16 * 4 + ZCF_MODE_F2: return merge_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F2, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
         case ZCF_DT_FP32 * 4 + ZCF_MODE_F3: return merge_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F3, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
+        case ZCF_DT_FP32 * 4 + ZCF_MODE_F2: return merge_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F2, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
         default: return merge_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_R, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst);                             \
         }                                                                                         \
     }
 ZC_SPECIALISE(ZC_T512, avx512)
 ZC_SPECIALISE(ZC_T256, avx2)
+
+/* ------------------------------------------------------------------------ */
+/* 3c. F2 tiers (FORMAT.md 4.5): symbols <-> primary and secondary planes    */
+/* ------------------------------------------------------------------------ */
+/* An F2 chunk is split and merged as symbols (s = top - e, 10 = escape) by
+ * the kernels above; these functions turn a chunk's symbol bytes into its
+ * two primary plane words per group plus the second tier's codes, and back.
+ * The second tier passes through a byte buffer (one q per entry, in element
+ * order) that is then cut into planes of 64 entries: vpcompressb/vpexpandb
+ * do the compaction on AVX-512, a bit loop elsewhere. */
+
+/* Group g of n symbols: primary words at prim + 16g; the second tier's q
+ * bytes appended at q[*m]. */
+static void f2_pack_group_scalar(const uint8_t* sym, size_t n, size_t g, uint8_t* prim, uint8_t* q,
+                                 size_t* m) {
+    size_t i0 = 64 * g, cnt = n - i0 < 64 ? n - i0 : 64;
+    uint64_t w0 = 0, w1 = 0;
+    for (size_t j = 0; j < cnt; j++) {
+        uint32_t s = sym[i0 + j], p = zcf_f2_primary(s);
+        w0 |= (uint64_t)(p & 1) << j;
+        w1 |= (uint64_t)(p >> 1) << j;
+        if (p == 3) q[(*m)++] = (uint8_t)zcf_f2_secondary(s);
+    }
+    zc_st64(prim + 16 * g, w0);
+    zc_st64(prim + 16 * g + 8, w1);
+}
+
+/* The m q bytes as H = ceil(m/64) groups of three plane words; q must have
+ * room for 64 bytes past m (zeroed here: the padding bits). */
+static void f2_planes_scalar(uint8_t* q, size_t m, uint8_t* sec) {
+    memset(q + m, 0, 64);
+    for (size_t h = 0; h < zc_groups(m); h++) {
+        uint64_t w[3] = {0, 0, 0};
+        for (int j = 0; j < 64; j++)
+            for (int k = 0; k < 3; k++) w[k] |= (uint64_t)((q[64 * h + j] >> k) & 1) << j;
+        for (int k = 0; k < 3; k++) zc_st64(sec + 24 * h + 8 * k, w[k]);
+    }
+}
+
+/* Encoder: symbols of a chunk of n -> primary planes and secondary planes;
+ * q is scratch of n + 64 bytes. Returns m, the second tier's size. */
+typedef size_t (*zc_f2pack_fn)(const uint8_t* sym, size_t n, uint8_t* prim, uint8_t* sec, uint8_t* q);
+/* Decoder: groups [g0, g1) of the primary planes (prim points at group g0)
+ * -> symbols at sym[0..], taking second-tier codes from the secondary
+ * planes sec (m entries, validated) from entry *cur on. */
+typedef void (*zc_f2unpack_fn)(const uint8_t* prim, const uint8_t* sec, size_t m, size_t n, size_t g0,
+                               size_t g1, size_t* cur, uint8_t* sym);
+
+static size_t f2_pack_scalar(const uint8_t* sym, size_t n, uint8_t* prim, uint8_t* sec, uint8_t* q) {
+    size_t m = 0;
+    for (size_t g = 0; g < zc_groups(n); g++) f2_pack_group_scalar(sym, n, g, prim, q, &m);
+    f2_planes_scalar(q, m, sec);
+    return m;
+}
+
+static void f2_unpack_scalar(const uint8_t* prim, const uint8_t* sec, size_t m, size_t n, size_t g0,
+                             size_t g1, size_t* cur, uint8_t* sym) {
+    size_t k = *cur;
+    for (size_t g = g0; g < g1; g++) {
+        const uint8_t* w = prim + 16 * (g - g0);
+        uint64_t w0 = zc_ld64(w), w1 = zc_ld64(w + 8);
+        size_t i0 = 64 * g, cnt = n - i0 < 64 ? n - i0 : 64;
+        for (size_t j = 0; j < cnt; j++) {
+            uint32_t p = (uint32_t)(((w0 >> j) & 1) | (((w1 >> j) & 1) << 1)), q = 0;
+            if (p == 3) { /* k < m: the caller counted P0 & P1 */
+                const uint8_t* v = sec + 24 * (k / 64);
+                size_t b = k % 64;
+                q = (uint32_t)(((zc_ld64(v) >> b) & 1) | (((zc_ld64(v + 8) >> b) & 1) << 1) |
+                               (((zc_ld64(v + 16) >> b) & 1) << 2));
+                k++;
+            }
+            sym[i0 + j - 64 * g0] = (uint8_t)zcf_f2_symbol(p, q);
+        }
+    }
+    (void)m;
+    *cur = k;
+}
+
+ZC_T512 static size_t f2_pack_avx512(const uint8_t* sym, size_t n, uint8_t* prim, uint8_t* sec,
+                                     uint8_t* q) {
+    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2), three = _mm512_set1_epi8(3);
+    size_t m = 0, full = n / 64;
+    for (size_t g = 0; g < full; g++) {
+        __m512i s = _mm512_loadu_si512(sym + 64 * g);
+        __m512i p = _mm512_min_epu8(_mm512_sub_epi8(s, one), three); /* s = 0 wraps to 255 -> 3 */
+        __mmask64 w0 = _mm512_test_epi8_mask(p, one), w1 = _mm512_test_epi8_mask(p, two), t = w0 & w1;
+        zc_st64(prim + 16 * g, w0);
+        zc_st64(prim + 16 * g + 8, w1);
+        _mm512_storeu_si512(q + m, _mm512_maskz_compress_epi8(t, _mm512_subs_epu8(s, three)));
+        m += (size_t)_mm_popcnt_u64(t);
+    }
+    if (full * 64 < n) f2_pack_group_scalar(sym, n, full, prim, q, &m);
+    memset(q + m, 0, 64);
+    for (size_t h = 0; h < zc_groups(m); h++) {
+        __m512i v = _mm512_loadu_si512(q + 64 * h);
+        zc_st64(sec + 24 * h, _mm512_test_epi8_mask(v, one));
+        zc_st64(sec + 24 * h + 8, _mm512_test_epi8_mask(v, two));
+        zc_st64(sec + 24 * h + 16, _mm512_test_epi8_mask(v, _mm512_set1_epi8(4)));
+    }
+    return m;
+}
+
+/* Secondary group h as 64 q bytes (zeros past the last group). */
+ZC_T512 static inline __m512i f2_sec_bytes(const uint8_t* sec, size_t m, size_t h) {
+    if (h >= zc_groups(m)) return _mm512_setzero_si512();
+    const uint8_t* v = sec + 24 * h;
+    return _mm512_ternarylogic_epi32(_mm512_maskz_mov_epi8(zc_ld64(v), _mm512_set1_epi8(1)),
+                                     _mm512_maskz_mov_epi8(zc_ld64(v + 8), _mm512_set1_epi8(2)),
+                                     _mm512_maskz_mov_epi8(zc_ld64(v + 16), _mm512_set1_epi8(4)), 0xFE);
+}
+
+ZC_T512 static void f2_unpack_avx512(const uint8_t* prim, const uint8_t* sec, size_t m, size_t n,
+                                     size_t g0, size_t g1, size_t* cur, uint8_t* sym) {
+    pthread_once(&kIdxOnce, zc_init_idx);
+    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2), three = _mm512_set1_epi8(3);
+    const __m512i iota = _mm512_loadu_si512(kIota);
+    size_t gend = g1 * 64 > n ? g1 - 1 : g1, k = *cur, h = k / 64;
+    /* q bytes of secondary groups h (qa) and h + 1 (qb), kept in registers:
+     * entries k.. are bytes k - 64h.. of qa:qb, one vpermt2b away. */
+    __m512i qa = f2_sec_bytes(sec, m, h), qb = f2_sec_bytes(sec, m, h + 1);
+    for (size_t g = g0; g < gend; g++) {
+        const uint8_t* w = prim + 16 * (g - g0);
+        __mmask64 w0 = zc_ld64(w), w1 = zc_ld64(w + 8), t = w0 & w1;
+        __m512i s = _mm512_add_epi8(
+            _mm512_or_si512(_mm512_maskz_mov_epi8(w0, one), _mm512_maskz_mov_epi8(w1, two)), one);
+        if (t) {
+            __m512i idx = _mm512_add_epi8(iota, _mm512_set1_epi8((char)(k - 64 * h)));
+            __m512i qv = _mm512_maskz_expand_epi8(t, _mm512_permutex2var_epi8(qa, idx, qb));
+            __mmask64 nz = _mm512_test_epi8_mask(qv, qv);
+            s = _mm512_mask_mov_epi8(s, t, _mm512_maskz_add_epi8(nz, qv, three)); /* q=0 -> s=0 */
+            k += (size_t)_mm_popcnt_u64(t);
+            if (k / 64 != h) { /* at most one group per 64 elements */
+                h++;
+                qa = qb;
+                qb = f2_sec_bytes(sec, m, h + 1);
+            }
+        }
+        _mm512_storeu_si512(sym + 64 * (g - g0), s);
+    }
+    *cur = k;
+    if (gend < g1) f2_unpack_scalar(prim + 16 * (gend - g0), sec, m, n, gend, g1, cur, sym + 64 * (gend - g0));
+}
+
+/* AVX2: the plane words come from movemask; the second tier is compacted
+ * and expanded by a loop over the set bits of P0 & P1 (about 15 of 64 on
+ * Gaussian data), for want of byte compress/expand instructions. */
+ZC_T256 static inline uint32_t f2_bit_mask256(__m256i v, int bit) { /* bit `bit` of each byte */
+    return (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(v, 7 - bit));
+}
+
+ZC_T256 static size_t f2_pack_avx2(const uint8_t* sym, size_t n, uint8_t* prim, uint8_t* sec,
+                                   uint8_t* q) {
+    const __m256i one = _mm256_set1_epi8(1), three = _mm256_set1_epi8(3);
+    size_t m = 0, full = n / 64;
+    for (size_t g = 0; g < full; g++) {
+        const uint8_t* sg = sym + 64 * g;
+        uint64_t w0 = 0, w1 = 0;
+        for (int h = 0; h < 2; h++) {
+            __m256i s = _mm256_loadu_si256((const __m256i*)(sg + 32 * h));
+            __m256i p = _mm256_min_epu8(_mm256_sub_epi8(s, one), three); /* s = 0 wraps -> 3 */
+            w0 |= (uint64_t)f2_bit_mask256(p, 0) << (32 * h);
+            w1 |= (uint64_t)f2_bit_mask256(p, 1) << (32 * h);
+        }
+        zc_st64(prim + 16 * g, w0);
+        zc_st64(prim + 16 * g + 8, w1);
+        for (uint64_t t = w0 & w1; t; t &= t - 1) q[m++] = (uint8_t)zcf_f2_secondary(sg[_tzcnt_u64(t)]);
+    }
+    if (full * 64 < n) f2_pack_group_scalar(sym, n, full, prim, q, &m);
+    memset(q + m, 0, 64);
+    for (size_t h = 0; h < zc_groups(m); h++)
+        for (int k = 0; k < 3; k++) {
+            __m256i lo = _mm256_loadu_si256((const __m256i*)(q + 64 * h));
+            __m256i hi = _mm256_loadu_si256((const __m256i*)(q + 64 * h + 32));
+            zc_st64(sec + 24 * h + 8 * k, f2_bit_mask256(lo, k) | (uint64_t)f2_bit_mask256(hi, k) << 32);
+        }
+    return m;
+}
+
+ZC_T256 static void f2_unpack_avx2(const uint8_t* prim, const uint8_t* sec, size_t m, size_t n,
+                                   size_t g0, size_t g1, size_t* cur, uint8_t* sym) {
+    const __m256i one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
+    size_t gend = g1 * 64 > n ? g1 - 1 : g1, k = *cur;
+    for (size_t g = g0; g < gend; g++) {
+        const uint8_t* w = prim + 16 * (g - g0);
+        uint64_t w0 = zc_ld64(w), w1 = zc_ld64(w + 8);
+        uint8_t* out = sym + 64 * (g - g0);
+        for (int h = 0; h < 2; h++) {
+            __m256i p = _mm256_or_si256(_mm256_and_si256(zc256_bits((uint32_t)(w0 >> (32 * h))), one),
+                                        _mm256_and_si256(zc256_bits((uint32_t)(w1 >> (32 * h))), two));
+            _mm256_storeu_si256((__m256i*)(out + 32 * h), _mm256_add_epi8(p, one));
+        }
+        for (uint64_t t = w0 & w1; t; t &= t - 1, k++) { /* k < m: the caller counted P0 & P1 */
+            const uint8_t* v = sec + 24 * (k / 64);
+            uint32_t b = (uint32_t)(k % 64);
+            uint32_t qv = (uint32_t)(((zc_ld64(v) >> b) & 1) | (((zc_ld64(v + 8) >> b) & 1) << 1) |
+                                     (((zc_ld64(v + 16) >> b) & 1) << 2));
+            out[_tzcnt_u64(t)] = (uint8_t)zcf_f2_symbol(3, qv);
+        }
+    }
+    *cur = k;
+    if (gend < g1) f2_unpack_scalar(prim + 16 * (gend - g0), sec, m, n, gend, g1, cur, sym + 64 * (gend - g0));
+}
 
 /* ------------------------------------------------------------------------ */
 /* Run-time dispatch                                                         */
@@ -656,6 +872,8 @@ ZC_SPECIALISE(ZC_T256, avx2)
 typedef struct {
     zc_split_fn split;
     zc_merge_fn merge;
+    zc_f2pack_fn f2pack;
+    zc_f2unpack_fn f2unpack;
     int rans512; /* rANS lanes in AVX-512 (gathers, scatters)  */
 } zc_kernels_t;
 
@@ -689,6 +907,8 @@ static zipcclResult_t zc_pick(const zipcclCodecParams_t* params, zc_kernels_t* k
         return zipcclSetError(zipcclUnsupported, "this CPU lacks the %s instructions",
                               s == zipcclSimdAvx2 ? "AVX2" : "AVX-512 (F/BW/VL/VBMI/VBMI2)");
     k->rans512 = s == zipcclSimdAvx512;
+    k->f2pack = s == zipcclSimdAvx512 ? f2_pack_avx512 : s == zipcclSimdAvx2 ? f2_pack_avx2 : f2_pack_scalar;
+    k->f2unpack = s == zipcclSimdAvx512 ? f2_unpack_avx512 : s == zipcclSimdAvx2 ? f2_unpack_avx2 : f2_unpack_scalar;
     if (s == zipcclSimdAvx512) { k->split = split_avx512; k->merge = merge_avx512; }
     else if (s == zipcclSimdAvx2) { k->split = split_avx2; k->merge = merge_avx2; }
     else { k->split = split_scalar; k->merge = merge_scalar; }
@@ -949,6 +1169,21 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
                 return size;
             }
         }
+    } else if (codec == zipcclCodecFast) { /* F2 reference encoder ready */
+        size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G;
+        if (fixed < avail && fixed < raw) {
+            uint8_t sym[ZC_ENC_CHUNK], q[ZC_ENC_CHUNK + 64], sec[24 * (ZC_ENC_CHUNK / 64)];
+            uint32_t top = zcf_f2_top(dt, s8);
+            uint32_t nesc = K->split(dt, ZCF_MODE_F2, n, src, top, out + ZCF_CHUNK_HEADER_SIZE, sym, esc);
+            size_t m = K->f2pack(sym, n, out + ZCF_CHUNK_HEADER_SIZE + rest, sec, q), H = zc_groups(m);
+            size = fixed + 24 * H + nesc;
+            if (size < raw && size <= avail) {
+                zc_put_chunk_header(out, ZCF_MODE_F2, top, 0, nesc);
+                memcpy(out + fixed, sec, 24 * H);
+                memcpy(out + fixed + 24 * H, esc, nesc);
+                return size;
+            }
+        }
     } else {
         size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 24 * G;
         if (fixed < avail && fixed < raw) {
@@ -1002,7 +1237,8 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, size_t ci, con
         memcpy(out, c + ZCF_CHUNK_HEADER_SIZE, n * (size_t)zcf_elem_size(dt));
         return zipcclSuccess;
     }
-    if (mode != ZCF_MODE_F3 && mode != ZCF_MODE_R) return ZC_CORRUPT("chunk %zu: unknown mode %u", ci, mode);
+    if (mode != ZCF_MODE_F3 && mode != ZCF_MODE_R && mode != ZCF_MODE_F2)
+        return ZC_CORRUPT("chunk %zu: unknown mode %u", ci, mode);
     if (top > emax) return ZC_CORRUPT("chunk %zu: window top %u exceeds the exponent range", ci, top);
     if (n_esc > n) return ZC_CORRUPT("chunk %zu: n_esc %u > %zu elements", ci, n_esc, n);
     uint32_t pos = 0;
@@ -1018,6 +1254,34 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, size_t ci, con
         if (!zc_esc_ok(dt, esc, n_esc)) return ZC_CORRUPT("chunk %zu: escape byte out of the exponent range", ci);
         if (K->merge(dt, ZCF_MODE_F3, n, 0, G, r, planes, esc, n_esc, &pos, top, out))
             return ZC_CORRUPT("chunk %zu: code outside the window (top %u) or too few escapes", ci, top);
+        if (pos != n_esc) return ZC_CORRUPT("chunk %zu: %u escape codes, header says %u", ci, pos, n_esc);
+        return zipcclSuccess;
+    }
+    if (mode == ZCF_MODE_F2) {
+        if (table) return ZC_CORRUPT("chunk %zu: F2 chunk with table byte %u", ci, table);
+        size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G;
+        if (size < fixed + (size_t)n_esc) return ZC_CORRUPT("chunk %zu: F2 chunk of %zu bytes is too short", ci, size);
+        const uint8_t* r = c + ZCF_CHUNK_HEADER_SIZE;
+        const uint8_t* prim = r + rest;
+        size_t m = 0, tail = n % 64;
+        for (size_t g = 0; g < G; g++) m += (size_t)__builtin_popcountll(zc_ld64(prim + 16 * g) & zc_ld64(prim + 16 * g + 8));
+        if (tail && ((zc_ld64(prim + 16 * (G - 1)) | zc_ld64(prim + 16 * (G - 1) + 8)) & (~0ull << tail)))
+            return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last primary group", ci);
+        size_t H = zc_groups(m), want = fixed + 24 * H + n_esc;
+        if (size != want) return ZC_CORRUPT("chunk %zu: F2 chunk of %zu bytes, expected %zu", ci, size, want);
+        const uint8_t* sec = prim + 16 * G;
+        const uint8_t* esc = sec + 24 * H;
+        if (!zc_pad_ok(sec, m) || (dt == ZCF_DT_FP16 && !zc_pad_ok(r + n, n)))
+            return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last group", ci);
+        if (!zc_esc_ok(dt, esc, n_esc)) return ZC_CORRUPT("chunk %zu: escape byte out of the exponent range", ci);
+        uint8_t sym[ZC_SEG];
+        size_t cur = 0;
+        for (size_t g0 = 0; g0 < G; g0 += ZC_SEG / 64) {
+            size_t g1 = g0 + ZC_SEG / 64 < G ? g0 + ZC_SEG / 64 : G;
+            K->f2unpack(prim + 16 * g0, sec, m, n, g0, g1, &cur, sym);
+            if (K->merge(dt, ZCF_MODE_F2, n, g0, g1, r, sym, esc, n_esc, &pos, top, out))
+                return ZC_CORRUPT("chunk %zu: code outside the window (top %u) or too few escapes", ci, top);
+        }
         if (pos != n_esc) return ZC_CORRUPT("chunk %zu: %u escape codes, header says %u", ci, pos, n_esc);
         return zipcclSuccess;
     }
@@ -1126,7 +1390,7 @@ zipcclResult_t zipcclCompress(const void* src, size_t count, zipcclDataType_t dt
     zipcclCodec_t codec = params ? params->codec : zipcclCodecDefault;
     int checksum = params ? params->checksum != 0 : 0;
     if (codec == zipcclCodecDefault) codec = zipcclCodecFast;
-    if (codec < zipcclCodecFast || codec > zipcclCodecStored)
+    if (codec < zipcclCodecFast || codec > zipcclCodecF3)
         return zipcclSetError(zipcclInvalidArgument, "compress: unknown codec %d", (int)codec);
     zc_kernels_t K;
     ZIPCCL_TRY(zc_pick(params, &K));

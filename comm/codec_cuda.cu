@@ -4,7 +4,8 @@
  * encoder (codec_cpu.c) for the same input and parameters (FORMAT.md §7).
  *
  * Shape of the work:
- *   compress    k_encode_f3 / k_encode_r: one warp per chunk encodes into a
+ *   compress    k_encode_f2 (codec fast) / k_encode_f3 (codec f3) /
+ *               k_encode_r (codec dense): one warp per chunk encodes into a
  *               fixed-size slot of the workspace (room for the raw chunk) and
  *               records its size and XXH32; k_plan prefix-sums the sizes; the
  *               host reads the total (it needs it anyway to post the send),
@@ -19,11 +20,15 @@
  *               returns zipcclCorruptStream and never faults or writes outside
  *               the caller's output.
  *
- * Lane mapping. F3 planes and the fp16 rest planes: a warp handles a
- * 64-element group, lane l owning elements 64g+l and 64g+32+l, so each u64
- * plane word is two ballots. R: lane l is the format's rANS lane l (elements
- * l, l+32, ...), so a warp step covers 32 consecutive elements and escape
- * positions in element order come from ballot + popc.
+ * Lane mapping. F3 and F2 primary planes and the fp16 rest planes: a warp
+ * handles a 64-element group, lane l owning elements 64g+l and 64g+32+l, so
+ * each u64 plane word is two ballots. F2's second tier and all escapes are
+ * sequences in element order: a ballot over a 32-element half gives each
+ * lane its rank (popc of the lanes below) after a running count. Secondary
+ * plane words are built compacted: lane t fetches (shuffle) the code of the
+ * half's t-th second-tier entry, so a ballot yields 32 consecutive entries'
+ * bits. R: lane l is the format's rANS lane l (elements l, l+32, ...), so a
+ * warp step covers 32 consecutive elements.
  *
  * Host emulation. With ZIPCCL_CUDA_EMU defined this file compiles as plain
  * C++: the kernels' bodies run on the host under the warp emulator of
@@ -61,6 +66,7 @@ extern "C" {
 #define ZK_SYNCTHREADS() emu_syncthreads()
 #define ZK_ATOMIC_OR(p, v) (*(p) |= (v))
 #define ZK_ATOMIC_MAX(p, v) (*(p) = *(p) > (v) ? *(p) : (v))
+#define ZK_UNROLL
 ZK int zk_popc(uint32_t x) { return __builtin_popcount(x); }
 ZK uint16_t zk_ld16a(const uint8_t* p) { uint16_t v; memcpy(&v, p, 2); return v; }
 ZK uint32_t zk_ld32a(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -82,6 +88,7 @@ extern __shared__ __align__(16) uint8_t zk_smem_dyn[];
 #define ZK_SYNCTHREADS() __syncthreads()
 #define ZK_ATOMIC_OR(p, v) atomicOr((p), (v))
 #define ZK_ATOMIC_MAX(p, v) atomicMax((p), (v))
+#define ZK_UNROLL _Pragma("unroll") /* loops over register arrays: keep them in registers */
 ZK int zk_popc(uint32_t x) { return __popc(x); }
 ZK uint16_t zk_ld16a(const uint8_t* p) { return *(const uint16_t*)p; }
 ZK uint32_t zk_ld32a(const uint8_t* p) { return *(const uint32_t*)p; }
@@ -216,19 +223,31 @@ ZK uint32_t zk_rebuild(int dt, uint32_t r, uint32_t e, uint32_t hv) {
     return ((r & 0x800000u) << 8) | (e << 23) | (r & 0x7FFFFFu);
 }
 
-/* Three u64 plane words of one group: bit j of word k is bit k of the 3-bit
+/* np (2 or 3) u64 plane words of one group: bit j of word k is bit k of the
  * value of element 64g+j. v0 / v1: this lane's values for elements l, 32+l
  * (0 past the chunk end, as the format requires). */
-ZK void zk_put_planes(uint8_t* w, uint32_t v0, uint32_t v1, uint32_t lane) {
+ZK void zk_put_planes(uint8_t* w, uint32_t v0, uint32_t v1, uint32_t lane, uint32_t np) {
     uint64_t mine = 0;
-    for (uint32_t k = 0; k < 3; k++) {
+    for (uint32_t k = 0; k < np; k++) {
         uint64_t wk = (uint64_t)ZK_BALLOT((v0 >> k) & 1u) | ((uint64_t)ZK_BALLOT((v1 >> k) & 1u) << 32);
         if (lane == k) mine = wk;
     }
-    if (lane < 3) zk_st64(w + 8 * lane, mine);
+    if (lane < np) zk_st64(w + 8 * lane, mine);
 }
 ZK uint32_t zk_plane_bits(uint64_t w0, uint64_t w1, uint64_t w2, uint32_t j) {
     return (uint32_t)(((w0 >> j) & 1u) | (((w1 >> j) & 1u) << 1) | (((w2 >> j) & 1u) << 2));
+}
+ZK int zk_popc64(uint64_t x) { return zk_popc((uint32_t)x) + zk_popc((uint32_t)(x >> 32)); }
+
+/* Bit position of the t-th set bit (from 0) of b, for t < popc(b): a binary
+ * search with popc, so the device and the emulator run the same code. */
+ZK uint32_t zk_select(uint32_t b, uint32_t t) {
+    uint32_t pos = 0;
+    for (uint32_t w = 16; w; w >>= 1) {
+        uint32_t c = zk_popc((b >> pos) & ((1u << w) - 1u));
+        if (t >= c) { t -= c; pos += w; }
+    }
+    return pos;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -326,8 +345,8 @@ ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
                         code[h] = 0;
                     }
                 }
-                zk_put_planes(cp + 24 * g, code[0], code[1], lane);
-                if (dt == ZCF_DT_FP16) zk_put_planes(hp + 24 * g, hv[0], hv[1], lane);
+                zk_put_planes(cp + 24 * g, code[0], code[1], lane, 3);
+                if (dt == ZCF_DT_FP16) zk_put_planes(hp + 24 * g, hv[0], hv[1], lane, 3);
                 for (int h = 0; h < 2; h++) {
                     int esc = code[h] == ZCF_F3_ESC;
                     uint32_t b = ZK_BALLOT(esc);
@@ -345,6 +364,128 @@ ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
             }
         }
         ZK_SYNCWARP(); /* the raw rewrite below must land after the F3 bytes */
+    }
+    if (size == raw) zk_write_raw(out, in, n * es, lane);
+    zk_finish_chunk(a, c, out, size, lane);
+}
+
+/* F2's secondary planes as the second tier grows (FORMAT.md §4.5). b: ballot
+ * of this half's second-tier lanes, q: this lane's secondary code, m: entries
+ * before this half (so the half's entries are m, m+1, ...). Lane t takes the
+ * code of the half's t-th entry, so one ballot per plane gives the bits of
+ * popc(b) consecutive entries; they are appended at bit m % 64 of *pend, the
+ * word of plane `lane` (lanes 0..2) of group m / 64, which is stored at sp
+ * once full. Every lane calls it, with the same b and m. */
+ZK void zk_tier2_add(uint8_t* sp, uint64_t* pend, uint32_t m, uint32_t b, uint32_t q, uint32_t lane) {
+    uint32_t cnt = zk_popc(b), f = m & 63, mine = 0;
+    uint32_t qt = ZK_SHFL(q, lane < cnt ? zk_select(b, lane) : lane);
+    for (uint32_t k = 0; k < 3; k++) {
+        uint32_t wk = ZK_BALLOT(lane < cnt && ((qt >> k) & 1u));
+        if (lane == k) mine = wk;
+    }
+    *pend |= (uint64_t)mine << f;
+    if (f + cnt >= 64) { /* cnt <= 32, so f >= 32 here and the shift below is 1..32 */
+        if (lane < 3) zk_st64(sp + 24 * (size_t)(m >> 6) + 8 * lane, *pend);
+        *pend = (uint64_t)mine >> (64 - f);
+    }
+}
+
+/* F2's escape bytes, collected backwards from the end of the raw chunk's room
+ * (their place follows the secondary planes, whose size is known only at the
+ * end), moved to [at, at + k) in element order. at + k < raw, so the target
+ * starts below the source; the ranges may overlap. */
+ZK void zk_place_escapes(uint8_t* out, uint32_t at, uint32_t raw, uint32_t k, uint32_t lane) {
+    uint8_t* t = out + raw - k;
+    ZK_SYNCWARP(); /* every lane's escape bytes are visible to all */
+    for (uint32_t j = lane; j < k / 2; j += 32) { /* reverse in place: pairs are disjoint */
+        uint8_t x = t[j];
+        t[j] = t[k - 1 - j];
+        t[k - 1 - j] = x;
+    }
+    /* move down, 32 bytes a round, ascending: a round reads all before it
+     * writes, and writes below the bytes later rounds read */
+    for (uint32_t j0 = 0; j0 < k; j0 += 32) {
+        uint32_t j = j0 + lane;
+        ZK_SYNCWARP();
+        uint8_t v = j < k ? t[j] : 0;
+        ZK_SYNCWARP();
+        if (j < k) out[at + j] = v;
+    }
+}
+
+/* F2 chunk c (FORMAT.md §4.5) by one warp; DT a compile-time dtype code.
+ * Slot layout while encoding: header | rest | primary planes | secondary
+ * planes growing up ... escapes growing down from raw. Both ends are
+ * checked before each group is written: once the chunk would reach raw size
+ * it goes raw, so the two never meet. */
+template <int DT>
+ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
+    const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
+    uint64_t first = c << ZCF_CHUNK_LOG2;
+    uint32_t n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
+    const uint8_t* in = a.src + first * es;
+    uint8_t* out = a.slots + c * a.slot_bytes;
+    uint32_t top = zcf_f2_top(dt, zk_estimate_s8(in, n, dt, es, al, lane));
+    uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
+    uint32_t base = 8 + rest + 16 * G, size = raw; /* base: the secondary planes */
+    if (base < raw) {
+        uint8_t* rp = out + 8;        /* R0 (and R1, R2 for fp32)      */
+        uint8_t* hp = out + 8 + n;    /* fp16 hi3 planes               */
+        uint8_t* pp = out + 8 + rest; /* primary planes                */
+        uint8_t* sp = out + base;     /* secondary planes              */
+        uint32_t m = 0, nesc = 0, fits = 1; /* second-tier entries, escapes so far */
+        uint64_t pend = 0;                  /* see zk_tier2_add */
+        const int U = DT == ZCF_DT_BF16 ? ZK_F3_UNROLL : 3; /* fp16, fp32: 4 groups would spill */
+        for (uint32_t g0 = 0; g0 < G && fits; g0 += U) {
+            uint32_t bits[U][2];
+            for (int u = 0; u < U; u++)
+                for (int h = 0; h < 2; h++) {
+                    uint32_t i = 64 * (g0 + u) + 32 * h + lane;
+                    bits[u][h] = i < n ? zk_ld_elem(in + (size_t)i * es, es, al) : 0;
+                }
+            ZK_UNROLL
+            for (int u = 0; u < U && g0 + u < G && fits; u++) {
+                uint32_t g = g0 + u, e[2], pc[2], q[2], bt[2], be[2];
+                for (int h = 0; h < 2; h++) {
+                    int valid = 64 * g + 32 * h + lane < n;
+                    e[h] = zcf_exponent(dt, bits[u][h]);
+                    int d = (int)top - (int)e[h];
+                    uint32_t s = (d >= 0 && d <= 9) ? (uint32_t)d : (uint32_t)ZCF_F2_ESC;
+                    pc[h] = valid ? zcf_f2_primary(s) : 0;
+                    q[h] = zcf_f2_secondary(s);
+                    bt[h] = ZK_BALLOT(pc[h] == 3);
+                    be[h] = ZK_BALLOT(valid && s == ZCF_F2_ESC);
+                }
+                uint32_t m1 = m + zk_popc(bt[0]) + zk_popc(bt[1]), nesc1 = nesc + zk_popc(be[0]) + zk_popc(be[1]);
+                fits = base + 24 * ((m1 + 63) / 64) + nesc1 < raw; /* uniform; if not, goes raw */
+                if (!fits) continue;
+                for (int h = 0; h < 2; h++) {
+                    uint32_t i = 64 * g + 32 * h + lane;
+                    if (i < n) zk_put_rest(rp, n, i, bits[u][h], dt);
+                }
+                if (dt == ZCF_DT_FP16)
+                    zk_put_planes(hp + 24 * g, 64 * g + lane < n ? zk_fp16_hi3(bits[u][0]) : 0,
+                                  64 * g + 32 + lane < n ? zk_fp16_hi3(bits[u][1]) : 0, lane, 3);
+                zk_put_planes(pp + 16 * g, pc[0], pc[1], lane, 2);
+                for (int h = 0; h < 2; h++) {
+                    if (bt[h]) zk_tier2_add(sp, &pend, m, bt[h], q[h], lane);
+                    m += zk_popc(bt[h]);
+                    if ((be[h] >> lane) & 1u) out[raw - 1 - nesc - zk_popc(be[h] & zk_lanemask_lt(lane))] = (uint8_t)e[h];
+                    nesc += zk_popc(be[h]);
+                }
+            }
+        }
+        if (fits) {
+            if ((m & 63) && lane < 3) zk_st64(sp + 24 * (size_t)(m >> 6) + 8 * lane, pend); /* last, partial group */
+            uint32_t ep = base + 24 * ((m + 63) / 64);
+            zk_place_escapes(out, ep, raw, nesc, lane);
+            size = ep + nesc;
+            if (lane == 0) {
+                out[0] = ZCF_MODE_F2; out[1] = (uint8_t)top; out[2] = 0; out[3] = 0;
+                zcf_st32(out + 4, nesc);
+            }
+        }
+        ZK_SYNCWARP(); /* the raw rewrite below must land after the F2 bytes */
     }
     if (size == raw) zk_write_raw(out, in, n * es, lane);
     zk_finish_chunk(a, c, out, size, lane);
@@ -442,7 +583,7 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
                 if (esc) out[esc_base + run + zk_popc(b & zk_lanemask_lt(lane))] = (uint8_t)e;
                 run += zk_popc(b);
             }
-            if (dt == ZCF_DT_FP16) zk_put_planes(rp + n + 24 * g, hv[0], hv[1], lane);
+            if (dt == ZCF_DT_FP16) zk_put_planes(rp + n + 24 * g, hv[0], hv[1], lane, 3);
         }
     } else {
         zk_write_raw(out, in, n * es, lane);
@@ -450,14 +591,19 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
     zk_finish_chunk(a, c, out, size, lane);
 }
 
-template <int DT>
-ZK void zk_encode_f3_warp(const EncArgs& a) {
+template <int MODE, int DT>
+ZK void zk_encode_warp(const EncArgs& a) {
     uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
-    if (c < a.n_chunks) zk_encode_f3_chunk<DT>(a, c, ZK_LANE());
+    if (c >= a.n_chunks) return;
+    if (MODE == ZCF_MODE_F2) zk_encode_f2_chunk<DT>(a, c, ZK_LANE());
+    else zk_encode_f3_chunk<DT>(a, c, ZK_LANE());
 }
-ZK void encode_f3_bf16_body(const EncArgs& a) { zk_encode_f3_warp<ZCF_DT_BF16>(a); }
-ZK void encode_f3_fp16_body(const EncArgs& a) { zk_encode_f3_warp<ZCF_DT_FP16>(a); }
-ZK void encode_f3_fp32_body(const EncArgs& a) { zk_encode_f3_warp<ZCF_DT_FP32>(a); }
+ZK void encode_f2_bf16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_BF16>(a); }
+ZK void encode_f2_fp16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_FP16>(a); }
+ZK void encode_f2_fp32_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_FP32>(a); }
+ZK void encode_f3_bf16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F3, ZCF_DT_BF16>(a); }
+ZK void encode_f3_fp16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F3, ZCF_DT_FP16>(a); }
+ZK void encode_f3_fp32_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F3, ZCF_DT_FP32>(a); }
 ZK void encode_r_body(const EncArgs& a) { /* one warp a block: 32 KB of words */
     if (ZK_BID() < a.n_chunks) zk_encode_r_chunk(a, ZK_BID(), ZK_LANE(), ZK_SMEM());
 }
@@ -651,94 +797,173 @@ typedef struct {
     ZkTables tab;
 } DecArgs;
 
-/* The last group's plane bits past the chunk end must be 0 (the CPU decoder
- * rejects them too, so both accept the same frames). */
-ZK int zk_pad_bad(const uint8_t* planes, uint32_t n) {
+/* The last group's plane bits past the end of a sequence of n entries must
+ * be 0 (the CPU decoder rejects them too, so both accept the same frames);
+ * planes: np u64 words a group. */
+ZK int zk_pad_bad(const uint8_t* planes, uint32_t n, uint32_t np) {
     uint32_t tail = n % 64;
     if (!tail) return 0;
-    const uint8_t* w = planes + 24 * (size_t)((n + 63) / 64 - 1);
-    uint64_t pad = ~0ull << tail;
-    return ((zcf_ld64(w) | zcf_ld64(w + 8) | zcf_ld64(w + 16)) & pad) != 0;
+    const uint8_t* w = planes + 8 * np * (size_t)((n + 63) / 64 - 1);
+    uint64_t any = 0;
+    for (uint32_t k = 0; k < np; k++) any |= zcf_ld64(w + 8 * k);
+    return (any & (~0ull << tail)) != 0;
 }
 
 #define ZK_DEC_UNROLL 4 /* groups whose loads are issued before any is decoded */
 
-/* Decodes chunk c; returns nonzero (on every lane) if it is corrupt. */
+/* A chunk whose header fields passed the checks common to F3, R and F2. */
+typedef struct {
+    const uint8_t* p;  /* chunk header                                       */
+    const uint8_t* rp; /* rest section                                       */
+    uint8_t* out;      /* the chunk's first element in the destination       */
+    uint64_t size, rest, G;
+    uint32_t n, top, tbl, nesc, emax;
+} ZkChunk;
+
+/* The decoders below return nonzero (on every lane) if the chunk is corrupt.
+ * Each checks the chunk size against its layout before reading past the
+ * header: k_plan guarantees only that [p, p + size) lies in the frame. */
+
 template <int DT>
-ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t* sm) {
+ZK int zk_decode_f3(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.dst_aligned;
-    uint64_t first = c << a.chunk_log2, C = 1ull << a.chunk_log2;
-    uint32_t n = (uint32_t)(a.count - first < C ? a.count - first : C);
-    const uint8_t* p = a.payload + a.offs[c];
-    uint64_t size = a.offs[c + 1] - a.offs[c]; /* >= 8, checked by k_plan */
-    uint8_t* out = a.dst + first * es;
-    uint32_t mode = p[0], top = p[1], tbl = p[2], nesc = zcf_ld32(p + 4);
-    uint32_t emax = (1u << zcf_exp_bits(dt)) - 1u;
-    uint64_t rest = zcf_rest_size(dt, n), G = (n + 63) / 64;
-    if (p[3]) return 1;
-    if (mode == ZCF_MODE_RAW) {
-        if (top || tbl || nesc || size != 8 + (uint64_t)n * es) return 1;
-        for (uint32_t j = lane; j < n * (uint32_t)es; j += 32) out[j] = p[8 + j];
-        return 0;
-    }
-    if ((mode != ZCF_MODE_F3 && mode != ZCF_MODE_R) || top > emax || nesc > n) return 1;
-    const uint8_t* rp = p + 8 + (mode == ZCF_MODE_R ? 2 * (int)ZCF_R_LANES : 0);
-    if (dt == ZCF_DT_FP16 && zk_pad_bad(rp + n, n)) return 1;
+    const uint32_t n = k.n, top = k.top, nesc = k.nesc, emax = k.emax;
+    const uint64_t G = k.G;
+    const uint8_t* rp = k.rp;
+    if (k.tbl || k.size != 8 + k.rest + 24 * G + nesc) return 1;
+    const uint8_t* cp = rp + k.rest;
+    const uint8_t* ep = cp + 24 * G;
+    if (zk_pad_bad(cp, n, 3) || (dt == ZCF_DT_FP16 && zk_pad_bad(rp + n, n, 3))) return 1;
     uint32_t err = 0, run = 0;
-    if (mode == ZCF_MODE_F3) {
-        if (tbl || size != 8 + rest + 24 * G + nesc) return 1;
-        const uint8_t* cp = rp + rest;
-        const uint8_t* ep = cp + 24 * G;
-        if (zk_pad_bad(cp, n)) return 1;
-        for (uint32_t g0 = 0; g0 < G; g0 += ZK_DEC_UNROLL) {
-            /* per lane only its two elements' bits of each plane word are kept */
-            uint32_t cdu[ZK_DEC_UNROLL][2], hvu[ZK_DEC_UNROLL][2], r[ZK_DEC_UNROLL][2];
-            for (int u = 0; u < ZK_DEC_UNROLL; u++) {
-                uint32_t g = g0 + u < G ? g0 + u : g0; /* past the end: reload a valid group */
-                const uint8_t* w = cp + 24 * g;
-                uint64_t w0 = zk_ld64(w), w1 = zk_ld64(w + 8), w2 = zk_ld64(w + 16), h0 = 0, h1 = 0, h2 = 0;
-                if (dt == ZCF_DT_FP16) {
-                    const uint8_t* hw = rp + n + 24 * g;
-                    h0 = zk_ld64(hw); h1 = zk_ld64(hw + 8); h2 = zk_ld64(hw + 16);
-                }
-                for (int h = 0; h < 2; h++) {
-                    uint32_t i = 64 * g + 32 * h + lane;
-                    r[u][h] = i < n ? zk_get_rest(dt, rp, n, i) : 0;
-                    cdu[u][h] = zk_plane_bits(w0, w1, w2, 32 * h + lane);
-                    hvu[u][h] = zk_plane_bits(h0, h1, h2, 32 * h + lane);
-                }
+    for (uint32_t g0 = 0; g0 < G; g0 += ZK_DEC_UNROLL) {
+        /* per lane only its two elements' bits of each plane word are kept */
+        uint32_t cdu[ZK_DEC_UNROLL][2], hvu[ZK_DEC_UNROLL][2], r[ZK_DEC_UNROLL][2];
+        for (int u = 0; u < ZK_DEC_UNROLL; u++) {
+            uint32_t g = g0 + u < G ? g0 + u : g0; /* past the end: reload a valid group */
+            const uint8_t* w = cp + 24 * g;
+            uint64_t w0 = zk_ld64(w), w1 = zk_ld64(w + 8), w2 = zk_ld64(w + 16), h0 = 0, h1 = 0, h2 = 0;
+            if (dt == ZCF_DT_FP16) {
+                const uint8_t* hw = rp + n + 24 * g;
+                h0 = zk_ld64(hw); h1 = zk_ld64(hw + 8); h2 = zk_ld64(hw + 16);
             }
-            for (int u = 0; u < ZK_DEC_UNROLL && g0 + u < G; u++) {
-                uint32_t g = g0 + u;
-                for (uint32_t h = 0; h < 2; h++) {
-                    uint32_t j = 32 * h + lane, i = 64 * g + j;
-                    int valid = i < n;
-                    uint32_t cd = cdu[u][h];
-                    int esc = valid && cd == ZCF_F3_ESC;
-                    uint32_t b = ZK_BALLOT(esc);
-                    if (valid) {
-                        uint32_t e = 0;
-                        if (esc) {
-                            uint32_t idx = run + zk_popc(b & zk_lanemask_lt(lane));
-                            if (idx < nesc) e = ep[idx];
-                            if (idx >= nesc || e > emax) err = 1;
-                        } else if (cd > top) {
-                            err = 1;
-                        } else {
-                            e = top - cd;
-                        }
-                        zk_st_elem(out + (size_t)i * es, zk_rebuild(dt, r[u][h], e & emax, hvu[u][h]), es, al);
-                    }
-                    run += zk_popc(b);
-                }
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = 64 * g + 32 * h + lane;
+                r[u][h] = i < n ? zk_get_rest(dt, rp, n, i) : 0;
+                cdu[u][h] = zk_plane_bits(w0, w1, w2, 32 * h + lane);
+                hvu[u][h] = zk_plane_bits(h0, h1, h2, 32 * h + lane);
             }
         }
-        return ZK_BALLOT(err || run != nesc) != 0;
+        for (int u = 0; u < ZK_DEC_UNROLL && g0 + u < G; u++) {
+            uint32_t g = g0 + u;
+            for (uint32_t h = 0; h < 2; h++) {
+                uint32_t j = 32 * h + lane, i = 64 * g + j;
+                int valid = i < n;
+                uint32_t cd = cdu[u][h];
+                int esc = valid && cd == ZCF_F3_ESC;
+                uint32_t b = ZK_BALLOT(esc);
+                if (valid) {
+                    uint32_t e = 0;
+                    if (esc) {
+                        uint32_t idx = run + zk_popc(b & zk_lanemask_lt(lane));
+                        if (idx < nesc) e = ep[idx];
+                        if (idx >= nesc || e > emax) err = 1;
+                    } else if (cd > top) {
+                        err = 1;
+                    } else {
+                        e = top - cd;
+                    }
+                    zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, r[u][h], e & emax, hvu[u][h]), es, al);
+                }
+                run += zk_popc(b);
+            }
+        }
     }
-    /* R chunk */
+    return ZK_BALLOT(err || run != nesc) != 0;
+}
+
+/* F2 (FORMAT.md §4.5): m, and with it where the secondary planes end, is
+ * the popcount of P0 & P1 over all primary groups, so those are counted
+ * (and their padding checked) before the size can be. */
+template <int DT>
+ZK int zk_decode_f2(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
+    const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.dst_aligned;
+    const uint32_t n = k.n, top = k.top, nesc = k.nesc, emax = k.emax;
+    const uint64_t G = k.G, fixed = 8 + k.rest + 16 * G;
+    const uint8_t* rp = k.rp;
+    if (k.tbl || k.size < fixed + nesc) return 1;
+    const uint8_t* pp = rp + k.rest;
+    if (zk_pad_bad(pp, n, 2)) return 1;
+    uint32_t m = 0; /* <= 64 G: with padding bits 0, the second-tier elements */
+    for (uint64_t g = lane; g < G; g += 32) m += zk_popc64(zk_ld64(pp + 16 * g) & zk_ld64(pp + 16 * g + 8));
+    for (uint32_t d = 16; d; d >>= 1) m += ZK_SHFL(m, lane ^ d);
+    uint64_t H = (m + 63) / 64;
+    if (k.size != fixed + 24 * H + nesc) return 1;
+    const uint8_t* sp = pp + 16 * G;
+    const uint8_t* ep = sp + 24 * H;
+    if (zk_pad_bad(sp, m, 3) || (dt == ZCF_DT_FP16 && zk_pad_bad(rp + n, n, 3))) return 1;
+    uint32_t err = 0, run = 0, run2 = 0; /* escapes, second-tier entries so far */
+    const int U = DT == ZCF_DT_FP16 ? 2 : ZK_DEC_UNROLL; /* fp16: 4 groups of hi3 words would spill */
+    for (uint32_t g0 = 0; g0 < G; g0 += U) {
+        /* ph: primary code | fp16 hi3 << 2, packed to spare registers */
+        uint32_t ph[U][2], r[U][2];
+        for (int u = 0; u < U; u++) {
+            uint32_t g = g0 + u < G ? g0 + u : g0; /* past the end: reload a valid group */
+            uint64_t w0 = zk_ld64(pp + 16 * g), w1 = zk_ld64(pp + 16 * g + 8), h0 = 0, h1 = 0, h2 = 0;
+            if (dt == ZCF_DT_FP16) {
+                const uint8_t* hw = rp + n + 24 * g;
+                h0 = zk_ld64(hw); h1 = zk_ld64(hw + 8); h2 = zk_ld64(hw + 16);
+            }
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = 64 * g + 32 * h + lane;
+                r[u][h] = i < n ? zk_get_rest(dt, rp, n, i) : 0;
+                ph[u][h] = zk_plane_bits(w0, w1, 0, 32 * h + lane) | (zk_plane_bits(h0, h1, h2, 32 * h + lane) << 2);
+            }
+        }
+        for (int u = 0; u < U && g0 + u < G; u++) {
+            uint32_t g = g0 + u;
+            for (uint32_t h = 0; h < 2; h++) {
+                uint32_t i = 64 * g + 32 * h + lane, pc = ph[u][h] & 3u, q = 0;
+                int valid = i < n, tier2 = valid && pc == 3;
+                uint32_t bt = ZK_BALLOT(tier2);
+                if (tier2) { /* entry t < m: run2 counts the same bits as m */
+                    uint32_t t = run2 + zk_popc(bt & zk_lanemask_lt(lane));
+                    const uint8_t* w = sp + 24 * (size_t)(t >> 6) + ((t & 63) >> 3); /* the bytes of bit t */
+                    q = ((w[0] >> (t & 7)) & 1u) | (((w[8] >> (t & 7)) & 1u) << 1) | (((w[16] >> (t & 7)) & 1u) << 2);
+                }
+                run2 += zk_popc(bt);
+                int esc = tier2 && q == 7;
+                uint32_t b = ZK_BALLOT(esc);
+                if (valid) {
+                    uint32_t e = 0, s = zcf_f2_symbol(pc, q);
+                    if (esc) {
+                        uint32_t idx = run + zk_popc(b & zk_lanemask_lt(lane));
+                        if (idx < nesc) e = ep[idx];
+                        if (idx >= nesc || e > emax) err = 1;
+                    } else if (s > top) {
+                        err = 1;
+                    } else {
+                        e = top - s;
+                    }
+                    zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, r[u][h], e & emax, ph[u][h] >> 2), es, al);
+                }
+                run += zk_popc(b);
+            }
+        }
+    }
+    return ZK_BALLOT(err || run != nesc) != 0;
+}
+
+/* R chunk; sm: 33 u32 of this warp's shared memory for the table. */
+template <int DT>
+ZK int zk_decode_r(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t* sm) {
+    const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.dst_aligned;
+    const uint32_t n = k.n, top = k.top, tbl = k.tbl, nesc = k.nesc, emax = k.emax;
+    const uint8_t *p = k.p, *rp = k.rp;
     if (tbl >= ZIPCCL_RANS_NTABLES) return 1;
-    uint64_t S0 = 8 + 2 * ZCF_R_LANES + rest;
-    if (size < S0 + nesc) return 1;
+    uint64_t S0 = 8 + 2 * ZCF_R_LANES + k.rest;
+    if (k.size < S0 + nesc) return 1;
+    if (dt == ZCF_DT_FP16 && zk_pad_bad(rp + n, n, 3)) return 1;
+    uint32_t err = 0, run = 0;
     uint32_t nl = lane < n ? (n - lane + 31) / 32 : 0;
     uint32_t lsz = zcf_ld16(p + 8 + 2 * lane), incl = lsz;
     int bad = nl ? (lsz < 4 || (lsz & 1)) : lsz != 0;
@@ -747,7 +972,7 @@ ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t* sm
         if (lane >= d) incl += t;
     }
     uint32_t off = incl - lsz, lanes_total = ZK_SHFL(incl, 31);
-    if (ZK_BALLOT(bad) || S0 + lanes_total + nesc != size) return 1;
+    if (ZK_BALLOT(bad) || S0 + lanes_total + nesc != k.size) return 1;
     uint32_t* fq = sm;
     uint32_t* cm = sm + 16; /* 17 entries: cm[16] = M */
     if (lane < 16) {
@@ -808,7 +1033,7 @@ ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t* sm
                 } else {
                     e = top - s;
                 }
-                zk_st_elem(out + (size_t)i * es, zk_rebuild(dt, rb[t], e & emax, hb[t]), es, al);
+                zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, rb[t], e & emax, hb[t]), es, al);
             }
             run += zk_popc(b);
         }
@@ -817,6 +1042,37 @@ ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t* sm
     return ZK_BALLOT(err || run != nesc) != 0;
 }
 
+
+/* Decodes chunk c; returns nonzero (on every lane) if it is corrupt. */
+template <int DT>
+ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t* sm) {
+    const int es = DT == ZCF_DT_FP32 ? 4 : 2;
+    uint64_t first = c << a.chunk_log2, C = 1ull << a.chunk_log2;
+    ZkChunk k;
+    k.n = (uint32_t)(a.count - first < C ? a.count - first : C);
+    k.p = a.payload + a.offs[c];
+    k.size = a.offs[c + 1] - a.offs[c]; /* >= 8, checked by k_plan */
+    k.out = a.dst + first * es;
+    k.top = k.p[1];
+    k.tbl = k.p[2];
+    k.nesc = zcf_ld32(k.p + 4);
+    k.emax = (1u << zcf_exp_bits(DT)) - 1u;
+    k.rest = zcf_rest_size(DT, k.n);
+    k.G = (k.n + 63) / 64;
+    uint32_t mode = k.p[0];
+    if (k.p[3]) return 1;
+    if (mode == ZCF_MODE_RAW) {
+        if (k.top || k.tbl || k.nesc || k.size != 8 + (uint64_t)k.n * es) return 1;
+        for (uint32_t j = lane; j < k.n * (uint32_t)es; j += 32) k.out[j] = k.p[8 + j];
+        return 0;
+    }
+    if (k.top > k.emax || k.nesc > k.n) return 1;
+    k.rp = k.p + 8 + (mode == ZCF_MODE_R ? 2 * (int)ZCF_R_LANES : 0);
+    if (mode == ZCF_MODE_F3) return zk_decode_f3<DT>(a, k, lane);
+    if (mode == ZCF_MODE_F2) return zk_decode_f2<DT>(a, k, lane);
+    if (mode == ZCF_MODE_R) return zk_decode_r<DT>(a, k, lane, sm);
+    return 1;
+}
 template <int DT>
 ZK void zk_decode_warp(const DecArgs& a) {
     uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
@@ -859,6 +1115,9 @@ static zipcclResult_t zk_sync(void* stream) {
  * (<= 64 registers) to keep enough loads in flight. */
 #define ZK_KERNEL(name, Args, threads, min_blocks) \
     __global__ void __launch_bounds__(threads, min_blocks) k_##name(const __grid_constant__ Args a) { name##_body(a); }
+ZK_KERNEL(encode_f2_bf16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(encode_f2_fp16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(encode_f2_fp32, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f3_bf16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f3_fp16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f3_fp32, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
@@ -1007,7 +1266,7 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     zipcclCodec_t codec = params ? params->codec : zipcclCodecDefault;
     int cs = params ? params->checksum != 0 : 0;
     if (codec == zipcclCodecDefault) codec = zipcclCodecFast;
-    if (codec < zipcclCodecFast || codec > zipcclCodecStored)
+    if (codec < zipcclCodecFast || codec > zipcclCodecF3)
         return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): unknown codec %d", (int)codec);
     const uint8_t* src = (const uint8_t*)d_src;
     uint8_t* dst = (uint8_t*)d_dst;
@@ -1035,14 +1294,21 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     e.src_aligned = ((uintptr_t)src % es) == 0;
     e.tab = zk_tables();
     uint64_t warp_blocks = (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK;
+    unsigned wb = 32 * ZK_WARPS_PER_BLOCK;
     if (codec == zipcclCodecDense)
         ZIPCCL_TRY(ZK_LAUNCH(encode_r, nc, 32, zk_encode_r_smem(), stream, e));
+    else if (codec == zipcclCodecFast && dt == ZCF_DT_BF16)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f2_bf16, warp_blocks, wb, 0, stream, e));
+    else if (codec == zipcclCodecFast && dt == ZCF_DT_FP16)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f2_fp16, warp_blocks, wb, 0, stream, e));
+    else if (codec == zipcclCodecFast)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f2_fp32, warp_blocks, wb, 0, stream, e));
     else if (dt == ZCF_DT_BF16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_bf16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_bf16, warp_blocks, wb, 0, stream, e));
     else if (dt == ZCF_DT_FP16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp16, warp_blocks, wb, 0, stream, e));
     else
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp32, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp32, warp_blocks, wb, 0, stream, e));
     PlanArgs pl;
     memset(&pl, 0, sizeof pl);
     pl.sizes = e.sizes;

@@ -31,10 +31,12 @@ enum {
     ZCF_MODE_RAW = 0,
     ZCF_MODE_F3 = 1,
     ZCF_MODE_R = 2,
+    ZCF_MODE_F2 = 3,
     ZCF_DT_BF16 = 1,
     ZCF_DT_FP16 = 2,
     ZCF_DT_FP32 = 3,
     ZCF_F3_ESC = 7,
+    ZCF_F2_ESC = 10, /* symbol s of an escaped exponent (FORMAT.md 4.5)  */
     ZCF_R_LANES = 32,
     ZCF_R_ESC = 15,
     ZCF_R_PROB_BITS = 12,
@@ -101,6 +103,14 @@ ZIPCCL_HD uint32_t zcf_clamp_top(int dt, int top) {
 ZIPCCL_HD uint32_t zcf_f3_top(int dt, int s8) {
     return zcf_clamp_top(dt, s8 / 8 + 1 + ((s8 & 7) >= 6 ? 1 : 0));
 }
+ZIPCCL_HD uint32_t zcf_f2_top(int dt, int s8) {
+    return zcf_clamp_top(dt, s8 / 8 + 1 + ((s8 & 7) >= 4 ? 1 : 0));
+}
+/* F2 (FORMAT.md 4.5): symbol s (0..10) <-> primary code p (0..3) and, for
+ * p = 3, secondary code q (0..7). */
+ZIPCCL_HD uint32_t zcf_f2_primary(uint32_t s) { return s >= 1 && s <= 3 ? s - 1 : 3; }
+ZIPCCL_HD uint32_t zcf_f2_secondary(uint32_t s) { return s == 0 ? 0 : s - 3; }
+ZIPCCL_HD uint32_t zcf_f2_symbol(uint32_t p, uint32_t q) { return p < 3 ? p + 1 : q == 0 ? 0 : q + 3; }
 ZIPCCL_HD uint32_t zcf_r_top(int dt, int s8) { return zcf_clamp_top(dt, s8 / 8 + 2); }
 ZIPCCL_HD uint32_t zcf_r_table(int s8) { return (uint32_t)(s8 & 7); }
 

@@ -74,20 +74,22 @@ zipcclResult_t zipcclStrategyParse(const char* name, zipcclStrategy_t* out) {
                           "unknown strategy '%s' (expected native, raw, compressed or auto)", name);
 }
 
-static zipcclResult_t parseCodec(const char* name, zipcclCodec_t* out) {
+zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out) {
+    if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclCodecParse: null argument");
     if (!strcmp(name, "fast")) *out = zipcclCodecFast;
     else if (!strcmp(name, "dense")) *out = zipcclCodecDense;
-    else return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_CODEC='%s' (expected fast or dense)", name);
+    else if (!strcmp(name, "f3")) *out = zipcclCodecF3;
+    else return zipcclSetError(zipcclInvalidArgument, "codec '%s' (expected fast, dense or f3)", name);
     return zipcclSuccess;
 }
 
 static zipcclResult_t checkConfig(const zipcclCallConfig_t* cfg) {
     if ((int)cfg->strategy < 0 || cfg->strategy > zipcclStrategyAuto)
         return zipcclSetError(zipcclInvalidArgument, "call config: strategy %d out of range", (int)cfg->strategy);
-    if ((int)cfg->codec < 0 || cfg->codec > zipcclCodecDense)
+    if ((int)cfg->codec < 0 || cfg->codec > zipcclCodecF3 || cfg->codec == zipcclCodecStored)
         return zipcclSetError(zipcclInvalidArgument,
-                              "call config: codec %d is not fast (1) or dense (2); a compressed "
-                              "strategy with the stored codec would not compress",
+                              "call config: codec %d is not fast (1), dense (2) or f3 (4); a "
+                              "compressed strategy with the stored codec would not compress",
                               (int)cfg->codec);
     if ((int)cfg->algo < 0 || cfg->algo > zipcclAlgoDirect)
         return zipcclSetError(zipcclInvalidArgument, "call config: algo %d out of range", (int)cfg->algo);
@@ -183,7 +185,8 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
     const char* s = getenv("ZIPCCL_STRATEGY");
     if (s && *s) ZIPCCL_TRY(zipcclStrategyParse(s, &d.strategy));
     s = getenv("ZIPCCL_CODEC");
-    if (s && *s) ZIPCCL_TRY(parseCodec(s, &d.codec));
+    if (s && *s && zipcclCodecParse(s, &d.codec) != zipcclSuccess)
+        return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_CODEC='%s' (expected fast, dense or f3)", s);
     s = getenv("ZIPCCL_ALGO");
     if (s && *s) {
         if (!strcmp(s, "ring")) d.algo = zipcclAlgoRing;

@@ -77,7 +77,7 @@ static const KeyDesc kKeys[] = {
      "default|native|raw|compressed|auto"},
     {"comm.reducescatter", K_STRATEGY, OFF(comm.reducescatter), 0, 4, 0,
      "default|native|raw|compressed|auto"},
-    {"comm.codec", K_CODEC, OFF(comm.codec), 0, 0, 0, "fast|dense"},
+    {"comm.codec", K_CODEC, OFF(comm.codec), 0, 0, 0, "fast|dense|f3"},
     {"comm.param_dtype", K_DTYPE, OFF(comm.param_dtype), 0, 0, 0, "fp32|bf16"},
     {"comm.reduce_dtype", K_DTYPE, OFF(comm.reduce_dtype), 0, 0, 0, "fp32|bf16"},
     {"logging.every", K_INT, OFF(log.every), 1, INT_MAX, 0, ""},
@@ -136,7 +136,7 @@ void config_defaults(TrainConfig* c) {
 static const char* strategy_names[] = {"default", "native", "raw", "compressed", "auto"};
 
 const char* config_codec_name(zipcclCodec_t c) {
-    return c == zipcclCodecDense ? "dense" : c == zipcclCodecStored ? "stored" : "fast";
+    return c == zipcclCodecDense ? "dense" : c == zipcclCodecStored ? "stored" : c == zipcclCodecF3 ? "f3" : "fast";
 }
 
 static int parse_strategy(const char* v, int allow_default, zipcclStrategy_t* out) {
@@ -211,10 +211,8 @@ static int set_key(TrainConfig* c, const KeyDesc* k, const char* v, const char* 
         return 0;
     }
     case K_CODEC:
-        if (!strcmp(v, "fast")) *(zipcclCodec_t*)base = zipcclCodecFast;
-        else if (!strcmp(v, "dense")) *(zipcclCodec_t*)base = zipcclCodecDense;
-        else
-            return zrt_errf(err, errlen, "%s: key '%s': unknown codec '%s' (expected fast|dense)",
+        if (zipcclCodecParse(v, (zipcclCodec_t*)base) != zipcclSuccess)
+            return zrt_errf(err, errlen, "%s: key '%s': unknown codec '%s' (expected fast|dense|f3)",
                         where, k->name, v);
         return 0;
     case K_DTYPE:

@@ -23,7 +23,7 @@ import json
 import sys
 
 PATH_RANK = {"scalar": 0, "avx2": 1, "avx512": 2, "-": 0}
-OURS = ["zipccl-fast", "zipccl-dense", "zipccl-fast-ck", "zipccl-dense-ck"]
+OURS = ["zipccl-fast", "zipccl-f3", "zipccl-dense", "zipccl-fast-ck", "zipccl-f3-ck", "zipccl-dense-ck"]
 BASELINES = ["memcpy", "lz4", "zstd-1", "zstd-1-bg", "zstd-19", "zstd-19-bg"]
 
 

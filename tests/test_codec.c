@@ -92,7 +92,12 @@ static void put32(uint8_t* p, uint32_t v) { for (int b = 0; b < 4; b++) p[b] = (
 static void put64(uint8_t* p, uint64_t v) { for (int b = 0; b < 8; b++) p[b] = (uint8_t)(v >> (8 * b)); }
 static uint32_t get32(const uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
 
-/* One chunk per FORMAT.md §4 (mode 1 or 2), raw if not smaller. */
+/* The chunk mode each codec writes (FORMAT.md §7), and the codecs that
+ * compress in turn: fast, dense, f3 (stored skipped). */
+static int mode_of(int codec) { return codec == zipcclCodecDense ? 2 : codec == zipcclCodecF3 ? 1 : 3; }
+static int next_coded(int codec) { return codec == zipcclCodecDense ? zipcclCodecF3 : codec + 1; }
+
+/* One chunk per FORMAT.md §4 (mode 1, 2 or 3), raw if not smaller. */
 static size_t ref_chunk(ref_dt_t d, int mode, const uint8_t* x, size_t n, uint8_t* final) {
     uint8_t* out = malloc(8 + 64 + 8 * n + 48 * ((n + 63) / 64) + 64); /* any encoding fits */
     uint32_t emax = (1u << d.E) - 1;
@@ -104,9 +109,9 @@ static size_t ref_chunk(ref_dt_t d, int mode, const uint8_t* x, size_t n, uint8_
     }
     int s8 = cnt ? (int)((8 * sum + cnt / 2) / cnt) + 11 : 40;
     int table = s8 % 8;
-    int top = mode == 2 ? s8 / 8 + 2 : s8 / 8 + 1 + (table >= 6);
+    int top = mode == 2 ? s8 / 8 + 2 : mode == 3 ? s8 / 8 + 1 + (table >= 4) : s8 / 8 + 1 + (table >= 6);
     if (top > (int)emax) top = (int)emax;
-    int W = mode == 1 ? 7 : 15;
+    int W = mode == 1 ? 7 : mode == 3 ? 10 : 15;
     size_t G = (n + 63) / 64, pos = 8;
     uint8_t* rest = malloc(3 * n + 24 * G + 1);
     uint8_t* esc = malloc(n + 1);
@@ -141,6 +146,25 @@ static size_t ref_chunk(ref_dt_t d, int mode, const uint8_t* x, size_t n, uint8_
             for (int k = 0; k < 3; k++)
                 if (sym[i] >> k & 1) out[pos + 24 * (i / 64) + 8 * k + (i % 64) / 8] |= (uint8_t)(1u << (i % 8));
         pos += 24 * G;
+    } else if (mode == 3) { /* primary p, then the second tier's q in element order */
+        memcpy(out + pos, rest, rlen); pos += rlen;
+        memset(out + pos, 0, 16 * G);
+        uint8_t* q = malloc(n + 1);
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+            int p = sym[i] >= 1 && sym[i] <= 3 ? sym[i] - 1 : 3;
+            for (int k = 0; k < 2; k++)
+                if (p >> k & 1) out[pos + 16 * (i / 64) + 8 * k + (i % 64) / 8] |= (uint8_t)(1u << (i % 8));
+            if (p == 3) q[m++] = (uint8_t)(sym[i] == 0 ? 0 : sym[i] - 3);
+        }
+        pos += 16 * G;
+        size_t H = (m + 63) / 64;
+        memset(out + pos, 0, 24 * H);
+        for (size_t i = 0; i < m; i++)
+            for (int k = 0; k < 3; k++)
+                if (q[i] >> k & 1) out[pos + 24 * (i / 64) + 8 * k + (i % 64) / 8] |= (uint8_t)(1u << (i % 8));
+        pos += 24 * H;
+        free(q);
     } else {
         size_t lane_at = pos; pos += 64;
         memcpy(out + pos, rest, rlen); pos += rlen;
@@ -187,7 +211,7 @@ static size_t ref_frame_log2(zipcclDataType_t dtype, int codec, int checksum, co
         size_t pos = 16 + 4 * nc + cs;
         for (size_t k = 0; k < nc; k++) {
             size_t n = count - k * C < C ? count - k * C : C;
-            size_t sz = ref_chunk(d, codec == zipcclCodecDense ? 2 : 1, x + k * C * d.es, n, out + pos);
+            size_t sz = ref_chunk(d, mode_of(codec), x + k * C * d.es, n, out + pos);
             put32(out + 16 + 4 * k, (uint32_t)sz);
             pos += sz;
         }
@@ -227,7 +251,9 @@ static size_t ref_frame(zipcclDataType_t dtype, int codec, int checksum, const u
 static zipcclSimd_t paths[3];
 static int npaths;
 static const char* simd_name(zipcclSimd_t s) { return s == zipcclSimdAvx512 ? "avx512" : s == zipcclSimdAvx2 ? "avx2" : "scalar"; }
-static const char* codec_name(int c) { return c == zipcclCodecDense ? "dense" : c == zipcclCodecStored ? "stored" : "fast"; }
+static const char* codec_name(int c) {
+    return c == zipcclCodecDense ? "dense" : c == zipcclCodecStored ? "stored" : c == zipcclCodecF3 ? "f3" : "fast";
+}
 
 /* Compress x on every path (optionally from/to misaligned buffers), check
  * every frame equals the reference, decode every frame on every path and
@@ -282,7 +308,7 @@ static void check_rt(const char* name, zipcclDataType_t dt, const uint8_t* x, si
     char why[256] = "";
     int ok = 1;
     size_t fs;
-    for (int codec = 1; codec <= 3 && ok; codec++)
+    for (int codec = 1; codec <= 4 && ok; codec++)
         for (int cs = 0; cs < 2 && ok; cs++)
             if (!roundtrip(dt, codec, cs, x, count, 0, &fs, why, sizeof why)) {
                 char w2[300];
@@ -346,7 +372,7 @@ static void attacks(void) {
         ((uint16_t*)x)[5] = 0x7F80; /* an escape or two */
         size_t bytes = count * esize(dt);
         uint8_t* out = malloc(bytes);
-        for (int codec = 1; codec <= 3; codec++)
+        for (int codec = 1; codec <= 4; codec++)
             for (int cs = 0; cs < 2; cs++) {
                 size_t bound = zipcclCompressBound(count, dt, cs), fs;
                 uint8_t* f = malloc(bound);
@@ -412,7 +438,7 @@ static void hostile(void) {
     size_t count = 1000;
     uint8_t* x = make_gauss(zipcclBfloat16, count, 1.0);
     uint8_t out[4000];
-    for (int codec = 1; codec <= 2; codec++) {
+    for (int codec = zipcclCodecFast; codec <= zipcclCodecF3; codec = next_coded(codec)) {
         size_t bound = zipcclCompressBound(count, zipcclBfloat16, 0), fs;
         uint8_t* f = malloc(bound + 64);
         uint8_t* m = malloc(bound + 64);
@@ -424,7 +450,7 @@ static void hostile(void) {
             {"magic", 0, 'X'}, {"version", 4, 2}, {"dtype0", 5, 0}, {"dtype4", 5, 4}, {"flags_unknown", 6, 4},
             {"flags_stored", 6, 2}, {"flags_checksum", 6, 1}, {"chunk_log2_9", 7, 9}, {"chunk_log2_21", 7, 21},
             {"count_high", 15, 0x40}, {"count_low", 8, (uint8_t)(1000 - 1)},
-            {"chunk_size", 16, 0}, {"mode_3", 20, 3}, {"mode_raw", 20, 0}, {"top_256_bf16_ok_but_wrong", 21, 2},
+            {"chunk_size", 16, 0}, {"mode_9", 20, 9}, {"mode_raw", 20, 0}, {"top_256_bf16_ok_but_wrong", 21, 2},
             {"table_nonzero", 22, 9}, {"reserved", 23, 1}, {"n_esc", 24, 0xFF}, {"n_esc_high", 27, 1},
         };
         for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -486,12 +512,31 @@ static void hostile(void) {
             memcpy(m, f, fs); m[lane0 + 2] = 0; m[lane0 + 3] = 0;
             r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
             CHECK(r == zipcclCorruptStream, "hostile_dense_state_below_L_rejected", "got %s", zipcclGetErrorString(r));
-        } else {
+        } else if (codec == zipcclCodecF3) {
             /* padding bits of the last group set */
             size_t planes = 16 + 4 + 8 + 1000, last = planes + 24 * 15;
             memcpy(m, f, fs); m[last + 7] |= 0x80;
             r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
-            CHECK(r == zipcclCorruptStream, "hostile_fast_padding_bits_rejected", "got %s", zipcclGetErrorString(r));
+            CHECK(r == zipcclCorruptStream, "hostile_f3_padding_bits_rejected", "got %s", zipcclGetErrorString(r));
+        } else { /* F2: 1000 elements = 16 primary groups, the last one 40 wide */
+            size_t prim = 16 + 4 + 8 + 1000, sec = prim + 16 * 16, tier = 0;
+            CHECK(f[20] == 3, "hostile_fast_writes_f2", "chunk mode %u", f[20]);
+            for (size_t g = 0; g < 16; g++)
+                for (int b = 0; b < 64; b++)
+                    tier += (f[prim + 16 * g + b / 8] >> (b % 8) & 1) && (f[prim + 16 * g + 8 + b / 8] >> (b % 8) & 1);
+            CHECK(fs == sec + 24 * ((tier + 63) / 64) + get32(f + 24), "hostile_fast_f2_size_from_tier",
+                  "frame of %zu bytes, second tier %zu", fs, tier);
+            memcpy(m, f, fs); m[prim + 16 * 15 + 7] |= 0x80; /* primary padding (P0, bit 63) */
+            r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
+            CHECK(r == zipcclCorruptStream, "hostile_fast_primary_padding_rejected", "got %s", zipcclGetErrorString(r));
+            if (tier % 64) { /* secondary padding (Q2 of the last tier group, bit 63) */
+                memcpy(m, f, fs); m[sec + 24 * (tier / 64) + 16 + 7] |= 0x80;
+                for (int a = 0; a < npaths; a++) {
+                    r = dec(m, fs, out, sizeof out, 0, paths[a]);
+                    snprintf(tn, sizeof tn, "hostile_fast_secondary_padding_rejected_%s", simd_name(paths[a]));
+                    CHECK(r == zipcclCorruptStream, tn, "got %s", zipcclGetErrorString(r));
+                }
+            }
         }
         free(f); free(m);
     }
@@ -556,7 +601,7 @@ int main(void) {
             char why[300] = "";
             for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && ok; ci++) {
                 uint8_t* x = make_gauss(dts[di], counts[ci] + 1, 3.0);
-                for (int codec = 1; codec <= 3 && ok; codec++)
+                for (int codec = 1; codec <= 4 && ok; codec++)
                     for (int mis = 0; mis < 2 && ok; mis++) {
                         size_t fs;
                         char w[256];
@@ -596,7 +641,7 @@ int main(void) {
         char why[200] = "";
         for (int di = 0; di < 3; di++)
             for (int li = 0; li < 2; li++)
-                for (int codec = 1; codec <= 3; codec++) {
+                for (int codec = 1; codec <= 4; codec++) {
                     size_t n = logs[li] == 10 ? 5000 : (1u << 20) + 3001, es = esize(dts[di]);
                     uint8_t* x = make_gauss(dts[di], n, 0.7);
                     uint8_t* f = malloc(16 + 8 * (n / 1024 + 2) + 8 * n + 64 * (n / 1024 + 2));
@@ -634,7 +679,7 @@ int main(void) {
                 uint64_t r = rnd();
                 memcpy(x + i * es, &r, es);
             }
-            int codec = 1 + (int)(rnd() % 3), cs = (int)(rnd() % 2);
+            int codec = 1 + (int)(rnd() % 4), cs = (int)(rnd() % 2);
             size_t mis = rnd() % 8, fs;
             char w[300];
             if (!roundtrip(dt, codec, cs, x, n, mis, &fs, w, sizeof w)) {
@@ -680,7 +725,7 @@ int main(void) {
         zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
         int ok = 1;
         for (int di = 0; di < 3; di++)
-            for (int codec = 1; codec <= 2; codec++)
+            for (int codec = zipcclCodecFast; codec <= zipcclCodecF3; codec = next_coded(codec))
                 for (int cs = 0; cs < 2; cs++) {
                     size_t n = 40000, bytes = n * esize(dts[di]), bound = zipcclCompressBound(n, dts[di], cs), fs;
                     uint8_t* x = malloc(bytes);
@@ -702,7 +747,7 @@ int main(void) {
     {
         size_t n = 2 * 16384 + 999;
         int ok = 1;
-        for (int codec = 1; codec <= 2; codec++)
+        for (int codec = zipcclCodecFast; codec <= zipcclCodecF3; codec = next_coded(codec))
             for (int cs = 0; cs < 2; cs++) {
                 uint8_t* x = make_gauss(zipcclBfloat16, n, 0.5);
                 size_t bound = zipcclCompressBound(n, zipcclBfloat16, cs), fs, fs2 = 0;
@@ -726,12 +771,12 @@ int main(void) {
         size_t bound = zipcclCompressBound(n, zipcclBfloat16, 0), fs;
         uint8_t* f = malloc(bound);
         int ok = 1;
-        for (int codec = 1; codec <= 2; codec++) {
+        for (int codec = zipcclCodecFast; codec <= zipcclCodecF3; codec = next_coded(codec)) {
             zipcclCodecParams_t p = {(zipcclCodec_t)codec, 0, zipcclSimdAuto};
             zipcclCompress(x, n, zipcclBfloat16, f, bound, &fs, &p);
             size_t c0 = get32(f + 16), c1 = get32(f + 20);
             uint8_t* chunk2 = f + 16 + 12 + c0 + c1;
-            if (chunk2[0] != 0 || get32(f + 24) != 8 + 32768 || f[16 + 12] != codec) ok = 0;
+            if (chunk2[0] != 0 || get32(f + 24) != 8 + 32768 || f[16 + 12] != mode_of(codec)) ok = 0;
         }
         check_rt("bf16_raw_chunk_fallback_roundtrip", zipcclBfloat16, x, n);
         CHECK(ok, "bf16_raw_chunk_fallback_mode", "random chunk not stored raw");

@@ -114,6 +114,7 @@ static const Strat kStrats[] = {
     {"raw", zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect},
     {"fast", zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect},
     {"dense", zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoDirect},
+    {"f3", zipcclStrategyCompressed, zipcclCodecF3, zipcclAlgoDirect},
     {"auto", zipcclStrategyAuto, zipcclCodecFast, zipcclAlgoDirect},
     {"raw-ring", zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoRing},
     {"fast-ring", zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing},
@@ -146,7 +147,7 @@ static int checkCompressed(zipcclCollKind_t kind, const Strat* s, zipcclCounters
     /* the design's codec and algorithm are counted (auto: whatever it ran) */
     int red = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
     uint64_t coded = 0, algos = 0;
-    for (int i = 0; i < 4; i++) coded += after.byCodec[i] - before->byCodec[i];
+    for (int i = 0; i < ZIPCCL_NCODECS; i++) coded += after.byCodec[i] - before->byCodec[i];
     for (int i = 0; i < 3; i++) algos += after.byAlgo[i] - before->byAlgo[i];
     uint64_t comp = after.byStrategy[zipcclStrategyCompressed] - before->byStrategy[zipcclStrategyCompressed];
     uint64_t nat = after.byStrategy[zipcclStrategyNative] - before->byStrategy[zipcclStrategyNative];

@@ -134,6 +134,23 @@ msg=$(python3 "$tmp/validate.py" "$tmp/fp32.out" 3 fp32 12); v=$?
 check bench_fp32_avg_direct_dense $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/fp32.err" | tr '\n' ' ')"
 grep -q '"algo":"direct"' "$tmp/fp32.out" && grep -q '"codec":"dense"' "$tmp/fp32.out"
 check bench_reports_codec_algo $? "rows lack codec/algo"
+# Codecs side by side in one run: each row names its own codec, all exact,
+# and on Gaussian bf16 fast (F2) packs tighter than f3 (FORMAT.md §7).
+mpi 2 "$BIN" -b 256K -e 256K -n 2 -w 1 --coll reducescatter,alltoall \
+  --codec fast --strategy compressed,compressed:f3:ring,compressed:dense --json >"$tmp/codecs.out" 2>"$tmp/codecs.err"
+rc=$?
+msg=$(python3 "$tmp/validate.py" "$tmp/codecs.out" 2 bf16 6 compress); v=$?
+python3 - "$tmp/codecs.out" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ok = True
+for coll in ("reducescatter", "alltoall"):
+    by = {r["codec"]: r for r in rows if r["coll"] == coll}
+    ok &= set(by) == {"fast", "f3", "dense"} and by["fast"]["ratio"] > by["f3"]["ratio"] * 1.02
+    ok &= coll != "reducescatter" or by["f3"]["algo"] == "ring"
+sys.exit(0 if ok else 1)
+EOF
+check bench_codec_entries $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/codecs.err" | tr '\n' ' ')"
 mpi 2 "$BIN" -b 16K -e 16K -n 2 -w 1 -d fp16 --coll alltoallv,allgather --json \
   >"$tmp/fp16.out" 2>"$tmp/fp16.err"
 rc=$?
@@ -201,6 +218,8 @@ bad_case bad_dtype "bad dtype" -d int8
 bad_case bad_iters "iteration" -n 0
 bad_case bad_factor "step factor" -f 1
 bad_case bad_order "bad order" --order random
+bad_case codec_on_raw "only compressed takes a codec" --strategy raw:f3
+bad_case unknown_codec_entry "unknown algorithm or codec" --strategy compressed:zstd
 bad_case missing_value "needs a value" -e
 bad_case missing_input "cannot open" --input "$tmp/nonexistent.bin"
 bad_case input_dtype_mismatch "dtype" --input "$tmp/bad.safetensors"

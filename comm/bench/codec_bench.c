@@ -573,7 +573,8 @@ static void help(void) {
         "      --dtype T        element type of a raw --input file: bf16, fp16 or fp32\n"
         "Codecs:\n"
         "  -c, --codecs LIST    subset of: memcpy, zstd-1, zstd-1-bg, zstd-19, zstd-19-bg, lz4,\n"
-        "                       zipccl-fast, zipccl-dense (and -ck forms with --checksum)\n"
+        "                       zipccl-fast (F2), zipccl-dense (R), zipccl-f3 (F3)\n"
+        "                       (and -ck forms with --checksum)\n"
         "      --checksum       also measure zipccl-fast-ck and zipccl-dense-ck (XXH32 frames)\n"
         "      --all-paths      our codecs on each SIMD path (scalar, avx2, avx512) this CPU\n"
         "                       has, and check that all paths emit identical frames\n"
@@ -769,12 +770,13 @@ int main(int argc, char** argv) {
         for (zipcclSimd_t s = zipcclSimdScalar; s <= zipcclSimdAvx512; s++) paths[npaths++] = s;
     }
     for (int ck = 0; ck <= checksum; ck++)
-        for (int m = 0; m < 2; m++)
+        for (int m = 0; m < 3; m++)
             for (int p = 0; p < npaths; p++) {
+                static const char* names[3] = {"fast", "dense", "f3"};
+                static const zipcclCodec_t ids[3] = {zipcclCodecFast, zipcclCodecDense, zipcclCodecF3};
                 codec_t c = {.kind = K_ZIPCCL};
-                snprintf(c.name, sizeof c.name, "zipccl-%s%s", m ? "dense" : "fast",
-                         ck ? "-ck" : "");
-                c.zp = (zipcclCodecParams_t){m ? zipcclCodecDense : zipcclCodecFast, ck, paths[p]};
+                snprintf(c.name, sizeof c.name, "zipccl-%s%s", names[m], ck ? "-ck" : "");
+                c.zp = (zipcclCodecParams_t){ids[m], ck, paths[p]};
                 all[nall++] = c;
             }
     codec_t codecs[64];

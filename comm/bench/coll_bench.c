@@ -87,6 +87,7 @@ typedef struct {
     int doColl[zipcclNumCollKinds];
     zipcclStrategy_t strats[MAX_STRATS]; /* the entries of --strategy, in order      */
     zipcclAlgo_t algos[MAX_STRATS];      /* per entry: STRATEGY:ALGO, else --algo    */
+    zipcclCodec_t codecs[MAX_STRATS];    /* per entry: compressed:CODEC, else --codec */
     int nstrats;
     zipcclCodec_t codec;
     zipcclAlgo_t algo;
@@ -112,9 +113,9 @@ static void usage(FILE* f) {
         "  -d, --dtype bf16|fp16|fp32   element type (default bf16)\n"
         "  --coll LIST             allgather,reducescatter,allreduce,alltoall,alltoallv (default all)\n"
         "  --strategy LIST         native,raw,compressed,auto (default all four); raw and\n"
-        "                          compressed also as raw:ring, compressed:direct, ... to time\n"
-        "                          one design beside another (up to 8 entries)\n"
-        "  --codec fast|dense      codec of the compressed wire (default: library default)\n"
+        "                          compressed also as raw:ring, compressed:direct:f3, ... to\n"
+        "                          time one design or codec beside another (up to 8 entries)\n"
+        "  --codec fast|dense|f3   codec of the compressed wire (default: library default)\n"
         "  --algo ring|direct      algorithm of raw/compressed (default: library default)\n"
         "  --input FILE            take the data from FILE: a raw little-endian dump of the\n"
         "                          dtype, or a .safetensors file (its data section as one flat\n"
@@ -214,29 +215,39 @@ static void addColl(const char* name, Options* o) {
            name);
 }
 
-/* One --strategy entry: STRATEGY or STRATEGY:ALGO (raw and compressed only),
- * so that one run can time, say, raw with the direct and the ring design
- * side by side. */
+/* One --strategy entry: STRATEGY, then for raw and compressed optional
+ * ":ring"/":direct" and for compressed ":fast"/":dense"/":f3", in any order,
+ * so that one run can time, say, the ring beside the direct design or one
+ * codec beside another. */
 static void addStrat(const char* entry, Options* o) {
-    char name[32];
+    char name[48];
     snprintf(name, sizeof name, "%s", entry);
     char* colon = strchr(name, ':');
     zipcclAlgo_t a = zipcclAlgoDefault;
-    if (colon) {
-        *colon = '\0';
-        if (!strcmp(colon + 1, "ring")) a = zipcclAlgoRing;
-        else if (!strcmp(colon + 1, "direct")) a = zipcclAlgoDirect;
-        else badArg("unknown algorithm in strategy '%s' (ring, direct)", entry);
+    zipcclCodec_t cd = zipcclCodecDefault;
+    for (char* tok = colon; tok;) {
+        *tok++ = '\0';
+        char* next = strchr(tok, ':');
+        if (next) *next = '\0';
+        if (!strcmp(tok, "ring")) a = zipcclAlgoRing;
+        else if (!strcmp(tok, "direct")) a = zipcclAlgoDirect;
+        else if (zipcclCodecParse(tok, &cd) != zipcclSuccess)
+            badArg("unknown algorithm or codec in strategy '%s' (ring, direct, fast, dense, f3)", entry);
+        if (next) *next = ':';
+        tok = next;
     }
     zipcclStrategy_t s;
     if (zipcclStrategyParse(name, &s) != zipcclSuccess || s == zipcclStrategyDefault)
         badArg("unknown strategy '%s' (native, raw, compressed, auto)", entry);
-    if (colon && s != zipcclStrategyRaw && s != zipcclStrategyCompressed)
+    if (a != zipcclAlgoDefault && s != zipcclStrategyRaw && s != zipcclStrategyCompressed)
         badArg("strategy '%s': only raw and compressed take an algorithm", entry);
+    if (cd != zipcclCodecDefault && s != zipcclStrategyCompressed)
+        badArg("strategy '%s': only compressed takes a codec", entry);
     for (int i = 0; i < o->nstrats; i++)
-        if (o->strats[i] == s && o->algos[i] == a) return;
+        if (o->strats[i] == s && o->algos[i] == a && o->codecs[i] == cd) return;
     if (o->nstrats == MAX_STRATS) badArg("too many strategies in '%s'", entry);
     o->strats[o->nstrats] = s;
+    o->codecs[o->nstrats] = cd;
     o->algos[o->nstrats++] = a;
 }
 
@@ -322,9 +333,7 @@ static void parseArgs(int argc, char** argv, Options* o) {
             parseList(VALUE(), "--strategy", addStrat, o);
         } else if (IS("--codec", "--codec")) {
             const char* v = VALUE();
-            if (!strcmp(v, "fast")) o->codec = zipcclCodecFast;
-            else if (!strcmp(v, "dense")) o->codec = zipcclCodecDense;
-            else badArg("bad codec '%s' (fast, dense)", v);
+            if (zipcclCodecParse(v, &o->codec) != zipcclSuccess) badArg("bad codec '%s' (fast, dense, f3)", v);
         } else if (IS("--algo", "--algo")) {
             const char* v = VALUE();
             if (!strcmp(v, "ring")) o->algo = zipcclAlgoRing;
@@ -636,14 +645,16 @@ static void freeShape(Shape* s) {
     free(s->iscounts);
 }
 
-/* The algorithm of --strategy entry si: its own, else --algo's. */
-static zipcclAlgo_t entryAlgo(const Options* o, int si) {
-    return o->algos[si] != zipcclAlgoDefault ? o->algos[si] : o->algo;
+/* The call config of --strategy entry si: its own algorithm and codec,
+ * else --algo's and --codec's. */
+static zipcclCallConfig_t entryConfig(const Options* o, int si) {
+    zipcclCallConfig_t cfg = {o->strats[si], o->codecs[si] != zipcclCodecDefault ? o->codecs[si] : o->codec,
+                              o->algos[si] != zipcclAlgoDefault ? o->algos[si] : o->algo};
+    return cfg;
 }
 
 static zipcclResult_t runColl(const Shape* s, const Options* o, const void* send, void* recv,
-                              zipcclComm_t comm, zipcclStrategy_t strat, zipcclAlgo_t algo) {
-    zipcclCallConfig_t cfg = {strat, o->codec, algo};
+                              zipcclComm_t comm, zipcclCallConfig_t cfg) {
     switch (s->kind) {
     case zipcclCollAllGather:
         return zipcclAllGather(send, recv, s->count, o->dtype, comm, &cfg, NULL);
@@ -747,7 +758,7 @@ static const char* algoName(zipcclAlgo_t a) {
     return a == zipcclAlgoRing ? "ring" : a == zipcclAlgoDirect ? "direct" : "default";
 }
 static const char* codecName(zipcclCodec_t c) {
-    return c == zipcclCodecFast ? "fast" : c == zipcclCodecDense ? "dense" : "default";
+    return c == zipcclCodecFast ? "fast" : c == zipcclCodecDense ? "dense" : c == zipcclCodecF3 ? "f3" : "default";
 }
 
 /* What the library actually executed, from its counters summed over ranks:
@@ -768,11 +779,17 @@ static void pickedName(const zipcclCounters_t* k, char* out, size_t cap) {
         snprintf(out, cap, "-");
         return;
     }
-    uint64_t fast = k->byCodec[zipcclCodecFast], dense = k->byCodec[zipcclCodecDense];
     uint64_t ring = k->byAlgo[zipcclAlgoRing], direct = k->byAlgo[zipcclAlgoDirect];
+    if (k->byCodec[zipcclCodecDense] || k->byCodec[zipcclCodecF3]) { /* name every codec used */
+        static const char* const names[ZIPCCL_NCODECS] = {"", "fast", "dense", "", "f3"};
+        for (int c = 0, first = 1; c < ZIPCCL_NCODECS; c++) {
+            if (!k->byCodec[c]) continue;
+            size_t l = strlen(out);
+            snprintf(out + l, cap - l, "%s%s", first ? "/" : "+", names[c]);
+            first = 0;
+        }
+    }
     size_t l = strlen(out);
-    if (dense) snprintf(out + l, cap - l, "%s", fast ? "/fast+dense" : "/dense");
-    l = strlen(out);
     if (ring) snprintf(out + l, cap - l, "%s", direct ? "/ring+direct" : "/ring");
 }
 
@@ -801,7 +818,7 @@ static void addDelta(zipcclCounters_t* sum, const zipcclCounters_t* a, const zip
     sum->wireBytes += b->wireBytes - a->wireBytes;
     sum->codecSeconds += b->codecSeconds - a->codecSeconds;
     for (int k = 0; k < 5; k++) sum->byStrategy[k] += b->byStrategy[k] - a->byStrategy[k];
-    for (int k = 0; k < 4; k++) sum->byCodec[k] += b->byCodec[k] - a->byCodec[k];
+    for (int k = 0; k < ZIPCCL_NCODECS; k++) sum->byCodec[k] += b->byCodec[k] - a->byCodec[k];
     for (int k = 0; k < 3; k++) sum->byAlgo[k] += b->byAlgo[k] - a->byAlgo[k];
 }
 
@@ -830,7 +847,7 @@ static void checkResult(Ctx* c, const Options* o, const Shape* s, zipcclCollKind
     } else if (autoNative) {
         /* auto's result against native's own, computed once more now */
         void* nat = xmalloc(s->recvElems * es);
-        ZCHECK(runColl(s, o, send, nat, c->comm, zipcclStrategyNative, zipcclAlgoDefault));
+        ZCHECK(runColl(s, o, send, nat, c->comm, (zipcclCallConfig_t){zipcclStrategyNative, o->codec, zipcclAlgoDefault}));
         v[0] = countWrong(nat, recv, s->recvElems, es);
         v[1] = countWrong(ref, recv, s->recvElems, es);
         free(nat);
@@ -843,9 +860,10 @@ static void checkResult(Ctx* c, const Options* o, const Shape* s, zipcclCollKind
 }
 
 /* One result line (rank 0). */
-static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipcclStrategy_t strat,
-                   zipcclAlgo_t algo, int nranks, double t, double ratio, double codecUs, const char* picked,
+static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipcclCallConfig_t cfg, int nranks, double t, double ratio, double codecUs, const char* picked,
                    long long wrong, long long differ) {
+    const zipcclStrategy_t strat = cfg.strategy;
+    const zipcclAlgo_t algo = cfg.algo;
     double algbw = (double)s->bytes / t / 1e9, busbw = algbw * busFactor(kind, nranks);
     const char* sn = zipcclStrategyName(strat);
     int coded = strat == zipcclStrategyCompressed || strat == zipcclStrategyAuto;
@@ -854,7 +872,7 @@ static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipc
         printf("{\"coll\":\"%s\",\"dtype\":\"%s\",\"bytes\":%zu,\"count\":%zu,"
                "\"nranks\":%d,\"strategy\":\"%s\",",
                kCollArg[kind], zipcclTypeName(o->dtype), s->bytes, s->count, nranks, sn);
-        if (coded) printf("\"codec\":\"%s\",", codecName(o->codec));
+        if (coded) printf("\"codec\":\"%s\",", codecName(cfg.codec));
         if (algoed) printf("\"algo\":\"%s\",", algoName(algo));
         if (strat == zipcclStrategyAuto) printf("\"picked\":\"%s\",", picked);
         printf("\"op\":\"%s\",\"dist\":\"%s\",\"time_us\":%.3f,\"algbw_gbps\":%.4f,"
@@ -874,9 +892,11 @@ static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipc
         if (differ >= 0)
             snprintf(note + strlen(note), sizeof note - strlen(note), "%s(%lld differ from raw)",
                      note[0] ? " " : "", differ);
-        char label[48]; /* an entry's own algorithm shows as STRATEGY:ALGO */
-        if (algoed && algo != o->algo) snprintf(label, sizeof label, "%s:%s", sn, algoName(algo));
-        else snprintf(label, sizeof label, "%s", sn);
+        char label[48]; /* an entry's own algorithm and codec show as STRATEGY:ALGO:CODEC */
+        snprintf(label, sizeof label, "%s", sn);
+        if (algoed && algo != o->algo) snprintf(label + strlen(label), sizeof label - strlen(label), ":%s", algoName(algo));
+        if (coded && cfg.codec != o->codec)
+            snprintf(label + strlen(label), sizeof label - strlen(label), ":%s", codecName(cfg.codec));
         printf("%14s %12zu %12zu %6s %17s %12.1f %9.3f %9.3f %7.3f %10.1f %7s  %s\n", kCollArg[kind],
                s->bytes, s->count, zipcclTypeName(o->dtype), label, t * 1e6, algbw, busbw, ratio,
                codecUs, wbuf, note);
@@ -906,7 +926,7 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
 
     long long refWrong = 0;
     if (o->check) {
-        ZCHECK(runColl(&s, o, send, ref, c->comm, zipcclStrategyRaw, o->algo));
+        ZCHECK(runColl(&s, o, send, ref, c->comm, (zipcclCallConfig_t){zipcclStrategyRaw, o->codec, o->algo}));
         if (reduction) {
             refWrong = checkReduction(&s, o, pool, c->rank, c->nranks, ref);
         } else {
@@ -928,7 +948,7 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         zipcclStrategy_t strat = o->strats[si];
         int warmup = strat == zipcclStrategyAuto && o->warmup < kAutoWarmup ? kAutoWarmup : o->warmup;
         for (int it = 0; it < warmup; it++)
-            ZCHECK(runColl(&s, o, send, recv, c->comm, strat, entryAlgo(o, si)));
+            ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, si)));
     }
     for (int k = 0; k < ns * iters; k++) {
         int si, it;
@@ -941,14 +961,14 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         ZCHECK(zipcclCommGetCounters(c->comm, kind, &before));
         MCHECK(MPI_Barrier(MPI_COMM_WORLD));
         double t0 = MPI_Wtime();
-        ZCHECK(runColl(&s, o, send, recv, c->comm, strat, entryAlgo(o, si)));
+        ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, si)));
         times[si * iters + it] = MPI_Wtime() - t0;
         ZCHECK(zipcclCommGetCounters(c->comm, kind, &after));
         addDelta(&sum[si], &before, &after);
         if (!last) continue;
         zipcclCounters_t all = sum[si];
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byStrategy, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
-        MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byCodec, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byCodec, ZIPCCL_NCODECS, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byAlgo, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
         pickedName(&all, picked[si], sizeof picked[si]);
         checkResult(c, o, &s, kind, strat, picked[si], send, ref, recv, refWrong, &wrong[si],
@@ -965,7 +985,7 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         double ratio = sums[1] > 0 ? sums[0] / sums[1] : 1.0;
         double codecUs = sum[si].calls ? 1e6 * sums[2] / c->nranks / (double)sum[si].calls : 0.0;
         if (c->rank == 0)
-            report(o, &s, kind, o->strats[si], entryAlgo(o, si), c->nranks, t, ratio, codecUs, picked[si], wrong[si],
+            report(o, &s, kind, entryConfig(o, si), c->nranks, t, ratio, codecUs, picked[si], wrong[si],
                    differ[si]);
     }
     free(times);

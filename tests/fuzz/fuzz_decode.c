@@ -4,7 +4,7 @@
  * Each input is used twice:
  *   (a) as a frame: every SIMD path must decode it without crashing, and the
  *       paths must agree on the result code and, on success, on every byte;
- *   (b) as raw element data of each dtype: every codec (fast, dense, stored),
+ *   (b) as raw element data of each dtype: every codec (fast, dense, stored, f3),
  *       with and without checksums, on every SIMD path, must produce the same
  *       frame bytes and decode back to the input bit for bit.
  * Any disagreement aborts, which libFuzzer reports as a crash. Built with
@@ -60,7 +60,7 @@ static void as_data(const uint8_t* data, size_t size, const zipcclSimd_t* p, int
     static const zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
     for (int di = 0; di < 3; di++) {
         size_t es = zipcclTypeSize(dts[di]), count = size / es, bytes = count * es;
-        for (int codec = zipcclCodecFast; codec <= zipcclCodecStored; codec++)
+        for (int codec = zipcclCodecFast; codec <= zipcclCodecF3; codec++)
             for (int cs = 0; cs < 2; cs++) {
                 size_t bound = zipcclCompressBound(count, dts[di], cs), fs0 = 0;
                 uint8_t* f0 = malloc(bound);

@@ -74,9 +74,10 @@ static uint16_t cc_fp16(float f) { /* round to nearest even, with subnormals */
     return (uint16_t)(sign | ((m - 0x38000000u) >> 13));
 }
 
-typedef enum { D_GAUSS, D_GAUSS_SMALL, D_GAUSS_BIG, D_ALLBITS, D_RANDBITS, D_SPECIAL, D_ZERO, D_MIXED } cc_dist_t;
+typedef enum { D_GAUSS, D_GAUSS_SMALL, D_GAUSS_BIG, D_ALLBITS, D_RANDBITS, D_SPECIAL, D_ZERO, D_MIXED, D_SPARSE } cc_dist_t;
 static const char* cc_dist_name(cc_dist_t d) {
-    static const char* n[] = {"gauss", "gauss1e-3", "gauss1e3", "allbits", "randbits", "special", "zero", "mixed"};
+    static const char* n[] = {"gauss", "gauss1e-3", "gauss1e3", "allbits", "randbits", "special", "zero", "mixed",
+                              "sparse"};
     return n[d];
 }
 
@@ -104,7 +105,13 @@ static std::vector<uint8_t> cc_make(zipcclDataType_t dt, cc_dist_t dist, size_t 
                                       : cc_from_float(dt, (float)cc_gauss());
             break;
         case D_ZERO: bits = 0; break;
-        default: /* chunks of different scales, some post-ReLU */
+        case D_SPARSE: { /* zeros (escapes: e = 0 is outside every window, and the
+                          * scale estimate ignores it) at 5/30/42/60% by chunk */
+            static const double frac[] = {0.05, 0.30, 0.42, 0.60};
+            bits = cc_uniform() < frac[(i >> 14) % 4] ? 0 : cc_from_float(dt, (float)cc_gauss());
+            break;
+        }
+        default: /* D_MIXED: chunks of different scales, some post-ReLU */
             bits = cc_from_float(dt, (float)(((i >> 14) % 3 == 0 ? 0.01 : 4.0) * ((i >> 14) % 2 ? fabs(cc_gauss()) : cc_gauss())));
         }
         if (es == 2) { v[i * 2] = (uint8_t)bits; v[i * 2 + 1] = (uint8_t)(bits >> 8); }
@@ -118,7 +125,29 @@ static std::vector<uint8_t> cc_make(zipcclDataType_t dt, cc_dist_t dist, size_t 
 
 static const char* cc_dt_name(zipcclDataType_t dt) { return zipcclTypeName(dt); }
 static const char* cc_codec_name(zipcclCodec_t c) {
-    return c == zipcclCodecFast ? "fast" : c == zipcclCodecDense ? "dense" : c == zipcclCodecStored ? "stored" : "default";
+    return c == zipcclCodecFast ? "fast" : c == zipcclCodecDense ? "dense" : c == zipcclCodecStored ? "stored"
+         : c == zipcclCodecF3 ? "f3" : "default";
+}
+/* The codecs that compress, and the chunk mode each writes (FORMAT.md §7). */
+static const zipcclCodec_t cc_codecs[] = {zipcclCodecFast, zipcclCodecF3, zipcclCodecDense};
+#define CC_NCODECS 3
+static int cc_mode_of(zipcclCodec_t c) { return c == zipcclCodecDense ? 2 : c == zipcclCodecF3 ? 1 : 3; }
+
+static uint32_t cc_ld32(const uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/* Offsets of a compressed frame's chunks (empty for a stored frame). */
+static std::vector<size_t> cc_chunk_offsets(const std::vector<uint8_t>& f) {
+    std::vector<size_t> at;
+    if (f.size() < 16 || (f[6] & 2)) return at;
+    uint64_t count = 0;
+    for (int k = 0; k < 8; k++) count |= (uint64_t)f[8 + k] << (8 * k);
+    size_t C = (size_t)1 << f[7], nc = (size_t)((count + C - 1) / C);
+    size_t pos = 16 + 4 * nc + ((f[6] & 1) ? 4 + 4 * nc : 0);
+    for (size_t k = 0; k < nc; k++) {
+        at.push_back(pos);
+        pos += cc_ld32(&f[16 + 4 * k]);
+    }
+    return at;
 }
 
 #define CC_GUARD 64
@@ -135,13 +164,13 @@ static zipcclResult_t cc_decode(const Backend* b, const uint8_t* f, size_t size,
     return r;
 }
 
-/* One input through both codecs, in both directions. */
-static void cc_roundtrip(const Backend* b, zipcclDataType_t dt, zipcclCodec_t codec, int cs, cc_dist_t dist,
-                         size_t count) {
+/* One input through both codecs, in both directions; the frames' chunks are
+ * raw or of the codec's mode. Returns the backend's frame. */
+static std::vector<uint8_t> cc_roundtrip_data(const Backend* b, zipcclDataType_t dt, zipcclCodec_t codec, int cs,
+                                              const char* label, const std::vector<uint8_t>& src, size_t count) {
     char name[160];
-    snprintf(name, sizeof name, "%s/%s/%s/cs%d/%s/n=%zu", b->name, cc_dt_name(dt), cc_codec_name(codec), cs,
-             cc_dist_name(dist), count);
-    std::vector<uint8_t> src = cc_make(dt, dist, count);
+    snprintf(name, sizeof name, "%s/%s/%s/cs%d/%s/n=%zu", b->name, cc_dt_name(dt), cc_codec_name(codec), cs, label,
+             count);
     zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
     p.codec = codec;
     p.checksum = cs;
@@ -152,7 +181,7 @@ static void cc_roundtrip(const Backend* b, zipcclDataType_t dt, zipcclCodec_t co
     cf.resize(csize);
     if (!CHECK(rc == zipcclSuccess && rg == zipcclSuccess, name, "compress: cpu %d, %s %d (%s)", rc, b->name, rg,
                zipcclGetLastErrorDetail()))
-        return;
+        return gf;
     size_t first_diff = 0;
     while (first_diff < cf.size() && first_diff < gf.size() && cf[first_diff] == gf[first_diff]) first_diff++;
     int same = cf.size() == gf.size() && first_diff == cf.size();
@@ -175,6 +204,18 @@ static void cc_roundtrip(const Backend* b, zipcclDataType_t dt, zipcclCodec_t co
     out2.resize(count * cc_es(dt));
     snprintf(n2, sizeof n2, "%s/cpu_decodes_%s", name, b->name);
     CHECK(r == zipcclSuccess && got2 == count && out2 == src, n2, "result %d (%s)", r, zipcclGetLastErrorDetail());
+    if (codec != zipcclCodecStored) {
+        int bad = -1;
+        for (size_t at : cc_chunk_offsets(gf))
+            if (gf[at] != 0 && gf[at] != cc_mode_of(codec)) bad = gf[at];
+        snprintf(n2, sizeof n2, "%s/chunk_modes", name);
+        CHECK(bad < 0, n2, "a chunk of mode %d", bad);
+    }
+    return gf;
+}
+static void cc_roundtrip(const Backend* b, zipcclDataType_t dt, zipcclCodec_t codec, int cs, cc_dist_t dist,
+                         size_t count) {
+    cc_roundtrip_data(b, dt, codec, cs, cc_dist_name(dist), cc_make(dt, dist, count), count);
 }
 
 /* Damaged frames: truncated, extended, bit-flipped, header fields. With
@@ -243,16 +284,24 @@ static void cc_corruption(const Backend* b, zipcclDataType_t dt, zipcclCodec_t c
             snprintf(why, sizeof why, "flip at byte %zu: both accept but decode differently", at);
         }
     }
-    /* a set padding bit in the last group's planes (FORMAT.md 4.1, 4.3: MUST
-     * be 0) -- random flips rarely land there */
-    size_t es = cc_es(dt), nc = (count + 16383) / 16384, n_last = count - (nc - 1) * 16384;
-    if (!(f[6] & 2) && nc && n_last % 64) {
-        size_t at = 16 + 4 * nc + (cs ? 4 + 4 * nc : 0), G = (n_last + 63) / 64;
-        for (size_t k = 0; k + 1 < nc; k++) at += (size_t)f[16 + 4 * k] | (size_t)f[17 + 4 * k] << 8 | (size_t)f[18 + 4 * k] << 16;
-        size_t rest = es == 4 ? 3 * n_last : es == 2 && dt == zipcclFloat16 ? n_last + 24 * G : n_last;
+    /* a set padding bit in the last group's planes (FORMAT.md 4.1, 4.3, 4.5:
+     * MUST be 0) -- random flips rarely land there */
+    std::vector<size_t> offs = cc_chunk_offsets(f);
+    if (!offs.empty()) {
+        size_t at = offs.back(), n_last = count - (offs.size() - 1) * 16384, G = (n_last + 63) / 64;
+        size_t rest = dt == zipcclFloat32 ? 3 * n_last : dt == zipcclFloat16 ? n_last + 24 * G : n_last;
+        int tail = n_last % 64 != 0;
         std::vector<size_t> spots;
-        if (f[at] == 1) spots.push_back(at + 8 + rest + 24 * (G - 1) + 7);
-        if (dt == zipcclFloat16 && f[at] != 0) spots.push_back(at + 8 + (f[at] == 2 ? 64 : 0) + n_last + 24 * (G - 1) + 15);
+        if (f[at] == 1 && tail) spots.push_back(at + 8 + rest + 24 * (G - 1) + 7);
+        if (f[at] == 3) {
+            size_t pp = at + 8 + rest, m = 0;
+            for (size_t j = 0; j < 16 * G; j += 16)
+                for (int k = 0; k < 8; k++) m += __builtin_popcount(f[pp + j + k] & f[pp + j + 8 + k]);
+            if (tail) spots.push_back(pp + 16 * (G - 1) + 7);                          /* P0 bit 63 */
+            if (m % 64) spots.push_back(pp + 16 * G + 24 * ((m + 63) / 64 - 1) + 15); /* Q1 bit 63 */
+        }
+        if (dt == zipcclFloat16 && f[at] != 0 && tail)
+            spots.push_back(at + 8 + (f[at] == 2 ? 64 : 0) + n_last + 24 * (G - 1) + 15);
         for (size_t at2 : spots) {
             std::vector<uint8_t> g(f);
             g[at2] |= 0x80;
@@ -274,6 +323,189 @@ static void cc_corruption(const Backend* b, zipcclDataType_t dt, zipcclCodec_t c
     CHECK(agree, n2, "%s", why);
     snprintf(n2, sizeof n2, "%s/no_write_past_output", name);
     CHECK(guards, n2, "guard zone changed in one of %d trials", n_tried);
+}
+
+/* ---- F2 chunks (FORMAT.md 4.5) ------------------------------------------- */
+
+/* Where the parts of an F2 chunk lie, read back from a frame. */
+typedef struct {
+    size_t at, n, G, m, H, nesc, pp, sp, ep, end; /* pp/sp/ep: primary, secondary, escapes */
+} cc_f2_t;
+
+static cc_f2_t cc_f2_parse(const std::vector<uint8_t>& f, size_t at, size_t end, size_t n, zipcclDataType_t dt) {
+    cc_f2_t c;
+    c.at = at;
+    c.end = end;
+    c.n = n;
+    c.G = (n + 63) / 64;
+    c.pp = at + 8 + (dt == zipcclFloat32 ? 3 * n : dt == zipcclFloat16 ? n + 24 * c.G : n);
+    c.m = 0;
+    for (size_t j = 0; j < 16 * c.G; j += 16)
+        for (int k = 0; k < 8; k++) c.m += __builtin_popcount(f[c.pp + j + k] & f[c.pp + j + 8 + k]);
+    c.H = (c.m + 63) / 64;
+    c.nesc = cc_ld32(&f[at + 4]);
+    c.sp = c.pp + 16 * c.G;
+    c.ep = c.sp + 24 * c.H;
+    return c;
+}
+/* Byte and bit of plane k of entry t in planes of np words a group. */
+static size_t cc_plane_byte(size_t planes, int np, size_t t, int k) { return planes + 8 * np * (t / 64) + 8 * k + (t % 64) / 8; }
+static int cc_plane_get(const std::vector<uint8_t>& f, size_t planes, int np, size_t t, int bits) {
+    int v = 0;
+    for (int k = 0; k < bits; k++) v |= ((f[cc_plane_byte(planes, np, t, k)] >> (t % 8)) & 1) << k;
+    return v;
+}
+static void cc_plane_set(std::vector<uint8_t>& f, size_t planes, int np, size_t t, int bits, int v) {
+    for (int k = 0; k < bits; k++) {
+        uint8_t& byte = f[cc_plane_byte(planes, np, t, k)];
+        byte = (uint8_t)((byte & ~(1u << (t % 8))) | (((v >> k) & 1u) << (t % 8)));
+    }
+}
+
+/* Elements of one exponent (that of 1.0; random sign and mantissa) with k
+ * zeros spread among them: zeros are escapes and the only second tier, so an
+ * F2 chunk has m = k exactly. k = 0, 64, 128 give an empty or full last
+ * secondary group; many zeros make the encoder's escape bytes overlap their
+ * final place (see zk_place_escapes). */
+static std::vector<uint8_t> cc_make_tiered(zipcclDataType_t dt, size_t count, size_t k) {
+    size_t es = cc_es(dt);
+    std::vector<uint8_t> v(count * es);
+    for (size_t i = 0; i < count; i++) {
+        uint32_t r = (uint32_t)cc_next(), bits;
+        if (dt == zipcclBfloat16) bits = 0x3F80u | (r & 0x807Fu);
+        else if (dt == zipcclFloat16) bits = 0x3C00u | (r & 0x83FFu);
+        else bits = 0x3F800000u | (r & 0x807FFFFFu);
+        if ((i * 37) % count < k) bits = 0; /* 37 is prime to the counts used: exactly k zeros */
+        memcpy(&v[i * es], &bits, es); /* little-endian host */
+    }
+    return v;
+}
+
+/* Frames of one F2 chunk with a chosen second tier: bytes equal to the
+ * CPU's, the chunk F2 exactly when smaller than raw, of the expected size. */
+static void cc_f2_shapes(const Backend* b) {
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const size_t ks[] = {0, 1, 63, 64, 65, 128, 129, 400};
+    const size_t count = 1000;
+    for (int d = 0; d < 3; d++)
+        for (size_t k : ks)
+            for (int cs = 0; cs < 2; cs++) {
+                char label[64], n2[200];
+                snprintf(label, sizeof label, "tiered_m%zu", k);
+                std::vector<uint8_t> f =
+                    cc_roundtrip_data(b, dts[d], zipcclCodecFast, cs, label, cc_make_tiered(dts[d], count, k), count);
+                std::vector<size_t> offs = cc_chunk_offsets(f);
+                size_t G = (count + 63) / 64, es = cc_es(dts[d]);
+                size_t rest = dts[d] == zipcclFloat32 ? 3 * count : dts[d] == zipcclFloat16 ? count + 24 * G : count;
+                size_t want = 8 + rest + 16 * G + 24 * ((k + 63) / 64) + k, raw = 8 + count * es;
+                int mode = offs.size() == 1 ? f[offs[0]] : -1;
+                size_t got = offs.size() == 1 ? f.size() - offs[0] : 0;
+                snprintf(n2, sizeof n2, "%s/%s/fast/cs%d/%s/f2_layout", b->name, cc_dt_name(dts[d]), cs, label);
+                CHECK(want < raw ? mode == 3 && got == want : offs.empty(), n2,
+                      "%zu chunks, mode %d, %zu bytes (F2 would be %zu, raw %zu: then a stored frame)", offs.size(), mode,
+                      got, want, raw);
+            }
+}
+
+/* Damaged F2 chunks, each fault placed on purpose in the last chunk (1000
+ * elements: 16 primary groups, the last 40 wide) of a frame without
+ * checksums; where the chunk changes size, the chunk table follows, so only
+ * the chunk is wrong. The backend must return the CPU decoder's result, the
+ * listed faults must be zipcclCorruptStream, and where both accept (a change
+ * that leaves a valid chunk) they must decode alike. */
+static void cc_f2_damage(const Backend* b, zipcclDataType_t dt) {
+    size_t count = 16384 + 1000, es = cc_es(dt), cap = count * es;
+    std::vector<uint8_t> src = cc_make(dt, D_SPECIAL, count), f;
+    zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+    p.codec = zipcclCodecFast;
+    char n2[200];
+    snprintf(n2, sizeof n2, "%s/f2_damage/%s/setup", b->name, cc_dt_name(dt));
+    int ok = b->compress(src.data(), count, dt, &p, &f) == zipcclSuccess;
+    std::vector<size_t> offs = ok ? cc_chunk_offsets(f) : std::vector<size_t>();
+    if (!CHECK(offs.size() == 2 && f[offs[1]] == 3, n2, "compress ok %d, %zu chunks, last of mode %d", ok, offs.size(),
+               offs.size() == 2 ? f[offs[1]] : -1))
+        return;
+    cc_f2_t c = cc_f2_parse(f, offs[1], f.size(), 1000, dt);
+    size_t tbl = 16 + 4; /* the last chunk's table entry */
+    uint32_t emax = dt == zipcclFloat16 ? 31 : 255;
+    /* a copy with `len` bytes replaced by `ins` at `pos`, the table adjusted */
+    auto splice = [&](size_t pos, size_t len, const std::vector<uint8_t>& ins) {
+        std::vector<uint8_t> g(f.begin(), f.begin() + pos);
+        g.insert(g.end(), ins.begin(), ins.end());
+        g.insert(g.end(), f.begin() + pos + len, f.end());
+        uint32_t sz = (uint32_t)(cc_ld32(&f[tbl]) + ins.size() - len);
+        for (int k = 0; k < 4; k++) g[tbl + k] = (uint8_t)(sz >> (8 * k));
+        return g;
+    };
+    auto with_nesc = [&](std::vector<uint8_t> g, uint32_t v) {
+        for (int k = 0; k < 4; k++) g[c.at + 4 + k] = (uint8_t)(v >> (8 * k));
+        return g;
+    };
+    auto with_byte = [&](size_t pos, uint8_t v) {
+        std::vector<uint8_t> g(f);
+        g[pos] = v;
+        return g;
+    };
+    /* second-tier entries: one with a code below 7 and one escape, if any */
+    size_t t_code = c.m, t_esc = c.m;
+    for (size_t t = 0; t < c.m; t++) {
+        int q = cc_plane_get(f, c.sp, 3, t, 3);
+        if (q != 7 && t_code == c.m) t_code = t;
+        if (q == 7 && t_esc == c.m) t_esc = t;
+    }
+    size_t i_prim = 0; /* an element with a 2-bit code (p < 3) */
+    while (i_prim < c.n && cc_plane_get(f, c.pp, 2, i_prim, 2) == 3) i_prim++;
+    struct Case {
+        const char* name;
+        int must_refuse;
+        std::vector<uint8_t> g;
+    };
+    std::vector<Case> cases;
+    std::vector<uint8_t> g;
+    g = f; g[c.pp + 16 * (c.G - 1) + 7] |= 0x80;
+    cases.push_back({"primary_padding", 1, g});
+    if (c.m % 64) {
+        g = f; g[c.sp + 24 * (c.H - 1) + 16 + 7] |= 0x80;
+        cases.push_back({"secondary_padding", 1, g});
+    }
+    cases.push_back({"truncated_1", 1, splice(c.end - 1, 1, {})});
+    if (c.H) cases.push_back({"secondary_group_missing", 1, splice(c.sp + 24 * (c.H - 1), 24, {})});
+    cases.push_back({"secondary_group_extra", 1, splice(c.ep, 0, std::vector<uint8_t>(24, 0))});
+    cases.push_back({"n_esc_plus_one_with_byte", 1, with_nesc(splice(c.end, 0, {1}), (uint32_t)c.nesc + 1)});
+    if (c.nesc) cases.push_back({"n_esc_minus_one_without_byte", 1, with_nesc(splice(c.end - 1, 1, {}), (uint32_t)c.nesc - 1)});
+    cases.push_back({"n_esc_plus_one", 1, with_nesc(f, (uint32_t)c.nesc + 1)});
+    cases.push_back({"n_esc_above_n", 1, with_nesc(f, (uint32_t)c.n + 1)});
+    cases.push_back({"table_size_only", 1, with_byte(tbl, (uint8_t)(f[tbl] + 1))});
+    if (c.nesc) cases.push_back({"escape_byte_ff", dt == zipcclFloat16, with_byte(c.ep, 0xFF)});
+    cases.push_back({"top_zero", 1, with_byte(c.at + 1, 0)});
+    cases.push_back({"top_ff", emax < 0xFF, with_byte(c.at + 1, 0xFF)});
+    cases.push_back({"table_nonzero", 1, with_byte(c.at + 2, 1)});
+    cases.push_back({"reserved_nonzero", 1, with_byte(c.at + 3, 1)});
+    cases.push_back({"mode_4", 1, with_byte(c.at, 4)});
+    cases.push_back({"mode_f3", 24 * c.H != 8 * c.G, with_byte(c.at, 1)});
+    if (t_code < c.m) {
+        g = f; cc_plane_set(g, c.sp, 3, t_code, 3, 7);
+        cases.push_back({"secondary_code_to_escape", 1, g});
+    }
+    if (t_esc < c.m) {
+        g = f; cc_plane_set(g, c.sp, 3, t_esc, 3, 1);
+        cases.push_back({"escape_to_secondary_code", 1, g});
+    }
+    if (i_prim < c.n) { /* one more second-tier entry: valid or not, as m and H allow */
+        g = f; cc_plane_set(g, c.pp, 2, i_prim, 2, 3);
+        cases.push_back({"primary_to_second_tier", 0, g});
+    }
+    for (const Case& k : cases) {
+        std::vector<uint8_t> out, cpu(cap + 1);
+        size_t got = 0, cgot = 0;
+        int guard_ok;
+        zipcclResult_t r = cc_decode(b, k.g.data(), k.g.size(), &out, cap, &got, &guard_ok);
+        zipcclResult_t rc = zipcclDecompress(k.g.data(), k.g.size(), cpu.data(), cap, &cgot, (zipcclDataType_t)0, NULL);
+        cpu.resize(cap);
+        snprintf(n2, sizeof n2, "%s/f2_damage/%s/%s", b->name, cc_dt_name(dt), k.name);
+        CHECK(r == rc && (!k.must_refuse || r == zipcclCorruptStream) && guard_ok && (r != zipcclSuccess || out == cpu),
+              n2, "%s %d, cpu %d, guard %d, same output %d", b->name, r, rc, guard_ok, out == cpu);
+    }
 }
 
 /* Decoders accept any chunk_log2 in 10..20 (FORMAT.md §2), though our
@@ -317,14 +549,14 @@ static void cc_chunk_log2(const Backend* b) {
         }
 }
 
-/* F3 and R chunks under chunk_log2 = 10: a frame spliced from two CPU
+/* F2, F3 and R chunks under chunk_log2 = 10: a frame spliced from two CPU
  * frames of 1024 and 976 elements (each one chunk, so its bytes are valid
  * chunks of the bigger frame). */
 static void cc_small_chunks(const Backend* b) {
     const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
-    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecDense};
+    const zipcclCodec_t* codecs = cc_codecs;
     for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < CC_NCODECS; c++) {
             size_t es = cc_es(dts[d]), count = 2000;
             std::vector<uint8_t> src = cc_make(dts[d], D_GAUSS, count), f(16 + 8, 0), part(4096 * 4);
             zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;

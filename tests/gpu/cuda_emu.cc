@@ -221,6 +221,18 @@ static void check_estimator(void) {
     CHECK(ok, "emu/estimator_matches_codec_format_h", "see above");
 }
 
+/* zk_select (F2's second-tier compaction) against a plain scan. */
+static void check_select(void) {
+    int ok = 1;
+    for (int k = 0; k < 2000 && ok; k++) {
+        uint32_t r = (uint32_t)cc_next();
+        uint32_t b = k % 3 == 0 ? r & (uint32_t)cc_next() : k % 3 == 1 ? ~0u >> (k % 32) : r; /* sparse, dense, half */
+        for (uint32_t t = 0, pos = 0; pos < 32; pos++)
+            if ((b >> pos) & 1u) ok &= zk_select(b, t++) == pos;
+    }
+    CHECK(ok, "emu/select_finds_the_t_th_set_bit", "a mask disagrees with a scan");
+}
+
 static void check_scan(void) {
     /* k_plan's block scan over more chunks than threads */
     std::vector<uint32_t> sizes(2500);
@@ -246,8 +258,8 @@ static void check_scan(void) {
 /* The frame is written only when it fits: exact capacity works, one byte
  * less is zipcclDstTooSmall with nothing written past the capacity. */
 static void check_compress_capacity(void) {
-    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecDense};
-    for (int c = 0; c < 2; c++)
+    const zipcclCodec_t* codecs = cc_codecs;
+    for (int c = 0; c < CC_NCODECS; c++)
         for (int cs = 0; cs < 2; cs++) {
             size_t count = 20000;
             std::vector<uint8_t> src = cc_make(zipcclBfloat16, D_GAUSS, count), ref;
@@ -275,44 +287,48 @@ int main(int argc, char** argv) {
     tu_quiet_pass = 0;
     check_xxh32();
     check_estimator();
+    check_select();
     check_scan();
     check_compress_capacity();
     cc_api(&kEmu);
     cc_chunk_log2(&kEmu);
     cc_small_chunks(&kEmu);
+    cc_f2_shapes(&kEmu);
 
     const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
-    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecDense};
-    const size_t counts[] = {0, 1, 63, 64, 65, 16383, 16384, 16385};
+    const zipcclCodec_t* codecs = cc_codecs; /* fast (F2), f3, dense */
+    const size_t counts[] = {0, 1, 63, 64, 65, 1000, 16383, 16384, 16385, 2 * 16384 + 4097};
     for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 2; c++)
+        for (int c = 0; c < CC_NCODECS; c++)
             for (int cs = 0; cs < 2; cs++)
                 for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
                     cc_roundtrip(&kEmu, dts[d], codecs[c], cs, D_GAUSS, counts[k]);
-    /* distributions, a chunk and a bit each */
+    /* distributions, a chunk and a bit each; sparse: its four chunk kinds */
     for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 2; c++)
-            for (int dist = D_GAUSS_SMALL; dist <= D_MIXED; dist++)
-                cc_roundtrip(&kEmu, dts[d], codecs[c], dist % 2, (cc_dist_t)dist, dist == D_MIXED ? 50000 : 20000);
+        for (int c = 0; c < CC_NCODECS; c++)
+            for (int dist = D_GAUSS_SMALL; dist <= D_SPARSE; dist++)
+                cc_roundtrip(&kEmu, dts[d], codecs[c], dist % 2, (cc_dist_t)dist,
+                             dist == D_SPARSE ? 4 * 16384 + 333 : dist == D_MIXED ? 50000 : 20000);
     /* every 16-bit pattern */
     for (int d = 0; d < 2; d++)
-        for (int c = 0; c < 2; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_ALLBITS, 65536);
-    cc_roundtrip(&kEmu, zipcclFloat32, zipcclCodecFast, 0, D_RANDBITS, 20000);
+        for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_ALLBITS, 65536);
+    for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kEmu, zipcclFloat32, codecs[c], 0, D_RANDBITS, 20000);
     cc_roundtrip(&kEmu, zipcclFloat32, zipcclCodecStored, 1,
                  D_GAUSS, 20000);
     /* unaligned buffers */
     g_misalign = 1;
     for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 2; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_SPECIAL, 16500);
+        for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_SPECIAL, 16500);
     g_misalign = 0;
     /* damaged frames */
     for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 2; c++)
+        for (int c = 0; c < CC_NCODECS; c++)
             for (int cs = 0; cs < 2; cs++) cc_corruption(&kEmu, dts[d], codecs[c], cs, 20000, longrun ? 200 : 40);
     for (int cs = 0; cs < 2; cs++) cc_corruption(&kEmu, zipcclFloat16, zipcclCodecStored, cs, 20000, longrun ? 200 : 40);
+    for (int d = 0; d < 3; d++) cc_f2_damage(&kEmu, dts[d]);
     if (longrun) {
         for (int d = 0; d < 3; d++)
-            for (int c = 0; c < 2; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_GAUSS, 1 << 20);
+            for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_GAUSS, 1 << 20);
     }
     printf("%d passed, %d failed\n", tu_passes, tu_failures);
     return tu_exit();

@@ -2,11 +2,13 @@
  * test_gpu_codec.cu — the CUDA codec on a real device, checked against the
  * CPU codec, and its benchmark.
  *
- *   test_gpu_codec            tests: for bf16/fp16/fp32, fast/dense, checksum
- *                             on/off and many counts and distributions, the
- *                             GPU frame equals the CPU frame byte for byte and
- *                             each side decodes the other's; damaged frames
- *                             are refused without writes past the output.
+ *   test_gpu_codec            tests: for bf16/fp16/fp32, fast (F2)/f3/dense,
+ *                             checksum on/off and many counts and
+ *                             distributions, the GPU frame equals the CPU frame
+ *                             byte for byte and each side decodes the other's;
+ *                             damaged frames (random and F2-specific faults)
+ *                             get the CPU decoder's verdict without writes
+ *                             past the output.
  *   test_gpu_codec --bench [--json FILE]
  *                             throughput on device-resident Gaussian data
  *                             (cudaEvent timing, median of 10 after warm-up,
@@ -95,35 +97,37 @@ static int run_tests(void) {
     cc_api(&kDev);
     cc_chunk_log2(&kDev);
     cc_small_chunks(&kDev);
+    cc_f2_shapes(&kDev);
     const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
-    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecDense};
-    const size_t counts[] = {0, 1, 63, 64, 65, 16383, 16384, 16385, 1u << 20};
+    const zipcclCodec_t* codecs = cc_codecs; /* fast (F2), f3, dense */
+    const size_t counts[] = {0, 1, 63, 64, 65, 1000, 16383, 16384, 16385, 1u << 20};
     for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 2; c++)
+        for (int c = 0; c < CC_NCODECS; c++)
             for (int cs = 0; cs < 2; cs++)
                 for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
                     cc_roundtrip(&kDev, dts[d], codecs[c], cs, D_GAUSS, counts[k]);
     for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 2; c++)
-            for (int dist = D_GAUSS_SMALL; dist <= D_MIXED; dist++)
+        for (int c = 0; c < CC_NCODECS; c++)
+            for (int dist = D_GAUSS_SMALL; dist <= D_SPARSE; dist++)
                 cc_roundtrip(&kDev, dts[d], codecs[c], dist % 2, (cc_dist_t)dist, dist == D_MIXED ? 300000 : 100000);
     for (int d = 0; d < 2; d++)
-        for (int c = 0; c < 2; c++)
+        for (int c = 0; c < CC_NCODECS; c++)
             for (int cs = 0; cs < 2; cs++) cc_roundtrip(&kDev, dts[d], codecs[c], cs, D_ALLBITS, 65536);
-    for (int c = 0; c < 2; c++) cc_roundtrip(&kDev, zipcclFloat32, codecs[c], 1, D_RANDBITS, 100000);
+    for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kDev, zipcclFloat32, codecs[c], 1, D_RANDBITS, 100000);
     for (int d = 0; d < 3; d++) cc_roundtrip(&kDev, dts[d], zipcclCodecStored, 1, D_GAUSS, 40000);
     cudaStream_t own = g_stream;
     g_stream = 0; /* the legacy default stream works too */
-    for (int c = 0; c < 2; c++) cc_roundtrip(&kDev, zipcclBfloat16, codecs[c], 1, D_GAUSS, 100000);
+    for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kDev, zipcclBfloat16, codecs[c], 1, D_GAUSS, 100000);
     g_stream = own;
     g_misalign = 1; /* odd addresses: the unaligned load/store paths */
     for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 2; c++) cc_roundtrip(&kDev, dts[d], codecs[c], 1, D_SPECIAL, 40000);
+        for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kDev, dts[d], codecs[c], 1, D_SPECIAL, 40000);
     g_misalign = 0;
     for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 2; c++)
+        for (int c = 0; c < CC_NCODECS; c++)
             for (int cs = 0; cs < 2; cs++) cc_corruption(&kDev, dts[d], codecs[c], cs, 40000, 150);
     for (int cs = 0; cs < 2; cs++) cc_corruption(&kDev, zipcclFloat16, zipcclCodecStored, cs, 20000, 150);
+    for (int d = 0; d < 3; d++) cc_f2_damage(&kDev, dts[d]);
     printf("%d passed, %d failed\n", tu_passes, tu_failures);
     return tu_exit();
 }
@@ -159,7 +163,7 @@ static int run_bench(const char* json_path) {
     CUDA_OK(cudaGetDeviceProperties(&prop, dev));
     struct { zipcclDataType_t dt; int code; size_t bytes; } sets[] = {
         {zipcclBfloat16, 1, 256u << 20}, {zipcclFloat16, 2, 64u << 20}, {zipcclFloat32, 3, 64u << 20}};
-    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecDense};
+    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecF3, zipcclCodecDense};
     printf("GPU codec benchmark on %s: Gaussian sigma=1, median of 10 after 2 warm-up runs\n", prop.name);
     printf("%-6s %-6s %10s %8s %14s %16s\n", "codec", "dtype", "MiB", "ratio", "compress GB/s", "decompress GB/s");
     int bad = 0;
