@@ -307,14 +307,37 @@ ZK void zk_finish_chunk(const EncArgs& a, uint64_t c, const uint8_t* out, uint32
 #define ZK_F3_UNROLL 4 /* groups loaded before any is processed */
 #define ZK_R_BATCH 8   /* rANS steps whose loads are issued together */
 
+/* Chunk c of the input: its element count, its elements, its output slot. */
+typedef struct {
+    uint32_t n;
+    const uint8_t* in;
+    uint8_t* out;
+} ZkEncChunk;
+ZK ZkEncChunk zk_enc_chunk(const EncArgs& a, uint64_t c, int es) {
+    uint64_t first = c << ZCF_CHUNK_LOG2;
+    ZkEncChunk k;
+    k.n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
+    k.in = a.src + first * es;
+    k.out = a.slots + c * a.slot_bytes;
+    return k;
+}
+
+/* The 8-byte chunk header (FORMAT.md §4), written by lane 0. */
+ZK void zk_put_chunk_header(uint8_t* out, uint32_t mode, uint32_t top, uint32_t table, uint32_t nesc,
+                            uint32_t lane) {
+    if (lane) return;
+    out[0] = (uint8_t)mode; out[1] = (uint8_t)top; out[2] = (uint8_t)table; out[3] = 0;
+    zcf_st32(out + 4, nesc);
+}
+
 /* F3 chunk c (FORMAT.md §4.3) by one warp; DT a compile-time dtype code. */
 template <int DT>
 ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
-    uint64_t first = c << ZCF_CHUNK_LOG2;
-    uint32_t n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
-    const uint8_t* in = a.src + first * es;
-    uint8_t* out = a.slots + c * a.slot_bytes;
+    const ZkEncChunk k = zk_enc_chunk(a, c, es);
+    const uint32_t n = k.n;
+    const uint8_t* in = k.in;
+    uint8_t* out = k.out;
     uint32_t top = zcf_f3_top(dt, zk_estimate_s8(in, n, dt, es, al, lane));
     uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
     uint32_t base = 8 + rest + 24 * G, size = raw;
@@ -358,10 +381,7 @@ ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
         }
         if (base + run < raw) {
             size = base + run;
-            if (lane == 0) {
-                out[0] = ZCF_MODE_F3; out[1] = (uint8_t)top; out[2] = 0; out[3] = 0;
-                zcf_st32(out + 4, run);
-            }
+            zk_put_chunk_header(out, ZCF_MODE_F3, top, 0, run, lane);
         }
         ZK_SYNCWARP(); /* the raw rewrite below must land after the F3 bytes */
     }
@@ -421,10 +441,10 @@ ZK void zk_place_escapes(uint8_t* out, uint32_t at, uint32_t raw, uint32_t k, ui
 template <int DT>
 ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
-    uint64_t first = c << ZCF_CHUNK_LOG2;
-    uint32_t n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
-    const uint8_t* in = a.src + first * es;
-    uint8_t* out = a.slots + c * a.slot_bytes;
+    const ZkEncChunk k = zk_enc_chunk(a, c, es);
+    const uint32_t n = k.n;
+    const uint8_t* in = k.in;
+    uint8_t* out = k.out;
     uint32_t top = zcf_f2_top(dt, zk_estimate_s8(in, n, dt, es, al, lane));
     uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
     uint32_t base = 8 + rest + 16 * G, size = raw; /* base: the secondary planes */
@@ -480,10 +500,7 @@ ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
             uint32_t ep = base + 24 * ((m + 63) / 64);
             zk_place_escapes(out, ep, raw, nesc, lane);
             size = ep + nesc;
-            if (lane == 0) {
-                out[0] = ZCF_MODE_F2; out[1] = (uint8_t)top; out[2] = 0; out[3] = 0;
-                zcf_st32(out + 4, nesc);
-            }
+            zk_put_chunk_header(out, ZCF_MODE_F2, top, 0, nesc, lane);
         }
         ZK_SYNCWARP(); /* the raw rewrite below must land after the F2 bytes */
     }
@@ -495,10 +512,10 @@ ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
  * the lanes' pushed words, interleaved (word k of lane l at 32k + l). */
 ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* smem) {
     const int dt = a.dt, es = a.es, al = a.src_aligned;
-    uint64_t first = c << ZCF_CHUNK_LOG2;
-    uint32_t n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
-    const uint8_t* in = a.src + first * es;
-    uint8_t* out = a.slots + c * a.slot_bytes;
+    const ZkEncChunk k = zk_enc_chunk(a, c, es);
+    const uint32_t n = k.n;
+    const uint8_t* in = k.in;
+    uint8_t* out = k.out;
     int s8 = zk_estimate_s8(in, n, dt, es, al, lane);
     uint32_t top = zcf_r_top(dt, s8), tbl = zcf_r_table(s8);
     uint32_t* fq = (uint32_t*)smem;
@@ -549,10 +566,7 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
     uint32_t raw = 8 + n * es, total = S0 + lanes_total + nesc, size = raw;
     if (total < raw) {
         size = total;
-        if (lane == 0) {
-            out[0] = ZCF_MODE_R; out[1] = (uint8_t)top; out[2] = (uint8_t)tbl; out[3] = 0;
-            zcf_st32(out + 4, nesc);
-        }
+        zk_put_chunk_header(out, ZCF_MODE_R, top, tbl, nesc, lane);
         zcf_st16(out + 8 + 2 * lane, (uint16_t)lsz);
         if (nl) zcf_st32(out + S0 + off, x);
         ZK_SYNCWARP(); /* every lane's pushed words are visible to all */
@@ -820,6 +834,26 @@ typedef struct {
     uint32_t n, top, tbl, nesc, emax;
 } ZkChunk;
 
+/* One element's exponent from its code c, the step F3, F2 and R share: an
+ * escaped element (esc) takes the next escape byte in element order (ballot
+ * + popc from *run), any other e = top - c. Sets *err on a code above top, a
+ * missing escape byte or one past the exponent range. Every lane calls it
+ * (the ballot); active: the lane holds an element. */
+ZK uint32_t zk_exponent_of(int active, int esc, uint32_t c, uint32_t top, const uint8_t* ep, uint32_t nesc,
+                           uint32_t emax, uint32_t lane, uint32_t* run, uint32_t* err) {
+    uint32_t b = ZK_BALLOT(active && esc), e = 0;
+    if (active && esc) {
+        uint32_t idx = *run + zk_popc(b & zk_lanemask_lt(lane));
+        if (idx < nesc) e = ep[idx];
+        if (idx >= nesc || e > emax) *err = 1;
+    } else if (active) {
+        if (c > top) *err = 1;
+        else e = top - c;
+    }
+    *run += zk_popc(b);
+    return e & emax;
+}
+
 /* The decoders below return nonzero (on every lane) if the chunk is corrupt.
  * Each checks the chunk size against its layout before reading past the
  * header: k_plan guarantees only that [p, p + size) lies in the frame. */
@@ -859,22 +893,8 @@ ZK int zk_decode_f3(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
                 uint32_t j = 32 * h + lane, i = 64 * g + j;
                 int valid = i < n;
                 uint32_t cd = cdu[u][h];
-                int esc = valid && cd == ZCF_F3_ESC;
-                uint32_t b = ZK_BALLOT(esc);
-                if (valid) {
-                    uint32_t e = 0;
-                    if (esc) {
-                        uint32_t idx = run + zk_popc(b & zk_lanemask_lt(lane));
-                        if (idx < nesc) e = ep[idx];
-                        if (idx >= nesc || e > emax) err = 1;
-                    } else if (cd > top) {
-                        err = 1;
-                    } else {
-                        e = top - cd;
-                    }
-                    zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, r[u][h], e & emax, hvu[u][h]), es, al);
-                }
-                run += zk_popc(b);
+                uint32_t e = zk_exponent_of(valid, cd == ZCF_F3_ESC, cd, top, ep, nesc, emax, lane, &run, &err);
+                if (valid) zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, r[u][h], e, hvu[u][h]), es, al);
             }
         }
     }
@@ -931,22 +951,9 @@ ZK int zk_decode_f2(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
                     q = ((w[0] >> (t & 7)) & 1u) | (((w[8] >> (t & 7)) & 1u) << 1) | (((w[16] >> (t & 7)) & 1u) << 2);
                 }
                 run2 += zk_popc(bt);
-                int esc = tier2 && q == 7;
-                uint32_t b = ZK_BALLOT(esc);
-                if (valid) {
-                    uint32_t e = 0, s = zcf_f2_symbol(pc, q);
-                    if (esc) {
-                        uint32_t idx = run + zk_popc(b & zk_lanemask_lt(lane));
-                        if (idx < nesc) e = ep[idx];
-                        if (idx >= nesc || e > emax) err = 1;
-                    } else if (s > top) {
-                        err = 1;
-                    } else {
-                        e = top - s;
-                    }
-                    zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, r[u][h], e & emax, ph[u][h] >> 2), es, al);
-                }
-                run += zk_popc(b);
+                uint32_t e = zk_exponent_of(valid, tier2 && q == 7, zcf_f2_symbol(pc, q), top, ep, nesc, emax,
+                                            lane, &run, &err);
+                if (valid) zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, r[u][h], e, ph[u][h] >> 2), es, al);
             }
         }
     }
@@ -1020,22 +1027,8 @@ ZK int zk_decode_r(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t* 
                     else err = 1;
                 }
             }
-            int esc = active && s == ZCF_R_ESC;
-            uint32_t b = ZK_BALLOT(esc);
-            if (active) {
-                uint32_t e = 0;
-                if (esc) {
-                    uint32_t idx = run + zk_popc(b & zk_lanemask_lt(lane));
-                    if (idx < nesc) e = ep[idx];
-                    if (idx >= nesc || e > emax) err = 1;
-                } else if (s > top) {
-                    err = 1;
-                } else {
-                    e = top - s;
-                }
-                zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, rb[t], e & emax, hb[t]), es, al);
-            }
-            run += zk_popc(b);
+            uint32_t e = zk_exponent_of(active, s == ZCF_R_ESC, s, top, ep, nesc, emax, lane, &run, &err);
+            if (active) zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, rb[t], e, hb[t]), es, al);
         }
     }
     if (nl && (x != ZCF_R_L || wi != nwords)) err = 1;

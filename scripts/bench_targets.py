@@ -41,7 +41,7 @@ def main(path):
     print(f"| collective | strategy | {' | '.join(f'run {k} ms' for k in reps)} | median ms |")
     print("|---|---|" + "---:|" * (len(reps) + 1))
     for coll in ORDER:
-        for s in ("native", "native-put", "raw", "compressed", "auto"):
+        for s in ("native", "native-put", "raw", "compressed", "compressed:f3", "auto"):
             v = t.get((coll, s))
             if not v:
                 continue
@@ -70,6 +70,16 @@ def main(path):
             mark = "✓" if sp >= target else "✗"
             cells += [f"{sp:.3f}x (≥ {target:.2f} {mark})", per]
         print("| " + " | ".join(cells) + " |")
+    if any(k[1] == "compressed:f3" for k in t):  # the codec's share: F2 (fast) against F3
+        print("\n| collective | compressed:f3 vs native | compressed (fast, F2) vs compressed:f3 | per run |")
+        print("|---|---|---|---|")
+        for coll in ORDER:
+            c, f3, nat = t.get((coll, "compressed")), t.get((coll, "compressed:f3")), t.get((coll, "best-native"))
+            if not c or not f3 or not nat:
+                continue
+            per = ", ".join(f"{f3[k] / c[k]:.3f}x" for k in reps if k in f3 and k in c)
+            print(f"| {coll} | {statistics.median(nat.values()) / statistics.median(f3.values()):.3f}x | "
+                  f"{statistics.median(f3.values()) / statistics.median(c.values()):.3f}x | {per} |")
     print("\nnative baseline: per run, the faster of native and native-put")
     print(f"\n#wrong summed over every row: {wrong}")
 

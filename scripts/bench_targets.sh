@@ -8,8 +8,8 @@
 # scripts/bench_sweep.sh), then REPS times over: AllGather with 64 MiB bf16
 # per rank (256M in nccl-tests' convention), ReduceScatter, AllReduce,
 # AlltoAll and AlltoAllv with 64 MiB per rank, each as its own zipccl-bench
-# run with all four strategies (each figure there: the median of ITERS calls
-# of the slowest rank), then native again under Open MPI's default TCP flags
+# run with all four strategies plus compressed with codec f3 (each figure
+# there: the median of ITERS calls of the slowest rank), then native again under Open MPI's default TCP flags
 # ("native-put"; cluster.sh's runs use btl_tcp_flags=send).  The JSON lines go to OUT; scripts/bench_targets.py
 # then prints, per collective and strategy, the median over the repetitions
 # and the verdict against the targets.  The cluster is torn down on exit.
@@ -50,7 +50,10 @@ for ((rep = 1; rep <= REPS; rep++)); do
   for point in allgather:256M reducescatter:64M allreduce:64M alltoall:64M alltoallv:64M; do
     coll=${point%%:*} size=${point#*:}
     echo "== rep $rep/$REPS: $coll $size"
-    measure ''
+    # every strategy, and the compressed design once more with codec f3
+    # (F3, what fast wrote before F2), interleaved in the same run
+    measure '/"codec":"f3"/s/"strategy":"compressed"/"strategy":"compressed:f3"/' \
+      --strategy native,raw,compressed,auto,compressed:f3
     # MPI's own collective once more under Open MPI's default btl_tcp_flags
     # (cluster.sh runs with "send"), so the baseline is the faster of both.
     ZCL_BTL_TCP_FLAGS=default measure 's/"strategy":"native"/"strategy":"native-put"/' --strategy native
