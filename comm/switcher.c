@@ -506,7 +506,9 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
     _Static_assert(sizeof m->obs == OBS_LEN * sizeof(double), "obs layout");
     if (c->isNccl) return zipcclSuccess;
     int di = dtypeIndex(op->dtype), ci = st->codec == zipcclCodecDense;
-    if (st->strategy == zipcclStrategyCompressed && st->rawBytes) {
+    /* The model knows the codecs auto chooses from (fast, dense); calls with
+     * codec f3 would blur fast's ratio and speed, so they are not observed. */
+    if (st->strategy == zipcclStrategyCompressed && st->rawBytes && st->codec != zipcclCodecF3) {
         double* o = obs + (((int)op->kind * 3 + di) * 2 + ci) * 2;
         o[0] += (double)st->rawBytes, o[1] += (double)st->wireBytes;
         obs[OBS_RATIO + 2 + 2 * ci] += (double)st->rawBytes * 2;
