@@ -840,25 +840,48 @@ ZC_T256 static size_t f2_pack_avx2(const uint8_t* sym, size_t n, uint8_t* prim, 
     return m;
 }
 
+/* Secondary group h as q bytes at out[0..64) (zeros past the last group). */
+ZC_T256 static inline void f2_sec_bytes256(const uint8_t* sec, size_t m, size_t h, uint8_t* out) {
+    for (int half = 0; half < 2; half++) {
+        __m256i v = _mm256_setzero_si256();
+        if (h < zc_groups(m))
+            for (int k = 0; k < 3; k++)
+                v = _mm256_or_si256(v, _mm256_and_si256(zc256_bits((uint32_t)(zc_ld64(sec + 24 * h + 8 * k) >> (32 * half))),
+                                                        _mm256_set1_epi8((char)(1 << k))));
+        _mm256_storeu_si256((__m256i*)(out + 32 * half), v);
+    }
+}
+
 ZC_T256 static void f2_unpack_avx2(const uint8_t* prim, const uint8_t* sec, size_t m, size_t n,
                                    size_t g0, size_t g1, size_t* cur, uint8_t* sym) {
-    const __m256i one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
-    size_t gend = g1 * 64 > n ? g1 - 1 : g1, k = *cur;
+    pthread_once(&kExpandOnce, zc_init_expand);
+    const __m256i one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2), three = _mm256_set1_epi8(3);
+    size_t gend = g1 * 64 > n ? g1 - 1 : g1, k = *cur, h = k / 64;
+    /* q bytes of secondary groups h and h + 1; zc256_expand reads at most
+     * 32 + 8 bytes past k - 64h < 64 */
+    uint8_t win[128];
+    f2_sec_bytes256(sec, m, h, win);
+    f2_sec_bytes256(sec, m, h + 1, win + 64);
     for (size_t g = g0; g < gend; g++) {
         const uint8_t* w = prim + 16 * (g - g0);
         uint64_t w0 = zc_ld64(w), w1 = zc_ld64(w + 8);
-        uint8_t* out = sym + 64 * (g - g0);
-        for (int h = 0; h < 2; h++) {
-            __m256i p = _mm256_or_si256(_mm256_and_si256(zc256_bits((uint32_t)(w0 >> (32 * h))), one),
-                                        _mm256_and_si256(zc256_bits((uint32_t)(w1 >> (32 * h))), two));
-            _mm256_storeu_si256((__m256i*)(out + 32 * h), _mm256_add_epi8(p, one));
-        }
-        for (uint64_t t = w0 & w1; t; t &= t - 1, k++) { /* k < m: the caller counted P0 & P1 */
-            const uint8_t* v = sec + 24 * (k / 64);
-            uint32_t b = (uint32_t)(k % 64);
-            uint32_t qv = (uint32_t)(((zc_ld64(v) >> b) & 1) | (((zc_ld64(v + 8) >> b) & 1) << 1) |
-                                     (((zc_ld64(v + 16) >> b) & 1) << 2));
-            out[_tzcnt_u64(t)] = (uint8_t)zcf_f2_symbol(3, qv);
+        for (int half = 0; half < 2; half++) {
+            uint32_t b0 = (uint32_t)(w0 >> (32 * half)), b1 = (uint32_t)(w1 >> (32 * half)), t = b0 & b1;
+            __m256i s = _mm256_add_epi8(_mm256_or_si256(_mm256_and_si256(zc256_bits(b0), one),
+                                                        _mm256_and_si256(zc256_bits(b1), two)), one);
+            if (t) {
+                __m256i q = zc256_expand(win + (k - 64 * h), t);
+                __m256i tq = _mm256_andnot_si256(_mm256_cmpeq_epi8(q, _mm256_setzero_si256()),
+                                                 _mm256_add_epi8(q, three)); /* q = 0 -> s = 0 */
+                s = _mm256_blendv_epi8(s, tq, zc256_bits(t));
+                k += (size_t)_mm_popcnt_u32(t);
+                if (k / 64 != h) { /* at most one group per 32 elements */
+                    h++;
+                    memcpy(win, win + 64, 64);
+                    f2_sec_bytes256(sec, m, h + 1, win + 64);
+                }
+            }
+            _mm256_storeu_si256((__m256i*)(sym + 64 * (g - g0) + 32 * half), s);
         }
     }
     *cur = k;
