@@ -73,8 +73,8 @@ static inline size_t zc_raw_chunk_size(int dt, size_t n) {
     return ZCF_CHUNK_HEADER_SIZE + n * (size_t)zcf_elem_size(dt);
 }
 
-/* Code value that means "escape" and the largest window distance + 1. */
-/* The code that marks an escape: F3's plane code, R's and F2's symbol. */
+/* The code that marks an escape (F3's plane code, R's and F2's symbol): the
+ * largest window distance + 1. */
 static inline uint32_t zc_esc_code(int mode) {
     return mode == ZCF_MODE_F3 ? ZCF_F3_ESC : mode == ZCF_MODE_F2 ? ZCF_F2_ESC : ZCF_R_ESC;
 }
@@ -670,8 +670,9 @@ ZC_SPECIALISE(ZC_T256, avx2)
  * the kernels above; these functions turn a chunk's symbol bytes into its
  * two primary plane words per group plus the second tier's codes, and back.
  * The second tier passes through a byte buffer (one q per entry, in element
- * order) that is then cut into planes of 64 entries: vpcompressb/vpexpandb
- * do the compaction on AVX-512, a bit loop elsewhere. */
+ * order) that is then cut into planes of 64 entries. Compaction: vpcompressb
+ * on AVX-512, a loop over set bits elsewhere; expansion: vpexpandb on
+ * AVX-512, pshufb (zc256_expand) on AVX2, a bit loop in scalar code. */
 
 /* Group g of n symbols: primary words at prim + 16g; the second tier's q
  * bytes appended at q[*m]. */
@@ -805,9 +806,9 @@ ZC_T512 static void f2_unpack_avx512(const uint8_t* prim, const uint8_t* sec, si
     if (gend < g1) f2_unpack_scalar(prim + 16 * (gend - g0), sec, m, n, gend, g1, cur, sym + 64 * (gend - g0));
 }
 
-/* AVX2: the plane words come from movemask; the second tier is compacted
- * and expanded by a loop over the set bits of P0 & P1 (about 15 of 64 on
- * Gaussian data), for want of byte compress/expand instructions. */
+/* AVX2: the plane words come from movemask; for want of a byte compress
+ * instruction the second tier is compacted by a loop over the set bits of
+ * P0 & P1 (about 15 of 64 on Gaussian data). */
 ZC_T256 static inline uint32_t f2_bit_mask256(__m256i v, int bit) { /* bit `bit` of each byte */
     return (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(v, 7 - bit));
 }
@@ -831,12 +832,12 @@ ZC_T256 static size_t f2_pack_avx2(const uint8_t* sym, size_t n, uint8_t* prim, 
     }
     if (full * 64 < n) f2_pack_group_scalar(sym, n, full, prim, q, &m);
     memset(q + m, 0, 64);
-    for (size_t h = 0; h < zc_groups(m); h++)
-        for (int k = 0; k < 3; k++) {
-            __m256i lo = _mm256_loadu_si256((const __m256i*)(q + 64 * h));
-            __m256i hi = _mm256_loadu_si256((const __m256i*)(q + 64 * h + 32));
+    for (size_t h = 0; h < zc_groups(m); h++) {
+        __m256i lo = _mm256_loadu_si256((const __m256i*)(q + 64 * h));
+        __m256i hi = _mm256_loadu_si256((const __m256i*)(q + 64 * h + 32));
+        for (int k = 0; k < 3; k++)
             zc_st64(sec + 24 * h + 8 * k, f2_bit_mask256(lo, k) | (uint64_t)f2_bit_mask256(hi, k) << 32);
-        }
+    }
     return m;
 }
 
@@ -1192,7 +1193,7 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
                 return size;
             }
         }
-    } else if (codec == zipcclCodecFast) { /* F2 reference encoder ready */
+    } else if (codec == zipcclCodecFast) { /* F2 */
         size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G;
         if (fixed < avail && fixed < raw) {
             uint8_t sym[ZC_ENC_CHUNK], q[ZC_ENC_CHUNK + 64], sec[24 * (ZC_ENC_CHUNK / 64)];
@@ -1227,13 +1228,15 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
     return raw;
 }
 
-/* The last group's plane words carry zero bits past the chunk's end. */
-static int zc_pad_ok(const uint8_t* planes, size_t n) {
+/* Planes of `words` u64 words per 64-entry group: the last group's bits past
+ * entry n must be zero. */
+static int zc_pad_ok(const uint8_t* planes, size_t n, int words) {
     size_t tail = n % 64;
     if (!tail) return 1;
-    const uint8_t* w = planes + 24 * (zc_groups(n) - 1);
-    uint64_t pad = ~0ull << tail;
-    return !((zc_ld64(w) | zc_ld64(w + 8) | zc_ld64(w + 16)) & pad);
+    const uint8_t* w = planes + 8 * words * (zc_groups(n) - 1);
+    uint64_t any = 0;
+    for (int k = 0; k < words; k++) any |= zc_ld64(w + 8 * k);
+    return !(any & (~0ull << tail));
 }
 
 static int zc_esc_ok(int dt, const uint8_t* esc, uint32_t n_esc) {
@@ -1272,7 +1275,7 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, size_t ci, con
         const uint8_t* r = c + ZCF_CHUNK_HEADER_SIZE;
         const uint8_t* planes = r + rest;
         const uint8_t* esc = planes + 24 * G;
-        if (!zc_pad_ok(planes, n) || (dt == ZCF_DT_FP16 && !zc_pad_ok(r + n, n)))
+        if (!zc_pad_ok(planes, n, 3) || (dt == ZCF_DT_FP16 && !zc_pad_ok(r + n, n, 3)))
             return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last group", ci);
         if (!zc_esc_ok(dt, esc, n_esc)) return ZC_CORRUPT("chunk %zu: escape byte out of the exponent range", ci);
         if (K->merge(dt, ZCF_MODE_F3, n, 0, G, r, planes, esc, n_esc, &pos, top, out))
@@ -1286,15 +1289,14 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, size_t ci, con
         if (size < fixed + (size_t)n_esc) return ZC_CORRUPT("chunk %zu: F2 chunk of %zu bytes is too short", ci, size);
         const uint8_t* r = c + ZCF_CHUNK_HEADER_SIZE;
         const uint8_t* prim = r + rest;
-        size_t m = 0, tail = n % 64;
+        if (!zc_pad_ok(prim, n, 2)) return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last primary group", ci);
+        size_t m = 0;
         for (size_t g = 0; g < G; g++) m += (size_t)__builtin_popcountll(zc_ld64(prim + 16 * g) & zc_ld64(prim + 16 * g + 8));
-        if (tail && ((zc_ld64(prim + 16 * (G - 1)) | zc_ld64(prim + 16 * (G - 1) + 8)) & (~0ull << tail)))
-            return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last primary group", ci);
         size_t H = zc_groups(m), want = fixed + 24 * H + n_esc;
         if (size != want) return ZC_CORRUPT("chunk %zu: F2 chunk of %zu bytes, expected %zu", ci, size, want);
         const uint8_t* sec = prim + 16 * G;
         const uint8_t* esc = sec + 24 * H;
-        if (!zc_pad_ok(sec, m) || (dt == ZCF_DT_FP16 && !zc_pad_ok(r + n, n)))
+        if (!zc_pad_ok(sec, m, 3) || (dt == ZCF_DT_FP16 && !zc_pad_ok(r + n, n, 3)))
             return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last group", ci);
         if (!zc_esc_ok(dt, esc, n_esc)) return ZC_CORRUPT("chunk %zu: escape byte out of the exponent range", ci);
         uint8_t sym[ZC_SEG];
@@ -1338,7 +1340,7 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, size_t ci, con
         return ZC_CORRUPT("chunk %zu: R chunk of %zu bytes, parts sum to %zu", ci, size, fixed + lanes_total + n_esc);
     const uint8_t* r = c + ZCF_CHUNK_HEADER_SIZE + 2 * ZCF_R_LANES;
     const uint8_t* esc = lp;
-    if (dt == ZCF_DT_FP16 && !zc_pad_ok(r + n, n)) return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last group", ci);
+    if (dt == ZCF_DT_FP16 && !zc_pad_ok(r + n, n, 3)) return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last group", ci);
     if (!zc_esc_ok(dt, esc, n_esc)) return ZC_CORRUPT("chunk %zu: escape byte out of the exponent range", ci);
     pthread_once(&kRansOnce, zc_rans_init);
     const uint32_t* lut = kRansLut[table];

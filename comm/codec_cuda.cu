@@ -307,19 +307,13 @@ ZK void zk_finish_chunk(const EncArgs& a, uint64_t c, const uint8_t* out, uint32
 #define ZK_F3_UNROLL 4 /* groups loaded before any is processed */
 #define ZK_R_BATCH 8   /* rANS steps whose loads are issued together */
 
-/* Chunk c of the input: its element count, its elements, its output slot. */
-typedef struct {
-    uint32_t n;
-    const uint8_t* in;
-    uint8_t* out;
-} ZkEncChunk;
-ZK ZkEncChunk zk_enc_chunk(const EncArgs& a, uint64_t c, int es) {
+/* Chunk c of the input: returns its element count; *in: its elements,
+ * *out: its output slot. */
+ZK uint32_t zk_enc_chunk(const EncArgs& a, uint64_t c, int es, const uint8_t** in, uint8_t** out) {
     uint64_t first = c << ZCF_CHUNK_LOG2;
-    ZkEncChunk k;
-    k.n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
-    k.in = a.src + first * es;
-    k.out = a.slots + c * a.slot_bytes;
-    return k;
+    *in = a.src + first * es;
+    *out = a.slots + c * a.slot_bytes;
+    return (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
 }
 
 /* The 8-byte chunk header (FORMAT.md §4), written by lane 0. */
@@ -334,10 +328,9 @@ ZK void zk_put_chunk_header(uint8_t* out, uint32_t mode, uint32_t top, uint32_t 
 template <int DT>
 ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
-    const ZkEncChunk k = zk_enc_chunk(a, c, es);
-    const uint32_t n = k.n;
-    const uint8_t* in = k.in;
-    uint8_t* out = k.out;
+    const uint8_t* in;
+    uint8_t* out;
+    const uint32_t n = zk_enc_chunk(a, c, es, &in, &out);
     uint32_t top = zcf_f3_top(dt, zk_estimate_s8(in, n, dt, es, al, lane));
     uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
     uint32_t base = 8 + rest + 24 * G, size = raw;
@@ -441,10 +434,9 @@ ZK void zk_place_escapes(uint8_t* out, uint32_t at, uint32_t raw, uint32_t k, ui
 template <int DT>
 ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
-    const ZkEncChunk k = zk_enc_chunk(a, c, es);
-    const uint32_t n = k.n;
-    const uint8_t* in = k.in;
-    uint8_t* out = k.out;
+    const uint8_t* in;
+    uint8_t* out;
+    const uint32_t n = zk_enc_chunk(a, c, es, &in, &out);
     uint32_t top = zcf_f2_top(dt, zk_estimate_s8(in, n, dt, es, al, lane));
     uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
     uint32_t base = 8 + rest + 16 * G, size = raw; /* base: the secondary planes */
@@ -512,10 +504,9 @@ ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
  * the lanes' pushed words, interleaved (word k of lane l at 32k + l). */
 ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* smem) {
     const int dt = a.dt, es = a.es, al = a.src_aligned;
-    const ZkEncChunk k = zk_enc_chunk(a, c, es);
-    const uint32_t n = k.n;
-    const uint8_t* in = k.in;
-    uint8_t* out = k.out;
+    const uint8_t* in;
+    uint8_t* out;
+    const uint32_t n = zk_enc_chunk(a, c, es, &in, &out);
     int s8 = zk_estimate_s8(in, n, dt, es, al, lane);
     uint32_t top = zcf_r_top(dt, s8), tbl = zcf_r_table(s8);
     uint32_t* fq = (uint32_t*)smem;
@@ -1034,7 +1025,6 @@ ZK int zk_decode_r(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t* 
     if (nl && (x != ZCF_R_L || wi != nwords)) err = 1;
     return ZK_BALLOT(err || run != nesc) != 0;
 }
-
 
 /* Decodes chunk c; returns nonzero (on every lane) if it is corrupt. */
 template <int DT>

@@ -98,6 +98,14 @@ static zipcclResult_t checkConfig(const zipcclCallConfig_t* cfg) {
 
 /* ---- executor ------------------------------------------------------------------ */
 
+/* The decided design on the communicator's transport. */
+static zipcclResult_t runDesign(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s,
+                                zipcclExecStats* st) {
+    if (c->isNccl) return zipcclRunNccl(c, op, s, st);
+    if (s == zipcclStrategyNative) return zipcclRunMpiNative(c, op, st);
+    return zipcclRunMpiAlgo(c, op, st);
+}
+
 static void execute(struct zipcclComm* c, zipcclOp* op) {
     zipcclExecStats st;
     memset(&st, 0, sizeof st);
@@ -120,15 +128,7 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
     st.codec = cfg.codec;
     st.algo = cfg.algo;
     double t1 = zipcclNow();
-    if (res != zipcclSuccess) {
-        /* nothing ran */
-    } else if (c->isNccl) {
-        res = zipcclRunNccl(c, op, cfg.strategy, &st);
-    } else if (cfg.strategy == zipcclStrategyNative) {
-        res = zipcclRunMpiNative(c, op, &st);
-    } else {
-        res = zipcclRunMpiAlgo(c, op, &st);
-    }
+    if (res == zipcclSuccess) res = runDesign(c, op, cfg.strategy, &st);
     st.totalSeconds = zipcclNow() - t0;
     st.runSeconds = t0 + st.totalSeconds - t1;
     if (res == zipcclSuccess) {

@@ -72,3 +72,14 @@ int zipcclTypeParse(const char* name, zipcclDataType_t* out) {
     else return 0;
     return 1;
 }
+
+const char* zipcclCodecName(zipcclCodec_t c) {
+    switch (c) {
+    case zipcclCodecDefault: return "default";
+    case zipcclCodecFast: return "fast";
+    case zipcclCodecDense: return "dense";
+    case zipcclCodecStored: return "stored";
+    case zipcclCodecF3: return "f3";
+    }
+    return "?";
+}

@@ -93,6 +93,7 @@ typedef enum {
                              * wrote before F2; a little faster, ~4% larger  */
 } zipcclCodec_t;
 #define ZIPCCL_NCODECS 5 /* zipcclCodec_t values, for arrays indexed by codec */
+const char* zipcclCodecName(zipcclCodec_t c); /* "default", "fast", "dense", "stored", "f3" */
 
 typedef enum {
     zipcclSimdAuto = 0, /* best path this CPU supports (runtime dispatch)     */

@@ -136,7 +136,7 @@ void config_defaults(TrainConfig* c) {
 static const char* strategy_names[] = {"default", "native", "raw", "compressed", "auto"};
 
 const char* config_codec_name(zipcclCodec_t c) {
-    return c == zipcclCodecDense ? "dense" : c == zipcclCodecStored ? "stored" : c == zipcclCodecF3 ? "f3" : "fast";
+    return zipcclCodecName(c == zipcclCodecDefault ? zipcclCodecFast : c);
 }
 
 static int parse_strategy(const char* v, int allow_default, zipcclStrategy_t* out) {

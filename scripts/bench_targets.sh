@@ -9,8 +9,9 @@
 # per rank (256M in nccl-tests' convention), ReduceScatter, AllReduce,
 # AlltoAll and AlltoAllv with 64 MiB per rank, each as its own zipccl-bench
 # run with all four strategies plus compressed with codec f3 (each figure
-# there: the median of ITERS calls of the slowest rank), then native again under Open MPI's default TCP flags
-# ("native-put"; cluster.sh's runs use btl_tcp_flags=send).  The JSON lines go to OUT; scripts/bench_targets.py
+# there: the median of ITERS calls of the slowest rank), then native again
+# under Open MPI's default TCP flags ("native-put"; cluster.sh's runs use
+# btl_tcp_flags=send).  The JSON lines go to OUT; scripts/bench_targets.py
 # then prints, per collective and strategy, the median over the repetitions
 # and the verdict against the targets.  The cluster is torn down on exit.
 set -u

@@ -772,10 +772,9 @@ int main(int argc, char** argv) {
     for (int ck = 0; ck <= checksum; ck++)
         for (int m = 0; m < 3; m++)
             for (int p = 0; p < npaths; p++) {
-                static const char* names[3] = {"fast", "dense", "f3"};
                 static const zipcclCodec_t ids[3] = {zipcclCodecFast, zipcclCodecDense, zipcclCodecF3};
                 codec_t c = {.kind = K_ZIPCCL};
-                snprintf(c.name, sizeof c.name, "zipccl-%s%s", names[m], ck ? "-ck" : "");
+                snprintf(c.name, sizeof c.name, "zipccl-%s%s", zipcclCodecName(ids[m]), ck ? "-ck" : "");
                 c.zp = (zipcclCodecParams_t){ids[m], ck, paths[p]};
                 all[nall++] = c;
             }

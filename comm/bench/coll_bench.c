@@ -757,9 +757,6 @@ static double busFactor(zipcclCollKind_t k, int n) {
 static const char* algoName(zipcclAlgo_t a) {
     return a == zipcclAlgoRing ? "ring" : a == zipcclAlgoDirect ? "direct" : "default";
 }
-static const char* codecName(zipcclCodec_t c) {
-    return c == zipcclCodecFast ? "fast" : c == zipcclCodecDense ? "dense" : c == zipcclCodecF3 ? "f3" : "default";
-}
 
 /* What the library actually executed, from its counters summed over ranks:
  * the strategy, or several joined by '+' when auto changed its mind mid-run,
@@ -781,11 +778,10 @@ static void pickedName(const zipcclCounters_t* k, char* out, size_t cap) {
     }
     uint64_t ring = k->byAlgo[zipcclAlgoRing], direct = k->byAlgo[zipcclAlgoDirect];
     if (k->byCodec[zipcclCodecDense] || k->byCodec[zipcclCodecF3]) { /* name every codec used */
-        static const char* const names[ZIPCCL_NCODECS] = {"", "fast", "dense", "", "f3"};
         for (int c = 0, first = 1; c < ZIPCCL_NCODECS; c++) {
             if (!k->byCodec[c]) continue;
             size_t l = strlen(out);
-            snprintf(out + l, cap - l, "%s%s", first ? "/" : "+", names[c]);
+            snprintf(out + l, cap - l, "%s%s", first ? "/" : "+", zipcclCodecName((zipcclCodec_t)c));
             first = 0;
         }
     }
@@ -860,7 +856,8 @@ static void checkResult(Ctx* c, const Options* o, const Shape* s, zipcclCollKind
 }
 
 /* One result line (rank 0). */
-static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipcclCallConfig_t cfg, int nranks, double t, double ratio, double codecUs, const char* picked,
+static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipcclCallConfig_t cfg,
+                   int nranks, double t, double ratio, double codecUs, const char* picked,
                    long long wrong, long long differ) {
     const zipcclStrategy_t strat = cfg.strategy;
     const zipcclAlgo_t algo = cfg.algo;
@@ -872,7 +869,7 @@ static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipc
         printf("{\"coll\":\"%s\",\"dtype\":\"%s\",\"bytes\":%zu,\"count\":%zu,"
                "\"nranks\":%d,\"strategy\":\"%s\",",
                kCollArg[kind], zipcclTypeName(o->dtype), s->bytes, s->count, nranks, sn);
-        if (coded) printf("\"codec\":\"%s\",", codecName(cfg.codec));
+        if (coded) printf("\"codec\":\"%s\",", zipcclCodecName(cfg.codec));
         if (algoed) printf("\"algo\":\"%s\",", algoName(algo));
         if (strat == zipcclStrategyAuto) printf("\"picked\":\"%s\",", picked);
         printf("\"op\":\"%s\",\"dist\":\"%s\",\"time_us\":%.3f,\"algbw_gbps\":%.4f,"
@@ -896,7 +893,7 @@ static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipc
         snprintf(label, sizeof label, "%s", sn);
         if (algoed && algo != o->algo) snprintf(label + strlen(label), sizeof label - strlen(label), ":%s", algoName(algo));
         if (coded && cfg.codec != o->codec)
-            snprintf(label + strlen(label), sizeof label - strlen(label), ":%s", codecName(cfg.codec));
+            snprintf(label + strlen(label), sizeof label - strlen(label), ":%s", zipcclCodecName(cfg.codec));
         printf("%14s %12zu %12zu %6s %17s %12.1f %9.3f %9.3f %7.3f %10.1f %7s  %s\n", kCollArg[kind],
                s->bytes, s->count, zipcclTypeName(o->dtype), label, t * 1e6, algbw, busbw, ratio,
                codecUs, wbuf, note);
@@ -1048,7 +1045,7 @@ static void printHeader(const Ctx* c, const Options* o) {
            o->input ? o->input : o->dist == DIST_RANDOM ? "random bits" : "gaussian");
     if (!o->input && o->dist == DIST_GAUSSIAN) printf(" sigma %g", o->sigma);
     printf("  iters %d  warmup %d  check %d  codec %s  algo %s  order %s\n", o->iters, o->warmup,
-           o->check, codecName(o->codec), algoName(o->algo), o->sequential ? "sequential" : "interleaved");
+           o->check, zipcclCodecName(o->codec), algoName(o->algo), o->sequential ? "sequential" : "interleaved");
     if (!o->json)
         printf("#\n# %12s %12s %12s %6s %17s %12s %9s %9s %7s %10s %7s  %s\n"
                "# %12s %12s %12s %6s %17s %12s %9s %9s %7s %10s %7s\n",
