@@ -123,7 +123,7 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
     /* The decision may communicate (calibration, agreements, the barrier
      * before a measuring call); if that fails, the communicator breaks below
      * like after a failed run. */
-    res = zipcclModelDecide(c, op, &cfg, &st.mixed);
+    res = zipcclModelDecide(c, op, &cfg);
     st.strategy = cfg.strategy;
     st.codec = cfg.codec;
     st.algo = cfg.algo;
@@ -332,6 +332,21 @@ zipcclResult_t zipcclCommDestroy(zipcclComm_t c) {
         pthread_join(c->worker, NULL);
     }
     if (c->isNccl) zipcclNcclDestroy(c);
+    /* The switcher's AlltoAllv size agreement may still be in flight and
+     * writes into the communicator: complete it (every rank posted it), or,
+     * on a broken communicator or after the timeout, leave the memory to it. */
+    zipcclResult_t res = zipcclSuccess;
+    if (!c->isNccl && !c->broken) res = zipcclModelFinish(c);
+    else if (c->model.a2avReq != MPI_REQUEST_NULL) {
+        int done = 0;
+        MPI_Test(&c->model.a2avReq, &done, MPI_STATUS_IGNORE);
+    }
+    if (res != zipcclSuccess || c->model.a2avReq != MPI_REQUEST_NULL) {
+        if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+        return res == zipcclSuccess ? zipcclSetError(zipcclTransportError, "zipcclCommDestroy: an AlltoAllv "
+                                                      "size agreement could not complete; its memory is leaked")
+                                    : res;
+    }
     commFree(c);
     return zipcclSuccess;
 }

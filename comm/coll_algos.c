@@ -127,14 +127,12 @@ enum { kSlotInput = 0, kSlotReqs, kSlotRecv, kSlotSend, kSlotAcc, kSlotBlock, kS
 #define TAG_LAST (1 << 19)
 #define TAG_INDEX_MAX ((size_t)1 << 19)
 #define TAG_BAD_INDEX (TAG_INDEX_MAX - 1) /* a poisoned piece passed on (AllGather ring) */
-#define TAG_RAW (1 << 23) /* mixed calls: this message is raw elements, not a frame */
 
 typedef struct {
     void* buf;     /* where the message lands                               */
     size_t bytes;  /* its size once arrived                                 */
     int peer, step;
     size_t piece;
-    int raw;       /* mixed calls: the message carried raw elements          */
 } RecvRec;
 
 typedef struct {
@@ -143,9 +141,6 @@ typedef struct {
     zipcclExecStats* st;
     const char* what;
     int compressed; /* our messages are codec frames                        */
-    int mixed;      /* AlltoAllv under auto: each rank chooses raw or frames
-                     * for its own sends (TAG_RAW marks raw), so receivers
-                     * stage every message and look at its tag             */
     zipcclCodecParams_t params;
     double t0;
     /* Outstanding requests: receives first (all posted before any send),
@@ -186,7 +181,7 @@ static int makeTag(zipcclCollKind_t kind, size_t index, int last) {
     return ((int)kind << 20) | (last ? TAG_LAST : 0) | (int)index;
 }
 static size_t wireCap(const Ctx* x, size_t count, zipcclDataType_t dt) {
-    return x->compressed || x->mixed ? zipcclCompressBound(count, dt, 0) : count * zipcclTypeSize(dt);
+    return x->compressed ? zipcclCompressBound(count, dt, 0) : count * zipcclTypeSize(dt);
 }
 /* Bytes needed to stage all pieces of `count` elements. */
 static size_t stageFor(const Ctx* x, size_t count, size_t P, zipcclDataType_t dt) {
@@ -207,7 +202,6 @@ static zipcclResult_t ctxInit(Ctx* x, struct zipcclComm* c, const zipcclOp* op, 
     x->st = st;
     x->what = zipcclCollName(op->kind);
     x->compressed = st->strategy == zipcclStrategyCompressed;
-    x->mixed = st->mixed;
     zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
     p.codec = st->codec;
     x->params = p;
@@ -232,7 +226,7 @@ static zipcclResult_t postRecv(Ctx* x, void* buf, size_t cap, int src, int tag, 
         return zipcclSetError(zipcclInternalError, "%s: request table full", x->what);
     int i = x->nrecv++;
     x->peerOf[i] = src;
-    x->rec[i] = (RecvRec){buf, 0, src, step, piece, 0};
+    x->rec[i] = (RecvRec){buf, 0, src, step, piece};
     int err = MPI_Irecv(buf, (int)cap, MPI_BYTE, src, tag, x->c->mpi, &x->reqs[i]);
     return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, x->what);
 }
@@ -359,9 +353,6 @@ static zipcclResult_t sendPiece(Ctx* x, const void* src, size_t count, zipcclDat
     return postSend(x, src, bytes, dst, tag);
 }
 
-/* Did this message carry raw elements (not a codec frame)? */
-static int isRaw(const Ctx* x, const RecvRec* rc) { return x->mixed ? rc->raw : !x->compressed; }
-
 /* Check a completed receive (status g) against what the algorithm expects:
  * the tag (collective, piece, last flag) and, raw, the exact size. */
 static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclDataType_t dt) {
@@ -370,11 +361,7 @@ static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclD
     int bytes = 0;
     MPI_Get_count(s, MPI_BYTE, &bytes);
     rc->bytes = (size_t)bytes;
-    int tag = s->MPI_TAG;
-    if (x->mixed) { /* the sender's choice travels in the tag */
-        rc->raw = (tag & TAG_RAW) != 0;
-        tag &= ~TAG_RAW;
-    }
+    const int tag = s->MPI_TAG;
     if (tag != expectTag && (tag & TAG_LAST) && !(expectTag & TAG_LAST)) {
         /* The peer has no more pieces for us than this one: withdraw the
          * receives still waiting for it, or we would wait for the timeout. */
@@ -395,7 +382,7 @@ static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclD
                               "expected (ranks disagree on the collective or on counts)",
                               x->what, x->c->rank, s->MPI_SOURCE, (unsigned)tag,
                               (unsigned)expectTag);
-    if (isRaw(x, rc) && (size_t)bytes != count * zipcclTypeSize(dt))
+    if (!x->compressed && (size_t)bytes != count * zipcclTypeSize(dt))
         return zipcclSetError(zipcclMismatch,
                               "%s on rank %d: rank %d sent %d bytes where %zu %s elements were "
                               "expected (ranks disagree on counts or dtype)",
@@ -408,7 +395,7 @@ static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclD
 static zipcclResult_t decode(Ctx* x, const RecvRec* rc, void* dst, size_t count,
                              zipcclDataType_t dt) {
     size_t esz = zipcclTypeSize(dt);
-    if (isRaw(x, rc)) {
+    if (!x->compressed) {
         if (rc->buf != dst && count) memcpy(dst, rc->buf, count * esz);
         return zipcclSuccess;
     }
@@ -596,14 +583,13 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
     const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz);
 #define KOF(cnt) (minOne && (cnt) == 0 ? 1 : numPieces((cnt), P))
 
-    /* Frames arrive in staging (mixed calls: every message); raw messages
-     * of a raw call land in recvbuf directly. */
-    const int staged = x->compressed || x->mixed;
+    /* Frames arrive in staging; raw messages land in recvbuf directly. */
+    const int staged = x->compressed;
     size_t recvStage = 0, sendStage = 0;
     for (int s = 0; s < n; s++) {
         if (s == r || !staged) continue;
         recvStage += recvcounts[s] ? stageFor(x, recvcounts[s], P, dt) : wireCap(x, 0, dt);
-        if (x->compressed) sendStage += sendcounts[s] ? stageFor(x, sendcounts[s], P, dt) : wireCap(x, 0, dt);
+        sendStage += sendcounts[s] ? stageFor(x, sendcounts[s], P, dt) : wireCap(x, 0, dt);
     }
     char* rstage = staged ? zipcclScratch(c, kSlotRecv, recvStage + 1) : NULL;
     char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, sendStage + 1) : NULL;
@@ -671,8 +657,7 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
                 zipcclIdle(now - w0);
             }
             if (k == 0) x->st->wireSeconds += zipcclNow() - w0;
-            int tag = makeTag(kind, k, k + 1 == K) | (x->mixed && !x->compressed ? TAG_RAW : 0);
-            ZIPCCL_TRY(postSend(x, src, bytes, d, tag));
+            ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == K)));
             int got = 0;
             ZIPCCL_TRY(pollRecvs(x, 0, &got));
             alltoallTake(x, got, recvbuf, recvcounts, rdispls, minOne, P);

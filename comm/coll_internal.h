@@ -47,7 +47,6 @@ typedef struct {
     zipcclStrategy_t strategy; /* native / raw / compressed as executed    */
     zipcclCodec_t codec;
     zipcclAlgo_t algo;
-    int mixed;                 /* AlltoAllv auto: this rank chose its sends' form alone */
     uint64_t rawBytes, wireBytes;
     double codecSeconds, wireSeconds, totalSeconds;
     double runSeconds; /* the design's own run, after the decision (which, on
@@ -87,8 +86,14 @@ typedef struct {
     zipcclTuneBucket tune[zipcclNumCollKinds][3][ZIPCCL_TUNE_BUCKETS];
     zipcclTuneBucket* probeBucket; /* the current call is a measurement of   */
     int probeCand;                 /* probeBucket->design[probeCand]         */
-    int probeLocal;                /* ... taken by this rank alone (no agreement) */
     int probeAgree;                /* after it, agree the bucket's times     */
+    /* AlltoAllv's size is rank-local: every few auto calls start an
+     * agreement on the largest rank's size, which the calls after it decide
+     * from (switcher.c, a2avTotal). */
+    MPI_Request a2avReq;           /* in flight, or MPI_REQUEST_NULL         */
+    double a2avMine, a2avMax;      /* its buffers                            */
+    int a2avKnown;                 /* a2avMax holds an agreed size           */
+    uint64_t a2avCalls;            /* AlltoAllv auto calls so far            */
     zipcclCallConfig_t lastLogged; /* the last decision (log level 1 prints changes) */
     zipcclCollKind_t lastLoggedKind;
 } zipcclModel;
@@ -162,12 +167,13 @@ void zipcclModelDefaults(zipcclModel* m);
  * with neither, the defaults (5 us, 5 GB/s). */
 zipcclResult_t zipcclModelLink(struct zipcclComm* c);
 zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c);
-/* Resolve strategy/codec/algo for `op` (cfg->strategy may be auto).  *mixed
- * = 1: an AlltoAllv whose sends' form (raw or frames) this rank chose alone;
- * receivers then take either (coll_algos.c, TAG_RAW).  A call it measures
- * for all ranks returns after a barrier, so the caller times from there. */
-zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op,
-                                 zipcclCallConfig_t* out, int* mixed);
+/* Resolve strategy/codec/algo for `op` (cfg->strategy may be auto), the
+ * same on every rank.  A call it measures returns after a barrier, so the
+ * caller times from there. */
+zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcclCallConfig_t* out);
+/* Before the communicator is freed: complete the AlltoAllv size agreement
+ * still in flight (it writes into the model).  Fails after the timeout. */
+zipcclResult_t zipcclModelFinish(struct zipcclComm* c);
 zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
                                   const zipcclExecStats* st, int wasAuto);
 

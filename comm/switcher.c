@@ -14,11 +14,9 @@
  * deadlock, so every model input is identical on all ranks: calibration
  * results are broadcast / all-reduced at creation, and observations from
  * calls are pooled with one small MPI_Allreduce every kAgreeEvery auto calls
- * before they change the model.  AlltoAllv's size is rank-local: with
- * measured selection each rank picks the form of its own sends (raw or codec
- * frames; the tag tells the receiver which) from its own measurements, so no
- * agreement is needed and native is not a candidate; the model alone
- * all-reduces the size first (one small message).
+ * before they change the model.  AlltoAllv's size is rank-local: each auto
+ * call starts a non-blocking agreement on its largest rank's size and the
+ * next call decides from it (a2avTotal).
  *
  * On a shared, CPU-bound machine the model's inputs are often wrong by more
  * than the gaps between designs, so on MPI communicators the model only
@@ -41,7 +39,9 @@
  *
  * Left out: topology (every pair is assumed to have the same link); NCCL
  * communicators use defaults + the env override, without refinement or
- * measured selection.
+ * measured selection, and run AlltoAllv native under auto when they have
+ * several ranks (no size is known to all of them without a device-side
+ * agreement).
  */
 #include <math.h>
 #include <stdio.h>
@@ -55,6 +55,10 @@ enum { kAgreeEvery = 32 }; /* a collective every 8 calls cost ~10% on average at
  * period in bucket calls, and how far (x the model's best estimate) a
  * design beyond the fixed strategies' ones may be and still be tried. */
 enum { kExploreRuns = ZIPCCL_TUNE_RUNS, kReprobeEvery = 64, kReprobeAt = 16 };
+/* AlltoAllv: an auto call in this many starts a size agreement (a2avTotal);
+ * every call did at first, which cost 20-30 us per call (4 ranks, 4-256 KiB,
+ * unthrottled emulated cluster, against 60-350 us calls). */
+enum { kA2avEvery = 8 };
 static const double kPlausible = 2.0;
 /* Model constants per compressed frame: frame + chunk headers and chunk
  * table (16 + 8 + 4 bytes for one chunk), and encode + decode overhead. */
@@ -82,6 +86,7 @@ void zipcclModelDefaults(zipcclModel* m) {
     const char* e = getenv("ZIPCCL_AUTO_EXPLORE");
     const char* link = getenv("ZIPCCL_LINK_GBPS");
     m->explore = e && *e ? strcmp(e, "0") != 0 : !(link && atof(link) > 0);
+    m->a2avReq = MPI_REQUEST_NULL;
 }
 
 static void applyEnv(zipcclModel* m) {
@@ -287,6 +292,16 @@ static void tuneSetup(zipcclTuneBucket* b, const Design* cand, int nc, int best)
         }
 }
 
+/* Will the bucket's next auto call be measured (exploration not complete, or
+ * a re-measure due)?  tuneChoose's rule, without choosing. */
+static int bucketMeasuresNext(const zipcclTuneBucket* b) {
+    if (b->n == 0) return 1;
+    for (int i = 0; i < b->n; i++)
+        if (b->runs[i] < kExploreRuns) return 1;
+    const uint64_t k = b->calls % kReprobeEvery;
+    return b->n > 1 && (k == kReprobeAt || k == kReprobeAt + 1);
+}
+
 /* Pick the design for an auto call from the bucket's measurements; sets
  * m->probeBucket when this call is to be measured.  Returns a word for the
  * log ("explore", "reprobe", "exploit"). */
@@ -357,9 +372,7 @@ static double runsMedian(const zipcclTuneBucket* b, int i) {
  *   2.1x the best's);
  * - re-measured pair: agreed the same way once the incumbent's call is in;
  *   each new run replaces the design's oldest, so one noisy run cannot
- *   overturn a clear exploration, two that agree can.
- * A bucket chosen by this rank alone (probeLocal: AlltoAllv, whose sizes
- * are rank-local) keeps its own runs, with no agreement and no barrier. */
+ *   overturn a clear exploration, two that agree can. */
 static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
     zipcclModel* m = &c->model;
     zipcclTuneBucket* b = m->probeBucket;
@@ -367,12 +380,8 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
     m->probeBucket = NULL;
     const int exploring = b->runs[i] < kExploreRuns, slot = b->runs[i] % kExploreRuns;
     b->runs[i]++;
-    if (m->probeLocal || exploring) b->seen[i][slot] = seconds;
+    if (exploring) b->seen[i][slot] = seconds;
     else b->last[i] = seconds;
-    if (m->probeLocal) {
-        b->t[i] = runsMedian(b, i);
-        return zipcclSuccess;
-    }
     if (!m->probeAgree) return zipcclSuccess;
     if (exploring) {
         double all[ZIPCCL_TUNE_CANDS][ZIPCCL_TUNE_RUNS];
@@ -392,10 +401,44 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
     return zipcclSuccess;
 }
 
-zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcclCallConfig_t* out,
-                                 int* mixed) {
+/* ---- AlltoAllv's size ------------------------------------------------------------ */
+
+/* AlltoAllv is the one collective whose size is rank-local, and agreeing on
+ * it before every call would cost a collective, as much as a 4 KiB
+ * AlltoAllv.  So every kA2avEvery-th auto call starts a non-blocking MPI_MAX
+ * of its size, which progresses with the call's own messages, and the
+ * calls after it decide from that agreed size: the same on every rank, so
+ * any design may run, native included.  A call whose size lies in another
+ * bucket runs the agreed bucket's design, for at most kA2avEvery calls.
+ * The size is agreed before the call, blocking, for the first call and when
+ * the agreed bucket would measure: a measurement must be filed under the
+ * size it was taken at. */
+static zipcclResult_t a2avTotal(struct zipcclComm* c, const zipcclOp* op, double mine, double* total) {
+    zipcclModel* m = &c->model;
+    if (m->a2avReq != MPI_REQUEST_NULL) {
+        ZIPCCL_TRY(zipcclMpiWaitAll(c, 1, &m->a2avReq, "AlltoAllv (auto: an earlier call's size agreement)", NULL));
+        m->a2avKnown = 1;
+    }
+    if (!m->a2avKnown || (m->explore && bucketMeasuresNext(tuneBucket(m, op, m->a2avMax)))) {
+        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, &mine, total, 1, MPI_DOUBLE, MPI_MAX, "AlltoAllv (auto size agreement)"));
+        m->a2avMax = *total, m->a2avKnown = 1;
+    } else {
+        *total = m->a2avMax;
+    }
+    if (m->a2avCalls++ % kA2avEvery) return zipcclSuccess;
+    m->a2avMine = mine;
+    int err = MPI_Iallreduce(&m->a2avMine, &m->a2avMax, 1, MPI_DOUBLE, MPI_MAX, c->mpi, &m->a2avReq);
+    return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, "AlltoAllv (auto size agreement)");
+}
+
+zipcclResult_t zipcclModelFinish(struct zipcclComm* c) {
+    zipcclModel* m = &c->model;
+    if (m->a2avReq == MPI_REQUEST_NULL) return zipcclSuccess;
+    return zipcclMpiWaitAll(c, 1, &m->a2avReq, "communicator destroy (AlltoAllv size agreement)", NULL);
+}
+
+zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcclCallConfig_t* out) {
     *out = op->cfg;
-    *mixed = 0;
     c->model.probeBucket = NULL; /* a failed call may have left one */
     if (out->codec == zipcclCodecDefault) out->codec = zipcclCodecFast;
     if (out->algo == zipcclAlgoDefault) out->algo = zipcclAlgoDirect;
@@ -410,18 +453,14 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     case zipcclCollReduceScatter: total = (double)(op->count * esz * (size_t)c->nranks); break;
     case zipcclCollAlltoAll: total = (double)(op->count * esz * (size_t)c->nranks); break;
     case zipcclCollAlltoAllv: {
-        /* The only rank-local size.  With measured selection each rank
-         * chooses the form of its own sends (raw or frames, marked in the
-         * tag) and measures its own calls, so no agreement is needed, which
-         * at 4 KiB would cost as much as the call; the model alone must agree
-         * on the largest size first. */
         double mine = 0;
         for (int i = 0; i < c->nranks; i++) mine += (double)(op->sendcounts[i] * esz);
         total = mine;
-        if (!c->isNccl && c->nranks > 1 && m->explore) *mixed = 1;
-        else if (!c->isNccl && c->nranks > 1)
-            ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, &mine, &total, 1, MPI_DOUBLE, MPI_MAX,
-                                               "AlltoAllv (auto size agreement)"));
+        if (c->isNccl && c->nranks > 1) { /* see "Left out" above */
+            out->strategy = zipcclStrategyNative;
+            return zipcclSuccess;
+        }
+        if (c->nranks > 1) ZIPCCL_TRY(a2avTotal(c, op, mine, &total));
         break;
     }
     default: total = (double)(op->count * esz); break;
@@ -435,7 +474,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
      * canonical order, docs/COLLECTIVES.md), and switching never changes a
      * training run. Data-movement collectives are bit-identical anyway. */
     for (int i = 0; i < kNumDesigns; i++) {
-        if (kDesigns[i].strategy == zipcclStrategyNative && (reduce || *mixed)) continue;
+        if (kDesigns[i].strategy == zipcclStrategyNative && reduce) continue;
         if (kDesigns[i].algo == zipcclAlgoRing && !(reduce && !c->isNccl)) continue;
         cand[nc++] = kDesigns[i];
     }
@@ -449,7 +488,6 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
         for (best = 0; cand[best].strategy == zipcclStrategyCompressed; best++) {}
     const char* why = NULL;
     if (m->explore && !c->isNccl && c->nranks > 1) why = tuneChoose(m, op, total, cand, nc, &best);
-    m->probeLocal = *mixed;
     out->strategy = cand[best].strategy;
     out->codec = cand[best].codec;
     out->algo = cand[best].algo;
@@ -483,7 +521,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
      * also holds its wait for peers still in the previous call (on the shared
      * 2-core machine per-rank medians of one design then ranged 0.06-1.3 ms
      * for a 0.3 ms AllGather).  The caller times the run from our return. */
-    if (m->probeBucket && !m->probeLocal) {
+    if (m->probeBucket) {
         char what[96];
         snprintf(what, sizeof what, "%s (auto: the barrier before a measuring call)", zipcclCollName(op->kind));
         return zipcclMpiBarrierTimed(c, what);

@@ -74,7 +74,10 @@ static void* xmalloc(size_t n) {
 enum { DIST_GAUSSIAN, DIST_RANDOM };
 #define MAX_STRATS 8
 
-enum { kAutoWarmup = 18 }; /* a switcher bucket's exploration (<= 12 calls) and its first re-measured pair (calls 16, 17) */
+/* A switcher bucket's exploration (<= 12 calls) and its first re-measured
+ * pair (calls 16, 17); AlltoAllv first runs up to 8 calls on the previous
+ * size's agreed bucket (switcher.c, kA2avEvery). */
+enum { kAutoWarmup = 18, kAutoWarmupA2av = 26 };
 
 typedef struct {
     size_t minBytes, maxBytes;
@@ -106,8 +109,9 @@ static void usage(FILE* f) {
         "  -e, --maxbytes SIZE     largest size (default 64M)\n"
         "  -f, --stepfactor F      multiply the size by F each step (default 4, > 1)\n"
         "  -n, --iters N           timed iterations per size and strategy (default 5)\n"
-        "  -w, --warmup N          untimed iterations first (default 1; at least 18 for auto,\n"
-        "                          whose first calls per size explore and re-measure designs)\n"
+        "  -w, --warmup N          untimed iterations first (default 1; at least 18 for auto, 26\n"
+        "                          for its AlltoAllv, whose first calls per size explore and\n"
+        "                          re-measure designs)\n"
         "  -c, --check 0|1         compare every result with the reference (default 1)\n"
         "  -o, --op sum|avg        reduction (default sum)\n"
         "  -d, --dtype bf16|fp16|fp32   element type (default bf16)\n"
@@ -943,7 +947,8 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         /* auto spends its first calls in a size bucket measuring candidate
          * designs (comm/switcher.c); time it once it has settled. */
         zipcclStrategy_t strat = o->strats[si];
-        int warmup = strat == zipcclStrategyAuto && o->warmup < kAutoWarmup ? kAutoWarmup : o->warmup;
+        int autoWarmup = kind == zipcclCollAlltoAllv ? kAutoWarmupA2av : kAutoWarmup;
+        int warmup = strat == zipcclStrategyAuto && o->warmup < autoWarmup ? autoWarmup : o->warmup;
         for (int it = 0; it < warmup; it++)
             ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, si)));
     }
