@@ -57,9 +57,10 @@ typedef struct {
  * bytes)) bucket, the candidate designs and their rank-agreed wall times. */
 #define ZIPCCL_TUNE_BUCKETS 48
 #define ZIPCCL_TUNE_CANDS 4
-#define ZIPCCL_TUNE_RUNS 3 /* exploration runs per candidate */
+#define ZIPCCL_TUNE_RUNS 7 /* the most exploration runs per candidate */
 typedef struct {
     int n;                             /* candidates; 0 = bucket not seen yet */
+    int target;                        /* runs per candidate when exploring   */
     int design[ZIPCCL_TUNE_CANDS];     /* index into switcher.c's design table */
     int runs[ZIPCCL_TUNE_CANDS];       /* measurements taken                  */
     double seen[ZIPCCL_TUNE_CANDS][ZIPCCL_TUNE_RUNS]; /* the last runs (agreed once the

@@ -22,11 +22,11 @@
  * than the gaps between designs, so on MPI communicators the model only
  * nominates: per (collective, dtype, floor(log2 bytes)) bucket a few
  * candidates (the fixed strategies' designs plus the model's plausible
- * others) are each run kExploreRuns times, each such call started on all
- * ranks together (a barrier) and its time agreed across ranks (the max,
+ * others) are each run kRunsSmall or kRunsLarge times, each such call
+ * started on all ranks together (a barrier) and its time agreed across ranks (the max,
  * run by run, then the median of the runs), and then
  * the fastest measured design is run; every kReprobeEvery calls (first at
- * the bucket's call kReprobeAt) the runner-up and the incumbent are
+ * the bucket's call reprobeAt) the runner-up and the incumbent are
  * re-measured so a misled exploration is corrected and drift is followed.
  * The measurements are agreed and the bucket's call sequence is the same on
  * all ranks, so the choice stays identical everywhere.
@@ -54,7 +54,17 @@ enum { kAgreeEvery = 32 }; /* a collective every 8 calls cost ~10% on average at
 /* Measured selection: runs per candidate before exploiting, the re-measure
  * period in bucket calls, and how far (x the model's best estimate) a
  * design beyond the fixed strategies' ones may be and still be tried. */
-enum { kExploreRuns = ZIPCCL_TUNE_RUNS, kReprobeEvery = 64, kReprobeAt = 16 };
+enum { kReprobeEvery = 64 };
+/* Runs per candidate while exploring: a bucket below kSmallBytes (calls of
+ * ~0.1-2 ms, where the shared 2-core machine moves one design's time by
+ * 10-30% from call to call) takes the median of 7, larger ones of 3 (their
+ * runs cost more and vary less). */
+enum { kRunsSmall = ZIPCCL_TUNE_RUNS, kRunsLarge = 3 };
+static const double kSmallBytes = 1 << 20;
+/* A bucket's first re-measured pair comes soon after its longest possible
+ * exploration (bucket calls 16 and 17 with 3 runs, 32 and 33 with 7), then
+ * every kReprobeEvery calls. */
+static int reprobeAt(const zipcclTuneBucket* b) { return ZIPCCL_TUNE_CANDS * b->target + 4; }
 /* AlltoAllv: an auto call in this many starts a size agreement (a2avTotal);
  * every call did at first, which cost 20-30 us per call (4 ranks, 4-256 KiB,
  * unthrottled emulated cluster, against 60-350 us calls). */
@@ -273,7 +283,7 @@ static zipcclTuneBucket* tuneBucket(zipcclModel* m, const zipcclOp* op, double t
  * (native where allowed, raw, compressed with the default fast/direct), so
  * auto can always match the best of them, then the model's other designs
  * cheapest first while within kPlausible of its best estimate. */
-static void tuneSetup(zipcclTuneBucket* b, const Design* cand, int nc, int best) {
+static void tuneSetup(zipcclTuneBucket* b, double total, const Design* cand, int nc, int best) {
     int order[kNumDesigns];
     for (int i = 0; i < nc; i++) order[i] = i;
     for (int i = 1; i < nc; i++) /* insertion sort by estimate; ties keep table order */
@@ -282,6 +292,7 @@ static void tuneSetup(zipcclTuneBucket* b, const Design* cand, int nc, int best)
             order[j] = order[j - 1], order[j - 1] = x;
         }
     b->n = 0;
+    b->target = total < kSmallBytes ? kRunsSmall : kRunsLarge;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < nc && b->n < ZIPCCL_TUNE_CANDS; i++) {
             int id = designId(&cand[order[i]]);
@@ -297,9 +308,9 @@ static void tuneSetup(zipcclTuneBucket* b, const Design* cand, int nc, int best)
 static int bucketMeasuresNext(const zipcclTuneBucket* b) {
     if (b->n == 0) return 1;
     for (int i = 0; i < b->n; i++)
-        if (b->runs[i] < kExploreRuns) return 1;
+        if (b->runs[i] < b->target) return 1;
     const uint64_t k = b->calls % kReprobeEvery;
-    return b->n > 1 && (k == kReprobeAt || k == kReprobeAt + 1);
+    return b->n > 1 && (k == (uint64_t)reprobeAt(b) || k == (uint64_t)reprobeAt(b) + 1);
 }
 
 /* Pick the design for an auto call from the bucket's measurements; sets
@@ -308,7 +319,7 @@ static int bucketMeasuresNext(const zipcclTuneBucket* b) {
 static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, const Design* cand, int nc,
                               int* best) {
     zipcclTuneBucket* b = tuneBucket(m, op, total);
-    if (b->n == 0) tuneSetup(b, cand, nc, *best);
+    if (b->n == 0) tuneSetup(b, total, cand, nc, *best);
     uint64_t call = b->calls++;
     int pick = -1;
     const char* why = "exploit";
@@ -317,7 +328,7 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
      * machine lasts a few calls; spreading each design's runs apart keeps
      * both from landing on all the runs of one design. */
     for (int i = 0; i < b->n; i++)
-        if (b->runs[i] < kExploreRuns && (pick < 0 || b->runs[i] < b->runs[pick])) pick = i, why = "explore";
+        if (b->runs[i] < b->target && (pick < 0 || b->runs[i] < b->runs[pick])) pick = i, why = "explore";
     const int exploring = pick >= 0;
     int first = 0, second = -1;
     for (int i = 1; i < b->n; i++)
@@ -326,15 +337,15 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
         if (i != first && (second < 0 || b->t[i] < b->t[second])) second = i;
     /* Re-measure the runner-up, then the incumbent: first soon after the
      * exploration (a burst of load may have misled it), then periodically. */
-    if (pick < 0 && second >= 0 && call % kReprobeEvery == kReprobeAt) pick = second, why = "reprobe";
-    else if (pick < 0 && second >= 0 && call % kReprobeEvery == kReprobeAt + 1) pick = first, why = "reprobe";
+    if (pick < 0 && second >= 0 && call % kReprobeEvery == (uint64_t)reprobeAt(b)) pick = second, why = "reprobe";
+    else if (pick < 0 && second >= 0 && call % kReprobeEvery == (uint64_t)reprobeAt(b) + 1) pick = first, why = "reprobe";
     if (pick >= 0) {
         m->probeBucket = b, m->probeCand = pick;
         /* Agree once the exploration is complete or the re-measured pair is
          * in, not after every measuring call: an agreement leaves the ranks
          * unevenly (each measuring call is aligned by its own barrier). */
         int left = 0; /* exploration runs still to do, this one included */
-        for (int i = 0; i < b->n; i++) left += b->runs[i] < kExploreRuns ? kExploreRuns - b->runs[i] : 0;
+        for (int i = 0; i < b->n; i++) left += b->runs[i] < b->target ? b->target - b->runs[i] : 0;
         m->probeAgree = exploring ? left == 1 : pick == first; /* the incumbent is re-measured second */
     } else {
         pick = first;
@@ -344,10 +355,10 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
     return why;
 }
 
-/* The lower median of v[0..k), k <= kExploreRuns (of 3: the middle; of 2:
- * the smaller, since the first run pays for first touches). */
+/* The lower median of v[0..k), k <= ZIPCCL_TUNE_RUNS (of 3: the middle; of
+ * 2: the smaller, since the first run pays for first touches). */
 static double lowerMedian(const double* v, int k) {
-    double s[kExploreRuns];
+    double s[ZIPCCL_TUNE_RUNS];
     for (int a = 0; a < k; a++) {
         int j = a;
         for (; j > 0 && s[j - 1] > v[a]; j--) s[j] = s[j - 1];
@@ -356,16 +367,16 @@ static double lowerMedian(const double* v, int k) {
     return s[(k - 1) / 2];
 }
 
-/* Candidate i's time from the runs it has (at most the last kExploreRuns). */
+/* Candidate i's time from the runs it has (at most the last b->target). */
 static double runsMedian(const zipcclTuneBucket* b, int i) {
-    return lowerMedian(b->seen[i], b->runs[i] < kExploreRuns ? b->runs[i] : kExploreRuns);
+    return lowerMedian(b->seen[i], b->runs[i] < b->target ? b->runs[i] : b->target);
 }
 
 /* Fold one measuring call's wall time into the bucket.  Measuring calls
  * start together on all ranks (zipcclModelDecide ends them with a barrier), so a
  * call's cost is its time on the slowest rank, as for the calls that follow
  * and as zipccl-bench reports it.  A design's time is the lower median of
- * its last kExploreRuns agreed runs:
+ * its last b->target agreed runs:
  * - exploration: at its end the runs are agreed run by run (max over ranks).
  *   The minimum, used once, favoured designs whose time varies most (a CI
  *   run settled a 1 MiB fp32 ReduceScatter on a design whose median measured
@@ -378,26 +389,26 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
     zipcclTuneBucket* b = m->probeBucket;
     int i = m->probeCand;
     m->probeBucket = NULL;
-    const int exploring = b->runs[i] < kExploreRuns, slot = b->runs[i] % kExploreRuns;
+    const int exploring = b->runs[i] < b->target, slot = b->runs[i] % b->target;
     b->runs[i]++;
     if (exploring) b->seen[i][slot] = seconds;
     else b->last[i] = seconds;
     if (!m->probeAgree) return zipcclSuccess;
     if (exploring) {
         double all[ZIPCCL_TUNE_CANDS][ZIPCCL_TUNE_RUNS];
-        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, b->seen, all, b->n * kExploreRuns, MPI_DOUBLE, MPI_MAX,
+        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, b->seen, all, b->n * ZIPCCL_TUNE_RUNS, MPI_DOUBLE, MPI_MAX,
                                            "switcher (measured time agreement)"));
-        memcpy(b->seen, all, sizeof all);
+        memcpy(b->seen, all, (size_t)b->n * sizeof all[0]);
     } else {
         double all[ZIPCCL_TUNE_CANDS];
         ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, b->last, all, b->n, MPI_DOUBLE, MPI_MAX,
                                            "switcher (measured time agreement)"));
         for (int q = 0; q < b->n; q++) {
-            if (all[q] > 0) b->seen[q][(b->runs[q] - 1) % kExploreRuns] = all[q];
+            if (all[q] > 0) b->seen[q][(b->runs[q] - 1) % b->target] = all[q];
             b->last[q] = 0;
         }
     }
-    for (int q = 0; q < b->n; q++) b->t[q] = lowerMedian(b->seen[q], kExploreRuns);
+    for (int q = 0; q < b->n; q++) b->t[q] = lowerMedian(b->seen[q], b->target);
     return zipcclSuccess;
 }
 

@@ -74,10 +74,16 @@ static void* xmalloc(size_t n) {
 enum { DIST_GAUSSIAN, DIST_RANDOM };
 #define MAX_STRATS 8
 
-/* A switcher bucket's exploration (<= 12 calls) and its first re-measured
- * pair (calls 16, 17); AlltoAllv first runs up to 8 calls on the previous
- * size's agreed bucket (switcher.c, kA2avEvery). */
-enum { kAutoWarmup = 18, kAutoWarmupA2av = 26 };
+/* Untimed calls auto needs at one size before it settles (comm/switcher.c):
+ * a size bucket explores up to 4 candidate designs, 7 runs each below 1 MiB
+ * (the switcher's size: AllGather's per-rank input, the others' whole
+ * buffer; so below nranks MiB of the bench's bytes) and 3 runs above, then
+ * re-measures a pair at its calls 32 and 33 (16 and 17 with 3 runs);
+ * AlltoAllv first runs up to 8 calls on the previous size's agreed bucket. */
+static int autoWarmup(zipcclCollKind_t kind, size_t bytes, int nranks) {
+    int calls = bytes < ((size_t)nranks << 20) ? 34 : 18;
+    return kind == zipcclCollAlltoAllv ? calls + 8 : calls;
+}
 
 typedef struct {
     size_t minBytes, maxBytes;
@@ -109,9 +115,8 @@ static void usage(FILE* f) {
         "  -e, --maxbytes SIZE     largest size (default 64M)\n"
         "  -f, --stepfactor F      multiply the size by F each step (default 4, > 1)\n"
         "  -n, --iters N           timed iterations per size and strategy (default 5)\n"
-        "  -w, --warmup N          untimed iterations first (default 1; at least 18 for auto, 26\n"
-        "                          for its AlltoAllv, whose first calls per size explore and\n"
-        "                          re-measure designs)\n"
+        "  -w, --warmup N          untimed iterations first (default 1; at least 18-42 for auto,\n"
+        "                          whose first calls per size explore and re-measure designs)\n"
         "  -c, --check 0|1         compare every result with the reference (default 1)\n"
         "  -o, --op sum|avg        reduction (default sum)\n"
         "  -d, --dtype bf16|fp16|fp32   element type (default bf16)\n"
@@ -947,8 +952,8 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         /* auto spends its first calls in a size bucket measuring candidate
          * designs (comm/switcher.c); time it once it has settled. */
         zipcclStrategy_t strat = o->strats[si];
-        int autoWarmup = kind == zipcclCollAlltoAllv ? kAutoWarmupA2av : kAutoWarmup;
-        int warmup = strat == zipcclStrategyAuto && o->warmup < autoWarmup ? autoWarmup : o->warmup;
+        int aw = autoWarmup(kind, bytes, c->nranks);
+        int warmup = strat == zipcclStrategyAuto && o->warmup < aw ? aw : o->warmup;
         for (int it = 0; it < warmup; it++)
             ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, si)));
     }
