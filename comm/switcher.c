@@ -14,18 +14,18 @@
  * deadlock, so every model input is identical on all ranks: calibration
  * results are broadcast / all-reduced at creation, and observations from
  * calls are pooled with one small MPI_Allreduce every kAgreeEvery auto calls
- * before they change the model.  AlltoAllv's size is rank-local: each auto
- * call starts a non-blocking agreement on its largest rank's size and the
- * next call decides from it (a2avTotal).
+ * before they change the model.  AlltoAllv's size is rank-local: every
+ * kA2avEvery-th auto call starts a non-blocking agreement on the largest
+ * rank's size and the calls after it decide from that (a2avTotal).
  *
  * On a shared, CPU-bound machine the model's inputs are often wrong by more
  * than the gaps between designs, so on MPI communicators the model only
  * nominates: per (collective, dtype, floor(log2 bytes)) bucket a few
  * candidates (the fixed strategies' designs plus the model's plausible
  * others) are each run kRunsSmall or kRunsLarge times, each such call
- * started on all ranks together (a barrier) and its time agreed across ranks (the max,
- * run by run, then the median of the runs), and then
- * the fastest measured design is run; every kReprobeEvery calls (first at
+ * started on all ranks together (a barrier) and its time agreed across ranks
+ * (the max, run by run, then the median of the runs), and then the fastest
+ * measured design is run; every kReprobeEvery calls (first at
  * the bucket's call reprobeAt) the runner-up and the incumbent are
  * re-measured so a misled exploration is corrected and drift is followed.
  * The measurements are agreed and the bucket's call sequence is the same on

@@ -5,7 +5,7 @@
 #   scripts/bench_sweep.sh [--rates "1gbit 10gbit none"] [--hosts 4]
 #                          [--max 256M] [--max-1gbit 64M] [--iters 5] [--iters-small 20]
 #                          [--colls allgather,...] [--no-ring] [--no-doc]
-#                          [--burst 256kb]
+#                          [--burst 256kb] [--reps 1]
 #
 # For each rate: scripts/cluster.sh up HOSTS RATE, zipccl-bench over every
 # collective with bf16 Gaussian data (sigma 0.02), sizes 4 KiB .. MAX (factor
@@ -18,6 +18,10 @@
 # run's header: machine, date, load); scripts/plot_coll.py renders
 # docs/bench/coll_<rate>.png, prints the verdict against the targets and
 # (unless --no-doc) rewrites the "## Collectives" section of docs/BENCHMARKS.md.
+#
+# --reps N runs every size range N times in a row on the same cluster (the
+# 1 Gbit/s AllGather target point once); plot_coll.py then reports the median
+# of the N runs per point, and every design auto picked.
 #
 # --burst sets tbf's bucket (ZCL_BURST of cluster.sh, whose own default is the
 # recipe's 64kb).  The sweep uses 256kb: on this 2-vCPU machine the qdisc's
@@ -32,7 +36,7 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 RATES="1gbit 10gbit none"
-HOSTS=4 MAX=256M MAX1G=64M ITERS=5 ITERS_SMALL=20 COLLS="" RING=1 DOC=1 BURST=256kb
+HOSTS=4 MAX=256M MAX1G=64M ITERS=5 ITERS_SMALL=20 COLLS="" RING=1 DOC=1 BURST=256kb REPS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --rates) RATES=$2; shift 2 ;;
@@ -45,6 +49,7 @@ while [ $# -gt 0 ]; do
     --no-ring) RING=0; shift ;;
     --no-doc) DOC=0; shift ;;
     --burst) BURST=$2; shift 2 ;;
+    --reps) REPS=$2; shift 2 ;;
     -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench_sweep.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -66,7 +71,7 @@ for rate in $RATES; do
   out=docs/bench/coll_$name.jsonl
   max=$MAX; [ "$rate" = 1gbit ] && max=$MAX1G
   load0=$(cut -d' ' -f1-3 /proc/loadavg)
-  echo "== $name: $HOSTS hosts, 4K..$max, iters $ITERS_SMALL/$ITERS, burst $BURST  (load: $load0)"
+  echo "== $name: $HOSTS hosts, 4K..$max, iters $ITERS_SMALL/$ITERS, burst $BURST, reps $REPS  (load: $load0)"
   ZCL_BURST=$BURST scripts/cluster.sh up "$HOSTS" "$rate" || exit 1
   bw=$(scripts/cluster.sh bw 64 2>&1 | tail -1)
   echo "   $bw"
@@ -83,8 +88,8 @@ for rate in $RATES; do
   # Small sizes are noisy (scheduling on a shared machine): more iterations.
   ranges=("4K 1M $ITERS_SMALL")
   [ "$(to_bytes "$max")" -lt $((4 << 20)) ] && ranges=("4K $max $ITERS_SMALL") || ranges+=("4M $max $ITERS")
-  for rg in "${ranges[@]}"; do
-    set -- $rg
+  for rg in $(for ((k = 0; k < REPS; k++)); do printf '%s\n' "${ranges[@]// /:}"; done); do
+    set -- ${rg//:/ }
     [ "$rc" = 0 ] || break
     if [ -n "$mcolls" ]; then
       scripts/cluster.sh run "$BENCH" -b "$1" -e "$2" -n "$3" "${common[@]}" --coll "$mcolls" >>"$log" 2>&1
@@ -107,8 +112,8 @@ for rate in $RATES; do
   fi
   header=$(grep '^# ' "$log" | head -6 | json_str)
   {
-    printf '{"header":%s,"rate":"%s","hosts":%d,"burst":"%s","link_probe":%s,"load_before":"%s","load_after":"%s","seconds":%d}\n' \
-      "$header" "$rate" "$HOSTS" "$BURST" "$(printf '%s' "$bw" | json_str)" "$load0" \
+    printf '{"header":%s,"rate":"%s","hosts":%d,"burst":"%s","reps":%d,"link_probe":%s,"load_before":"%s","load_after":"%s","seconds":%d}\n' \
+      "$header" "$rate" "$HOSTS" "$BURST" "$REPS" "$(printf '%s' "$bw" | json_str)" "$load0" \
       "$(cut -d' ' -f1-3 /proc/loadavg)" $((SECONDS - t0))
     grep '^{' "$log"
   } >"$out"

@@ -11,8 +11,9 @@ collectives work, and with --doc replaces the "## Collectives" section of that
 Markdown file (creating the file with a "# Benchmarks" title if needed).  Text
 between "<!-- notes -->" and "<!-- /notes -->" in the old section is kept.
 
-Leaves out: statistics across runs (one sweep is one sample per point; the
-bench already reports the median over its iterations).
+Repeated runs of a point (scripts/bench_sweep.sh --reps N) are merged: the
+median over the runs of each run's time (itself the median over the bench's
+iterations), and every design auto picked in them.
 """
 import json
 import os
@@ -69,11 +70,34 @@ def human(b):
     return str(b)
 
 
+def merge_reps(rs):
+    """One row from the repetitions of a point (bench_sweep.sh --reps): the
+    median time and ratio, every choice auto made, #wrong summed."""
+    if len(rs) == 1:
+        return rs[0]
+    m = dict(rs[0])
+    m["time_us"] = statistics.median(r["time_us"] for r in rs)
+    m["ratio"] = statistics.median(r["ratio"] for r in rs)
+    m["reps"] = len(rs)
+    picks = []
+    for r in rs:
+        if r.get("picked") and r["picked"] not in picks:
+            picks.append(r["picked"])
+    if picks:
+        m["picked"] = " | ".join(picks)
+    m["wrong"] = None if any(r["wrong"] is None for r in rs) else sum(r["wrong"] for r in rs)
+    return m
+
+
 def table_by(rows):
-    """{coll: {bytes: {variant: row}}}"""
+    """{coll: {bytes: {variant: row}}}, repetitions of a point merged."""
     t = {}
     for r in rows:
-        t.setdefault(r["coll"], {}).setdefault(r["bytes"], {})[variant(r)] = r
+        t.setdefault(r["coll"], {}).setdefault(r["bytes"], {}).setdefault(variant(r), []).append(r)
+    for sizes in t.values():
+        for d in sizes.values():
+            for v in d:
+                d[v] = merge_reps(d[v])
     return t
 
 
@@ -170,6 +194,21 @@ def verdict(sets):
                 out.append(("%s %s: auto vs best fixed, worst size" % (rate, COLL_TITLE[coll]),
                             "%.3fx at %s (best: %s)" % (worst, human(at), best_name),
                             "<= %.2fx" % AUTO_SLACK, worst <= AUTO_SLACK))
+            # Noise floor: where auto ran one design that was also timed as a
+            # fixed entry of the same run, the two time the same code, so
+            # their ratio shows what this machine can resolve.
+            same = []
+            for coll in COLLS:
+                for b, d in t.get(coll, {}).items():
+                    p = d.get("auto", {}).get("picked", "")
+                    if p in d and p != "auto":
+                        same.append(d["auto"]["time_us"] / d[p]["time_us"])
+            if same:
+                out.append(("%s same design: auto vs that design's own calls" % rate,
+                            "median %.3fx, %.2f-%.2fx, within 3%%: %d of %d" % (
+                                statistics.median(same), min(same), max(same),
+                                sum(abs(x - 1) <= AUTO_SLACK - 1 for x in same), len(same)),
+                            "(noise)", "info"))
             if every:
                 for what, ratios in (("best fixed", every), ("best design it may run", eligible)):
                     k = sum(x <= AUTO_SLACK for x in ratios)
@@ -244,7 +283,7 @@ def render_section(sets, pngs, verdict_rows, notes):
         L += ["| check | measured | target | result |", "|---|---|---|---|"]
         for name, meas, target, ok in verdict_rows:
             L.append("| %s | %s | %s | %s |" % (name, meas, target,
-                                                "not run" if ok is None else ("PASS" if ok else "MISS")))
+                                                "not run" if ok is None else ok if isinstance(ok, str) else ("PASS" if ok else "MISS")))
     else:
         L.append("No sweep on record covers the target points yet.")
     L.append("")
@@ -264,6 +303,9 @@ def render_section(sets, pngs, verdict_rows, notes):
             extra.append("load average after the run: %s" % meta["load_after"])
         if meta.get("seconds"):
             extra.append("sweep time: %d s" % meta["seconds"])
+        if meta.get("reps", 1) > 1:
+            extra.append("every point run %d times in a row: each cell is the median of the runs' "
+                         "medians, and 'auto picked' lists every design auto settled on" % meta["reps"])
         if extra:
             L += ["; ".join(extra) + ".", ""]
         if png:
@@ -305,7 +347,7 @@ def main(argv):
     vrows = verdict(sets)
     print("%-58s %-34s %-9s %s" % ("check", "measured", "target", "result"))
     for name, meas, target, ok in vrows:
-        print("%-58s %-34s %-9s %s" % (name, meas, target, "not run" if ok is None else ("PASS" if ok else "MISS")))
+        print("%-58s %-34s %-9s %s" % (name, meas, target, "not run" if ok is None else ok if isinstance(ok, str) else ("PASS" if ok else "MISS")))
     wrong = sum(r["wrong"] or 0 for _, rows in sets for r in rows)
     print("rows: %d, total #wrong: %d" % (sum(len(r) for _, r in sets), wrong))
     if doc:
