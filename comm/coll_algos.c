@@ -586,14 +586,14 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
     /* Frames arrive in staging; raw messages land in recvbuf directly. */
     const int staged = x->compressed;
     size_t recvStage = 0, sendStage = 0;
-    for (int s = 0; s < n; s++) {
-        if (s == r || !staged) continue;
+    for (int s = 0; s < n && staged; s++) {
+        if (s == r) continue;
         recvStage += recvcounts[s] ? stageFor(x, recvcounts[s], P, dt) : wireCap(x, 0, dt);
         sendStage += sendcounts[s] ? stageFor(x, sendcounts[s], P, dt) : wireCap(x, 0, dt);
     }
     char* rstage = staged ? zipcclScratch(c, kSlotRecv, recvStage + 1) : NULL;
-    char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, sendStage + 1) : NULL;
-    if ((staged && !rstage) || (x->compressed && !sstage)) return oom(x);
+    char* sstage = staged ? zipcclScratch(c, kSlotSend, sendStage + 1) : NULL;
+    if (staged && (!rstage || !sstage)) return oom(x);
 
     size_t off = 0;
     for (int j = 1; j < n; j++) {
