@@ -120,6 +120,11 @@ ZK uint32_t zk_ld_elem(const uint8_t* p, int es, int aligned) {
     if (aligned) return es == 2 ? zk_ld16a(p) : zk_ld32a(p);
     return es == 2 ? zcf_ld16(p) : zcf_ld32(p);
 }
+/* Element i of a chunk of n elements at in, or 0 past its end (the encoders'
+ * loads of whole 32-element half groups). */
+ZK uint32_t zk_ld_chunk_elem(const uint8_t* in, uint32_t i, uint32_t n, int es, int aligned) {
+    return i < n ? zk_ld_elem(in + (size_t)i * es, es, aligned) : 0;
+}
 ZK void zk_st_elem(uint8_t* p, uint32_t v, int es, int aligned) {
     if (es == 2) {
         if (aligned) zk_st16a(p, (uint16_t)v);
@@ -308,12 +313,15 @@ ZK void zk_finish_chunk(const EncArgs& a, uint64_t c, const uint8_t* out, uint32
 #define ZK_R_BATCH 8   /* rANS steps whose loads are issued together */
 
 /* Chunk c of the input: returns its element count; *in: its elements,
- * *out: its output slot. */
-ZK uint32_t zk_enc_chunk(const EncArgs& a, uint64_t c, int es, const uint8_t** in, uint8_t** out) {
+ * *out: its output slot, *s8: its scale estimate (FORMAT.md §7). */
+ZK uint32_t zk_enc_chunk(const EncArgs& a, uint64_t c, int dt, int es, uint32_t lane, const uint8_t** in,
+                         uint8_t** out, int* s8) {
     uint64_t first = c << ZCF_CHUNK_LOG2;
     *in = a.src + first * es;
     *out = a.slots + c * a.slot_bytes;
-    return (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
+    const uint32_t n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
+    *s8 = zk_estimate_s8(*in, n, dt, es, a.src_aligned, lane);
+    return n;
 }
 
 /* The 8-byte chunk header (FORMAT.md §4), written by lane 0. */
@@ -330,8 +338,9 @@ ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
     const uint8_t* in;
     uint8_t* out;
-    const uint32_t n = zk_enc_chunk(a, c, es, &in, &out);
-    uint32_t top = zcf_f3_top(dt, zk_estimate_s8(in, n, dt, es, al, lane));
+    int s8;
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
+    uint32_t top = zcf_f3_top(dt, s8);
     uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
     uint32_t base = 8 + rest + 24 * G, size = raw;
     if (base < raw) {
@@ -344,7 +353,7 @@ ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
             for (int u = 0; u < ZK_F3_UNROLL; u++)
                 for (int h = 0; h < 2; h++) {
                     uint32_t i = 64 * (g0 + u) + 32 * h + lane;
-                    bits[u][h] = i < n ? zk_ld_elem(in + (size_t)i * es, es, al) : 0;
+                    bits[u][h] = zk_ld_chunk_elem(in, i, n, es, al);
                 }
             for (int u = 0; u < ZK_F3_UNROLL && g0 + u < G; u++) {
                 uint32_t g = g0 + u, code[2], hv[2], e[2];
@@ -436,8 +445,9 @@ ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
     const uint8_t* in;
     uint8_t* out;
-    const uint32_t n = zk_enc_chunk(a, c, es, &in, &out);
-    uint32_t top = zcf_f2_top(dt, zk_estimate_s8(in, n, dt, es, al, lane));
+    int s8;
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
+    uint32_t top = zcf_f2_top(dt, s8);
     uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
     uint32_t base = 8 + rest + 16 * G, size = raw; /* base: the secondary planes */
     if (base < raw) {
@@ -453,7 +463,7 @@ ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
             for (int u = 0; u < U; u++)
                 for (int h = 0; h < 2; h++) {
                     uint32_t i = 64 * (g0 + u) + 32 * h + lane;
-                    bits[u][h] = i < n ? zk_ld_elem(in + (size_t)i * es, es, al) : 0;
+                    bits[u][h] = zk_ld_chunk_elem(in, i, n, es, al);
                 }
             ZK_UNROLL
             for (int u = 0; u < U && g0 + u < G && fits; u++) {
@@ -506,8 +516,8 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
     const int dt = a.dt, es = a.es, al = a.src_aligned;
     const uint8_t* in;
     uint8_t* out;
-    const uint32_t n = zk_enc_chunk(a, c, es, &in, &out);
-    int s8 = zk_estimate_s8(in, n, dt, es, al, lane);
+    int s8;
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
     uint32_t top = zcf_r_top(dt, s8), tbl = zcf_r_table(s8);
     uint32_t* fq = (uint32_t*)smem;
     uint32_t* cm = fq + 16;
@@ -573,7 +583,7 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
             uint32_t hv[2], bits2[2];
             for (int h = 0; h < 2; h++) { /* both loads in flight at once */
                 uint32_t i = 64 * g + 32 * h + lane;
-                bits2[h] = i < n ? zk_ld_elem(in + (size_t)i * es, es, al) : 0;
+                bits2[h] = zk_ld_chunk_elem(in, i, n, es, al);
             }
             for (int h = 0; h < 2; h++) {
                 uint32_t i = 64 * g + 32 * h + lane;

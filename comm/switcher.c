@@ -65,6 +65,12 @@ static const double kSmallBytes = 1 << 20;
  * exploration (bucket calls 16 and 17 with 3 runs, 32 and 33 with 7), then
  * every kReprobeEvery calls. */
 static int reprobeAt(const zipcclTuneBucket* b) { return ZIPCCL_TUNE_CANDS * b->target + 4; }
+/* Which of the re-measured pair bucket call `call` runs: 0 the runner-up,
+ * 1 the incumbent, -1 neither (a bucket of one candidate has no pair). */
+static int reprobeSlot(const zipcclTuneBucket* b, uint64_t call) {
+    const int64_t k = (int64_t)(call % kReprobeEvery) - reprobeAt(b);
+    return b->n > 1 && (k == 0 || k == 1) ? (int)k : -1;
+}
 /* AlltoAllv: an auto call in this many starts a size agreement (a2avTotal);
  * every call did at first, which cost 20-30 us per call (4 ranks, 4-256 KiB,
  * unthrottled emulated cluster, against 60-350 us calls). */
@@ -309,8 +315,7 @@ static int bucketMeasuresNext(const zipcclTuneBucket* b) {
     if (b->n == 0) return 1;
     for (int i = 0; i < b->n; i++)
         if (b->runs[i] < b->target) return 1;
-    const uint64_t k = b->calls % kReprobeEvery;
-    return b->n > 1 && (k == (uint64_t)reprobeAt(b) || k == (uint64_t)reprobeAt(b) + 1);
+    return reprobeSlot(b, b->calls) >= 0;
 }
 
 /* Pick the design for an auto call from the bucket's measurements; sets
@@ -337,8 +342,8 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
         if (i != first && (second < 0 || b->t[i] < b->t[second])) second = i;
     /* Re-measure the runner-up, then the incumbent: first soon after the
      * exploration (a burst of load may have misled it), then periodically. */
-    if (pick < 0 && second >= 0 && call % kReprobeEvery == (uint64_t)reprobeAt(b)) pick = second, why = "reprobe";
-    else if (pick < 0 && second >= 0 && call % kReprobeEvery == (uint64_t)reprobeAt(b) + 1) pick = first, why = "reprobe";
+    const int slot = pick < 0 ? reprobeSlot(b, call) : -1;
+    if (slot >= 0) pick = slot ? first : second, why = "reprobe";
     if (pick >= 0) {
         m->probeBucket = b, m->probeCand = pick;
         /* Agree once the exploration is complete or the re-measured pair is
