@@ -74,6 +74,18 @@ zipcclResult_t zipcclStrategyParse(const char* name, zipcclStrategy_t* out) {
                           "unknown strategy '%s' (expected native, raw, compressed or auto)", name);
 }
 
+const char* zipcclAlgoName(zipcclAlgo_t a) {
+    static const char* const names[ZIPCCL_NALGOS] = {"default", "ring", "direct", "oneshot"};
+    return (int)a >= 0 && a < ZIPCCL_NALGOS ? names[a] : "?";
+}
+
+zipcclResult_t zipcclAlgoParse(const char* name, zipcclAlgo_t* out) {
+    if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclAlgoParse: null argument");
+    for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++)
+        if (!strcmp(name, zipcclAlgoName((zipcclAlgo_t)a))) { *out = (zipcclAlgo_t)a; return zipcclSuccess; }
+    return zipcclSetError(zipcclInvalidArgument, "algorithm '%s' (expected ring, direct or oneshot)", name);
+}
+
 zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out) {
     if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclCodecParse: null argument");
     if (!strcmp(name, "fast")) *out = zipcclCodecFast;
@@ -91,12 +103,23 @@ static zipcclResult_t checkConfig(const zipcclCallConfig_t* cfg) {
                               "call config: codec %d is not fast (1), dense (2) or f3 (4); a "
                               "compressed strategy with the stored codec would not compress",
                               (int)cfg->codec);
-    if ((int)cfg->algo < 0 || cfg->algo > zipcclAlgoDirect)
+    if ((int)cfg->algo < 0 || cfg->algo >= ZIPCCL_NALGOS)
         return zipcclSetError(zipcclInvalidArgument, "call config: algo %d out of range", (int)cfg->algo);
     return zipcclSuccess;
 }
 
 /* ---- executor ------------------------------------------------------------------ */
+
+/* The design a raw or compressed call of `kind` runs when `a` is asked for
+ * (zipccl.h: where a design does not apply, the collective runs its own). */
+static zipcclAlgo_t designRun(zipcclCollKind_t kind, zipcclAlgo_t a) {
+    switch (kind) {
+    case zipcclCollAllGather: return a == zipcclAlgoOneShot ? a : zipcclAlgoRing;
+    case zipcclCollReduceScatter: return a == zipcclAlgoRing ? a : zipcclAlgoDirect;
+    case zipcclCollAllReduce: return a == zipcclAlgoDefault ? zipcclAlgoDirect : a;
+    default: return zipcclAlgoDirect; /* the All-to-Alls' pairwise exchange */
+    }
+}
 
 /* The decided design on the communicator's transport. */
 static zipcclResult_t runDesign(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s,
@@ -126,7 +149,7 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
     res = zipcclModelDecide(c, op, &cfg);
     st.strategy = cfg.strategy;
     st.codec = cfg.codec;
-    st.algo = cfg.algo;
+    st.algo = designRun(op->kind, cfg.algo);
     double t1 = zipcclNow();
     if (res == zipcclSuccess) res = runDesign(c, op, cfg.strategy, &st);
     st.totalSeconds = zipcclNow() - t0;
@@ -142,7 +165,7 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
         k->totalSeconds += st.totalSeconds;
         k->byStrategy[st.strategy]++;
         if (st.strategy == zipcclStrategyCompressed) k->byCodec[st.codec]++;
-        if ((op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce) &&
+        if (op->kind != zipcclCollAlltoAll && op->kind != zipcclCollAlltoAllv &&
             st.strategy != zipcclStrategyNative)
             k->byAlgo[st.algo]++;
         pthread_mutex_unlock(&c->mu);
@@ -188,11 +211,8 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
     if (s && *s && zipcclCodecParse(s, &d.codec) != zipcclSuccess)
         return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_CODEC='%s' (expected fast, dense or f3)", s);
     s = getenv("ZIPCCL_ALGO");
-    if (s && *s) {
-        if (!strcmp(s, "ring")) d.algo = zipcclAlgoRing;
-        else if (!strcmp(s, "direct")) d.algo = zipcclAlgoDirect;
-        else return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_ALGO='%s' (expected ring or direct)", s);
-    }
+    if (s && *s && zipcclAlgoParse(s, &d.algo) != zipcclSuccess)
+        return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_ALGO='%s' (expected ring, direct or oneshot)", s);
     c->defaults = d;
     c->timeoutS = 300;
     s = getenv("ZIPCCL_TIMEOUT_S");

@@ -18,7 +18,8 @@
  *   - Schedules keep one flow per link, since competing TCP flows through a
  *     shaped link lose much of its rate: AllGather is a ring that passes
  *     frames on unchanged, AlltoAll(v) a pairwise exchange with two steps
- *     in flight.
+ *     in flight.  The one-shot AllGather/AllReduce gives that up for a
+ *     single step (every rank to every peer at once), for small messages.
  *   - Reductions: block b is summed in fp32 in the canonical order
  *     b+1, b+2, ..., b+n-1, b (mod n) — the owner last — then divided by n
  *     for avg and rounded once to the dtype (round to nearest even).  Ring
@@ -915,14 +916,120 @@ static zipcclResult_t reduceScatterCore(struct zipcclComm* c, const zipcclOp* op
     return zipcclSuccess;
 }
 
+/* ---- One-shot AllGather / AllReduce ----------------------------------------- */
+
+/* Block b of a piece [lo, hi) of the AllReduce buffer, summed in the
+ * canonical order b+1, ..., b-1, b from every rank's copy (ours at `mine`,
+ * rank s's at land + s*stride) and rounded into out. */
+static void oneShotReduce(Ctx* x, const char* mine, const char* land, size_t stride, const size_t* counts,
+                          const size_t* displs, size_t lo, size_t hi, float* acc, char* out) {
+    const int n = x->c->nranks, r = x->c->rank;
+    const zipcclDataType_t dt = x->op->dtype;
+    const size_t esz = zipcclTypeSize(dt);
+    for (int b = 0; b < n; b++) {
+        size_t a = displs[b] > lo ? displs[b] : lo, e = displs[b] + counts[b] < hi ? displs[b] + counts[b] : hi;
+        if (a >= e) continue;
+        for (int j = 1; j <= n; j++) {
+            int s = (b + j) % n;
+            accumulate(acc, (s == r ? mine : land + (size_t)s * stride) + a * esz, e - a, dt, j == 1);
+        }
+        finalize(out + a * esz, acc, e - a, dt, x->op->op, n);
+    }
+}
+
+/* One step, for small messages: every rank sends its whole contribution
+ * (`count` elements at mine: its block for AllGather, its whole input for
+ * AllReduce) to every peer at once, each piece encoded once and the same
+ * frame sent to all, and receives every peer's.  That is one message
+ * latency where the AllGather ring takes n-1 steps and ReduceScatter +
+ * AllGather n, for more bytes: AllGather moves the same, AllReduce n-1
+ * times its buffer per rank instead of 2(n-1)/n, and every rank reduces all
+ * n blocks itself.  Rank s's contribution lands at land + s*stride (raw:
+ * received there; compressed: decoded there): AllGather's recvbuf, or
+ * AllReduce's staging, in which case (counts/displs: the blocks) a piece is
+ * reduced into out as soon as it has arrived from every peer, block b in the
+ * canonical order, so the result equals the other designs' bit for bit. */
+static zipcclResult_t oneShotBody(Ctx* x, const char* mine, size_t count, char* land, size_t stride,
+                                  const size_t* counts, const size_t* displs, char* out) {
+    struct zipcclComm* c = x->c;
+    const int n = c->nranks, r = c->rank;
+    const zipcclDataType_t dt = x->op->dtype;
+    const zipcclCollKind_t kind = x->op->kind;
+    const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz), K = numPieces(count, P);
+    const size_t stage = x->compressed ? stageFor(x, count, P, dt) : 0; /* one rank's frames */
+    char* rstage = x->compressed ? zipcclScratch(c, kSlotRecv, (size_t)(n - 1) * stage + 1) : NULL;
+    char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, stage + 1) : NULL;
+    float* acc = counts ? zipcclScratch(c, kSlotAcc, (count < P ? count : P) * sizeof(float) + 1) : NULL;
+    int* have = zipcclScratch(c, kSlotFlags, sizeof(int) * (K + 1)); /* peers arrived, per piece */
+    if ((x->compressed && (!rstage || !sstage)) || (counts && !acc) || !have) return oom(x);
+    memset(have, 0, sizeof(int) * K);
+
+    size_t off = 0;
+    for (int j = 1; j < n; j++) {
+        int s = (r - j + n) % n;
+        for (size_t k = 0; k < K; k++) {
+            size_t cap = wireCap(x, pieceLen(count, P, k), dt);
+            char* buf = x->compressed ? rstage + off : land + (size_t)s * stride + k * P * esz;
+            ZIPCCL_TRY(postRecv(x, buf, cap, s, MPI_ANY_TAG, j, k));
+            off += x->compressed ? cap : 0;
+        }
+    }
+    size_t soff = 0;
+    for (size_t k = 0; k <= K; k++) {
+        if (k < K) {
+            size_t pc = pieceLen(count, P, k), bytes = pc * esz;
+            const char* src = mine + k * P * esz;
+            if (x->compressed) {
+                size_t cap = zipcclCompressBound(pc, dt, 0);
+                ZIPCCL_TRY(encode(x, src, pc, dt, sstage + soff, cap, &bytes));
+                src = sstage + soff;
+                soff += cap;
+            }
+            for (int j = 1; j < n; j++) { /* r+1 first, so each peer hears from a different rank first */
+                x->st->rawBytes += pc * esz;
+                ZIPCCL_TRY(postSend(x, src, bytes, (r + j) % n, makeTag(kind, k, k + 1 == K)));
+            }
+            char* place = land + (size_t)r * stride + k * P * esz;
+            if (!counts && place != mine + k * P * esz) memmove(place, mine + k * P * esz, pc * esz);
+        }
+        int got = 0;
+        do {
+            ZIPCCL_TRY(pollRecvs(x, k == K, &got));
+            for (int g = 0; g < got; g++) {
+                const RecvRec* rc = &x->rec[x->idx[g]];
+                size_t kk = rc->piece, pc = pieceLen(count, P, kk);
+                if (softFail(x, verify(x, g, makeTag(kind, kk, kk + 1 == K), pc, dt))) continue;
+                if (softFail(x, decode(x, rc, land + (size_t)rc->peer * stride + kk * P * esz, pc, dt))) continue;
+                if (++have[kk] == n - 1 && counts)
+                    oneShotReduce(x, mine, land, stride, counts, displs, kk * P, kk * P + pc, acc, out);
+            }
+        } while (k == K && got > 0);
+    }
+    return finishSends(x);
+}
+
+static zipcclResult_t oneShotCore(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                                  const char* mine, size_t count, char* land, size_t stride,
+                                  const size_t* counts, const size_t* displs, char* out) {
+    const size_t K = numPieces(count, pieceElems(c, zipcclTypeSize(op->dtype)));
+    if (K >= TAG_BAD_INDEX) return zipcclSetError(zipcclUnsupported, "%s: count too large", zipcclCollName(op->kind));
+    Ctx x;
+    ZIPCCL_TRY(ctxInit(&x, c, op, st, 2 * (size_t)(c->nranks - 1) * K + 1));
+    TRY_OR_ABANDON(&x, oneShotBody(&x, mine, count, land, stride, counts, displs, out));
+    return zipcclSuccess;
+}
+
 /* ---- dispatch --------------------------------------------------------------- */
 
 zipcclResult_t zipcclRunMpiAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
     const int n = c->nranks;
+    const size_t esz = zipcclTypeSize(op->dtype);
     size_t counts[n], displs[n];
     switch (op->kind) {
     case zipcclCollAllGather:
         if (!op->count) return zipcclSuccess;
+        if (st->algo == zipcclAlgoOneShot && n > 1)
+            return oneShotCore(c, op, st, op->sendbuf, op->count, op->recvbuf, op->count * esz, NULL, NULL, NULL);
         for (int i = 0; i < n; i++) counts[i] = op->count, displs[i] = (size_t)i * op->count;
         return allGatherCore(c, op, st, op->sendbuf, op->recvbuf, counts, displs);
     case zipcclCollReduceScatter:
@@ -938,7 +1045,20 @@ zipcclResult_t zipcclRunMpiAlgo(struct zipcclComm* c, const zipcclOp* op, zipccl
             displs[i] = d;
             d += counts[i];
         }
-        void* block = zipcclScratch(c, kSlotBlock, counts[c->rank] * zipcclTypeSize(op->dtype) + 1);
+        if (st->algo == zipcclAlgoOneShot && n > 1) {
+            /* Every peer's whole input is staged; in place, so is ours: the
+             * reduction of a piece can come before our own send of it. */
+            const char* mine = op->sendbuf;
+            char* land = zipcclScratch(c, kSlotBlock, (size_t)n * op->count * esz + 1);
+            if (op->sendbuf == op->recvbuf) {
+                char* tmp = zipcclScratch(c, kSlotInput, op->count * esz);
+                if (tmp) memcpy(tmp, op->sendbuf, op->count * esz);
+                mine = tmp;
+            }
+            if (!land || !mine) return zipcclSetError(zipcclSystemError, "AllReduce: out of memory for staging buffers");
+            return oneShotCore(c, op, st, mine, op->count, land, op->count * esz, counts, displs, op->recvbuf);
+        }
+        void* block = zipcclScratch(c, kSlotBlock, counts[c->rank] * esz + 1);
         if (!block) return zipcclSetError(zipcclSystemError, "out of memory");
         ZIPCCL_TRY(reduceScatterCore(c, op, st, counts, displs, block));
         return allGatherCore(c, op, st, block, op->recvbuf, counts, displs);

@@ -56,7 +56,7 @@ typedef struct {
 /* Measured selection (switcher.c): for one (collective, dtype, floor(log2
  * bytes)) bucket, the candidate designs and their rank-agreed wall times. */
 #define ZIPCCL_TUNE_BUCKETS 48
-#define ZIPCCL_TUNE_CANDS 4
+#define ZIPCCL_TUNE_CANDS 5
 #define ZIPCCL_TUNE_RUNS 7 /* the most exploration runs per candidate */
 typedef struct {
     int n;                             /* candidates; 0 = bucket not seen yet */

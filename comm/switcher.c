@@ -1,6 +1,7 @@
 /*
  * switcher.c — strategy auto: per call, estimate the time of each design
- * (native, raw direct/ring, compressed fast/dense direct/ring) with an
+ * (native; raw direct, ring or one-shot; compressed fast/dense direct or ring,
+ * fast one-shot) with an
  * alpha-beta-codec model and run the cheapest.  NCCL's tuner is the model:
  *
  *   t(design) = messages * alpha
@@ -61,8 +62,15 @@ enum { kReprobeEvery = 64 };
  * runs cost more and vary less). */
 enum { kRunsSmall = ZIPCCL_TUNE_RUNS, kRunsLarge = 3 };
 static const double kSmallBytes = 1 << 20;
+/* The one-shot design (AllGather, AllReduce; MPI) is a candidate below
+ * kSmallBytes of contribution per rank: it saves latency steps for more
+ * bytes on the wire (AllReduce) or more concurrent flows per link
+ * (AllGather), which only small messages win by. */
+static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double total) {
+    return (kind == zipcclCollAllGather || kind == zipcclCollAllReduce) && !c->isNccl && total < kSmallBytes;
+}
 /* A bucket's first re-measured pair comes soon after its longest possible
- * exploration (bucket calls 16 and 17 with 3 runs, 32 and 33 with 7), then
+ * exploration (bucket calls 19 and 20 with 3 runs, 39 and 40 with 7), then
  * every kReprobeEvery calls. */
 static int reprobeAt(const zipcclTuneBucket* b) { return ZIPCCL_TUNE_CANDS * b->target + 4; }
 /* Which of the re-measured pair bucket call `call` runs: 0 the runner-up,
@@ -201,13 +209,19 @@ static double estimate(const zipcclModel* m, const struct zipcclComm* c, zipcclC
     const double n1 = n - 1, esz = (double)zipcclTypeSize(dt);
     double block = kind == zipcclCollAllGather ? total : total / n;
     double send = 0, enc = 0, dec = 0, red = 0, msgs = n1, pipeSteps = 1;
-    int ring = d->algo == zipcclAlgoRing;
+    int ring = d->algo == zipcclAlgoRing, oneshot = d->algo == zipcclAlgoOneShot;
+    if (oneshot) msgs = 1; /* its n-1 messages go out together: one latency */
     switch (kind) {
     case zipcclCollAllGather: send = block * n1, enc = block, dec = block * n1; break;
+
     case zipcclCollAlltoAll:
     case zipcclCollAlltoAllv: send = total * n1 / n, enc = send, dec = send; break;
     case zipcclCollReduceScatter:
     case zipcclCollAllReduce:
+        if (oneshot) { /* AllReduce: the whole buffer to every peer, every rank reduces all of it */
+            block = total, send = total * n1, enc = total, dec = total * n1, red = total * n * (4 / esz) * 2;
+            break;
+        }
         /* the ring carries fp32 partials after the first hop */
         send = ring ? block * (1 + (n1 - 1) * 4 / esz) : block * n1;
         enc = send, dec = send, red = block * n * (4 / esz) * 2;
@@ -254,7 +268,7 @@ static double estimate(const zipcclModel* m, const struct zipcclComm* c, zipcclC
 /* ---- measured selection --------------------------------------------------------- */
 
 /* Every design auto may run; the bucket tables store indices into this. */
-enum { kNumDesigns = 7 };
+enum { kNumDesigns = 9 };
 static const Design kDesigns[kNumDesigns] = {
     {zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect, 0},
     {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect, 0},
@@ -263,6 +277,8 @@ static const Design kDesigns[kNumDesigns] = {
     {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoRing, 0},
     {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing, 0},
     {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoRing, 0},
+    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoOneShot, 0},
+    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoOneShot, 0},
 };
 
 static int designId(const Design* d) {
@@ -274,7 +290,8 @@ static int designId(const Design* d) {
 
 static const char* designName(const Design* d) {
     static const char* names[kNumDesigns] = {"native", "raw", "compressed/fast", "compressed/dense",
-                                             "raw/ring", "compressed/fast/ring", "compressed/dense/ring"};
+                                             "raw/ring", "compressed/fast/ring", "compressed/dense/ring",
+                                             "raw/oneshot", "compressed/fast/oneshot"};
     int i = designId(d);
     return i < 0 ? "?" : names[i];
 }
@@ -492,6 +509,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     for (int i = 0; i < kNumDesigns; i++) {
         if (kDesigns[i].strategy == zipcclStrategyNative && reduce) continue;
         if (kDesigns[i].algo == zipcclAlgoRing && !(reduce && !c->isNccl)) continue;
+        if (kDesigns[i].algo == zipcclAlgoOneShot && !oneShotFits(c, op->kind, total)) continue;
         cand[nc++] = kDesigns[i];
     }
     int best = 0;
@@ -515,7 +533,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     if (m->log && c->rank == 0 && (m->log > 1 || changed || (why && strcmp(why, "exploit")))) {
         fprintf(stderr, "zipccl auto: %s %s %.0f KiB/rank n=%d -> %s/%s/%s (%s; est %.3f ms;", zipcclCollName(op->kind),
                 zipcclTypeName(op->dtype), total / 1024, c->nranks, zipcclStrategyName(out->strategy),
-                out->codec == zipcclCodecDense ? "dense" : "fast", out->algo == zipcclAlgoRing ? "ring" : "direct",
+                out->codec == zipcclCodecDense ? "dense" : "fast", zipcclAlgoName(out->algo),
                 why ? why : "model", cand[best].t * 1e3);
         for (int i = 0; i < nc; i++) fprintf(stderr, " %s %.3f", designName(&cand[i]), cand[i].t * 1e3);
         fprintf(stderr, "; link %.0f MB/s, ratio fast %.3f dense %.3f)\n", m->beta / 1e6,

@@ -388,6 +388,8 @@ zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStr
     const char* what = zipcclCollName(op->kind);
     if ((op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce) && st->algo == zipcclAlgoRing)
         return zipcclSetError(zipcclUnsupported, "%s: the ring design is implemented for MPI communicators only; use direct", what);
+    if (st->algo == zipcclAlgoOneShot)
+        return zipcclSetError(zipcclUnsupported, "%s: the one-shot design is implemented for MPI communicators only", what);
     Nx x;
     memset(&x, 0, sizeof x);
     x.c = c, x.op = op, x.st = st, x.stream = (cudaStream_t)op->stream;

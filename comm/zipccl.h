@@ -175,12 +175,21 @@ typedef enum {
     zipcclStrategyAuto = 4        /* cost model picks per call                */
 } zipcclStrategy_t;
 
+/* The design of our own (raw / compressed) algorithms.  Where a design does
+ * not apply to a collective, the collective runs its own: AllGather is a ring
+ * unless one-shot, ReduceScatter direct unless ring (its direct design is
+ * one step already), AlltoAll(v) a pairwise exchange whatever is asked. */
 typedef enum {
     zipcclAlgoDefault = 0,
-    zipcclAlgoRing = 1,   /* ReduceScatter/AllReduce: decompress-reduce-recompress per hop
-                             (fp32 partials; MPI only) */
-    zipcclAlgoDirect = 2  /* ReduceScatter/AllReduce: each chunk compressed once, reduced by owner */
+    zipcclAlgoRing = 1,    /* ReduceScatter/AllReduce: decompress-reduce-recompress per hop
+                              (fp32 partials; MPI only) */
+    zipcclAlgoDirect = 2,  /* ReduceScatter/AllReduce: each chunk compressed once, reduced by owner */
+    zipcclAlgoOneShot = 3  /* AllGather/AllReduce: one step; every rank sends its whole
+                              contribution (AllReduce: its whole input) to every peer,
+                              encoded once, and AllReduce reduces every block itself in
+                              the canonical order; for small messages (MPI only) */
 } zipcclAlgo_t;
+#define ZIPCCL_NALGOS 4 /* zipcclAlgo_t values, for arrays indexed by algorithm */
 
 typedef enum {
     zipcclCollAllGather = 0,
@@ -195,6 +204,9 @@ const char* zipcclCollName(zipcclCollKind_t kind);
 const char* zipcclStrategyName(zipcclStrategy_t s);
 /* Parse "native"|"raw"|"compressed"|"auto"; zipcclInvalidArgument otherwise. */
 zipcclResult_t zipcclStrategyParse(const char* name, zipcclStrategy_t* out);
+/* "default" | "ring" | "direct" | "oneshot", and the parse of the last three. */
+const char* zipcclAlgoName(zipcclAlgo_t a);
+zipcclResult_t zipcclAlgoParse(const char* name, zipcclAlgo_t* out);
 /* A collective's codec by name: "fast"|"dense"|"f3" (the codecs that
  * compress); zipcclInvalidArgument otherwise. */
 zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out);
@@ -215,7 +227,7 @@ typedef struct {
  *   ZIPCCL_CODEC=fast|dense                      (default: fast)
  *   ZIPCCL_TIMEOUT_S=seconds                     (default: 300; 0 = none)
  *   ZIPCCL_LOG=0|1|2                              (switcher decisions)
- *   ZIPCCL_ALGO=ring|direct                      (default: direct)
+ *   ZIPCCL_ALGO=ring|direct|oneshot              (default: direct)
  *   ZIPCCL_PIECE_BYTES, ZIPCCL_CALIBRATE=0, ZIPCCL_LINK_GBPS: see
  *   docs/COLLECTIVES.md §8.
  * MPI: each communicator runs its calls on its own progress thread, which
@@ -294,8 +306,10 @@ typedef struct {
     double totalSeconds;  /* wall time inside the collective                */
     uint64_t byStrategy[5]; /* calls per zipcclStrategy_t actually executed */
     uint64_t byCodec[ZIPCCL_NCODECS]; /* compressed calls per zipcclCodec_t used   */
-    uint64_t byAlgo[3];     /* raw and compressed ReduceScatter/AllReduce calls per
-                             * zipcclAlgo_t run (ring, direct); 0 for other kinds */
+    uint64_t byAlgo[ZIPCCL_NALGOS]; /* raw and compressed AllGather, ReduceScatter and
+                             * AllReduce calls per zipcclAlgo_t run: AllGather ring
+                             * or oneshot, ReduceScatter ring or direct, AllReduce
+                             * ring, direct or oneshot; 0 for the All-to-Alls */
 } zipcclCounters_t;
 
 zipcclResult_t zipcclCommGetCounters(zipcclComm_t comm, zipcclCollKind_t kind,

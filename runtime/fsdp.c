@@ -435,7 +435,7 @@ void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out) {
         out->totalSeconds += c.totalSeconds;
         for (int s = 0; s < 5; s++) out->byStrategy[s] += c.byStrategy[s];
         for (int s = 0; s < ZIPCCL_NCODECS; s++) out->byCodec[s] += c.byCodec[s];
-        for (int s = 0; s < 3; s++) out->byAlgo[s] += c.byAlgo[s];
+        for (int s = 0; s < ZIPCCL_NALGOS; s++) out->byAlgo[s] += c.byAlgo[s];
     }
 }
 

@@ -4,7 +4,7 @@
 #
 #   scripts/bench_sweep.sh [--rates "1gbit 10gbit none"] [--hosts 4]
 #                          [--max 256M] [--max-1gbit 64M] [--iters 5] [--iters-small 20]
-#                          [--colls allgather,...] [--no-ring] [--no-doc]
+#                          [--colls allgather,...] [--no-ring] [--no-oneshot] [--no-doc]
 #                          [--burst 256kb] [--reps 1]
 #
 # For each rate: scripts/cluster.sh up HOSTS RATE, zipccl-bench over every
@@ -13,7 +13,9 @@
 # the strategies' timed calls interleaved (zipccl-bench's default order);
 # ReduceScatter and AllReduce in a run of their own that also times the ring
 # design (raw:ring, compressed:ring) beside the default direct one, unless
-# --no-ring; then down.
+# --no-ring; up to 1 MiB, AllGather and AllReduce also time the one-shot
+# design (raw:oneshot, compressed:oneshot; a candidate of auto there) unless
+# --no-oneshot; then down.
 # The JSON lines go to docs/bench/coll_<rate>.jsonl (the first line holds the
 # run's header: machine, date, load); scripts/plot_coll.py renders
 # docs/bench/coll_<rate>.png, prints the verdict against the targets and
@@ -36,7 +38,7 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 RATES="1gbit 10gbit none"
-HOSTS=4 MAX=256M MAX1G=64M ITERS=5 ITERS_SMALL=20 COLLS="" RING=1 DOC=1 BURST=256kb REPS=1
+HOSTS=4 MAX=256M MAX1G=64M ITERS=5 ITERS_SMALL=20 COLLS="" RING=1 ONESHOT=1 DOC=1 BURST=256kb REPS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --rates) RATES=$2; shift 2 ;;
@@ -47,10 +49,11 @@ while [ $# -gt 0 ]; do
     --iters-small) ITERS_SMALL=$2; shift 2 ;;
     --colls) COLLS=$2; shift 2 ;;
     --no-ring) RING=0; shift ;;
+    --no-oneshot) ONESHOT=0; shift ;;
     --no-doc) DOC=0; shift ;;
     --burst) BURST=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "bench_sweep.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -82,22 +85,27 @@ for rate in $RATES; do
   want=${COLLS:-allgather,reducescatter,allreduce,alltoall,alltoallv}
   mcolls=$(echo "$want" | tr ',' '\n' | grep -Ev '^(reducescatter|allreduce)$' | paste -sd, -)
   rcolls=$(echo "$want" | tr ',' '\n' | grep -E '^(reducescatter|allreduce)$' | paste -sd, -)
-  rstrats=native,raw,compressed,auto
+  mstrats=native,raw,compressed,auto
+  rstrats=$mstrats
   [ "$RING" = 1 ] && rstrats+=,raw:ring,compressed:ring
+  oneshot=""
+  [ "$ONESHOT" = 1 ] && oneshot=,raw:oneshot,compressed:oneshot # zipccl-bench skips them for the others
   t0=$SECONDS rc=0
   # Small sizes are noisy (scheduling on a shared machine): more iterations.
-  ranges=("4K 1M $ITERS_SMALL")
-  [ "$(to_bytes "$max")" -lt $((4 << 20)) ] && ranges=("4K $max $ITERS_SMALL") || ranges+=("4M $max $ITERS")
-  for rg in $(for ((k = 0; k < REPS; k++)); do printf '%s\n' "${ranges[@]// /:}"; done); do
-    set -- ${rg//:/ }
+  # Fields: first size, last size, iterations, extra strategies.
+  ranges=("4K 1M $ITERS_SMALL $oneshot")
+  [ "$(to_bytes "$max")" -lt $((4 << 20)) ] && ranges=("4K $max $ITERS_SMALL $oneshot") || ranges+=("4M $max $ITERS")
+  for rg in $(for ((k = 0; k < REPS; k++)); do printf '%s\n' "${ranges[@]// /@}"; done); do
+    set -- ${rg//@/ }
     [ "$rc" = 0 ] || break
     if [ -n "$mcolls" ]; then
-      scripts/cluster.sh run "$BENCH" -b "$1" -e "$2" -n "$3" "${common[@]}" --coll "$mcolls" >>"$log" 2>&1
+      scripts/cluster.sh run "$BENCH" -b "$1" -e "$2" -n "$3" "${common[@]}" --coll "$mcolls" \
+        --strategy "$mstrats${4:-}" >>"$log" 2>&1
       rc=$?
     fi
     if [ "$rc" = 0 ] && [ -n "$rcolls" ]; then
       scripts/cluster.sh run "$BENCH" -b "$1" -e "$2" -n "$3" "${common[@]}" --coll "$rcolls" \
-        --strategy "$rstrats" >>"$log" 2>&1
+        --strategy "$rstrats${4:-}" >>"$log" 2>&1
       rc=$?
     fi
   done

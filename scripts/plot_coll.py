@@ -250,9 +250,10 @@ def markdown_tables(meta, rows):
         lines.append("\\* native ReduceScatter/AllReduce (and auto when it picked native) are not "
                      "bit-comparable: MPI sums pairwise in its own order with a rounding at every "
                      "combine; differing elements vs raw: " +
-                     ", ".join("%s %s %s: %d" % (COLL_TITLE[r["coll"]], human(r["bytes"]), r["strategy"], r["differ"])
-                               for r in rows if r["wrong"] is None and "differ" in r and r["bytes"] == max(
-                                   x["bytes"] for x in rows if x["coll"] == r["coll"])) + " (largest size).")
+                     ", ".join(dict.fromkeys(  # once per point, however many repetitions
+                         "%s %s %s: %d" % (COLL_TITLE[r["coll"]], human(r["bytes"]), r["strategy"], r["differ"])
+                         for r in rows if r["wrong"] is None and "differ" in r and r["bytes"] == max(
+                             x["bytes"] for x in rows if x["coll"] == r["coll"]))) + " (largest size).")
         lines.append("")
     return lines
 

@@ -119,8 +119,28 @@ static const Strat kStrats[] = {
     {"raw-ring", zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoRing},
     {"fast-ring", zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing},
     {"dense-ring", zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoRing},
+    {"raw-oneshot", zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoOneShot},
+    {"fast-oneshot", zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoOneShot},
 };
-enum { kNumStrats = sizeof kStrats / sizeof kStrats[0], kNumNonRing = 5 };
+enum { kNumStrats = sizeof kStrats / sizeof kStrats[0] };
+
+/* Which collectives a table entry is run on: the ring on the reductions, the
+ * one-shot design on AllGather and AllReduce; auto is tested on the
+ * data-movement collectives by test_coll_auto. */
+static int applies(const Strat* s, zipcclCollKind_t kind) {
+    int red = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
+    if (s->strategy == zipcclStrategyAuto || s->algo == zipcclAlgoRing) return red;
+    if (s->algo == zipcclAlgoOneShot) return kind == zipcclCollAllGather || kind == zipcclCollAllReduce;
+    return 1;
+}
+
+/* The design a raw/compressed call runs (zipccl.h, zipcclAlgo_t): AllGather
+ * is a ring unless one-shot, ReduceScatter direct unless ring. */
+static zipcclAlgo_t designRun(zipcclCollKind_t kind, zipcclAlgo_t a) {
+    if (kind == zipcclCollAllGather) return a == zipcclAlgoOneShot ? a : zipcclAlgoRing;
+    if (kind == zipcclCollReduceScatter) return a == zipcclAlgoRing ? a : zipcclAlgoDirect;
+    return a;
+}
 
 static const zipcclDataType_t kTypes[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
 
@@ -144,18 +164,20 @@ static int checkCompressed(zipcclCollKind_t kind, const Strat* s, zipcclCounters
     zipcclCounters_t after;
     zipcclCommGetCounters(comm, kind, &after);
     int ok = after.calls == before->calls + 1;
-    /* the design's codec and algorithm are counted (auto: whatever it ran) */
-    int red = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
+    /* the design's codec and algorithm are counted (auto: whatever it ran);
+     * the All-to-Alls have one design and count none */
+    int red = kind != zipcclCollAlltoAll && kind != zipcclCollAlltoAllv;
     uint64_t coded = 0, algos = 0;
     for (int i = 0; i < ZIPCCL_NCODECS; i++) coded += after.byCodec[i] - before->byCodec[i];
-    for (int i = 0; i < 3; i++) algos += after.byAlgo[i] - before->byAlgo[i];
+    for (int i = 0; i < ZIPCCL_NALGOS; i++) algos += after.byAlgo[i] - before->byAlgo[i];
     uint64_t comp = after.byStrategy[zipcclStrategyCompressed] - before->byStrategy[zipcclStrategyCompressed];
     uint64_t nat = after.byStrategy[zipcclStrategyNative] - before->byStrategy[zipcclStrategyNative];
     ok &= coded == comp && algos == (red ? 1 - nat : 0);
     if (s->strategy == zipcclStrategyCompressed)
         ok &= after.byCodec[s->codec] == before->byCodec[s->codec] + 1;
+    zipcclAlgo_t ran = designRun(kind, s->algo);
     if (red && (s->strategy == zipcclStrategyRaw || s->strategy == zipcclStrategyCompressed))
-        ok &= after.byAlgo[s->algo] == before->byAlgo[s->algo] + 1;
+        ok &= after.byAlgo[ran] == before->byAlgo[ran] + 1;
     if (!ok) snprintf(why, sizeof why, "rank %d: %s counters: calls +%llu, codec +%llu, algo +%llu", rank,
                       s->name, (unsigned long long)(after.calls - before->calls),
                       (unsigned long long)coded, (unsigned long long)algos);
@@ -175,8 +197,9 @@ static int checkCompressed(zipcclCollKind_t kind, const Strat* s, zipcclCounters
 /* ---- AllGather / AlltoAll / AlltoAllv: vs MPI ----------------------------------- */
 
 static void testAllGather(zipcclDataType_t dt) {
-    for (int si = 0; si < kNumNonRing; si++) {
+    for (int si = 0; si < kNumStrats; si++) {
         const Strat* s = &kStrats[si];
+        if (!applies(s, zipcclCollAllGather)) continue;
         zipcclCallConfig_t cfg = {s->strategy, s->codec, s->algo};
         int ok = 1;
         zipcclCounters_t ctr;
@@ -213,8 +236,9 @@ static void testAllGather(zipcclDataType_t dt) {
 }
 
 static void testAlltoAll(zipcclDataType_t dt) {
-    for (int si = 0; si < kNumNonRing; si++) {
+    for (int si = 0; si < kNumStrats; si++) {
         const Strat* s = &kStrats[si];
+        if (!applies(s, zipcclCollAlltoAll)) continue;
         zipcclCallConfig_t cfg = {s->strategy, s->codec, s->algo};
         int ok = 1;
         zipcclCounters_t ctr;
@@ -258,8 +282,9 @@ static size_t vcount(int from, int to, int scale) {
 }
 
 static void testAlltoAllv(zipcclDataType_t dt) {
-    for (int si = 0; si < kNumNonRing; si++) {
+    for (int si = 0; si < kNumStrats; si++) {
         const Strat* s = &kStrats[si];
+        if (!applies(s, zipcclCollAlltoAllv)) continue;
         zipcclCallConfig_t cfg = {s->strategy, s->codec, s->algo};
         int ok = 1;
         for (int scale = 0; scale < 3; scale++) {
@@ -378,6 +403,7 @@ static void testReduce(zipcclCollKind_t kind, zipcclDataType_t dt) {
             zipcclRedOp_t op = mode == 1 ? zipcclAvg : zipcclSum;
             for (int si = 0; si < kNumStrats; si++) {
                 const Strat* s = &kStrats[si];
+                if (!applies(s, kind)) continue;
                 zipcclCallConfig_t cfg = {s->strategy, s->codec, s->algo};
                 zipcclCommGetCounters(comm, kind, &ctr[si]);
                 memcpy(send, inputs[rank], total * e);
@@ -416,6 +442,7 @@ static void testReduce(zipcclCollKind_t kind, zipcclDataType_t dt) {
         free(want[0]), free(want[1]), free(send), free(got);
     }
     for (int si = 0; si < kNumStrats; si++) {
+        if (!applies(&kStrats[si], kind)) continue;
         char name[96];
         snprintf(name, sizeof name, "%s_%s_%s_np%d", allreduce ? "allreduce" : "reducescatter",
                  zipcclTypeName(dt), kStrats[si].name, nranks);

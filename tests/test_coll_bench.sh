@@ -84,7 +84,7 @@ for r in rows:
     parts = r.get("picked", "").split("/")
     picked, extra = parts[0].split("+"), [x for p in parts[1:] for x in p.split("+")]
     if r["strategy"] == "auto" and (not picked or not set(picked) <= {"native", "raw", "compressed"}
-                                    or not set(extra) <= {"fast", "dense", "ring", "direct"}):
+                                    or not set(extra) <= {"fast", "dense", "ring", "direct", "oneshot"}):
         err("%s: auto picked %r" % (tag, r.get("picked")))
 if "compress" in flags:
     # Gaussian data must compress at the largest size, for every collective.
@@ -135,22 +135,41 @@ check bench_fp32_avg_direct_dense $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/fp
 grep -q '"algo":"direct"' "$tmp/fp32.out" && grep -q '"codec":"dense"' "$tmp/fp32.out"
 check bench_reports_codec_algo $? "rows lack codec/algo"
 # Codecs side by side in one run: each row names its own codec, all exact,
-# and on Gaussian bf16 fast (F2) packs tighter than f3 (FORMAT.md §7).
+# and on Gaussian bf16 fast (F2) packs tighter than f3 (FORMAT.md §7).  An
+# entry's own algorithm shows in its row, and an entry whose algorithm does
+# not apply to a collective (the ring on AlltoAll) is skipped there.
 mpi 2 "$BIN" -b 256K -e 256K -n 2 -w 1 --coll reducescatter,alltoall \
-  --codec fast --strategy compressed,compressed:f3:ring,compressed:dense --json >"$tmp/codecs.out" 2>"$tmp/codecs.err"
+  --codec fast --strategy compressed,compressed:f3,compressed:dense,compressed:f3:ring --json \
+  >"$tmp/codecs.out" 2>"$tmp/codecs.err"
 rc=$?
-msg=$(python3 "$tmp/validate.py" "$tmp/codecs.out" 2 bf16 6 compress); v=$?
+msg=$(python3 "$tmp/validate.py" "$tmp/codecs.out" 2 bf16 7 compress); v=$?
 python3 - "$tmp/codecs.out" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 ok = True
 for coll in ("reducescatter", "alltoall"):
-    by = {r["codec"]: r for r in rows if r["coll"] == coll}
-    ok &= set(by) == {"fast", "f3", "dense"} and by["fast"]["ratio"] > by["f3"]["ratio"] * 1.02
-    ok &= coll != "reducescatter" or by["f3"]["algo"] == "ring"
+    by = {r["codec"] + ("/" + r["algo"] if r["algo"] != "default" else ""): r for r in rows if r["coll"] == coll}
+    want = {"fast", "f3", "dense"} | ({"f3/ring"} if coll == "reducescatter" else set())
+    ok &= set(by) == want and by["fast"]["ratio"] > by["f3"]["ratio"] * 1.02
 sys.exit(0 if ok else 1)
 EOF
 check bench_codec_entries $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/codecs.err" | tr '\n' ' ')"
+# The one-shot design beside the default one, on 3 ranks (so its n-1 sends
+# per piece differ from a pairwise exchange): exact, named in its rows, and
+# timed only where it applies (AllGather, AllReduce; not AlltoAll).
+mpi 3 "$BIN" -b 4K -e 64K -f 16 -n 2 -w 0 --coll allgather,allreduce,alltoall \
+  --strategy raw,raw:oneshot,compressed:oneshot --json >"$tmp/oneshot.out" 2>"$tmp/oneshot.err"
+rc=$?
+msg=$(python3 "$tmp/validate.py" "$tmp/oneshot.out" 3 bf16 14); v=$?
+python3 - "$tmp/oneshot.out" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+one = [r for r in rows if r["algo"] == "oneshot"]
+ok = len(one) == 8 and {r["coll"] for r in one} == {"allgather", "allreduce"}
+ok &= all(r["wrong"] == 0 for r in one) and all(r["ratio"] > 1.2 for r in one if r["strategy"] == "compressed")
+sys.exit(0 if ok else 1)
+EOF
+check bench_oneshot $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/oneshot.err" | tr '\n' ' ')"
 mpi 2 "$BIN" -b 16K -e 16K -n 2 -w 1 -d fp16 --coll alltoallv,allgather --json \
   >"$tmp/fp16.out" 2>"$tmp/fp16.err"
 rc=$?

@@ -72,16 +72,16 @@ static void* xmalloc(size_t n) {
 /* ------------------------------------------------------------------------ */
 
 enum { DIST_GAUSSIAN, DIST_RANDOM };
-#define MAX_STRATS 8
+#define MAX_STRATS 12
 
 /* Untimed calls auto needs at one size before it settles (comm/switcher.c):
- * a size bucket explores up to 4 candidate designs, 7 runs each below 1 MiB
+ * a size bucket explores up to 5 candidate designs, 7 runs each below 1 MiB
  * (the switcher's size: AllGather's per-rank input, the others' whole
  * buffer; so below nranks MiB of the bench's bytes) and 3 runs above, then
- * re-measures a pair at its calls 32 and 33 (16 and 17 with 3 runs);
+ * re-measures a pair at its calls 39 and 40 (19 and 20 with 3 runs);
  * AlltoAllv first runs up to 8 calls on the previous size's agreed bucket. */
 static int autoWarmup(zipcclCollKind_t kind, size_t bytes, int nranks) {
-    int calls = bytes < ((size_t)nranks << 20) ? 34 : 18;
+    int calls = bytes < ((size_t)nranks << 20) ? 41 : 21;
     return kind == zipcclCollAlltoAllv ? calls + 8 : calls;
 }
 
@@ -225,9 +225,11 @@ static void addColl(const char* name, Options* o) {
 }
 
 /* One --strategy entry: STRATEGY, then for raw and compressed optional
- * ":ring"/":direct" and for compressed ":fast"/":dense"/":f3", in any order,
- * so that one run can time, say, the ring beside the direct design or one
- * codec beside another. */
+ * ":ring"/":direct"/":oneshot" and for compressed ":fast"/":dense"/":f3", in
+ * any order, so that one run can time, say, the ring beside the direct design
+ * or one codec beside another.  An entry whose algorithm does not apply to a
+ * collective (ring and direct: reductions; oneshot: AllGather, AllReduce) is
+ * skipped for it. */
 static void addStrat(const char* entry, Options* o) {
     char name[48];
     snprintf(name, sizeof name, "%s", entry);
@@ -238,10 +240,8 @@ static void addStrat(const char* entry, Options* o) {
         *tok++ = '\0';
         char* next = strchr(tok, ':');
         if (next) *next = '\0';
-        if (!strcmp(tok, "ring")) a = zipcclAlgoRing;
-        else if (!strcmp(tok, "direct")) a = zipcclAlgoDirect;
-        else if (zipcclCodecParse(tok, &cd) != zipcclSuccess)
-            badArg("unknown algorithm or codec in strategy '%s' (ring, direct, fast, dense, f3)", entry);
+        if (zipcclAlgoParse(tok, &a) != zipcclSuccess && zipcclCodecParse(tok, &cd) != zipcclSuccess)
+            badArg("unknown algorithm or codec in strategy '%s' (ring, direct, oneshot, fast, dense, f3)", entry);
         if (next) *next = ':';
         tok = next;
     }
@@ -345,9 +345,7 @@ static void parseArgs(int argc, char** argv, Options* o) {
             if (zipcclCodecParse(v, &o->codec) != zipcclSuccess) badArg("bad codec '%s' (fast, dense, f3)", v);
         } else if (IS("--algo", "--algo")) {
             const char* v = VALUE();
-            if (!strcmp(v, "ring")) o->algo = zipcclAlgoRing;
-            else if (!strcmp(v, "direct")) o->algo = zipcclAlgoDirect;
-            else badArg("bad algo '%s' (ring, direct)", v);
+            if (zipcclAlgoParse(v, &o->algo) != zipcclSuccess) badArg("bad algo '%s' (ring, direct, oneshot)", v);
         } else if (IS("--input", "--input")) {
             o->input = VALUE();
         } else if (IS("--sigma", "--sigma")) {
@@ -654,6 +652,14 @@ static void freeShape(Shape* s) {
     free(s->iscounts);
 }
 
+/* Does an entry's own algorithm (addStrat) apply to `kind`? */
+static int algoApplies(zipcclCollKind_t kind, zipcclAlgo_t a) {
+    int reduction = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
+    if (a == zipcclAlgoRing || a == zipcclAlgoDirect) return reduction;
+    if (a == zipcclAlgoOneShot) return kind == zipcclCollAllGather || kind == zipcclCollAllReduce;
+    return 1;
+}
+
 /* The call config of --strategy entry si: its own algorithm and codec,
  * else --algo's and --codec's. */
 static zipcclCallConfig_t entryConfig(const Options* o, int si) {
@@ -763,18 +769,15 @@ static double busFactor(zipcclCollKind_t k, int n) {
     return (double)(n - 1) / n;
 }
 
-static const char* algoName(zipcclAlgo_t a) {
-    return a == zipcclAlgoRing ? "ring" : a == zipcclAlgoDirect ? "direct" : "default";
-}
-
 /* What the library actually executed, from its counters summed over ranks:
  * the strategy, or several joined by '+' when auto changed its mind mid-run,
- * then "/dense" when compressed calls used the dense codec and "/ring" when
- * raw/compressed reductions ran the ring ("/fast+dense", "/ring+direct" when
- * both), e.g. "compressed/dense", "raw+compressed/ring".  The defaults
- * (fast, direct) add nothing, so a pick reads like the fixed strategy it
- * equals. */
-static void pickedName(const zipcclCounters_t* k, char* out, size_t cap) {
+ * then "/dense" when compressed calls used the dense codec and the design
+ * when it is not the collective's own ("/ring" for a reduction's ring,
+ * "/oneshot"; "/fast+dense", "/ring+direct" when both ran), e.g.
+ * "compressed/dense", "raw+compressed/ring", "raw/oneshot".  The defaults
+ * (fast; the AllGather ring, the reductions' direct design) add nothing, so
+ * a pick reads like the fixed strategy it equals. */
+static void pickedName(zipcclCollKind_t kind, const zipcclCounters_t* k, char* out, size_t cap) {
     out[0] = '\0';
     for (int s = zipcclStrategyNative; s <= zipcclStrategyAuto; s++) {
         if (!k->byStrategy[s]) continue;
@@ -785,7 +788,6 @@ static void pickedName(const zipcclCounters_t* k, char* out, size_t cap) {
         snprintf(out, cap, "-");
         return;
     }
-    uint64_t ring = k->byAlgo[zipcclAlgoRing], direct = k->byAlgo[zipcclAlgoDirect];
     if (k->byCodec[zipcclCodecDense] || k->byCodec[zipcclCodecF3]) { /* name every codec used */
         for (int c = 0, first = 1; c < ZIPCCL_NCODECS; c++) {
             if (!k->byCodec[c]) continue;
@@ -794,8 +796,15 @@ static void pickedName(const zipcclCounters_t* k, char* out, size_t cap) {
             first = 0;
         }
     }
-    size_t l = strlen(out);
-    if (ring) snprintf(out + l, cap - l, "%s", direct ? "/ring+direct" : "/ring");
+    const zipcclAlgo_t own = kind == zipcclCollAllGather ? zipcclAlgoRing : zipcclAlgoDirect;
+    int other = 0;
+    for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++) other |= a != (int)own && k->byAlgo[a];
+    for (int a = zipcclAlgoRing, first = 1; other && a < ZIPCCL_NALGOS; a++) {
+        if (!k->byAlgo[a]) continue;
+        size_t l = strlen(out);
+        snprintf(out + l, cap - l, "%s%s", first ? "/" : "+", zipcclAlgoName((zipcclAlgo_t)a));
+        first = 0;
+    }
 }
 
 typedef struct {
@@ -824,7 +833,7 @@ static void addDelta(zipcclCounters_t* sum, const zipcclCounters_t* a, const zip
     sum->codecSeconds += b->codecSeconds - a->codecSeconds;
     for (int k = 0; k < 5; k++) sum->byStrategy[k] += b->byStrategy[k] - a->byStrategy[k];
     for (int k = 0; k < ZIPCCL_NCODECS; k++) sum->byCodec[k] += b->byCodec[k] - a->byCodec[k];
-    for (int k = 0; k < 3; k++) sum->byAlgo[k] += b->byAlgo[k] - a->byAlgo[k];
+    for (int k = 0; k < ZIPCCL_NALGOS; k++) sum->byAlgo[k] += b->byAlgo[k] - a->byAlgo[k];
 }
 
 /* Check the result in recv of strategy strat against the reference (see
@@ -879,7 +888,7 @@ static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipc
                "\"nranks\":%d,\"strategy\":\"%s\",",
                kCollArg[kind], zipcclTypeName(o->dtype), s->bytes, s->count, nranks, sn);
         if (coded) printf("\"codec\":\"%s\",", zipcclCodecName(cfg.codec));
-        if (algoed) printf("\"algo\":\"%s\",", algoName(algo));
+        if (algoed) printf("\"algo\":\"%s\",", zipcclAlgoName(algo));
         if (strat == zipcclStrategyAuto) printf("\"picked\":\"%s\",", picked);
         printf("\"op\":\"%s\",\"dist\":\"%s\",\"time_us\":%.3f,\"algbw_gbps\":%.4f,"
                "\"busbw_gbps\":%.4f,\"ratio\":%.4f,\"codec_us\":%.2f,\"iters\":%d,\"order\":\"%s\",",
@@ -900,7 +909,7 @@ static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipc
                      note[0] ? " " : "", differ);
         char label[48]; /* an entry's own algorithm and codec show as STRATEGY:ALGO:CODEC */
         snprintf(label, sizeof label, "%s", sn);
-        if (algoed && algo != o->algo) snprintf(label + strlen(label), sizeof label - strlen(label), ":%s", algoName(algo));
+        if (algoed && algo != o->algo) snprintf(label + strlen(label), sizeof label - strlen(label), ":%s", zipcclAlgoName(algo));
         if (coded && cfg.codec != o->codec)
             snprintf(label + strlen(label), sizeof label - strlen(label), ":%s", zipcclCodecName(cfg.codec));
         printf("%14s %12zu %12zu %6s %17s %12.1f %9.3f %9.3f %7.3f %10.1f %7s  %s\n", kCollArg[kind],
@@ -942,7 +951,11 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         }
     }
 
-    const int ns = o->nstrats, iters = o->iters;
+    /* The entries that apply to this collective (addStrat), by index. */
+    int use[MAX_STRATS], ns = 0;
+    for (int e = 0; e < o->nstrats; e++)
+        if (algoApplies(kind, o->algos[e])) use[ns++] = e;
+    const int iters = o->iters;
     double* times = xmalloc((size_t)ns * iters * sizeof(double)); /* [strategy][iteration] */
     zipcclCounters_t sum[MAX_STRATS];
     long long wrong[MAX_STRATS], differ[MAX_STRATS];
@@ -951,24 +964,24 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
     for (int si = 0; si < ns; si++) {
         /* auto spends its first calls in a size bucket measuring candidate
          * designs (comm/switcher.c); time it once it has settled. */
-        zipcclStrategy_t strat = o->strats[si];
+        zipcclStrategy_t strat = o->strats[use[si]];
         int aw = autoWarmup(kind, bytes, c->nranks);
         int warmup = strat == zipcclStrategyAuto && o->warmup < aw ? aw : o->warmup;
         for (int it = 0; it < warmup; it++)
-            ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, si)));
+            ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, use[si])));
     }
     for (int k = 0; k < ns * iters; k++) {
         int si, it;
         if (o->sequential) si = k / iters, it = k % iters;
         else it = k / ns, si = (k % ns + it) % ns;
-        zipcclStrategy_t strat = o->strats[si];
+        zipcclStrategy_t strat = o->strats[use[si]];
         const int last = it == iters - 1;
         if (last) memset(recv, 0xA5, s.recvElems * es); /* a stale result must not pass the check */
         zipcclCounters_t before, after;
         ZCHECK(zipcclCommGetCounters(c->comm, kind, &before));
         MCHECK(MPI_Barrier(MPI_COMM_WORLD));
         double t0 = MPI_Wtime();
-        ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, si)));
+        ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, use[si])));
         times[si * iters + it] = MPI_Wtime() - t0;
         ZCHECK(zipcclCommGetCounters(c->comm, kind, &after));
         addDelta(&sum[si], &before, &after);
@@ -976,8 +989,8 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         zipcclCounters_t all = sum[si];
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byStrategy, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byCodec, ZIPCCL_NCODECS, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
-        MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byAlgo, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
-        pickedName(&all, picked[si], sizeof picked[si]);
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byAlgo, ZIPCCL_NALGOS, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+        pickedName(kind, &all, picked[si], sizeof picked[si]);
         checkResult(c, o, &s, kind, strat, picked[si], send, ref, recv, refWrong, &wrong[si],
                     &differ[si]);
     }
@@ -992,7 +1005,7 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         double ratio = sums[1] > 0 ? sums[0] / sums[1] : 1.0;
         double codecUs = sum[si].calls ? 1e6 * sums[2] / c->nranks / (double)sum[si].calls : 0.0;
         if (c->rank == 0)
-            report(o, &s, kind, entryConfig(o, si), c->nranks, t, ratio, codecUs, picked[si], wrong[si],
+            report(o, &s, kind, entryConfig(o, use[si]), c->nranks, t, ratio, codecUs, picked[si], wrong[si],
                    differ[si]);
     }
     free(times);
@@ -1055,7 +1068,7 @@ static void printHeader(const Ctx* c, const Options* o) {
            o->input ? o->input : o->dist == DIST_RANDOM ? "random bits" : "gaussian");
     if (!o->input && o->dist == DIST_GAUSSIAN) printf(" sigma %g", o->sigma);
     printf("  iters %d  warmup %d  check %d  codec %s  algo %s  order %s\n", o->iters, o->warmup,
-           o->check, zipcclCodecName(o->codec), algoName(o->algo), o->sequential ? "sequential" : "interleaved");
+           o->check, zipcclCodecName(o->codec), zipcclAlgoName(o->algo), o->sequential ? "sequential" : "interleaved");
     if (!o->json)
         printf("#\n# %12s %12s %12s %6s %17s %12s %9s %9s %7s %10s %7s  %s\n"
                "# %12s %12s %12s %6s %17s %12s %9s %9s %7s %10s %7s\n",
