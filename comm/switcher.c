@@ -1,8 +1,8 @@
 /*
  * switcher.c — strategy auto: per call, estimate the time of each design
- * (native; raw direct, ring or one-shot; compressed fast/dense direct or ring,
- * fast one-shot) with an
- * alpha-beta-codec model and run the cheapest.  NCCL's tuner is the model:
+ * (native; raw direct, ring or one-shot; compressed fast/dense direct or
+ * ring, fast one-shot) with an alpha-beta-codec model and run the cheapest.
+ * NCCL's tuner is the model:
  *
  *   t(design) = messages * alpha
  *             + max(wireBytes / beta, codecBytes / codecThroughput)   (pipelined)
@@ -213,7 +213,6 @@ static double estimate(const zipcclModel* m, const struct zipcclComm* c, zipcclC
     if (oneshot) msgs = 1; /* its n-1 messages go out together: one latency */
     switch (kind) {
     case zipcclCollAllGather: send = block * n1, enc = block, dec = block * n1; break;
-
     case zipcclCollAlltoAll:
     case zipcclCollAlltoAllv: send = total * n1 / n, enc = send, dec = send; break;
     case zipcclCollReduceScatter:

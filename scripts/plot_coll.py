@@ -120,7 +120,7 @@ def plot(path, meta, rows):
         for v in series:
             pts = sorted((b, d[v]["time_us"]) for b, d in t[coll].items() if v in d)
             ax.loglog([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
-                      linestyle="--" if "/" in v else "-", label=v,
+                      linestyle=":" if v.endswith("/oneshot") else "--" if "/" in v else "-", label=v,
                       color=COLOR.get(v.split("/")[0], "tab:gray"))
         ax.set_title(COLL_TITLE[coll])
         ax.set_xlabel("bytes (nccl-tests convention)")
