@@ -71,16 +71,19 @@ typedef struct {
 } zipcclTuneBucket;
 
 /* Cost-model state (switcher.c).  Every field is identical on all ranks. */
+#define ZIPCCL_MODEL_CODECS 3 /* the codecs auto chooses among: fast, dense, f3 */
 typedef struct {
     int calibrated;
     int linkKnown;       /* alpha/beta settled (zipcclModelLink)            */
     double alpha;        /* seconds per message                             */
     double beta;         /* link bytes per second                           */
-    double encFast, decFast, encDense, decDense; /* codec raw bytes/second  */
+    /* Per codec auto may run (ZIPCCL_MODEL_CODECS: fast, dense, f3). */
+    double enc[ZIPCCL_MODEL_CODECS], dec[ZIPCCL_MODEL_CODECS]; /* codec raw bytes/second */
     double memBw;        /* reduction / copy bytes per second               */
-    double ratio[zipcclNumCollKinds][3][2]; /* EWMA raw/wire by kind, dtype (bf16, fp16, fp32), codec */
+    double ratio[zipcclNumCollKinds][3][ZIPCCL_MODEL_CODECS]; /* EWMA raw/wire by kind,
+                                                                 * dtype (bf16, fp16, fp32), codec */
     /* Local observations since the last agreement (switcher.c lays it out). */
-    double obs[zipcclNumCollKinds * 3 * 2 * 2 + 6];
+    double obs[zipcclNumCollKinds * 3 * ZIPCCL_MODEL_CODECS * 2 + 2 + 2 * ZIPCCL_MODEL_CODECS];
     uint64_t autoCalls;
     int log;
     int explore;         /* measured selection on (ZIPCCL_AUTO_EXPLORE != 0)  */

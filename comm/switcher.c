@@ -1,7 +1,8 @@
 /*
  * switcher.c — strategy auto: per call, estimate the time of each design
  * (native; raw direct, ring or one-shot; compressed fast/dense direct or
- * ring, fast one-shot) with an alpha-beta-codec model and run the cheapest.
+ * ring, fast one-shot, f3 direct) with an alpha-beta-codec model and run
+ * the cheapest.
  * NCCL's tuner is the model:
  *
  *   t(design) = messages * alpha
@@ -91,19 +92,27 @@ static const double kFrameHeaderBytes = 28, kFrameCodecS = 2e-6;
 static int dtypeIndex(zipcclDataType_t dt) {
     return dt == zipcclBfloat16 ? 0 : dt == zipcclFloat16 ? 1 : 2;
 }
+/* The model's codecs, in its arrays' order. */
+static const zipcclCodec_t kModelCodecs[ZIPCCL_MODEL_CODECS] = {zipcclCodecFast, zipcclCodecDense, zipcclCodecF3};
+static int codecIndex(zipcclCodec_t codec) {
+    return codec == zipcclCodecDense ? 1 : codec == zipcclCodecF3 ? 2 : 0;
+}
 
 void zipcclModelDefaults(zipcclModel* m) {
     memset(m, 0, sizeof *m);
     m->alpha = 5e-6; /* shared memory-ish; calibration replaces these */
     m->beta = 5e9;
-    m->encFast = 1.0e9, m->decFast = 1.5e9;
-    m->encDense = 0.3e9, m->decDense = 0.4e9;
+    static const double enc0[ZIPCCL_MODEL_CODECS] = {1.0e9, 0.3e9, 1.5e9};
+    static const double dec0[ZIPCCL_MODEL_CODECS] = {1.5e9, 0.4e9, 2.0e9};
+    memcpy(m->enc, enc0, sizeof enc0);
+    memcpy(m->dec, dec0, sizeof dec0);
     m->memBw = 4e9;
-    /* raw/wire on Gaussian data: DESIGN.md limits, a bit below the ideal */
-    static const double r0[3][2] = {{1.45, 1.48}, {1.14, 1.16}, {1.18, 1.19}};
+    /* raw/wire on Gaussian data (fast, dense, f3): DESIGN.md limits, a bit
+     * below the ideal; f3 below fast (docs/BENCHMARKS.md: 1.43 vs 1.47, bf16) */
+    static const double r0[3][ZIPCCL_MODEL_CODECS] = {{1.45, 1.48, 1.42}, {1.14, 1.16, 1.12}, {1.18, 1.19, 1.16}};
     for (int k = 0; k < zipcclNumCollKinds; k++)
         for (int d = 0; d < 3; d++)
-            for (int c = 0; c < 2; c++) m->ratio[k][d][c] = r0[d][c];
+            for (int c = 0; c < ZIPCCL_MODEL_CODECS; c++) m->ratio[k][d][c] = r0[d][c];
     /* A declared link (ZIPCCL_LINK_GBPS) says the link is not what this
      * process can measure (planning for another network, tests), so then
      * auto plans with the model unless measuring is asked for explicitly. */
@@ -121,7 +130,7 @@ static void applyEnv(zipcclModel* m) {
 }
 
 /* Codec throughput on a synthetic Gaussian bf16 buffer (sigma 0.02). */
-static zipcclResult_t measureCodec(struct zipcclComm* c, double out[4]) {
+static zipcclResult_t measureCodec(struct zipcclComm* c, double out[2 * ZIPCCL_MODEL_CODECS]) {
     const size_t n = 1 << 17; /* 256 KiB of bf16 */
     uint16_t* x = zipcclScratch(c, 0, n * 2 + zipcclCompressBound(n, zipcclBfloat16, 0) + n * 2);
     if (!x) return zipcclSetError(zipcclSystemError, "calibration: out of memory");
@@ -136,9 +145,9 @@ static zipcclResult_t measureCodec(struct zipcclComm* c, double out[4]) {
         }
         zipcclFromFloat(x, i, (float)((u - 2.0) * 0.02 * 1.732), zipcclBfloat16);
     }
-    for (int codec = 0; codec < 2; codec++) {
+    for (int codec = 0; codec < ZIPCCL_MODEL_CODECS; codec++) {
         zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
-        p.codec = codec ? zipcclCodecDense : zipcclCodecFast;
+        p.codec = kModelCodecs[codec];
         size_t size = 0, cnt = 0;
         double enc = 1e9, dec = 1e9;
         /* Best of three after a warm-up run (first touches, table set-up):
@@ -176,19 +185,20 @@ zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c) {
     double t0 = zipcclNow();
     ZIPCCL_TRY(zipcclModelLink(c));
     if (measuring(c)) {
-        double thr[4];
+        double thr[2 * ZIPCCL_MODEL_CODECS];
         ZIPCCL_TRY(measureCodec(c, thr));
         /* The slowest rank paces a pipelined collective; all ranks agree. */
-        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, MPI_IN_PLACE, thr, 4, MPI_DOUBLE, MPI_MIN, "calibration"));
-        m->encFast = thr[0], m->decFast = thr[1], m->encDense = thr[2], m->decDense = thr[3];
+        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, MPI_IN_PLACE, thr, 2 * ZIPCCL_MODEL_CODECS, MPI_DOUBLE, MPI_MIN,
+                                           "calibration"));
+        for (int k = 0; k < ZIPCCL_MODEL_CODECS; k++) m->enc[k] = thr[2 * k], m->dec[k] = thr[2 * k + 1];
     }
     m->calibrated = 1;
     if (m->log && c->rank == 0)
         fprintf(stderr,
                 "zipccl: calibrated in %.0f ms: alpha %.1f us, link %.0f MB/s, fast %.0f/%.0f MB/s, "
-                "dense %.0f/%.0f MB/s (enc/dec)\n",
-                1e3 * (zipcclNow() - t0), m->alpha * 1e6, m->beta / 1e6, m->encFast / 1e6,
-                m->decFast / 1e6, m->encDense / 1e6, m->decDense / 1e6);
+                "dense %.0f/%.0f MB/s, f3 %.0f/%.0f MB/s (enc/dec)\n",
+                1e3 * (zipcclNow() - t0), m->alpha * 1e6, m->beta / 1e6, m->enc[0] / 1e6, m->dec[0] / 1e6,
+                m->enc[1] / 1e6, m->dec[1] / 1e6, m->enc[2] / 1e6, m->dec[2] / 1e6);
     return zipcclSuccess;
 }
 
@@ -245,9 +255,8 @@ static double estimate(const zipcclModel* m, const struct zipcclComm* c, zipcclC
         if (d->strategy == zipcclStrategyRaw) {
             t += send / m->beta + (pipeSteps - 1) * piece / m->beta;
         } else {
-            double ratio = m->ratio[kind][dtypeIndex(dt)][d->codec == zipcclCodecDense];
-            double encBw = d->codec == zipcclCodecDense ? m->encDense : m->encFast;
-            double decBw = d->codec == zipcclCodecDense ? m->decDense : m->decFast;
+            const int ci = codecIndex(d->codec);
+            double ratio = m->ratio[kind][dtypeIndex(dt)][ci], encBw = m->enc[ci], decBw = m->dec[ci];
             /* plus per frame: its headers on the wire and a fixed codec cost
              * (~1 us per encode or decode of a 4 KiB frame in zipccl-bench's
              * codec_us), which is what keeps tiny messages raw */
@@ -267,7 +276,7 @@ static double estimate(const zipcclModel* m, const struct zipcclComm* c, zipcclC
 /* ---- measured selection --------------------------------------------------------- */
 
 /* Every design auto may run; the bucket tables store indices into this. */
-enum { kNumDesigns = 9 };
+enum { kNumDesigns = 10 };
 static const Design kDesigns[kNumDesigns] = {
     {zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect, 0},
     {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect, 0},
@@ -278,6 +287,7 @@ static const Design kDesigns[kNumDesigns] = {
     {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoRing, 0},
     {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoOneShot, 0},
     {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoOneShot, 0},
+    {zipcclStrategyCompressed, zipcclCodecF3, zipcclAlgoDirect, 0},
 };
 
 static int designId(const Design* d) {
@@ -290,7 +300,7 @@ static int designId(const Design* d) {
 static const char* designName(const Design* d) {
     static const char* names[kNumDesigns] = {"native", "raw", "compressed/fast", "compressed/dense",
                                              "raw/ring", "compressed/fast/ring", "compressed/dense/ring",
-                                             "raw/oneshot", "compressed/fast/oneshot"};
+                                             "raw/oneshot", "compressed/fast/oneshot", "compressed/f3"};
     int i = designId(d);
     return i < 0 ? "?" : names[i];
 }
@@ -532,11 +542,11 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     if (m->log && c->rank == 0 && (m->log > 1 || changed || (why && strcmp(why, "exploit")))) {
         fprintf(stderr, "zipccl auto: %s %s %.0f KiB/rank n=%d -> %s/%s/%s (%s; est %.3f ms;", zipcclCollName(op->kind),
                 zipcclTypeName(op->dtype), total / 1024, c->nranks, zipcclStrategyName(out->strategy),
-                out->codec == zipcclCodecDense ? "dense" : "fast", zipcclAlgoName(out->algo),
+                zipcclCodecName(out->codec), zipcclAlgoName(out->algo),
                 why ? why : "model", cand[best].t * 1e3);
         for (int i = 0; i < nc; i++) fprintf(stderr, " %s %.3f", designName(&cand[i]), cand[i].t * 1e3);
-        fprintf(stderr, "; link %.0f MB/s, ratio fast %.3f dense %.3f)\n", m->beta / 1e6,
-                m->ratio[op->kind][dtypeIndex(op->dtype)][0], m->ratio[op->kind][dtypeIndex(op->dtype)][1]);
+        const double* r = m->ratio[op->kind][dtypeIndex(op->dtype)];
+        fprintf(stderr, "; link %.0f MB/s, ratio fast %.3f dense %.3f f3 %.3f)\n", m->beta / 1e6, r[0], r[1], r[2]);
         if (why) {
             const zipcclTuneBucket* b = tuneBucket(m, op, total);
             fprintf(stderr, "zipccl auto: measured (bucket call %llu):", (unsigned long long)b->calls);
@@ -567,8 +577,8 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
 /* Pooled observations: [kind][dtype][codec] raw and wire bytes of
  * compressed calls, then raw-call link bytes and seconds, then per codec
  * codec bytes and seconds. */
-#define OBS_RATIO (zipcclNumCollKinds * 3 * 2 * 2)
-#define OBS_LEN (OBS_RATIO + 2 + 4)
+#define OBS_RATIO (zipcclNumCollKinds * 3 * ZIPCCL_MODEL_CODECS * 2)
+#define OBS_LEN (OBS_RATIO + 2 + 2 * ZIPCCL_MODEL_CODECS)
 
 zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
                                   const zipcclExecStats* st, int wasAuto) {
@@ -576,11 +586,9 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
     double* obs = m->obs;
     _Static_assert(sizeof m->obs == OBS_LEN * sizeof(double), "obs layout");
     if (c->isNccl) return zipcclSuccess;
-    int di = dtypeIndex(op->dtype), ci = st->codec == zipcclCodecDense;
-    /* The model knows the codecs auto chooses from (fast, dense); calls with
-     * codec f3 would blur fast's ratio and speed, so they are not observed. */
-    if (st->strategy == zipcclStrategyCompressed && st->rawBytes && st->codec != zipcclCodecF3) {
-        double* o = obs + (((int)op->kind * 3 + di) * 2 + ci) * 2;
+    int di = dtypeIndex(op->dtype), ci = codecIndex(st->codec);
+    if (st->strategy == zipcclStrategyCompressed && st->rawBytes) {
+        double* o = obs + (((int)op->kind * 3 + di) * ZIPCCL_MODEL_CODECS + ci) * 2;
         o[0] += (double)st->rawBytes, o[1] += (double)st->wireBytes;
         obs[OBS_RATIO + 2 + 2 * ci] += (double)st->rawBytes * 2;
         obs[OBS_RATIO + 3 + 2 * ci] += st->codecSeconds;
@@ -600,25 +608,23 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
     const double w = 0.3; /* EWMA weight of new evidence */
     for (int k = 0; k < zipcclNumCollKinds; k++)
         for (int d = 0; d < 3; d++)
-            for (int cc = 0; cc < 2; cc++) {
-                double* o = pooled + ((k * 3 + d) * 2 + cc) * 2;
+            for (int cc = 0; cc < ZIPCCL_MODEL_CODECS; cc++) {
+                double* o = pooled + ((k * 3 + d) * ZIPCCL_MODEL_CODECS + cc) * 2;
                 if (o[1] > 0) m->ratio[k][d][cc] = (1 - w) * m->ratio[k][d][cc] + w * o[0] / o[1];
             }
     if (pooled[OBS_RATIO + 1] > 0 && pooled[OBS_RATIO] > 1e6)
         m->beta = (1 - w) * m->beta + w * pooled[OBS_RATIO] / pooled[OBS_RATIO + 1];
-    for (int cc = 0; cc < 2; cc++) {
+    for (int cc = 0; cc < ZIPCCL_MODEL_CODECS; cc++) {
         double b = pooled[OBS_RATIO + 2 + 2 * cc], s = pooled[OBS_RATIO + 3 + 2 * cc];
         if (s <= 0 || b < 1e6) continue;
         /* observed bytes/s over encode+decode; split like the calibration did */
-        double* enc = cc ? &m->encDense : &m->encFast;
-        double* dec = cc ? &m->decDense : &m->decFast;
-        double predicted = 2.0 / (1 / *enc + 1 / *dec), scale = (b / s) / predicted;
-        *enc *= (1 - w) + w * scale;
-        *dec *= (1 - w) + w * scale;
+        double predicted = 2.0 / (1 / m->enc[cc] + 1 / m->dec[cc]), scale = (b / s) / predicted;
+        m->enc[cc] *= (1 - w) + w * scale;
+        m->dec[cc] *= (1 - w) + w * scale;
     }
     applyEnv(m); /* an explicit link override stays in force */
     if (m->log > 1 && c->rank == 0)
         fprintf(stderr, "zipccl: model refined: link %.0f MB/s, fast %.0f/%.0f MB/s\n", m->beta / 1e6,
-                m->encFast / 1e6, m->decFast / 1e6);
+                m->enc[0] / 1e6, m->dec[0] / 1e6);
     return zipcclSuccess;
 }

@@ -9,7 +9,8 @@
 #
 # For each rate: scripts/cluster.sh up HOSTS RATE, zipccl-bench over every
 # collective with bf16 Gaussian data (sigma 0.02), sizes 4 KiB .. MAX (factor
-# 4; 20 timed iterations up to 1 MiB, 5 above), all four strategies, --json,
+# 4; 20 timed iterations up to 1 MiB, 5 above), all four strategies and
+# compressed:f3 (the codec auto may run beside fast and dense), --json,
 # the strategies' timed calls interleaved (zipccl-bench's default order);
 # ReduceScatter and AllReduce in a run of their own that also times the ring
 # design (raw:ring, compressed:ring) beside the default direct one, unless
@@ -85,7 +86,7 @@ for rate in $RATES; do
   want=${COLLS:-allgather,reducescatter,allreduce,alltoall,alltoallv}
   mcolls=$(echo "$want" | tr ',' '\n' | grep -Ev '^(reducescatter|allreduce)$' | paste -sd, -)
   rcolls=$(echo "$want" | tr ',' '\n' | grep -E '^(reducescatter|allreduce)$' | paste -sd, -)
-  mstrats=native,raw,compressed,auto
+  mstrats=native,raw,compressed,auto,compressed:f3 # f3: a codec auto may run (faster, packs less)
   rstrats=$mstrats
   [ "$RING" = 1 ] && rstrats+=,raw:ring,compressed:ring
   oneshot=""

@@ -53,9 +53,13 @@ def load(path):
 
 
 def variant(r):
-    """Series name: the strategy, plus the algorithm when it was forced."""
+    """Series name: the strategy, plus a compressed entry's codec other than
+    fast and the algorithm when it was forced ("compressed/f3", "raw/ring")."""
+    v = r["strategy"]
+    if v == "compressed" and r.get("codec", "default") not in ("default", "fast"):
+        v += "/" + r["codec"]
     a = r.get("algo", "default")
-    return r["strategy"] if a == "default" else "%s/%s" % (r["strategy"], a)
+    return v if a == "default" else "%s/%s" % (v, a)
 
 
 def rate_label(meta):
