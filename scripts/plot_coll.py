@@ -173,6 +173,7 @@ def verdict(sets):
         if rate in ("10gbit", "unthrottled"):
             every = []  # auto / best fixed at every (collective, size)
             eligible = []  # the same, without native reductions (auto never runs them, §7)
+            strategies = []  # auto / best of the fixed strategies as such (native, raw, compressed)
             for coll in COLLS:
                 if coll not in t:
                     continue
@@ -186,6 +187,9 @@ def verdict(sets):
                     name = min(fixed, key=fixed.get)
                     ratio = d["auto"]["time_us"] / fixed[name]
                     every.append(ratio)
+                    plain = [fixed[v] for v in ("native", "raw", "compressed") if v in fixed]
+                    if plain:
+                        strategies.append(d["auto"]["time_us"] / min(plain))
                     if coll in ("reducescatter", "allreduce"):
                         fx = {v: x for v, x in fixed.items() if v != "native"}
                         eligible.append(d["auto"]["time_us"] / min(fx.values()) if fx else ratio)
@@ -214,7 +218,8 @@ def verdict(sets):
                                 sum(abs(x - 1) <= AUTO_SLACK - 1 for x in same), len(same)),
                             "(noise)", "info"))
             if every:
-                for what, ratios in (("best fixed", every), ("best design it may run", eligible)):
+                for what, ratios in (("best fixed", every), ("best design it may run", eligible),
+                                     ("best of native, raw, compressed", strategies)):
                     k = sum(x <= AUTO_SLACK for x in ratios)
                     out.append(("%s all sizes: auto vs %s" % (rate, what),
                                 "median %.3fx, within 3%%: %d of %d, within 10%%: %d" % (
