@@ -84,7 +84,7 @@ for r in rows:
     parts = r.get("picked", "").split("/")
     picked, extra = parts[0].split("+"), [x for p in parts[1:] for x in p.split("+")]
     if r["strategy"] == "auto" and (not picked or not set(picked) <= {"native", "raw", "compressed"}
-                                    or not set(extra) <= {"fast", "dense", "ring", "direct", "oneshot"}):
+                                    or not set(extra) <= {"fast", "dense", "f3", "ring", "direct", "oneshot"}):
         err("%s: auto picked %r" % (tag, r.get("picked")))
 if "compress" in flags:
     # Gaussian data must compress at the largest size, for every collective.
