@@ -110,14 +110,12 @@ static zipcclResult_t checkConfig(const zipcclCallConfig_t* cfg) {
 
 /* ---- executor ------------------------------------------------------------------ */
 
-/* The design a raw or compressed call of `kind` runs when `a` is asked for
- * (zipccl.h: where a design does not apply, the collective runs its own). */
-static zipcclAlgo_t designRun(zipcclCollKind_t kind, zipcclAlgo_t a) {
+zipcclAlgo_t zipcclAlgoRun(zipcclCollKind_t kind, zipcclAlgo_t a) {
     switch (kind) {
     case zipcclCollAllGather: return a == zipcclAlgoOneShot ? a : zipcclAlgoRing;
     case zipcclCollReduceScatter: return a == zipcclAlgoRing ? a : zipcclAlgoDirect;
     case zipcclCollAllReduce: return a == zipcclAlgoDefault ? zipcclAlgoDirect : a;
-    default: return zipcclAlgoDirect; /* the All-to-Alls' pairwise exchange */
+    default: return zipcclAlgoDefault; /* the All-to-Alls' pairwise exchange */
     }
 }
 
@@ -149,7 +147,7 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
     res = zipcclModelDecide(c, op, &cfg);
     st.strategy = cfg.strategy;
     st.codec = cfg.codec;
-    st.algo = designRun(op->kind, cfg.algo);
+    st.algo = zipcclAlgoRun(op->kind, cfg.algo);
     double t1 = zipcclNow();
     if (res == zipcclSuccess) res = runDesign(c, op, cfg.strategy, &st);
     st.totalSeconds = zipcclNow() - t0;

@@ -989,7 +989,7 @@ static zipcclResult_t oneShotBody(Ctx* x, const char* mine, size_t count, char* 
                 x->st->rawBytes += pc * esz;
                 ZIPCCL_TRY(postSend(x, src, bytes, (r + j) % n, makeTag(kind, k, k + 1 == K)));
             }
-            char* place = land + (size_t)r * stride + k * P * esz;
+            char* place = land + (size_t)r * stride + k * P * esz; /* AllGather: our own block */
             if (!counts && place != mine + k * P * esz) memmove(place, mine + k * P * esz, pc * esz);
         }
         int got = 0;

@@ -208,6 +208,7 @@ typedef struct {
     zipcclStrategy_t strategy;
     zipcclCodec_t codec;
     zipcclAlgo_t algo;
+    const char* name; /* for the log */
     double t;
 } Design;
 
@@ -278,16 +279,16 @@ static double estimate(const zipcclModel* m, const struct zipcclComm* c, zipcclC
 /* Every design auto may run; the bucket tables store indices into this. */
 enum { kNumDesigns = 10 };
 static const Design kDesigns[kNumDesigns] = {
-    {zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect, 0},
-    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect, 0},
-    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect, 0},
-    {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoDirect, 0},
-    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoRing, 0},
-    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing, 0},
-    {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoRing, 0},
-    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoOneShot, 0},
-    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoOneShot, 0},
-    {zipcclStrategyCompressed, zipcclCodecF3, zipcclAlgoDirect, 0},
+    {zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect, "native", 0},
+    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect, "raw", 0},
+    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect, "compressed/fast", 0},
+    {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoDirect, "compressed/dense", 0},
+    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoRing, "raw/ring", 0},
+    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing, "compressed/fast/ring", 0},
+    {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoRing, "compressed/dense/ring", 0},
+    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoOneShot, "raw/oneshot", 0},
+    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoOneShot, "compressed/fast/oneshot", 0},
+    {zipcclStrategyCompressed, zipcclCodecF3, zipcclAlgoDirect, "compressed/f3", 0},
 };
 
 static int designId(const Design* d) {
@@ -295,14 +296,6 @@ static int designId(const Design* d) {
         if (kDesigns[i].strategy == d->strategy && kDesigns[i].codec == d->codec && kDesigns[i].algo == d->algo)
             return i;
     return -1;
-}
-
-static const char* designName(const Design* d) {
-    static const char* names[kNumDesigns] = {"native", "raw", "compressed/fast", "compressed/dense",
-                                             "raw/ring", "compressed/fast/ring", "compressed/dense/ring",
-                                             "raw/oneshot", "compressed/fast/oneshot", "compressed/f3"};
-    int i = designId(d);
-    return i < 0 ? "?" : names[i];
 }
 
 static zipcclTuneBucket* tuneBucket(zipcclModel* m, const zipcclOp* op, double total) {
@@ -544,17 +537,17 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
                 zipcclTypeName(op->dtype), total / 1024, c->nranks, zipcclStrategyName(out->strategy),
                 zipcclCodecName(out->codec), zipcclAlgoName(out->algo),
                 why ? why : "model", cand[best].t * 1e3);
-        for (int i = 0; i < nc; i++) fprintf(stderr, " %s %.3f", designName(&cand[i]), cand[i].t * 1e3);
+        for (int i = 0; i < nc; i++) fprintf(stderr, " %s %.3f", cand[i].name, cand[i].t * 1e3);
         const double* r = m->ratio[op->kind][dtypeIndex(op->dtype)];
         fprintf(stderr, "; link %.0f MB/s, ratio fast %.3f dense %.3f f3 %.3f)\n", m->beta / 1e6, r[0], r[1], r[2]);
         if (why) {
             const zipcclTuneBucket* b = tuneBucket(m, op, total);
             fprintf(stderr, "zipccl auto: measured (bucket call %llu):", (unsigned long long)b->calls);
             for (int i = 0; i < b->n; i++) {
-                if (b->runs[i] && b->t[i] > 0) fprintf(stderr, " %s %.3f ms x%d", designName(&kDesigns[b->design[i]]), b->t[i] * 1e3, b->runs[i]);
-                else if (b->runs[i]) fprintf(stderr, " %s %.3f ms on rank 0 x%d", designName(&kDesigns[b->design[i]]),
+                if (b->runs[i] && b->t[i] > 0) fprintf(stderr, " %s %.3f ms x%d", kDesigns[b->design[i]].name, b->t[i] * 1e3, b->runs[i]);
+                else if (b->runs[i]) fprintf(stderr, " %s %.3f ms on rank 0 x%d", kDesigns[b->design[i]].name,
                                              runsMedian(b, i) * 1e3, b->runs[i]);
-                else fprintf(stderr, " %s unmeasured", designName(&kDesigns[b->design[i]]));
+                else fprintf(stderr, " %s unmeasured", kDesigns[b->design[i]].name);
             }
             fprintf(stderr, "\n");
         }

@@ -207,6 +207,11 @@ zipcclResult_t zipcclStrategyParse(const char* name, zipcclStrategy_t* out);
 /* "default" | "ring" | "direct" | "oneshot", and the parse of the last three. */
 const char* zipcclAlgoName(zipcclAlgo_t a);
 zipcclResult_t zipcclAlgoParse(const char* name, zipcclAlgo_t* out);
+/* The design a raw or compressed call of `kind` runs when `requested` is
+ * asked for (see zipcclAlgo_t); zipcclAlgoDefault for the All-to-Alls, whose
+ * one design is a pairwise exchange.  A request applies to `kind` when this
+ * returns it. */
+zipcclAlgo_t zipcclAlgoRun(zipcclCollKind_t kind, zipcclAlgo_t requested);
 /* A collective's codec by name: "fast"|"dense"|"f3" (the codecs that
  * compress); zipcclInvalidArgument otherwise. */
 zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out);

@@ -652,14 +652,6 @@ static void freeShape(Shape* s) {
     free(s->iscounts);
 }
 
-/* Does an entry's own algorithm (addStrat) apply to `kind`? */
-static int algoApplies(zipcclCollKind_t kind, zipcclAlgo_t a) {
-    int reduction = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
-    if (a == zipcclAlgoRing || a == zipcclAlgoDirect) return reduction;
-    if (a == zipcclAlgoOneShot) return kind == zipcclCollAllGather || kind == zipcclCollAllReduce;
-    return 1;
-}
-
 /* The call config of --strategy entry si: its own algorithm and codec,
  * else --algo's and --codec's. */
 static zipcclCallConfig_t entryConfig(const Options* o, int si) {
@@ -954,7 +946,7 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
     /* The entries that apply to this collective (addStrat), by index. */
     int use[MAX_STRATS], ns = 0;
     for (int e = 0; e < o->nstrats; e++)
-        if (algoApplies(kind, o->algos[e])) use[ns++] = e;
+        if (o->algos[e] == zipcclAlgoDefault || zipcclAlgoRun(kind, o->algos[e]) == o->algos[e]) use[ns++] = e;
     const int iters = o->iters;
     double* times = xmalloc((size_t)ns * iters * sizeof(double)); /* [strategy][iteration] */
     zipcclCounters_t sum[MAX_STRATS];
