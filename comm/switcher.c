@@ -63,6 +63,8 @@ enum { kReprobeEvery = 64 };
  * runs cost more and vary less). */
 enum { kRunsSmall = ZIPCCL_TUNE_RUNS, kRunsLarge = 3 };
 static const double kSmallBytes = 1 << 20;
+/* The smallest raw call (bytes this rank sent) whose time refines beta. */
+static const double kBetaMinBytes = 4 << 20;
 /* The one-shot design (AllGather, AllReduce; MPI) is a candidate below
  * kSmallBytes of contribution per rank: it saves latency steps for more
  * bytes on the wire (AllReduce) or more concurrent flows per link
@@ -74,11 +76,26 @@ static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double
  * exploration (bucket calls 19 and 20 with 3 runs, 39 and 40 with 7), then
  * every kReprobeEvery calls. */
 static int reprobeAt(const zipcclTuneBucket* b) { return ZIPCCL_TUNE_CANDS * b->target + 4; }
+/* A number drawn from x (splitmix64's finaliser): the same on every rank. */
+static uint64_t mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
 /* Which of the re-measured pair bucket call `call` runs: 0 the runner-up,
- * 1 the incumbent, -1 neither (a bucket of one candidate has no pair). */
+ * 1 the incumbent, -1 neither (a bucket of one candidate has no pair).
+ * Which of the two goes first is drawn per re-measure, so that neither
+ * always follows the same call (see tuneChoose). */
 static int reprobeSlot(const zipcclTuneBucket* b, uint64_t call) {
     const int64_t k = (int64_t)(call % kReprobeEvery) - reprobeAt(b);
-    return b->n > 1 && (k == 0 || k == 1) ? (int)k : -1;
+    if (b->n <= 1 || (k != 0 && k != 1)) return -1;
+    return (int)(k ^ (int64_t)(mix64(call / kReprobeEvery) & 1));
+}
+/* Is bucket call `call` the second of a re-measured pair (its measurements
+ * are agreed then)? */
+static int reprobeEnds(const zipcclTuneBucket* b, uint64_t call) {
+    return reprobeSlot(b, call) >= 0 && (int64_t)(call % kReprobeEvery) - reprobeAt(b) == 1;
 }
 /* AlltoAllv: an auto call in this many starts a size agreement (a2avTotal);
  * every call did at first, which cost 20-30 us per call (4 ranks, 4-256 KiB,
@@ -347,12 +364,23 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
     uint64_t call = b->calls++;
     int pick = -1;
     const char* why = "exploit";
-    /* Round-robin (fewest runs first): the bucket's first calls also pay for
-     * first touches of buffers and connections, and a burst of load on the
-     * machine lasts a few calls; spreading each design's runs apart keeps
-     * both from landing on all the runs of one design. */
-    for (int i = 0; i < b->n; i++)
-        if (b->runs[i] < b->target && (pick < 0 || b->runs[i] < b->runs[pick])) pick = i, why = "explore";
+    /* Round by round (fewest runs first): the bucket's first calls also pay
+     * for first touches of buffers and connections, and a burst of load on
+     * the machine lasts a few calls; spreading each design's runs apart keeps
+     * both from landing on all the runs of one design.  The first round goes
+     * in the bucket's order (tuneSetup), so its first call runs the fixed
+     * strategy's design the model rates best;
+     * each later round in an order drawn from the round's number (alike on
+     * all ranks): the call before moves a call's time by a few percent
+     * (zipccl-bench's roundOrder), and a fixed order would put each design
+     * behind the same predecessor in every run. */
+    uint64_t key = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (b->runs[i] >= b->target) continue;
+        uint64_t ki = b->runs[i] ? mix64(((uint64_t)b->runs[i] << 8) + (uint64_t)i) : (uint64_t)i;
+        if (pick < 0 || b->runs[i] < b->runs[pick] || (b->runs[i] == b->runs[pick] && ki < key))
+            pick = i, key = ki, why = "explore";
+    }
     const int exploring = pick >= 0;
     int first = 0, second = -1;
     for (int i = 1; i < b->n; i++)
@@ -363,6 +391,7 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
      * exploration (a burst of load may have misled it), then periodically. */
     const int slot = pick < 0 ? reprobeSlot(b, call) : -1;
     if (slot >= 0) pick = slot ? first : second, why = "reprobe";
+    const int pairEnds = slot >= 0 && reprobeEnds(b, call);
     if (pick >= 0) {
         m->probeBucket = b, m->probeCand = pick;
         /* Agree once the exploration is complete or the re-measured pair is
@@ -370,7 +399,7 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
          * unevenly (each measuring call is aligned by its own barrier). */
         int left = 0; /* exploration runs still to do, this one included */
         for (int i = 0; i < b->n; i++) left += b->runs[i] < b->target ? b->target - b->runs[i] : 0;
-        m->probeAgree = exploring ? left == 1 : pick == first; /* the incumbent is re-measured second */
+        m->probeAgree = exploring ? left == 1 : pairEnds;
     } else {
         pick = first;
     }
@@ -586,9 +615,13 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
         obs[OBS_RATIO + 2 + 2 * ci] += (double)st->rawBytes * 2;
         obs[OBS_RATIO + 3 + 2 * ci] += st->codecSeconds;
     }
-    if (st->strategy == zipcclStrategyRaw && st->wireBytes) {
+    /* The link's bandwidth from raw calls large enough for bytes to dominate
+     * their time, less the model's latency of their n-1 messages: counting
+     * small calls whole had taken an unthrottled link's 2.5 GB/s down to
+     * 345 MB/s after a few hundred 16 KiB AlltoAlls. */
+    if (st->strategy == zipcclStrategyRaw && (double)st->wireBytes >= kBetaMinBytes) {
         obs[OBS_RATIO] += (double)st->wireBytes;
-        obs[OBS_RATIO + 1] += fmax(st->totalSeconds - st->codecSeconds, 1e-7);
+        obs[OBS_RATIO + 1] += fmax(st->totalSeconds - st->codecSeconds - (c->nranks - 1) * m->alpha, 1e-7);
     }
     if (!wasAuto) return zipcclSuccess;
     if (m->probeBucket) ZIPCCL_TRY(tuneRecord(c, st->runSeconds)); /* only on MPI communicators */

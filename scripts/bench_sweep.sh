@@ -3,13 +3,15 @@
 # 1 Gbit/s, 10 Gbit/s and unthrottled links; results into docs/.
 #
 #   scripts/bench_sweep.sh [--rates "1gbit 10gbit none"] [--hosts 4]
-#                          [--max 256M] [--max-1gbit 64M] [--iters 5] [--iters-small 20]
+#                          [--max 256M] [--max-1gbit 64M] [--iters 5] [--iters-mid 20]
+#                          [--iters-small 200]
 #                          [--colls allgather,...] [--no-ring] [--no-oneshot] [--no-doc]
 #                          [--burst 256kb] [--reps 1]
 #
 # For each rate: scripts/cluster.sh up HOSTS RATE, zipccl-bench over every
 # collective with bf16 Gaussian data (sigma 0.02), sizes 4 KiB .. MAX (factor
-# 4; 20 timed iterations up to 1 MiB, 5 above), all four strategies and
+# 4; 200 timed iterations up to 1 MiB, 20 at 4-16 MiB, 5 above), all four
+# strategies and
 # compressed:f3 (the codec auto may run beside fast and dense), --json,
 # the strategies' timed calls interleaved (zipccl-bench's default order);
 # ReduceScatter and AllReduce in a run of their own that also times the ring
@@ -39,7 +41,7 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 RATES="1gbit 10gbit none"
-HOSTS=4 MAX=256M MAX1G=64M ITERS=5 ITERS_SMALL=20 COLLS="" RING=1 ONESHOT=1 DOC=1 BURST=256kb REPS=1
+HOSTS=4 MAX=256M MAX1G=64M ITERS=5 ITERS_MID=20 ITERS_SMALL=200 COLLS="" RING=1 ONESHOT=1 DOC=1 BURST=256kb REPS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --rates) RATES=$2; shift 2 ;;
@@ -47,6 +49,7 @@ while [ $# -gt 0 ]; do
     --max) MAX=$2; shift 2 ;;
     --max-1gbit) MAX1G=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
+    --iters-mid) ITERS_MID=$2; shift 2 ;;
     --iters-small) ITERS_SMALL=$2; shift 2 ;;
     --colls) COLLS=$2; shift 2 ;;
     --no-ring) RING=0; shift ;;
@@ -75,7 +78,7 @@ for rate in $RATES; do
   out=docs/bench/coll_$name.jsonl
   max=$MAX; [ "$rate" = 1gbit ] && max=$MAX1G
   load0=$(cut -d' ' -f1-3 /proc/loadavg)
-  echo "== $name: $HOSTS hosts, 4K..$max, iters $ITERS_SMALL/$ITERS, burst $BURST, reps $REPS  (load: $load0)"
+  echo "== $name: $HOSTS hosts, 4K..$max, iters $ITERS_SMALL/$ITERS_MID/$ITERS, burst $BURST, reps $REPS  (load: $load0)"
   ZCL_BURST=$BURST scripts/cluster.sh up "$HOSTS" "$rate" || exit 1
   bw=$(scripts/cluster.sh bw 64 2>&1 | tail -1)
   echo "   $bw"
@@ -92,10 +95,19 @@ for rate in $RATES; do
   oneshot=""
   [ "$ONESHOT" = 1 ] && oneshot=,raw:oneshot,compressed:oneshot # zipccl-bench skips them for the others
   t0=$SECONDS rc=0
-  # Small sizes are noisy (scheduling on a shared machine): more iterations.
+  # Small sizes are noisy (scheduling on a shared machine) and cheap: more
+  # iterations.  Two entries of one design, timed side by side, differed by
+  # 0.88-1.14x with 20 iterations and by 0.97-1.05x with 200 (4 KiB-1 MiB,
+  # unthrottled; docs/BENCHMARKS.md).
   # Fields: first size, last size, iterations, extra strategies.
-  ranges=("4K 1M $ITERS_SMALL $oneshot")
-  [ "$(to_bytes "$max")" -lt $((4 << 20)) ] && ranges=("4K $max $ITERS_SMALL $oneshot") || ranges+=("4M $max $ITERS")
+  ranges=()
+  maxb=$(to_bytes "$max")
+  for r in "4K 1M $ITERS_SMALL $oneshot" "4M 16M $ITERS_MID" "64M 1G $ITERS"; do
+    set -- $r
+    [ "$(to_bytes "$1")" -le "$maxb" ] || continue
+    [ "$(to_bytes "$2")" -le "$maxb" ] || set -- "$1" "$max" "${@:3}"
+    ranges+=("$*")
+  done
   for rg in $(for ((k = 0; k < REPS; k++)); do printf '%s\n' "${ranges[@]// /@}"; done); do
     set -- ${rg//@/ }
     [ "$rc" = 0 ] || break
