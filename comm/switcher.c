@@ -65,12 +65,20 @@ enum { kRunsSmall = ZIPCCL_TUNE_RUNS, kRunsLarge = 3 };
 static const double kSmallBytes = 1 << 20;
 /* The smallest raw call (bytes this rank sent) whose time refines beta. */
 static const double kBetaMinBytes = 4 << 20;
-/* The one-shot design (AllGather, AllReduce; MPI) is a candidate below
- * kSmallBytes of contribution per rank: it saves latency steps for more
- * bytes on the wire (AllReduce) or more concurrent flows per link
- * (AllGather), which only small messages win by. */
+/* The one-shot design (AllGather, AllReduce; MPI) saves latency steps for
+ * more bytes on the wire (AllReduce: n-1 whole buffers per rank) or more
+ * concurrent flows per link (AllGather), which only small messages win by.
+ * It is a candidate below kSmallBytes of contribution per rank for
+ * AllGather, below kOneShotArBytes of buffer for AllReduce: in the repeated
+ * sweeps of docs/BENCHMARKS.md (4 ranks, 10 Gbit/s and unthrottled) one-shot
+ * AllGather was 1.13-1.35x faster than every other design up to 1 MiB but at
+ * 256 KiB (0.98-1.00x), one-shot AllReduce 1.29-1.72x at 4 and 16 KiB and
+ * 0.53-0.60x from 64 KiB. */
+static const double kOneShotArBytes = 64 << 10;
 static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double total) {
-    return (kind == zipcclCollAllGather || kind == zipcclCollAllReduce) && !c->isNccl && total < kSmallBytes;
+    if (c->isNccl) return 0;
+    if (kind == zipcclCollAllGather) return total < kSmallBytes;
+    return kind == zipcclCollAllReduce && total < kOneShotArBytes;
 }
 /* A bucket's first re-measured pair comes soon after its longest possible
  * exploration (bucket calls 19 and 20 with 3 runs, 39 and 40 with 7), then

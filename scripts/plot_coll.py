@@ -267,15 +267,44 @@ def markdown_tables(meta, rows):
     return lines
 
 
+def iteration_tiers(rows):
+    """Timed iterations by size, from the rows: "200 up to 1M, 20 at 4M-16M, 5 above"."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["bytes"], set()).add(r.get("iters"))
+    tiers = []  # [iters, first bytes, last bytes]
+    for b in sorted(by):
+        it = max(i for i in by[b] if i is not None) if any(i is not None for i in by[b]) else None
+        if tiers and tiers[-1][0] == it:
+            tiers[-1][2] = b
+        else:
+            tiers.append([it, b, b])
+    parts = []
+    for k, (it, lo, hi) in enumerate(tiers):
+        span = human(lo) if lo == hi else "%s-%s" % (human(lo), human(hi))
+        if k == 0 and len(tiers) > 1:
+            span = "up to " + human(hi)
+        elif k == len(tiers) - 1 and k > 0:
+            span = "from " + human(lo)
+        parts.append("%s %s%s" % (it, "" if span.startswith(("up", "from")) else "at ", span))
+    return ", ".join(parts)
+
+
 def render_section(sets, pngs, verdict_rows, notes):
     L = ["## Collectives", ""]
     burst = sorted({m.get("burst", "64kb") for m, _ in sets})
+    tiers = {}
+    for m, rows, *_ in sets:
+        tiers.setdefault(iteration_tiers(rows), []).append(rate_label(m))
+    iters = ("timed iterations: " + tiers.popitem()[0] if len(tiers) == 1 else
+             "timed iterations: " + "; ".join("%s: %s" % (", ".join(v), k) for k, v in tiers.items()))
     L.append("Measured with `scripts/bench_sweep.sh`: an emulated cluster of 4 hosts on one machine "
              "(`scripts/cluster.sh`: network namespaces on a bridge, every host link shaped in both "
              "directions with `tbf rate RATE burst %s latency 10ms`), one rank per host, "
              "`zipccl-bench -f 4 -w 1 -d bf16 --dist gaussian --sigma 0.02 --json` over all four "
-             "strategies (20 timed iterations up to 1 MiB, 5 above; the strategies' timed calls "
-             "interleaved round by round, so a burst of load hits them alike), ReduceScatter and "
+             "strategies (%s; the strategies' timed calls interleaved round by round, so a "
+             "burst of load hits them alike: in an order shuffled each round from the sweeps of "
+             "2026-11-30 12:24 UTC on, rotated by one each round before), ReduceScatter and "
              "AllReduce with the ring design's `raw:ring` and `compressed:ring` in the same run. "
              "auto is compared with the fastest of every fixed design timed beside it. Sizes follow nccl-tests: 'bytes' is the whole "
              "output of AllGather, the whole input of ReduceScatter, the buffer of AllReduce and one "
@@ -284,7 +313,7 @@ def render_section(sets, pngs, verdict_rows, notes):
              "#wrong counts elements that differ bit-wise from strategy raw, whose own result is "
              "checked against MPI's collective (AllGather, All-to-Alls) or against the documented "
              "reduction order recomputed by the bench (ReduceScatter, AllReduce); it must be 0. "
-             "Raw data: `docs/bench/coll_<rate>.jsonl`." % "/".join(burst))
+             "Raw data: `docs/bench/coll_<rate>.jsonl`." % ("/".join(burst), iters))
     L.append("")
     if notes:
         L += ["<!-- notes -->", notes.strip("\n"), "<!-- /notes -->", ""]

@@ -17,6 +17,8 @@
  *     and 2.1x once; a miss must repeat in three measurements apart in
  *     time, and then again after a fresh communicator explored anew; not
  *     in the sanitizer build, whose timings say nothing);
+ *   - AllReduce bf16: the one-shot design is explored at 4 KiB and never
+ *     runs at 64 KiB (a candidate below 64 KiB only);
  *   - ZIPCCL_AUTO_EXPLORE=0 gives the pure model: a fresh communicator's
  *     first calls (before any model refinement) all run one strategy.
  * What it leaves out: drift following (the periodic re-measurement).
@@ -160,7 +162,8 @@ static void runCase(zipcclComm_t comm, zipcclCollKind_t kind, zipcclDataType_t d
     return;
 #endif
     /* Rounds: every fixed strategy and auto once each, so drift hits all; the
-     * order rotates so that no one follows the same call every round.  A
+     * order is shuffled each round (the same on every rank) so that no one
+     * follows the same call every round.  A
      * burst of load from other processes can outlast a whole measurement, so
      * a miss is only reported if two more measurements, apart in time,
      * confirm it (the settled design does not change in between). */
@@ -187,9 +190,16 @@ static void runCase(zipcclComm_t comm, zipcclCollKind_t kind, zipcclDataType_t d
             for (int i = 0; i < kAutoCalls; i++) timedCall(&k, zipcclStrategyAuto, &settledOn, &ok);
             if (ok && memcmp(k.got, ref, outN * e)) same = 0;
         }
-        for (int r = 0; r < kRounds; r++)
+        for (int r = 0; r < kRounds; r++) {
+            int order[4] = {0, 1, 2, 3};
+            uint64_t h = 0x9E3779B97F4A7C15ull * (uint64_t)(r + 1 + 16 * attempt);
+            for (int i = slots - 1; i > 0; i--) { /* Fisher-Yates */
+                h = h * 6364136223846793005ull + 1442695040888963407ull;
+                int j = (int)((h >> 33) % (uint64_t)(i + 1)), t = order[i];
+                order[i] = order[j], order[j] = t;
+            }
             for (int j = 0; j < slots; j++) {
-                int f = f0 + (j + r) % slots; /* f == 3: auto */
+                int f = f0 + order[j]; /* f == 3: auto */
                 if (f < 3) {
                     tf[f][r] = timedCall(&k, fixed[f], &ran, &ok);
                     continue;
@@ -199,6 +209,7 @@ static void runCase(zipcclComm_t comm, zipcclCollKind_t kind, zipcclDataType_t d
                 stay &= a == settledOn;
                 if (ok && memcmp(k.got, ref, outN * e)) same = 0;
             }
+        }
         best = 1e30, mAuto = median(ta, kRounds);
         for (int f = f0; f < 3; f++) {
             double m = median(tf[f], kRounds);
@@ -335,6 +346,65 @@ static void testAlltoAllvAgreed(void) {
     free(send), free(got), free(ref);
 }
 
+/* The one-shot AllReduce is a candidate of auto below 64 KiB of buffer only
+ * (switcher.c, oneShotFits: it lost 0.53-0.60x to the other designs from
+ * 64 KiB in the sweeps).  On a communicator whose link is declared slow to
+ * start a message (ZIPCCL_LINK_ALPHA_US=500), where the model rates the
+ * one-shot design, one latency, cheapest at both sizes: per size, a
+ * bucket's exploration and first re-measured pair.  At 4 KiB the one-shot
+ * design runs (a candidate, explored 7 times), at 64 KiB never; every call
+ * equals the raw strategy's result bit for bit (the canonical order all
+ * AllReduce designs share). */
+static void testOneShotCandidacy(void) {
+    if (nranks == 1) return; /* one rank: auto measures nothing */
+    setenv("ZIPCCL_LINK_ALPHA_US", "500", 1);
+    MPI_Comm world = MPI_COMM_WORLD;
+    zipcclComm_t comm = NULL;
+    zipcclResult_t init = zipcclCommInitMpi(&comm, &world);
+    unsetenv("ZIPCCL_LINK_ALPHA_US");
+    if (init != zipcclSuccess) {
+        snprintf(why, sizeof why, "init: %s", zipcclGetLastErrorDetail());
+        report(0, "auto_allreduce_oneshot_comm_init");
+        return;
+    }
+    const size_t counts[2] = {2048, 32768}; /* bf16: 4 and 64 KiB */
+    for (int c = 0; c < 2; c++) {
+        const size_t n = counts[c];
+        uint16_t *in = malloc(n * 2), *got = malloc(n * 2), *ref = malloc(n * 2);
+        fill(in, n, zipcclBfloat16, 900 + (uint64_t)c);
+        int ok = 1, same = 1;
+        zipcclCallConfig_t cfg = ZIPCCL_CALL_CONFIG_DEFAULT;
+        cfg.strategy = zipcclStrategyRaw;
+        if (zipcclAllReduce(in, ref, n, zipcclBfloat16, zipcclSum, comm, &cfg, NULL) != zipcclSuccess) ok = 0;
+        zipcclCounters_t before, after;
+        zipcclCommGetCounters(comm, zipcclCollAllReduce, &before);
+        cfg.strategy = zipcclStrategyAuto;
+        for (int i = 0; i < kAutoCalls && ok; i++) {
+            memset(got, 0xA5, n * 2);
+            zipcclResult_t r = zipcclAllReduce(in, got, n, zipcclBfloat16, zipcclSum, comm, &cfg, NULL);
+            if (r != zipcclSuccess) {
+                snprintf(why, sizeof why, "rank %d call %d: %s", rank, i, zipcclGetLastErrorDetail());
+                ok = 0;
+            } else if (memcmp(got, ref, n * 2) && same) {
+                snprintf(why, sizeof why, "rank %d: auto AllReduce call %d differs from raw", rank, i);
+                same = 0;
+            }
+        }
+        zipcclCommGetCounters(comm, zipcclCollAllReduce, &after);
+        uint64_t oneshot = after.byAlgo[zipcclAlgoOneShot] - before.byAlgo[zipcclAlgoOneShot];
+        int want = c == 0 ? oneshot > 0 : oneshot == 0;
+        if (ok && same && !want)
+            snprintf(why, sizeof why, "%zu KiB: the one-shot design ran %llu of %d auto calls", n * 2 / 1024,
+                     (unsigned long long)oneshot, kAutoCalls);
+        char name[80];
+        snprintf(name, sizeof name, "auto_allreduce_%zuKiB_n%d_oneshot_%s", n * 2 / 1024, nranks,
+                 c == 0 ? "candidate" : "not_candidate");
+        report(ok && same && want, name);
+        free(in), free(got), free(ref);
+    }
+    zipcclCommDestroy(comm);
+}
+
 int main(int argc, char** argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -354,6 +424,7 @@ int main(int argc, char** argv) {
     runCase(comm, zipcclCollReduceScatter, zipcclFloat32, 8192 / (size_t)nranks);
     runCase(comm, zipcclCollReduceScatter, zipcclFloat32, 262144 / (size_t)nranks);
     zipcclCommDestroy(comm);
+    testOneShotCandidacy();
     testAlltoAllvAgreed();
     testExploreOff();
     MPI_Finalize();

@@ -220,6 +220,29 @@ for f in t.bf16 t.safetensors; do
   check "bench_input_${f#t.}" $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/in.err" | tr '\n' ' ')"
 done
 
+# 4b. auto's link bandwidth (the model's beta) is refined from raw calls large
+#     enough for bytes to dominate their time; small raw calls, counted whole,
+#     had taken it down ~10x.  400 raw and auto 64 KiB AlltoAlls on 2 ranks
+#     (ZIPCCL_LOG=2 prints every refinement): the link the model ends with is
+#     at least half of the one it started from.
+mpi 2 -x ZIPCCL_LOG=2 "$BIN" -b 64K -e 64K -n 200 -w 0 --coll alltoall \
+  --strategy raw,auto --json >"$tmp/beta.out" 2>"$tmp/beta.err"
+rc=$?
+msg=$(python3 - "$tmp/beta.err" <<'PYEOF'
+import re, sys
+text = open(sys.argv[1]).read()
+first = re.search(r"link (\d+) MB/s", text)
+refined = re.findall(r"model refined: link (\d+) MB/s", text)
+if not first or not refined:
+    print("no link estimate / refinement in the log"); sys.exit(1)
+a, b = float(first.group(1)), float(refined[-1])
+print("link %.0f MB/s at the start, %.0f MB/s after %d refinements" % (a, b, len(refined)))
+sys.exit(0 if b >= 0.5 * a else 1)
+PYEOF
+)
+v=$?
+check auto_link_estimate_not_dragged_by_small_calls $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/beta.err" | tr '\n' ' ')"
+
 # 5. Bad arguments: exit code 2 and a message naming the problem, also under mpirun.
 bad_case() { # bad_case NAME EXPECTED_WORD ARGS...
   local name=$1 word=$2; shift 2
