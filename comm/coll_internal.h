@@ -57,7 +57,7 @@ typedef struct {
  * bytes)) bucket, the candidate designs and their rank-agreed wall times. */
 #define ZIPCCL_TUNE_BUCKETS 48
 #define ZIPCCL_TUNE_CANDS 5
-#define ZIPCCL_TUNE_RUNS 7 /* the most exploration runs per candidate */
+#define ZIPCCL_TUNE_RUNS 21 /* the most exploration runs per candidate */
 typedef struct {
     int n;                             /* candidates; 0 = bucket not seen yet */
     int target;                        /* runs per candidate when exploring   */

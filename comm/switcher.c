@@ -24,7 +24,7 @@
  * than the gaps between designs, so on MPI communicators the model only
  * nominates: per (collective, dtype, floor(log2 bytes)) bucket a few
  * candidates (the fixed strategies' designs plus the model's plausible
- * others) are each run kRunsSmall or kRunsLarge times, each such call
+ * others) are each run kRunsTiny, kRunsSmall or kRunsLarge times, each such call
  * started on all ranks together (a barrier) and its time agreed across ranks
  * (the max, run by run, then the median of the runs), and then the fastest
  * measured design is run; every kReprobeEvery calls (first at
@@ -57,12 +57,18 @@ enum { kAgreeEvery = 32 }; /* a collective every 8 calls cost ~10% on average at
  * period in bucket calls, and how far (x the model's best estimate) a
  * design beyond the fixed strategies' ones may be and still be tried. */
 enum { kReprobeEvery = 64 };
-/* Runs per candidate while exploring: a bucket below kSmallBytes (calls of
- * ~0.1-2 ms, where the shared 2-core machine moves one design's time by
- * 10-30% from call to call) takes the median of 7, larger ones of 3 (their
- * runs cost more and vary less). */
-enum { kRunsSmall = ZIPCCL_TUNE_RUNS, kRunsLarge = 3 };
-static const double kSmallBytes = 1 << 20;
+/* Runs per candidate while exploring: the median of 21 below kTinyBytes,
+ * of 7 below kSmallBytes, of 3 above (larger calls cost more and vary
+ * less).  Calls below 1 MiB take ~0.1-2 ms, and the shared 2-core machine
+ * moves one design's time by 10-30% from call to call; below 128 KiB a
+ * whole exploration of 7 runs per design lasted a few ms, about one
+ * scheduler time slice, so one slow phase could mislead it.  auto against
+ * the best of native, raw and compressed, AllGather, ReduceScatter,
+ * AlltoAll(v) 4-64 KiB, 4 ranks unthrottled, 200 timed calls, 108 points
+ * each: median 1.067x with 7 runs, 1.043x with 15, 1.032x with 21 (within 3%:
+ * 28, 42, 51); docs/BENCHMARKS.md. */
+enum { kRunsTiny = ZIPCCL_TUNE_RUNS, kRunsSmall = 7, kRunsLarge = 3 };
+static const double kTinyBytes = 128 << 10, kSmallBytes = 1 << 20;
 /* The smallest raw call (bytes this rank sent) whose time refines beta. */
 static const double kBetaMinBytes = 4 << 20;
 /* The one-shot design (AllGather, AllReduce; MPI) saves latency steps for
@@ -81,8 +87,8 @@ static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double
     return kind == zipcclCollAllReduce && total < kOneShotArBytes;
 }
 /* A bucket's first re-measured pair comes soon after its longest possible
- * exploration (bucket calls 19 and 20 with 3 runs, 39 and 40 with 7), then
- * every kReprobeEvery calls. */
+ * exploration (bucket calls 19 and 20 with 3 runs, 39 and 40 with 7, 109
+ * and 110 with 21), then every kReprobeEvery calls. */
 static int reprobeAt(const zipcclTuneBucket* b) { return ZIPCCL_TUNE_CANDS * b->target + 4; }
 /* A number drawn from x (splitmix64's finaliser): the same on every rank. */
 static uint64_t mix64(uint64_t x) {
@@ -95,16 +101,18 @@ static uint64_t mix64(uint64_t x) {
  * 1 the incumbent, -1 neither (a bucket of one candidate has no pair).
  * Which of the two goes first is drawn per re-measure, so that neither
  * always follows the same call (see tuneChoose). */
+static int reprobePhase(const zipcclTuneBucket* b, uint64_t call) {
+    const int64_t k = (int64_t)call - reprobeAt(b);
+    return b->n <= 1 || k < 0 ? -1 : (int)(k % kReprobeEvery);
+}
 static int reprobeSlot(const zipcclTuneBucket* b, uint64_t call) {
-    const int64_t k = (int64_t)(call % kReprobeEvery) - reprobeAt(b);
-    if (b->n <= 1 || (k != 0 && k != 1)) return -1;
-    return (int)(k ^ (int64_t)(mix64(call / kReprobeEvery) & 1));
+    const int p = reprobePhase(b, call);
+    if (p != 0 && p != 1) return -1;
+    return p ^ (int)(mix64((call - (uint64_t)reprobeAt(b)) / kReprobeEvery) & 1);
 }
 /* Is bucket call `call` the second of a re-measured pair (its measurements
  * are agreed then)? */
-static int reprobeEnds(const zipcclTuneBucket* b, uint64_t call) {
-    return reprobeSlot(b, call) >= 0 && (int64_t)(call % kReprobeEvery) - reprobeAt(b) == 1;
-}
+static int reprobeEnds(const zipcclTuneBucket* b, uint64_t call) { return reprobePhase(b, call) == 1; }
 /* AlltoAllv: an auto call in this many starts a size agreement (a2avTotal);
  * every call did at first, which cost 20-30 us per call (4 ranks, 4-256 KiB,
  * unthrottled emulated cluster, against 60-350 us calls). */
@@ -342,7 +350,7 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const Design* cand, int
             order[j] = order[j - 1], order[j - 1] = x;
         }
     b->n = 0;
-    b->target = total < kSmallBytes ? kRunsSmall : kRunsLarge;
+    b->target = total < kTinyBytes ? kRunsTiny : total < kSmallBytes ? kRunsSmall : kRunsLarge;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < nc && b->n < ZIPCCL_TUNE_CANDS; i++) {
             int id = designId(&cand[order[i]]);

@@ -34,9 +34,9 @@
 #include "testutil.h"
 #include "zipccl.h"
 
-/* kAutoCalls: a small bucket's exploration (up to 5 candidates x 7 runs)
- * and its first re-measured pair (calls 39, 40), then kSettled calls. */
-enum { kAutoCalls = 47, kSettled = 6, kRounds = 11 };
+/* kAutoCalls: a bucket's exploration below 128 KiB (up to 5 candidates x 21
+ * runs) and its first re-measured pair (calls 109, 110), then kSettled calls. */
+enum { kAutoCalls = 117, kSettled = 6, kRounds = 11 };
 
 static int rank, nranks;
 static char why[256];
@@ -177,7 +177,7 @@ static void runCase(zipcclComm_t comm, zipcclCollKind_t kind, zipcclDataType_t d
         if (attempt) usleep(200000);
         if (attempt == 3) {
             /* Three misses: the exploration itself may have been misled by
-             * a burst of load (three runs per design).  A fresh communicator
+             * a burst of load (3-21 runs per design).  A fresh communicator
              * explores again; the miss is reported only if the design that
              * one settles on misses three times too. */
             MPI_Comm world = MPI_COMM_WORLD;
@@ -352,7 +352,7 @@ static void testAlltoAllvAgreed(void) {
  * start a message (ZIPCCL_LINK_ALPHA_US=500), where the model rates the
  * one-shot design, one latency, cheapest at both sizes: per size, a
  * bucket's exploration and first re-measured pair.  At 4 KiB the one-shot
- * design runs (a candidate, explored 7 times), at 64 KiB never; every call
+ * design runs (a candidate, explored 21 times), at 64 KiB never; every call
  * equals the raw strategy's result bit for bit (the canonical order all
  * AllReduce designs share). */
 static void testOneShotCandidacy(void) {

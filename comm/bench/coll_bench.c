@@ -75,13 +75,16 @@ enum { DIST_GAUSSIAN, DIST_RANDOM };
 #define MAX_STRATS 12
 
 /* Untimed calls auto needs at one size before it settles (comm/switcher.c):
- * a size bucket explores up to 5 candidate designs, 7 runs each below 1 MiB
- * (the switcher's size: AllGather's per-rank input, the others' whole
- * buffer; so below nranks MiB of the bench's bytes) and 3 runs above, then
- * re-measures a pair at its calls 39 and 40 (19 and 20 with 3 runs);
- * AlltoAllv first runs up to 8 calls on the previous size's agreed bucket. */
+ * a size bucket explores up to 5 candidate designs, 21 runs each below
+ * 128 KiB, 7 below 1 MiB and 3 above (the switcher's size: AllGather's
+ * per-rank input, the others' whole input or buffer, which is the bench's
+ * bytes), then re-measures a pair at its calls 5 * runs + 4 and + 5 (109
+ * and 110, 39 and 40, 19 and 20); AlltoAllv first runs up to 8 calls on the
+ * previous size's agreed bucket. */
 static int autoWarmup(zipcclCollKind_t kind, size_t bytes, int nranks) {
-    int calls = bytes < ((size_t)nranks << 20) ? 41 : 21;
+    size_t size = kind == zipcclCollAllGather ? bytes / (size_t)nranks : bytes;
+    int runs = size < ((size_t)128 << 10) ? 21 : size < ((size_t)1 << 20) ? 7 : 3;
+    int calls = 5 * runs + 6;
     return kind == zipcclCollAlltoAllv ? calls + 8 : calls;
 }
 
