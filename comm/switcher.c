@@ -69,6 +69,7 @@ enum { kReprobeEvery = 64 };
  * 28, 42, 51); docs/BENCHMARKS.md. */
 enum { kRunsTiny = ZIPCCL_TUNE_RUNS, kRunsSmall = 7, kRunsLarge = 3 };
 static const double kTinyBytes = 128 << 10, kSmallBytes = 1 << 20;
+static int tuneRuns(double total) { return total < kTinyBytes ? kRunsTiny : total < kSmallBytes ? kRunsSmall : kRunsLarge; }
 /* The smallest raw call (bytes this rank sent) whose time refines beta. */
 static const double kBetaMinBytes = 4 << 20;
 /* The one-shot design (AllGather, AllReduce; MPI) saves latency steps for
@@ -89,7 +90,8 @@ static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double
 /* A bucket's first re-measured pair comes soon after its longest possible
  * exploration (bucket calls 19 and 20 with 3 runs, 39 and 40 with 7, 109
  * and 110 with 21), then every kReprobeEvery calls. */
-static int reprobeAt(const zipcclTuneBucket* b) { return ZIPCCL_TUNE_CANDS * b->target + 4; }
+static int firstReprobe(int runs) { return ZIPCCL_TUNE_CANDS * runs + 4; }
+static int reprobeAt(const zipcclTuneBucket* b) { return firstReprobe(b->target); }
 /* A number drawn from x (splitmix64's finaliser): the same on every rank. */
 static uint64_t mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -110,13 +112,15 @@ static int reprobeSlot(const zipcclTuneBucket* b, uint64_t call) {
     if (p != 0 && p != 1) return -1;
     return p ^ (int)(mix64((call - (uint64_t)reprobeAt(b)) / kReprobeEvery) & 1);
 }
-/* Is bucket call `call` the second of a re-measured pair (its measurements
- * are agreed then)? */
-static int reprobeEnds(const zipcclTuneBucket* b, uint64_t call) { return reprobePhase(b, call) == 1; }
 /* AlltoAllv: an auto call in this many starts a size agreement (a2avTotal);
  * every call did at first, which cost 20-30 us per call (4 ranks, 4-256 KiB,
  * unthrottled emulated cluster, against 60-350 us calls). */
 enum { kA2avEvery = 8 };
+
+int zipcclAutoWarmupCalls(zipcclCollKind_t kind, size_t bytes) {
+    const int calls = firstReprobe(tuneRuns((double)bytes)) + 2; /* through the first re-measured pair */
+    return kind == zipcclCollAlltoAllv ? calls + kA2avEvery : calls;
+}
 static const double kPlausible = 2.0;
 /* Model constants per compressed frame: frame + chunk headers and chunk
  * table (16 + 8 + 4 bytes for one chunk), and encode + decode overhead. */
@@ -350,7 +354,7 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const Design* cand, int
             order[j] = order[j - 1], order[j - 1] = x;
         }
     b->n = 0;
-    b->target = total < kTinyBytes ? kRunsTiny : total < kSmallBytes ? kRunsSmall : kRunsLarge;
+    b->target = tuneRuns(total);
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < nc && b->n < ZIPCCL_TUNE_CANDS; i++) {
             int id = designId(&cand[order[i]]);
@@ -407,7 +411,7 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
      * exploration (a burst of load may have misled it), then periodically. */
     const int slot = pick < 0 ? reprobeSlot(b, call) : -1;
     if (slot >= 0) pick = slot ? first : second, why = "reprobe";
-    const int pairEnds = slot >= 0 && reprobeEnds(b, call);
+    const int pairEnds = slot >= 0 && reprobePhase(b, call) == 1; /* agreed after the pair's second call */
     if (pick >= 0) {
         m->probeBucket = b, m->probeCand = pick;
         /* Agree once the exploration is complete or the re-measured pair is

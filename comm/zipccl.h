@@ -212,6 +212,13 @@ zipcclResult_t zipcclAlgoParse(const char* name, zipcclAlgo_t* out);
  * one design is a pairwise exchange.  A request applies to `kind` when this
  * returns it. */
 zipcclAlgo_t zipcclAlgoRun(zipcclCollKind_t kind, zipcclAlgo_t requested);
+/* How many auto calls of one size an MPI communicator spends measuring before
+ * it settles (exploration and the first re-measured pair; AlltoAllv also
+ * the calls that still run the previous size's agreed design), for
+ * benchmarks that time auto once settled.  `bytes` is the size auto files a
+ * call under: AllGather's per-rank input, ReduceScatter's and the
+ * All-to-Alls' per-rank input, AllReduce's buffer. */
+int zipcclAutoWarmupCalls(zipcclCollKind_t kind, size_t bytes);
 /* A collective's codec by name: "fast"|"dense"|"f3" (the codecs that
  * compress); zipcclInvalidArgument otherwise. */
 zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out);

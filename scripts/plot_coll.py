@@ -268,36 +268,37 @@ def markdown_tables(meta, rows):
 
 
 def iteration_tiers(rows):
-    """Timed iterations by size, from the rows: "200 up to 1M, 20 at 4M-16M, 5 above"."""
+    """Timed iterations by size, from the rows: "200 up to 1M, 20 at 4M-16M, 5 from 64M"."""
     by = {}
     for r in rows:
-        by.setdefault(r["bytes"], set()).add(r.get("iters"))
+        if r.get("iters") is not None:
+            by[r["bytes"]] = max(by.get(r["bytes"], 0), r["iters"])
     tiers = []  # [iters, first bytes, last bytes]
     for b in sorted(by):
-        it = max(i for i in by[b] if i is not None) if any(i is not None for i in by[b]) else None
-        if tiers and tiers[-1][0] == it:
+        if tiers and tiers[-1][0] == by[b]:
             tiers[-1][2] = b
         else:
-            tiers.append([it, b, b])
+            tiers.append([by[b], b, b])
     parts = []
     for k, (it, lo, hi) in enumerate(tiers):
-        span = human(lo) if lo == hi else "%s-%s" % (human(lo), human(hi))
-        if k == 0 and len(tiers) > 1:
+        if len(tiers) > 1 and k == 0:
             span = "up to " + human(hi)
-        elif k == len(tiers) - 1 and k > 0:
+        elif len(tiers) > 1 and k == len(tiers) - 1:
             span = "from " + human(lo)
-        parts.append("%s %s%s" % (it, "" if span.startswith(("up", "from")) else "at ", span))
+        else:
+            span = "at " + (human(lo) if lo == hi else "%s-%s" % (human(lo), human(hi)))
+        parts.append("%d %s" % (it, span))
     return ", ".join(parts)
 
 
 def render_section(sets, pngs, verdict_rows, notes):
     L = ["## Collectives", ""]
     burst = sorted({m.get("burst", "64kb") for m, _ in sets})
-    tiers = {}
-    for m, rows, *_ in sets:
+    tiers = {}  # tier text -> the rates timed that way
+    for m, rows in sets:
         tiers.setdefault(iteration_tiers(rows), []).append(rate_label(m))
-    iters = ("timed iterations: " + tiers.popitem()[0] if len(tiers) == 1 else
-             "timed iterations: " + "; ".join("%s: %s" % (", ".join(v), k) for k, v in tiers.items()))
+    iters = "timed iterations: " + (next(iter(tiers)) if len(tiers) == 1 else
+                                    "; ".join("%s: %s" % (", ".join(v), k) for k, v in tiers.items()))
     L.append("Measured with `scripts/bench_sweep.sh`: an emulated cluster of 4 hosts on one machine "
              "(`scripts/cluster.sh`: network namespaces on a bridge, every host link shaped in both "
              "directions with `tbf rate RATE burst %s latency 10ms`), one rank per host, "

@@ -74,18 +74,11 @@ static void* xmalloc(size_t n) {
 enum { DIST_GAUSSIAN, DIST_RANDOM };
 #define MAX_STRATS 12
 
-/* Untimed calls auto needs at one size before it settles (comm/switcher.c):
- * a size bucket explores up to 5 candidate designs, 21 runs each below
- * 128 KiB, 7 below 1 MiB and 3 above (the switcher's size: AllGather's
- * per-rank input, the others' whole input or buffer, which is the bench's
- * bytes), then re-measures a pair at its calls 5 * runs + 4 and + 5 (109
- * and 110, 39 and 40, 19 and 20); AlltoAllv first runs up to 8 calls on the
- * previous size's agreed bucket. */
+/* Untimed calls auto needs at one size before it settles (the library's
+ * count, for the size auto files the call under: AllGather's per-rank
+ * input, for the others the bench's bytes). */
 static int autoWarmup(zipcclCollKind_t kind, size_t bytes, int nranks) {
-    size_t size = kind == zipcclCollAllGather ? bytes / (size_t)nranks : bytes;
-    int runs = size < ((size_t)128 << 10) ? 21 : size < ((size_t)1 << 20) ? 7 : 3;
-    int calls = 5 * runs + 6;
-    return kind == zipcclCollAlltoAllv ? calls + 8 : calls;
+    return zipcclAutoWarmupCalls(kind, kind == zipcclCollAllGather ? bytes / (size_t)nranks : bytes);
 }
 
 typedef struct {
