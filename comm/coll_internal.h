@@ -68,6 +68,8 @@ typedef struct {
     double last[ZIPCCL_TUNE_CANDS];    /* re-measured pair: this rank's seconds, 0 = not in it */
     double t[ZIPCCL_TUNE_CANDS];       /* agreed seconds (see switcher.c)     */
     uint64_t calls;                    /* auto calls in this bucket           */
+    uint64_t pairAt;                   /* bucket call of the next re-measured pair */
+    int pairEvery;                     /* bucket calls from that pair to the next */
 } zipcclTuneBucket;
 
 /* Cost-model state (switcher.c).  Every field is identical on all ranks. */
@@ -85,6 +87,7 @@ typedef struct {
     /* Local observations since the last agreement (switcher.c lays it out). */
     double obs[zipcclNumCollKinds * 3 * ZIPCCL_MODEL_CODECS * 2 + 2 + 2 * ZIPCCL_MODEL_CODECS];
     uint64_t autoCalls;
+    double agreeBytes;   /* auto calls' bytes since the last agreement     */
     int log;
     int explore;         /* measured selection on (ZIPCCL_AUTO_EXPLORE != 0)  */
     zipcclTuneBucket tune[zipcclNumCollKinds][3][ZIPCCL_TUNE_BUCKETS];

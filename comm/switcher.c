@@ -15,8 +15,9 @@
  * Gaussian figures in DESIGN.md.  A wrong choice across ranks would
  * deadlock, so every model input is identical on all ranks: calibration
  * results are broadcast / all-reduced at creation, and observations from
- * calls are pooled with one small MPI_Allreduce every kAgreeEvery auto calls
- * before they change the model.  AlltoAllv's size is rank-local: every
+ * calls are pooled with one small MPI_Allreduce before they change the
+ * model: at an auto call that is a multiple of kAgreeEvery once
+ * kAgreeBytes have passed since the last pooling.  AlltoAllv's size is rank-local: every
  * kA2avEvery-th auto call starts a non-blocking agreement on the largest
  * rank's size and the calls after it decide from that (a2avTotal).
  *
@@ -27,9 +28,10 @@
  * others) are each run kRunsTiny, kRunsSmall or kRunsLarge times, each such call
  * started on all ranks together (a barrier) and its time agreed across ranks
  * (the max, run by run, then the median of the runs), and then the fastest
- * measured design is run; every kReprobeEvery calls (first at
- * the bucket's call reprobeAt) the runner-up and the incumbent are
- * re-measured so a misled exploration is corrected and drift is followed.
+ * measured design is run; the runner-up and the incumbent are re-measured
+ * (first at the bucket's call reprobeAt, then kReprobeEvery calls later, the
+ * spacing doubling up to kReprobeMost while they keep the incumbent) so a
+ * misled exploration is corrected and drift is followed.
  * The measurements are agreed and the bucket's call sequence is the same on
  * all ranks, so the choice stays identical everywhere.
  *
@@ -52,11 +54,23 @@
 
 #include "coll_internal.h"
 
-enum { kAgreeEvery = 32 }; /* a collective every 8 calls cost ~10% on average at 4 KiB */
+/* Pooling observations is a blocking MPI_Allreduce inside an auto call:
+ * ~250 us on the 4-rank emulated cluster, more than a whole 16 KiB
+ * AlltoAll.  Small calls teach the model little (the link is refined only
+ * from calls of kBetaMinBytes, the codec from 1 MB pooled), so the pooling
+ * waits for kAgreeBytes of calls: every 2048 calls at 4 KiB, 128 at 64
+ * KiB, 32 from 256 KiB (every 8 calls had cost ~10% on average at 4 KiB). */
+enum { kAgreeEvery = 32 };
+static const double kAgreeBytes = 8 << 20;
 /* Measured selection: runs per candidate before exploiting, the re-measure
- * period in bucket calls, and how far (x the model's best estimate) a
- * design beyond the fixed strategies' ones may be and still be tried. */
-enum { kReprobeEvery = 64 };
+ * spacing in bucket calls, and how far (x the model's best estimate) a
+ * design beyond the fixed strategies' ones may be and still be tried.  A
+ * re-measured pair costs two calls started from a barrier and one
+ * agreement (~0.7 ms on the emulated cluster): every 64 calls that was ~7
+ * us per 16 KiB call, 4% of its time.  So while pairs keep the incumbent
+ * the spacing doubles, up to kReprobeMost, and one that changes it brings
+ * it back to kReprobeEvery. */
+enum { kReprobeEvery = 64, kReprobeMost = 1024 };
 /* Runs per candidate while exploring: the median of 21 below kTinyBytes,
  * of 7 below kSmallBytes, of 3 above (larger calls cost more and vary
  * less).  Calls below 1 MiB take ~0.1-2 ms, and the shared 2-core machine
@@ -89,7 +103,7 @@ static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double
 }
 /* A bucket's first re-measured pair comes soon after its longest possible
  * exploration (bucket calls 19 and 20 with 3 runs, 39 and 40 with 7, 109
- * and 110 with 21), then every kReprobeEvery calls. */
+ * and 110 with 21); tuneRecord schedules the ones after it (pairAt). */
 static int firstReprobe(int runs) { return ZIPCCL_TUNE_CANDS * runs + 4; }
 static int reprobeAt(const zipcclTuneBucket* b) { return firstReprobe(b->target); }
 /* A number drawn from x (splitmix64's finaliser): the same on every rank. */
@@ -104,13 +118,11 @@ static uint64_t mix64(uint64_t x) {
  * Which of the two goes first is drawn per re-measure, so that neither
  * always follows the same call (see tuneChoose). */
 static int reprobePhase(const zipcclTuneBucket* b, uint64_t call) {
-    const int64_t k = (int64_t)call - reprobeAt(b);
-    return b->n <= 1 || k < 0 ? -1 : (int)(k % kReprobeEvery);
+    return b->n <= 1 || call < b->pairAt || call > b->pairAt + 1 ? -1 : (int)(call - b->pairAt);
 }
 static int reprobeSlot(const zipcclTuneBucket* b, uint64_t call) {
     const int p = reprobePhase(b, call);
-    if (p != 0 && p != 1) return -1;
-    return p ^ (int)(mix64((call - (uint64_t)reprobeAt(b)) / kReprobeEvery) & 1);
+    return p < 0 ? -1 : p ^ (int)(mix64(b->pairAt) & 1);
 }
 /* AlltoAllv: an auto call in this many starts a size agreement (a2avTotal);
  * every call did at first, which cost 20-30 us per call (4 ranks, 4-256 KiB,
@@ -355,6 +367,7 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const Design* cand, int
         }
     b->n = 0;
     b->target = tuneRuns(total);
+    b->pairAt = (uint64_t)reprobeAt(b), b->pairEvery = kReprobeEvery;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < nc && b->n < ZIPCCL_TUNE_CANDS; i++) {
             int id = designId(&cand[order[i]]);
@@ -363,6 +376,14 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const Design* cand, int
             b->design[b->n] = id, b->runs[b->n] = 0, b->t[b->n] = 0, b->last[b->n] = 0;
             b->n++;
         }
+}
+
+/* The candidate with the smallest agreed time (the incumbent). */
+static int fastest(const zipcclTuneBucket* b) {
+    int first = 0;
+    for (int i = 1; i < b->n; i++)
+        if (b->t[i] < b->t[first]) first = i;
+    return first;
 }
 
 /* Will the bucket's next auto call be measured (exploration not complete, or
@@ -402,9 +423,7 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
             pick = i, key = ki, why = "explore";
     }
     const int exploring = pick >= 0;
-    int first = 0, second = -1;
-    for (int i = 1; i < b->n; i++)
-        if (b->t[i] < b->t[first]) first = i;
+    int first = fastest(b), second = -1;
     for (int i = 0; i < b->n; i++)
         if (i != first && (second < 0 || b->t[i] < b->t[second])) second = i;
     /* Re-measure the runner-up, then the incumbent: first soon after the
@@ -481,7 +500,13 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
             b->last[q] = 0;
         }
     }
+    const int before = fastest(b);
     for (int q = 0; q < b->n; q++) b->t[q] = lowerMedian(b->seen[q], b->target);
+    if (!exploring) { /* the re-measured pair is in: when is the next one */
+        b->pairEvery = fastest(b) == before ? (b->pairEvery * 2 < kReprobeMost ? b->pairEvery * 2 : kReprobeMost)
+                                            : kReprobeEvery;
+        b->pairAt += (uint64_t)b->pairEvery;
+    }
     return zipcclSuccess;
 }
 
@@ -549,6 +574,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     }
     default: total = (double)(op->count * esz); break;
     }
+    m->agreeBytes += total; /* the same on every rank (AlltoAllv: the agreed size) */
     int reduce = op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce;
     Design cand[kNumDesigns];
     int nc = 0;
@@ -645,7 +671,8 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
     }
     if (!wasAuto) return zipcclSuccess;
     if (m->probeBucket) ZIPCCL_TRY(tuneRecord(c, st->runSeconds)); /* only on MPI communicators */
-    if (++m->autoCalls % kAgreeEvery) return zipcclSuccess;
+    if (++m->autoCalls % kAgreeEvery || m->agreeBytes < kAgreeBytes) return zipcclSuccess;
+    m->agreeBytes = 0;
     /* Same call index on every rank: pool, then update the shared model. */
     double pooled[OBS_LEN];
     ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, obs, pooled, OBS_LEN, MPI_DOUBLE, MPI_SUM,

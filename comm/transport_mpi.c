@@ -101,15 +101,32 @@ zipcclResult_t zipcclMpiAllreduceTimed(struct zipcclComm* c, const void* in, voi
     return zipcclMpiWaitAll(c, 1, &req, what, NULL);
 }
 
-/* A barrier whose ranks leave it as soon as it completes: it aligns the
- * switcher's measuring calls, and a rank napping in zipcclIdle when the last
- * peer arrives wakes up late (on the shared 2-core machine that put ~1 ms
- * into 0.3 ms AllGather measurements). */
+/* The barrier that starts each of the switcher's measuring calls, so that
+ * its time is measured as zipccl-bench (like nccl-tests) times calls: from
+ * MPI_Barrier.  How the ranks leave the barrier moves what is measured.
+ * AlltoAll(v) 4-64 KiB, 4 ranks, unthrottled emulated cluster, medians over
+ * 20 runs per point (docs/bench/auto_barrier_variants.jsonl):
+ *   barrier before a measuring call   auto measured raw/native  auto settled on
+ *   MPI_Ibarrier, waited yielding     0.99-1.06x                native 78 of 120
+ *   MPI_Barrier                       0.85-0.93x                raw 96 of 120
+ * while the benchmark's own calls had raw at 0.84-0.94x native's time.  An
+ * Ibarrier waited by busy polling, or a dissemination barrier of our own,
+ * measured like the Ibarrier (6 runs each); the Ibarrier followed by
+ * MPI_Barrier, below, like MPI_Barrier (0.85-0.95x, raw 57 of 72; 12 runs).
+ * MPI_Barrier cannot time out, so an MPI_Ibarrier waited with the
+ * communicator's timeout comes first: once it completes on a rank, every
+ * rank has entered this function and goes on into the MPI_Barrier, which
+ * then waits for no rank that is elsewhere.  (A peer that dies in between
+ * ends the job, as in any MPI call; one whose own Ibarrier wait times out at
+ * that very moment breaks its communicator and returns the error to the
+ * application.) */
 zipcclResult_t zipcclMpiBarrierTimed(struct zipcclComm* c, const char* what) {
     MPI_Request req;
     int err = MPI_Ibarrier(c->mpi, &req);
     if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
-    return waitReqs(c, 1, &req, what, NULL, 1);
+    ZIPCCL_TRY(waitReqs(c, 1, &req, what, NULL, 1));
+    err = MPI_Barrier(c->mpi);
+    return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, what);
 }
 
 /* ---- bf16 / fp16 sums for the native path -------------------------------- */

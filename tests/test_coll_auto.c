@@ -235,7 +235,8 @@ static void runCase(zipcclComm_t comm, zipcclCollKind_t kind, zipcclDataType_t d
 }
 
 /* With ZIPCCL_AUTO_EXPLORE=0 auto is the model alone, which is frozen until
- * its first refinement (the 32nd auto call): the first 7 calls agree. */
+ * its first refinement (at the earliest the 32nd auto call): the first 7
+ * calls agree. */
 static void testExploreOff(void) {
     setenv("ZIPCCL_AUTO_EXPLORE", "0", 1);
     zipcclComm_t comm;
