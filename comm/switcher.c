@@ -16,10 +16,11 @@
  * deadlock, so every model input is identical on all ranks: calibration
  * results are broadcast / all-reduced at creation, and observations from
  * calls are pooled with one small MPI_Allreduce before they change the
- * model: at an auto call that is a multiple of kAgreeEvery once
- * kAgreeBytes have passed since the last pooling.  AlltoAllv's size is rank-local: every
- * kA2avEvery-th auto call starts a non-blocking agreement on the largest
- * rank's size and the calls after it decide from that (a2avTotal).
+ * model: at an auto call that is a multiple of kAgreeEvery once kAgreeBytes
+ * of auto calls have passed since the last pooling.  AlltoAllv's size is
+ * rank-local: every kA2avEvery-th auto call starts a non-blocking agreement
+ * on the largest rank's size and the calls after it decide from that
+ * (a2avTotal).
  *
  * On a shared, CPU-bound machine the model's inputs are often wrong by more
  * than the gaps between designs, so on MPI communicators the model only
@@ -29,9 +30,10 @@
  * started on all ranks together (a barrier) and its time agreed across ranks
  * (the max, run by run, then the median of the runs), and then the fastest
  * measured design is run; the runner-up and the incumbent are re-measured
- * (first at the bucket's call reprobeAt, then kReprobeEvery calls later, the
- * spacing doubling up to kReprobeMost while they keep the incumbent) so a
- * misled exploration is corrected and drift is followed.
+ * in pairs (first at the bucket's call reprobeAt; the next kReprobeEvery
+ * calls after a pair that changed the incumbent, twice the spacing before,
+ * at most kReprobeMost, after one that kept it) so a misled exploration is
+ * corrected and drift is followed.
  * The measurements are agreed and the bucket's call sequence is the same on
  * all ranks, so the choice stays identical everywhere.
  *
@@ -67,9 +69,9 @@ static const double kAgreeBytes = 8 << 20;
  * design beyond the fixed strategies' ones may be and still be tried.  A
  * re-measured pair costs two calls started from a barrier and one
  * agreement (~0.7 ms on the emulated cluster): every 64 calls that was ~7
- * us per 16 KiB call, 4% of its time.  So while pairs keep the incumbent
- * the spacing doubles, up to kReprobeMost, and one that changes it brings
- * it back to kReprobeEvery. */
+ * us per 16 KiB call, 4% of its time.  So each pair that keeps the
+ * incumbent doubles the spacing to the next (from kReprobeEvery, at most
+ * kReprobeMost), and one that changes it brings it back to kReprobeEvery. */
 enum { kReprobeEvery = 64, kReprobeMost = 1024 };
 /* Runs per candidate while exploring: the median of 21 below kTinyBytes,
  * of 7 below kSmallBytes, of 3 above (larger calls cost more and vary
