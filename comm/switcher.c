@@ -30,7 +30,7 @@
  * started on all ranks together (a barrier) and its time agreed across ranks
  * (the max, run by run, then the median of the runs), and then the fastest
  * measured design is run; the runner-up and the incumbent are re-measured
- * in pairs (first at the bucket's call reprobeAt; the next kReprobeEvery
+ * in pairs (first at the bucket's call firstReprobe; the next kReprobeEvery
  * calls after a pair that changed the incumbent, twice the spacing before,
  * at most kReprobeMost, after one that kept it) so a misled exploration is
  * corrected and drift is followed.
@@ -107,7 +107,6 @@ static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double
  * exploration (bucket calls 19 and 20 with 3 runs, 39 and 40 with 7, 109
  * and 110 with 21); tuneRecord schedules the ones after it (pairAt). */
 static int firstReprobe(int runs) { return ZIPCCL_TUNE_CANDS * runs + 4; }
-static int reprobeAt(const zipcclTuneBucket* b) { return firstReprobe(b->target); }
 /* A number drawn from x (splitmix64's finaliser): the same on every rank. */
 static uint64_t mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -369,7 +368,7 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const Design* cand, int
         }
     b->n = 0;
     b->target = tuneRuns(total);
-    b->pairAt = (uint64_t)reprobeAt(b), b->pairEvery = kReprobeEvery;
+    b->pairAt = (uint64_t)firstReprobe(b->target), b->pairEvery = kReprobeEvery;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < nc && b->n < ZIPCCL_TUNE_CANDS; i++) {
             int id = designId(&cand[order[i]]);
@@ -380,11 +379,15 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const Design* cand, int
         }
 }
 
-/* The candidate with the smallest agreed time (the incumbent). */
-static int fastest(const zipcclTuneBucket* b) {
-    int first = 0;
+/* The candidate with the smallest agreed time (the incumbent), and in
+ * *second the next one (-1 in a bucket of one candidate). */
+static int fastest(const zipcclTuneBucket* b, int* second) {
+    int first = 0, next = -1;
     for (int i = 1; i < b->n; i++)
         if (b->t[i] < b->t[first]) first = i;
+    for (int i = 0; i < b->n; i++)
+        if (i != first && (next < 0 || b->t[i] < b->t[next])) next = i;
+    if (second) *second = next;
     return first;
 }
 
@@ -425,9 +428,8 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
             pick = i, key = ki, why = "explore";
     }
     const int exploring = pick >= 0;
-    int first = fastest(b), second = -1;
-    for (int i = 0; i < b->n; i++)
-        if (i != first && (second < 0 || b->t[i] < b->t[second])) second = i;
+    int second;
+    const int first = fastest(b, &second);
     /* Re-measure the runner-up, then the incumbent: first soon after the
      * exploration (a burst of load may have misled it), then periodically. */
     const int slot = pick < 0 ? reprobeSlot(b, call) : -1;
@@ -502,11 +504,11 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
             b->last[q] = 0;
         }
     }
-    const int before = fastest(b);
+    const int before = fastest(b, NULL);
     for (int q = 0; q < b->n; q++) b->t[q] = lowerMedian(b->seen[q], b->target);
     if (!exploring) { /* the re-measured pair is in: when is the next one */
-        b->pairEvery = fastest(b) == before ? (b->pairEvery * 2 < kReprobeMost ? b->pairEvery * 2 : kReprobeMost)
-                                            : kReprobeEvery;
+        const int doubled = 2 * b->pairEvery < kReprobeMost ? 2 * b->pairEvery : kReprobeMost;
+        b->pairEvery = fastest(b, NULL) == before ? doubled : kReprobeEvery;
         b->pairAt += (uint64_t)b->pairEvery;
     }
     return zipcclSuccess;
