@@ -305,6 +305,9 @@ zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm) {
         return zipcclSetError(zipcclUnsupported, "MPI_TAG_UB %d is below the 2^24 ZipCCL tags need",
                               flag ? *tagUb : -1);
     }
+    /* AlltoAllv's tags carry the sender's size bucket in bits 23..28
+     * (coll_algos.c) where the bound allows; Open MPI's is 2^31-1. */
+    c->tagSizes = *tagUb >= (1 << 29) - 1;
     c->model.log = 0;
     const char* lg = getenv("ZIPCCL_LOG");
     if (lg && *lg) c->model.log = atoi(lg);

@@ -123,9 +123,16 @@ static void finalize(void* out, const float* acc, size_t count, zipcclDataType_t
 enum { kSlotInput = 0, kSlotReqs, kSlotRecv, kSlotSend, kSlotAcc, kSlotBlock, kSlotTmp, kSlotFlags };
 
 /* Tags: collective kind in bits 20..22, last-piece flag in bit 19, piece (or
- * step*pieces+piece on the ring) in bits 0..18.  Open MPI's tag bound is
- * 2^31-1; coll.c checks MPI_TAG_UB at communicator creation. */
+ * step*pieces+piece on the ring) in bits 0..18.  AlltoAllv's messages also
+ * carry the sender's size word in bits 23..28 where MPI_TAG_UB allows
+ * (c->tagSizes): 1 + the size bucket of all the bytes it sends in the call,
+ * so every rank learns every rank's bucket from the messages it receives
+ * anyway, and auto needs no extra collective to notice that the largest
+ * one has moved (switcher.c, a2avTotal).  Open MPI's tag bound is 2^31-1;
+ * coll.c checks MPI_TAG_UB at communicator creation. */
 #define TAG_LAST (1 << 19)
+#define TAG_SIZE_SHIFT 23
+#define TAG_CORE_MASK ((1 << TAG_SIZE_SHIFT) - 1)
 #define TAG_INDEX_MAX ((size_t)1 << 19)
 #define TAG_BAD_INDEX (TAG_INDEX_MAX - 1) /* a poisoned piece passed on (AllGather ring) */
 
@@ -142,6 +149,7 @@ typedef struct {
     zipcclExecStats* st;
     const char* what;
     int compressed; /* our messages are codec frames                        */
+    int sizeWord;   /* AlltoAllv: the largest size word seen (ours included) */
     zipcclCodecParams_t params;
     double t0;
     /* Outstanding requests: receives first (all posted before any send),
@@ -558,6 +566,9 @@ static void alltoallTake(Ctx* x, int got, char* recvbuf, const size_t* recvcount
     const size_t esz = zipcclTypeSize(dt);
     for (int g = 0; g < got; g++) {
         const RecvRec* rc = &x->rec[x->idx[g]];
+        const int word = x->stats[g].MPI_TAG >> TAG_SIZE_SHIFT;
+        if (word > x->sizeWord) x->sizeWord = word;
+        x->stats[g].MPI_TAG &= TAG_CORE_MASK;
         size_t cnt = recvcounts[rc->peer], Ks = minOne && cnt == 0 ? 1 : numPieces(cnt, P);
         size_t pcs = pieceLen(cnt, P, rc->piece);
         if (softFail(x, verify(x, g, makeTag(x->op->kind, rc->piece, rc->piece + 1 == Ks), pcs, dt))) continue;
@@ -616,6 +627,15 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
                                    x->what, r, r, sendcounts[r], r, recvcounts[r]));
     if (n == 1 && copySelf) memmove(selfDst, selfSrc, sendcounts[r] * esz);
 
+    /* AlltoAllv: our size word goes on every message (see TAG_SIZE_SHIFT). */
+    int sizeTag = 0;
+    if (kind == zipcclCollAlltoAllv && c->tagSizes) {
+        double mine = 0;
+        for (int d = 0; d < n; d++) mine += (double)(sendcounts[d] * esz);
+        x->sizeWord = zipcclSizeBucket(mine) + 1;
+        sizeTag = x->sizeWord << TAG_SIZE_SHIFT;
+    }
+
     size_t soff = 0;
     /* Step j starts once the sends of step j-W are done (W = a2aWindow,
      * ZIPCCL_A2A_WINDOW, default 2): two steps in flight measured faster
@@ -658,7 +678,7 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
                 zipcclIdle(now - w0);
             }
             if (k == 0) x->st->wireSeconds += zipcclNow() - w0;
-            ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == K)));
+            ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == K) | sizeTag));
             int got = 0;
             ZIPCCL_TRY(pollRecvs(x, 0, &got));
             alltoallTake(x, got, recvbuf, recvcounts, rdispls, minOne, P);
@@ -672,7 +692,9 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
         alltoallTake(x, got, recvbuf, recvcounts, rdispls, minOne, P);
     } while (got > 0);
 #undef KOF
-    return finishSends(x);
+    ZIPCCL_TRY(finishSends(x));
+    x->st->a2avSizeWord = x->sizeWord; /* 0 unless tagged */
+    return zipcclSuccess;
 }
 
 static zipcclResult_t alltoallCore(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,

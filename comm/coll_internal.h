@@ -51,11 +51,23 @@ typedef struct {
     double codecSeconds, wireSeconds, totalSeconds;
     double runSeconds; /* the design's own run, after the decision (which, on
                         * a measuring call, ends with the barrier aligning the ranks) */
+    /* AlltoAllv over our designs on a communicator with tagSizes: 1 + the
+     * largest size bucket (zipcclSizeBucket of a rank's bytes sent) of all
+     * ranks, read from the message tags; 0 when not known. */
+    int a2avSizeWord;
 } zipcclExecStats;
+
+/* A size's bucket for auto's measurements: floor(log2 bytes), the last
+ * bucket holding all larger sizes. */
+#define ZIPCCL_TUNE_BUCKETS 48
+static inline int zipcclSizeBucket(double bytes) {
+    int b = 0;
+    while (b + 1 < ZIPCCL_TUNE_BUCKETS && bytes >= (double)(2ull << b)) b++;
+    return b;
+}
 
 /* Measured selection (switcher.c): for one (collective, dtype, floor(log2
  * bytes)) bucket, the candidate designs and their rank-agreed wall times. */
-#define ZIPCCL_TUNE_BUCKETS 48
 #define ZIPCCL_TUNE_CANDS 5
 #define ZIPCCL_TUNE_RUNS 21 /* the most exploration runs per candidate */
 typedef struct {
@@ -94,13 +106,16 @@ typedef struct {
     zipcclTuneBucket* probeBucket; /* the current call is a measurement of   */
     int probeCand;                 /* probeBucket->design[probeCand]         */
     int probeAgree;                /* after it, agree the bucket's times     */
-    /* AlltoAllv's size is rank-local: every few auto calls start an
-     * agreement on the largest rank's size, which the calls after it decide
-     * from (switcher.c, a2avTotal). */
+    /* AlltoAllv's size is rank-local: the calls decide from an agreed
+     * largest size, kept current by the size words in our designs' tags
+     * and, for the others, by an agreement every few calls (switcher.c,
+     * a2avTotal). */
     MPI_Request a2avReq;           /* in flight, or MPI_REQUEST_NULL         */
     double a2avMine, a2avMax;      /* its buffers                            */
-    int a2avKnown;                 /* a2avMax holds an agreed size           */
-    uint64_t a2avCalls;            /* AlltoAllv auto calls so far            */
+    double a2avAgreed;             /* the size calls decide from             */
+    int a2avKnown;                 /* a2avAgreed holds an agreed size        */
+    int a2avStale;                 /* the last call's tags saw another bucket */
+    uint64_t a2avUntagged;         /* auto calls run without size words      */
     zipcclCallConfig_t lastLogged; /* the last decision (log level 1 prints changes) */
     zipcclCollKind_t lastLoggedKind;
 } zipcclModel;
@@ -118,6 +133,7 @@ struct zipcclComm {
     double timeoutS;     /* 0 = wait forever                                 */
     size_t pieceBytes;   /* pipelining granularity of our algorithms         */
     int a2aWindow;       /* AlltoAll(v): pairwise steps in flight (1..n-1)    */
+    int tagSizes;        /* MPI_TAG_UB leaves room for AlltoAllv's size word  */
     int broken;          /* a collective failed mid-flight: refuse new ones  */
     char brokenWhy[256];
 

@@ -18,9 +18,9 @@
  * calls are pooled with one small MPI_Allreduce before they change the
  * model: at an auto call that is a multiple of kAgreeEvery once kAgreeBytes
  * of auto calls have passed since the last pooling.  AlltoAllv's size is
- * rank-local: every kA2avEvery-th auto call starts a non-blocking agreement
- * on the largest rank's size and the calls after it decide from that
- * (a2avTotal).
+ * rank-local: the calls decide from an agreed largest size, which the
+ * size words in our designs' message tags keep current, and for native an
+ * agreement every kA2avEvery-th call (a2avTotal).
  *
  * On a shared, CPU-bound machine the model's inputs are often wrong by more
  * than the gaps between designs, so on MPI communicators the model only
@@ -125,9 +125,12 @@ static int reprobeSlot(const zipcclTuneBucket* b, uint64_t call) {
     const int p = reprobePhase(b, call);
     return p < 0 ? -1 : p ^ (int)(mix64(b->pairAt) & 1);
 }
-/* AlltoAllv: an auto call in this many starts a size agreement (a2avTotal);
- * every call did at first, which cost 20-30 us per call (4 ranks, 4-256 KiB,
- * unthrottled emulated cluster, against 60-350 us calls). */
+/* AlltoAllv: an auto call in this many that runs without size words
+ * (native) starts a size agreement (a2avTotal).  Every call did at first,
+ * which cost 20-30 us per call (4 ranks, 4-256 KiB, unthrottled emulated
+ * cluster, against 60-350 us calls); one in 8 of every design still left
+ * auto 1.057x the best of native and raw at 4-64 KiB, none 1.021x (medians
+ * of 40 runs, docs/BENCHMARKS.md). */
 enum { kA2avEvery = 8 };
 
 int zipcclAutoWarmupCalls(zipcclCollKind_t kind, size_t bytes) {
@@ -349,9 +352,7 @@ static int designId(const Design* d) {
 }
 
 static zipcclTuneBucket* tuneBucket(zipcclModel* m, const zipcclOp* op, double total) {
-    int b = total >= 1 ? (int)floor(log2(total)) : 0;
-    if (b >= ZIPCCL_TUNE_BUCKETS) b = ZIPCCL_TUNE_BUCKETS - 1;
-    return &m->tune[op->kind][dtypeIndex(op->dtype)][b];
+    return &m->tune[op->kind][dtypeIndex(op->dtype)][zipcclSizeBucket(total)];
 }
 
 /* The candidates of a new bucket: the designs of the fixed strategies
@@ -518,27 +519,43 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
 
 /* AlltoAllv is the one collective whose size is rank-local, and agreeing on
  * it before every call would cost a collective, as much as a 4 KiB
- * AlltoAllv.  So every kA2avEvery-th auto call starts a non-blocking MPI_MAX
- * of its size, which progresses with the call's own messages, and the
- * calls after it decide from that agreed size: the same on every rank, so
- * any design may run, native included.  A call whose size lies in another
- * bucket runs the agreed bucket's design, for at most kA2avEvery calls.
- * The size is agreed before the call, blocking, for the first call and when
- * the agreed bucket would measure: a measurement must be filed under the
- * size it was taken at. */
+ * AlltoAllv.  So calls decide from an agreed largest size, kept current
+ * without a collective of its own where possible:
+ * - our designs put each rank's size bucket into the tags of the messages
+ *   every pair exchanges anyway (coll_algos.c, TAG_SIZE_SHIFT), so after
+ *   such a call every rank knows the largest bucket, the same on all; if it
+ *   is not the agreed size's, the next call agrees again, blocking;
+ * - the others (native; or an MPI_TAG_UB too small for the word) start a
+ *   non-blocking MPI_MAX of the size every kA2avEvery-th such call, which
+ *   progresses with the call's own messages and is complete when the next
+ *   call starts (a2avStartAgreement).
+ * The agreed size is the same on every rank, so any design may run, native
+ * included; a call whose size lies in another bucket runs the agreed
+ * bucket's design, for one call (tagged) or at most kA2avEvery.  The size is
+ * agreed before the call, blocking, for the first call and when the agreed
+ * bucket would measure: a measurement must be filed under the size it was
+ * taken at. */
 static zipcclResult_t a2avTotal(struct zipcclComm* c, const zipcclOp* op, double mine, double* total) {
     zipcclModel* m = &c->model;
     if (m->a2avReq != MPI_REQUEST_NULL) {
         ZIPCCL_TRY(zipcclMpiWaitAll(c, 1, &m->a2avReq, "AlltoAllv (auto: an earlier call's size agreement)", NULL));
-        m->a2avKnown = 1;
+        m->a2avAgreed = m->a2avMax, m->a2avKnown = 1;
     }
-    if (!m->a2avKnown || (m->explore && bucketMeasuresNext(tuneBucket(m, op, m->a2avMax)))) {
+    if (!m->a2avKnown || m->a2avStale || (m->explore && bucketMeasuresNext(tuneBucket(m, op, m->a2avAgreed)))) {
         ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, &mine, total, 1, MPI_DOUBLE, MPI_MAX, "AlltoAllv (auto size agreement)"));
-        m->a2avMax = *total, m->a2avKnown = 1;
+        m->a2avAgreed = *total, m->a2avKnown = 1, m->a2avStale = 0;
     } else {
-        *total = m->a2avMax;
+        *total = m->a2avAgreed;
     }
-    if (m->a2avCalls++ % kA2avEvery) return zipcclSuccess;
+    return zipcclSuccess;
+}
+
+/* After the design is chosen: one that carries no size words keeps the
+ * agreed size current by an agreement every kA2avEvery-th such call. */
+static zipcclResult_t a2avStartAgreement(struct zipcclComm* c, const zipcclCallConfig_t* design, double mine) {
+    zipcclModel* m = &c->model;
+    if ((c->tagSizes && design->strategy != zipcclStrategyNative) || m->a2avUntagged++ % kA2avEvery)
+        return zipcclSuccess;
     m->a2avMine = mine;
     int err = MPI_Iallreduce(&m->a2avMine, &m->a2avMax, 1, MPI_DOUBLE, MPI_MAX, c->mpi, &m->a2avReq);
     return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, "AlltoAllv (auto size agreement)");
@@ -560,13 +577,13 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     zipcclModel* m = &c->model;
     if (!m->calibrated) ZIPCCL_TRY(zipcclModelCalibrate(c));
     const size_t esz = zipcclTypeSize(op->dtype);
-    double total;
+    double total, mine = 0; /* mine: AlltoAllv's bytes sent by this rank */
+    const int a2avAgree = op->kind == zipcclCollAlltoAllv && !c->isNccl && c->nranks > 1;
     switch (op->kind) {
     case zipcclCollAllGather: total = (double)(op->count * esz); break;
     case zipcclCollReduceScatter: total = (double)(op->count * esz * (size_t)c->nranks); break;
     case zipcclCollAlltoAll: total = (double)(op->count * esz * (size_t)c->nranks); break;
     case zipcclCollAlltoAllv: {
-        double mine = 0;
         for (int i = 0; i < c->nranks; i++) mine += (double)(op->sendcounts[i] * esz);
         total = mine;
         if (c->isNccl && c->nranks > 1) { /* see "Left out" above */
@@ -606,6 +623,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     out->strategy = cand[best].strategy;
     out->codec = cand[best].codec;
     out->algo = cand[best].algo;
+    if (a2avAgree) ZIPCCL_TRY(a2avStartAgreement(c, out, mine));
     /* Log level 1: decisions that measure or change the design (the
      * model's, or a bucket's settled one); level 2: every decision. */
     int changed = cand[best].strategy != m->lastLogged.strategy || cand[best].codec != m->lastLogged.codec ||
@@ -674,6 +692,9 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
         obs[OBS_RATIO + 1] += fmax(st->totalSeconds - st->codecSeconds - (c->nranks - 1) * m->alpha, 1e-7);
     }
     if (!wasAuto) return zipcclSuccess;
+    /* The largest AlltoAllv size moved to another bucket: agree on it at the
+     * next call (the word is the same on every rank). */
+    if (st->a2avSizeWord && st->a2avSizeWord - 1 != zipcclSizeBucket(m->a2avAgreed)) m->a2avStale = 1;
     if (m->probeBucket) ZIPCCL_TRY(tuneRecord(c, st->runSeconds)); /* only on MPI communicators */
     if (++m->autoCalls % kAgreeEvery || m->agreeBytes < kAgreeBytes) return zipcclSuccess;
     m->agreeBytes = 0;

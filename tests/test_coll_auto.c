@@ -20,7 +20,11 @@
  *   - AllReduce bf16: the one-shot design is explored at 4 KiB and never
  *     runs at 64 KiB (a candidate below 64 KiB only);
  *   - ZIPCCL_AUTO_EXPLORE=0 gives the pure model: a fresh communicator's
- *     first calls (before any model refinement) all run one strategy.
+ *     first calls (before any model refinement) all run one strategy;
+ *   - AlltoAllv: every call equals MPI_Alltoallv and runs one design on all
+ *     ranks while rank-local sizes change bucket; a change of the largest
+ *     size is followed at the next call after our designs (their tags carry
+ *     sizes), within 9 calls after native.
  * What it leaves out: drift following (the periodic re-measurement).
  */
 #include <math.h>
@@ -347,6 +351,87 @@ static void testAlltoAllvAgreed(void) {
     free(send), free(got), free(ref);
 }
 
+/* AlltoAllv under auto follows a change of the largest size (switcher.c,
+ * a2avTotal), with the pure model (ZIPCCL_AUTO_EXPLORE=0) at a declared 1
+ * Gbit/s link, where it runs compressed from 64 KiB per rank and native for
+ * a few hundred bytes.  Calls 0-5 send 32 KiB to every rank, 6-11 32 bytes,
+ * 12-29 32 KiB again:
+ *   - call 6 still runs compressed (it decides from the sizes agreed
+ *     before), and its message tags carry every rank's size bucket, so call
+ *     7 already runs native, with no collective in between;
+ *   - native carries no size words: back at 32 KiB, the agreement every 8th
+ *     native call brings compressed back within 9 calls (by call 21), and it
+ *     stays.
+ * Every call equals MPI_Alltoallv and runs one strategy on all ranks. */
+static void testAlltoAllvSizeChange(void) {
+    enum { kCalls = 30, kBig = 16384, kTiny = 16 };
+    setenv("ZIPCCL_AUTO_EXPLORE", "0", 1);
+    setenv("ZIPCCL_LINK_GBPS", "1", 1);
+    zipcclComm_t comm;
+    MPI_Comm world = MPI_COMM_WORLD;
+    zipcclResult_t r = zipcclCommInitMpi(&comm, &world);
+    unsetenv("ZIPCCL_AUTO_EXPLORE");
+    unsetenv("ZIPCCL_LINK_GBPS");
+    int ok = r == zipcclSuccess, same = 1, agreed = 1;
+    if (!ok) snprintf(why, sizeof why, "init: %s", zipcclGetLastErrorDetail());
+    const size_t total = (size_t)kBig * (size_t)nranks;
+    uint16_t* send = malloc(total * 2);
+    uint16_t* got = malloc(total * 2);
+    uint16_t* ref = malloc(total * 2);
+    size_t sc[64], sd[64];
+    int ic[64], id[64];
+    int ran[kCalls];
+    for (int call = 0; call < kCalls && ok; call++) {
+        const size_t per = call >= 6 && call < 12 ? kTiny : kBig;
+        for (int j = 0; j < nranks; j++) sc[j] = per, sd[j] = (size_t)j * per, ic[j] = (int)per, id[j] = (int)sd[j];
+        fill(send, per * (size_t)nranks, zipcclBfloat16, 900 + (uint64_t)call);
+        MPI_Alltoallv(send, ic, id, MPI_UINT16_T, ref, ic, id, MPI_UINT16_T, MPI_COMM_WORLD);
+        memset(got, 0xA5, per * (size_t)nranks * 2);
+        zipcclCounters_t before, after;
+        zipcclCommGetCounters(comm, zipcclCollAlltoAllv, &before);
+        zipcclCallConfig_t cfg = ZIPCCL_CALL_CONFIG_DEFAULT;
+        cfg.strategy = zipcclStrategyAuto;
+        r = zipcclAlltoAllv(send, sc, sd, got, sc, sd, zipcclBfloat16, comm, &cfg, NULL);
+        if (r != zipcclSuccess) {
+            snprintf(why, sizeof why, "rank %d call %d: %s", rank, call, zipcclGetLastErrorDetail());
+            ok = 0;
+            break;
+        }
+        if (memcmp(got, ref, per * (size_t)nranks * 2)) {
+            snprintf(why, sizeof why, "rank %d: call %d differs from MPI_Alltoallv", rank, call);
+            same = 0;
+        }
+        zipcclCommGetCounters(comm, zipcclCollAlltoAllv, &after);
+        ran[call] = -1;
+        for (int i = 0; i < 5; i++)
+            if (after.byStrategy[i] != before.byStrategy[i]) ran[call] = i;
+        int lo = 0, hi = 0;
+        MPI_Allreduce(&ran[call], &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(&ran[call], &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (lo != hi && agreed) {
+            snprintf(why, sizeof why, "call %d: ranks ran different strategies (%d..%d)", call, lo, hi);
+            agreed = 0;
+        }
+    }
+    int follows = ok;
+    if (ok) {
+        const int C = zipcclStrategyCompressed, N = zipcclStrategyNative;
+        int back = -1; /* the first compressed call after the return to 32 KiB */
+        for (int call = 12; call < kCalls && back < 0; call++)
+            if (ran[call] == C) back = call;
+        for (int call = back < 0 ? kCalls : back; call < kCalls; call++) follows &= ran[call] == C;
+        follows &= ran[5] == C && ran[6] == C && ran[7] == N && back >= 12 && back <= 21;
+        if (!follows)
+            snprintf(why, sizeof why, "strategies at calls 5, 6, 7: %d %d %d (want compressed, compressed, native); "
+                     "compressed again from call %d (want 12..21, then always)", ran[5], ran[6], ran[7], back);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "auto_alltoallv_n%d_follows_size_change", nranks);
+    report(ok && same && agreed && follows, name);
+    if (r == zipcclSuccess || ok) zipcclCommDestroy(comm);
+    free(send), free(got), free(ref);
+}
+
 /* The one-shot AllReduce is a candidate of auto below 64 KiB of buffer only
  * (switcher.c, oneShotFits: it lost 0.53-0.60x to the other designs from
  * 64 KiB in the sweeps).  On a communicator whose link is declared slow to
@@ -427,6 +512,7 @@ int main(int argc, char** argv) {
     zipcclCommDestroy(comm);
     testOneShotCandidacy();
     testAlltoAllvAgreed();
+    testAlltoAllvSizeChange();
     testExploreOff();
     MPI_Finalize();
     return tu_exit();
