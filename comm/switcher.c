@@ -128,9 +128,9 @@ static int reprobeSlot(const zipcclTuneBucket* b, uint64_t call) {
 /* AlltoAllv: an auto call in this many that runs without size words
  * (native) starts a size agreement (a2avTotal).  Every call did at first,
  * which cost 20-30 us per call (4 ranks, 4-256 KiB, unthrottled emulated
- * cluster, against 60-350 us calls); one in 8 of every design still left
- * auto 1.057x the best of native and raw at 4-64 KiB, none 1.021x (medians
- * of 40 runs, docs/BENCHMARKS.md). */
+ * cluster, against 60-350 us calls); one call in 8 of every design still
+ * left auto 1.050x the best of native and raw there, size words 1.030x,
+ * and no agreement at all 1.021x (medians of 30 runs, docs/BENCHMARKS.md). */
 enum { kA2avEvery = 8 };
 
 int zipcclAutoWarmupCalls(zipcclCollKind_t kind, size_t bytes) {
@@ -544,6 +544,7 @@ static zipcclResult_t a2avTotal(struct zipcclComm* c, const zipcclOp* op, double
     if (!m->a2avKnown || m->a2avStale || (m->explore && bucketMeasuresNext(tuneBucket(m, op, m->a2avAgreed)))) {
         ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, &mine, total, 1, MPI_DOUBLE, MPI_MAX, "AlltoAllv (auto size agreement)"));
         m->a2avAgreed = *total, m->a2avKnown = 1, m->a2avStale = 0;
+        m->a2avUntagged = 0; /* the next native call starts the next agreement */
     } else {
         *total = m->a2avAgreed;
     }
@@ -551,7 +552,8 @@ static zipcclResult_t a2avTotal(struct zipcclComm* c, const zipcclOp* op, double
 }
 
 /* After the design is chosen: one that carries no size words keeps the
- * agreed size current by an agreement every kA2avEvery-th such call. */
+ * agreed size current by an agreement every kA2avEvery-th such call,
+ * counted from the last blocking agreement. */
 static zipcclResult_t a2avStartAgreement(struct zipcclComm* c, const zipcclCallConfig_t* design, double mine) {
     zipcclModel* m = &c->model;
     if ((c->tagSizes && design->strategy != zipcclStrategyNative) || m->a2avUntagged++ % kA2avEvery)

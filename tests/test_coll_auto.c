@@ -281,8 +281,7 @@ static void testExploreOff(void) {
  * ranks, and a call's size differs from the previous call's.  Phase 2: the
  * sizes stay, so the bucket explores every candidate, native included.
  * Every call must equal MPI_Alltoallv bit for bit and run the same strategy
- * on every rank.  The last call starts a size agreement (every 8th does),
- * which zipcclCommDestroy must complete. */
+ * on every rank. */
 static size_t a2avCount(int from, int to, int call) {
     if (from == 0 && call < 12) return ((size_t)16 << call) + (size_t)to; /* 12 buckets */
     return 3000 + (size_t)(7 * from + to);
@@ -355,16 +354,19 @@ static void testAlltoAllvAgreed(void) {
  * a2avTotal), with the pure model (ZIPCCL_AUTO_EXPLORE=0) at a declared 1
  * Gbit/s link, where it runs compressed from 64 KiB per rank and native for
  * a few hundred bytes.  Calls 0-5 send 32 KiB to every rank, 6-11 32 bytes,
- * 12-29 32 KiB again:
+ * 12-29 32 KiB again, 30-31 32 bytes:
  *   - call 6 still runs compressed (it decides from the sizes agreed
  *     before), and its message tags carry every rank's size bucket, so call
  *     7 already runs native, with no collective in between;
  *   - native carries no size words: back at 32 KiB, the agreement every 8th
- *     native call brings compressed back within 9 calls (by call 21), and it
- *     stays.
+ *     native call (from call 7 on) brings compressed back at call 16, and it
+ *     stays until the drop at call 30;
+ *   - call 31 runs native again and starts a size agreement (the first
+ *     native call after an agreement does), which zipcclCommDestroy must
+ *     complete.
  * Every call equals MPI_Alltoallv and runs one strategy on all ranks. */
 static void testAlltoAllvSizeChange(void) {
-    enum { kCalls = 30, kBig = 16384, kTiny = 16 };
+    enum { kCalls = 32, kBig = 16384, kTiny = 16 };
     setenv("ZIPCCL_AUTO_EXPLORE", "0", 1);
     setenv("ZIPCCL_LINK_GBPS", "1", 1);
     zipcclComm_t comm;
@@ -382,7 +384,7 @@ static void testAlltoAllvSizeChange(void) {
     int ic[64], id[64];
     int ran[kCalls];
     for (int call = 0; call < kCalls && ok; call++) {
-        const size_t per = call >= 6 && call < 12 ? kTiny : kBig;
+        const size_t per = (call >= 6 && call < 12) || call >= 30 ? kTiny : kBig;
         for (int j = 0; j < nranks; j++) sc[j] = per, sd[j] = (size_t)j * per, ic[j] = (int)per, id[j] = (int)sd[j];
         fill(send, per * (size_t)nranks, zipcclBfloat16, 900 + (uint64_t)call);
         MPI_Alltoallv(send, ic, id, MPI_UINT16_T, ref, ic, id, MPI_UINT16_T, MPI_COMM_WORLD);
@@ -417,13 +419,14 @@ static void testAlltoAllvSizeChange(void) {
     if (ok) {
         const int C = zipcclStrategyCompressed, N = zipcclStrategyNative;
         int back = -1; /* the first compressed call after the return to 32 KiB */
-        for (int call = 12; call < kCalls && back < 0; call++)
+        for (int call = 12; call < 30 && back < 0; call++)
             if (ran[call] == C) back = call;
-        for (int call = back < 0 ? kCalls : back; call < kCalls; call++) follows &= ran[call] == C;
-        follows &= ran[5] == C && ran[6] == C && ran[7] == N && back >= 12 && back <= 21;
+        for (int call = back < 0 ? 30 : back; call <= 30; call++) follows &= ran[call] == C;
+        follows &= ran[5] == C && ran[6] == C && ran[7] == N && back == 16 && ran[31] == N;
         if (!follows)
             snprintf(why, sizeof why, "strategies at calls 5, 6, 7: %d %d %d (want compressed, compressed, native); "
-                     "compressed again from call %d (want 12..21, then always)", ran[5], ran[6], ran[7], back);
+                     "compressed again from call %d (want 16, then through call 30); call 31: %d (want native)",
+                     ran[5], ran[6], ran[7], back, ran[31]);
     }
     char name[64];
     snprintf(name, sizeof name, "auto_alltoallv_n%d_follows_size_change", nranks);
