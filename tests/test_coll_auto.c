@@ -274,6 +274,41 @@ static void testExploreOff(void) {
     report(ok && one, name);
 }
 
+/* One auto AlltoAllv of bf16 (as uint16): poisons `got`, runs the call,
+ * compares with `ref` (ro elements) and checks that every rank ran one
+ * strategy.  Returns that strategy (-1: none counted), or -2 if the call
+ * failed; clears *same or *agreed (keeping the first reason in `why`). */
+static int a2avAutoCall(zipcclComm_t comm, int call, const uint16_t* send, const size_t* sc, const size_t* sd,
+                        uint16_t* got, const size_t* rc, const size_t* rd, const uint16_t* ref, size_t ro,
+                        int* same, int* agreed) {
+    memset(got, 0xA5, ro * 2);
+    zipcclCounters_t before, after;
+    zipcclCommGetCounters(comm, zipcclCollAlltoAllv, &before);
+    zipcclCallConfig_t cfg = ZIPCCL_CALL_CONFIG_DEFAULT;
+    cfg.strategy = zipcclStrategyAuto;
+    zipcclResult_t r = zipcclAlltoAllv(send, sc, sd, got, rc, rd, zipcclBfloat16, comm, &cfg, NULL);
+    if (r != zipcclSuccess) {
+        snprintf(why, sizeof why, "rank %d call %d: %s: %s", rank, call, zipcclGetErrorString(r),
+                 zipcclGetLastErrorDetail());
+        return -2;
+    }
+    if (memcmp(got, ref, ro * 2) && *same) {
+        snprintf(why, sizeof why, "rank %d: auto AlltoAllv call %d differs from MPI_Alltoallv", rank, call);
+        *same = 0;
+    }
+    zipcclCommGetCounters(comm, zipcclCollAlltoAllv, &after);
+    int s = -1, lo = 0, hi = 0;
+    for (int i = 0; i < 5; i++)
+        if (after.byStrategy[i] != before.byStrategy[i]) s = i;
+    MPI_Allreduce(&s, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&s, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (lo != hi && *agreed) {
+        snprintf(why, sizeof why, "call %d: ranks ran different strategies (%d..%d)", call, lo, hi);
+        *agreed = 0;
+    }
+    return s;
+}
+
 /* AlltoAllv under auto: sizes are rank-local, so each call decides from the
  * previous call's agreed largest size (switcher.c, a2avTotal).  Phase 1:
  * rank 0's sizes move to a new size bucket every call while the others'
@@ -309,33 +344,9 @@ static void testAlltoAllvAgreed(void) {
         }
         fill(send, so, zipcclBfloat16, 500 + (uint64_t)call);
         MPI_Alltoallv(send, isc, isd, MPI_UINT16_T, ref, irc, ird, MPI_UINT16_T, MPI_COMM_WORLD);
-        memset(got, 0xA5, ro * 2);
-        zipcclCounters_t before, after;
-        zipcclCommGetCounters(comm, zipcclCollAlltoAllv, &before);
-        zipcclCallConfig_t cfg = ZIPCCL_CALL_CONFIG_DEFAULT;
-        cfg.strategy = zipcclStrategyAuto;
-        r = zipcclAlltoAllv(send, sc, sd, got, rc, rd, zipcclBfloat16, comm, &cfg, NULL);
-        if (r != zipcclSuccess) {
-            snprintf(why, sizeof why, "rank %d call %d: %s: %s", rank, call, zipcclGetErrorString(r),
-                     zipcclGetLastErrorDetail());
-            ok = 0;
-            break;
-        }
-        if (memcmp(got, ref, ro * 2)) {
-            snprintf(why, sizeof why, "rank %d: auto AlltoAllv call %d differs from MPI_Alltoallv", rank, call);
-            same = 0;
-        }
-        zipcclCommGetCounters(comm, zipcclCollAlltoAllv, &after);
-        int s = -1, lo = 0, hi = 0;
-        for (int i = 0; i < 5; i++)
-            if (after.byStrategy[i] != before.byStrategy[i]) s = i;
-        if (s >= 0) ran[s]++;
-        MPI_Allreduce(&s, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        MPI_Allreduce(&s, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-        if (lo != hi && agreed) {
-            snprintf(why, sizeof why, "call %d: ranks ran different strategies (%d..%d)", call, lo, hi);
-            agreed = 0;
-        }
+        int s = a2avAutoCall(comm, call, send, sc, sd, got, rc, rd, ref, ro, &same, &agreed);
+        if (s == -2) ok = 0;
+        else if (s >= 0) ran[s]++;
     }
     int native = nranks == 1 || ran[zipcclStrategyNative] > 0;
     if (ok && same && agreed && !native) snprintf(why, sizeof why, "native never ran (the bucket explores it)");
@@ -346,7 +357,7 @@ static void testAlltoAllvAgreed(void) {
         printf("# auto AlltoAllv: calls by strategy native %llu, raw %llu, compressed %llu\n",
                (unsigned long long)ran[zipcclStrategyNative], (unsigned long long)ran[zipcclStrategyRaw],
                (unsigned long long)ran[zipcclStrategyCompressed]);
-    if (r == zipcclSuccess || ok) zipcclCommDestroy(comm);
+    if (ok) zipcclCommDestroy(comm); /* not after a failed call: the communicator is broken */
     free(send), free(got), free(ref);
 }
 
@@ -388,32 +399,8 @@ static void testAlltoAllvSizeChange(void) {
         for (int j = 0; j < nranks; j++) sc[j] = per, sd[j] = (size_t)j * per, ic[j] = (int)per, id[j] = (int)sd[j];
         fill(send, per * (size_t)nranks, zipcclBfloat16, 900 + (uint64_t)call);
         MPI_Alltoallv(send, ic, id, MPI_UINT16_T, ref, ic, id, MPI_UINT16_T, MPI_COMM_WORLD);
-        memset(got, 0xA5, per * (size_t)nranks * 2);
-        zipcclCounters_t before, after;
-        zipcclCommGetCounters(comm, zipcclCollAlltoAllv, &before);
-        zipcclCallConfig_t cfg = ZIPCCL_CALL_CONFIG_DEFAULT;
-        cfg.strategy = zipcclStrategyAuto;
-        r = zipcclAlltoAllv(send, sc, sd, got, sc, sd, zipcclBfloat16, comm, &cfg, NULL);
-        if (r != zipcclSuccess) {
-            snprintf(why, sizeof why, "rank %d call %d: %s", rank, call, zipcclGetLastErrorDetail());
-            ok = 0;
-            break;
-        }
-        if (memcmp(got, ref, per * (size_t)nranks * 2)) {
-            snprintf(why, sizeof why, "rank %d: call %d differs from MPI_Alltoallv", rank, call);
-            same = 0;
-        }
-        zipcclCommGetCounters(comm, zipcclCollAlltoAllv, &after);
-        ran[call] = -1;
-        for (int i = 0; i < 5; i++)
-            if (after.byStrategy[i] != before.byStrategy[i]) ran[call] = i;
-        int lo = 0, hi = 0;
-        MPI_Allreduce(&ran[call], &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        MPI_Allreduce(&ran[call], &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-        if (lo != hi && agreed) {
-            snprintf(why, sizeof why, "call %d: ranks ran different strategies (%d..%d)", call, lo, hi);
-            agreed = 0;
-        }
+        ran[call] = a2avAutoCall(comm, call, send, sc, sd, got, sc, sd, ref, per * (size_t)nranks, &same, &agreed);
+        if (ran[call] == -2) ok = 0;
     }
     int follows = ok;
     if (ok) {
@@ -431,7 +418,7 @@ static void testAlltoAllvSizeChange(void) {
     char name[64];
     snprintf(name, sizeof name, "auto_alltoallv_n%d_follows_size_change", nranks);
     report(ok && same && agreed && follows, name);
-    if (r == zipcclSuccess || ok) zipcclCommDestroy(comm);
+    if (ok) zipcclCommDestroy(comm); /* not after a failed call: the communicator is broken */
     free(send), free(got), free(ref);
 }
 
