@@ -2,9 +2,10 @@
 # test: timeout=150 asan=no
 # test_cluster.sh — scripts/cluster.sh: a 2-host emulated cluster at 100 Mbit/s
 # delivers about that rate (a TCP probe and a 2-rank zipccl-bench run under
-# Open MPI), and `down` leaves no namespace, veth, /etc/hosts line or state
-# behind, also after a failed `up`.  Uses its own prefix and subnet (zct,
-# 10.78.0) so it never touches a benchmark cluster running at the same time.
+# Open MPI), scripts/auto_ab.sh runs on it, and `down` leaves no namespace,
+# veth, /etc/hosts line or state behind, also after a failed `up`.  Uses its
+# own prefix and subnet (zct, 10.78.0) so it never touches a benchmark
+# cluster running at the same time.
 # Where network namespaces are unavailable (not root, no iproute2, a sandbox
 # without netns) it checks what it can and prints SKIP for the rest.
 set -u
@@ -81,6 +82,19 @@ print("native busbw %.2f MB/s" % bw)
 sys.exit(0 if ok and 4.0 <= bw <= 13.75 else 1)' >"$BUILD/.zct_bw.txt" 2>&1
     check cluster_bench_busbw_capped_near_rate $? "$(cat "$BUILD/.zct_bw.txt")"
     rm -f "$BUILD/.zct_bw.txt"
+
+    # scripts/auto_ab.sh on this cluster: two builds (one binary, once with a
+    # knob), one run each; the summary row and both builds' JSON rows.
+    out=$(timeout 90 bash scripts/auto_ab.sh --no-up --runs 1 --coll alltoallv -b 4K -e 4K -n 3 \
+      --out "$BUILD/.zct_ab.jsonl" a="$BUILD/zipccl-bench" b="$BUILD/zipccl-bench:ZIPCCL_AUTO_EXPLORE=0" 2>&1); rc=$?
+    [ "$rc" = 0 ] && printf '%s\n' "$out" | grep -q '^alltoallv 4096 ' && python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if "\"coll\"" in l]
+vs = {(r["version"], r["strategy"]) for r in rows}
+sys.exit(0 if {("a", "auto"), ("b", "auto"), ("a", "raw"), ("b", "native")} <= vs
+         and all(r["wrong"] == 0 for r in rows) else 1)' "$BUILD/.zct_ab.jsonl"
+    check auto_ab_script_runs_and_writes_rows $? "exit $rc: $(printf '%s' "$out" | tail -4 | tr '\n' ' ')"
+    rm -f "$BUILD/.zct_ab.jsonl"
   else
     echo "SKIP cluster_mpirun_bench: $BUILD/zipccl-bench not built"
   fi
