@@ -184,7 +184,7 @@ static void* workerMain(void* arg) {
     struct zipcclComm* c = arg;
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while ((!c->head || c->inlineBusy) && !c->stopping) pthread_cond_wait(&c->cv, &c->mu);
+        while (!c->head && !c->stopping) pthread_cond_wait(&c->cv, &c->mu);
         if (!c->head) break;
         zipcclOp* op = c->head;
         pthread_mutex_unlock(&c->mu);
@@ -458,13 +458,8 @@ static zipcclResult_t validate(const zipcclOp* op) {
     return zipcclSuccess;
 }
 
-/* Build, check and queue (or run) one call; *reqOut gets the request.  A
- * blocking call (`now`) on a threaded communicator whose queue is empty runs
- * on the caller's thread: handing it to the progress thread and waiting for
- * it cost two thread wake-ups, ~10 us per call (2 ranks on shared memory,
- * 4 KiB AlltoAll: 2.6 us unthreaded, 11 us through the thread).  Calls
- * issued meanwhile queue behind it, so the issue order holds. */
-static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcclRequest_t* reqOut, int now) {
+/* Build, check and queue (or run) one call; *reqOut gets the request. */
+static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcclRequest_t* reqOut) {
     struct zipcclComm* c = tmpl->comm;
     const char* what = zipcclCollName(tmpl->kind);
     if (!c) return zipcclSetError(zipcclInvalidArgument, "%s: null communicator", what);
@@ -502,20 +497,10 @@ static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcc
         op->done = 1;
     } else {
         pthread_mutex_lock(&c->mu);
-        if (now && !c->head && !c->inlineBusy) {
-            c->inlineBusy = 1;
-            pthread_mutex_unlock(&c->mu);
-            execute(c, op);
-            pthread_mutex_lock(&c->mu);
-            c->inlineBusy = 0;
-            op->done = 1;
-            if (c->head) pthread_cond_broadcast(&c->cv); /* calls queued meanwhile */
-        } else {
-            if (c->tail) c->tail->next = op;
-            else c->head = op;
-            c->tail = op;
-            pthread_cond_broadcast(&c->cv);
-        }
+        if (c->tail) c->tail->next = op;
+        else c->head = op;
+        c->tail = op;
+        pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
     }
     *reqOut = op;
@@ -555,7 +540,7 @@ zipcclResult_t zipcclTest(zipcclRequest_t op, int* done) {
 
 static zipcclResult_t blocking(zipcclOp* tmpl, const zipcclCallConfig_t* cfg) {
     zipcclRequest_t req;
-    ZIPCCL_TRY(issue(tmpl, cfg, &req, 1));
+    ZIPCCL_TRY(issue(tmpl, cfg, &req));
     return zipcclWait(req);
 }
 
@@ -564,7 +549,7 @@ zipcclResult_t zipcclAllGatherAsync(const void* sendbuf, void* recvbuf, size_t s
                                     const zipcclCallConfig_t* cfg, void* stream,
                                     zipcclRequest_t* req) {
     zipcclOp t = OP(zipcclCollAllGather, sendbuf, recvbuf, sendcount, dtype, zipcclSum, comm, stream);
-    return issue(&t, cfg, req, 0);
+    return issue(&t, cfg, req);
 }
 zipcclResult_t zipcclAllGather(const void* sendbuf, void* recvbuf, size_t sendcount,
                                zipcclDataType_t dtype, zipcclComm_t comm,
@@ -578,7 +563,7 @@ zipcclResult_t zipcclReduceScatterAsync(const void* sendbuf, void* recvbuf, size
                                         zipcclComm_t comm, const zipcclCallConfig_t* cfg,
                                         void* stream, zipcclRequest_t* req) {
     zipcclOp t = OP(zipcclCollReduceScatter, sendbuf, recvbuf, recvcount, dtype, op, comm, stream);
-    return issue(&t, cfg, req, 0);
+    return issue(&t, cfg, req);
 }
 zipcclResult_t zipcclReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
                                    zipcclDataType_t dtype, zipcclRedOp_t op, zipcclComm_t comm,
@@ -592,7 +577,7 @@ zipcclResult_t zipcclAllReduceAsync(const void* sendbuf, void* recvbuf, size_t c
                                     const zipcclCallConfig_t* cfg, void* stream,
                                     zipcclRequest_t* req) {
     zipcclOp t = OP(zipcclCollAllReduce, sendbuf, recvbuf, count, dtype, op, comm, stream);
-    return issue(&t, cfg, req, 0);
+    return issue(&t, cfg, req);
 }
 zipcclResult_t zipcclAllReduce(const void* sendbuf, void* recvbuf, size_t count,
                                zipcclDataType_t dtype, zipcclRedOp_t op, zipcclComm_t comm,
@@ -606,7 +591,7 @@ zipcclResult_t zipcclAlltoAllAsync(const void* sendbuf, void* recvbuf, size_t co
                                    const zipcclCallConfig_t* cfg, void* stream,
                                    zipcclRequest_t* req) {
     zipcclOp t = OP(zipcclCollAlltoAll, sendbuf, recvbuf, count, dtype, zipcclSum, comm, stream);
-    return issue(&t, cfg, req, 0);
+    return issue(&t, cfg, req);
 }
 zipcclResult_t zipcclAlltoAll(const void* sendbuf, void* recvbuf, size_t count,
                               zipcclDataType_t dtype, zipcclComm_t comm,
@@ -624,7 +609,7 @@ zipcclResult_t zipcclAlltoAllvAsync(const void* sendbuf, const size_t* sendcount
     zipcclOp t = OP(zipcclCollAlltoAllv, sendbuf, recvbuf, 0, dtype, zipcclSum, comm, stream);
     t.sendcounts = (size_t*)sendcounts, t.sdispls = (size_t*)sdispls;
     t.recvcounts = (size_t*)recvcounts, t.rdispls = (size_t*)rdispls;
-    return issue(&t, cfg, req, 0);
+    return issue(&t, cfg, req);
 }
 zipcclResult_t zipcclAlltoAllv(const void* sendbuf, const size_t* sendcounts,
                                const size_t* sdispls, void* recvbuf, const size_t* recvcounts,

@@ -138,15 +138,12 @@ struct zipcclComm {
     char brokenWhy[256];
 
     /* Executor: one progress thread per communicator runs queued ops in
-     * issue order; a blocking call that finds the queue empty runs on its
-     * caller's thread instead (coll.c, issue).  Without MPI_THREAD_MULTIPLE
-     * ops run eagerly at issue.  */
+     * issue order.  Without MPI_THREAD_MULTIPLE ops run eagerly at issue.  */
     int threaded;
     pthread_t worker;
     pthread_mutex_t mu;
     pthread_cond_t cv;   /* queue non-empty / op done / shutting down        */
     zipcclOp *head, *tail;
-    int inlineBusy;      /* a blocking call runs on its caller's thread      */
     int stopping;
 
     /* Scratch buffers reused across calls (only the executor touches them). */

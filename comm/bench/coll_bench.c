@@ -86,7 +86,6 @@ typedef struct {
     double factor;
     int iters, warmup, check, json;
     int sequential; /* --order sequential: each strategy's timed calls back to back */
-    int threads;    /* --threads: MPI_THREAD_MULTIPLE, so the communicator has its progress thread */
     int injectError; /* tests: corrupt one element of compressed results */
     zipcclRedOp_t op;
     zipcclDataType_t dtype;
@@ -132,8 +131,6 @@ static void usage(FILE* f) {
         "  --order interleaved|sequential   timed calls round by round, each strategy once per\n"
         "                          round in a shuffled order (default), or each strategy's\n"
         "                          calls back to back as nccl-tests does\n"
-        "  --threads               initialise MPI with MPI_THREAD_MULTIPLE, as train does: the\n"
-        "                          communicator then runs async calls on a progress thread\n"
         "  --json                  one JSON object per result line instead of the table\n"
         "  --inject-error          (tests) flip one bit of rank 0's compressed result before\n"
         "                          the check, to prove #wrong counts\n"
@@ -295,8 +292,6 @@ static void parseArgs(int argc, char** argv, Options* o) {
             exit(0);
         } else if (IS("--json", "--json")) {
             o->json = 1;
-        } else if (IS("--threads", "--threads")) {
-            o->threads = 1;
         } else if (IS("--order", "--order")) {
             const char* v = VALUE();
             if (!strcmp(v, "interleaved")) o->sequential = 0;
@@ -1081,9 +1076,8 @@ static void printHeader(const Ctx* c, const Options* o) {
     printf("\n# machine %s %s %s, %s, %ld cpus, load %.2f %.2f %.2f\n", u.nodename, u.sysname,
            u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
     const char* btlFlags = getenv("OMPI_MCA_btl_tcp_flags"), *piece = getenv("ZIPCCL_PIECE_BYTES");
-    printf("# open mpi btl_tcp_flags %s  pieces %s  threads %s\n", btlFlags ? btlFlags : "(default)",
-           piece ? piece : "(sized to the link)",
-           o->threads == 1 ? "multiple" : o->threads ? "single (MPI_THREAD_MULTIPLE not provided)" : "single");
+    printf("# open mpi btl_tcp_flags %s  pieces %s\n", btlFlags ? btlFlags : "(default)",
+           piece ? piece : "(sized to the link)");
     printf("# dtype %s  op %s  data %s", zipcclTypeName(o->dtype), o->op == zipcclAvg ? "avg" : "sum",
            o->input ? o->input : o->dist == DIST_RANDOM ? "random bits" : "gaussian");
     if (!o->input && o->dist == DIST_GAUSSIAN) printf(" sigma %g", o->sigma);
@@ -1105,10 +1099,7 @@ int main(int argc, char** argv) {
     Pool pool = {NULL, 0};
     if (o.input) loadInput(o.input, o.dtype, &pool);
 
-    int provided = MPI_THREAD_SINGLE;
-    if (o.threads) MCHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
-    else MCHECK(MPI_Init(&argc, &argv));
-    if (o.threads && provided < MPI_THREAD_MULTIPLE) o.threads = 2; /* asked, not provided */
+    MCHECK(MPI_Init(&argc, &argv));
     Ctx c = {0};
     MCHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c.rank));
     MCHECK(MPI_Comm_size(MPI_COMM_WORLD, &c.nranks));
