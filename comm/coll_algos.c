@@ -630,9 +630,7 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
     /* AlltoAllv: our size word goes on every message (see TAG_SIZE_SHIFT). */
     int sizeTag = 0;
     if (kind == zipcclCollAlltoAllv && c->tagSizes) {
-        double mine = 0;
-        for (int d = 0; d < n; d++) mine += (double)(sendcounts[d] * esz);
-        x->sizeWord = zipcclSizeBucket(mine) + 1;
+        x->sizeWord = zipcclSizeBucket(zipcclA2avSendBytes(sendcounts, n, esz)) + 1;
         sizeTag = x->sizeWord << TAG_SIZE_SHIFT;
     }
 

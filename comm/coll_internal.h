@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include <math.h>
 #include <mpi.h>
 
 #include "zipccl.h"
@@ -61,9 +62,18 @@ typedef struct {
  * bucket holding all larger sizes. */
 #define ZIPCCL_TUNE_BUCKETS 48
 static inline int zipcclSizeBucket(double bytes) {
-    int b = 0;
-    while (b + 1 < ZIPCCL_TUNE_BUCKETS && bytes >= (double)(2ull << b)) b++;
-    return b;
+    if (bytes < 1) return 0;
+    int e;
+    frexp(bytes, &e); /* bytes = m * 2^e, m in [0.5, 1) */
+    return e - 1 < ZIPCCL_TUNE_BUCKETS ? e - 1 : ZIPCCL_TUNE_BUCKETS - 1;
+}
+
+/* AlltoAllv: the bytes one rank sends in a call (its size for auto and for
+ * the size word in its tags). */
+static inline double zipcclA2avSendBytes(const size_t* sendcounts, int nranks, size_t esz) {
+    double bytes = 0;
+    for (int i = 0; i < nranks; i++) bytes += (double)(sendcounts[i] * esz);
+    return bytes;
 }
 
 /* Measured selection (switcher.c): for one (collective, dtype, floor(log2

@@ -580,19 +580,18 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     if (!m->calibrated) ZIPCCL_TRY(zipcclModelCalibrate(c));
     const size_t esz = zipcclTypeSize(op->dtype);
     double total, mine = 0; /* mine: AlltoAllv's bytes sent by this rank */
-    const int a2avAgree = op->kind == zipcclCollAlltoAllv && !c->isNccl && c->nranks > 1;
+    const int a2avAgree = op->kind == zipcclCollAlltoAllv && c->nranks > 1; /* NCCL returns below */
     switch (op->kind) {
     case zipcclCollAllGather: total = (double)(op->count * esz); break;
     case zipcclCollReduceScatter: total = (double)(op->count * esz * (size_t)c->nranks); break;
     case zipcclCollAlltoAll: total = (double)(op->count * esz * (size_t)c->nranks); break;
     case zipcclCollAlltoAllv: {
-        for (int i = 0; i < c->nranks; i++) mine += (double)(op->sendcounts[i] * esz);
-        total = mine;
+        total = mine = zipcclA2avSendBytes(op->sendcounts, c->nranks, esz);
         if (c->isNccl && c->nranks > 1) { /* see "Left out" above */
             out->strategy = zipcclStrategyNative;
             return zipcclSuccess;
         }
-        if (c->nranks > 1) ZIPCCL_TRY(a2avTotal(c, op, mine, &total));
+        if (a2avAgree) ZIPCCL_TRY(a2avTotal(c, op, mine, &total));
         break;
     }
     default: total = (double)(op->count * esz); break;
