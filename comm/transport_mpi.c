@@ -43,19 +43,28 @@ zipcclResult_t zipcclMpiError(int mpiErr, const char* what) {
     return zipcclSetError(zipcclTransportError, "%s: MPI error: %s", what, msg);
 }
 
-/* Between polls that found nothing: yield the core at first, then nap
- * 50 us.  Busy polling is fastest for small messages, but ranks that share
- * cores with the codec (or with an emulated network) must not burn them
- * while a large transfer drains; 50 us is a few KB at 1 Gbit/s, far less
- * than the socket buffers keep in flight. */
-void zipcclIdle(double idleSeconds) {
-    if (idleSeconds < 200e-6) {
+/* Between polls that found nothing: yield the core while the wait (since
+ * the last arrival) is younger than yieldSeconds, then nap 50 us.  Open
+ * MPI's TCP transport and its non-blocking collectives advance only inside
+ * MPI_Test*, so a nap stalls the handshake or round that was due; waits
+ * yield for their first kYieldS, and past that the peers are busy elsewhere
+ * (an application's uneven compute, or a long transfer draining) and the
+ * core is better given away.  Yielding for 20 ms instead of 200 us (4
+ * ranks, unthrottled emulated cluster, 3 runs x 60 calls, medians): raw
+ * AllGather 1 MiB 2.57 -> 1.80 ms, AllReduce 1 MiB 6.33 -> 5.16 ms,
+ * AlltoAll 4 MiB 7.99 -> 6.04 ms; at 1 Gbit/s, 64 MiB compressed, and the
+ * `make run` training job, the same within run-to-run noise
+ * (docs/bench/wait_yield_ab.jsonl, docs/BENCHMARKS.md). */
+static const double kYieldS = 20e-3;
+static void idleFor(double idleSeconds, double yieldSeconds) {
+    if (idleSeconds < yieldSeconds) {
         sched_yield();
         return;
     }
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
 }
+void zipcclIdle(double idleSeconds) { idleFor(idleSeconds, kYieldS); }
 
 /* Warn on stderr when a wait drags on: if a peer died, Open MPI ends the job
  * right after, and this line says which collective was waiting. */
@@ -64,12 +73,10 @@ static void noteSlowWait(struct zipcclComm* c, const char* what, double waited) 
             what, waited, c->timeoutS);
 }
 
-/* Wait for reqs with the communicator's timeout.  spin: only yield (no
- * nap) for the first 20 ms, for waits whose exit time matters to the caller;
- * past that the peers are busy elsewhere (an application's uneven compute)
- * and the core is better given away. */
+/* Wait for reqs with the communicator's timeout, yielding the core for
+ * the first yieldSeconds between polls (idleFor). */
 static zipcclResult_t waitReqs(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
-                               double* waitSeconds, int spin) {
+                               double* waitSeconds, double yieldSeconds) {
     double t0 = zipcclNow(), note = 30.0;
     for (;;) {
         int flag = 0;
@@ -81,8 +88,7 @@ static zipcclResult_t waitReqs(struct zipcclComm* c, int n, MPI_Request* reqs, c
             return zipcclSetError(zipcclTimeout, "%s: rank %d timed out after %.1f s (ZIPCCL_TIMEOUT_S)",
                                   what, c->rank, waited);
         if (waited > note) { noteSlowWait(c, what, waited); note *= 2; }
-        if (spin && waited < 20e-3) sched_yield();
-        else zipcclIdle(waited);
+        idleFor(waited, yieldSeconds);
     }
     if (waitSeconds) *waitSeconds += zipcclNow() - t0;
     return zipcclSuccess;
@@ -90,7 +96,7 @@ static zipcclResult_t waitReqs(struct zipcclComm* c, int n, MPI_Request* reqs, c
 
 zipcclResult_t zipcclMpiWaitAll(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
                                 double* waitSeconds) {
-    return waitReqs(c, n, reqs, what, waitSeconds, 0);
+    return waitReqs(c, n, reqs, what, waitSeconds, kYieldS);
 }
 
 zipcclResult_t zipcclMpiAllreduceTimed(struct zipcclComm* c, const void* in, void* out, int n,
@@ -124,7 +130,7 @@ zipcclResult_t zipcclMpiBarrierTimed(struct zipcclComm* c, const char* what) {
     MPI_Request req;
     int err = MPI_Ibarrier(c->mpi, &req);
     if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
-    ZIPCCL_TRY(waitReqs(c, 1, &req, what, NULL, 1));
+    ZIPCCL_TRY(zipcclMpiWaitAll(c, 1, &req, what, NULL));
     err = MPI_Barrier(c->mpi);
     return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, what);
 }
@@ -261,7 +267,19 @@ zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipc
     default: return zipcclSetError(zipcclInternalError, "native: unknown collective");
     }
     if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
-    ZIPCCL_TRY(zipcclMpiWaitAll(c, 1, &req, what, &st->wireSeconds));
+    /* Native calls yield like every wait (idleFor): napping after 200 us,
+     * as all waits did before, made native calls that crossed it bimodal
+     * (16 KiB AlltoAll ~0.26 or ~0.52 ms from run to run).  Native medians,
+     * 4 ranks unthrottled, 4 runs x 100 calls, napping -> yielding:
+     * AllGather 64 KiB 0.54 -> 0.30 ms, AllReduce 4 KiB 0.94 -> 0.37 ms,
+     * AlltoAll 16 KiB 0.53 -> 0.26 ms, AlltoAllv 1 MiB 2.26 -> 1.84 ms
+     * (docs/bench/native_wait_ab.jsonl).  Except ReduceScatter, which still
+     * naps after 200 us: Open MPI's MPI_Ireduce_scatter_block reduces the
+     * whole buffer to one rank (a binomial tree), then scatters, and ranks
+     * that spin meanwhile take the shared cores from the one reducing
+     * (1 MiB: 14.3 ms napping, 22.2 ms yielding). */
+    const double yieldS = op->kind == zipcclCollReduceScatter ? 200e-6 : kYieldS;
+    ZIPCCL_TRY(waitReqs(c, 1, &req, what, &st->wireSeconds, yieldS));
     if (op->op == zipcclAvg && reduceCount) divideByN(op->recvbuf, reduceCount, op->dtype, n);
     st->rawBytes = st->wireBytes = nominal;
     return zipcclSuccess;
