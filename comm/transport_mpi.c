@@ -44,7 +44,8 @@ zipcclResult_t zipcclMpiError(int mpiErr, const char* what) {
 }
 
 /* Between polls that found nothing: yield the core while the wait (since
- * the last arrival) is younger than yieldSeconds, then nap 50 us.  Open
+ * it began, or since the last arrival for our designs' receives) is younger
+ * than yieldSeconds, then nap 50 us.  Open
  * MPI's TCP transport and its non-blocking collectives advance only inside
  * MPI_Test*, so a nap stalls the handshake or round that was due; waits
  * yield for their first kYieldS, and past that the peers are busy elsewhere
