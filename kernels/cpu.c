@@ -50,7 +50,15 @@ static void blas_single_threaded_once(void) {
 }
 
 /* C (M, N) = alpha op(A) (M, K) op(B) (K, N) + beta C, row-major, with the
- * M rows split across the OpenMP team in blocks of a multiple of 16. */
+ * M rows split across the OpenMP team in blocks of a multiple of kRowAlign.
+ * OpenBLAS's sgemm kernels sum a row's products in an order that depends on
+ * the row's place in the kernel's row unroll, so a slice must start at a
+ * multiple of that unroll to give the bits of the whole product: slices at
+ * multiples of 16 rows did on the Intel Xeon VM (AVX-512 kernels) but not
+ * on an AMD EPYC VM (AVX2 kernels), where multiples of 24 do and 16, 32
+ * and 64 do not (single-threaded OpenBLAS, M = 120 and 128).  96 is a
+ * multiple of 16, 24 and 32. */
+enum { kRowAlign = 96 };
 static void gemm_split_rows(int transA, int transB, int M, int N, int K, float alpha,
                             const float* A, int lda, const float* B, int ldb, float beta, float* C,
                             int ldc) {
@@ -62,7 +70,7 @@ static void gemm_split_rows(int transA, int transB, int M, int N, int K, float a
         return;
     }
     blas_single_threaded_once();
-    const int chunk = ((M + nt - 1) / nt + 15) & ~15;
+    const int chunk = ((M + nt - 1) / nt + kRowAlign - 1) / kRowAlign * kRowAlign;
     const int nchunks = (M + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static, 1) num_threads(nchunks)
     for (int ci = 0; ci < nchunks; ci++) {
