@@ -45,18 +45,19 @@ zipcclResult_t zipcclMpiError(int mpiErr, const char* what) {
 
 /* Between polls that found nothing: yield the core while the wait (since
  * it began, or since the last arrival for our designs' receives) is younger
- * than yieldSeconds, then nap 50 us.  Open
- * MPI's TCP transport and its non-blocking collectives advance only inside
- * MPI_Test*, so a nap stalls the handshake or round that was due; waits
- * yield for their first kYieldS, and past that the peers are busy elsewhere
- * (an application's uneven compute, or a long transfer draining) and the
- * core is better given away.  Yielding for 20 ms instead of 200 us (4
- * ranks, unthrottled emulated cluster, 3 runs x 60 calls, medians): raw
- * AllGather 1 MiB 2.57 -> 1.80 ms, AllReduce 1 MiB 6.33 -> 5.16 ms,
- * AlltoAll 4 MiB 7.99 -> 6.04 ms; at 1 Gbit/s, 64 MiB compressed, and the
- * `make run` training job, the same within run-to-run noise
- * (docs/bench/wait_yield_ab.jsonl, docs/BENCHMARKS.md). */
-static const double kYieldS = 20e-3;
+ * than yieldSeconds, then nap 50 us.  Open MPI's TCP transport and its
+ * non-blocking collectives advance only inside MPI_Test*, so a nap stalls
+ * the handshake or round that was due; waits yield for their first kYieldS,
+ * and past that the peers are busy elsewhere (an application's uneven
+ * compute, or a long transfer draining) and the core is better given away.
+ * Yielding for 20 ms instead of 200 us (4 ranks, unthrottled emulated
+ * cluster, 3 runs x 60 calls, medians): raw AllGather 1 MiB 2.57 -> 1.80 ms,
+ * AllReduce 1 MiB 6.33 -> 5.16 ms, AlltoAll 4 MiB 7.99 -> 6.04 ms; at
+ * 1 Gbit/s, 64 MiB compressed, and the `make run` training job, the same
+ * within run-to-run noise (docs/bench/wait_yield_ab.jsonl,
+ * docs/BENCHMARKS.md).  kNapSoonS: the one wait that naps early (native
+ * ReduceScatter, zipcclRunMpiNative). */
+static const double kYieldS = 20e-3, kNapSoonS = 200e-6;
 static void idleFor(double idleSeconds, double yieldSeconds) {
     if (idleSeconds < yieldSeconds) {
         sched_yield();
@@ -279,7 +280,7 @@ zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipc
      * whole buffer to one rank (a binomial tree), then scatters, and ranks
      * that spin meanwhile take the shared cores from the one reducing
      * (1 MiB: 14.3 ms napping, 22.2 ms yielding). */
-    const double yieldS = op->kind == zipcclCollReduceScatter ? 200e-6 : kYieldS;
+    const double yieldS = op->kind == zipcclCollReduceScatter ? kNapSoonS : kYieldS;
     ZIPCCL_TRY(waitReqs(c, 1, &req, what, &st->wireSeconds, yieldS));
     if (op->op == zipcclAvg && reduceCount) divideByN(op->recvbuf, reduceCount, op->dtype, n);
     st->rawBytes = st->wireBytes = nominal;
