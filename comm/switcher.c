@@ -74,7 +74,7 @@ static const double kAgreeBytes = 8 << 20;
  * kReprobeMost), and one that changes it brings it back to kReprobeEvery. */
 enum { kReprobeEvery = 64, kReprobeMost = 1024 };
 /* Runs per candidate while exploring: the median of 21 below kTinyBytes,
- * of 7 below kSmallBytes, of 3 above (larger calls cost more and vary
+ * of 7 below kSmallBytes, of 5 above (larger calls cost more and vary
  * less).  Calls below 1 MiB take ~0.1-2 ms, and the shared 2-core machine
  * moves one design's time by 10-30% from call to call; below 128 KiB a
  * whole exploration of 7 runs per design lasted a few ms, about one
@@ -82,8 +82,14 @@ enum { kReprobeEvery = 64, kReprobeMost = 1024 };
  * the best of native, raw and compressed, AllGather, ReduceScatter,
  * AlltoAll(v) 4-64 KiB, 4 ranks unthrottled, 200 timed calls, 108 points
  * each: median 1.067x with 7 runs, 1.043x with 15, 1.032x with 21 (within 3%:
- * 28, 42, 51); docs/BENCHMARKS.md. */
-enum { kRunsTiny = ZIPCCL_TUNE_RUNS, kRunsSmall = 7, kRunsLarge = 3 };
+ * 28, 42, 51); docs/BENCHMARKS.md.  From 1 MiB, 3 runs settled 10 Gbit/s
+ * AllGather 64 MiB on raw in 2 of 3 sweep runs where native was 15% faster;
+ * with 5, auto / fastest fixed design at 4-64 MiB (AllGather, AlltoAll(v),
+ * 5 runs x 9 timed calls each) was 1.016x in the median against 1.019x
+ * (mean 1.020 against 1.027, within 3%: 32 against 26 of 45;
+ * docs/bench/auto_runs_large_ab.jsonl), for 2 more calls per candidate once
+ * per bucket. */
+enum { kRunsTiny = ZIPCCL_TUNE_RUNS, kRunsSmall = 7, kRunsLarge = 5 };
 static const double kTinyBytes = 128 << 10, kSmallBytes = 1 << 20;
 static int tuneRuns(double total) { return total < kTinyBytes ? kRunsTiny : total < kSmallBytes ? kRunsSmall : kRunsLarge; }
 /* The smallest raw call (bytes this rank sent) whose time refines beta. */
@@ -104,7 +110,7 @@ static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double
     return kind == zipcclCollAllReduce && total < kOneShotArBytes;
 }
 /* A bucket's first re-measured pair comes soon after its longest possible
- * exploration (bucket calls 19 and 20 with 3 runs, 39 and 40 with 7, 109
+ * exploration (bucket calls 29 and 30 with 5 runs, 39 and 40 with 7, 109
  * and 110 with 21); tuneRecord schedules the ones after it (pairAt). */
 static int firstReprobe(int runs) { return ZIPCCL_TUNE_CANDS * runs + 4; }
 /* A number drawn from x (splitmix64's finaliser): the same on every rank. */
