@@ -14,7 +14,8 @@
 #   --strategy LIST zipccl-bench --strategy (default native,raw,auto)
 #   -b, -e, -n      sizes and timed calls (default 4K, 64K, 400)
 #   --out FILE      the rows as JSON lines (default docs/bench/auto_ab.jsonl):
-#                   {"version","run","coll","bytes","strategy","time_us","picked","wrong"}
+#                   {"version","run","coll","bytes","strategy","time_us","picked","wrong"},
+#                   strategy naming an entry's own codec or algorithm ("compressed/f3")
 #
 # VAR=VALUE after a binary is exported to its ranks (mpirun -x), so one
 # build can run twice with an experiment knob.  The summary gives, per point
@@ -90,8 +91,15 @@ for fn in sorted(os.listdir(logs)):
         if not line.startswith('{"coll"'):
             continue
         j = json.loads(line)
+        # An entry with a codec or algorithm of its own ("compressed:f3")
+        # is its own series: strategy/codec/algo, as plot_coll.py names it.
+        name = j["strategy"]
+        if j.get("codec", "default") not in ("default", "fast"):
+            name += "/" + j["codec"]
+        if j.get("algo", "default") != "default":
+            name += "/" + j["algo"]
         rows.append({"version": label, "run": int(run), "coll": j["coll"], "bytes": j["bytes"],
-                     "strategy": j["strategy"], "time_us": j["time_us"], "picked": j.get("picked"),
+                     "strategy": name, "time_us": j["time_us"], "picked": j.get("picked"),
                      "wrong": j["wrong"]})
         if j.get("algo", "default") == "default" and j.get("codec", "default") in ("default", "fast"):
             point.setdefault((j["coll"], j["bytes"]), {})[j["strategy"]] = j["time_us"]
