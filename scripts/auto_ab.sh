@@ -79,6 +79,8 @@ echo >&2
 
 python3 - "$logs" "$OUT" "$RATE" "$ARGS" "${builds[@]}" <<'PYEOF'
 import json, os, statistics as st, sys
+sys.path.insert(0, "scripts")
+from plot_coll import variant  # an entry's series name: "compressed/f3", "raw/ring"
 logs, out, rate, args, specs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 labels = [s.split("=", 1)[0] for s in specs]
 rows, ratios = [], {}
@@ -91,15 +93,8 @@ for fn in sorted(os.listdir(logs)):
         if not line.startswith('{"coll"'):
             continue
         j = json.loads(line)
-        # An entry with a codec or algorithm of its own ("compressed:f3")
-        # is its own series: strategy/codec/algo, as plot_coll.py names it.
-        name = j["strategy"]
-        if j.get("codec", "default") not in ("default", "fast"):
-            name += "/" + j["codec"]
-        if j.get("algo", "default") != "default":
-            name += "/" + j["algo"]
         rows.append({"version": label, "run": int(run), "coll": j["coll"], "bytes": j["bytes"],
-                     "strategy": name, "time_us": j["time_us"], "picked": j.get("picked"),
+                     "strategy": variant(j), "time_us": j["time_us"], "picked": j.get("picked"),
                      "wrong": j["wrong"]})
         if j.get("algo", "default") == "default" and j.get("codec", "default") in ("default", "fast"):
             point.setdefault((j["coll"], j["bytes"]), {})[j["strategy"]] = j["time_us"]
