@@ -110,8 +110,8 @@ static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double
     return kind == zipcclCollAllReduce && total < kOneShotArBytes;
 }
 /* A bucket's first re-measured pair comes soon after its longest possible
- * exploration (bucket calls 29 and 30 with 5 runs, 39 and 40 with 7, 109
- * and 110 with 21); tuneRecord schedules the ones after it (pairAt). */
+ * exploration (bucket calls 34 and 35 with 5 runs, 46 and 47 with 7, 130
+ * and 131 with 21); tuneRecord schedules the ones after it (pairAt). */
 static int firstReprobe(int runs) { return ZIPCCL_TUNE_CANDS * runs + 4; }
 /* A number drawn from x (splitmix64's finaliser): the same on every rank. */
 static uint64_t mix64(uint64_t x) {
@@ -575,14 +575,20 @@ zipcclResult_t zipcclModelFinish(struct zipcclComm* c) {
     return zipcclMpiWaitAll(c, 1, &m->a2avReq, "communicator destroy (AlltoAllv size agreement)", NULL);
 }
 
+/* Does auto choose by measuring (tuneChoose), or by the model alone? */
+static int measuredSelection(const struct zipcclComm* c) {
+    return c->model.explore && !c->isNccl && c->nranks > 1;
+}
+
 /* A settled bucket's exploit call needs no estimate: it runs the bucket's
  * fastest measured design (tuneChoose's choice for such a call).  Estimating
- * every design cost ~1.6 us per call (4 ranks on the 2-core emulated
- * cluster, 4-64 KiB), 0.5-1% of a 4 KiB call, paid by every auto call.
- * With logging on, decisions take the full path so every line is printed. */
+ * every design took ~1.6 us per decision, ~0.4 us remain (rank 0, 4 ranks
+ * on the 2-core emulated cluster, 4-64 KiB); no A/B has resolved the
+ * difference in the calls' times (docs/BENCHMARKS.md).  With logging on,
+ * decisions take the full path so every line is printed. */
 static int settledCall(struct zipcclComm* c, const zipcclOp* op, double total, zipcclCallConfig_t* out) {
     zipcclModel* m = &c->model;
-    if (!m->explore || m->log || c->isNccl || c->nranks < 2) return 0;
+    if (!measuredSelection(c) || m->log) return 0;
     zipcclTuneBucket* b = tuneBucket(m, op, total);
     if (bucketMeasuresNext(b)) return 0;
     b->calls++;
@@ -643,7 +649,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     if (c->isNccl && !c->ncclCodec && cand[best].strategy == zipcclStrategyCompressed)
         for (best = 0; cand[best].strategy == zipcclStrategyCompressed; best++) {}
     const char* why = NULL;
-    if (m->explore && !c->isNccl && c->nranks > 1) why = tuneChoose(m, op, total, cand, nc, &best);
+    if (measuredSelection(c)) why = tuneChoose(m, op, total, cand, nc, &best);
     out->strategy = cand[best].strategy;
     out->codec = cand[best].codec;
     out->algo = cand[best].algo;

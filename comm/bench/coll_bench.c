@@ -111,7 +111,7 @@ static void usage(FILE* f) {
         "  -e, --maxbytes SIZE     largest size (default 64M)\n"
         "  -f, --stepfactor F      multiply the size by F each step (default 4, > 1)\n"
         "  -n, --iters N           timed iterations per size and strategy (default 5)\n"
-        "  -w, --warmup N          untimed iterations first (default 1; at least 31-119 for auto,\n"
+        "  -w, --warmup N          untimed iterations first (default 1; at least 36-140 for auto,\n"
         "                          whose first calls per size explore and re-measure designs)\n"
         "  -c, --check 0|1         compare every result with the reference (default 1)\n"
         "  -o, --op sum|avg        reduction (default sum)\n"
