@@ -78,7 +78,7 @@ static inline double zipcclA2avSendBytes(const size_t* sendcounts, int nranks, s
 
 /* Measured selection (switcher.c): for one (collective, dtype, floor(log2
  * bytes)) bucket, the candidate designs and their rank-agreed wall times. */
-#define ZIPCCL_TUNE_CANDS 6 /* native, raw, compressed and the model's 3 likeliest others */
+#define ZIPCCL_TUNE_CANDS 6 /* the fixed strategies' designs, then the model's likeliest others */
 #define ZIPCCL_TUNE_RUNS 21 /* the most exploration runs per candidate */
 typedef struct {
     int n;                             /* candidates; 0 = bucket not seen yet */
