@@ -357,6 +357,11 @@ static int designId(const Design* d) {
     return -1;
 }
 
+/* Does auto choose by measuring (tuneChoose), or by the model alone? */
+static int measuredSelection(const struct zipcclComm* c) {
+    return c->model.explore && !c->isNccl && c->nranks > 1;
+}
+
 static zipcclTuneBucket* tuneBucket(zipcclModel* m, const zipcclOp* op, double total) {
     return &m->tune[op->kind][dtypeIndex(op->dtype)][zipcclSizeBucket(total)];
 }
@@ -547,7 +552,7 @@ static zipcclResult_t a2avTotal(struct zipcclComm* c, const zipcclOp* op, double
         ZIPCCL_TRY(zipcclMpiWaitAll(c, 1, &m->a2avReq, "AlltoAllv (auto: an earlier call's size agreement)", NULL));
         m->a2avAgreed = m->a2avMax, m->a2avKnown = 1;
     }
-    if (!m->a2avKnown || m->a2avStale || (m->explore && bucketMeasuresNext(tuneBucket(m, op, m->a2avAgreed)))) {
+    if (!m->a2avKnown || m->a2avStale || (measuredSelection(c) && bucketMeasuresNext(tuneBucket(m, op, m->a2avAgreed)))) {
         ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, &mine, total, 1, MPI_DOUBLE, MPI_MAX, "AlltoAllv (auto size agreement)"));
         m->a2avAgreed = *total, m->a2avKnown = 1, m->a2avStale = 0;
         m->a2avUntagged = 0; /* the next native call starts the next agreement */
@@ -573,11 +578,6 @@ zipcclResult_t zipcclModelFinish(struct zipcclComm* c) {
     zipcclModel* m = &c->model;
     if (m->a2avReq == MPI_REQUEST_NULL) return zipcclSuccess;
     return zipcclMpiWaitAll(c, 1, &m->a2avReq, "communicator destroy (AlltoAllv size agreement)", NULL);
-}
-
-/* Does auto choose by measuring (tuneChoose), or by the model alone? */
-static int measuredSelection(const struct zipcclComm* c) {
-    return c->model.explore && !c->isNccl && c->nranks > 1;
 }
 
 /* A settled bucket's exploit call needs no estimate: it runs the bucket's
