@@ -757,41 +757,61 @@ static double busFactor(zipcclCollKind_t k, int n) {
     return (double)(n - 1) / n;
 }
 
-/* What the library actually executed, from its counters summed over ranks:
- * the strategy, or several joined by '+' when auto changed its mind mid-run,
- * then "/dense" when compressed calls used the dense codec and the design
- * when it is not the collective's own ("/ring" for a reduction's ring,
- * "/oneshot"; "/fast+dense", "/ring+direct" when both ran), e.g.
- * "compressed/dense", "raw+compressed/ring", "raw/oneshot".  The defaults
- * (fast; the AllGather ring, the reductions' direct design) add nothing, so
- * a pick reads like the fixed strategy it equals. */
-static void pickedName(zipcclCollKind_t kind, const zipcclCounters_t* k, char* out, size_t cap) {
-    out[0] = '\0';
-    for (int s = zipcclStrategyNative; s <= zipcclStrategyAuto; s++) {
-        if (!k->byStrategy[s]) continue;
-        size_t l = strlen(out);
-        snprintf(out + l, cap - l, "%s%s", l ? "+" : "", zipcclStrategyName((zipcclStrategy_t)s));
+/* Indices 0..n-1 of the nonzero counts, most calls first (ties in index
+ * order); returns how many. */
+static int byCount(const uint64_t* counts, int n, int* order) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!counts[i]) continue;
+        int j = k++;
+        for (; j > 0 && counts[order[j - 1]] < counts[i]; j--) order[j] = order[j - 1];
+        order[j] = i;
     }
+    return k;
+}
+
+/* Append "first+second+..." of the names of order[0..k) to out. */
+static void appendNames(char* out, size_t cap, const char* lead, const int* order, int k,
+                        const char* (*name)(int)) {
+    for (int i = 0; i < k; i++) {
+        size_t l = strlen(out);
+        snprintf(out + l, cap - l, "%s%s", i ? "+" : lead, name(order[i]));
+    }
+}
+static const char* strategyName(int s) { return zipcclStrategyName((zipcclStrategy_t)s); }
+static const char* codecName(int c) { return zipcclCodecName((zipcclCodec_t)c); }
+static const char* algoName(int a) { return zipcclAlgoName((zipcclAlgo_t)a); }
+
+/* What the library actually executed, from its counters summed over ranks:
+ * the strategy, or several joined by '+' when auto ran more than one (the
+ * re-measured pair's runner-up, or a change of mind mid-run), the one with
+ * the most calls first; then "/dense" when compressed calls used the dense
+ * codec and the design when it is not the collective's own ("/ring" for a
+ * reduction's ring, "/oneshot"; "/fast+dense", "/ring+direct" when both ran,
+ * again most calls first), e.g. "compressed/dense", "raw+compressed/ring",
+ * "raw/oneshot".  The defaults (fast; the AllGather ring, the reductions'
+ * direct design) add nothing, so a pick reads like the fixed strategy it
+ * equals. */
+static void pickedName(zipcclCollKind_t kind, const zipcclCounters_t* k, char* out, size_t cap) {
+    int order[8];
+    _Static_assert(ZIPCCL_NCODECS <= 8 && ZIPCCL_NALGOS <= 8 && zipcclStrategyAuto < 8, "order[] size");
+    uint64_t strategies[zipcclStrategyAuto + 1] = {0}; /* zipcclStrategyDefault never executes */
+    for (int s = zipcclStrategyNative; s <= zipcclStrategyAuto; s++) strategies[s] = k->byStrategy[s];
+    out[0] = '\0';
+    appendNames(out, cap, "", order, byCount(strategies, zipcclStrategyAuto + 1, order), strategyName);
     if (!out[0]) {
         snprintf(out, cap, "-");
         return;
     }
-    if (k->byCodec[zipcclCodecDense] || k->byCodec[zipcclCodecF3]) { /* name every codec used */
-        for (int c = 0, first = 1; c < ZIPCCL_NCODECS; c++) {
-            if (!k->byCodec[c]) continue;
-            size_t l = strlen(out);
-            snprintf(out + l, cap - l, "%s%s", first ? "/" : "+", zipcclCodecName((zipcclCodec_t)c));
-            first = 0;
-        }
-    }
+    if (k->byCodec[zipcclCodecDense] || k->byCodec[zipcclCodecF3]) /* name every codec used */
+        appendNames(out, cap, "/", order, byCount(k->byCodec, ZIPCCL_NCODECS, order), codecName);
     const zipcclAlgo_t own = kind == zipcclCollAllGather ? zipcclAlgoRing : zipcclAlgoDirect;
     int other = 0;
     for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++) other |= a != (int)own && k->byAlgo[a];
-    for (int a = zipcclAlgoRing, first = 1; other && a < ZIPCCL_NALGOS; a++) {
-        if (!k->byAlgo[a]) continue;
-        size_t l = strlen(out);
-        snprintf(out + l, cap - l, "%s%s", first ? "/" : "+", zipcclAlgoName((zipcclAlgo_t)a));
-        first = 0;
+    if (other) {
+        uint64_t algos[ZIPCCL_NALGOS] = {0};
+        for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++) algos[a] = k->byAlgo[a];
+        appendNames(out, cap, "/", order, byCount(algos, ZIPCCL_NALGOS, order), algoName);
     }
 }
 
