@@ -20,14 +20,16 @@
 # VAR=VALUE after a binary is exported to its ranks (mpirun -x), so one
 # build can run twice with an experiment knob.  The summary gives, per point
 # and build, the median over the runs of auto / best of native, raw and
-# compressed, and how many runs were within 3%.  docs/BENCHMARKS.md's A/B
-# tables (auto_*_ab.jsonl) were made this way.
+# compressed, and how many runs were within 3%; then, as the sweep's verdict
+# reads a point (scripts/plot_coll.py), auto's median over the runs against
+# the fastest fixed entry's (every design timed, "compressed/f3" included).
+# docs/BENCHMARKS.md's A/B tables (auto_*_ab.jsonl) were made this way.
 set -u
 cd "$(dirname "$0")/.."
 ARGS="$*"
 RATE=none HOSTS=4 RUNS=12 COLLS=alltoall,alltoallv STRATS=native,raw,auto MINB=4K MAXB=64K ITERS=400
 OUT=docs/bench/auto_ab.jsonl UP=1
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 builds=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -117,5 +119,21 @@ for k in sorted(ratios):
         cells.append("%.3f (%d/%d)" % (st.median(x), sum(v <= 1.03 for v in x), len(x)) if x else "-")
     print("%-20s" % ("%s %d" % k) + "".join("%22s" % c for c in cells))
 print("%-20s" % "all runs" + "".join("%22s" % ("%.3f" % st.median(allr[l]) if allr[l] else "-") for l in labels))
+# The sweep's statistic (scripts/plot_coll.py): each entry's median over the
+# runs, auto's against the fastest fixed entry's, every design timed counting.
+meds = {}
+for r in rows:
+    meds.setdefault((r["coll"], r["bytes"]), {}).setdefault(r["version"], {}) \
+        .setdefault(r["strategy"], []).append(r["time_us"])
+print("\nauto / fastest fixed entry, each entry's median over the runs (fastest entry)")
+print("%-20s" % "point" + "".join("%22s" % l for l in labels))
+for k in sorted(meds):
+    cells = []
+    for l in labels:
+        d = {v: st.median(x) for v, x in meds[k].get(l, {}).items()}
+        fixed = {v: t for v, t in d.items() if v != "auto"}
+        cells.append("%.3f %s" % (d["auto"] / min(fixed.values()), min(fixed, key=fixed.get))
+                     if "auto" in d and fixed else "-")
+    print("%-20s" % ("%s %d" % k) + "".join("%22s" % c for c in cells))
 print("wrong: %d in %d rows -> %s" % (sum(r["wrong"] or 0 for r in rows), len(rows), out))
 PYEOF

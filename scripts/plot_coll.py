@@ -13,7 +13,8 @@ between "<!-- notes -->" and "<!-- /notes -->" in the old section is kept.
 
 Repeated runs of a point (scripts/bench_sweep.sh --reps N) are merged: the
 median over the runs of each run's time (itself the median over the bench's
-iterations), and every design auto picked in them.
+iterations), and every design auto picked in them.  Beside the verdict, an
+information line reads them run by run instead (per_run_worst).
 """
 import json
 import os
@@ -143,6 +144,23 @@ def plot(path, meta, rows):
     return png
 
 
+def per_run_worst(rows):
+    """Per point, auto against each fixed entry run by run (a point's k-th
+    row of an entry is from the sweep's k-th repetition), the median over
+    the runs, and the worst entry's: a reading of the repeated sweep that
+    cancels the drift between runs, shown beside the verdict."""
+    pts = {}
+    for r in rows:
+        pts.setdefault((r["coll"], r["bytes"]), {}).setdefault(variant(r), []).append(r["time_us"])
+    out = []
+    for d in pts.values():
+        a = d.get("auto")
+        if not a or len(a) < 2 or len(d) < 2:
+            continue
+        out.append(max(statistics.median(x / y for x, y in zip(a, t)) for v, t in d.items() if v != "auto"))
+    return out
+
+
 def verdict(sets):
     """Rows of (check, measured, target, ok) over all rates given."""
     out = []
@@ -217,6 +235,13 @@ def verdict(sets):
                                 statistics.median(same), min(same), max(same),
                                 sum(abs(x - 1) <= AUTO_SLACK - 1 for x in same), len(same)),
                             "(noise)", "info"))
+            paired = per_run_worst(rows)
+            if paired and len(paired) == len(every):
+                out.append(("%s per run: auto vs each fixed entry of the same run" % rate,
+                            "median %.3fx, within 3%%: %d of %d, within 10%%: %d" % (
+                                statistics.median(paired), sum(x <= AUTO_SLACK for x in paired),
+                                len(paired), sum(x <= 1.10 for x in paired)),
+                            "(drift between runs cancelled)", "info"))
             if every:
                 for what, ratios in (("best fixed", every), ("best design it may run", eligible),
                                      ("best of native, raw, compressed", strategies)):

@@ -1,0 +1,85 @@
+# test: timeout=60
+"""test_plot_coll.py — scripts/plot_coll.py's reading of a repeated sweep.
+
+The verdict in docs/BENCHMARKS.md comes from this script, so its arithmetic
+is checked on rows whose answers are worked out by hand below:
+  - repetitions of a point merge into the median time, every design auto
+    picked, #wrong summed;
+  - auto against the best fixed entry, from the medians over the repetitions,
+    counts a point above 1.03x as a miss and one at or below as within;
+  - the per-run reading pairs a point's k-th rows of every entry (the k-th
+    repetition), takes the median over the runs of auto / entry, and reports
+    the worst entry: it differs from the ratio of medians when runs drift.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import plot_coll as pc  # noqa: E402
+
+failures = 0
+
+
+def check(ok, name, why=""):
+    global failures
+    if ok:
+        print(f"PASS {name}")
+    else:
+        failures += 1
+        print(f"FAIL {name}: {why}")
+    sys.stdout.flush()
+
+
+def row(coll, nbytes, strategy, t, picked=None, codec=None, algo=None, wrong=0):
+    r = {"coll": coll, "dtype": "bf16", "bytes": nbytes, "nranks": 4, "strategy": strategy,
+         "time_us": t, "ratio": 1.0, "wrong": wrong}
+    if picked:
+        r["picked"] = picked
+    if codec:
+        r["codec"] = codec
+    if algo:
+        r["algo"] = algo
+    return r
+
+
+# Two repetitions (the k-th row of an entry is repetition k).  AlltoAll 4096:
+# run 1 auto 100, raw 110, native 90; run 2 auto 200, raw 190, native 300.
+#   medians: auto 150, raw 150, native 195 -> auto / best fixed = 1.000
+#   per run: vs raw 100/110, 200/190 -> median 0.9809; vs native 1.111, 0.667
+#   -> 0.8889; worst entry 0.9809.
+# AlltoAll 8192: auto 103.5 and 104, compressed/f3 100 and 100, raw 120 twice:
+#   medians 103.75 / 100 = 1.0375 (a miss); per run the same, 1.0375.
+rows = [
+    row("alltoall", 4096, "auto", 100, picked="raw"), row("alltoall", 4096, "raw", 110),
+    row("alltoall", 4096, "native", 90),
+    row("alltoall", 8192, "auto", 103.5, picked="compressed/f3"),
+    row("alltoall", 8192, "compressed", 100, codec="f3"), row("alltoall", 8192, "raw", 120),
+    row("alltoall", 4096, "auto", 200, picked="native", wrong=0), row("alltoall", 4096, "raw", 190),
+    row("alltoall", 4096, "native", 300, wrong=2),
+    row("alltoall", 8192, "auto", 104, picked="compressed/f3"),
+    row("alltoall", 8192, "compressed", 100, codec="f3"), row("alltoall", 8192, "raw", 120),
+]
+
+t = pc.table_by(rows)
+a = t["alltoall"][4096]
+check(a["auto"]["time_us"] == 150 and a["raw"]["time_us"] == 150 and a["native"]["time_us"] == 195,
+      "merge_reps_median_time", str({v: r["time_us"] for v, r in a.items()}))
+check(a["auto"]["picked"] == "raw | native", "merge_reps_lists_every_pick", a["auto"]["picked"])
+check(a["native"]["wrong"] == 2, "merge_reps_sums_wrong", str(a["native"]["wrong"]))
+check("compressed/f3" in t["alltoall"][8192], "variant_names_codec_entry", str(sorted(t["alltoall"][8192])))
+
+worst = sorted(pc.per_run_worst(rows))
+check(len(worst) == 2 and abs(worst[0] - (100 / 110 + 200 / 190) / 2) < 1e-12 and abs(worst[1] - 1.0375) < 1e-12,
+      "per_run_worst_pairs_runs", str(worst))
+
+v = {name: (measured, ok) for name, measured, _, ok in pc.verdict([({"rate": "10gbit"}, rows)])}
+every = v.get("10gbit all sizes: auto vs best fixed")
+check(every is not None and every[1] is False and "within 3%: 1 of 2" in every[0],
+      "verdict_counts_a_miss_above_3pct", str(every))
+w = v.get("10gbit AlltoAll: auto vs best fixed, worst size")
+check(w is not None and w[0].startswith("1.038x at 8K (best: compressed/f3)"), "verdict_worst_point_named", str(w))
+pr = v.get("10gbit per run: auto vs each fixed entry of the same run")
+check(pr is not None and "within 3%: 1 of 2" in pr[0] and pr[1] == "info", "verdict_per_run_line", str(pr))
+
+print(f"{failures} failed")
+sys.exit(1 if failures else 0)
