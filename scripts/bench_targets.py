@@ -26,17 +26,41 @@ TARGETS = {  # collective: (vs native, vs raw)
 ORDER = ["allgather", "reducescatter", "allreduce", "alltoall", "alltoallv"]
 
 
-def main(path):
-    rows = [json.loads(line) for line in open(path) if line.startswith('{"rep"')]
-    if not rows:
-        sys.exit(f"bench_targets.py: no result rows in {path}")
-    t = {}  # (coll, strategy) -> {rep: ms}
+def table(rows):
+    """{(coll, strategy): {rep: ms}} from the rows (each the bench's median of
+    its calls on the slowest rank), with "best-native" per run the faster of
+    native and native-put; and #wrong summed."""
+    t = {}
     wrong = 0
     for r in rows:
         if r.get("algo", "default") not in ("default", ""):
             continue
         t.setdefault((r["coll"], r["strategy"]), {})[r["rep"]] = r["time_us"] / 1e3
         wrong += int(r.get("wrong") or 0) if isinstance(r.get("wrong"), int) else 0
+    for coll in ORDER:  # the native baseline: per run, the faster MPI setting
+        a, b = t.get((coll, "native"), {}), t.get((coll, "native-put"), {})
+        best = {k: min(v for v in (a.get(k), b.get(k)) if v is not None) for k in set(a) | set(b)}
+        if best:
+            t[(coll, "best-native")] = best
+    return t, wrong
+
+
+def speedup(t, coll, base):
+    """compressed against base ("best-native" or "raw"): the median over the
+    runs of base's time over that of compressed, and the per-run ratios
+    (None when either was not run)."""
+    c, b = t.get((coll, "compressed")), t.get((coll, base))
+    if not c or not b:
+        return None
+    return (statistics.median(b.values()) / statistics.median(c.values()),
+            {k: b[k] / c[k] for k in sorted(b) if k in c})
+
+
+def main(path):
+    rows = [json.loads(line) for line in open(path) if line.startswith('{"rep"')]
+    if not rows:
+        sys.exit(f"bench_targets.py: no result rows in {path}")
+    t, wrong = table(rows)
     reps = sorted({r["rep"] for r in rows})
     print(f"| collective | strategy | {' | '.join(f'run {k} ms' for k in reps)} | median ms |")
     print("|---|---|" + "---:|" * (len(reps) + 1))
@@ -48,27 +72,20 @@ def main(path):
             cells = " | ".join(f"{v[k]:.0f}" if k in v else "" for k in reps)
             print(f"| {coll} | {s} | {cells} | {statistics.median(v.values()):.0f} |")
     print()
-    for coll in ORDER:  # the native baseline: per run, the faster MPI setting
-        a, b = t.get((coll, "native"), {}), t.get((coll, "native-put"), {})
-        best = {k: min(v for v in (a.get(k), b.get(k)) if v is not None) for k in set(a) | set(b)}
-        if best:
-            t[(coll, "best-native")] = best
     print("| collective | compressed vs native (target) | per run | compressed vs raw (target) | per run |")
     print("|---|---|---|---|---|")
     for coll in ORDER:
-        c = t.get((coll, "compressed"))
-        if not c:
+        if not t.get((coll, "compressed")):
             continue
         cells = [coll]
         for base, target in zip(("best-native", "raw"), TARGETS[coll]):
-            b = t.get((coll, base), {})
-            if not b:
+            got = speedup(t, coll, base)
+            if not got:
                 cells += ["n/a", ""]
                 continue
-            sp = statistics.median(b.values()) / statistics.median(c.values())
-            per = ", ".join(f"{b[k] / c[k]:.3f}x" for k in reps if k in b and k in c)
+            sp, per = got
             mark = "✓" if sp >= target else "✗"
-            cells += [f"{sp:.3f}x (≥ {target:.2f} {mark})", per]
+            cells += [f"{sp:.3f}x (≥ {target:.2f} {mark})", ", ".join(f"{x:.3f}x" for x in per.values())]
         print("| " + " | ".join(cells) + " |")
     if any(k[1] == "compressed:f3" for k in t):  # the codec's share: F2 (fast) against F3
         print("\n| collective | compressed:f3 vs native | compressed (fast, F2) vs compressed:f3 | per run |")
