@@ -30,6 +30,7 @@ import numpy as np
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from pycheck import check, failed  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
 
@@ -45,16 +46,6 @@ CONFIGS = {
                "--T", "11", "--B", "2", "--tied", "0", "--theta", "500000"],
 }
 
-failures = 0
-
-
-def check(ok, name, why=""):
-    global failures
-    if ok:
-        print(f"PASS {name}", flush=True)
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}", flush=True)
 
 
 # ----------------------------------------------------------------- the model
@@ -209,7 +200,7 @@ def main():
         return 1
     for tag, flags in CONFIGS.items():
         run_config(tag, flags)
-    return 1 if failures else 0
+    return 1 if failed() else 0
 
 
 if __name__ == "__main__":

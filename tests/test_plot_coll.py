@@ -18,18 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import plot_coll as pc  # noqa: E402
-
-failures = 0
-
-
-def check(ok, name, why=""):
-    global failures
-    if ok:
-        print(f"PASS {name}")
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}")
-    sys.stdout.flush()
+from pycheck import check, failed  # noqa: E402
 
 
 def row(coll, nbytes, strategy, t, picked=None, codec=None, algo=None, wrong=0):
@@ -102,5 +91,5 @@ tv = {name: ok for name, _, _, ok in pc.verdict([({"rate": "1gbit_targets"}, tro
 check(tv.get("1gbit AlltoAll 64M/rank, 2 runs: compressed vs native") is False, "targets_miss_below_target",
       str(tv))
 
-print(f"{failures} failed")
-sys.exit(1 if failures else 0)
+print(f"{failed()} failed")
+sys.exit(1 if failed() else 0)

@@ -21,20 +21,10 @@ import sys
 import tempfile
 
 import numpy as np
+from pycheck import check, failed
 
 BUILD = os.environ.get("BUILD", "build")
 BIN = os.path.join(BUILD, "tests", "test_safetensors")
-failures = 0
-
-
-def check(ok, name, why=""):
-    global failures
-    if ok:
-        print(f"PASS {name}")
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}")
-    sys.stdout.flush()
 
 
 def mix(i, salt):
@@ -275,7 +265,7 @@ def main():
         c_writes_reference_reads(tmp)
         reference_writes_c_reads(tmp)
         damaged_files(tmp)
-    return 1 if failures else 0
+    return 1 if failed() else 0
 
 
 if __name__ == "__main__":
