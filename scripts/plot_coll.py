@@ -95,11 +95,17 @@ def merge_reps(rs):
     return m
 
 
-def table_by(rows):
-    """{coll: {bytes: {variant: row}}}, repetitions of a point merged."""
+def by_point(rows):
+    """{coll: {bytes: {variant: [rows, in the order of the repetitions]}}}."""
     t = {}
     for r in rows:
         t.setdefault(r["coll"], {}).setdefault(r["bytes"], {}).setdefault(variant(r), []).append(r)
+    return t
+
+
+def table_by(rows):
+    """{coll: {bytes: {variant: row}}}, repetitions of a point merged."""
+    t = by_point(rows)
     for sizes in t.values():
         for d in sizes.values():
             for v in d:
@@ -150,15 +156,14 @@ def per_run_worst(rows):
     row of an entry is from the sweep's k-th repetition), the median over
     the runs, and the worst entry's: a reading of the repeated sweep that
     cancels the drift between runs, shown beside the verdict."""
-    pts = {}
-    for r in rows:
-        pts.setdefault((r["coll"], r["bytes"]), {}).setdefault(variant(r), []).append(r["time_us"])
     out = []
-    for d in pts.values():
-        a = d.get("auto")
-        if not a or len(a) < 2 or len(d) < 2:
-            continue
-        out.append(max(statistics.median(x / y for x, y in zip(a, t)) for v, t in d.items() if v != "auto"))
+    for sizes in by_point(rows).values():
+        for d in sizes.values():
+            a = [r["time_us"] for r in d.get("auto", [])]
+            if len(a) < 2 or len(d) < 2:
+                continue
+            out.append(max(statistics.median(x / r["time_us"] for x, r in zip(a, t))
+                           for v, t in d.items() if v != "auto"))
     return out
 
 
@@ -248,7 +253,7 @@ def verdict(sets):
                                 sum(abs(x - 1) <= AUTO_SLACK - 1 for x in same), len(same)),
                             "(noise)", "info"))
             paired = per_run_worst(rows)
-            if paired and len(paired) == len(every):
+            if paired:
                 out.append(("%s per run: auto vs each fixed entry of the same run" % rate,
                             "median %.3fx, within 3%%: %d of %d, within 10%%: %d" % (
                                 statistics.median(paired), sum(x <= AUTO_SLACK for x in paired),

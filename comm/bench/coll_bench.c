@@ -757,11 +757,11 @@ static double busFactor(zipcclCollKind_t k, int n) {
     return (double)(n - 1) / n;
 }
 
-/* Indices 0..n-1 of the nonzero counts, most calls first (ties in index
+/* Indices from..n-1 of the nonzero counts, most calls first (ties in index
  * order); returns how many. */
-static int byCount(const uint64_t* counts, int n, int* order) {
+static int byCount(const uint64_t* counts, int from, int n, int* order) {
     int k = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = from; i < n; i++) {
         if (!counts[i]) continue;
         int j = k++;
         for (; j > 0 && counts[order[j - 1]] < counts[i]; j--) order[j] = order[j - 1];
@@ -795,24 +795,19 @@ static const char* algoName(int a) { return zipcclAlgoName((zipcclAlgo_t)a); }
 static void pickedName(zipcclCollKind_t kind, const zipcclCounters_t* k, char* out, size_t cap) {
     int order[8];
     _Static_assert(ZIPCCL_NCODECS <= 8 && ZIPCCL_NALGOS <= 8 && zipcclStrategyAuto < 8, "order[] size");
-    uint64_t strategies[zipcclStrategyAuto + 1] = {0}; /* zipcclStrategyDefault never executes */
-    for (int s = zipcclStrategyNative; s <= zipcclStrategyAuto; s++) strategies[s] = k->byStrategy[s];
     out[0] = '\0';
-    appendNames(out, cap, "", order, byCount(strategies, zipcclStrategyAuto + 1, order), strategyName);
+    appendNames(out, cap, "", order, byCount(k->byStrategy, zipcclStrategyNative, zipcclStrategyAuto + 1, order),
+                strategyName);
     if (!out[0]) {
         snprintf(out, cap, "-");
         return;
     }
     if (k->byCodec[zipcclCodecDense] || k->byCodec[zipcclCodecF3]) /* name every codec used */
-        appendNames(out, cap, "/", order, byCount(k->byCodec, ZIPCCL_NCODECS, order), codecName);
+        appendNames(out, cap, "/", order, byCount(k->byCodec, 0, ZIPCCL_NCODECS, order), codecName);
     const zipcclAlgo_t own = kind == zipcclCollAllGather ? zipcclAlgoRing : zipcclAlgoDirect;
     int other = 0;
     for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++) other |= a != (int)own && k->byAlgo[a];
-    if (other) {
-        uint64_t algos[ZIPCCL_NALGOS] = {0};
-        for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++) algos[a] = k->byAlgo[a];
-        appendNames(out, cap, "/", order, byCount(algos, ZIPCCL_NALGOS, order), algoName);
-    }
+    if (other) appendNames(out, cap, "/", order, byCount(k->byAlgo, zipcclAlgoRing, ZIPCCL_NALGOS, order), algoName);
 }
 
 typedef struct {
