@@ -220,7 +220,7 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
         if (*end || t < 0) return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_TIMEOUT_S='%s' is not a number of seconds", s);
         c->timeoutS = t;
     }
-    c->pieceBytes = 0; /* unset: sized to the link at init (piecesForLink) */
+    c->pieceBytes = 0; /* unset: sized to the link at init (sizeToLink) */
     s = getenv("ZIPCCL_PIECE_BYTES");
     if (s && *s) {
         char* end;
@@ -235,6 +235,15 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
         long v = strtol(s, &end, 10);
         if (*end || v < 1 || v > 1 << 20) return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_A2A_WINDOW='%s' (want an integer >= 1)", s);
         c->a2aWindow = (int)v;
+    }
+    c->a2aInflight = -1; /* unset: sized to the link at init (sizeToLink) */
+    s = getenv("ZIPCCL_A2A_INFLIGHT");
+    if (s && *s) {
+        char* end;
+        long v = strtol(s, &end, 10);
+        if (*end || v < 0 || v > 1 << 20)
+            return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_A2A_INFLIGHT='%s' (want an integer >= 0; 0 = no limit)", s);
+        c->a2aInflight = (int)v;
     }
     return zipcclSuccess;
 }
@@ -258,28 +267,44 @@ static void commFree(struct zipcclComm* c) {
     free(c);
 }
 
-/* Piece size when ZIPCCL_PIECE_BYTES is unset: about kPieceSeconds of wire
- * time on the communicator's link (zipcclModelLink), within [512 KiB, 4
- * MiB].  A piece is the unit a ring forwards and a receiver decodes, so a
- * pipeline fills and drains in a few piece times; each piece is also one MPI
- * message with its handshake.  On the emulated 4-host cluster (bf16, 64 MiB
- * per rank) 512 KiB pieces beat 4 MiB ones at 1 Gbit/s (ReduceScatter
- * compressed 332 vs 440 ms, AllGather 1.19 vs 1.23 s) and lost at 10 Gbit/s
- * (AllGather 146 vs 129 ms, AlltoAll raw 172 vs 150 ms): 4 ms of wire is
- * ~512 KiB at 1 Gbit/s and ~4 MiB at 10 Gbit/s.  The link is rank-agreed,
- * so every rank cuts the same pieces; unmeasured (ZIPCCL_CALIBRATE=0, one
- * rank) it is the model's default 5 GB/s, so pieces are 4 MiB. */
-static zipcclResult_t piecesForLink(struct zipcclComm* c) {
-    static const double kPieceSeconds = 0.004;
+/* What is sized to the communicator's link (zipcclModelLink) unless the
+ * environment set it; the link is rank-agreed, so every rank chooses alike.
+ * Unmeasured (ZIPCCL_CALIBRATE=0, one rank) the link is the model's default
+ * 5 GB/s.
+ *
+ * Piece size (ZIPCCL_PIECE_BYTES): about kPieceSeconds of wire time, within
+ * [512 KiB, 4 MiB].  A piece is the unit a ring forwards and a receiver
+ * decodes, so a pipeline fills and drains in a few piece times; each piece
+ * is also one MPI message with its handshake.  On the emulated 4-host
+ * cluster (bf16, 64 MiB per rank) 512 KiB pieces beat 4 MiB ones at 1
+ * Gbit/s (ReduceScatter compressed 332 vs 440 ms, AllGather 1.19 vs 1.23 s)
+ * and lost at 10 Gbit/s (AllGather 146 vs 129 ms, AlltoAll raw 172 vs 150
+ * ms): 4 ms of wire is ~512 KiB at 1 Gbit/s and ~4 MiB at 10 Gbit/s.
+ *
+ * AlltoAll(v) sends in flight (ZIPCCL_A2A_INFLIGHT): one piece at a time on
+ * a link slower than kSlowLinkBps, so a link carries one flow but at step
+ * boundaries; no limit but the step window on faster ones.  Emulated
+ * cluster, 64 MiB per rank, median of 3-4 runs (docs/COLLECTIVES.md): at 1
+ * Gbit/s one in flight took AlltoAll compressed 308 vs 328 ms and raw 439 vs
+ * 472 ms, AlltoAllv 263 vs 292 and 379 vs 417 ms; at 10 Gbit/s it was
+ * slower at most sizes, by up to 6% (the ranks' CPU, the kernel's copies
+ * included, is then what is short, and a second flow keeps it busy).  The
+ * ping-pong reads 1 Gbit/s as ~150 MB/s and 10 Gbit/s as 0.6-1.1 GB/s. */
+static zipcclResult_t sizeToLink(struct zipcclComm* c) {
+    static const double kPieceSeconds = 0.004, kSlowLinkBps = 300e6;
     static const size_t kMin = (size_t)512 << 10, kMax = (size_t)4 << 20, kStep = (size_t)64 << 10;
-    if (c->pieceBytes) return zipcclSuccess; /* ZIPCCL_PIECE_BYTES */
+    if (c->pieceBytes && c->a2aInflight >= 0) return zipcclSuccess; /* both from the environment */
     double t0 = zipcclNow();
     ZIPCCL_TRY(zipcclModelLink(c));
-    double want = c->model.beta * kPieceSeconds;
-    c->pieceBytes = want >= (double)kMax ? kMax : want <= (double)kMin ? kMin : (size_t)want / kStep * kStep;
+    if (!c->pieceBytes) {
+        double want = c->model.beta * kPieceSeconds;
+        c->pieceBytes = want >= (double)kMax ? kMax : want <= (double)kMin ? kMin : (size_t)want / kStep * kStep;
+    }
+    if (c->a2aInflight < 0) c->a2aInflight = c->model.beta < kSlowLinkBps ? 1 : 0;
     if (c->model.log && c->rank == 0)
-        fprintf(stderr, "zipccl: link %.0f MB/s (%.0f ms): pieces of %zu KiB\n", c->model.beta / 1e6,
-                1e3 * (zipcclNow() - t0), c->pieceBytes >> 10);
+        fprintf(stderr, "zipccl: link %.0f MB/s (%.0f ms): pieces of %zu KiB, all-to-all pieces in flight: %d%s\n",
+                c->model.beta / 1e6, 1e3 * (zipcclNow() - t0), c->pieceBytes >> 10, c->a2aInflight,
+                c->a2aInflight ? "" : " (no limit)");
     return zipcclSuccess;
 }
 
@@ -311,7 +336,7 @@ zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm) {
     c->model.log = 0;
     const char* lg = getenv("ZIPCCL_LOG");
     if (lg && *lg) c->model.log = atoi(lg);
-    res = piecesForLink(c);
+    res = sizeToLink(c);
     if (res != zipcclSuccess) { commFree(c); return res; }
     if (c->defaults.strategy == zipcclStrategyAuto) {
         res = zipcclModelCalibrate(c); /* collective; the same on every rank */
@@ -335,6 +360,7 @@ zipcclResult_t zipcclCommInitNccl(zipcclComm_t* comm, void* ncclComm) {
     c->isNccl = 1;
     c->nccl = ncclComm;
     if (!c->pieceBytes) c->pieceBytes = (size_t)4 << 20;
+    if (c->a2aInflight < 0) c->a2aInflight = 0;
     if (res == zipcclSuccess) res = zipcclNcclInit(c);
     if (res != zipcclSuccess) { commFree(c); return res; }
     const char* lg = getenv("ZIPCCL_LOG");

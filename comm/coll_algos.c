@@ -8,7 +8,7 @@
  * designs; the short version:
  *
  *   - Data moves in pieces (~4 ms of the link, 512 KiB-4 MiB, or
- *     ZIPCCL_PIECE_BYTES; coll.c piecesForLink); each piece is one
+ *     ZIPCCL_PIECE_BYTES; coll.c sizeToLink); each piece is one
  *     MPI message (one frame when compressed).  All receives are posted up
  *     front with the largest size the piece can have (zipcclCompressBound), so
  *     no size exchange is needed; the frame header (count, dtype) and the
@@ -578,9 +578,11 @@ static void alltoallTake(Ctx* x, int got, char* recvbuf, const size_t* recvcount
 
 /* Pairwise exchange: at step j = 1..n-1 rank r sends its block for r+j and
  * receives the block of r-j, so a link carries one or two flows, not n-1.
- * The sends of step j are posted once those of step j-2 have completed (the
- * first piece of step j is encoded before that wait, so the codec overlaps
- * the wire); arrivals are decoded while we wait.  Receives are posted up
+ * The sends of step j are posted once those of step j-W have completed, and
+ * on slow links each piece's send once all but a2aInflight - 1 earlier ones
+ * have (so one flow per link but where steps meet); every piece is encoded
+ * before its wait, so the codec overlaps the wire, and arrivals are decoded
+ * while we wait.  Receives are posted up
  * front with bounds from recvcounts; only senders start flows, so that does
  * not add competing ones.  AlltoAllv always sends at least one (possibly
  * empty) message per pair, so a receiver can tell a peer's count from its
@@ -640,11 +642,11 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
      * than one on the emulated 1 Gbit/s cluster (AlltoAll 64 MiB bf16, 4
      * ranks, raw: 0.58 s vs 0.69 s; all steps at once 0.67 s), since the
      * next step's handshake then hides under the current step's tail. */
-    const int W = c->a2aWindow < n ? c->a2aWindow : n;
+    const int W = c->a2aWindow < n ? c->a2aWindow : n, Q = c->a2aInflight;
     int ends[n + 1]; /* x->nsend after step j, by j % (W + 1) */
     memset(ends, 0, sizeof ends);
     for (int j = 1; j < n; j++) {
-        int d = (r + j) % n, lim = j - W >= 1 ? ends[(j - W) % (W + 1)] : 0;
+        int d = (r + j) % n, stepLim = j - W >= 1 ? ends[(j - W) % (W + 1)] : 0;
         x->st->rawBytes += sendcounts[d] * esz;
         for (size_t k = 0, K = KOF(sendcounts[d]); k < K; k++) {
             size_t pc = pieceLen(sendcounts[d], P, k), bytes = pc * esz;
@@ -655,10 +657,13 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
                 src = sstage + soff;
                 soff += cap;
             }
-            /* Before the step's first send: let step j-W finish, taking
-             * arrivals meanwhile (deadline as in pollRecvs). */
+            /* Sends 0..lim-1 must be complete first: step j-W's before the
+             * step's first send, and all but Q-1 before any send when Q > 0.
+             * Arrivals are taken meanwhile (deadline as in pollRecvs). */
+            int lim = k == 0 ? stepLim : 0;
+            if (Q > 0 && x->nsend - Q + 1 > lim) lim = x->nsend - Q + 1;
             double w0 = zipcclNow();
-            for (int done = 0; k == 0 && lim > 0;) {
+            for (int done = 0; lim > 0;) {
                 int err = MPI_Testall(lim, x->reqs + x->nrecv, &done,
                                       MPI_STATUSES_IGNORE);
                 if (err != MPI_SUCCESS) return zipcclMpiError(err, x->what);
@@ -671,11 +676,11 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
                 if (c->timeoutS > 0 && now - x->t0 > c->timeoutS)
                     return zipcclSetError(zipcclTimeout,
                                           "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) "
-                                          "sending to rank %d",
-                                          x->what, r, now - x->t0, (r + j - W) % n);
+                                          "waiting for its sends to complete before sending to rank %d",
+                                          x->what, r, now - x->t0, d);
                 zipcclIdle(now - w0);
             }
-            if (k == 0) x->st->wireSeconds += zipcclNow() - w0;
+            if (lim > 0) x->st->wireSeconds += zipcclNow() - w0;
             ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == K) | sizeTag));
             int got = 0;
             ZIPCCL_TRY(pollRecvs(x, 0, &got));

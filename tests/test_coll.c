@@ -478,11 +478,21 @@ int main(int argc, char** argv) {
     }
     zipcclCommDestroy(comm);
     /* The All-to-Alls again with one step in flight and with all of them
-     * (ZIPCCL_A2A_WINDOW, read when a communicator is created). */
-    const char* windows[] = {"1", "64"};
-    for (int w = 0; w < 2; w++) {
-        setenv("ZIPCCL_A2A_WINDOW", windows[w], 1);
-        snprintf(variant, sizeof variant, "_w%s", windows[w]);
+     * (ZIPCCL_A2A_WINDOW), and with one or two piece sends in flight
+     * (ZIPCCL_A2A_INFLIGHT, what a slow link gets; this machine's link is
+     * fast, so by default there is no piece limit).  Both are read when a
+     * communicator is created. */
+    const struct { const char *var, *val, *tag; } knobs[] = {
+        {"ZIPCCL_A2A_WINDOW", "1", "_w1"},
+        {"ZIPCCL_A2A_WINDOW", "64", "_w64"},
+        {"ZIPCCL_A2A_INFLIGHT", "1", "_i1"},
+        {"ZIPCCL_A2A_INFLIGHT", "2", "_i2"},
+    };
+    for (int w = 0; w < 4; w++) {
+        unsetenv("ZIPCCL_A2A_WINDOW");
+        unsetenv("ZIPCCL_A2A_INFLIGHT");
+        setenv(knobs[w].var, knobs[w].val, 1);
+        snprintf(variant, sizeof variant, "%s", knobs[w].tag);
         r = zipcclCommInitMpi(&comm, &world);
         CHECK(r == zipcclSuccess, "comm_init_window", "%s", zipcclGetLastErrorDetail());
         if (r != zipcclSuccess) break;
@@ -490,11 +500,18 @@ int main(int argc, char** argv) {
         testAlltoAllv(zipcclBfloat16);
         zipcclCommDestroy(comm);
     }
-    setenv("ZIPCCL_A2A_WINDOW", "0", 1);
-    r = zipcclCommInitMpi(&comm, &world);
-    CHECK(r == zipcclInvalidArgument, "env_window_rejected", "ZIPCCL_A2A_WINDOW=0 gave %s",
-          zipcclGetErrorString(r));
-    if (r == zipcclSuccess) zipcclCommDestroy(comm);
+    const struct { const char *var, *val; } bad[] = {
+        {"ZIPCCL_A2A_WINDOW", "0"}, {"ZIPCCL_A2A_INFLIGHT", "-1"}, {"ZIPCCL_A2A_INFLIGHT", "2x"}};
+    for (int b = 0; b < 3; b++) {
+        unsetenv("ZIPCCL_A2A_WINDOW");
+        unsetenv("ZIPCCL_A2A_INFLIGHT");
+        setenv(bad[b].var, bad[b].val, 1);
+        r = zipcclCommInitMpi(&comm, &world);
+        CHECK(r == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), bad[b].var),
+              "env_knob_rejected", "%s=%s gave %s (%s)", bad[b].var, bad[b].val, zipcclGetErrorString(r),
+              zipcclGetLastErrorDetail());
+        if (r == zipcclSuccess) zipcclCommDestroy(comm);
+    }
     MPI_Finalize();
     return tu_exit();
 }
