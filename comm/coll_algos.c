@@ -645,6 +645,7 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
     const int W = c->a2aWindow < n ? c->a2aWindow : n, Q = c->a2aInflight;
     int ends[n + 1]; /* x->nsend after step j, by j % (W + 1) */
     memset(ends, 0, sizeof ends);
+    int doneTo = 0; /* sends 0..doneTo-1 are known complete */
     for (int j = 1; j < n; j++) {
         int d = (r + j) % n, stepLim = j - W >= 1 ? ends[(j - W) % (W + 1)] : 0;
         x->st->rawBytes += sendcounts[d] * esz;
@@ -663,11 +664,11 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
             int lim = k == 0 ? stepLim : 0;
             if (Q > 0 && x->nsend - Q + 1 > lim) lim = x->nsend - Q + 1;
             double w0 = zipcclNow();
-            for (int done = 0; lim > 0;) {
-                int err = MPI_Testall(lim, x->reqs + x->nrecv, &done,
+            for (int done = 0; lim > doneTo;) {
+                int err = MPI_Testall(lim - doneTo, x->reqs + x->nrecv + doneTo, &done,
                                       MPI_STATUSES_IGNORE);
                 if (err != MPI_SUCCESS) return zipcclMpiError(err, x->what);
-                if (done) break;
+                if (done) { doneTo = lim; break; }
                 int got = 0;
                 ZIPCCL_TRY(pollRecvs(x, 0, &got));
                 alltoallTake(x, got, recvbuf, recvcounts, rdispls, minOne, P);
@@ -680,7 +681,7 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
                                           x->what, r, now - x->t0, d);
                 zipcclIdle(now - w0);
             }
-            if (lim > 0) x->st->wireSeconds += zipcclNow() - w0;
+            x->st->wireSeconds += zipcclNow() - w0;
             ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == K) | sizeTag));
             int got = 0;
             ZIPCCL_TRY(pollRecvs(x, 0, &got));
