@@ -201,6 +201,17 @@ static void* workerMain(void* arg) {
 
 /* ---- communicators ---------------------------------------------------------------- */
 
+/* *v = the integer in environment variable name, if set, within [lo, hi]. */
+static zipcclResult_t envInt(const char* name, long long lo, long long hi, const char* want, long long* v) {
+    const char* s = getenv(name);
+    if (!s || !*s) return zipcclSuccess;
+    char* end;
+    long long x = strtoll(s, &end, 10);
+    if (*end || x < lo || x > hi) return zipcclSetError(zipcclInvalidArgument, "%s='%s' (want %s)", name, s, want);
+    *v = x;
+    return zipcclSuccess;
+}
+
 static zipcclResult_t readEnv(struct zipcclComm* c) {
     zipcclCallConfig_t d = {zipcclStrategyAuto, zipcclCodecFast, zipcclAlgoDefault};
     const char* s = getenv("ZIPCCL_STRATEGY");
@@ -220,31 +231,15 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
         if (*end || t < 0) return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_TIMEOUT_S='%s' is not a number of seconds", s);
         c->timeoutS = t;
     }
-    c->pieceBytes = 0; /* unset: sized to the link at init (sizeToLink) */
-    s = getenv("ZIPCCL_PIECE_BYTES");
-    if (s && *s) {
-        char* end;
-        long long v = strtoll(s, &end, 10);
-        if (*end || v < 32768) return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_PIECE_BYTES='%s' (want an integer >= 32768)", s);
-        c->pieceBytes = (size_t)v;
-    }
-    c->a2aWindow = 2;
-    s = getenv("ZIPCCL_A2A_WINDOW");
-    if (s && *s) {
-        char* end;
-        long v = strtol(s, &end, 10);
-        if (*end || v < 1 || v > 1 << 20) return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_A2A_WINDOW='%s' (want an integer >= 1)", s);
-        c->a2aWindow = (int)v;
-    }
-    c->a2aInflight = -1; /* unset: sized to the link at init (sizeToLink) */
-    s = getenv("ZIPCCL_A2A_INFLIGHT");
-    if (s && *s) {
-        char* end;
-        long v = strtol(s, &end, 10);
-        if (*end || v < 0 || v > 1 << 20)
-            return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_A2A_INFLIGHT='%s' (want an integer >= 0; 0 = no limit)", s);
-        c->a2aInflight = (int)v;
-    }
+    long long v = 0; /* unset: sized to the link at init (sizeToLink) */
+    ZIPCCL_TRY(envInt("ZIPCCL_PIECE_BYTES", 32768, 1ll << 40, "an integer >= 32768", &v));
+    c->pieceBytes = (size_t)v;
+    v = 2;
+    ZIPCCL_TRY(envInt("ZIPCCL_A2A_WINDOW", 1, 1 << 20, "an integer >= 1", &v));
+    c->a2aWindow = (int)v;
+    v = -1; /* unset: sized to the link at init (sizeToLink) */
+    ZIPCCL_TRY(envInt("ZIPCCL_A2A_INFLIGHT", 0, 1 << 20, "an integer >= 0; 0 = no limit", &v));
+    c->a2aInflight = (int)v;
     return zipcclSuccess;
 }
 
@@ -413,6 +408,12 @@ zipcclResult_t zipcclCommSize(zipcclComm_t c, int* size) {
 zipcclResult_t zipcclCommPieceBytes(zipcclComm_t c, size_t* bytes) {
     if (!c || !bytes) return zipcclSetError(zipcclInvalidArgument, "zipcclCommPieceBytes: null argument");
     *bytes = c->pieceBytes;
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommA2aInflight(zipcclComm_t c, int* pieces) {
+    if (!c || !pieces) return zipcclSetError(zipcclInvalidArgument, "zipcclCommA2aInflight: null argument");
+    *pieces = c->a2aInflight;
     return zipcclSuccess;
 }
 

@@ -93,24 +93,38 @@ int main(int argc, char** argv) {
 
     /* From a stated link: 1 Gbit/s -> 500000 B -> 512 KiB floor; 2 Gbit/s ->
      * 1000000 B, rounded down to 64 KiB; 10 Gbit/s -> the 4 MiB ceiling; a
-     * set ZIPCCL_PIECE_BYTES wins. */
-    static const struct { const char* gbps; const char* bytes; size_t want; } kPieces[] = {
-        {"1", NULL, 512u << 10}, {"2", NULL, 1000000u / 65536 * 65536}, {"10", NULL, 4u << 20},
-        {"1", "98304", 98304},
+     * set ZIPCCL_PIECE_BYTES wins.  AlltoAll(v) pieces in flight: 1 below
+     * 300 MB/s (1 and 2 Gbit/s: 125 and 250 MB/s), no limit above; a set
+     * ZIPCCL_A2A_INFLIGHT wins. */
+    static const struct {
+        const char *gbps, *bytes, *inflight;
+        size_t want;
+        int wantInflight;
+    } kPieces[] = {
+        {"1", NULL, NULL, 512u << 10, 1}, {"2", NULL, NULL, 1000000u / 65536 * 65536, 1},
+        {"2.5", NULL, NULL, 1250000u / 65536 * 65536, 0}, {"10", NULL, NULL, 4u << 20, 0},
+        {"1", "98304", NULL, 98304, 1}, {"1", NULL, "0", 512u << 10, 0}, {"10", "98304", "3", 98304, 3},
     };
     unsetenv("ZIPCCL_STRATEGY");
     for (size_t i = 0; i < sizeof kPieces / sizeof kPieces[0]; i++) {
         setenv("ZIPCCL_LINK_GBPS", kPieces[i].gbps, 1);
         if (kPieces[i].bytes) setenv("ZIPCCL_PIECE_BYTES", kPieces[i].bytes, 1);
         else unsetenv("ZIPCCL_PIECE_BYTES");
+        if (kPieces[i].inflight) setenv("ZIPCCL_A2A_INFLIGHT", kPieces[i].inflight, 1);
+        else unsetenv("ZIPCCL_A2A_INFLIGHT");
         zipcclComm_t p = NULL;
         piece = 0;
+        int inflight = -1;
         ok = zipcclCommInitMpi(&p, &world) == zipcclSuccess && zipcclCommPieceBytes(p, &piece) == zipcclSuccess &&
-             piece == kPieces[i].want;
+             zipcclCommA2aInflight(p, &inflight) == zipcclSuccess && piece == kPieces[i].want &&
+             inflight == kPieces[i].wantInflight;
         ok = agree(ok);
         if (rank == 0)
-            CHECK(ok, "eager_pieces_from_link", "%s Gbit/s, ZIPCCL_PIECE_BYTES=%s: %zu bytes, want %zu",
-                  kPieces[i].gbps, kPieces[i].bytes ? kPieces[i].bytes : "unset", piece, kPieces[i].want);
+            CHECK(ok, "eager_pieces_from_link",
+                  "%s Gbit/s, ZIPCCL_PIECE_BYTES=%s, ZIPCCL_A2A_INFLIGHT=%s: %zu bytes and %d in flight, want %zu and %d",
+                  kPieces[i].gbps, kPieces[i].bytes ? kPieces[i].bytes : "unset",
+                  kPieces[i].inflight ? kPieces[i].inflight : "unset", piece, inflight, kPieces[i].want,
+                  kPieces[i].wantInflight);
         if (i == 0 && ok) { /* 512 KiB pieces: 3 of them per rank's block */
             const size_t m = 600001;
             uint16_t* blk = malloc(m * 2);
@@ -129,6 +143,7 @@ int main(int argc, char** argv) {
     }
     unsetenv("ZIPCCL_LINK_GBPS");
     unsetenv("ZIPCCL_PIECE_BYTES");
+    unsetenv("ZIPCCL_A2A_INFLIGHT");
     free(in), free(grad), free(full), free(ref), free(rs), free(rsRef);
     MPI_Finalize();
     return tu_exit();
