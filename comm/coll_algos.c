@@ -349,17 +349,56 @@ static zipcclResult_t encode(Ctx* x, const void* src, size_t count, zipcclDataTy
 /* Send `count` elements at src as one message: as they are, or (compressed)
  * as a frame encoded into stage + *stageOff, which then advances by the
  * frame bound (the staging must outlive the send). */
+/* What a piece of count elements at src goes out as: encoded into stage at
+ * *stageOff when compressed (*src then points there), else src itself. */
+static zipcclResult_t stagePiece(Ctx* x, const void** src, size_t count, zipcclDataType_t dt, char* stage,
+                                 size_t* stageOff, size_t* bytes) {
+    *bytes = count * zipcclTypeSize(dt);
+    x->st->rawBytes += *bytes;
+    if (!x->compressed) return zipcclSuccess;
+    size_t cap = zipcclCompressBound(count, dt, 0);
+    ZIPCCL_TRY(encode(x, *src, count, dt, stage + *stageOff, cap, bytes));
+    *src = stage + *stageOff;
+    *stageOff += cap;
+    return zipcclSuccess;
+}
+
 static zipcclResult_t sendPiece(Ctx* x, const void* src, size_t count, zipcclDataType_t dt, char* stage,
                                 size_t* stageOff, int dst, int tag) {
-    size_t bytes = count * zipcclTypeSize(dt);
-    x->st->rawBytes += bytes;
-    if (x->compressed) {
-        size_t cap = zipcclCompressBound(count, dt, 0);
-        ZIPCCL_TRY(encode(x, src, count, dt, stage + *stageOff, cap, &bytes));
-        src = stage + *stageOff;
-        *stageOff += cap;
-    }
+    size_t bytes = 0;
+    ZIPCCL_TRY(stagePiece(x, &src, count, dt, stage, stageOff, &bytes));
     return postSend(x, src, bytes, dst, tag);
+}
+
+/* Pacing of the all-to-all exchanges (AlltoAll(v), direct ReduceScatter):
+ * wait until sends 0..lim-1 have completed (*doneTo of them are known to
+ * have), returning early with *got > 0 when receives complete meanwhile,
+ * for the caller to take before it calls again; *got == 0 means the sends
+ * are done.  Deadline as in pollRecvs; the time counts as wire time. */
+static zipcclResult_t waitSends(Ctx* x, int lim, int* doneTo, int* got) {
+    struct zipcclComm* c = x->c;
+    double w0 = zipcclNow();
+    *got = 0;
+    while (lim > *doneTo) {
+        int done = 0;
+        int err = MPI_Testall(lim - *doneTo, x->reqs + x->nrecv + *doneTo, &done, MPI_STATUSES_IGNORE);
+        if (err != MPI_SUCCESS) return zipcclMpiError(err, x->what);
+        if (done) {
+            *doneTo = lim;
+            break;
+        }
+        ZIPCCL_TRY(pollRecvs(x, 0, got));
+        if (*got) break;
+        double now = zipcclNow();
+        if (c->timeoutS > 0 && now - x->t0 > c->timeoutS)
+            return zipcclSetError(zipcclTimeout,
+                                  "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) waiting for "
+                                  "its sends to complete",
+                                  x->what, c->rank, now - x->t0);
+        zipcclIdle(now - w0);
+    }
+    x->st->wireSeconds += zipcclNow() - w0;
+    return zipcclSuccess;
 }
 
 /* Check a completed receive (status g) against what the algorithm expects:
@@ -648,42 +687,19 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
     int doneTo = 0; /* sends 0..doneTo-1 are known complete */
     for (int j = 1; j < n; j++) {
         int d = (r + j) % n, stepLim = j - W >= 1 ? ends[(j - W) % (W + 1)] : 0;
-        x->st->rawBytes += sendcounts[d] * esz;
         for (size_t k = 0, K = KOF(sendcounts[d]); k < K; k++) {
-            size_t pc = pieceLen(sendcounts[d], P, k), bytes = pc * esz;
-            const char* src = sendbuf + (sdispls[d] + k * P) * esz;
-            if (x->compressed) {
-                size_t cap = zipcclCompressBound(pc, dt, 0);
-                ZIPCCL_TRY(encode(x, src, pc, dt, sstage + soff, cap, &bytes));
-                src = sstage + soff;
-                soff += cap;
-            }
+            const void* src = sendbuf + (sdispls[d] + k * P) * esz;
+            size_t bytes = 0;
+            ZIPCCL_TRY(stagePiece(x, &src, pieceLen(sendcounts[d], P, k), dt, sstage, &soff, &bytes));
             /* Sends 0..lim-1 must be complete first: step j-W's before the
-             * step's first send, and all but Q-1 before any send when Q > 0.
-             * Arrivals are taken meanwhile (deadline as in pollRecvs). */
-            int lim = k == 0 ? stepLim : 0;
+             * step's first send, and all but Q-1 before any send when Q > 0. */
+            int lim = k == 0 ? stepLim : 0, got;
             if (Q > 0 && x->nsend - Q + 1 > lim) lim = x->nsend - Q + 1;
-            double w0 = zipcclNow();
-            for (int done = 0; lim > doneTo;) {
-                int err = MPI_Testall(lim - doneTo, x->reqs + x->nrecv + doneTo, &done,
-                                      MPI_STATUSES_IGNORE);
-                if (err != MPI_SUCCESS) return zipcclMpiError(err, x->what);
-                if (done) { doneTo = lim; break; }
-                int got = 0;
-                ZIPCCL_TRY(pollRecvs(x, 0, &got));
+            do {
+                ZIPCCL_TRY(waitSends(x, lim, &doneTo, &got));
                 alltoallTake(x, got, recvbuf, recvcounts, rdispls, minOne, P);
-                if (got) continue;
-                double now = zipcclNow();
-                if (c->timeoutS > 0 && now - x->t0 > c->timeoutS)
-                    return zipcclSetError(zipcclTimeout,
-                                          "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) "
-                                          "waiting for its sends to complete before sending to rank %d",
-                                          x->what, r, now - x->t0, d);
-                zipcclIdle(now - w0);
-            }
-            x->st->wireSeconds += zipcclNow() - w0;
+            } while (got);
             ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == K) | sizeTag));
-            int got = 0;
             ZIPCCL_TRY(pollRecvs(x, 0, &got));
             alltoallTake(x, got, recvbuf, recvcounts, rdispls, minOne, P);
         }
@@ -735,80 +751,105 @@ static zipcclResult_t alltoallCore(struct zipcclComm* c, const zipcclOp* op, zip
  * rank r is the j-th contributor of block r-j, so it sends to r-1, r-2, ...
  * The owner adds piece by piece in the canonical order as contributions
  * arrive, its own data last. */
+/* An owner's running state: arrived[j*K + k] says the j-th contributor's
+ * piece k is in (its receive: recIndex[j*K + k]); nextPos[k] is the next
+ * position to add for piece k (n = finished). */
+typedef struct {
+    int *arrived, *nextPos, *recIndex;
+    float* acc;
+    char* tmp; /* compressed: one decoded piece */
+    const char* own;
+    void* out;
+    size_t K, P, mine;
+} RsOwner;
+
+/* Verify the receives pollRecvs just completed and add every contribution
+ * that is now next in line, finishing pieces whose last one came in. */
+static void rsDirectTake(Ctx* x, RsOwner* o, int got) {
+    const int n = x->c->nranks;
+    const zipcclDataType_t dt = x->op->dtype;
+    const size_t esz = zipcclTypeSize(dt), K = o->K, P = o->P;
+    for (int g = 0; g < got; g++) {
+        const RecvRec* rc = &x->rec[x->idx[g]];
+        size_t kk = rc->piece, pc = pieceLen(o->mine, P, kk);
+        if (softFail(x, verify(x, g, makeTag(x->op->kind, kk, kk + 1 == K), pc, dt))) continue;
+        o->arrived[(size_t)rc->step * K + kk] = 1;
+        while (o->nextPos[kk] < n && o->arrived[(size_t)o->nextPos[kk] * K + kk]) {
+            const RecvRec* src = &x->rec[o->recIndex[(size_t)o->nextPos[kk] * K + kk]];
+            const void* data = src->buf;
+            if (x->compressed) {
+                if (softFail(x, decode(x, src, o->tmp, pc, dt))) memset(o->tmp, 0, pc * esz);
+                data = o->tmp;
+            }
+            accumulate(o->acc + kk * P, data, pc, dt, o->nextPos[kk] == 1);
+            if (++o->nextPos[kk] == n) {
+                accumulate(o->acc + kk * P, o->own + kk * P * esz, pc, dt, 0);
+                finalize((char*)o->out + kk * P * esz, o->acc + kk * P, pc, dt, x->op->op, n);
+            }
+        }
+    }
+}
+
 static zipcclResult_t rsDirectBody(Ctx* x, const char* sendbuf, const size_t* counts,
                                    const size_t* displs, void* out) {
     struct zipcclComm* c = x->c;
-    const int n = c->nranks, r = c->rank;
+    const int n = c->nranks, r = c->rank, Q = c->a2aInflight;
     const zipcclDataType_t dt = x->op->dtype;
     const zipcclCollKind_t kind = x->op->kind;
     const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz);
     const size_t mine = counts[r], K = numPieces(mine, P);
-    const char* own = sendbuf + displs[r] * esz;
+    RsOwner o = {.own = sendbuf + displs[r] * esz, .out = out, .K = K, .P = P, .mine = mine};
 
-    float* acc = zipcclScratch(c, kSlotAcc, mine * sizeof(float) + 1);
-    if (!acc) return oom(x);
+    o.acc = zipcclScratch(c, kSlotAcc, mine * sizeof(float) + 1);
+    if (!o.acc) return oom(x);
     size_t recvStage = (size_t)(n - 1) * stageFor(x, mine, P, dt), sendStage = 0;
     for (int d = 0; d < n; d++)
         if (d != r && x->compressed) sendStage += stageFor(x, counts[d], P, dt);
     char* rstage = zipcclScratch(c, kSlotRecv, recvStage + 1);
     char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, sendStage + 1) : NULL;
-    char* tmp = x->compressed ? zipcclScratch(c, kSlotTmp, P * esz) : NULL;
-    /* arrived[j*K + k]: contribution of the j-th contributor for piece k;
-     * nextPos[k]: the next position to add for piece k (n = finished). */
-    int* arrived = zipcclScratch(c, kSlotFlags, sizeof(int) * ((size_t)n + 1) * (K + 1));
-    if (!rstage || (x->compressed && (!sstage || !tmp)) || !arrived) return oom(x);
-    int* nextPos = arrived + (size_t)n * K;
-    memset(arrived, 0, sizeof(int) * (size_t)n * K);
-    int* recIndex = zipcclScratch(c, kSlotInput, sizeof(int) * (size_t)n * (K + 1));
-    if (!recIndex) return oom(x);
+    o.tmp = x->compressed ? zipcclScratch(c, kSlotTmp, P * esz) : NULL;
+    o.arrived = zipcclScratch(c, kSlotFlags, sizeof(int) * ((size_t)n + 1) * (K + 1));
+    if (!rstage || (x->compressed && (!sstage || !o.tmp)) || !o.arrived) return oom(x);
+    o.nextPos = o.arrived + (size_t)n * K;
+    memset(o.arrived, 0, sizeof(int) * (size_t)n * K);
+    o.recIndex = zipcclScratch(c, kSlotInput, sizeof(int) * (size_t)n * (K + 1));
+    if (!o.recIndex) return oom(x);
 
     size_t off = 0;
     for (int j = 1; j < n; j++) {
         int s = (r + j) % n;
         for (size_t k = 0; k < K; k++) {
             size_t cap = wireCap(x, pieceLen(mine, P, k), dt);
-            recIndex[(size_t)j * K + k] = x->nrecv;
+            o.recIndex[(size_t)j * K + k] = x->nrecv;
             ZIPCCL_TRY(postRecv(x, rstage + off, cap, s, MPI_ANY_TAG, j, k));
             off += cap;
         }
     }
-    for (size_t k = 0; k < K; k++) nextPos[k] = 1;
+    for (size_t k = 0; k < K; k++) o.nextPos[k] = 1;
 
+    /* Sends in order of need; on slow links all but Q-1 earlier sends must
+     * be complete before the next goes (the AlltoAll's pacing). */
     size_t soff = 0;
-    for (int j = 1; j <= n; j++) {
+    int doneTo = 0, got = 0;
+    for (int j = 1; j < n; j++) {
         int d = (r - j + n) % n;
-        size_t Kd = j < n ? numPieces(counts[d], P) : 1;
-        for (size_t k = 0; k < Kd; k++) {
-            if (j < n)
-                ZIPCCL_TRY(sendPiece(x, sendbuf + (displs[d] + k * P) * esz, pieceLen(counts[d], P, k), dt,
-                                     sstage, &soff, d, makeTag(kind, k, k + 1 == Kd)));
-            int got = 0;
+        for (size_t k = 0, Kd = numPieces(counts[d], P); k < Kd; k++) {
+            const void* src = sendbuf + (displs[d] + k * P) * esz;
+            size_t bytes = 0;
+            ZIPCCL_TRY(stagePiece(x, &src, pieceLen(counts[d], P, k), dt, sstage, &soff, &bytes));
             do {
-                ZIPCCL_TRY(pollRecvs(x, j == n, &got));
-                for (int g = 0; g < got; g++) {
-                    const RecvRec* rc = &x->rec[x->idx[g]];
-                    size_t kk = rc->piece;
-                    if (softFail(x, verify(x, g, makeTag(kind, kk, kk + 1 == K), pieceLen(mine, P, kk), dt))) continue;
-                    arrived[(size_t)rc->step * K + kk] = 1;
-                    /* Add every contribution of piece kk that is now next in line. */
-                    size_t pc = pieceLen(mine, P, kk);
-                    while (nextPos[kk] < n && arrived[(size_t)nextPos[kk] * K + kk]) {
-                        const RecvRec* src = &x->rec[recIndex[(size_t)nextPos[kk] * K + kk]];
-                        const void* data = src->buf;
-                        if (x->compressed) {
-                            if (softFail(x, decode(x, src, tmp, pc, dt))) memset(tmp, 0, pc * esz);
-                            data = tmp;
-                        }
-                        accumulate(acc + kk * P, data, pc, dt, nextPos[kk] == 1);
-                        if (++nextPos[kk] == n) {
-                            accumulate(acc + kk * P, own + kk * P * esz, pc, dt, 0);
-                            finalize((char*)out + kk * P * esz, acc + kk * P, pc, dt, x->op->op, n);
-                        }
-                    }
-                }
-            } while (j == n && got > 0);
+                ZIPCCL_TRY(waitSends(x, Q > 0 ? x->nsend - Q + 1 : 0, &doneTo, &got));
+                rsDirectTake(x, &o, got);
+            } while (got);
+            ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == Kd)));
+            ZIPCCL_TRY(pollRecvs(x, 0, &got));
+            rsDirectTake(x, &o, got);
         }
     }
+    do {
+        ZIPCCL_TRY(pollRecvs(x, 1, &got));
+        rsDirectTake(x, &o, got);
+    } while (got > 0);
     return finishSends(x);
 }
 

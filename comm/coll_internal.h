@@ -143,7 +143,8 @@ struct zipcclComm {
     double timeoutS;     /* 0 = wait forever                                 */
     size_t pieceBytes;   /* pipelining granularity of our algorithms         */
     int a2aWindow;       /* AlltoAll(v): pairwise steps in flight (1..n-1)    */
-    int a2aInflight;     /* AlltoAll(v): piece sends in flight (0: no limit;
+    int a2aInflight;     /* all-to-all exchanges (AlltoAll(v), direct
+                          * ReduceScatter): piece sends in flight (0: no limit;
                           * -1 until sized to the link, sizeToLink)         */
     int tagSizes;        /* MPI_TAG_UB leaves room for AlltoAllv's size word  */
     int broken;          /* a collective failed mid-flight: refuse new ones  */

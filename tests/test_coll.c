@@ -480,8 +480,9 @@ int main(int argc, char** argv) {
     /* The All-to-Alls again with one step in flight and with all of them
      * (ZIPCCL_A2A_WINDOW), and with one or two piece sends in flight
      * (ZIPCCL_A2A_INFLIGHT, what a slow link gets; this machine's link is
-     * fast, so by default there is no piece limit).  Both are read when a
-     * communicator is created. */
+     * fast, so by default there is no piece limit), then also the direct
+     * ReduceScatter and AllReduce.  Both are read when a communicator is
+     * created. */
     const struct { const char *var, *val, *tag; } knobs[] = {
         {"ZIPCCL_A2A_WINDOW", "1", "_w1"},
         {"ZIPCCL_A2A_WINDOW", "64", "_w64"},
@@ -498,6 +499,10 @@ int main(int argc, char** argv) {
         if (r != zipcclSuccess) break;
         testAlltoAll(zipcclBfloat16);
         testAlltoAllv(zipcclBfloat16);
+        if (!strcmp(knobs[w].var, "ZIPCCL_A2A_INFLIGHT")) { /* the direct ReduceScatter is paced alike */
+            testReduce(zipcclCollReduceScatter, zipcclBfloat16);
+            testReduce(zipcclCollAllReduce, zipcclBfloat16);
+        }
         zipcclCommDestroy(comm);
     }
     const struct { const char *var, *val; } bad[] = {
