@@ -276,17 +276,17 @@ static void commFree(struct zipcclComm* c) {
  * and lost at 10 Gbit/s (AllGather 146 vs 129 ms, AlltoAll raw 172 vs 150
  * ms): 4 ms of wire is ~512 KiB at 1 Gbit/s and ~4 MiB at 10 Gbit/s.
  *
- * All-to-all sends in flight (ZIPCCL_A2A_INFLIGHT: AlltoAll(v) and the direct
- * ReduceScatter): one piece at a time on
- * a link slower than kSlowLinkBps, so a link carries one flow but at step
- * boundaries; no limit but the step window on faster ones.  Emulated
- * cluster, 64 MiB per rank, median of 3-4 runs (docs/COLLECTIVES.md): at 1
- * Gbit/s one in flight took AlltoAll compressed 308 vs 328 ms and raw 439 vs
- * 472 ms, AlltoAllv 263 vs 292 and 379 vs 417 ms, the direct ReduceScatter
- * 344 vs 402 and 442 vs 522 ms (against all sends at once); at 10 Gbit/s it was
- * slower at most sizes, by up to 6% (the ranks' CPU, the kernel's copies
- * included, is then what is short, and a second flow keeps it busy).  The
- * ping-pong reads 1 Gbit/s as ~150 MB/s and 10 Gbit/s as 0.6-1.1 GB/s. */
+ * All-to-all sends in flight (ZIPCCL_A2A_INFLIGHT: AlltoAll(v) and the
+ * direct ReduceScatter): one piece at a time on a link slower than
+ * kSlowLinkBps, so a link carries one flow but at step boundaries; no limit
+ * but the step window on faster ones.  Emulated cluster, 64 MiB per rank,
+ * median of 3-4 runs (docs/COLLECTIVES.md): at 1 Gbit/s one in flight took
+ * AlltoAll compressed 308 vs 328 ms and raw 439 vs 472 ms, AlltoAllv 263 vs
+ * 292 and 379 vs 417 ms, the direct ReduceScatter 344 vs 402 and 442 vs 522
+ * ms (against all sends at once); at 10 Gbit/s it was slower at most sizes,
+ * by up to 6% (the ranks' CPU, the kernel's copies included, is then what is
+ * short, and a second flow keeps it busy).  The ping-pong reads 1 Gbit/s as
+ * ~150 MB/s and 10 Gbit/s as 0.6-1.1 GB/s. */
 static zipcclResult_t sizeToLink(struct zipcclComm* c) {
     static const double kPieceSeconds = 0.004, kSlowLinkBps = 300e6;
     static const size_t kMin = (size_t)512 << 10, kMax = (size_t)4 << 20, kStep = (size_t)64 << 10;

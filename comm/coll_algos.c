@@ -346,11 +346,10 @@ static zipcclResult_t encode(Ctx* x, const void* src, size_t count, zipcclDataTy
     return zipcclSuccess;
 }
 
-/* Send `count` elements at src as one message: as they are, or (compressed)
- * as a frame encoded into stage + *stageOff, which then advances by the
- * frame bound (the staging must outlive the send). */
-/* What a piece of count elements at src goes out as: encoded into stage at
- * *stageOff when compressed (*src then points there), else src itself. */
+/* What a piece of count elements at src goes out as: as it is, or
+ * (compressed) a frame encoded into stage + *stageOff, which then advances
+ * by the frame bound (the staging must outlive the send); *src then points
+ * at the frame and *bytes is its size. */
 static zipcclResult_t stagePiece(Ctx* x, const void** src, size_t count, zipcclDataType_t dt, char* stage,
                                  size_t* stageOff, size_t* bytes) {
     *bytes = count * zipcclTypeSize(dt);
@@ -363,6 +362,7 @@ static zipcclResult_t stagePiece(Ctx* x, const void** src, size_t count, zipcclD
     return zipcclSuccess;
 }
 
+/* Send `count` elements at src as one message (stagePiece, then postSend). */
 static zipcclResult_t sendPiece(Ctx* x, const void* src, size_t count, zipcclDataType_t dt, char* stage,
                                 size_t* stageOff, int dst, int tag) {
     size_t bytes = 0;
@@ -370,15 +370,20 @@ static zipcclResult_t sendPiece(Ctx* x, const void* src, size_t count, zipcclDat
     return postSend(x, src, bytes, dst, tag);
 }
 
-/* Pacing of the all-to-all exchanges (AlltoAll(v), direct ReduceScatter):
- * wait until sends 0..lim-1 have completed (*doneTo of them are known to
- * have), returning early with *got > 0 when receives complete meanwhile,
- * for the caller to take before it calls again; *got == 0 means the sends
- * are done.  Deadline as in pollRecvs; the time counts as wire time. */
+/* Pacing of the all-to-all exchanges (AlltoAll(v), direct ReduceScatter)
+ * before their next send: wait until sends 0..lim-1 have completed, and on
+ * a communicator with a2aInflight = Q > 0 all but the last Q-1 of them
+ * (*doneTo are known to have completed).  Returns early with *got > 0 when
+ * receives complete meanwhile, for the caller to take before it calls
+ * again; *got == 0 means the sends are done.  Deadline as in pollRecvs; the
+ * time waited counts as wire time. */
 static zipcclResult_t waitSends(Ctx* x, int lim, int* doneTo, int* got) {
     struct zipcclComm* c = x->c;
-    double w0 = zipcclNow();
+    const int Q = c->a2aInflight;
+    if (Q > 0 && x->nsend - Q + 1 > lim) lim = x->nsend - Q + 1;
     *got = 0;
+    if (lim <= *doneTo) return zipcclSuccess;
+    double w0 = zipcclNow();
     while (lim > *doneTo) {
         int done = 0;
         int err = MPI_Testall(lim - *doneTo, x->reqs + x->nrecv + *doneTo, &done, MPI_STATUSES_IGNORE);
@@ -681,7 +686,7 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
      * than one on the emulated 1 Gbit/s cluster (AlltoAll 64 MiB bf16, 4
      * ranks, raw: 0.58 s vs 0.69 s; all steps at once 0.67 s), since the
      * next step's handshake then hides under the current step's tail. */
-    const int W = c->a2aWindow < n ? c->a2aWindow : n, Q = c->a2aInflight;
+    const int W = c->a2aWindow < n ? c->a2aWindow : n;
     int ends[n + 1]; /* x->nsend after step j, by j % (W + 1) */
     memset(ends, 0, sizeof ends);
     int doneTo = 0; /* sends 0..doneTo-1 are known complete */
@@ -691,12 +696,11 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
             const void* src = sendbuf + (sdispls[d] + k * P) * esz;
             size_t bytes = 0;
             ZIPCCL_TRY(stagePiece(x, &src, pieceLen(sendcounts[d], P, k), dt, sstage, &soff, &bytes));
-            /* Sends 0..lim-1 must be complete first: step j-W's before the
-             * step's first send, and all but Q-1 before any send when Q > 0. */
-            int lim = k == 0 ? stepLim : 0, got;
-            if (Q > 0 && x->nsend - Q + 1 > lim) lim = x->nsend - Q + 1;
+            /* Step j-W's sends complete before the step's first (and the
+             * communicator's piece limit before every send, waitSends). */
+            int got;
             do {
-                ZIPCCL_TRY(waitSends(x, lim, &doneTo, &got));
+                ZIPCCL_TRY(waitSends(x, k == 0 ? stepLim : 0, &doneTo, &got));
                 alltoallTake(x, got, recvbuf, recvcounts, rdispls, minOne, P);
             } while (got);
             ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == K) | sizeTag));
@@ -793,7 +797,7 @@ static void rsDirectTake(Ctx* x, RsOwner* o, int got) {
 static zipcclResult_t rsDirectBody(Ctx* x, const char* sendbuf, const size_t* counts,
                                    const size_t* displs, void* out) {
     struct zipcclComm* c = x->c;
-    const int n = c->nranks, r = c->rank, Q = c->a2aInflight;
+    const int n = c->nranks, r = c->rank;
     const zipcclDataType_t dt = x->op->dtype;
     const zipcclCollKind_t kind = x->op->kind;
     const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz);
@@ -827,8 +831,7 @@ static zipcclResult_t rsDirectBody(Ctx* x, const char* sendbuf, const size_t* co
     }
     for (size_t k = 0; k < K; k++) o.nextPos[k] = 1;
 
-    /* Sends in order of need; on slow links all but Q-1 earlier sends must
-     * be complete before the next goes (the AlltoAll's pacing). */
+    /* Sends in order of need, paced like the AlltoAll's (waitSends). */
     size_t soff = 0;
     int doneTo = 0, got = 0;
     for (int j = 1; j < n; j++) {
@@ -838,7 +841,7 @@ static zipcclResult_t rsDirectBody(Ctx* x, const char* sendbuf, const size_t* co
             size_t bytes = 0;
             ZIPCCL_TRY(stagePiece(x, &src, pieceLen(counts[d], P, k), dt, sstage, &soff, &bytes));
             do {
-                ZIPCCL_TRY(waitSends(x, Q > 0 ? x->nsend - Q + 1 : 0, &doneTo, &got));
+                ZIPCCL_TRY(waitSends(x, 0, &doneTo, &got));
                 rsDirectTake(x, &o, got);
             } while (got);
             ZIPCCL_TRY(postSend(x, src, bytes, d, makeTag(kind, k, k + 1 == Kd)));

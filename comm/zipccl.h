@@ -258,8 +258,9 @@ zipcclResult_t zipcclCommSize(zipcclComm_t comm, int* size);
  * (ZIPCCL_PIECE_BYTES, else ~4 ms of its link; docs/COLLECTIVES.md §2). */
 zipcclResult_t zipcclCommPieceBytes(zipcclComm_t comm, size_t* bytes);
 /* The piece sends this communicator keeps in flight in its all-to-all
- * exchanges (AlltoAll(v), direct ReduceScatter), 0 for no limit but the step window (ZIPCCL_A2A_INFLIGHT, else 1 on a link below
- * 300 MB/s and 0 above; docs/COLLECTIVES.md §2). */
+ * exchanges (AlltoAll(v), direct ReduceScatter), 0 for no limit but the
+ * AlltoAll's step window (ZIPCCL_A2A_INFLIGHT, else 1 on a link below 300
+ * MB/s and 0 above; docs/COLLECTIVES.md §2). */
 zipcclResult_t zipcclCommA2aInflight(zipcclComm_t comm, int* pieces);
 zipcclResult_t zipcclCommSetDefaults(zipcclComm_t comm, const zipcclCallConfig_t* cfg);
 
