@@ -51,19 +51,24 @@ float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype) {
     return (float)x;
 }
 
-void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype) {
-    if (dtype == zipcclFloat32) { ((float*)p)[i] = v; return; }
+/* fp32 -> bf16, round to nearest even; a NaN stays a (quiet) NaN. */
+static inline uint16_t floatToBf16(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    uint16_t rounded = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16) | 0x0040) : rounded;
+}
+
+static inline uint16_t floatToFp16(float v) {
+    _Float16 x = (_Float16)v; /* IEEE conversion: round to nearest even */
     uint16_t h;
-    if (dtype == zipcclBfloat16) {
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        if ((u & 0x7FFFFFFFu) > 0x7F800000u) h = (uint16_t)((u >> 16) | 0x0040); /* quiet NaN */
-        else h = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-    } else {
-        _Float16 x = (_Float16)v; /* IEEE conversion: round to nearest even */
-        memcpy(&h, &x, 2);
-    }
-    ((uint16_t*)p)[i] = h;
+    memcpy(&h, &x, 2);
+    return h;
+}
+
+void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype) {
+    if (dtype == zipcclFloat32) ((float*)p)[i] = v;
+    else ((uint16_t*)p)[i] = dtype == zipcclBfloat16 ? floatToBf16(v) : floatToFp16(v);
 }
 
 /* fp16 -> fp32 by table: exact, and far faster than a conversion call per
@@ -105,13 +110,23 @@ static void accumulate(float* acc, const void* x, size_t count, zipcclDataType_t
     else for (size_t i = 0; i < count; i++) acc[i] += fp16Table[h[i]];
 }
 
-/* out[i] = round(acc[i] (/ n)) */
+/* out[i] = round(acc[i] (/ n)), one branch-free loop per dtype and op (the
+ * dtype was once chosen per element, which cost more than the rounding). */
 static void finalize(void* out, const float* acc, size_t count, zipcclDataType_t dtype,
                      zipcclRedOp_t op, int n) {
-    if (op == zipcclAvg)
-        for (size_t i = 0; i < count; i++) zipcclFromFloat(out, i, acc[i] / (float)n, dtype);
-    else if (dtype == zipcclFloat32) memmove(out, acc, count * 4);
-    else for (size_t i = 0; i < count; i++) zipcclFromFloat(out, i, acc[i], dtype);
+    const float div = (float)n;
+    const int avg = op == zipcclAvg;
+    uint16_t* h = out;
+    if (dtype == zipcclFloat32) {
+        if (!avg) memmove(out, acc, count * 4);
+        else for (size_t i = 0; i < count; i++) ((float*)out)[i] = acc[i] / div;
+    } else if (dtype == zipcclBfloat16) {
+        if (!avg) for (size_t i = 0; i < count; i++) h[i] = floatToBf16(acc[i]);
+        else for (size_t i = 0; i < count; i++) h[i] = floatToBf16(acc[i] / div);
+    } else {
+        if (!avg) for (size_t i = 0; i < count; i++) h[i] = floatToFp16(acc[i]);
+        else for (size_t i = 0; i < count; i++) h[i] = floatToFp16(acc[i] / div);
+    }
 }
 
 /* ---- shared machinery ------------------------------------------------------ */
