@@ -326,10 +326,38 @@ static zipcclResult_t pollRecvs(Ctx* x, int block, int* n) {
     return zipcclSuccess;
 }
 
+/* After a timeout: the peer of the first of our sends [from, nsend) still
+ * incomplete, -1 if none is (MPI_Testall modifies no request when it
+ * returns false, so each is tested alone). */
+static int stuckSendPeer(Ctx* x, int from) {
+    for (int i = x->nrecv + from; i < x->nrecv + x->nsend; i++) {
+        int done = 0;
+        if (x->reqs[i] != MPI_REQUEST_NULL) MPI_Test(&x->reqs[i], &done, MPI_STATUS_IGNORE);
+        if (x->reqs[i] != MPI_REQUEST_NULL && !done) return x->peerOf[i];
+    }
+    return -1;
+}
+
+/* Our sends from `from` on did not complete within ZIPCCL_TIMEOUT_S.  A peer
+ * that found a mismatch may have withdrawn the receives they were for; then
+ * the mismatch we saw ourselves, if any, is the error to report: it says
+ * what went wrong, the timeout only how long it took. */
+static zipcclResult_t sendsTimedOut(Ctx* x, int from) {
+    int who = stuckSendPeer(x, from);
+    double waited = zipcclNow() - x->t0;
+    if (x->soft != zipcclSuccess)
+        return zipcclSetError(x->soft, "%s; then timed out after %.1f s (ZIPCCL_TIMEOUT_S) waiting for rank %d "
+                              "to take its sends", x->softDetail, waited, who);
+    return zipcclSetError(zipcclTimeout, "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) waiting for "
+                          "rank %d to take its sends", x->what, x->c->rank, waited, who);
+}
+
 /* The end of every body: wait for our sends, then report a data error. */
 static zipcclResult_t finishSends(Ctx* x) {
-    if (x->nsend)
-        ZIPCCL_TRY(zipcclMpiWaitAll(x->c, x->nsend, x->reqs + x->nrecv, x->what, &x->st->wireSeconds));
+    zipcclResult_t r = zipcclSuccess;
+    if (x->nsend) r = zipcclMpiWaitAll(x->c, x->nsend, x->reqs + x->nrecv, x->what, &x->st->wireSeconds);
+    if (r == zipcclTimeout) return sendsTimedOut(x, 0);
+    if (r != zipcclSuccess) return r;
     if (x->soft != zipcclSuccess) return zipcclSetError(x->soft, "%s", x->softDetail);
     return zipcclSuccess;
 }
@@ -410,11 +438,7 @@ static zipcclResult_t waitSends(Ctx* x, int lim, int* doneTo, int* got) {
         ZIPCCL_TRY(pollRecvs(x, 0, got));
         if (*got) break;
         double now = zipcclNow();
-        if (c->timeoutS > 0 && now - x->t0 > c->timeoutS)
-            return zipcclSetError(zipcclTimeout,
-                                  "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) waiting for "
-                                  "its sends to complete",
-                                  x->what, c->rank, now - x->t0);
+        if (c->timeoutS > 0 && now - x->t0 > c->timeoutS) return sendsTimedOut(x, *doneTo);
         zipcclIdle(now - w0);
     }
     x->st->wireSeconds += zipcclNow() - w0;

@@ -6,7 +6,8 @@
  *     reverse order and by zipcclTest polling; results equal blocking calls;
  *   - bad arguments get the right error code and a detail message;
  *   - mismatched counts across ranks are reported as zipcclMismatch (frame
- *     header / message size checks), not a hang;
+ *     header / message size checks), not a hang, on every rank, also by the
+ *     one left waiting for its sends until the timeout;
  *   - one rank skipping a call makes the others fail with zipcclTimeout
  *     within ZIPCCL_TIMEOUT_S, and the broken communicator refuses new calls;
  *   - counters, and auto choosing compressed on a (declared) slow link and
@@ -252,6 +253,37 @@ static void testMissingPiece(void) {
     }
 }
 
+/* AllGather where rank 1 thinks the shard is one element past a piece, so it
+ * sends one piece more than the others expect and they one fewer than it
+ * expects.  Its upstream neighbour's later sends then go to receives rank 1
+ * withdrew; that rank waits for them until ZIPCCL_TIMEOUT_S and must still
+ * report the mismatch it saw (the poison passed round the ring), so every
+ * rank returns zipcclMismatch. */
+static void testMismatchedPieces(void) {
+    if (nranks < 2) return;
+    for (int k = 0; k < 2; k++) { /* raw, compressed */
+        setenv("ZIPCCL_TIMEOUT_S", "2", 1);
+        zipcclComm_t c = newComm();
+        unsetenv("ZIPCCL_TIMEOUT_S");
+        int ok = 1;
+        size_t pieceBytes = 0;
+        zipcclCommPieceBytes(c, &pieceBytes);
+        const size_t P = pieceBytes / 2, n = P + (rank == 1);
+        uint16_t* in = calloc(n, 2);
+        uint16_t* out = calloc((P + 1) * (size_t)nranks, 2);
+        fillBf16(in, n, 5 + rank);
+        double t0 = MPI_Wtime();
+        zipcclResult_t r = zipcclAllGather(in, out, n, zipcclBfloat16, c, k ? &kFast : &kRaw, NULL);
+        double t = MPI_Wtime() - t0;
+        EXPECT(r == zipcclMismatch && t < 30, "rank %d: %s AllGather, one piece more on rank 1: %s after %.1f s (%s)",
+               rank, k ? "compressed" : "raw", zipcclGetErrorString(r), t, zipcclGetLastErrorDetail());
+        report(ok, k ? "mismatch_pieces_allgather_compressed" : "mismatch_pieces_allgather_raw");
+        free(in), free(out);
+        MPI_Barrier(MPI_COMM_WORLD);
+        zipcclCommDestroy(c);
+    }
+}
+
 /* ---- timeouts ----------------------------------------------------------------------- */
 
 static void testTimeout(void) {
@@ -369,6 +401,7 @@ int main(int argc, char** argv) {
     testBadArgs();
     testMismatch();
     testMissingPiece();
+    testMismatchedPieces();
     testAuto();
     testTimeout();
     MPI_Finalize();
