@@ -1,10 +1,85 @@
-/* test_common.c — result strings and dtype helpers. */
+// test: timeout=900
+/* test_common.c — result strings and dtype helpers, and the reductions'
+ * fp32 -> fp16 rounding (zipcclFromFloat) against the compiler's IEEE
+ * conversion: every sign and exponent with the mantissas where rounding
+ * decides (ties and their neighbours at every bit, every top-10-bit pattern
+ * around the fp16 rounding point), a million random patterns, and all 2^32
+ * inputs with ZIPCCL_TEST_LONG=1. */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "coll_internal.h"
 #include "testutil.h"
 #include "zipccl.h"
 
+static uint16_t fp16Reference(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, 4);
+    _Float16 x = (_Float16)f;
+    uint16_t h;
+    memcpy(&h, &x, 2);
+    return h;
+}
+
+static uint16_t fp16Ours(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, 4);
+    uint16_t h;
+    zipcclFromFloat(&h, 0, f, zipcclFloat16);
+    return h;
+}
+
+/* Count a difference from the reference for `bits`; the first goes to *bad. */
+static void fp16Differs(uint32_t bits, uint32_t* bad, int* nbad) {
+    if (fp16Ours(bits) != fp16Reference(bits) && !(*nbad)++) *bad = bits;
+}
+
+static void testFp16Rounding(void) {
+    uint32_t bad = 0;
+    int nbad = 0;
+    long tried = 0;
+    static const uint32_t kLow[] = {0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x1FFF};
+    for (uint32_t se = 0; se < 512; se++) { /* sign and exponent */
+        const uint32_t top = se << 23;
+        for (int k = 0; k < 23; k++) {
+            const uint32_t m[4] = {1u << k, (1u << k) - 1, (1u << k) + 1, ((1u << k) | (1u << (k + 1))) & 0x7FFFFF};
+            for (int q = 0; q < 4; q++) fp16Differs(top | (m[q] & 0x7FFFFF), &bad, &nbad), tried++;
+        }
+        for (uint32_t hi = 0; hi < 1024; hi++)
+            for (size_t q = 0; q < sizeof kLow / sizeof kLow[0]; q++)
+                fp16Differs(top | hi << 13 | kLow[q], &bad, &nbad), tried++;
+        fp16Differs(top | 0x7FFFFF, &bad, &nbad), tried++;
+    }
+    CHECK(nbad == 0, "fp16_round_edges", "%d of %ld differ, first 0x%08x: 0x%04x, expected 0x%04x", nbad, tried,
+          bad, fp16Ours(bad), fp16Reference(bad));
+    nbad = 0;
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 1000000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        fp16Differs((uint32_t)(x >> 16), &bad, &nbad);
+    }
+    CHECK(nbad == 0, "fp16_round_random", "%d of 1000000 differ, first 0x%08x: 0x%04x, expected 0x%04x", nbad,
+          bad, fp16Ours(bad), fp16Reference(bad));
+    if (!getenv("ZIPCCL_TEST_LONG")) return;
+    /* every input: ~5.5 min on one core of the 2-core VM, so on all cores */
+    long differ = 0;
+    uint32_t first = UINT32_MAX;
+#pragma omp parallel for reduction(+ : differ) reduction(min : first) schedule(dynamic, 64)
+    for (long hi = 0; hi < 65536; hi++)
+        for (uint32_t lo = 0; lo < 65536; lo++) {
+            const uint32_t b = (uint32_t)hi << 16 | lo;
+            if (fp16Ours(b) != fp16Reference(b)) {
+                differ++;
+                if (b < first) first = b;
+            }
+        }
+    CHECK(differ == 0, "fp16_round_all", "%ld of 2^32 differ, first 0x%08x: 0x%04x, expected 0x%04x", differ,
+          first, fp16Ours(first), fp16Reference(first));
+}
+
 int main(void) {
+    testFp16Rounding();
     CHECK(!strcmp(zipcclGetErrorString(zipcclSuccess), "success"), "errstr_success", "got %s",
           zipcclGetErrorString(zipcclSuccess));
     int all_named = 1;
