@@ -37,6 +37,19 @@
 
 /* ---- element conversions ------------------------------------------------- */
 
+/* fp16 -> fp32 by table: exact, and far faster than a conversion call per
+ * element on CPUs compiled for without F16C. */
+static float fp16Table[65536];
+static pthread_once_t fp16Once = PTHREAD_ONCE_INIT;
+static void fp16TableInit(void) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint16_t v = (uint16_t)h;
+        _Float16 x;
+        memcpy(&x, &v, 2);
+        fp16Table[h] = (float)x;
+    }
+}
+
 float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype) {
     if (dtype == zipcclFloat32) return ((const float*)p)[i];
     uint16_t h = ((const uint16_t*)p)[i];
@@ -46,9 +59,8 @@ float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype) {
         memcpy(&f, &u, 4);
         return f;
     }
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
+    pthread_once(&fp16Once, fp16TableInit);
+    return fp16Table[h];
 }
 
 /* fp32 -> bf16, round to nearest even; a NaN stays a (quiet) NaN. */
@@ -95,19 +107,6 @@ static inline uint16_t floatToFp16(float v) {
 void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype) {
     if (dtype == zipcclFloat32) ((float*)p)[i] = v;
     else ((uint16_t*)p)[i] = dtype == zipcclBfloat16 ? floatToBf16(v) : floatToFp16(v);
-}
-
-/* fp16 -> fp32 by table: exact, and far faster than a conversion call per
- * element on CPUs compiled for without F16C. */
-static float fp16Table[65536];
-static pthread_once_t fp16Once = PTHREAD_ONCE_INIT;
-static void fp16TableInit(void) {
-    for (uint32_t h = 0; h < 65536; h++) {
-        uint16_t v = (uint16_t)h;
-        _Float16 x;
-        memcpy(&x, &v, 2);
-        fp16Table[h] = (float)x;
-    }
 }
 
 static inline float bf16ToFloat(uint16_t h) {

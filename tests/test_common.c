@@ -4,7 +4,8 @@
  * conversion: every sign and exponent with the mantissas where rounding
  * decides (ties and their neighbours at every bit, every top-10-bit pattern
  * around the fp16 rounding point), a million random patterns, and all 2^32
- * inputs with ZIPCCL_TEST_LONG=1. */
+ * inputs with ZIPCCL_TEST_LONG=1; and fp16 -> fp32 (zipcclToFloat) for all
+ * 65536 inputs. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,8 +79,23 @@ static void testFp16Rounding(void) {
           first, fp16Ours(first), fp16Reference(first));
 }
 
+/* fp16 -> fp32 (the table behind zipcclToFloat), all 65536 inputs. */
+static void testFp16Widening(void) {
+    int nbad = 0;
+    uint32_t bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const uint16_t v = (uint16_t)h;
+        _Float16 x;
+        memcpy(&x, &v, 2);
+        const float want = (float)x, got = zipcclToFloat(&v, 0, zipcclFloat16);
+        if (memcmp(&want, &got, 4) && !nbad++) bad = h;
+    }
+    CHECK(nbad == 0, "fp16_widen_all", "%d of 65536 differ, first 0x%04x", nbad, bad);
+}
+
 int main(void) {
     testFp16Rounding();
+    testFp16Widening();
     CHECK(!strcmp(zipcclGetErrorString(zipcclSuccess), "success"), "errstr_success", "got %s",
           zipcclGetErrorString(zipcclSuccess));
     int all_named = 1;
