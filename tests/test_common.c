@@ -63,7 +63,8 @@ static void testFp16Rounding(void) {
     CHECK(nbad == 0, "fp16_round_random", "%d of 1000000 differ, first 0x%08x: 0x%04x, expected 0x%04x", nbad,
           bad, fp16Ours(bad), fp16Reference(bad));
     if (!getenv("ZIPCCL_TEST_LONG")) return;
-    /* every input: ~5.5 min on one core of the 2-core VM, so on all cores */
+    /* every input: ~5.5 min on one core of the 2-core VM (as make test-long
+     * runs it: run_tests.sh sets OMP_NUM_THREADS=1), ~3 min on both */
     long differ = 0;
     uint32_t first = UINT32_MAX;
 #pragma omp parallel for reduction(+ : differ) reduction(min : first) schedule(dynamic, 64)
