@@ -38,7 +38,7 @@
 /* ---- element conversions ------------------------------------------------- */
 
 /* fp16 -> fp32 by table: exact, and far faster than a conversion call per
- * element on CPUs compiled for without F16C. */
+ * element on CPUs compiled for without F16C.  Loops fetch it once. */
 static float fp16Table[65536];
 static pthread_once_t fp16Once = PTHREAD_ONCE_INIT;
 static void fp16TableInit(void) {
@@ -48,6 +48,10 @@ static void fp16TableInit(void) {
         memcpy(&x, &v, 2);
         fp16Table[h] = (float)x;
     }
+}
+const float* zipcclFp16Table(void) {
+    pthread_once(&fp16Once, fp16TableInit);
+    return fp16Table;
 }
 
 float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype) {
@@ -59,8 +63,7 @@ float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype) {
         memcpy(&f, &u, 4);
         return f;
     }
-    pthread_once(&fp16Once, fp16TableInit);
-    return fp16Table[h];
+    return zipcclFp16Table()[h];
 }
 
 /* fp32 -> bf16, round to nearest even; a NaN stays a (quiet) NaN. */
@@ -130,9 +133,9 @@ static void accumulate(float* acc, const void* x, size_t count, zipcclDataType_t
         else for (size_t i = 0; i < count; i++) acc[i] += bf16ToFloat(h[i]);
         return;
     }
-    pthread_once(&fp16Once, fp16TableInit);
-    if (first) for (size_t i = 0; i < count; i++) acc[i] = fp16Table[h[i]];
-    else for (size_t i = 0; i < count; i++) acc[i] += fp16Table[h[i]];
+    const float* t = zipcclFp16Table();
+    if (first) for (size_t i = 0; i < count; i++) acc[i] = t[h[i]];
+    else for (size_t i = 0; i < count; i++) acc[i] += t[h[i]];
 }
 
 /* out[i] = round(acc[i] (/ n)), one branch-free loop per dtype and op (the
@@ -813,12 +816,6 @@ static zipcclResult_t alltoallCore(struct zipcclComm* c, const zipcclOp* op, zip
 
 /* ---- ReduceScatter, direct ------------------------------------------------- */
 
-/* Block b of every rank's input (counts[b] elements at displs[b]) is reduced
- * by rank b into out.  Each rank sends block d to rank d (encoded once),
- * addressing first the owner that needs it first in the canonical order:
- * rank r is the j-th contributor of block r-j, so it sends to r-1, r-2, ...
- * The owner adds piece by piece in the canonical order as contributions
- * arrive, its own data last. */
 /* An owner's running state: arrived[j*K + k] says the j-th contributor's
  * piece k is in (its receive: recIndex[j*K + k]); nextPos[k] is the next
  * position to add for piece k (n = finished). */
@@ -858,6 +855,12 @@ static void rsDirectTake(Ctx* x, RsOwner* o, int got) {
     }
 }
 
+/* Block b of every rank's input (counts[b] elements at displs[b]) is reduced
+ * by rank b into out.  Each rank sends block d to rank d (encoded once),
+ * addressing first the owner that needs it first in the canonical order:
+ * rank r is the j-th contributor of block r-j, so it sends to r-1, r-2, ...
+ * The owner adds piece by piece in the canonical order as contributions
+ * arrive, its own data last. */
 static zipcclResult_t rsDirectBody(Ctx* x, const char* sendbuf, const size_t* counts,
                                    const size_t* displs, void* out) {
     struct zipcclComm* c = x->c;

@@ -93,9 +93,10 @@ int main(int argc, char** argv) {
 
     /* From a stated link: 1 Gbit/s -> 500000 B -> 512 KiB floor; 2 Gbit/s ->
      * 1000000 B, rounded down to 64 KiB; 10 Gbit/s -> the 4 MiB ceiling; a
-     * set ZIPCCL_PIECE_BYTES wins.  AlltoAll(v) pieces in flight: 1 below
-     * 300 MB/s (1 and 2 Gbit/s: 125 and 250 MB/s), no limit above; a set
-     * ZIPCCL_A2A_INFLIGHT wins. */
+     * set ZIPCCL_PIECE_BYTES wins.  Piece sends in flight in the all-to-all
+     * exchanges (AlltoAll(v), direct ReduceScatter): 1 below 300 MB/s (1 and
+     * 2 Gbit/s: 125 and 250 MB/s), no limit above; a set ZIPCCL_A2A_INFLIGHT
+     * wins. */
     static const struct {
         const char *gbps, *bytes, *inflight;
         size_t want;
