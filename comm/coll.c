@@ -240,6 +240,9 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
     v = -1; /* unset: sized to the link at init (sizeToLink) */
     ZIPCCL_TRY(envInt("ZIPCCL_A2A_INFLIGHT", 0, 1 << 20, "an integer >= 0; 0 = no limit", &v));
     c->a2aInflight = (int)v;
+    v = 10;
+    ZIPCCL_TRY(envInt("ZIPCCL_AUTO_CONTEND", 0, 1000, "a percentage >= 0; 0 = no extra runs", &v));
+    c->model.contend = (double)v / 100;
     return zipcclSuccess;
 }
 

@@ -82,7 +82,12 @@ static inline double zipcclA2avSendBytes(const size_t* sendcounts, int nranks, s
 #define ZIPCCL_TUNE_RUNS 21 /* the most exploration runs per candidate */
 typedef struct {
     int n;                             /* candidates; 0 = bucket not seen yet */
-    int target;                        /* runs per candidate when exploring   */
+    int target;                        /* runs per candidate in the first round */
+    int want[ZIPCCL_TUNE_CANDS];       /* runs candidate i is explored for (target,
+                                        * twice that for a close contender); its
+                                        * time is the lower median of its last want[i] */
+    int raced;                         /* the close contenders' runs were added */
+    int pairs;                         /* re-measured pairs done              */
     int design[ZIPCCL_TUNE_CANDS];     /* index into switcher.c's design table */
     int runs[ZIPCCL_TUNE_CANDS];       /* measurements taken                  */
     double seen[ZIPCCL_TUNE_CANDS][ZIPCCL_TUNE_RUNS]; /* the last runs (agreed once the
@@ -112,6 +117,7 @@ typedef struct {
     double agreeBytes;   /* auto calls' bytes since the last agreement     */
     int log;
     int explore;         /* measured selection on (ZIPCCL_AUTO_EXPLORE != 0)  */
+    double contend;      /* close contenders' margin (ZIPCCL_AUTO_CONTEND / 100) */
     zipcclTuneBucket tune[zipcclNumCollKinds][3][ZIPCCL_TUNE_BUCKETS];
     zipcclTuneBucket* probeBucket; /* the current call is a measurement of   */
     int probeCand;                 /* probeBucket->design[probeCand]         */

@@ -26,7 +26,8 @@
  * than the gaps between designs, so on MPI communicators the model only
  * nominates: per (collective, dtype, floor(log2 bytes)) bucket a few
  * candidates (the fixed strategies' designs plus the model's plausible
- * others) are each run kRunsTiny, kRunsSmall or kRunsLarge times, each such call
+ * others) are each run kRunsTiny, kRunsSmall or kRunsLarge times (close
+ * contenders for the lead twice that, contendRuns), each such call
  * started on all ranks together (a barrier) and its time agreed across ranks
  * (the max, run by run, then the median of the runs), and then the fastest
  * measured design is run; the runner-up and the incumbent are re-measured
@@ -92,6 +93,21 @@ enum { kReprobeEvery = 64, kReprobeMost = 1024 };
 enum { kRunsTiny = ZIPCCL_TUNE_RUNS, kRunsSmall = 7, kRunsLarge = 5 };
 static const double kTinyBytes = 128 << 10, kSmallBytes = 1 << 20;
 static int tuneRuns(double total) { return total < kTinyBytes ? kRunsTiny : total < kSmallBytes ? kRunsSmall : kRunsLarge; }
+/* Close contenders: once every candidate has its runs, those whose agreed
+ * time is within m->contend (ZIPCCL_AUTO_CONTEND, 10% by default) of the
+ * fastest's, the fastest included, are run as many times again when there
+ * are two or more, and the bucket ranks them by the lower median of all
+ * their runs.  The runs that decide between designs a few percent apart
+ * need the most samples, and they are cheap: each costs at most 10% (the
+ * margin) more than the best design's call.  Offline, on 240 recorded explorations at
+ * 4-256 KiB (docs/bench/auto_explore_ranking.jsonl, scripts/
+ * auto_rank_check.py): with 5 runs the mean regret (timed median of the
+ * pick over the fastest candidate's) went from 1.028 to 1.022 and picks
+ * more than 3% off from 25% to 19%, for ~7 more calls per bucket; with 7
+ * runs from 1.023 to 1.014 and 21% to 15% for ~11; doubling every
+ * candidate's runs instead gave 1.019 and 1.018 for 25 and 35 more calls.
+ * Not below kTinyBytes, whose 21 runs fill the run table. */
+static int contendRuns(int target) { return 2 * target <= ZIPCCL_TUNE_RUNS ? 2 * target : target; }
 /* The smallest raw call (bytes this rank sent) whose time refines beta. */
 static const double kBetaMinBytes = 4 << 20;
 /* The one-shot design (AllGather, AllReduce; MPI) saves latency steps for
@@ -110,8 +126,9 @@ static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double
     return kind == zipcclCollAllReduce && total < kOneShotArBytes;
 }
 /* A bucket's first re-measured pair comes soon after its longest possible
- * exploration (bucket calls 34 and 35 with 5 runs, 46 and 47 with 7, 130
- * and 131 with 21); tuneRecord schedules the ones after it (pairAt). */
+ * exploration without contenders (bucket calls 34 and 35 with 5 runs, 46
+ * and 47 with 7, 130 and 131 with 21), or 4 calls after the contenders'
+ * runs end (tuneRecord); tuneRecord schedules the ones after it (pairAt). */
 static int firstReprobe(int runs) { return ZIPCCL_TUNE_CANDS * runs + 4; }
 /* A number drawn from x (splitmix64's finaliser): the same on every rank. */
 static uint64_t mix64(uint64_t x) {
@@ -378,7 +395,7 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const Design* cand, int
             int x = order[j];
             order[j] = order[j - 1], order[j - 1] = x;
         }
-    b->n = 0;
+    b->n = 0, b->raced = 0, b->pairs = 0;
     b->target = tuneRuns(total);
     b->pairAt = (uint64_t)firstReprobe(b->target), b->pairEvery = kReprobeEvery;
     for (int pass = 0; pass < 2; pass++)
@@ -386,7 +403,7 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const Design* cand, int
             int id = designId(&cand[order[i]]);
             int fixed = id <= 2; /* native, raw, compressed/fast direct */
             if (pass == 0 ? !fixed : (fixed || cand[order[i]].t > kPlausible * cand[best].t)) continue;
-            b->design[b->n] = id, b->runs[b->n] = 0, b->t[b->n] = 0, b->last[b->n] = 0;
+            b->design[b->n] = id, b->want[b->n] = b->target, b->runs[b->n] = 0, b->t[b->n] = 0, b->last[b->n] = 0;
             b->n++;
         }
 }
@@ -408,7 +425,7 @@ static int fastest(const zipcclTuneBucket* b, int* second) {
 static int bucketMeasuresNext(const zipcclTuneBucket* b) {
     if (b->n == 0) return 1;
     for (int i = 0; i < b->n; i++)
-        if (b->runs[i] < b->target) return 1;
+        if (b->runs[i] < b->want[i]) return 1;
     return reprobeSlot(b, b->calls) >= 0;
 }
 
@@ -434,7 +451,7 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
      * behind the same predecessor in every run. */
     uint64_t key = 0;
     for (int i = 0; i < b->n; i++) {
-        if (b->runs[i] >= b->target) continue;
+        if (b->runs[i] >= b->want[i]) continue;
         uint64_t ki = b->runs[i] ? mix64(((uint64_t)b->runs[i] << 8) + (uint64_t)i) : (uint64_t)i;
         if (pick < 0 || b->runs[i] < b->runs[pick] || (b->runs[i] == b->runs[pick] && ki < key))
             pick = i, key = ki, why = "explore";
@@ -453,7 +470,7 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
          * in, not after every measuring call: an agreement leaves the ranks
          * unevenly (each measuring call is aligned by its own barrier). */
         int left = 0; /* exploration runs still to do, this one included */
-        for (int i = 0; i < b->n; i++) left += b->runs[i] < b->target ? b->target - b->runs[i] : 0;
+        for (int i = 0; i < b->n; i++) left += b->runs[i] < b->want[i] ? b->want[i] - b->runs[i] : 0;
         m->probeAgree = exploring ? left == 1 : pairEnds;
     } else {
         pick = first;
@@ -475,16 +492,37 @@ static double lowerMedian(const double* v, int k) {
     return s[(k - 1) / 2];
 }
 
-/* Candidate i's time from the runs it has (at most the last b->target). */
+/* Candidate i's time from the runs it has (at most the last b->want[i]). */
 static double runsMedian(const zipcclTuneBucket* b, int i) {
-    return lowerMedian(b->seen[i], b->runs[i] < b->target ? b->runs[i] : b->target);
+    return lowerMedian(b->seen[i], b->runs[i] < b->want[i] ? b->runs[i] : b->want[i]);
+}
+
+/* After the first round of exploration is agreed: give the close contenders
+ * their extra runs (contendRuns).  Returns whether any were given. */
+static int addContenderRuns(const struct zipcclComm* c, zipcclTuneBucket* b) {
+    const int first = fastest(b, NULL), more = contendRuns(b->target);
+    const double limit = (1 + c->model.contend) * b->t[first];
+    int close = 0;
+    b->raced = 1;
+    for (int q = 0; q < b->n; q++) close += q != first && b->t[q] <= limit;
+    if (!close || more == b->target || c->model.contend <= 0) return 0;
+    for (int q = 0; q < b->n; q++)
+        if (b->t[q] <= limit) b->want[q] = more;
+    if (c->model.log && c->rank == 0) {
+        fprintf(stderr, "zipccl auto: close contenders (within %.0f%% of %.3f ms):", 100 * c->model.contend,
+                b->t[first] * 1e3);
+        for (int q = 0; q < b->n; q++)
+            if (b->want[q] == more) fprintf(stderr, " %s %.3f", kDesigns[b->design[q]].name, b->t[q] * 1e3);
+        fprintf(stderr, "; %d runs each\n", more);
+    }
+    return 1;
 }
 
 /* Fold one measuring call's wall time into the bucket.  Measuring calls
  * start together on all ranks (zipcclModelDecide ends them with a barrier), so a
  * call's cost is its time on the slowest rank, as for the calls that follow
  * and as zipccl-bench reports it.  A design's time is the lower median of
- * its last b->target agreed runs:
+ * its last b->want[i] agreed runs:
  * - exploration: at its end the runs are agreed run by run (max over ranks).
  *   The minimum, used once, favoured designs whose time varies most (a CI
  *   run settled a 1 MiB fp32 ReduceScatter on a design whose median measured
@@ -497,7 +535,7 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
     zipcclTuneBucket* b = m->probeBucket;
     int i = m->probeCand;
     m->probeBucket = NULL;
-    const int exploring = b->runs[i] < b->target, slot = b->runs[i] % b->target;
+    const int exploring = b->runs[i] < b->want[i], slot = b->runs[i] % b->want[i];
     b->runs[i]++;
     if (exploring) b->seen[i][slot] = seconds;
     else b->last[i] = seconds;
@@ -512,13 +550,17 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
         ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, b->last, all, b->n, MPI_DOUBLE, MPI_MAX,
                                            "switcher (measured time agreement)"));
         for (int q = 0; q < b->n; q++) {
-            if (all[q] > 0) b->seen[q][(b->runs[q] - 1) % b->target] = all[q];
+            if (all[q] > 0) b->seen[q][(b->runs[q] - 1) % b->want[q]] = all[q];
             b->last[q] = 0;
         }
     }
     const int before = fastest(b, NULL);
-    for (int q = 0; q < b->n; q++) b->t[q] = lowerMedian(b->seen[q], b->target);
-    if (!exploring) { /* the re-measured pair is in: when is the next one */
+    for (int q = 0; q < b->n; q++) b->t[q] = lowerMedian(b->seen[q], b->want[q]);
+    if (exploring) { /* exploration agreed: contenders next, or the first pair 4 calls on */
+        if (!b->raced && addContenderRuns(c, b)) return zipcclSuccess;
+        if (b->pairAt < b->calls + 4) b->pairAt = b->calls + 4;
+    } else { /* the re-measured pair is in: when is the next one */
+        b->pairs++;
         const int doubled = 2 * b->pairEvery < kReprobeMost ? 2 * b->pairEvery : kReprobeMost;
         b->pairEvery = fastest(b, NULL) == before ? doubled : kReprobeEvery;
         b->pairAt += (uint64_t)b->pairEvery;
@@ -578,6 +620,20 @@ zipcclResult_t zipcclModelFinish(struct zipcclComm* c) {
     zipcclModel* m = &c->model;
     if (m->a2avReq == MPI_REQUEST_NULL) return zipcclSuccess;
     return zipcclMpiWaitAll(c, 1, &m->a2avReq, "communicator destroy (AlltoAllv size agreement)", NULL);
+}
+
+zipcclResult_t zipcclAutoSettled(zipcclComm_t c, zipcclCollKind_t kind, zipcclDataType_t dtype, size_t bytes,
+                                 int* settled) {
+    if (!c || !settled) return zipcclSetError(zipcclInvalidArgument, "zipcclAutoSettled: null argument");
+    if ((int)kind < 0 || kind >= zipcclNumCollKinds)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclAutoSettled: kind %d out of range", (int)kind);
+    if (!zipcclTypeSize(dtype))
+        return zipcclSetError(zipcclInvalidArgument, "zipcclAutoSettled: unsupported dtype %d", (int)dtype);
+    *settled = 1;
+    if (!measuredSelection(c)) return zipcclSuccess;
+    const zipcclTuneBucket* b = &c->model.tune[kind][dtypeIndex(dtype)][zipcclSizeBucket((double)bytes)];
+    *settled = !bucketMeasuresNext(b) && (b->n <= 1 || b->pairs > 0);
+    return zipcclSuccess;
 }
 
 /* A settled bucket's exploit call needs no estimate: it runs the bucket's

@@ -219,6 +219,17 @@ zipcclAlgo_t zipcclAlgoRun(zipcclCollKind_t kind, zipcclAlgo_t requested);
  * call under: AllGather's per-rank input, ReduceScatter's and the
  * All-to-Alls' per-rank input, AllReduce's buffer. */
 int zipcclAutoWarmupCalls(zipcclCollKind_t kind, size_t bytes);
+/* Whether auto calls of `kind`, `dtype` and `bytes` (the size as for
+ * zipcclAutoWarmupCalls) on `comm` have settled: their bucket's exploration,
+ * the close contenders' extra runs included, and its first re-measured pair
+ * are done, so the next call runs the chosen design without measuring.  The
+ * contenders' runs depend on the measured times, so a benchmark makes
+ * zipcclAutoWarmupCalls calls (at least that many are needed) and then more
+ * until this says 1.  The answer is the same on every rank; 1 on
+ * communicators that choose by the model alone (NCCL, one rank,
+ * ZIPCCL_AUTO_EXPLORE=0).  Call it with no collective of `comm` in flight. */
+zipcclResult_t zipcclAutoSettled(zipcclComm_t comm, zipcclCollKind_t kind, zipcclDataType_t dtype, size_t bytes,
+                                 int* settled);
 /* A collective's codec by name: "fast"|"dense"|"f3" (the codecs that
  * compress); zipcclInvalidArgument otherwise. */
 zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out);

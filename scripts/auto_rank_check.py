@@ -17,7 +17,11 @@ Rules compared (comm/switcher.c uses the lower median):
 Then the lower median over 3, 5, 7, 11 and 21 consecutive rounds (the runs
 per candidate auto takes by size), and auto's own timed median over the timed
 median of the design the lower median picks (what auto's calls cost beyond
-the design they run).
+the design they run).  Last, the close-contender rule of comm/switcher.c
+(k rounds, then as many again for every candidate within 5, 10 or 15% of the
+fastest when there are two or more) beside k rounds and 2k rounds for every
+candidate, on the same disjoint windows of 2k rounds, with the extra calls
+per bucket it costs.
 """
 import json
 import random
@@ -81,6 +85,16 @@ def load(path):
     return points
 
 
+def pick_contenders(runs, k, margin):
+    """switcher.c's rule on runs[i][0:2k]: returns (pick, extra runs taken)."""
+    first = [lower_median(r[:k]) for r in runs]
+    best = min(first)
+    close = [i for i in range(len(runs)) if first[i] <= (1 + margin) * best]
+    if len(close) < 2:
+        return first.index(best), 0
+    return min(close, key=lambda i: lower_median(runs[i][:2 * k])), k * len(close)
+
+
 def summary(name, regrets, emit):
     row = {"rule": name, "n": len(regrets), "mean": statistics.mean(regrets),
            "median": statistics.median(regrets),
@@ -123,6 +137,18 @@ def main(argv):
             own.append(o["timed_us"]["auto"] / o["timed_us"][entry])
     if own:
         summary("auto / the design it picked", own, emit)
+    for k in (5, 7):
+        windows = [(timed, [r[a:a + 2 * k] for r in o["runs_us"]]) for o, timed in points
+                   for a in range(0, len(o["runs_us"][0]) - 2 * k + 1, 2 * k)]
+        summary("lower-median, %d rounds (windows of %d)" % (k, 2 * k),
+                [t[pick_lower_median([r[:k] for r in w])] / min(t) for t, w in windows], emit)
+        summary("lower-median, %d rounds" % (2 * k),
+                [t[pick_lower_median(w)] / min(t) for t, w in windows], emit)
+        for margin in (0.05, 0.10, 0.15):
+            picks = [pick_contenders(w, k, margin) for t, w in windows]
+            summary("%d rounds + contenders within %d%% (%.1f more calls)"
+                    % (k, round(margin * 100), statistics.mean(x for _, x in picks)),
+                    [t[p] / min(t) for (t, _), (p, _) in zip(windows, picks)], emit)
 
 
 if __name__ == "__main__":

@@ -135,7 +135,10 @@ static void runCase(zipcclComm_t comm, zipcclCollKind_t kind, zipcclDataType_t d
     const char* label = kind == zipcclCollAllGather ? "allgather_bf16" : "reducescatter_fp32";
     size_t kib = in * e / 1024;
 
-    /* Exploration, then exploitation. */
+    /* Exploration, then exploitation; zipcclAutoSettled says 0 before it
+     * and 1 after, the same on every rank. */
+    int before = -1, after = -1;
+    zipcclResult_t q = zipcclAutoSettled(comm, kind, dt, in * e, &before);
     zipcclStrategy_t seq[kAutoCalls];
     int same = 1;
     for (int i = 0; i < kAutoCalls; i++) {
@@ -149,6 +152,13 @@ static void runCase(zipcclComm_t comm, zipcclCollKind_t kind, zipcclDataType_t d
     }
     snprintf(name, sizeof name, "auto_%s_%zuKiB_n%d_bits", label, kib, nranks);
     report(ok && same, name);
+    if (q == zipcclSuccess) q = zipcclAutoSettled(comm, kind, dt, in * e, &after);
+    int bounds[2] = {before, -after}, all[2];
+    MPI_Allreduce(bounds, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (q != zipcclSuccess) snprintf(why, sizeof why, "zipcclAutoSettled: %s", zipcclGetLastErrorDetail());
+    else if (all[0] != 0 || -all[1] != 1) snprintf(why, sizeof why, "settled %d before and %d after (rank %d)", before, after, rank);
+    snprintf(name, sizeof name, "auto_%s_%zuKiB_n%d_settled_query", label, kib, nranks);
+    report(q == zipcclSuccess && all[0] == 0 && -all[1] == 1, name);
 
     int distinct = 0, settled = 1;
     for (int i = 0; i < kAutoCalls - kSettled; i++) distinct |= seq[i] != seq[0];
@@ -256,6 +266,11 @@ static void testExploreOff(void) {
         fill(k.send, count, zipcclBfloat16, 7);
         MPI_Allgather(k.send, (int)(count * 2), MPI_BYTE, ref, (int)(count * 2), MPI_BYTE, MPI_COMM_WORLD);
         zipcclStrategy_t first = zipcclStrategyDefault, s;
+        int settled = 0; /* nothing to measure: settled before any call */
+        if (zipcclAutoSettled(comm, zipcclCollAllGather, zipcclBfloat16, count * 2, &settled) != zipcclSuccess || !settled) {
+            snprintf(why, sizeof why, "zipcclAutoSettled says %d before the first call (%s)", settled, zipcclGetLastErrorDetail());
+            ok = 0;
+        }
         for (int i = 0; i < 7 && ok; i++) {
             timedCall(&k, zipcclStrategyAuto, &s, &ok);
             if (i == 0) first = s;
@@ -499,6 +514,13 @@ int main(int argc, char** argv) {
     runCase(comm, zipcclCollAllGather, zipcclBfloat16, 524288);
     runCase(comm, zipcclCollReduceScatter, zipcclFloat32, 8192 / (size_t)nranks);
     runCase(comm, zipcclCollReduceScatter, zipcclFloat32, 262144 / (size_t)nranks);
+    int flag = 0; /* bad arguments: clear errors */
+    int bad = zipcclAutoSettled(NULL, zipcclCollAllGather, zipcclBfloat16, 1024, &flag) == zipcclInvalidArgument &&
+              zipcclAutoSettled(comm, zipcclCollAllGather, zipcclBfloat16, 1024, NULL) == zipcclInvalidArgument &&
+              zipcclAutoSettled(comm, zipcclNumCollKinds, zipcclBfloat16, 1024, &flag) == zipcclInvalidArgument &&
+              zipcclAutoSettled(comm, zipcclCollAllGather, (zipcclDataType_t)99, 1024, &flag) == zipcclInvalidArgument;
+    if (!bad) snprintf(why, sizeof why, "zipcclAutoSettled accepted a bad argument");
+    report(bad, "auto_settled_query_bad_arguments");
     zipcclCommDestroy(comm);
     testOneShotCandidacy();
     testAlltoAllvAgreed();

@@ -284,6 +284,87 @@ PYEOF
 v=$?
 echo "# upkeep: $msg"; check auto_upkeep_rare_for_small_calls $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/upkeep.err" | tr '\n' ' ')"
 
+# 4d. Close contenders (comm/switcher.c): once a bucket's candidates have their
+#     runs (7 per design from 128 KiB, 5 from 1 MiB), those whose agreed time
+#     is within ZIPCCL_AUTO_CONTEND percent (10 by default) of the fastest,
+#     the fastest included, get as many runs again, when there are two or
+#     more of them.  Read from ZIPCCL_LOG=1 on rank 0: the bucket's first
+#     line of agreed times names the contenders (recomputed here from those
+#     times), a "close contenders" line must precede it exactly when there
+#     are two or more, and the first re-measured pair's first line shows
+#     twice the runs for them and the first count for the others.  With
+#     the margin at 1000% every candidate contends, so the bench must make
+#     more than zipcclAutoWarmupCalls warm-up calls (zipcclAutoSettled): its
+#     timed auto calls then run one design each ("picked" names one).
+for margin in 10 1000; do
+  mpi 2 -x ZIPCCL_LOG=1 -x ZIPCCL_AUTO_CONTEND=$margin "$BIN" -b 256K -e 1M -f 4 -n 6 \
+    --coll allgather,reducescatter,alltoall --strategy auto --json >"$tmp/contend.out" 2>"$tmp/contend.err"
+  rc=$?
+  msg=$(python3 - "$tmp/contend.err" "$tmp/contend.out" $margin <<'PYEOF'
+import json, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+margin = int(sys.argv[3]) / 100
+errs, raced, seen = [], 0, 0
+buckets = {}  # bucket -> list of (kind, payload) in log order
+cur = None
+for l in lines:
+    m = re.match(r"zipccl auto: (\w+) (\w+) (\d+) KiB/rank n=\d+ -> \S+ \((\w+);", l)
+    if m:
+        cur = m.group(1, 2, 3)
+        buckets.setdefault(cur, []).append(("decide", m.group(4)))
+    elif cur and l.startswith("zipccl auto: measured"):
+        cands = re.findall(r" ([\w/]+) ([\d.]+) ms( on rank 0)? x(\d+)", l)
+        buckets[cur].append(("measured", [(n, float(t), bool(r), int(x)) for n, t, r, x in cands],
+                             "unmeasured" in l))
+    elif cur and l.startswith("zipccl auto: close contenders"):
+        buckets[cur].append(("contend", set(re.findall(r" ([a-z][\w/]*) [\d.]+", l.split("):", 1)[1])),
+                             int(re.search(r"; (\d+) runs each", l).group(1))))
+for key, ev in buckets.items():
+    meas = [e for e in ev if e[0] == "measured"]
+    agreed = [i for i, e in enumerate(ev) if e[0] == "measured" and not e[2] and not any(c[2] for c in e[1])]
+    if not agreed:
+        continue
+    seen += 1
+    first = ev[agreed[0]][1]
+    target = first[0][3]
+    best = min(t for _, t, _, _ in first)
+    tol = 5e-4 * (2 + margin)  # the log rounds every time to 1 us
+    close = {n for n, t, _, _ in first if t <= (1 + margin) * best + tol}
+    sure = {n for n, t, _, _ in first if t <= (1 + margin) * best - tol}
+    told = [e for e in ev[:agreed[0]] if e[0] == "contend"]
+    if len(sure) >= 2 and not told and target < 21:
+        errs.append("%s: %s within %d%% of the fastest, no contenders line" % (" ".join(key), sorted(sure), margin * 100))
+    if told:
+        raced += 1
+        named, runs = told[-1][1], told[-1][2]
+        if not (sure <= named <= close) or len(named) < 2 or runs != 2 * target:
+            errs.append("%s: contenders %s (%d runs), times say %s" % (" ".join(key), sorted(named), runs, sorted(close)))
+        probe = next((i for i, e in enumerate(ev) if e[0] == "decide" and e[1] == "reprobe"), None)
+        if probe is None:
+            errs.append("%s: no re-measured pair" % " ".join(key))
+            continue
+        last = ev[probe + 1][1]  # the pair's first call: every exploration run is in
+        got = {n: x for n, _, _, x in last}
+        want = {n: (runs if n in named else target) for n in got}
+        if got != want:
+            errs.append("%s: runs before the first pair %s, want %s" % (" ".join(key), got, want))
+for r in rows:
+    if "+" in r.get("picked", "+"):
+        errs.append("%s %d: timed auto calls picked %s" % (r["coll"], r["bytes"], r.get("picked")))
+if len(rows) != 6 or seen < 6:
+    errs.append("%d rows, %d buckets with agreed times" % (len(rows), seen))
+if margin > 1 and raced < seen:
+    errs.append("%d of %d buckets had contenders at %d%%" % (raced, seen, margin * 100))
+print("; ".join(errs) if errs else "%d buckets, %d with contenders" % (seen, raced))
+sys.exit(1 if errs else 0)
+PYEOF
+)
+  v=$?
+  echo "# contenders at ${margin}%: $msg"
+  check auto_close_contenders_${margin}pct $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/contend.err" | tr '\n' ' ')"
+done
+
 # 5. Bad arguments: exit code 2 and a message naming the problem, also under mpirun.
 bad_case() { # bad_case NAME EXPECTED_WORD ARGS...
   local name=$1 word=$2; shift 2

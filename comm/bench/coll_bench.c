@@ -74,11 +74,15 @@ static void* xmalloc(size_t n) {
 enum { DIST_GAUSSIAN, DIST_RANDOM };
 #define MAX_STRATS 12
 
-/* Untimed calls auto needs at one size before it settles (the library's
- * count, for the size auto files the call under: AllGather's per-rank
- * input, for the others the bench's bytes). */
+/* Untimed calls auto needs at one size before it can have settled (the
+ * library's count, for the size auto files the call under: AllGather's
+ * per-rank input, for the others the bench's bytes); zipcclAutoSettled then
+ * says whether close contenders still need runs. */
+static size_t autoBytes(zipcclCollKind_t kind, size_t bytes, int nranks) {
+    return kind == zipcclCollAllGather ? bytes / (size_t)nranks : bytes;
+}
 static int autoWarmup(zipcclCollKind_t kind, size_t bytes, int nranks) {
-    return zipcclAutoWarmupCalls(kind, kind == zipcclCollAllGather ? bytes / (size_t)nranks : bytes);
+    return zipcclAutoWarmupCalls(kind, autoBytes(kind, bytes, nranks));
 }
 
 typedef struct {
@@ -112,7 +116,8 @@ static void usage(FILE* f) {
         "  -f, --stepfactor F      multiply the size by F each step (default 4, > 1)\n"
         "  -n, --iters N           timed iterations per size and strategy (default 5)\n"
         "  -w, --warmup N          untimed iterations first (default 1; at least 36-140 for auto,\n"
-        "                          whose first calls per size explore and re-measure designs)\n"
+        "                          whose first calls per size explore and re-measure designs,\n"
+        "                          and then as many as it takes to settle)\n"
         "  -c, --check 0|1         compare every result with the reference (default 1)\n"
         "  -o, --op sum|avg        reduction (default sum)\n"
         "  -d, --dtype bf16|fp16|fp32   element type (default bf16)\n"
@@ -992,6 +997,12 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         int warmup = strat == zipcclStrategyAuto && o->warmup < aw ? aw : o->warmup;
         for (int it = 0; it < warmup; it++)
             ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, use[si])));
+        /* Close contenders get extra runs, as many as the times call for. */
+        for (int more = 0, settled = 0; strat == zipcclStrategyAuto && more < 4 * aw; more++) {
+            ZCHECK(zipcclAutoSettled(c->comm, kind, o->dtype, autoBytes(kind, bytes, c->nranks), &settled));
+            if (settled) break;
+            ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, use[si])));
+        }
     }
     int perm[MAX_STRATS];
     for (int k = 0; k < ns * iters; k++) {
