@@ -19,6 +19,9 @@
  *     in the sanitizer build, whose timings say nothing);
  *   - AllReduce bf16: the one-shot design is explored at 4 KiB and never
  *     runs at 64 KiB (a candidate below 64 KiB only);
+ *   - zipcclAutoSettled says 0 before a bucket's first call and 1 after the
+ *     exploration, on every rank; 1 at once with ZIPCCL_AUTO_EXPLORE=0; bad
+ *     arguments return zipcclInvalidArgument;
  *   - ZIPCCL_AUTO_EXPLORE=0 gives the pure model: a fresh communicator's
  *     first calls (before any model refinement) all run one strategy;
  *   - AlltoAllv: every call equals MPI_Alltoallv and runs one design on all
