@@ -506,10 +506,12 @@ int main(int argc, char** argv) {
         zipcclCommDestroy(comm);
     }
     const struct { const char *var, *val; } bad[] = {
-        {"ZIPCCL_A2A_WINDOW", "0"}, {"ZIPCCL_A2A_INFLIGHT", "-1"}, {"ZIPCCL_A2A_INFLIGHT", "2x"}};
-    for (int b = 0; b < 3; b++) {
+        {"ZIPCCL_A2A_WINDOW", "0"}, {"ZIPCCL_A2A_INFLIGHT", "-1"}, {"ZIPCCL_A2A_INFLIGHT", "2x"},
+        {"ZIPCCL_AUTO_CONTEND", "-5"}, {"ZIPCCL_AUTO_CONTEND", "0.1"}};
+    for (int b = 0; b < 5; b++) {
         unsetenv("ZIPCCL_A2A_WINDOW");
         unsetenv("ZIPCCL_A2A_INFLIGHT");
+        unsetenv("ZIPCCL_AUTO_CONTEND");
         setenv(bad[b].var, bad[b].val, 1);
         r = zipcclCommInitMpi(&comm, &world);
         CHECK(r == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), bad[b].var),
@@ -517,6 +519,7 @@ int main(int argc, char** argv) {
               zipcclGetLastErrorDetail());
         if (r == zipcclSuccess) zipcclCommDestroy(comm);
     }
+    unsetenv("ZIPCCL_AUTO_CONTEND");
     MPI_Finalize();
     return tu_exit();
 }
