@@ -86,7 +86,6 @@ typedef struct {
     int want[ZIPCCL_TUNE_CANDS];       /* runs candidate i is explored for (target,
                                         * twice that for a close contender); its
                                         * time is the lower median of its last want[i] */
-    int raced;                         /* the close contenders were chosen (maybe none) */
     int pairs;                         /* re-measured pairs done              */
     int design[ZIPCCL_TUNE_CANDS];     /* index into switcher.c's design table */
     int runs[ZIPCCL_TUNE_CANDS];       /* measurements taken                  */

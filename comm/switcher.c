@@ -395,7 +395,7 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const Design* cand, int
             int x = order[j];
             order[j] = order[j - 1], order[j - 1] = x;
         }
-    b->n = 0, b->raced = 0, b->pairs = 0;
+    b->n = 0, b->pairs = 0;
     b->target = tuneRuns(total);
     b->pairAt = (uint64_t)firstReprobe(b->target), b->pairEvery = kReprobeEvery;
     for (int pass = 0; pass < 2; pass++)
@@ -501,11 +501,11 @@ static double runsMedian(const zipcclTuneBucket* b, int i) {
  * their extra runs (contendRuns).  Returns whether any were given. */
 static int addContenderRuns(const struct zipcclComm* c, zipcclTuneBucket* b) {
     const int first = fastest(b, NULL), more = contendRuns(b->target);
+    if (more == b->target || c->model.contend <= 0) return 0;
     const double limit = (1 + c->model.contend) * b->t[first];
     int close = 0;
-    b->raced = 1;
     for (int q = 0; q < b->n; q++) close += q != first && b->t[q] <= limit;
-    if (!close || more == b->target || c->model.contend <= 0) return 0;
+    if (!close) return 0;
     for (int q = 0; q < b->n; q++)
         if (b->t[q] <= limit) b->want[q] = more;
     if (c->model.log && c->rank == 0) {
@@ -554,10 +554,10 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
             b->last[q] = 0;
         }
     }
-    const int before = fastest(b, NULL);
+    const int before = fastest(b, NULL), firstRound = b->t[0] == 0; /* no time agreed yet */
     for (int q = 0; q < b->n; q++) b->t[q] = lowerMedian(b->seen[q], b->want[q]);
     if (exploring) { /* exploration agreed: contenders next, or the first pair 4 calls on */
-        if (!b->raced && addContenderRuns(c, b)) return zipcclSuccess;
+        if (firstRound && addContenderRuns(c, b)) return zipcclSuccess;
         if (b->pairAt < b->calls + 4) b->pairAt = b->calls + 4;
     } else { /* the re-measured pair is in: when is the next one */
         b->pairs++;
