@@ -19,7 +19,8 @@
 # --no-ring; up to 1 MiB, AllGather and AllReduce also time the one-shot
 # design (raw:oneshot, compressed:oneshot; a candidate of auto there) unless
 # --no-oneshot; then down.
-# The JSON lines go to docs/bench/coll_<rate>.jsonl (the first line holds the
+# The JSON lines go to docs/bench/coll_<rate>.jsonl, coll_<rate>_<N>hosts.jsonl
+# with --hosts N other than 4 (the first line holds the
 # run's header: machine, date, load); scripts/plot_coll.py renders
 # docs/bench/coll_<rate>.png, prints the verdict against the targets and
 # (unless --no-doc) rewrites the "## Collectives" section of docs/BENCHMARKS.md.
@@ -69,7 +70,13 @@ trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
 trap 'exit 130' INT TERM
 
 to_bytes() { python3 -c 'import sys; s=sys.argv[1].upper().rstrip("B").rstrip("I"); m={"K":1<<10,"M":1<<20,"G":1<<30}; print(int(float(s[:-1])*m[s[-1]]) if s[-1] in m else int(s))' "$1"; }
-rate_name() { [ "$1" = none ] && echo unthrottled || echo "$1"; }
+# The file and section name: the rate, and the host count when not 4
+# (coll_10gbit_2hosts.jsonl), so a sweep on another cluster size keeps the
+# 4-host record.
+rate_name() {
+  local n; [ "$1" = none ] && n=unthrottled || n=$1
+  [ "$HOSTS" = 4 ] && echo "$n" || echo "${n}_${HOSTS}hosts"
+}
 json_str() { python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().rstrip("\n")))'; }
 
 outs=()

@@ -65,8 +65,18 @@ def variant(r):
 
 
 def rate_label(meta):
+    """The section name: the rate, and the host count of a sweep on other
+    than 4 hosts (bench_sweep.sh --hosts 2: "10gbit_2hosts")."""
     r = meta.get("rate", "?")
-    return "unthrottled" if r in ("none", "unthrottled") else r
+    r = "unthrottled" if r in ("none", "unthrottled") else r
+    h = meta.get("hosts", 4)
+    return r if h == 4 or r.endswith("hosts") else "%s_%dhosts" % (r, h)
+
+
+def link_of(label):
+    """A section name's rate and host count: ("10gbit", 2), ("1gbit", 4)."""
+    m = re.match(r"(.*)_(\d+)hosts$", label)
+    return (m.group(1), int(m.group(2))) if m else (label, 4)
 
 
 def human(b):
@@ -205,7 +215,9 @@ def verdict(sets):
                                         COLL_TITLE[coll], runs, base.replace("best-", "")),
                                     "%.2fx (per run %s)" % (got[0], ", ".join("%.2f" % x for x in got[1].values())),
                                     ">= %.2fx" % target, got[0] >= target))
-        if rate in ("10gbit", "unthrottled"):
+        link, hosts = link_of(rate)
+        if link in ("10gbit", "unthrottled"):
+            rate = link if hosts == 4 else "%s, %d hosts" % (link, hosts)
             every = []  # auto / best fixed at every (collective, size)
             eligible = []  # the same, without native reductions (auto never runs them, §7)
             strategies = []  # auto / best of the fixed strategies as such (native, raw, compressed)
@@ -291,7 +303,8 @@ def markdown_tables(meta, rows):
             cells.append("%.2fx" % (d["native"]["time_us"] / c["time_us"]) if c and "native" in d else "")
             cells.append("%.2fx" % (d["raw"]["time_us"] / c["time_us"]) if c and "raw" in d else "")
             cells.append("%.3f" % c["ratio"] if c else "")
-            cells.append(d["auto"].get("picked", "") if "auto" in d else "")
+            # the runs' picks, "; " apart: a "|" would split the cell
+            cells.append(d["auto"].get("picked", "").replace(" | ", "; ") if "auto" in d else "")
             wrong = [r["wrong"] for r in d.values()]
             known = sum(w for w in wrong if w is not None)
             cells.append(str(known) + ("\*" if any(w is None for w in wrong) else ""))
@@ -341,7 +354,8 @@ def render_section(sets, pngs, verdict_rows, notes):
         tiers.setdefault(iteration_tiers(rows), []).append(rate_label(m))
     iters = "timed iterations: " + (next(iter(tiers)) if len(tiers) == 1 else
                                     "; ".join("%s: %s" % (", ".join(v), k) for k, v in tiers.items()))
-    L.append("Measured with `scripts/bench_sweep.sh`: an emulated cluster of 4 hosts on one machine "
+    L.append("Measured with `scripts/bench_sweep.sh`: an emulated cluster of 4 hosts (2 in the "
+             "sections named `_2hosts`, `--hosts 2`) on one machine "
              "(`scripts/cluster.sh`: network namespaces on a bridge, every host link shaped in both "
              "directions with `tbf rate RATE burst %s latency 10ms`), one rank per host, "
              "`zipccl-bench -f 4 -w 1 -d bf16 --dist gaussian --sigma 0.02 --json` over all four "
@@ -422,7 +436,7 @@ def main(argv):
     if not paths:
         print(__doc__, file=sys.stderr)
         return 2
-    order = {"1gbit": 0, "10gbit": 1, "unthrottled": 2}
+    order = {"1gbit": 0, "10gbit": 1, "unthrottled": 2, "10gbit_2hosts": 3, "unthrottled_2hosts": 4}
     sets = sorted((load(p) + (p,) for p in paths), key=lambda s: order.get(rate_label(s[0]), 9))
     pngs = [plot(p, meta, rows) for meta, rows, p in sets]
     sets = [(m, r) for m, r, _ in sets]

@@ -10,6 +10,8 @@ is checked on rows whose answers are worked out by hand below:
   - the per-run reading pairs a point's k-th rows of every entry (the k-th
     repetition), takes the median over the runs of auto / entry, and reports
     the worst entry: it differs from the ratio of medians when runs drift;
+  - the Markdown tables keep one cell per column when auto's picks merge;
+  - a sweep on 2 hosts gets sections and verdict lines of its own;
   - the repeated 1 Gbit/s target runs compare compressed with the faster of
     native and native-put per run, and with raw, against the issue's targets.
 """
@@ -59,6 +61,12 @@ check(a["auto"]["picked"] == "raw | native", "merge_reps_lists_every_pick", a["a
 check(a["native"]["wrong"] == 2, "merge_reps_sums_wrong", str(a["native"]["wrong"]))
 check("compressed/f3" in t["alltoall"][8192], "variant_names_codec_entry", str(sorted(t["alltoall"][8192])))
 
+# Every table row has as many cells as the header: the runs' picks ("raw |
+# native" merged) must not add a column.
+md = [ln for ln in pc.markdown_tables({}, rows) if ln.startswith("|")]
+check(len({ln.count("|") for ln in md}) == 1 and any("raw; native" in ln for ln in md),
+      "table_cells_line_up", "\n".join(md))
+
 worst = sorted(pc.per_run_worst(rows))
 check(len(worst) == 2 and abs(worst[0] - (100 / 110 + 200 / 190) / 2) < 1e-12 and abs(worst[1] - 1.0375) < 1e-12,
       "per_run_worst_pairs_runs", str(worst))
@@ -71,6 +79,15 @@ w = v.get("10gbit AlltoAll: auto vs best fixed, worst size")
 check(w is not None and w[0].startswith("1.038x at 8K (best: compressed/f3)"), "verdict_worst_point_named", str(w))
 pr = v.get("10gbit per run: auto vs each fixed entry of the same run")
 check(pr is not None and "within 3%: 1 of 2" in pr[0] and pr[1] == "info", "verdict_per_run_line", str(pr))
+
+# A sweep on 2 hosts (bench_sweep.sh --hosts 2) is a section of its own,
+# "10gbit_2hosts", and its auto lines name the host count.
+check(pc.rate_label({"rate": "10gbit", "hosts": 2}) == "10gbit_2hosts"
+      and pc.rate_label({"rate": "none", "hosts": 4}) == "unthrottled", "rate_label_hosts",
+      pc.rate_label({"rate": "10gbit", "hosts": 2}))
+v2 = {name: ok for name, _, _, ok in pc.verdict([({"rate": "10gbit", "hosts": 2}, rows)])}
+check(v2.get("10gbit, 2 hosts all sizes: auto vs best fixed") is False and not any(k.startswith("10gbit ") for k in v2),
+      "verdict_2hosts_named_apart", str(sorted(v2)))
 
 # The repeated 1 Gbit/s target runs (bench_targets.sh: rows carry "rep").
 # AlltoAll, two runs: native 450/440, native-put 430/460 -> the faster per
