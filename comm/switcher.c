@@ -30,7 +30,8 @@
  * contenders for the lead twice that, contendRuns), each such call
  * started on all ranks together (a barrier) and its time agreed across ranks
  * (the max, run by run, then the median of the runs), and then the fastest
- * measured design is run; the runner-up and the incumbent are re-measured
+ * measured design is run; the incumbent and a challenger (the runner-up
+ * every other time, the other candidates in turn between) are re-measured
  * in pairs (first at the bucket's call firstReprobe; the next kReprobeEvery
  * calls after a pair that changed the incumbent, twice the spacing before,
  * at most kReprobeMost, after one that kept it) so a misled exploration is
@@ -137,8 +138,9 @@ static uint64_t mix64(uint64_t x) {
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
 }
-/* Which of the re-measured pair bucket call `call` runs: 0 the runner-up,
- * 1 the incumbent, -1 neither (a bucket of one candidate has no pair).
+/* Which of the re-measured pair bucket call `call` runs: 0 the challenger
+ * (pairChallenger), 1 the incumbent, -1 neither (a bucket of one candidate
+ * has no pair).
  * Which of the two goes first is drawn per re-measure, so that neither
  * always follows the same call (see tuneChoose). */
 static int reprobePhase(const zipcclTuneBucket* b, uint64_t call) {
@@ -147,6 +149,20 @@ static int reprobePhase(const zipcclTuneBucket* b, uint64_t call) {
 static int reprobeSlot(const zipcclTuneBucket* b, uint64_t call) {
     const int p = reprobePhase(b, call);
     return p < 0 ? -1 : p ^ (int)(mix64(b->pairAt) & 1);
+}
+/* The design a re-measured pair holds against the incumbent `first`: the
+ * runner-up `second` in every other pair (pairs 0, 2, ...), and in the ones
+ * between each of the other candidates in turn (bucket order).  With the
+ * runner-up alone, a design that a misled exploration (or a slow phase
+ * since) ranked third or lower was never measured again, so neither noise
+ * nor drift could bring it back; one such call costs at most what a slow
+ * candidate costs once per pair (pairs come every 64-1024 bucket calls). */
+static int pairChallenger(const zipcclTuneBucket* b, int first, int second) {
+    if (b->n <= 2 || b->pairs % 2 == 0) return second;
+    int k = (b->pairs / 2) % (b->n - 2); /* the k-th candidate that is neither */
+    for (int i = 0; i < b->n; i++)
+        if (i != first && i != second && k-- == 0) return i;
+    return second; /* not reached */
 }
 /* AlltoAllv: an auto call in this many that runs without size words
  * (native) starts a size agreement (a2avTotal).  Every call did at first,
@@ -459,10 +475,10 @@ static const char* tuneChoose(zipcclModel* m, const zipcclOp* op, double total, 
     const int exploring = pick >= 0;
     int second;
     const int first = fastest(b, &second);
-    /* Re-measure the runner-up, then the incumbent: first soon after the
+    /* Re-measure a challenger and the incumbent: first soon after the
      * exploration (a burst of load may have misled it), then periodically. */
     const int slot = pick < 0 ? reprobeSlot(b, call) : -1;
-    if (slot >= 0) pick = slot ? first : second, why = "reprobe";
+    if (slot >= 0) pick = slot ? first : pairChallenger(b, first, second), why = "reprobe";
     const int pairEnds = slot >= 0 && reprobePhase(b, call) == 1; /* agreed after the pair's second call */
     if (pick >= 0) {
         m->probeBucket = b, m->probeCand = pick;
@@ -727,8 +743,9 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
             const zipcclTuneBucket* b = tuneBucket(m, op, total);
             fprintf(stderr, "zipccl auto: measured (bucket call %llu):", (unsigned long long)b->calls);
             for (int i = 0; i < b->n; i++) {
-                if (b->runs[i] && b->t[i] > 0) fprintf(stderr, " %s %.3f ms x%d", kDesigns[b->design[i]].name, b->t[i] * 1e3, b->runs[i]);
-                else if (b->runs[i]) fprintf(stderr, " %s %.3f ms on rank 0 x%d", kDesigns[b->design[i]].name,
+                /* to 0.1 us: a 2-rank call of a few KiB takes ~10 us */
+                if (b->runs[i] && b->t[i] > 0) fprintf(stderr, " %s %.4f ms x%d", kDesigns[b->design[i]].name, b->t[i] * 1e3, b->runs[i]);
+                else if (b->runs[i]) fprintf(stderr, " %s %.4f ms on rank 0 x%d", kDesigns[b->design[i]].name,
                                              runsMedian(b, i) * 1e3, b->runs[i]);
                 else fprintf(stderr, " %s unmeasured", kDesigns[b->design[i]].name);
             }
