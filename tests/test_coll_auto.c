@@ -28,7 +28,9 @@
  *     ranks while rank-local sizes change bucket; a change of the largest
  *     size is followed at the next call after our designs (their tags carry
  *     sizes), within 9 calls after native.
- * What it leaves out: drift following (the periodic re-measurement).
+ * What it leaves out: drift following (the periodic re-measurement); when
+ * the re-measured pairs come and which design each holds against the
+ * incumbent are checked from the log by test_coll_bench.sh (4c, 4e).
  */
 #include <math.h>
 #include <stdint.h>
