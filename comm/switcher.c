@@ -743,9 +743,10 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
             const zipcclTuneBucket* b = tuneBucket(m, op, total);
             fprintf(stderr, "zipccl auto: measured (bucket call %llu):", (unsigned long long)b->calls);
             for (int i = 0; i < b->n; i++) {
-                /* to 0.1 us: a 2-rank call of a few KiB takes ~10 us */
-                if (b->runs[i] && b->t[i] > 0) fprintf(stderr, " %s %.4f ms x%d", kDesigns[b->design[i]].name, b->t[i] * 1e3, b->runs[i]);
-                else if (b->runs[i]) fprintf(stderr, " %s %.4f ms on rank 0 x%d", kDesigns[b->design[i]].name,
+                /* to the ns: a 2-rank call of a few KiB takes ~10 us, and
+                 * close designs' times then tie at 0.1 us */
+                if (b->runs[i] && b->t[i] > 0) fprintf(stderr, " %s %.6f ms x%d", kDesigns[b->design[i]].name, b->t[i] * 1e3, b->runs[i]);
+                else if (b->runs[i]) fprintf(stderr, " %s %.6f ms on rank 0 x%d", kDesigns[b->design[i]].name,
                                              runsMedian(b, i) * 1e3, b->runs[i]);
                 else fprintf(stderr, " %s unmeasured", kDesigns[b->design[i]].name);
             }

@@ -291,7 +291,7 @@ echo "# upkeep: $msg"; check auto_upkeep_rare_for_small_calls $((rc | v)) "exit 
 #     is measured again.  Read from ZIPCCL_LOG=1 on rank 0 over 4500 auto
 #     AllGathers of 64 KiB per rank (eight pairs or more): the line of agreed
 #     times printed with a pair's first call gives the incumbent and the
-#     runner-up (pairs whose times tie to the log's 0.1 us are not judged).
+#     runner-up (pairs whose times tie to the log's 1 ns are not judged).
 mpi 2 -x ZIPCCL_LOG=1 "$BIN" -b 128K -e 128K -n 4500 -w 0 --coll allgather --strategy auto \
   >/dev/null 2>"$tmp/pairs.err"
 rc=$?
@@ -319,7 +319,7 @@ for k, (ran, times, call) in enumerate(pairs):
     first, second = by[0][0], by[1][0]
     challenger = [d for d in ran if d != first]
     seen.update(challenger)
-    if len(by) > 2 and (by[1][1] - by[0][1] <= 1.1e-4 or by[2][1] - by[1][1] <= 1.1e-4): continue
+    if len(by) > 2 and (by[1][1] - by[0][1] <= 1.1e-6 or by[2][1] - by[1][1] <= 1.1e-6): continue
     judged += 1
     others = [n for n in names if n not in (first, second)]
     want = second if k % 2 == 0 or not others else others[(k // 2) % len(others)]
@@ -379,7 +379,7 @@ for key, ev in buckets.items():
     first = ev[agreed[0]][1]
     target = first[0][3]
     best = min(t for _, t, _, _ in first)
-    tol = 5e-5 * (2 + margin)  # the log rounds every time to 0.1 us
+    tol = 5e-7 * (2 + margin)  # the log rounds every time to 1 ns
     close = {n for n, t, _, _ in first if t <= (1 + margin) * best + tol}
     sure = {n for n, t, _, _ in first if t <= (1 + margin) * best - tol}
     told = [e for e in ev[:agreed[0]] if e[0] == "contend"]
