@@ -395,8 +395,11 @@ static int measuredSelection(const struct zipcclComm* c) {
     return c->model.explore && !c->isNccl && c->nranks > 1;
 }
 
+static zipcclTuneBucket* bucketAt(zipcclModel* m, zipcclCollKind_t kind, zipcclDataType_t dtype, double total) {
+    return &m->tune[kind][dtypeIndex(dtype)][zipcclSizeBucket(total)];
+}
 static zipcclTuneBucket* tuneBucket(zipcclModel* m, const zipcclOp* op, double total) {
-    return &m->tune[op->kind][dtypeIndex(op->dtype)][zipcclSizeBucket(total)];
+    return bucketAt(m, op->kind, op->dtype, total);
 }
 
 /* The candidates of a new bucket: the designs of the fixed strategies
@@ -647,7 +650,7 @@ zipcclResult_t zipcclAutoSettled(zipcclComm_t c, zipcclCollKind_t kind, zipcclDa
         return zipcclSetError(zipcclInvalidArgument, "zipcclAutoSettled: unsupported dtype %d", (int)dtype);
     *settled = 1;
     if (!measuredSelection(c)) return zipcclSuccess;
-    const zipcclTuneBucket* b = &c->model.tune[kind][dtypeIndex(dtype)][zipcclSizeBucket((double)bytes)];
+    const zipcclTuneBucket* b = bucketAt(&c->model, kind, dtype, (double)bytes);
     *settled = !bucketMeasuresNext(b) && (b->n <= 1 || b->pairs > 0);
     return zipcclSuccess;
 }

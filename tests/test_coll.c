@@ -508,7 +508,7 @@ int main(int argc, char** argv) {
     const struct { const char *var, *val; } bad[] = {
         {"ZIPCCL_A2A_WINDOW", "0"}, {"ZIPCCL_A2A_INFLIGHT", "-1"}, {"ZIPCCL_A2A_INFLIGHT", "2x"},
         {"ZIPCCL_AUTO_CONTEND", "-5"}, {"ZIPCCL_AUTO_CONTEND", "0.1"}};
-    for (int b = 0; b < 5; b++) {
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
         unsetenv("ZIPCCL_A2A_WINDOW");
         unsetenv("ZIPCCL_A2A_INFLIGHT");
         unsetenv("ZIPCCL_AUTO_CONTEND");
