@@ -19,8 +19,12 @@ NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 
+# Read once per make invocation, when the Makefile is parsed. The targets that
+# install dependencies first (test, run, test-long, ...) therefore build in a
+# sub-make started after `make deps`, which parses again and finds mpicc.
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+SUBMAKE    := $(MAKE) --no-print-directory
 
 CPPFLAGS   := -Icomm -Ikernels -Imodels -Iruntime -D_GNU_SOURCE $(MPI_CFLAGS)
 CFLAGS     ?= -O2 -g
@@ -74,8 +78,9 @@ endif
 .PHONY: all deps test test-asan test-long run fuzz test-gpu bench clean
 all: $(LIBZIPCCL) $(LIBZRT) $(PROGS) $(TESTS) $(REPLAYS) $(GPU_PROGS)
 
+DEPS ?= scripts/deps.sh
 deps:
-	@scripts/deps.sh
+	@$(DEPS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -128,16 +133,20 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 asan-all:
 	@$(MAKE) --no-print-directory BUILD=build-asan NO_CUDA=1 SAN="$(ASAN_FLAGS)" CFLAGS="-O1 -g" all
 
-test: deps all asan-all
+test: deps
+	@$(SUBMAKE) all asan-all
 	@scripts/run_tests.sh $(BUILD) build-asan
 
-test-asan: deps asan-all
+test-asan: deps
+	@$(SUBMAKE) asan-all
 	@scripts/run_tests.sh build-asan
 
-test-long: deps all
+test-long: deps
+	@$(SUBMAKE) all
 	@ZIPCCL_TEST_LONG=1 scripts/run_tests.sh $(BUILD)
 
-run: deps all
+run: deps
+	@$(SUBMAKE) all
 	@scripts/run_default.sh
 
 FUZZ_SECONDS ?= 60
