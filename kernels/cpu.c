@@ -19,6 +19,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,53 +29,53 @@
 
 /* ---------------------------------------------------------------- matmul */
 
-/* Threading. The backend has ONE thread team, OpenMP's. With more than one
- * OpenMP thread it runs OpenBLAS single-threaded and splits every large GEMM
- * by output rows across the team (each thread one cblas_sgemm on its slice);
- * attention runs one (batch, head) per thread. The alternative, OpenBLAS's
- * own pthread pool next to the OpenMP team, measured 1.5-2.5x the CPU time
- * per step on these 2-core machines: the two pools spin against each other,
- * and concurrent sgemm calls from an OpenMP region queue on OpenBLAS's
- * server lock (27% of cycles in exec_blas_async). With OMP_NUM_THREADS=1
- * OpenBLAS keeps whatever threads it was given. Row splitting does not
- * change any element's summation order, so results are identical for any
+/* Threading. The backend has ONE thread team, OpenMP's (OMP_NUM_THREADS);
+ * OpenBLAS always runs single-threaded inside it. Letting OpenBLAS's own
+ * pthread pool run next to the OpenMP team measured 1.5-2.5x the CPU time per
+ * step on these 2-core machines: the two pools spin against each other, and
+ * concurrent sgemm calls from an OpenMP region queue on OpenBLAS's server
+ * lock (27% of cycles in exec_blas_async). It would also make the bits
+ * depend on the thread count: OpenBLAS picks kernels and partitions by its
  * thread count. */
-static void blas_single_threaded_once(void) {
-    static int done;
-    if (done) return;
-#pragma omp critical(zrt_blas_threads)
-    if (!done) {
-        if (omp_get_max_threads() > 1) openblas_set_num_threads(1);
-        done = 1;
-    }
-}
+static void blas_set_single_thread(void) { openblas_set_num_threads(1); }
+static pthread_once_t blas_threads_once = PTHREAD_ONCE_INIT;
+static void blas_single_threaded(void) { pthread_once(&blas_threads_once, blas_set_single_thread); }
 
-/* C (M, N) = alpha op(A) (M, K) op(B) (K, N) + beta C, row-major, with the
- * M rows split across the OpenMP team in blocks of a multiple of kRowAlign.
- * OpenBLAS's sgemm kernels sum a row's products in an order that depends on
- * the row's place in the kernel's row unroll, so a slice must start at a
- * multiple of that unroll to give the bits of the whole product: slices at
- * multiples of 16 rows did on the Intel Xeon VM (AVX-512 kernels) but not
- * on an AMD EPYC VM (AVX2 kernels), where multiples of 24 do and 16, 32
- * and 64 do not (single-threaded OpenBLAS, M = 120 and 128).  96 is a
- * multiple of 16, 24 and 32. */
-enum { kRowAlign = 96 };
-static void gemm_split_rows(int transA, int transB, int M, int N, int K, float alpha,
+/* C (M, N) = alpha op(A) (M, K) op(B) (K, N) + beta C, row-major, computed
+ * as row blocks, one single-threaded cblas_sgemm per block, the blocks shared
+ * out over the OpenMP team.
+ *
+ * Why the blocks depend on M alone, never on the thread count: an element's
+ * bits depend on the call that computes it, not only on its summation over
+ * K. OpenBLAS chooses among kernels by the call's shape (0.3.21's AVX-512
+ * "small matrix" kernels take N = 8, 16, 32 below a size limit) and orders a
+ * row's sum by the row's place in a kernel's row unroll, so a slice of a
+ * product need not give the bits of the whole product: a 120 x 32 x 64
+ * product cut at row 96 did not with the SkylakeX and Cooperlake kernels,
+ * and cuts at multiples of 16 did not with Haswell's. Cut by M alone, every
+ * element comes from the same call at 1, 2 or 16 threads: the result cannot
+ * depend on the thread count, whatever kernels the CPU gets.
+ *
+ * The price: each block packs op(B) again, which costs a one-thread step a
+ * share that falls with the block's height (docs/MODEL.md, "Threads", has
+ * the measurement behind kGemmRows), and threads idle in GEMMs whose M has
+ * fewer blocks than the team has threads. */
+enum { kGemmRows = 512, kGemmRowAlign = 16 };
+static void gemm_row_blocks(int transA, int transB, int M, int N, int K, float alpha,
                             const float* A, int lda, const float* B, int ldb, float beta, float* C,
                             int ldc) {
     const CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
     const CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
-    const int nt = omp_get_max_threads();
-    if (nt <= 1 || M < 64 || omp_in_parallel()) {
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    blas_single_threaded_once();
-    const int chunk = ((M + nt - 1) / nt + kRowAlign - 1) / kRowAlign * kRowAlign;
-    const int nchunks = (M + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static, 1) num_threads(nchunks)
-    for (int ci = 0; ci < nchunks; ci++) {
-        const int m0 = ci * chunk, m = m0 + chunk <= M ? chunk : M - m0;
+    blas_single_threaded();
+    // equal blocks (the last one shorter), kGemmRowAlign rows apart
+    const int nblocks = (M + kGemmRows - 1) / kGemmRows;
+    const int per = nblocks ? ((M + nblocks - 1) / nblocks + kGemmRowAlign - 1) / kGemmRowAlign *
+                                  kGemmRowAlign
+                            : 0;
+#pragma omp parallel for schedule(dynamic, 1) if (nblocks > 1 && !omp_in_parallel())
+    for (int bi = 0; bi < nblocks; bi++) {
+        const int m0 = bi * per, m = m0 + per <= M ? per : M - m0;
+        if (m <= 0) continue;
         // row m0 of op(A): a row of A, or a column of A when transposed
         const float* a = A + (transA ? (size_t)m0 : (size_t)m0 * lda);
         cblas_sgemm(CblasRowMajor, ta, tb, m, N, K, alpha, a, lda, B, ldb, beta,
@@ -85,16 +86,16 @@ static void gemm_split_rows(int transA, int transB, int M, int N, int K, float a
 static void cpu_matmul_forward(float* out, const float* inp, const float* weight, int N, int IC,
                                int OC) {
     // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T
-    gemm_split_rows(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);
+    gemm_row_blocks(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);
 }
 
 static void cpu_matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                                 const float* weight, int N, int IC, int OC, int accumulate) {
     if (dinp) // dinp (N, IC) = dout (N, OC) @ weight (OC, IC)
-        gemm_split_rows(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, accumulate ? 1.0f : 0.0f,
+        gemm_row_blocks(0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, accumulate ? 1.0f : 0.0f,
                         dinp, IC);
     if (dweight) // dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-        gemm_split_rows(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+        gemm_row_blocks(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
 }
 
 /* --------------------------------------------------------------- rmsnorm */
@@ -194,7 +195,7 @@ static void cpu_attention_forward(float* out, float* att, const float* q, const 
                                   const float* v, int B, int T, int H, int KV, int hd,
                                   float* scratch) {
     (void)scratch;
-    if (omp_get_max_threads() > 1) blas_single_threaded_once(); // sgemm inside the team
+    blas_single_threaded(); // one sgemm per (batch, head), inside the team
     const int rep = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int ldq = H * hd, ldkv = KV * hd;
@@ -232,7 +233,7 @@ static void cpu_attention_backward(float* dq, float* dk, float* dv, const float*
                                    const float* att, const float* q, const float* k,
                                    const float* v, int B, int T, int H, int KV, int hd,
                                    float* scratch) {
-    if (omp_get_max_threads() > 1) blas_single_threaded_once();
+    blas_single_threaded();
     const int rep = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int ldq = H * hd, ldkv = KV * hd;

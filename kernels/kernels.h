@@ -13,9 +13,10 @@
  *     because the runtime's gradient buffers accumulate over micro-batches.
  *     Activation gradients (dinp) are overwritten unless the kernel takes an
  *     `accumulate` flag; where it does, 1 means dinp += ..., 0 means dinp = ...
- *   - Reductions run in a fixed order that does not depend on thread count,
- *     so a step is bit-reproducible for a given OMP/BLAS thread setting of
- *     the GEMMs (OpenBLAS SGEMM itself is deterministic for fixed threads).
+ *   - Reductions run in a fixed order and work is split over threads in
+ *     pieces chosen by shape alone, so a step gives the same bits at any
+ *     thread count (OMP_NUM_THREADS; the CPU backend runs OpenBLAS
+ *     single-threaded inside its OpenMP team), on any OpenBLAS core.
  *   - RoPE pairs INTERLEAVED elements (x[2i], x[2i+1]) of each head, the
  *     convention of Meta's reference Llama (complex multiply), with frequency
  *     theta^(-2i/hd) and position t = index within the sequence.

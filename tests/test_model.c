@@ -433,33 +433,142 @@ static void check_hooks_and_loss(void) {
     model_free(&m);
 }
 
-/* The CPU backend splits GEMMs and loops across OpenMP threads without
- * changing any summation order: 1 and 2 threads give identical bits. */
+/* The CPU backend shares GEMMs and loops out over OpenMP threads in pieces
+ * chosen by shape alone (kernels/cpu.c): 1, 2 and 3 threads give identical
+ * bits, whichever OpenBLAS core runs (tests/test_blas_cores.sh repeats these
+ * checks under every core the CPU can run). */
+static float* rand_floats(size_t n, unsigned seed) {
+    float* x = malloc(n * sizeof(float));
+    if (!x) return NULL;
+    srand(seed);
+    for (size_t i = 0; i < n; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    return x;
+}
+
+/* Every matmul product at 1, 2 and 3 threads, at row counts of one, two and
+ * three GEMM blocks with ragged ends, and widths that include OpenBLAS's
+ * small-matrix cases (N = 32): forward, dinp (assigned and accumulated) and
+ * dweight must match the one-thread bits exactly. */
+static void check_matmul_thread_invariance(void) {
+    const ZrtKernels* k = zrt_kernels_cpu();
+    const int rows[] = {120, 600, 1100, 1537};
+    const int widths[][2] = {{64, 32}, {32, 64}, {64, 97}, {96, 128}, {128, 16}};
+    const int saved = omp_get_max_threads();
+    int bad = 0, cases = 0;
+    char first[160] = "";
+    for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++)
+        for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+            const int N = rows[ri], IC = widths[wi][0], OC = widths[wi][1];
+            float* inp = rand_floats((size_t)N * IC, 1);
+            float* w = rand_floats((size_t)OC * IC, 2);
+            float* dout = rand_floats((size_t)N * OC, 3);
+            float* ref[4] = {0}; // out, dinp, dinp accumulated, dweight at 1 thread
+            const size_t len[4] = {(size_t)N * OC, (size_t)N * IC, (size_t)N * IC,
+                                   (size_t)OC * IC};
+            for (int t = 1; t <= 3 && inp && w && dout; t++) {
+                omp_set_num_threads(t);
+                float* got[4];
+                for (int j = 0; j < 4; j++) got[j] = calloc(len[j], sizeof(float));
+                if (!got[0] || !got[1] || !got[2] || !got[3]) break;
+                for (size_t i = 0; i < len[2]; i++) got[2][i] = 0.25f * inp[i];
+                k->matmul_forward(got[0], inp, w, N, IC, OC);
+                k->matmul_backward(got[1], got[3], dout, inp, w, N, IC, OC, 0);
+                k->matmul_backward(got[2], NULL, dout, inp, w, N, IC, OC, 1);
+                for (int j = 0; j < 4; j++) {
+                    if (t == 1) {
+                        ref[j] = got[j];
+                        continue;
+                    }
+                    cases++;
+                    if (memcmp(ref[j], got[j], len[j] * sizeof(float))) {
+                        if (!bad++)
+                            snprintf(first, sizeof first, "%s at N=%d IC=%d OC=%d, %d threads",
+                                     j == 0 ? "forward" : j == 3 ? "dweight" : "dinp", N, IC,
+                                     OC, t);
+                    }
+                    free(got[j]);
+                }
+            }
+            for (int j = 0; j < 4; j++) free(ref[j]);
+            free(inp);
+            free(w);
+            free(dout);
+        }
+    omp_set_num_threads(saved);
+    CHECK(!bad && cases == 4 * 5 * 2 * 4, "matmul/thread_count_invariant",
+          "%d of %d products differ from the 1-thread bits; first: %s", bad, cases, first);
+}
+
+static void check_attention_thread_invariance(void) {
+    const ZrtKernels* k = zrt_kernels_cpu();
+    const int B = 3, T = 40, H = 4, KV = 2, hd = 16;
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd,
+                 na = (size_t)B * H * T * T, ns = k->attention_scratch_floats(B, T, KV);
+    float *q = rand_floats(nq, 4), *kk = rand_floats(nkv, 5), *v = rand_floats(nkv, 6),
+          *dd = rand_floats(nq, 7);
+    float* r[2][5] = {{0}};
+    const size_t len[5] = {nq, na, nq, nkv, nkv};
+    const int saved = omp_get_max_threads();
+    for (int t = 0; t < 2 && q && kk && v && dd; t++) {
+        omp_set_num_threads(t ? 3 : 1);
+        for (int j = 0; j < 5; j++) r[t][j] = calloc(len[j], sizeof(float));
+        float* scratch = calloc(ns, sizeof(float));
+        if (scratch && r[t][0] && r[t][1] && r[t][2] && r[t][3] && r[t][4]) {
+            k->attention_forward(r[t][0], r[t][1], q, kk, v, B, T, H, KV, hd, scratch);
+            k->attention_backward(r[t][2], r[t][3], r[t][4], dd, r[t][1], q, kk, v, B, T, H, KV,
+                                  hd, scratch);
+        }
+        free(scratch);
+    }
+    omp_set_num_threads(saved);
+    int same = 1;
+    for (int j = 0; j < 5; j++)
+        same &= r[0][j] && r[1][j] && !memcmp(r[0][j], r[1][j], len[j] * sizeof(float));
+    CHECK(same, "attention/thread_count_invariant",
+          "out, probabilities, dq, dk or dv differ between 1 and 3 threads");
+    for (int t = 0; t < 2; t++)
+        for (int j = 0; j < 5; j++) free(r[t][j]);
+    free(q);
+    free(kk);
+    free(v);
+    free(dd);
+}
+
+/* A whole step: B*T = 600 rows, two GEMM blocks for every activation
+ * product, so the threads really share the work. */
 static void check_thread_invariance(void) {
     LlamaConfig cfg = {.vocab_size = 97, .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
-                       .ffn_hidden = 96, .max_seq_len = 40, .rope_theta = 10000.0f,
+                       .ffn_hidden = 96, .max_seq_len = 120, .rope_theta = 10000.0f,
                        .norm_eps = 1e-5f, .tie_embeddings = 1};
-    const int B = 3, T = 40; // N = 120 rows: large enough to split
-    Model m1, m2;
-    if (model_init(&m1, &cfg, 9) || model_init(&m2, &cfg, 9)) return;
-    int tok[120], tgt[120];
-    make_batch(tok, tgt, B, T, cfg.vocab_size, 5);
+    enum { B = 5, T = 120 };
+    Model m[3];
+    for (int i = 0; i < 3; i++)
+        if (model_init(&m[i], &cfg, 9)) return;
+    int* tok = malloc(sizeof(int) * B * T);
+    int* tgt = malloc(sizeof(int) * B * T);
     LlamaActs* acts = llama_acts_alloc(&cfg, B, T);
-    LlamaParamHooks h1 = model_hooks(&m1), h2 = model_hooks(&m2);
+    if (!tok || !tgt || !acts) return;
+    make_batch(tok, tgt, B, T, cfg.vocab_size, 5);
     const int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
-    float l1 = llama_step(&cfg, acts, tok, tgt, B, T, &h1, 1, NULL);
-    omp_set_num_threads(2);
-    float l2 = llama_step(&cfg, acts, tok, tgt, B, T, &h2, 1, NULL);
+    float loss[3];
+    for (int i = 0; i < 3; i++) {
+        LlamaParamHooks h = model_hooks(&m[i]);
+        omp_set_num_threads(i + 1);
+        loss[i] = llama_step(&cfg, acts, tok, tgt, B, T, &h, 1, NULL);
+    }
     omp_set_num_threads(saved);
-    int same = l1 == l2;
-    for (int u = 0; u <= cfg.n_layers; u++)
-        same &= !memcmp(m1.grads[u], m2.grads[u], llama_unit_numel(&cfg, u) * sizeof(float));
-    CHECK(same, "grads/thread_count_invariant", "1 vs 2 threads: loss %.9g vs %.9g or grads differ",
-          (double)l1, (double)l2);
+    int same = loss[0] == loss[1] && loss[0] == loss[2];
+    for (int i = 1; i < 3; i++)
+        for (int u = 0; u <= cfg.n_layers; u++)
+            same &= !memcmp(m[0].grads[u], m[i].grads[u],
+                            llama_unit_numel(&cfg, u) * sizeof(float));
+    CHECK(same, "grads/thread_count_invariant",
+          "1, 2, 3 threads: loss %.9g, %.9g, %.9g, or the gradients differ", (double)loss[0],
+          (double)loss[1], (double)loss[2]);
     llama_acts_free(acts);
-    model_free(&m1);
-    model_free(&m2);
+    free(tok);
+    free(tgt);
+    for (int i = 0; i < 3; i++) model_free(&m[i]);
 }
 
 /* --------------------------------------------------------- optimizer, bf16 */
@@ -998,11 +1107,20 @@ int main(int argc, char** argv) {
     if (argc >= 3 && !strcmp(argv[1], "--dump")) return dump(argv[2], 0, argc, argv);
     if (argc >= 3 && !strcmp(argv[1], "--dump-train")) return dump(argv[2], 1, argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "--bench")) return bench(argc, argv, core);
+    if (argc >= 2 && !strcmp(argv[1], "--threads")) { // tests/test_blas_cores.sh
+        printf("openblas core %s\n", openblas_get_corename());
+        check_matmul_thread_invariance();
+        check_attention_thread_invariance();
+        check_thread_invariance();
+        return tu_exit();
+    }
     check_config();
     check_sizes();
     check_gradients(1);
     check_gradients(0);
     check_hooks_and_loss();
+    check_matmul_thread_invariance();
+    check_attention_thread_invariance();
     check_thread_invariance();
     check_optim();
     check_bf16();
