@@ -280,7 +280,11 @@ static void hook_grads_ready(void* ctx, int u) {
 }
 
 LlamaParamHooks fsdp_hooks(Fsdp* f) {
-    return (LlamaParamHooks){f, hook_acquire, hook_release, hook_grad_buffer, hook_grads_ready};
+    return (LlamaParamHooks){.ctx = f,
+                             .acquire = hook_acquire,
+                             .release = hook_release,
+                             .grad_buffer = hook_grad_buffer,
+                             .grads_ready = hook_grads_ready};
 }
 
 void fsdp_begin_microbatch(Fsdp* f, int backward) {
