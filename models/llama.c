@@ -1,12 +1,13 @@
 /*
- * llama.c — the dense Llama-style decoder of llama.h: parameter layout,
- * deterministic init, forward, backward, and the activation arena.
+ * llama.c — the decoders of llama.h (Llama-3, Qwen3, Qwen3-MoE): parameter
+ * layout, deterministic init, forward, backward, and the activation arena.
  *
  * Read top to bottom: configuration checks and parameter layout, init, the
  * activation layout (one allocation, a pointer table computed per step),
  * block_forward / block_backward, then llama_step, which walks the units in
  * the order documented in llama.h and talks to the runtime only through the
- * hooks. All compute goes through the kernel table (kernels/kernels.h).
+ * hooks. All compute goes through the kernel table (kernels/kernels.h); the
+ * MoE MLP lives in moe.c.
  *
  * Memory discipline (FSDP frees gathered parameters between passes): the
  * forward keeps every activation the backward reads and nothing else; the
@@ -26,6 +27,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "moe.h"
 
 /* --------------------------------------------------------------- config */
 
@@ -42,12 +44,13 @@ int llama_config_check(const LlamaConfig* cfg, char* err, size_t errlen) {
     if (cfg->n_heads <= 0) BAD("llama config: n_heads must be > 0 (got %d)", cfg->n_heads);
     if (cfg->n_kv_heads <= 0)
         BAD("llama config: n_kv_heads must be > 0 (got %d)", cfg->n_kv_heads);
-    if (cfg->dim % cfg->n_heads)
-        BAD("llama config: dim %d is not a multiple of n_heads %d", cfg->dim, cfg->n_heads);
+    if (!cfg->head_dim && cfg->dim % cfg->n_heads)
+        BAD("llama config: dim %d is not a multiple of n_heads %d (or set head_dim)", cfg->dim,
+            cfg->n_heads);
     if (cfg->n_heads % cfg->n_kv_heads)
         BAD("llama config: n_kv_heads %d does not divide n_heads %d", cfg->n_kv_heads,
             cfg->n_heads);
-    if ((cfg->dim / cfg->n_heads) % 2)
+    if (!cfg->head_dim && (cfg->dim / cfg->n_heads) % 2)
         BAD("llama config: head dim %d (dim/n_heads) must be even for RoPE pairs",
             cfg->dim / cfg->n_heads);
     if (cfg->ffn_hidden <= 0) BAD("llama config: ffn_hidden must be > 0 (got %d)", cfg->ffn_hidden);
@@ -60,36 +63,104 @@ int llama_config_check(const LlamaConfig* cfg, char* err, size_t errlen) {
         BAD("llama config: norm_eps must be in (0, 1) (got %g)", (double)cfg->norm_eps);
     if (cfg->tie_embeddings != 0 && cfg->tie_embeddings != 1)
         BAD("llama config: tie_embeddings must be 0 or 1 (got %d)", cfg->tie_embeddings);
+    if (cfg->head_dim < 0 || cfg->head_dim % 2)
+        BAD("llama config: head_dim must be 0 (dim / n_heads) or an even number > 0 (got %d)",
+            cfg->head_dim);
+    if (cfg->qk_norm != 0 && cfg->qk_norm != 1)
+        BAD("llama config: qk_norm must be 0 or 1 (got %d)", cfg->qk_norm);
+    if (cfg->n_experts < 0) BAD("llama config: n_experts must be >= 0 (got %d)", cfg->n_experts);
+    if (cfg->n_experts > 0) {
+        if (cfg->n_experts_per_tok < 1 || cfg->n_experts_per_tok > cfg->n_experts)
+            BAD("llama config: n_experts_per_tok must be in [1, n_experts = %d] (got %d)",
+                cfg->n_experts, cfg->n_experts_per_tok);
+        if (cfg->moe_ffn_hidden <= 0)
+            BAD("llama config: moe_ffn_hidden must be > 0 (got %d)", cfg->moe_ffn_hidden);
+        if (cfg->decoder_sparse_step < 1)
+            BAD("llama config: decoder_sparse_step must be >= 1 (got %d)",
+                cfg->decoder_sparse_step);
+        if (cfg->norm_topk_prob != 0 && cfg->norm_topk_prob != 1)
+            BAD("llama config: norm_topk_prob must be 0 or 1 (got %d)", cfg->norm_topk_prob);
+        if (!(cfg->router_aux_loss_coef >= 0.0f) || !isfinite(cfg->router_aux_loss_coef))
+            BAD("llama config: router_aux_loss_coef must be a finite number >= 0 (got %g)",
+                (double)cfg->router_aux_loss_coef);
+        if (cfg->n_layers > 256)
+            BAD("llama config: MoE models have at most 256 layers here (got %d)", cfg->n_layers);
+        if ((double)cfg->moe_ffn_hidden * cfg->dim > 2147483647.0)
+            BAD("llama config: an expert matrix has more than 2^31-1 elements (Fe*C)");
+    }
     // BLAS takes int dimensions and leading dimensions
     const double big = 2147483647.0;
-    if ((double)cfg->vocab_size * cfg->dim > big || (double)cfg->ffn_hidden * cfg->dim > big)
-        BAD("llama config: a weight matrix has more than 2^31-1 elements (V*C or F*C)");
+    if ((double)cfg->vocab_size * cfg->dim > big || (double)cfg->ffn_hidden * cfg->dim > big ||
+        (double)llama_head_dim(cfg) * cfg->n_heads * cfg->dim > big)
+        BAD("llama config: a weight matrix has more than 2^31-1 elements (V*C, F*C or H*hd*C)");
     return 0;
 #undef BAD
 }
 
 /* ------------------------------------------------------ parameter layout */
 
-/* Offsets (in floats) of the tensors of one block inside its unit; the same
- * layout serves parameters and gradients. */
+int llama_head_dim(const LlamaConfig* cfg) {
+    return cfg->head_dim ? cfg->head_dim : cfg->dim / cfg->n_heads;
+}
+
+int llama_layer_is_moe(const LlamaConfig* cfg, int layer) {
+    if (cfg->n_experts <= 0 || layer < 0 || layer >= cfg->n_layers || layer >= 256) return 0;
+    if (cfg->mlp_only_layers[layer / 64] >> (layer % 64) & 1) return 0;
+    return (layer + 1) % cfg->decoder_sparse_step == 0;
+}
+
+static int n_moe_layers(const LlamaConfig* cfg) {
+    int n = 0;
+    for (int l = 0; l < cfg->n_layers; l++) n += llama_layer_is_moe(cfg, l);
+    return n;
+}
+
+int llama_num_units(const LlamaConfig* cfg) { return 1 + cfg->n_layers + n_moe_layers(cfg); }
+
+int llama_expert_unit(const LlamaConfig* cfg, int layer) {
+    if (!llama_layer_is_moe(cfg, layer)) return -1;
+    int u = 1 + cfg->n_layers;
+    for (int l = 0; l < layer; l++) u += llama_layer_is_moe(cfg, l);
+    return u;
+}
+
+int llama_unit_is_experts(const LlamaConfig* cfg, int unit) {
+    return unit > cfg->n_layers && unit < llama_num_units(cfg);
+}
+
+int llama_unit_layer(const LlamaConfig* cfg, int unit) {
+    if (unit >= 1 && unit <= cfg->n_layers) return unit - 1;
+    for (int l = 0; l < cfg->n_layers; l++)
+        if (llama_expert_unit(cfg, l) == unit) return l;
+    return -1;
+}
+
+/* Offsets (in floats) of the tensors of block l inside its unit; the same
+ * layout serves parameters and gradients. A tensor a block does not have
+ * has the size 0 (its offset equals the next one's). */
 typedef struct {
-    size_t attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down, total;
+    size_t attn_norm, wq, wk, wv, q_norm, k_norm, wo, mlp_norm, w_gate, w_up, w_down, router,
+        total;
 } BlockLayout;
 
-static BlockLayout block_layout(const LlamaConfig* cfg) {
-    const size_t C = cfg->dim, hd = C / cfg->n_heads, QD = hd * cfg->n_heads,
-                 KVD = hd * cfg->n_kv_heads, F = cfg->ffn_hidden;
+static BlockLayout block_layout(const LlamaConfig* cfg, int layer) {
+    const size_t C = cfg->dim, hd = llama_head_dim(cfg), QD = hd * cfg->n_heads,
+                 KVD = hd * cfg->n_kv_heads, F = cfg->ffn_hidden, E = cfg->n_experts;
+    const int moe = llama_layer_is_moe(cfg, layer), qkn = cfg->qk_norm;
     BlockLayout b;
     size_t o = 0;
-    b.attn_norm = o, o += C;         // (C)
-    b.wq = o, o += QD * C;           // (H*hd, C)
-    b.wk = o, o += KVD * C;          // (KV*hd, C)
-    b.wv = o, o += KVD * C;          // (KV*hd, C)
-    b.wo = o, o += C * QD;           // (C, H*hd)
-    b.mlp_norm = o, o += C;          // (C)
-    b.w_gate = o, o += F * C;        // (F, C)
-    b.w_up = o, o += F * C;          // (F, C)
-    b.w_down = o, o += C * F;        // (C, F)
+    b.attn_norm = o, o += C;                  // (C)
+    b.wq = o, o += QD * C;                    // (H*hd, C)
+    b.wk = o, o += KVD * C;                   // (KV*hd, C)
+    b.wv = o, o += KVD * C;                   // (KV*hd, C)
+    b.q_norm = o, o += qkn ? hd : 0;          // (hd)
+    b.k_norm = o, o += qkn ? hd : 0;          // (hd)
+    b.wo = o, o += C * QD;                    // (C, H*hd)
+    b.mlp_norm = o, o += C;                   // (C)
+    b.w_gate = o, o += moe ? 0 : F * C;       // (F, C)
+    b.w_up = o, o += moe ? 0 : F * C;         // (F, C)
+    b.w_down = o, o += moe ? 0 : C * F;       // (C, F)
+    b.router = o, o += moe ? E * C : 0;       // (E, C)
     b.total = o;
     return b;
 }
@@ -102,46 +173,79 @@ static size_t unit0_lm_head(const LlamaConfig* cfg) {
     return cfg->tie_embeddings ? 0 : unit0_final_norm(cfg) + (size_t)cfg->dim;
 }
 
+size_t llama_expert_numel(const LlamaConfig* cfg) {
+    return 3 * (size_t)cfg->moe_ffn_hidden * cfg->dim;
+}
+
 size_t llama_unit_numel(const LlamaConfig* cfg, int unit) {
-    if (unit < 0 || unit > cfg->n_layers) return 0;
-    if (unit > 0) return block_layout(cfg).total;
+    if (unit < 0 || unit >= llama_num_units(cfg)) return 0;
+    if (llama_unit_is_experts(cfg, unit)) return (size_t)cfg->n_experts * llama_expert_numel(cfg);
+    if (unit > 0) return block_layout(cfg, unit - 1).total;
     const size_t VC = (size_t)cfg->vocab_size * cfg->dim;
     return VC + (size_t)cfg->dim + (cfg->tie_embeddings ? 0 : VC);
 }
 
 size_t llama_num_params(const LlamaConfig* cfg) {
-    return llama_unit_numel(cfg, 0) + (size_t)cfg->n_layers * llama_unit_numel(cfg, 1);
+    size_t n = 0;
+    for (int u = 0; u < llama_num_units(cfg); u++) n += llama_unit_numel(cfg, u);
+    return n;
+}
+
+size_t llama_active_params(const LlamaConfig* cfg) {
+    size_t n = llama_num_params(cfg);
+    const size_t idle = (size_t)(cfg->n_experts - cfg->n_experts_per_tok) * llama_expert_numel(cfg);
+    if (cfg->n_experts > 0) n -= (size_t)n_moe_layers(cfg) * idle;
+    return n;
 }
 
 int llama_unit_tensors(const LlamaConfig* cfg, int unit, char names[][64], size_t rows[],
                        size_t cols[], int max) {
-    const size_t C = cfg->dim, hd = C / cfg->n_heads, QD = hd * cfg->n_heads,
-                 KVD = hd * cfg->n_kv_heads, F = cfg->ffn_hidden, V = cfg->vocab_size;
+    const size_t C = cfg->dim, hd = llama_head_dim(cfg), QD = hd * cfg->n_heads,
+                 KVD = hd * cfg->n_kv_heads, F = cfg->ffn_hidden, V = cfg->vocab_size,
+                 E = cfg->n_experts, Fe = cfg->moe_ffn_hidden;
     int n = 0;
-#define ADD(nm, r, c)                                                \
+#define ADD(r, c, ...)                                               \
     do {                                                             \
         if (n < max) {                                               \
-            if (names) snprintf(names[n], 64, "%s", nm);             \
+            if (names) snprintf(names[n], 64, __VA_ARGS__);          \
             if (rows) rows[n] = (r);                                 \
             if (cols) cols[n] = (c);                                 \
         }                                                            \
         n++;                                                         \
     } while (0)
-    if (unit < 0 || unit > cfg->n_layers) return 0;
+    if (unit < 0 || unit >= llama_num_units(cfg)) return 0;
     if (unit == 0) {
-        ADD("tok_emb", V, C);
-        ADD("final_norm", C, 1);
-        if (!cfg->tie_embeddings) ADD("lm_head", V, C);
+        ADD(V, C, "tok_emb");
+        ADD(C, 1, "final_norm");
+        if (!cfg->tie_embeddings) ADD(V, C, "lm_head");
         return n;
     }
-    static const char* const block_names[9] = {"attn_norm", "wq",       "wk",   "wv",    "wo",
-                                               "mlp_norm",  "w_gate",   "w_up", "w_down"};
-    const size_t shape[9][2] = {{C, 1},  {QD, C}, {KVD, C}, {KVD, C}, {C, QD},
-                                {C, 1},  {F, C},  {F, C},   {C, F}};
-    for (int i = 0; i < 9; i++) {
-        char nm[64];
-        snprintf(nm, sizeof nm, "layers.%d.%s", unit - 1, block_names[i]);
-        ADD(nm, shape[i][0], shape[i][1]);
+    const int l = llama_unit_layer(cfg, unit);
+    if (llama_unit_is_experts(cfg, unit)) {
+        for (size_t e = 0; e < E; e++) {
+            ADD(Fe, C, "layers.%d.experts.%zu.w_gate", l, e);
+            ADD(Fe, C, "layers.%d.experts.%zu.w_up", l, e);
+            ADD(C, Fe, "layers.%d.experts.%zu.w_down", l, e);
+        }
+        return n;
+    }
+    const int moe = llama_layer_is_moe(cfg, l);
+    ADD(C, 1, "layers.%d.attn_norm", l);
+    ADD(QD, C, "layers.%d.wq", l);
+    ADD(KVD, C, "layers.%d.wk", l);
+    ADD(KVD, C, "layers.%d.wv", l);
+    if (cfg->qk_norm) {
+        ADD(hd, 1, "layers.%d.q_norm", l);
+        ADD(hd, 1, "layers.%d.k_norm", l);
+    }
+    ADD(C, QD, "layers.%d.wo", l);
+    ADD(C, 1, "layers.%d.mlp_norm", l);
+    if (moe) {
+        ADD(E, C, "layers.%d.router", l);
+    } else {
+        ADD(F, C, "layers.%d.w_gate", l);
+        ADD(F, C, "layers.%d.w_up", l);
+        ADD(C, F, "layers.%d.w_down", l);
     }
     return n;
 #undef ADD
@@ -184,16 +288,28 @@ void llama_unit_init(const LlamaConfig* cfg, int unit, unsigned long long seed, 
         if (!cfg->tie_embeddings) fill_normal(params + unit0_lm_head(cfg), VC, std, STREAM(2));
         return;
     }
-    const BlockLayout b = block_layout(cfg);
+    if (llama_unit_is_experts(cfg, unit)) {
+        const size_t FC = (size_t)cfg->moe_ffn_hidden * cfg->dim;
+        for (int e = 0; e < cfg->n_experts; e++) {
+            float* p = params + (size_t)e * llama_expert_numel(cfg);
+            fill_normal(p, FC, std, STREAM(3 * e));
+            fill_normal(p + FC, FC, std, STREAM(3 * e + 1));
+            fill_normal(p + 2 * FC, FC, std_resid, STREAM(3 * e + 2));
+        }
+        return;
+    }
+    const BlockLayout b = block_layout(cfg, unit - 1);
     fill_ones(params + b.attn_norm, b.wq - b.attn_norm);
     fill_normal(params + b.wq, b.wk - b.wq, std, STREAM(1));
     fill_normal(params + b.wk, b.wv - b.wk, std, STREAM(2));
-    fill_normal(params + b.wv, b.wo - b.wv, std, STREAM(3));
+    fill_normal(params + b.wv, b.q_norm - b.wv, std, STREAM(3));
+    fill_ones(params + b.q_norm, b.wo - b.q_norm); // q_norm and k_norm
     fill_normal(params + b.wo, b.mlp_norm - b.wo, std_resid, STREAM(4));
     fill_ones(params + b.mlp_norm, b.w_gate - b.mlp_norm);
     fill_normal(params + b.w_gate, b.w_up - b.w_gate, std, STREAM(6));
     fill_normal(params + b.w_up, b.w_down - b.w_up, std, STREAM(7));
-    fill_normal(params + b.w_down, b.total - b.w_down, std_resid, STREAM(8));
+    fill_normal(params + b.w_down, b.router - b.w_down, std_resid, STREAM(8));
+    fill_normal(params + b.router, b.total - b.router, std, STREAM(9));
 #undef STREAM
 }
 
@@ -205,9 +321,12 @@ double llama_flops_per_token(const LlamaConfig* cfg, int seq_len) {
     // head; the embedding lookup and norms are not matmuls); the second term
     // is QK^T and PV, forward (2 x 2 T d) plus backward (2x forward), over the
     // full T x T square, which is also what the kernels compute.
-    const double C = cfg->dim, hd = C / cfg->n_heads, QD = hd * cfg->n_heads,
+    // A MoE block counts its router and the k experts a token visits.
+    const double C = cfg->dim, hd = llama_head_dim(cfg), QD = hd * cfg->n_heads,
                  KVD = hd * cfg->n_kv_heads, F = cfg->ffn_hidden, L = cfg->n_layers;
-    const double n_matmul = L * (2.0 * QD * C + 2.0 * KVD * C + 3.0 * F * C) +
+    const double n_moe = n_moe_layers(cfg), attn = 2.0 * QD * C + 2.0 * KVD * C,
+                 moe = cfg->n_experts * C + cfg->n_experts_per_tok * 3.0 * cfg->moe_ffn_hidden * C;
+    const double n_matmul = L * attn + (L - n_moe) * 3.0 * F * C + n_moe * moe +
                             (double)cfg->vocab_size * C;
     return 6.0 * n_matmul + 12.0 * L * (double)seq_len * QD;
 }
@@ -220,17 +339,21 @@ typedef struct {
     float* resid;     // (L+1, N, C) residual stream: [0] embeddings, [l+1] block l out
     float* ln1;       // (L, N, C) attn_norm output
     float* ln1_rstd;  // (L, N)
-    float* q;         // (L, N, H*hd) after RoPE
-    float* k;         // (L, N, KV*hd) after RoPE
+    float* q;         // (L, N, H*hd) after QK-norm and RoPE
+    float* k;         // (L, N, KV*hd) after QK-norm and RoPE
+    float* q_raw;     // (L, N, H*hd) projection before QK-norm (qk_norm only)
+    float* k_raw;     // (L, N, KV*hd)
+    float* q_rstd;    // (L, N*H) QK-norm 1/rms per head
+    float* k_rstd;    // (L, N*KV)
     float* v;         // (L, N, KV*hd)
     float* att;       // (L, B, H, T, T) softmax probabilities
     float* atty;      // (L, N, H*hd) attention output, input of wo
     float* resid_mid; // (L, N, C) residual after attention
     float* ln2;       // (L, N, C) mlp_norm output
     float* ln2_rstd;  // (L, N)
-    float* gate;      // (L, N, F) x W_gate^T
-    float* up;        // (L, N, F) x W_up^T
-    float* hid;       // (L, N, F) silu(gate) * up, input of w_down
+    float* gate;      // (Ld, N, F) x W_gate^T, Ld = dense blocks
+    float* up;        // (Ld, N, F) x W_up^T
+    float* hid;       // (Ld, N, F) silu(gate) * up, input of w_down
     float* lnf;       // (N, C) final_norm output
     float* lnf_rstd;  // (N)
     float* logits;    // (N, V) logits; dlogits in place during backward
@@ -241,6 +364,8 @@ typedef struct {
     float* dln;       // (N, C) gradient of a norm output; forward: projection temp
     float* dq;        // (N, H*hd)
     float* dk;        // (N, KV*hd)
+    float* dq_raw;    // (N, H*hd) gradient before QK-norm (qk_norm only)
+    float* dk_raw;    // (N, KV*hd)
     float* dv;        // (N, KV*hd)
     float* datty;     // (N, H*hd)
     float* dgate;     // (N, F)
@@ -252,29 +377,51 @@ typedef struct {
 struct LlamaActs {
     LlamaConfig cfg;
     int B, T;     // capacity this arena was sized for
-    size_t bytes; // of mem
+    size_t bytes; // of mem, plus the MoE activations
     float* mem;
+    MoeActs* moe; // the MoE blocks' activations (NULL for a dense model)
 };
+
+static MoeDims moe_dims(const LlamaConfig* cfg, int N) {
+    return (MoeDims){N, cfg->dim, cfg->n_experts, cfg->n_experts_per_tok, cfg->moe_ffn_hidden,
+                     cfg->norm_topk_prob};
+}
+
+/* Index of block l among the dense blocks (for the dense MLP activations). */
+static int dense_index(const LlamaConfig* cfg, int layer) {
+    int i = 0;
+    for (int l = 0; l < layer; l++) i += !llama_layer_is_moe(cfg, l);
+    return i;
+}
 
 /* Lays the tensors out from offset 0, each on a 64-byte boundary; with
  * base == NULL only counts. Returns the number of floats. */
 static size_t acts_layout(const LlamaConfig* cfg, int B, int T, float* base, ActPtrs* p) {
     const ZrtKernels* K = zrt_kernels_cpu();
     const size_t L = cfg->n_layers, N = (size_t)B * T, C = cfg->dim, H = cfg->n_heads,
-                 hd = C / H, KV = cfg->n_kv_heads, F = cfg->ffn_hidden, V = cfg->vocab_size;
+                 hd = llama_head_dim(cfg), KV = cfg->n_kv_heads, F = cfg->ffn_hidden,
+                 V = cfg->vocab_size, Ld = L - n_moe_layers(cfg), qn = cfg->qk_norm ? 1 : 0;
+    const size_t Fd = Ld ? F : 0; // dense-MLP backward scratch only with dense blocks
     size_t o = 0;
-    float** slots[] = {&p->resid,  &p->ln1,   &p->ln1_rstd, &p->q,        &p->k,      &p->v,
-                       &p->att,    &p->atty,  &p->resid_mid, &p->ln2,     &p->ln2_rstd, &p->gate,
-                       &p->up,     &p->hid,   &p->lnf,      &p->lnf_rstd, &p->logits, &p->losses,
-                       &p->rope,   &p->dresid, &p->dln,     &p->dq,       &p->dk,     &p->dv,
-                       &p->datty,  &p->dgate, &p->dup,      &p->dhid,     &p->att_scratch};
-    const size_t sizes[] = {(L + 1) * N * C, L * N * C, L * N,     L * N * H * hd, L * N * KV * hd,
-                            L * N * KV * hd, L * B * H * T * T,    L * N * H * hd, L * N * C,
-                            L * N * C,       L * N,     L * N * F, L * N * F,      L * N * F,
-                            N * C,           N,         N * V,     N,              T * hd,
-                            N * C,           N * C,     N * H * hd, N * KV * hd,   N * KV * hd,
-                            N * H * hd,      N * F,     N * F,     N * F,
-                            K->attention_scratch_floats(B, T, (int)KV)};
+    float** slots[] = {&p->resid,  &p->ln1,    &p->ln1_rstd,  &p->q,        &p->k,
+                       &p->q_raw,  &p->k_raw,  &p->q_rstd,    &p->k_rstd,   &p->v,
+                       &p->att,    &p->atty,   &p->resid_mid, &p->ln2,      &p->ln2_rstd,
+                       &p->gate,   &p->up,     &p->hid,       &p->lnf,      &p->lnf_rstd,
+                       &p->logits, &p->losses, &p->rope,      &p->dresid,   &p->dln,
+                       &p->dq,     &p->dk,     &p->dq_raw,    &p->dk_raw,   &p->dv,
+                       &p->datty,  &p->dgate,  &p->dup,       &p->dhid,     &p->att_scratch};
+    const size_t sizes[] = {(L + 1) * N * C,     L * N * C,          L * N,
+                            L * N * H * hd,      L * N * KV * hd,    qn * L * N * H * hd,
+                            qn * L * N * KV * hd, qn * L * N * H,    qn * L * N * KV,
+                            L * N * KV * hd,     L * B * H * T * T,  L * N * H * hd,
+                            L * N * C,           L * N * C,          L * N,
+                            Ld * N * F,          Ld * N * F,         Ld * N * F,
+                            N * C,               N,                  N * V,
+                            N,                   T * hd,             N * C,
+                            N * C,               N * H * hd,         N * KV * hd,
+                            qn * N * H * hd,     qn * N * KV * hd,   N * KV * hd,
+                            N * H * hd,          N * Fd,             N * Fd,
+                            N * Fd,              K->attention_scratch_floats(B, T, (int)KV)};
     _Static_assert(sizeof slots / sizeof slots[0] == sizeof sizes / sizeof sizes[0],
                    "one size per activation tensor");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -286,7 +433,12 @@ static size_t acts_layout(const LlamaConfig* cfg, int B, int T, float* base, Act
 
 size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T) {
     ActPtrs p;
-    return acts_layout(cfg, B, T, NULL, &p) * sizeof(float);
+    size_t bytes = acts_layout(cfg, B, T, NULL, &p) * sizeof(float);
+    if (cfg->n_experts > 0) {
+        const MoeDims d = moe_dims(cfg, B * T);
+        bytes += moe_acts_bytes(&d, n_moe_layers(cfg));
+    }
+    return bytes;
 }
 
 LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T) {
@@ -297,9 +449,15 @@ LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T) {
     a->B = B;
     a->T = T;
     a->bytes = llama_acts_bytes(cfg, B, T);
-    a->mem = aligned_alloc(64, (a->bytes + 63) & ~(size_t)63);
-    if (!a->mem) {
-        free(a);
+    ActPtrs p;
+    const size_t arena = acts_layout(cfg, B, T, NULL, &p) * sizeof(float);
+    a->mem = aligned_alloc(64, (arena + 63) & ~(size_t)63);
+    if (a->mem && cfg->n_experts > 0) {
+        const MoeDims d = moe_dims(cfg, B * T);
+        a->moe = moe_acts_alloc(&d, n_moe_layers(cfg));
+    }
+    if (!a->mem || (cfg->n_experts > 0 && !a->moe)) {
+        llama_acts_free(a);
         return NULL;
     }
     return a;
@@ -307,8 +465,15 @@ LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T) {
 
 void llama_acts_free(LlamaActs* acts) {
     if (!acts) return;
+    moe_acts_free(acts->moe);
     free(acts->mem);
     free(acts);
+}
+
+float llama_acts_aux_loss(const LlamaActs* acts) { return acts && acts->moe ? acts->moe->aux : 0; }
+
+const long long* llama_acts_expert_tokens(const LlamaActs* acts) {
+    return acts && acts->moe ? acts->moe->tokens_per_expert : NULL;
 }
 
 /* ---------------------------------------------------------------- blocks */
@@ -317,15 +482,20 @@ typedef struct {
     const LlamaConfig* cfg;
     const ZrtKernels* K;
     int B, T, N, C, H, KV, hd, F;
+    MoeActs* moe;                 // NULL for a dense model
+    const LlamaParamHooks* hooks; // for the experts of MoE blocks
 } Dims;
 
 /* One block forward: reads resid[l], writes resid[l+1] and the block's
- * saved activations. p: the block's unit parameters. */
-static void block_forward(const Dims* d, const ActPtrs* a, int l, const float* p) {
+ * saved activations. p: the block's unit parameters. Returns 0, or -1 (a MoE
+ * hook failed; moe.c said why). */
+static int block_forward(const Dims* d, const ActPtrs* a, int l, const float* p) {
     const ZrtKernels* K = d->K;
-    const BlockLayout w = block_layout(d->cfg);
+    const BlockLayout w = block_layout(d->cfg, l);
     const size_t N = d->N, C = d->C, QD = (size_t)d->H * d->hd, KVD = (size_t)d->KV * d->hd,
-                 F = d->F;
+                 F = d->F, ld = dense_index(d->cfg, l);
+    const int qkn = d->cfg->qk_norm, moe = llama_layer_is_moe(d->cfg, l);
+    const float eps = d->cfg->norm_eps;
     const float* x = a->resid + l * N * C;           // (N, C)
     float* out = a->resid + (l + 1) * N * C;         // (N, C)
     float* ln1 = a->ln1 + l * N * C;                 // (N, C)
@@ -338,14 +508,22 @@ static void block_forward(const Dims* d, const ActPtrs* a, int l, const float* p
     float* mid = a->resid_mid + l * N * C;           // (N, C)
     float* ln2 = a->ln2 + l * N * C;                 // (N, C)
     float* ln2_rstd = a->ln2_rstd + l * N;           // (N)
-    float* gate = a->gate + l * N * F;               // (N, F)
-    float* up = a->up + l * N * F;                   // (N, F)
-    float* hid = a->hid + l * N * F;                 // (N, F)
     float* tmp = a->dln;                             // (N, C) scratch
 
-    K->rmsnorm_forward(ln1, ln1_rstd, x, p + w.attn_norm, d->N, d->C, d->cfg->norm_eps);
-    K->matmul_forward(q, ln1, p + w.wq, d->N, d->C, (int)QD);
-    K->matmul_forward(k, ln1, p + w.wk, d->N, d->C, (int)KVD);
+    K->rmsnorm_forward(ln1, ln1_rstd, x, p + w.attn_norm, d->N, d->C, eps);
+    if (qkn) { // project into q_raw/k_raw, then an RMSNorm per head into q/k
+        float* q_raw = a->q_raw + l * N * QD;       // (N, H*hd)
+        float* k_raw = a->k_raw + l * N * KVD;      // (N, KV*hd)
+        K->matmul_forward(q_raw, ln1, p + w.wq, d->N, d->C, (int)QD);
+        K->matmul_forward(k_raw, ln1, p + w.wk, d->N, d->C, (int)KVD);
+        K->rmsnorm_forward(q, a->q_rstd + l * N * d->H, q_raw, p + w.q_norm, d->N * d->H,
+                           d->hd, eps);
+        K->rmsnorm_forward(k, a->k_rstd + l * N * d->KV, k_raw, p + w.k_norm, d->N * d->KV,
+                           d->hd, eps);
+    } else {
+        K->matmul_forward(q, ln1, p + w.wq, d->N, d->C, (int)QD);
+        K->matmul_forward(k, ln1, p + w.wk, d->N, d->C, (int)KVD);
+    }
     K->matmul_forward(v, ln1, p + w.wv, d->N, d->C, (int)KVD);
     K->rope_forward(q, a->rope, d->B, d->T, d->H, d->hd);
     K->rope_forward(k, a->rope, d->B, d->T, d->KV, d->hd);
@@ -353,21 +531,34 @@ static void block_forward(const Dims* d, const ActPtrs* a, int l, const float* p
     K->matmul_forward(tmp, atty, p + w.wo, d->N, (int)QD, d->C);
     K->add(mid, x, tmp, N * C);
 
-    K->rmsnorm_forward(ln2, ln2_rstd, mid, p + w.mlp_norm, d->N, d->C, d->cfg->norm_eps);
-    K->matmul_forward(gate, ln2, p + w.w_gate, d->N, d->C, d->F);
-    K->matmul_forward(up, ln2, p + w.w_up, d->N, d->C, d->F);
-    K->swiglu_forward(hid, gate, up, d->N, d->F);
-    K->matmul_forward(tmp, hid, p + w.w_down, d->N, d->F, d->C);
+    K->rmsnorm_forward(ln2, ln2_rstd, mid, p + w.mlp_norm, d->N, d->C, eps);
+    if (moe) {
+        const int eu = llama_expert_unit(d->cfg, l);
+        if (moe_forward(d->moe, eu - 1 - d->cfg->n_layers, K, p + w.router, ln2, tmp, d->hooks, l,
+                        eu))
+            return -1;
+    } else {
+        float* gate = a->gate + ld * N * F;          // (N, F)
+        float* up = a->up + ld * N * F;              // (N, F)
+        float* hid = a->hid + ld * N * F;            // (N, F)
+        K->matmul_forward(gate, ln2, p + w.w_gate, d->N, d->C, d->F);
+        K->matmul_forward(up, ln2, p + w.w_up, d->N, d->C, d->F);
+        K->swiglu_forward(hid, gate, up, d->N, d->F);
+        K->matmul_forward(tmp, hid, p + w.w_down, d->N, d->F, d->C);
+    }
     K->add(out, mid, tmp, N * C);
+    return 0;
 }
 
 /* One block backward: on entry a->dresid holds dLoss/d resid[l+1]; on exit
- * dLoss/d resid[l]. Parameter gradients accumulate into g. */
-static void block_backward(const Dims* d, const ActPtrs* a, int l, const float* p, float* g) {
+ * dLoss/d resid[l]. Parameter gradients accumulate into g. Returns 0 or -1
+ * (a MoE hook failed). */
+static int block_backward(const Dims* d, const ActPtrs* a, int l, const float* p, float* g) {
     const ZrtKernels* K = d->K;
-    const BlockLayout w = block_layout(d->cfg);
+    const BlockLayout w = block_layout(d->cfg, l);
     const size_t N = d->N, C = d->C, QD = (size_t)d->H * d->hd, KVD = (size_t)d->KV * d->hd,
-                 F = d->F;
+                 F = d->F, ld = dense_index(d->cfg, l);
+    const int qkn = d->cfg->qk_norm, moe = llama_layer_is_moe(d->cfg, l);
     const float* x = a->resid + l * N * C;
     const float* ln1 = a->ln1 + l * N * C;
     const float* ln1_rstd = a->ln1_rstd + l * N;
@@ -379,17 +570,23 @@ static void block_backward(const Dims* d, const ActPtrs* a, int l, const float* 
     const float* mid = a->resid_mid + l * N * C;
     const float* ln2 = a->ln2 + l * N * C;
     const float* ln2_rstd = a->ln2_rstd + l * N;
-    const float* gate = a->gate + l * N * F;
-    const float* up = a->up + l * N * F;
-    const float* hid = a->hid + l * N * F;
     float* dresid = a->dresid; // (N, C)
     float* dln = a->dln;       // (N, C)
 
-    // MLP: out = mid + hid W_down^T, hid = silu(ln2 W_gate^T) * (ln2 W_up^T)
-    K->matmul_backward(a->dhid, g + w.w_down, dresid, hid, p + w.w_down, d->N, d->F, d->C, 0);
-    K->swiglu_backward(a->dgate, a->dup, a->dhid, gate, up, d->N, d->F);
-    K->matmul_backward(dln, g + w.w_gate, a->dgate, ln2, p + w.w_gate, d->N, d->C, d->F, 0);
-    K->matmul_backward(dln, g + w.w_up, a->dup, ln2, p + w.w_up, d->N, d->C, d->F, 1);
+    if (moe) { // out = mid + moe(ln2)
+        const int eu = llama_expert_unit(d->cfg, l);
+        if (moe_backward(d->moe, eu - 1 - d->cfg->n_layers, K, p + w.router, ln2, dresid, dln,
+                         g + w.router, d->cfg->router_aux_loss_coef, d->hooks, l, eu))
+            return -1;
+    } else { // out = mid + hid W_down^T, hid = silu(ln2 W_gate^T) * (ln2 W_up^T)
+        const float* gate = a->gate + ld * N * F;
+        const float* up = a->up + ld * N * F;
+        const float* hid = a->hid + ld * N * F;
+        K->matmul_backward(a->dhid, g + w.w_down, dresid, hid, p + w.w_down, d->N, d->F, d->C, 0);
+        K->swiglu_backward(a->dgate, a->dup, a->dhid, gate, up, d->N, d->F);
+        K->matmul_backward(dln, g + w.w_gate, a->dgate, ln2, p + w.w_gate, d->N, d->C, d->F, 0);
+        K->matmul_backward(dln, g + w.w_up, a->dup, ln2, p + w.w_up, d->N, d->C, d->F, 1);
+    }
     // dresid becomes dLoss/d mid: the skip path plus the norm's input gradient
     K->rmsnorm_backward(dresid, g + w.mlp_norm, dln, mid, p + w.mlp_norm, ln2_rstd, d->N, d->C);
 
@@ -399,10 +596,22 @@ static void block_backward(const Dims* d, const ActPtrs* a, int l, const float* 
                           d->hd, a->att_scratch);
     K->rope_backward(a->dq, a->rope, d->B, d->T, d->H, d->hd);
     K->rope_backward(a->dk, a->rope, d->B, d->T, d->KV, d->hd);
-    K->matmul_backward(dln, g + w.wq, a->dq, ln1, p + w.wq, d->N, d->C, (int)QD, 0);
-    K->matmul_backward(dln, g + w.wk, a->dk, ln1, p + w.wk, d->N, d->C, (int)KVD, 1);
+    const float *dq = a->dq, *dk = a->dk;
+    if (qkn) { // back through the per-head RMSNorm (its kernel accumulates dinp)
+        K->zero(a->dq_raw, N * QD);
+        K->zero(a->dk_raw, N * KVD);
+        K->rmsnorm_backward(a->dq_raw, g + w.q_norm, a->dq, a->q_raw + l * N * QD, p + w.q_norm,
+                            a->q_rstd + l * N * d->H, d->N * d->H, d->hd);
+        K->rmsnorm_backward(a->dk_raw, g + w.k_norm, a->dk, a->k_raw + l * N * KVD, p + w.k_norm,
+                            a->k_rstd + l * N * d->KV, d->N * d->KV, d->hd);
+        dq = a->dq_raw;
+        dk = a->dk_raw;
+    }
+    K->matmul_backward(dln, g + w.wq, dq, ln1, p + w.wq, d->N, d->C, (int)QD, 0);
+    K->matmul_backward(dln, g + w.wk, dk, ln1, p + w.wk, d->N, d->C, (int)KVD, 1);
     K->matmul_backward(dln, g + w.wv, a->dv, ln1, p + w.wv, d->N, d->C, (int)KVD, 1);
     K->rmsnorm_backward(dresid, g + w.attn_norm, dln, x, p + w.attn_norm, ln1_rstd, d->N, d->C);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ step */
@@ -422,6 +631,8 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
         return step_error("NULL argument");
     if (backward && (!hooks->grad_buffer || !hooks->grads_ready))
         return step_error("backward needs grad_buffer and grads_ready hooks");
+    if (!hooks->dispatch != !hooks->combine)
+        return step_error("the dispatch and combine hooks come together or not at all");
     if (memcmp(&acts->cfg, cfg, sizeof *cfg))
         return step_error("activations were allocated for a different config");
     if (B <= 0 || T <= 0 || B > acts->B || T > acts->T) {
@@ -442,8 +653,9 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     ActPtrs a;
     acts_layout(cfg, B, T, acts->mem, &a);
     const int L = cfg->n_layers;
-    const Dims d = {cfg, K, B, T, N, cfg->dim, cfg->n_heads, cfg->n_kv_heads,
-                    cfg->dim / cfg->n_heads, cfg->ffn_hidden};
+    const Dims d = {cfg,           K,           B, T, N, cfg->dim, cfg->n_heads, cfg->n_kv_heads,
+                    llama_head_dim(cfg), cfg->ffn_hidden, acts->moe, hooks};
+    if (acts->moe) moe_begin_step(acts->moe, N);
     const size_t C = cfg->dim;
     const size_t head_off = cfg->tie_embeddings ? 0 : unit0_lm_head(cfg);
     K->rope_table(a.rope, T, d.hd, cfg->rope_theta);
@@ -456,9 +668,10 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     for (int l = 0; l < L; l++) {
         p = hooks->acquire(hooks->ctx, 1 + l, 0);
         if (!p) return step_error("acquire(block, forward) returned NULL");
-        block_forward(&d, &a, l, p);
+        if (block_forward(&d, &a, l, p)) return step_error("a MoE block failed (forward)");
         hooks->release(hooks->ctx, 1 + l, 0);
     }
+    if (acts->moe) moe_aux_loss(acts->moe);
     p = hooks->acquire(hooks->ctx, 0, 0);
     if (!p) return step_error("acquire(0, forward) returned NULL");
     const float* resid_L = a.resid + (size_t)L * N * C;
@@ -490,7 +703,7 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
         p = hooks->acquire(hooks->ctx, 1 + l, 1);
         if (!p) return step_error("acquire(block, backward) returned NULL");
         g = hooks->grad_buffer(hooks->ctx, 1 + l);
-        block_backward(&d, &a, l, p, g);
+        if (block_backward(&d, &a, l, p, g)) return step_error("a MoE block failed (backward)");
         hooks->grads_ready(hooks->ctx, 1 + l);
         hooks->release(hooks->ctx, 1 + l, 1);
     }

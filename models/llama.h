@@ -1,28 +1,52 @@
 /*
- * llama.h — a Llama-3-style dense decoder: parameter layout, forward, backward.
+ * llama.h — Llama-3-style and Qwen3-style decoders, dense and mixture of
+ * experts: parameter layout, forward, backward.
  *
  *   tokens -> embedding -> L x [ RMSNorm -> GQA attention (RoPE) -> +residual
- *                                -> RMSNorm -> SwiGLU MLP -> +residual ]
+ *                                -> RMSNorm -> MLP -> +residual ]
  *          -> RMSNorm -> LM head (tied or untied) -> cross-entropy
+ *
+ * Qwen3 adds two things to Llama: QK-norm (qk_norm: an RMSNorm over head_dim
+ * on every q and k head, after the projection, before RoPE) and, in
+ * Qwen3-MoE, mixture-of-experts MLPs (n_experts > 0): a router (linear, no
+ * bias) -> softmax over all experts in fp32 -> top-k -> optionally the k
+ * weights divided by their sum (norm_topk_prob) -> k SwiGLU experts of width
+ * moe_ffn_hidden, outputs weighted and summed. Block l (0-based) is MoE when
+ * (l + 1) % decoder_sparse_step == 0 and bit l of mlp_only_layers is clear;
+ * the others keep a dense SwiGLU of width ffn_hidden. The load-balancing
+ * loss (HF's load_balancing_loss_func: over the router rows of all MoE
+ * layers pooled, aux = E * sum_e f_e * P_e, f_e the share of (token, slot)
+ * pairs routed to e per slot, P_e the mean router probability; balanced
+ * value k) enters the gradient with weight router_aux_loss_coef; llama_step
+ * returns the cross-entropy and llama_acts_aux_loss() the aux term.
+ * models/moe.c has the MoE MLP.
  *
  * The model knows nothing of ranks. Parameters are grouped in "units": unit 0
  * holds the outer parameters (embedding, final norm, LM head), unit 1+l holds
- * block l. Each unit is one contiguous fp32 array in a fixed order (below), so
- * the runtime can shard, gather, checkpoint and reduce a unit as one flat
- * buffer. Before the model reads a unit it calls hooks->acquire(), and it
- * tells the runtime when it is done with it (forward) or when that unit's
- * gradients are complete (backward): that is where FSDP gathers and
- * reduce-scatters (runtime/fsdp.c).
+ * block l, and each MoE block's experts form one more unit, after all blocks
+ * (llama_expert_unit). Each unit is one contiguous fp32 array in a fixed order
+ * (below), so the runtime can shard, gather, checkpoint and reduce a unit as
+ * one flat buffer. Before the model reads a unit it calls hooks->acquire(),
+ * and it tells the runtime when it is done with it (forward) or when that
+ * unit's gradients are complete (backward): that is where FSDP gathers and
+ * reduce-scatters (runtime/fsdp.c). Expert parallelism reaches the runtime
+ * the same way, through the dispatch/combine hooks (LlamaParamHooks).
  *
  * Unit layout (shapes as (rows, cols), row-major, y = x W^T for (out, in)):
  *   unit 0:  tok_emb (V, C) | final_norm (C) | lm_head (V, C) [only if untied]
  *   block:   attn_norm (C) | wq (H*hd, C) | wk (KV*hd, C) | wv (KV*hd, C) |
- *            wo (C, H*hd) | mlp_norm (C) | w_gate (F, C) | w_up (F, C) | w_down (C, F)
- * with C = dim, H = n_heads, KV = n_kv_heads, hd = C / H, F = ffn_hidden.
+ *            [q_norm (hd) | k_norm (hd), if qk_norm] | wo (C, H*hd) | mlp_norm (C) |
+ *            dense: w_gate (F, C) | w_up (F, C) | w_down (C, F)
+ *            MoE:   router (E, C)
+ *   experts: for e = 0..E-1: w_gate (Fe, C) | w_up (Fe, C) | w_down (C, Fe)
+ *            (expert-major, so a range of experts is a contiguous slice)
+ * with C = dim, H = n_heads, KV = n_kv_heads, hd = head_dim (default C / H),
+ * F = ffn_hidden, E = n_experts, Fe = moe_ffn_hidden.
  */
 #ifndef MODELS_LLAMA_H
 #define MODELS_LLAMA_H
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct {
     int vocab_size;      /* V */
@@ -35,18 +59,47 @@ typedef struct {
     float rope_theta;    /* e.g. 500000 for Llama 3 */
     float norm_eps;      /* RMSNorm epsilon, e.g. 1e-5 */
     int tie_embeddings;  /* 1: lm_head = tok_emb */
+    int head_dim;        /* hd; 0: dim / n_heads (Qwen3 sets it apart from dim) */
+    int qk_norm;         /* 1: RMSNorm (eps norm_eps) over hd on q and k heads */
+    /* mixture of experts; n_experts = 0: every MLP is dense */
+    int n_experts;           /* E */
+    int n_experts_per_tok;   /* k, top-k, 1 <= k <= E */
+    int moe_ffn_hidden;      /* Fe */
+    int decoder_sparse_step; /* >= 1 */
+    int norm_topk_prob;      /* 1: the k weights are divided by their sum */
+    float router_aux_loss_coef;    /* weight of the load-balancing loss (HF 0.001) */
+    uint64_t mlp_only_layers[4];   /* bit l: block l (< 256) keeps a dense MLP */
 } LlamaConfig;
+
+/* Head dimension (head_dim, or dim / n_heads when 0). */
+int llama_head_dim(const LlamaConfig* cfg);
+/* 1 if block l has a mixture-of-experts MLP. */
+int llama_layer_is_moe(const LlamaConfig* cfg, int layer);
 
 /* Validate shapes; returns 0 and writes nothing on success, else writes a
  * message into err (size errlen) and returns -1. */
 int llama_config_check(const LlamaConfig* cfg, char* err, size_t errlen);
 
+/* Units: 0, blocks 1..L, then one expert unit per MoE block in layer order.
+ * llama_expert_unit: the expert unit of block `layer`, or -1 (dense block);
+ * llama_unit_layer: the block a unit belongs to (-1 for unit 0). */
+int llama_num_units(const LlamaConfig* cfg);
+int llama_expert_unit(const LlamaConfig* cfg, int layer);
+int llama_unit_is_experts(const LlamaConfig* cfg, int unit);
+int llama_unit_layer(const LlamaConfig* cfg, int unit);
+
 /* Parameter counts. */
-size_t llama_unit_numel(const LlamaConfig* cfg, int unit); /* unit 0..L */
+size_t llama_unit_numel(const LlamaConfig* cfg, int unit); /* unit 0..num_units-1 */
+size_t llama_expert_numel(const LlamaConfig* cfg);        /* one expert: 3 Fe C */
 size_t llama_num_params(const LlamaConfig* cfg);          /* sum over units */
+/* Parameters one token's forward multiplies with (all experts counted k of
+ * E): what FLOPs follow. */
+size_t llama_active_params(const LlamaConfig* cfg);
 /* Name and element count of each tensor of a unit, in layout order, for
- * checkpoints: returns the number of tensors; fills names ("layers.3.wq",
- * "tok_emb", ...) and shapes (rows, cols; cols = 1 for vectors) up to max. */
+ * checkpoints: returns the number of tensors (also when it exceeds max: an
+ * expert unit has 3 E); fills names ("layers.3.wq", "tok_emb",
+ * "layers.1.experts.5.w_up", ...) and shapes (rows, cols; cols = 1 for
+ * vectors) of the first max. Any of names, rows, cols may be NULL. */
 int llama_unit_tensors(const LlamaConfig* cfg, int unit, char names[][64], size_t rows[],
                        size_t cols[], int max);
 
@@ -64,6 +117,11 @@ size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T);
 typedef struct LlamaActs LlamaActs; /* opaque, model-owned activations */
 LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T); /* NULL on OOM */
 void llama_acts_free(LlamaActs* acts);
+/* The load-balancing loss of the last llama_step on these activations
+ * (before its coefficient; 0 for dense models), and the tokens routed to
+ * each expert there, summed over MoE layers: counts (E). */
+float llama_acts_aux_loss(const LlamaActs* acts);
+const long long* llama_acts_expert_tokens(const LlamaActs* acts);
 
 /* How the model gets its parameters and hands back gradients. */
 typedef struct {
@@ -77,6 +135,22 @@ typedef struct {
     float* (*grad_buffer)(void* ctx, int unit);
     /* All gradients of `unit` for this micro-batch are in its grad buffer. */
     void (*grads_ready)(void* ctx, int unit);
+    /* Expert parallelism (MoE blocks). NULL: every expert is computed here,
+     * and acquire() of an expert unit returns all E experts.
+     * dispatch: `rows` (n, C) of block `layer`, grouped by expert in global
+     * expert order with counts (E), go to the ranks that own their experts.
+     * On return *recv (*n_recv, C) holds the rows this rank's experts compute,
+     * grouped by local expert with recv_counts (n_local), and *first_expert
+     * is the global index of local expert 0; acquire() of the expert unit
+     * then returns those n_local experts. phase 0 moves activations (forward),
+     * phase 1 the gradients of the expert outputs (backward). *recv stays
+     * valid until the matching combine. Returns 0, or -1 (the step fails).
+     * combine: the inverse: `local` (*n_recv, C), laid out as dispatch's
+     * *recv, goes back to where dispatch took each row from, into rows (n, C). */
+    int (*dispatch)(void* ctx, int layer, int phase, const float* rows, const int* counts, int C,
+                    const float** recv, int* n_recv, const int** recv_counts, int* n_local,
+                    int* first_expert);
+    int (*combine)(void* ctx, int layer, int phase, const float* local, float* rows);
 } LlamaParamHooks;
 
 /* One micro-batch: forward, loss, and (if backward) backward.
@@ -85,7 +159,10 @@ typedef struct {
  * NULL it receives (B, T, V) logits (for reference checks).
  * Unit order: forward acquires 0, 1..L, then 0 again for the head;
  * backward walks 0 (head), L..1, 0 (embedding), calling grads_ready(unit) as
- * soon as a unit's gradients are final for this micro-batch. The embedding
+ * soon as a unit's gradients are final for this micro-batch. A MoE block
+ * acquires its expert unit while it holds the block, after the dispatch,
+ * and releases it before the combine (forward and backward alike); its
+ * grads_ready comes before the block's. The embedding
  * backward reads no parameters, so it calls only grad_buffer(0) and
  * grads_ready(0), no acquire (exact sequence: docs/MODEL.md). Bad input
  * (token/target out of range, B or T over the acts capacity) returns NaN

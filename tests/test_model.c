@@ -9,7 +9,8 @@
  *   --dump-train DIR [..]  also run 10 AdamW steps and write the losses
  *   --bench [flags]        time forward+backward of a ~100M model and an
  *                          SGEMM loop in the same run; print GFLOP/s
- * flags: --V --C --L --H --KV --F --T --B --tied --theta (see parse_flags).
+ * flags: --V --C --L --H --KV --F --T --B --tied --theta, and for Qwen3 / MoE
+ * --hd --qkn --E --K --Fe --sparse --normtopk --aux --mlponly (see parse_flags).
  *
  * The independent references here: fp32 central finite differences for
  * every tensor's gradient, cross-entropy recomputed in double from the
@@ -50,6 +51,12 @@ typedef struct {
     char events[MAX_EVENTS][16];
     int nevents;
     int misuse; // release without acquire, double acquire, ...
+    // expert dispatch emulated inside one process (model_moe_hooks): the
+    // rows are copied out and back, all experts stay local
+    float* xbuf;
+    size_t xcap, xrows;
+    int xcounts[64];
+    int fail_dispatch; // 1: dispatch reports a failure
 } Model;
 
 static void log_event(Model* m, const char* fmt, int unit, int phase) {
@@ -103,14 +110,52 @@ static void h_grads_ready(void* ctx, int unit) {
 }
 
 static LlamaParamHooks model_hooks(Model* m) {
-    LlamaParamHooks h = {m, h_acquire, h_release, h_grad_buffer, h_grads_ready};
+    LlamaParamHooks h = {.ctx = m,
+                         .acquire = h_acquire,
+                         .release = h_release,
+                         .grad_buffer = h_grad_buffer,
+                         .grads_ready = h_grads_ready};
     return h;
+}
+
+/* A dispatch that moves the rows through a buffer of its own and back: the
+ * hook path of the model, at EP = 1, must give the bits of the no-hook path. */
+static int h_dispatch(void* ctx, int layer, int phase, const float* rows, const int* counts,
+                      int C, const float** recv, int* n_recv, const int** recv_counts,
+                      int* n_local, int* first_expert) {
+    Model* m = ctx;
+    log_event(m, phase ? "X%db" : "X%df", layer, 0);
+    if (m->fail_dispatch) return -1;
+    const int E = m->cfg.n_experts;
+    size_t n = 0;
+    for (int e = 0; e < E; e++) n += (size_t)(m->xcounts[e] = counts[e]);
+    if (n * C > m->xcap) {
+        free(m->xbuf);
+        m->xbuf = malloc(n * C * sizeof(float));
+        m->xcap = m->xbuf ? n * C : 0;
+        if (!m->xbuf) return -1;
+    }
+    memcpy(m->xbuf, rows, n * C * sizeof(float));
+    m->xrows = n;
+    *recv = m->xbuf;
+    *n_recv = (int)n;
+    *recv_counts = m->xcounts;
+    *n_local = E;
+    *first_expert = 0;
+    return 0;
+}
+
+static int h_combine(void* ctx, int layer, int phase, const float* local, float* rows) {
+    Model* m = ctx;
+    log_event(m, phase ? "Y%db" : "Y%df", layer, 0);
+    memcpy(rows, local, m->xrows * m->cfg.dim * sizeof(float));
+    return 0;
 }
 
 static int model_init(Model* m, const LlamaConfig* cfg, unsigned long long seed) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->nunits = cfg->n_layers + 1;
+    m->nunits = llama_num_units(cfg);
     if (m->nunits > MAX_UNITS) return -1;
     for (int u = 0; u < m->nunits; u++) {
         size_t n = llama_unit_numel(cfg, u);
@@ -123,6 +168,7 @@ static int model_init(Model* m, const LlamaConfig* cfg, unsigned long long seed)
 }
 
 static void model_free(Model* m) {
+    free(m->xbuf);
     for (int u = 0; u < m->nunits; u++) {
         free(m->params[u]);
         free(m->grads[u]);
@@ -221,7 +267,7 @@ static void check_sizes(void) {
         CHECK(llama_num_params(&c) == u0 + L * blk, name, "%zu", llama_num_params(&c));
         // the tensor table tiles each unit exactly
         int ok = 1;
-        for (int u = 0; u <= c.n_layers; u++) {
+        for (int u = 0; u < llama_num_units(&c); u++) {
             char names[16][64];
             size_t rows[16], cols[16], sum = 0;
             int n = llama_unit_tensors(&c, u, names, rows, cols, 16);
@@ -251,9 +297,18 @@ static double loss_of(Model* m, LlamaActs* acts, const int* tok, const int* tgt,
 #define FD_ATOL 2e-3
 #define FD_RTOL 2e-2
 
-static void check_gradients(int tied) {
+/* The FD check of every tensor of a model, at step fd_h. The objective is
+ * what the backward differentiates: the cross-entropy plus, for MoE, the
+ * weighted load-balancing loss. */
+static double objective_of(Model* m, LlamaActs* acts, const int* tok, const int* tgt, int B,
+                           int T) {
+    double ce = loss_of(m, acts, tok, tgt, B, T);
+    return ce + (double)m->cfg.router_aux_loss_coef * llama_acts_aux_loss(acts);
+}
+
+static void check_gradients_of(const LlamaConfig* c, const char* tag, float fd_h) {
     const int B = 2, T = 7;
-    LlamaConfig cfg = tiny_config(tied);
+    LlamaConfig cfg = *c;
     Model m;
     if (model_init(&m, &cfg, 1234)) {
         CHECK(0, "fd/setup", "out of memory");
@@ -266,15 +321,16 @@ static void check_gradients(int tied) {
     LlamaActs* acts = llama_acts_alloc(&cfg, B, T);
     LlamaParamHooks h = model_hooks(&m);
     float loss = llama_step(&cfg, acts, tok, tgt, B, T, &h, 1, NULL);
-    const char* tag = tied ? "tied" : "untied";
     char name[96];
     snprintf(name, sizeof name, "fd/%s/loss_finite", tag);
     CHECK(isfinite(loss) && m.misuse == 0, name, "loss %g, hook misuse %d", (double)loss, m.misuse);
 
-    for (int u = 0; u <= cfg.n_layers; u++) {
-        char names[16][64];
-        size_t rows[16], cols[16], off = 0;
-        int nt = llama_unit_tensors(&cfg, u, names, rows, cols, 16);
+    for (int u = 0; u < llama_num_units(&cfg); u++) {
+        enum { MAXT = 3 * 64 + 16 };
+        static char names[MAXT][64];
+        size_t rows[MAXT], cols[MAXT], off = 0;
+        int nt = llama_unit_tensors(&cfg, u, names, rows, cols, MAXT);
+        if (nt > MAXT) nt = MAXT;
         for (int ti = 0; ti < nt; ti++) {
             const size_t n = rows[ti] * cols[ti];
             float* p = m.params[u] + off;
@@ -290,12 +346,12 @@ static void check_gradients(int tied) {
             char why[160] = "";
             for (int s = 0; s < 6; s++) {
                 const float keep = p[idx[s]];
-                p[idx[s]] = keep + FD_H;
-                double lp = loss_of(&m, acts, tok, tgt, B, T);
-                p[idx[s]] = keep - FD_H;
-                double lm = loss_of(&m, acts, tok, tgt, B, T);
+                p[idx[s]] = keep + fd_h;
+                double lp = objective_of(&m, acts, tok, tgt, B, T);
+                p[idx[s]] = keep - fd_h;
+                double lm = objective_of(&m, acts, tok, tgt, B, T);
                 p[idx[s]] = keep;
-                double fd = (lp - lm) / (2.0 * FD_H), an = g[idx[s]];
+                double fd = (lp - lm) / (2.0 * fd_h), an = g[idx[s]];
                 double err = fabs(fd - an), lim = FD_ATOL + FD_RTOL * fabs(an);
                 if (err / lim > worst) worst = err / lim;
                 if (err > lim && !bad) {
@@ -304,8 +360,11 @@ static void check_gradients(int tied) {
                 }
             }
             if (getenv("FD_VERBOSE")) printf("  worst %.3f gmax %.3g\n", worst, (double)g[amax]);
+            // an expert no token was routed to has a zero gradient, rightly
+            // (the finite differences above agree or the check fails)
+            const int idle_ok = llama_unit_is_experts(&cfg, u);
             snprintf(name, sizeof name, "fd/%s/%s", tag, names[ti]);
-            CHECK(!bad && fabsf(g[amax]) > 0.0f, name, "%s (max err/limit %.2f)",
+            CHECK(!bad && (fabsf(g[amax]) > 0.0f || idle_ok), name, "%s (max err/limit %.2f)",
                   bad ? why : "all-zero gradient", worst);
             off += n;
         }
@@ -321,6 +380,123 @@ static void check_gradients(int tied) {
     free(g1);
     llama_acts_free(acts);
     model_free(&m);
+}
+
+static void check_gradients(int tied) {
+    LlamaConfig cfg = tiny_config(tied);
+    check_gradients_of(&cfg, tied ? "tied" : "untied", FD_H);
+}
+
+/* Qwen3-MoE shapes: QK-norm, head_dim apart from dim / n_heads, 4 experts.
+ * variant 0: top-2 with renormalised weights, blocks 0 and 2 MoE, block 1
+ * dense (mlp_only_layers); variant 1: top-1 without renormalisation, only
+ * block 1 MoE (decoder_sparse_step 2), untied. A large aux coefficient makes
+ * the load-balancing gradient visible next to the cross-entropy's. */
+static LlamaConfig moe_config(int variant) {
+    LlamaConfig c = {.vocab_size = 37, .dim = 16, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2,
+                     .ffn_hidden = 24, .max_seq_len = 7, .rope_theta = 10000.0f,
+                     .norm_eps = 1e-6f, .tie_embeddings = !variant, .head_dim = 6, .qk_norm = 1,
+                     .n_experts = 4, .n_experts_per_tok = variant ? 1 : 2, .moe_ffn_hidden = 8,
+                     .decoder_sparse_step = variant ? 2 : 1, .norm_topk_prob = !variant,
+                     .router_aux_loss_coef = 0.05f};
+    if (!variant) c.mlp_only_layers[0] = 1u << 1;
+    return c;
+}
+
+/* The parameter layout of MoE models: units, tensor tables, active counts. */
+static void check_moe_layout(void) {
+    LlamaConfig c = moe_config(0);
+    const size_t C = 16, hd = 6, H = 4, KV = 2, F = 24, E = 4, Fe = 8, V = 37;
+    const size_t attn = C + H * hd * C + 2 * KV * hd * C + 2 * hd + C * H * hd + C;
+    int ok = llama_num_units(&c) == 1 + 3 + 2 && llama_layer_is_moe(&c, 0) &&
+             !llama_layer_is_moe(&c, 1) && llama_layer_is_moe(&c, 2) &&
+             llama_expert_unit(&c, 0) == 4 && llama_expert_unit(&c, 1) == -1 &&
+             llama_expert_unit(&c, 2) == 5 && llama_unit_layer(&c, 5) == 2 &&
+             llama_unit_is_experts(&c, 4) && !llama_unit_is_experts(&c, 3) &&
+             llama_unit_numel(&c, 1) == attn + E * C && llama_unit_numel(&c, 2) == attn + 3 * F * C &&
+             llama_unit_numel(&c, 4) == E * 3 * Fe * C && llama_expert_numel(&c) == 3 * Fe * C;
+    CHECK(ok, "moe/layout_units", "units %d, block sizes %zu %zu, experts %zu", llama_num_units(&c),
+          llama_unit_numel(&c, 1), llama_unit_numel(&c, 2), llama_unit_numel(&c, 4));
+    const size_t total = V * C + C + 2 * attn + 2 * E * C + (attn + 3 * F * C) + 2 * E * 3 * Fe * C;
+    const size_t active = total - 2 * (E - 2) * 3 * Fe * C;
+    CHECK(llama_num_params(&c) == total && llama_active_params(&c) == active, "moe/param_counts",
+          "total %zu (want %zu), active %zu (want %zu)", llama_num_params(&c), total,
+          llama_active_params(&c), active);
+    enum { MAXT = 64 };
+    char names[MAXT][64];
+    size_t rows[MAXT], cols[MAXT];
+    int tiles = 1;
+    for (int u = 0; u < llama_num_units(&c); u++) {
+        int n = llama_unit_tensors(&c, u, names, rows, cols, MAXT);
+        size_t sum = 0;
+        for (int i = 0; i < n && i < MAXT; i++) sum += rows[i] * cols[i];
+        tiles &= n <= MAXT && sum == llama_unit_numel(&c, u);
+    }
+    int n4 = llama_unit_tensors(&c, 4, names, rows, cols, MAXT);
+    CHECK(tiles && n4 == 12 && !strcmp(names[3], "layers.0.experts.1.w_gate") &&
+              llama_unit_tensors(&c, 4, NULL, NULL, NULL, 0) == 12,
+          "moe/tensor_tables", "%d expert tensors, 4th '%s'", n4, names[3]);
+    char err[200];
+    LlamaConfig b = c;
+    b.n_experts_per_tok = 5;
+    int r1 = llama_config_check(&b, err, sizeof err);
+    CHECK(r1 == -1 && strstr(err, "n_experts_per_tok"), "moe/config_rejects_topk_gt_E", "%s", err);
+    b = c;
+    b.decoder_sparse_step = 0;
+    CHECK(llama_config_check(&b, err, sizeof err) == -1 && strstr(err, "decoder_sparse_step"),
+          "moe/config_rejects_sparse_step_0", "%s", err);
+}
+
+/* MoE through the hooks: the unit sequence (the expert unit inside its
+ * block, between dispatch and combine), the emulated dispatch giving the
+ * bits of the local path, failures reported as NaN, routing counts, and the
+ * aux loss at its balanced value range. */
+static void check_moe_hooks(void) {
+    const int B = 2, T = 7;
+    LlamaConfig cfg = moe_config(1); // block 1 MoE, its experts unit 4
+    Model a, b;
+    if (model_init(&a, &cfg, 5) || model_init(&b, &cfg, 5)) return;
+    model_randomize(&a, 3, 0.5f);
+    model_randomize(&b, 3, 0.5f);
+    int tok[14], tgt[14];
+    make_batch(tok, tgt, B, T, cfg.vocab_size, 3);
+    LlamaActs* acts = llama_acts_alloc(&cfg, B, T);
+    LlamaParamHooks ha = model_hooks(&a), hb = model_hooks(&b);
+    hb.dispatch = h_dispatch;
+    hb.combine = h_combine;
+    const float la = llama_step(&cfg, acts, tok, tgt, B, T, &ha, 1, NULL);
+    const float aux_a = llama_acts_aux_loss(acts);
+    const long long* counts = llama_acts_expert_tokens(acts);
+    long long routed = 0;
+    for (int e = 0; e < cfg.n_experts; e++) routed += counts[e];
+    const float lb = llama_step(&cfg, acts, tok, tgt, B, T, &hb, 1, NULL);
+    int same = la == lb && aux_a == llama_acts_aux_loss(acts);
+    for (int u = 0; u < llama_num_units(&cfg); u++)
+        same &= !memcmp(a.grads[u], b.grads[u], llama_unit_numel(&cfg, u) * sizeof(float));
+    CHECK(same && isfinite(la), "moe/dispatch_hooks_bitwise",
+          "loss %.9g vs %.9g, or the gradients differ", (double)la, (double)lb);
+    CHECK(routed == (long long)B * T * cfg.n_experts_per_tok && aux_a >= 1.0f - 1e-6f &&
+              aux_a <= (float)cfg.n_experts,
+          "moe/routing_counts_and_aux_range", "%lld pairs routed, aux %g", routed, (double)aux_a);
+    const char* want[] = {"A0f", "R0f", "A1f", "R1f", "A2f", "X1f", "A4f", "R4f", "Y1f", "R2f",
+                          "A3f", "R3f", "A0f", "R0f", "A0b", "G0",  "R0b", "A3b", "G3",  "D3",
+                          "R3b", "A2b", "G2",  "X1b", "A4b", "G4",  "D4",  "R4b", "Y1b", "D2",
+                          "R2b", "A1b", "G1",  "D1",  "R1b", "G0",  "D0"};
+    const int nwant = sizeof want / sizeof want[0];
+    int order = b.nevents == nwant;
+    for (int i = 0; order && i < nwant; i++) order = !strcmp(b.events[i], want[i]);
+    char got[1024] = "";
+    for (int i = 0; i < b.nevents && i < MAX_EVENTS; i++) {
+        strncat(got, b.events[i], sizeof got - strlen(got) - 2);
+        strncat(got, " ", sizeof got - strlen(got) - 1);
+    }
+    CHECK(order && b.misuse == 0, "moe/hooks_order", "got: %s", got);
+    b.fail_dispatch = 1;
+    const float lf = llama_step(&cfg, acts, tok, tgt, B, T, &hb, 1, NULL);
+    CHECK(isnan(lf), "moe/dispatch_failure_fails_step", "loss %g", (double)lf);
+    llama_acts_free(acts);
+    model_free(&a);
+    model_free(&b);
 }
 
 /* --------------------------------------- hooks order, loss, determinism */
@@ -391,7 +567,7 @@ static void check_hooks_and_loss(void) {
     llama_step(&cfg, acts, tok, tgt, B, T, &h, 1, NULL);
     llama_step(&cfg, acts, tok, tgt, B, T, &h2, 1, NULL);
     int same_bits = 1;
-    for (int u = 0; u <= cfg.n_layers; u++)
+    for (int u = 0; u < llama_num_units(&cfg); u++)
         same_bits &= !memcmp(m.grads[u], m2.grads[u], llama_unit_numel(&cfg, u) * sizeof(float));
     CHECK(same_bits, "grads/deterministic", "two identical steps gave different gradients");
     model_free(&m2);
@@ -401,7 +577,7 @@ static void check_hooks_and_loss(void) {
                       .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.01f};
     float* mo[MAX_UNITS];
     float* vo[MAX_UNITS];
-    for (int u = 0; u <= cfg.n_layers; u++) {
+    for (int u = 0; u < llama_num_units(&cfg); u++) {
         mo[u] = calloc(llama_unit_numel(&cfg, u), sizeof(float));
         vo[u] = calloc(llama_unit_numel(&cfg, u), sizeof(float));
     }
@@ -412,10 +588,10 @@ static void check_hooks_and_loss(void) {
         if (s == 0) first = l;
         last = l;
         double ss = 0.0;
-        for (int u = 0; u <= cfg.n_layers; u++)
+        for (int u = 0; u < llama_num_units(&cfg); u++)
             ss += optim_sumsq(m.grads[u], llama_unit_numel(&cfg, u));
         float clip = optim_clip_factor(sqrt(ss), 1.0f);
-        for (int u = 0; u <= cfg.n_layers; u++) {
+        for (int u = 0; u < llama_num_units(&cfg); u++) {
             size_t n = llama_unit_numel(&cfg, u);
             optim_scale(m.grads[u], n, clip);
             adamw_update(&oc, m.params[u], m.grads[u], mo[u], vo[u], n, s + 1, adamw_lr(&oc, s),
@@ -424,7 +600,7 @@ static void check_hooks_and_loss(void) {
     }
     CHECK(last < 0.5f * first, "train/loss_decreases", "loss %.4f -> %.4f after 15 steps",
           (double)first, (double)last);
-    for (int u = 0; u <= cfg.n_layers; u++) {
+    for (int u = 0; u < llama_num_units(&cfg); u++) {
         free(mo[u]);
         free(vo[u]);
     }
@@ -534,13 +710,15 @@ static void check_attention_thread_invariance(void) {
     free(dd);
 }
 
+static LlamaConfig moe_config(int variant);
+
 /* A whole step: B*T = 600 rows, two GEMM blocks for every activation
- * product, so the threads really share the work. */
-static void check_thread_invariance(void) {
-    LlamaConfig cfg = {.vocab_size = 97, .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
-                       .ffn_hidden = 96, .max_seq_len = 120, .rope_theta = 10000.0f,
-                       .norm_eps = 1e-5f, .tie_embeddings = 1};
+ * product, so the threads really share the work; dense, and MoE (about 300
+ * rows per expert). */
+static void check_thread_invariance_of(const LlamaConfig* c, const char* name) {
+    LlamaConfig cfg = *c;
     enum { B = 5, T = 120 };
+    cfg.max_seq_len = T;
     Model m[3];
     for (int i = 0; i < 3; i++)
         if (model_init(&m[i], &cfg, 9)) return;
@@ -559,16 +737,26 @@ static void check_thread_invariance(void) {
     omp_set_num_threads(saved);
     int same = loss[0] == loss[1] && loss[0] == loss[2];
     for (int i = 1; i < 3; i++)
-        for (int u = 0; u <= cfg.n_layers; u++)
+        for (int u = 0; u < llama_num_units(&cfg); u++)
             same &= !memcmp(m[0].grads[u], m[i].grads[u],
                             llama_unit_numel(&cfg, u) * sizeof(float));
-    CHECK(same, "grads/thread_count_invariant",
-          "1, 2, 3 threads: loss %.9g, %.9g, %.9g, or the gradients differ", (double)loss[0],
-          (double)loss[1], (double)loss[2]);
+    CHECK(same, name, "1, 2, 3 threads: loss %.9g, %.9g, %.9g, or the gradients differ",
+          (double)loss[0], (double)loss[1], (double)loss[2]);
     llama_acts_free(acts);
     free(tok);
     free(tgt);
     for (int i = 0; i < 3; i++) model_free(&m[i]);
+}
+
+static void check_thread_invariance(void) {
+    LlamaConfig dense = {.vocab_size = 97, .dim = 64, .n_layers = 2, .n_heads = 4,
+                         .n_kv_heads = 2, .ffn_hidden = 96, .rope_theta = 10000.0f,
+                         .norm_eps = 1e-5f, .tie_embeddings = 1};
+    check_thread_invariance_of(&dense, "grads/thread_count_invariant");
+    LlamaConfig moe = moe_config(0);
+    moe.dim = 64;
+    moe.moe_ffn_hidden = 48;
+    check_thread_invariance_of(&moe, "grads/moe_thread_count_invariant");
 }
 
 /* --------------------------------------------------------- optimizer, bf16 */
@@ -859,6 +1047,15 @@ static int parse_flags(int argc, char** argv, int start, LlamaConfig* c, int* B,
         else if (!strcmp(k, "--B")) *B = (int)v;
         else if (!strcmp(k, "--tied")) c->tie_embeddings = (int)v;
         else if (!strcmp(k, "--theta")) c->rope_theta = (float)v;
+        else if (!strcmp(k, "--hd")) c->head_dim = (int)v;
+        else if (!strcmp(k, "--qkn")) c->qk_norm = (int)v;
+        else if (!strcmp(k, "--E")) c->n_experts = (int)v;
+        else if (!strcmp(k, "--K")) c->n_experts_per_tok = (int)v;
+        else if (!strcmp(k, "--Fe")) c->moe_ffn_hidden = (int)v;
+        else if (!strcmp(k, "--sparse")) c->decoder_sparse_step = (int)v;
+        else if (!strcmp(k, "--normtopk")) c->norm_topk_prob = (int)v;
+        else if (!strcmp(k, "--aux")) c->router_aux_loss_coef = (float)v;
+        else if (!strcmp(k, "--mlponly")) c->mlp_only_layers[0] = (uint64_t)v; // a bit mask
         else {
             fprintf(stderr, "unknown flag %s\n", k);
             return -1;
@@ -905,7 +1102,7 @@ static int dump(const char* dir, int train, int argc, char** argv) {
     make_batch(tok, tgt, B, T, c.vocab_size, 77);
     int rc = 0;
     char fn[64];
-    for (int u = 0; u <= c.n_layers; u++) {
+    for (int u = 0; u < llama_num_units(&c); u++) {
         snprintf(fn, sizeof fn, "unit_%d.bin", u);
         rc |= write_bin(dir, fn, m.params[u], llama_unit_numel(&c, u) * sizeof(float));
     }
@@ -913,8 +1110,9 @@ static int dump(const char* dir, int train, int argc, char** argv) {
     rc |= write_bin(dir, "targets.bin", tgt, sizeof(int) * B * T);
     LlamaParamHooks h = model_hooks(&m);
     float loss = llama_step(&c, acts, tok, tgt, B, T, &h, 1, logits);
+    const float aux = llama_acts_aux_loss(acts); // before the training steps below
     rc |= write_bin(dir, "logits.bin", logits, sizeof(float) * B * T * c.vocab_size);
-    for (int u = 0; u <= c.n_layers; u++) {
+    for (int u = 0; u < llama_num_units(&c); u++) {
         snprintf(fn, sizeof fn, "grad_%d.bin", u);
         rc |= write_bin(dir, fn, m.grads[u], llama_unit_numel(&c, u) * sizeof(float));
     }
@@ -923,7 +1121,7 @@ static int dump(const char* dir, int train, int argc, char** argv) {
         const AdamWConfig* oc = &dump_adamw;
         float* mo[MAX_UNITS];
         float* vo[MAX_UNITS];
-        for (int u = 0; u <= c.n_layers; u++) {
+        for (int u = 0; u < llama_num_units(&c); u++) {
             mo[u] = calloc(llama_unit_numel(&c, u), sizeof(float));
             vo[u] = calloc(llama_unit_numel(&c, u), sizeof(float));
         }
@@ -931,9 +1129,9 @@ static int dump(const char* dir, int train, int argc, char** argv) {
             model_zero_grads(&m);
             losses[s] = llama_step(&c, acts, tok, tgt, B, T, &h, 1, NULL);
             double ss = 0.0;
-            for (int u = 0; u <= c.n_layers; u++) ss += optim_sumsq(m.grads[u], llama_unit_numel(&c, u));
+            for (int u = 0; u < llama_num_units(&c); u++) ss += optim_sumsq(m.grads[u], llama_unit_numel(&c, u));
             float clip = optim_clip_factor(sqrt(ss), DUMP_CLIP);
-            for (int u = 0; u <= c.n_layers; u++) {
+            for (int u = 0; u < llama_num_units(&c); u++) {
                 size_t n = llama_unit_numel(&c, u);
                 optim_scale(m.grads[u], n, clip);
                 adamw_update(oc, m.params[u], m.grads[u], mo[u], vo[u], n, s + 1, adamw_lr(oc, s),
@@ -941,7 +1139,7 @@ static int dump(const char* dir, int train, int argc, char** argv) {
             }
         }
         rc |= write_bin(dir, "train_losses.bin", losses, sizeof losses);
-        for (int u = 0; u <= c.n_layers; u++) {
+        for (int u = 0; u < llama_num_units(&c); u++) {
             free(mo[u]);
             free(vo[u]);
         }
@@ -954,14 +1152,23 @@ static int dump(const char* dir, int train, int argc, char** argv) {
     fprintf(f,
             "{\"config\": {\"vocab_size\": %d, \"dim\": %d, \"n_layers\": %d, \"n_heads\": %d, "
             "\"n_kv_heads\": %d, \"ffn_hidden\": %d, \"max_seq_len\": %d, \"rope_theta\": %.9g, "
-            "\"norm_eps\": %.9g, \"tie_embeddings\": %d},\n",
+            "\"norm_eps\": %.9g, \"tie_embeddings\": %d, \"head_dim\": %d, \"qk_norm\": %d, "
+            "\"n_experts\": %d, \"n_experts_per_tok\": %d, \"moe_ffn_hidden\": %d, "
+            "\"decoder_sparse_step\": %d, \"norm_topk_prob\": %d, \"router_aux_loss_coef\": %.9g, "
+            "\"mlp_only_layers\": %llu},\n",
             c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_hidden, c.max_seq_len,
-            (double)c.rope_theta, (double)c.norm_eps, c.tie_embeddings);
-    fprintf(f, " \"B\": %d, \"T\": %d, \"loss\": %.9g,\n \"units\": [", B, T, (double)loss);
-    for (int u = 0; u <= c.n_layers; u++) {
-        char names[16][64];
-        size_t rows[16], cols[16], off = 0;
-        int nt = llama_unit_tensors(&c, u, names, rows, cols, 16);
+            (double)c.rope_theta, (double)c.norm_eps, c.tie_embeddings, llama_head_dim(&c),
+            c.qk_norm, c.n_experts, c.n_experts_per_tok, c.moe_ffn_hidden, c.decoder_sparse_step,
+            c.norm_topk_prob, (double)c.router_aux_loss_coef,
+            (unsigned long long)c.mlp_only_layers[0]);
+    fprintf(f, " \"B\": %d, \"T\": %d, \"loss\": %.9g, \"aux_loss\": %.9g,\n \"units\": [", B, T,
+            (double)loss, (double)aux);
+    for (int u = 0; u < llama_num_units(&c); u++) {
+        enum { MAXT = 3 * 64 + 16 };
+        static char names[MAXT][64];
+        size_t rows[MAXT], cols[MAXT], off = 0;
+        int nt = llama_unit_tensors(&c, u, names, rows, cols, MAXT);
+        if (nt > MAXT) return 2;
         fprintf(f, "%s\n  {\"params\": \"unit_%d.bin\", \"grads\": \"grad_%d.bin\", \"tensors\": [",
                 u ? "," : "", u, u);
         for (int i = 0; i < nt; i++) {
@@ -1118,6 +1325,11 @@ int main(int argc, char** argv) {
     check_sizes();
     check_gradients(1);
     check_gradients(0);
+    check_moe_layout();
+    LlamaConfig moe0 = moe_config(0), moe1 = moe_config(1);
+    check_gradients_of(&moe0, "moe_top2_norm", 3e-3f);
+    check_gradients_of(&moe1, "moe_top1", 3e-3f);
+    check_moe_hooks();
     check_hooks_and_loss();
     check_matmul_thread_invariance();
     check_attention_thread_invariance();

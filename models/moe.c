@@ -1,0 +1,410 @@
+/*
+ * moe.c — the mixture-of-experts MLP of moe.h: router, top-k, the
+ * expert-major grouping, experts, combine, the load-balancing loss, and the
+ * backward of all of it, router included.
+ *
+ * Read top to bottom: allocation, routing (softmax, top-k, grouping), the
+ * experts' SwiGLU over their rows, moe_forward, the aux loss, moe_backward.
+ *
+ * Determinism: routing is per row; the grouping is a stable counting sort
+ * of the (token, slot) pairs in (token, slot) order; every sum runs in a
+ * fixed order (slots in order, rows in order, experts in order), so results
+ * depend on neither timing nor thread count.
+ *
+ * The router's backward, for one row with probabilities p (E), chosen set
+ * S (k) and weights w_j = p_S[j] (or p_S[j] / s, s = sum_j p_S[j]):
+ *   dw_j    = <dout, y_j>                      (y_j: expert j's output)
+ *   dp_S[j] = dw_j, or (dw_j - sum_i dw_i w_i) / s with norm_topk_prob
+ *   dp_e   += coef * E * F_e / R^2             (aux loss; F_e pooled pair
+ *                                               counts, R pooled rows)
+ *   dlogit  = p * (dp - <dp, p>)               (softmax)
+ * The top-k choice itself has no gradient (as in HF: the one-hot mask and
+ * the index are constants).
+ */
+#include "moe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ allocation */
+
+static size_t layer_fixed_floats(const MoeDims* d) {
+    const size_t N = d->N, E = d->E, k = d->k, C = d->C;
+    // probs, sel, w, pos, counts, recv_counts, xs, ys
+    return N * E + 3 * N * k + 2 * E + 2 * N * k * C;
+}
+
+size_t moe_acts_bytes(const MoeDims* d, int n_layers) {
+    const size_t N = d->N, E = d->E, k = d->k, C = d->C, Fe = d->Fe, cap = N * k;
+    const size_t per_layer = layer_fixed_floats(d) + cap * 3 * Fe; // xl only after a dispatch
+    const size_t shared = N * E + N * k + 2 * N * k * C + cap * (2 * C + 3 * Fe);
+    return ((size_t)n_layers * per_layer + shared) * sizeof(float) +
+           E * (sizeof(long long) + sizeof(double));
+}
+
+/* The rows an expert side can hold (with_x: also a copy of its input rows);
+ * grows the buffers, whose contents are not kept (this runs before they are
+ * written). */
+static int layer_reserve(MoeLayer* L, const MoeDims* d, int rows, int with_x) {
+    const size_t C = d->C, Fe = d->Fe;
+    if (rows > L->cap) {
+        float* mem = malloc((size_t)rows * 3 * Fe * sizeof(float));
+        if (!mem) return -1;
+        free(L->gate);
+        L->gate = mem;
+        L->up = mem + (size_t)rows * Fe;
+        L->hid = L->up + (size_t)rows * Fe;
+        L->cap = rows;
+    }
+    if (with_x && rows > L->xl_cap) {
+        float* x = malloc((size_t)rows * C * sizeof(float) + 1);
+        if (!x) return -1;
+        free(L->xl);
+        L->xl = x;
+        L->xl_cap = rows;
+    }
+    return 0;
+}
+
+static int scratch_reserve(MoeActs* m, int rows) {
+    if (rows <= m->cap) return 0;
+    const size_t C = m->d.C, Fe = m->d.Fe;
+    float* mem = malloc((size_t)rows * (2 * C + 3 * Fe) * sizeof(float));
+    if (!mem) return -1;
+    free(m->yl);
+    m->yl = mem;
+    m->dxl = mem + (size_t)rows * C;
+    m->dgate = m->dxl + (size_t)rows * C;
+    m->dup = m->dgate + (size_t)rows * Fe;
+    m->dhid = m->dup + (size_t)rows * Fe;
+    m->cap = rows;
+    return 0;
+}
+
+MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers) {
+    MoeActs* m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->d = *d;
+    m->n_layers = n_layers;
+    m->layer = calloc((size_t)n_layers, sizeof *m->layer);
+    const size_t N = d->N, E = d->E, k = d->k, C = d->C;
+    m->logits = malloc((N * E + N * k + 2 * N * k * C) * sizeof(float));
+    m->tokens_per_expert = calloc(E, sizeof(long long));
+    m->prob_sum = calloc(E, sizeof(double));
+    int ok = m->layer && m->logits && m->tokens_per_expert && m->prob_sum &&
+             !scratch_reserve(m, d->N * d->k);
+    if (ok) {
+        m->dw = m->logits + N * E;
+        m->dys = m->dw + N * k;
+        m->dxs = m->dys + N * k * C;
+    }
+    for (int i = 0; ok && i < n_layers; i++) {
+        MoeLayer* L = &m->layer[i];
+        float* f = malloc(layer_fixed_floats(d) * sizeof(float));
+        if (!f) {
+            ok = 0;
+            break;
+        }
+        L->probs = f, f += N * E;
+        L->sel = (int*)f, f += N * k;
+        L->w = f, f += N * k;
+        L->pos = (int*)f, f += N * k;
+        L->counts = (int*)f, f += E;
+        L->recv_counts = (int*)f, f += E;
+        L->xs = f, f += N * k * C;
+        L->ys = f;
+        ok = !layer_reserve(L, d, d->N * d->k, 0);
+    }
+    if (!ok) {
+        moe_acts_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void moe_acts_free(MoeActs* m) {
+    if (!m) return;
+    for (int i = 0; m->layer && i < m->n_layers; i++) {
+        MoeLayer* L = &m->layer[i];
+        free(L->xl);
+        free(L->gate);
+        free(L->probs);
+    }
+    free(m->layer);
+    free(m->logits);
+    free(m->yl);
+    free(m->tokens_per_expert);
+    free(m->prob_sum);
+    free(m);
+}
+
+void moe_begin_step(MoeActs* m, int N) {
+    m->d.N = N;
+    memset(m->tokens_per_expert, 0, (size_t)m->d.E * sizeof(long long));
+    memset(m->prob_sum, 0, (size_t)m->d.E * sizeof(double));
+    m->aux = 0.0f;
+}
+
+/* --------------------------------------------------------------- routing */
+
+/* probs (N, E) = softmax(logits) per row, then the k largest per row (ties
+ * to the lower expert index, descending order), their weights, the pair
+ * counts per expert and each pair's row in the expert-major order. */
+static void route(const MoeDims* d, MoeLayer* L, const float* logits) {
+    const int N = d->N, E = d->E, k = d->k;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* l = logits + (size_t)n * E;
+        float* p = L->probs + (size_t)n * E;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+        for (int e = 0; e < E; e++) sum += p[e] = expf(l[e] - mx);
+        const float inv = 1.0f / sum;
+        for (int e = 0; e < E; e++) p[e] *= inv;
+        int* sel = L->sel + (size_t)n * k;
+        float* w = L->w + (size_t)n * k;
+        float wsum = 0.0f;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j; i++) taken |= sel[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[j] = best;
+            wsum += w[j] = p[best];
+        }
+        if (d->norm_topk)
+            for (int j = 0; j < k; j++) w[j] /= wsum;
+    }
+    // stable counting sort of the pairs (n, j) by expert
+    memset(L->counts, 0, (size_t)E * sizeof(int));
+    for (int i = 0; i < N * k; i++) L->counts[L->sel[i]]++;
+    int next[E > 0 ? E : 1];
+    for (int e = 0, o = 0; e < E; e++) {
+        next[e] = o;
+        o += L->counts[e];
+    }
+    for (int i = 0; i < N * k; i++) L->pos[i] = next[L->sel[i]]++;
+}
+
+/* ---------------------------------------------------------------- experts */
+
+/* Offsets inside one expert's parameters: w_gate (Fe, C) | w_up (Fe, C) |
+ * w_down (C, Fe). */
+static size_t expert_numel(const MoeDims* d) { return 3 * (size_t)d->Fe * d->C; }
+
+/* yl (rows, C) = the SwiGLU of each local expert over its rows of xl. */
+static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, const float* p,
+                            float* yl) {
+    const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
+    for (int j = 0, o = 0; j < L->n_local; o += L->recv_counts[j], j++) {
+        const int c = L->recv_counts[j];
+        if (!c) continue;
+        const float* we = p + (size_t)j * expert_numel(d);
+        const float* x = L->xin + (size_t)o * C;
+        float *g = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe,
+              *h = L->hid + (size_t)o * Fe;
+        K->matmul_forward(g, x, we, c, d->C, d->Fe);
+        K->matmul_forward(u, x, we + FC, c, d->C, d->Fe);
+        K->swiglu_forward(h, g, u, c, d->Fe);
+        K->matmul_forward(yl + (size_t)o * C, h, we + 2 * FC, c, d->Fe, d->C);
+    }
+}
+
+/* dxl (rows, C) from dyl (rows, C); the experts' gradients accumulate in g. */
+static void experts_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m,
+                             const ZrtKernels* K, const float* p, float* g, const float* dyl,
+                             float* dxl) {
+    const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
+    for (int j = 0, o = 0; j < L->n_local; o += L->recv_counts[j], j++) {
+        const int c = L->recv_counts[j];
+        if (!c) continue;
+        const size_t off = (size_t)j * expert_numel(d);
+        const float *we = p + off, *x = L->xin + (size_t)o * C;
+        float* ge = g + off;
+        const float *gt = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe,
+                    *h = L->hid + (size_t)o * Fe;
+        const float* dy = dyl + (size_t)o * C;
+        float* dx = dxl + (size_t)o * C;
+        K->matmul_backward(m->dhid, ge + 2 * FC, dy, h, we + 2 * FC, c, d->Fe, d->C, 0);
+        K->swiglu_backward(m->dgate, m->dup, m->dhid, gt, u, c, d->Fe);
+        K->matmul_backward(dx, ge, m->dgate, x, we, c, d->C, d->Fe, 0);
+        K->matmul_backward(dx, ge + FC, m->dup, x, we + FC, c, d->C, d->Fe, 1);
+    }
+}
+
+static int moe_error(const char* what, int layer) {
+    fprintf(stderr, "moe: block %d: %s\n", layer, what);
+    return -1;
+}
+
+/* Sends the expert-major rows `rows` (with L->counts) to the experts' owners
+ * and returns the rows this rank computes. phase 1 must receive exactly what
+ * phase 0 did (the same routing). */
+static int exchange_out(MoeActs* m, MoeLayer* L, const LlamaParamHooks* hooks, int layer,
+                        int phase, const float* rows, const float** recv) {
+    const MoeDims* d = &m->d;
+    if (!hooks->dispatch) {
+        *recv = rows;
+        if (phase == 0) {
+            L->xin = rows; // computed in place: no copy at EP = 1
+            L->n_recv = d->N * d->k;
+            L->n_local = d->E;
+            L->first_expert = 0;
+            memcpy(L->recv_counts, L->counts, (size_t)d->E * sizeof(int));
+        }
+        return 0;
+    }
+    int n_recv = 0, n_local = 0, first = 0;
+    const int* rc = NULL;
+    if (hooks->dispatch(hooks->ctx, layer, phase, rows, L->counts, d->C, recv, &n_recv, &rc,
+                        &n_local, &first))
+        return moe_error("dispatch failed", layer);
+    if (n_recv < 0 || n_local < 0 || n_local > d->E || first < 0 || first + n_local > d->E ||
+        (n_recv > 0 && (!*recv || !rc)))
+        return moe_error("dispatch returned an inconsistent layout", layer);
+    long long total = 0;
+    for (int j = 0; j < n_local; j++) {
+        if (rc[j] < 0) return moe_error("dispatch returned a negative count", layer);
+        total += rc[j];
+    }
+    if (total != n_recv) return moe_error("dispatch's local counts do not sum to its rows", layer);
+    if (phase == 0) {
+        if (layer_reserve(L, d, n_recv, 1) || scratch_reserve(m, n_recv))
+            return moe_error("out of memory for the dispatched rows", layer);
+        L->n_recv = n_recv;
+        L->n_local = n_local;
+        L->first_expert = first;
+        memcpy(L->recv_counts, rc, (size_t)n_local * sizeof(int));
+        if (n_recv) memcpy(L->xl, *recv, (size_t)n_recv * d->C * sizeof(float));
+        L->xin = L->xl;
+    } else if (n_recv != L->n_recv || n_local != L->n_local || first != L->first_expert ||
+               memcmp(rc, L->recv_counts, (size_t)n_local * sizeof(int))) {
+        return moe_error("the backward dispatch received another layout than the forward", layer);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, const float* x,
+                float* out, const LlamaParamHooks* hooks, int layer, int expert_unit) {
+    const MoeDims* d = &m->d;
+    MoeLayer* L = &m->layer[i];
+    const size_t N = d->N, C = d->C, E = d->E, k = d->k;
+    K->matmul_forward(m->logits, x, router, d->N, d->C, d->E); // (N, E)
+    route(d, L, m->logits);
+    for (size_t n = 0; n < N; n++)
+        for (size_t j = 0; j < k; j++)
+            memcpy(L->xs + (size_t)L->pos[n * k + j] * C, x + n * C, C * sizeof(float));
+    for (size_t e = 0; e < E; e++) m->tokens_per_expert[e] += L->counts[e];
+    for (size_t n = 0; n < N; n++)
+        for (size_t e = 0; e < E; e++) m->prob_sum[e] += L->probs[n * E + e];
+
+    const float* recv;
+    if (exchange_out(m, L, hooks, layer, 0, L->xs, &recv)) return -1;
+    const float* p = hooks->acquire(hooks->ctx, expert_unit, 0);
+    if (!p) return moe_error("acquire(experts, forward) returned NULL", layer);
+    float* yl = hooks->dispatch ? m->yl : L->ys;
+    experts_forward(d, L, K, p, yl);
+    hooks->release(hooks->ctx, expert_unit, 0);
+    if (hooks->dispatch && hooks->combine(hooks->ctx, layer, 0, yl, L->ys))
+        return moe_error("combine failed", layer);
+
+    // out[n] = sum_j w[n, j] * y(n, j), slots in order
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        float* o = out + n * C;
+        memset(o, 0, C * sizeof(float));
+        for (size_t j = 0; j < k; j++) {
+            const float w = L->w[n * k + j];
+            const float* y = L->ys + (size_t)L->pos[n * k + j] * C;
+            for (size_t c = 0; c < C; c++) o[c] += w * y[c];
+        }
+    }
+    return 0;
+}
+
+float moe_aux_loss(MoeActs* m) {
+    const int E = m->d.E;
+    const double R = (double)m->d.N * m->n_layers;
+    double aux = 0.0;
+    for (int e = 0; e < E; e++) aux += (double)m->tokens_per_expert[e] / R * (m->prob_sum[e] / R);
+    return m->aux = (float)(aux * E);
+}
+
+/* --------------------------------------------------------------- backward */
+
+int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, const float* x,
+                 const float* dout, float* dx, float* drouter, float aux_coef,
+                 const LlamaParamHooks* hooks, int layer, int expert_unit) {
+    const MoeDims* d = &m->d;
+    MoeLayer* L = &m->layer[i];
+    const size_t N = d->N, C = d->C, E = d->E, k = d->k;
+
+    // the weighted sum: dw[n, j] = <dout[n], y(n, j)>, dy(n, j) = w[n, j] dout[n]
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const float* g = dout + n * C;
+        for (size_t j = 0; j < k; j++) {
+            const size_t r = (size_t)L->pos[n * k + j];
+            const float *y = L->ys + r * C, w = L->w[n * k + j];
+            float* dy = m->dys + r * C;
+            float dot = 0.0f;
+            for (size_t c = 0; c < C; c++) {
+                dot += g[c] * y[c];
+                dy[c] = w * g[c];
+            }
+            m->dw[n * k + j] = dot;
+        }
+    }
+
+    const float* dyl;
+    if (exchange_out(m, L, hooks, layer, 1, m->dys, &dyl)) return -1;
+    const float* p = hooks->acquire(hooks->ctx, expert_unit, 1);
+    if (!p) return moe_error("acquire(experts, backward) returned NULL", layer);
+    float* g = hooks->grad_buffer(hooks->ctx, expert_unit);
+    float* dxl = hooks->dispatch ? m->dxl : m->dxs;
+    experts_backward(d, L, m, K, p, g, dyl, dxl);
+    hooks->grads_ready(hooks->ctx, expert_unit);
+    hooks->release(hooks->ctx, expert_unit, 1);
+    if (hooks->dispatch && hooks->combine(hooks->ctx, layer, 1, dxl, m->dxs))
+        return moe_error("combine failed", layer);
+
+    // dx[n] = sum_j dx(n, j), slots in order; then the router
+    const double R = (double)d->N * m->n_layers;
+    float* dlogits = m->logits; // (N, E), free again after the forward
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        float* o = dx + n * C;
+        memset(o, 0, C * sizeof(float));
+        for (size_t j = 0; j < k; j++) {
+            const float* s = m->dxs + (size_t)L->pos[n * k + j] * C;
+            for (size_t c = 0; c < C; c++) o[c] += s[c];
+        }
+        const float* pr = L->probs + n * E;
+        const int* sel = L->sel + n * k;
+        const float *w = L->w + n * k, *dw = m->dw + n * k;
+        float* dl = dlogits + n * E;
+        for (size_t e = 0; e < E; e++)
+            dl[e] = (float)(aux_coef * (double)E * (double)m->tokens_per_expert[e] / (R * R));
+        if (d->norm_topk) {
+            float s = 0.0f, dot = 0.0f;
+            for (size_t j = 0; j < k; j++) {
+                s += pr[sel[j]];
+                dot += dw[j] * w[j];
+            }
+            for (size_t j = 0; j < k; j++) dl[sel[j]] += (dw[j] - dot) / s;
+        } else {
+            for (size_t j = 0; j < k; j++) dl[sel[j]] += dw[j];
+        }
+        float dp = 0.0f;
+        for (size_t e = 0; e < E; e++) dp += dl[e] * pr[e];
+        for (size_t e = 0; e < E; e++) dl[e] = pr[e] * (dl[e] - dp);
+    }
+    K->matmul_backward(dx, drouter, dlogits, x, router, d->N, d->C, d->E, 1);
+    return 0;
+}

@@ -1,0 +1,92 @@
+/*
+ * moe.h — the mixture-of-experts MLP of a Qwen3-MoE block, inside models/
+ * (llama.c calls it; the runtime never does).
+ *
+ *   x (N, C) -> router logits (N, E) = x Wr^T -> softmax (fp32) -> top-k
+ *     -> (token, slot) pairs grouped by expert ("expert-major", tokens in
+ *        order inside an expert) -> dispatch hook -> this rank's experts:
+ *        SwiGLU per expert on its rows -> combine hook -> out (N, C) =
+ *        sum over the k slots of weight * expert output, in slot order
+ *
+ * Without dispatch/combine hooks every expert is computed here (EP = 1);
+ * with them the runtime moves the grouped rows to the experts' owners and
+ * back (runtime/expert.c) and the model code is the same.
+ *
+ * What this leaves out: capacity limits (dropless: every routed pair is
+ * computed), shared experts, router noise or z-loss, and grouped GEMMs (one
+ * GEMM per expert and projection).
+ */
+#ifndef MODELS_MOE_H
+#define MODELS_MOE_H
+#include <stddef.h>
+
+#include "kernels.h"
+#include "llama.h"
+
+typedef struct {
+    int N, C, E, k, Fe; /* tokens, dim, experts, top-k, expert width */
+    int norm_topk;      /* 1: the k weights are divided by their sum */
+} MoeDims;
+
+/* What one MoE block's forward saves for its backward. */
+typedef struct {
+    float* probs;     /* (N, E) softmax of the router logits */
+    int* sel;         /* (N, k) chosen experts, by descending probability */
+    float* w;         /* (N, k) routing weights of the chosen experts */
+    int* pos;         /* (N, k) row of pair (n, j) in the expert-major order */
+    int* counts;      /* (E) pairs per expert */
+    float* xs;        /* (N*k, C) the input rows, expert-major (what dispatch sends) */
+    float* ys;        /* (N*k, C) the expert outputs, expert-major (what combine returns) */
+    /* The rows this rank's experts computed: N*k at EP = 1, any number with
+     * a dispatch hook (the buffers grow; their capacity is cap rows). */
+    int n_recv, n_local, first_expert, cap, xl_cap;
+    int* recv_counts; /* (E) rows per local expert */
+    const float* xin; /* (n_recv, C) the experts' input rows: xs, or xl after a dispatch */
+    float* xl;        /* (xl_cap, C) a copy of the dispatched rows (NULL until one) */
+    float* gate;      /* (cap, Fe) x Wg^T */
+    float* up;        /* (cap, Fe) x Wu^T */
+    float* hid;       /* (cap, Fe) silu(gate) * up, input of w_down */
+} MoeLayer;
+
+/* Every MoE block's saved tensors plus the scratch they share. */
+typedef struct {
+    MoeDims d;
+    int n_layers;    /* MoE blocks */
+    MoeLayer* layer; /* (n_layers) */
+    /* scratch: logits/dlogits (N, E), dw (N, k), dys/dxs (N*k, C), and the
+     * expert side's yl/dyl/dxl (cap, C), dgate/dup/dhid (cap, Fe) */
+    float *logits, *dw, *dys, *dxs;
+    int cap;
+    float *yl, *dxl, *dgate, *dup, *dhid;
+    /* pooled over the MoE blocks of the last step, for the aux loss */
+    long long* tokens_per_expert; /* (E) (token, slot) pairs */
+    double* prob_sum;             /* (E) sum of router probabilities over rows */
+    float aux;                    /* E * sum_e f_e P_e of the last forward */
+} MoeActs;
+
+size_t moe_acts_bytes(const MoeDims* d, int n_layers);
+/* NULL on OOM. */
+MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers);
+void moe_acts_free(MoeActs* m);
+/* Set N for this step (<= the N allocated for) and clear the pooled stats. */
+void moe_begin_step(MoeActs* m, int N);
+
+/* Forward of MoE block i (the i-th MoE block, model block `layer`): x (N, C)
+ * is the normed MLP input, out (N, C) is written. router (E, C) is a slice
+ * of the block's unit; the experts come from hooks->acquire(expert_unit).
+ * Returns 0, or -1 with a message on stderr (a hook failed). */
+int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, const float* x,
+                float* out, const LlamaParamHooks* hooks, int layer, int expert_unit);
+
+/* After the forward of every MoE block: the load-balancing loss from the
+ * pooled statistics (also kept in m->aux). */
+float moe_aux_loss(MoeActs* m);
+
+/* Backward of MoE block i: dout (N, C) is dLoss/d out; dx (N, C) is
+ * overwritten with dLoss/d x; drouter (E, C) accumulates. aux_coef weights
+ * the load-balancing loss in the loss being differentiated. */
+int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, const float* x,
+                 const float* dout, float* dx, float* drouter, float aux_coef,
+                 const LlamaParamHooks* hooks, int layer, int expert_unit);
+
+#endif
