@@ -6,7 +6,8 @@
  * its named tensors and writes two safetensors files with h2's writer (which
  * writes to a temporary name and renames, so a crash never leaves half a
  * file). Loading needs no communication: every rank reads the files and
- * keeps its own shard.
+ * keeps its own shard. Reading returns its errors (a bad --resume is bad
+ * input, refused cleanly by every rank alike); saving dies on them.
  */
 #include "checkpoint.h"
 
@@ -25,9 +26,10 @@
 
 #define MAX_TENSORS_PER_UNIT 16
 
-static uint64_t file_hash(const char* path, size_t* bytes) {
+/* FNV-1a 64 of a whole file and its size; -1 (errno set) if unreadable. */
+static int file_hash(const char* path, uint64_t* hash, size_t* bytes) {
     FILE* fp = fopen(path, "rb");
-    trainCheck(fp, "checkpoint: cannot read %s: %s", path, strerror(errno));
+    if (!fp) return -1;
     unsigned char buf[1 << 16];
     uint64_t h = ZRT_FNV_INIT;
     size_t n, total = 0;
@@ -36,8 +38,9 @@ static uint64_t file_hash(const char* path, size_t* bytes) {
         total += n;
     }
     fclose(fp);
-    if (bytes) *bytes = total;
-    return h;
+    *hash = h;
+    *bytes = total;
+    return 0;
 }
 
 static void mkdir_p(const char* dir) {
@@ -153,8 +156,8 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
         trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
         fprintf(fp,
                 "{\"step\": %d, \"samples\": %lld, \"nranks\": %d, \"data_seed\": %lld, "
-                "\"train_seed\": %lld}\n",
-                st->step, st->samples, f->nranks, cfg->data.seed, cfg->train.seed);
+                "\"train_seed\": %lld, \"data_fnv1a64\": \"%016" PRIx64 "\"}\n",
+                st->step, st->samples, f->nranks, cfg->data.seed, cfg->train.seed, st->data_hash);
         fclose(fp);
         snprintf(path, sizeof path, "%s/config.yaml", dir);
         fp = fopen(path, "w");
@@ -173,7 +176,9 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
             char fpth[1300];
             size_t bytes;
             snprintf(fpth, sizeof fpth, "%s/%s", dir, files[i]);
-            uint64_t h = file_hash(fpth, &bytes);
+            uint64_t h;
+            trainCheck(!file_hash(fpth, &h, &bytes), "checkpoint: cannot read %s: %s", fpth,
+                       strerror(errno));
             fprintf(fp, "%s{\"name\": \"%s\", \"bytes\": %zu, \"fnv1a64\": \"%016" PRIx64 "\"}",
                     i ? ", " : "", files[i], bytes, h);
         }
@@ -198,12 +203,13 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
 
 /* Check every file against the manifest; a checkpoint that was edited,
  * truncated or half-copied is refused by name. */
-static void verify_manifest(const char* dir) {
+static int verify_manifest(const char* dir, char* err, size_t errlen) {
     char path[1200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     FILE* fp = fopen(path, "rb");
-    trainCheck(fp, "--resume: %s is not a checkpoint (no manifest.json: %s)", dir,
-               strerror(errno));
+    if (!fp)
+        return zrt_errf(err, errlen, "--resume: %s is not a checkpoint (no manifest.json: %s)", dir,
+                        strerror(errno));
     char text[8192];
     size_t n = fread(text, 1, sizeof text - 1, fp);
     fclose(fp);
@@ -215,81 +221,111 @@ static void verify_manifest(const char* dir) {
         size_t bytes;
         if (sscanf(p, "{\"name\": \"%127[^\"]\", \"bytes\": %zu, \"fnv1a64\": \"%31[0-9a-f]\"}",
                    name, &bytes, hex) != 3)
-            trainCheck(0, "--resume: %s/manifest.json is malformed near '%.40s'", dir, p);
+            return zrt_errf(err, errlen, "--resume: %s/manifest.json is malformed near '%.40s'",
+                            dir, p);
         char fpth[1400];
         snprintf(fpth, sizeof fpth, "%s/%s", dir, name);
         size_t got;
-        uint64_t h = file_hash(fpth, &got);
+        uint64_t h;
+        if (file_hash(fpth, &h, &got))
+            return zrt_errf(err, errlen, "--resume: cannot read %s: %s", fpth, strerror(errno));
         char ghex[32];
         snprintf(ghex, sizeof ghex, "%016" PRIx64, h);
-        trainCheck(got == bytes && !strcmp(ghex, hex),
-                   "--resume: %s does not match the manifest (%zu bytes, hash %s; manifest says "
-                   "%zu bytes, hash %s)",
-                   fpth, got, ghex, bytes, hex);
+        if (got != bytes || strcmp(ghex, hex))
+            return zrt_errf(err, errlen,
+                            "--resume: %s does not match the manifest (%zu bytes, hash %s; "
+                            "manifest says %zu bytes, hash %s)",
+                            fpth, got, ghex, bytes, hex);
         files++;
         p++;
     }
-    trainCheck(files >= 4, "--resume: %s/manifest.json lists %d files, expected 4", dir, files);
+    if (files < 4)
+        return zrt_errf(err, errlen, "--resume: %s/manifest.json lists %d files, expected 4", dir,
+                        files);
+    return 0;
 }
 
-static void load_file(Fsdp* f, const char* path, int first_which) {
+static int load_file(Fsdp* f, const char* path, int first_which, char* err, size_t errlen) {
     const LlamaConfig* mc = &f->cfg->model;
-    char err[512];
+    char e[512];
     st_file* sf;
-    trainCheck(!st_open(path, &sf, err, sizeof err), "--resume: %s", err);
+    if (st_open(path, &sf, e, sizeof e)) return zrt_errf(err, errlen, "--resume: %s", e);
     char names[MAX_TENSORS_PER_UNIT][64];
     size_t rows[MAX_TENSORS_PER_UNIT], cols[MAX_TENSORS_PER_UNIT];
-    for (int which = first_which; which < (first_which ? 3 : 1); which++) {
-        for (int u = 0; u < f->n_units; u++) {
+    int rc = 0;
+    for (int which = first_which; !rc && which < (first_which ? 3 : 1); which++) {
+        for (int u = 0; !rc && u < f->n_units; u++) {
             int nt = llama_unit_tensors(mc, u, names, rows, cols, MAX_TENSORS_PER_UNIT);
             float* full = zrt_calloc(f->units[u].padded, sizeof(float), "checkpoint load");
             size_t off = 0;
-            for (int t = 0; t < nt; t++) {
+            for (int t = 0; !rc && t < nt; t++) {
                 char name[80];
                 snprintf(name, sizeof name, "%s%s", which == 0 ? "" : which == 1 ? "m." : "v.",
                          names[t]);
                 const st_tensor* T = st_find(sf, name);
                 size_t n = rows[t] * cols[t];
-                trainCheck(T, "--resume: %s has no tensor '%s' (different model config?)", path,
-                           name);
-                trainCheck(!strcmp(T->dtype, "F32") && T->numel == n,
-                           "--resume: %s: tensor '%s' is %s with %llu values, the model needs "
-                           "F32 with %zu (different model config?)",
-                           path, name, T->dtype, (unsigned long long)T->numel, n);
-                trainCheck(!st_read(sf, T, full + off, n * sizeof(float), err, sizeof err),
-                           "--resume: %s", err);
+                if (!T)
+                    rc = zrt_errf(err, errlen, "--resume: %s has no tensor '%s' (different model?)",
+                                  path, name);
+                else if (strcmp(T->dtype, "F32") || T->numel != n)
+                    rc = zrt_errf(err, errlen,
+                                  "--resume: %s: tensor '%s' is %s with %llu values, the model "
+                                  "needs F32 with %zu (different model?)",
+                                  path, name, T->dtype, (unsigned long long)T->numel, n);
+                else if (st_read(sf, T, full + off, n * sizeof(float), e, sizeof e))
+                    rc = zrt_errf(err, errlen, "--resume: %s", e);
                 off += n;
             }
-            fsdp_load_full(f, u, which, full);
+            if (!rc) fsdp_load_full(f, u, which, full);
             free(full);
         }
     }
     st_close(sf);
+    return rc;
 }
 
-void checkpoint_load(Fsdp* f, const char* path, TrainState* st) {
-    char dir[1100];
+int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errlen) {
+    memset(ck, 0, sizeof *ck);
     char latest[1100];
     snprintf(latest, sizeof latest, "%s/latest", path);
     FILE* fp = fopen(latest, "r");
     if (fp) {
         char name[128] = "";
-        trainCheck(fscanf(fp, "%127s", name) == 1, "--resume: %s is empty", latest);
+        int ok = fscanf(fp, "%127s", name) == 1;
         fclose(fp);
-        snprintf(dir, sizeof dir, "%s/%s", path, name);
+        if (!ok) return zrt_errf(err, errlen, "--resume: %s is empty", latest);
+        snprintf(ck->dir, sizeof ck->dir, "%s/%s", path, name);
     } else {
-        snprintf(dir, sizeof dir, "%s", path);
+        snprintf(ck->dir, sizeof ck->dir, "%s", path);
     }
-    verify_manifest(dir);
-    char p[1200];
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    load_file(f, p, 0);
-    snprintf(p, sizeof p, "%s/optim.safetensors", dir);
-    load_file(f, p, 1);
-    snprintf(p, sizeof p, "%s/state.json", dir);
+    if (verify_manifest(ck->dir, err, errlen)) return -1;
+    char p[1200], text[1024];
+    snprintf(p, sizeof p, "%s/state.json", ck->dir);
     fp = fopen(p, "r");
-    trainCheck(fp, "--resume: cannot read %s: %s", p, strerror(errno));
-    int ok = fscanf(fp, "{\"step\": %d, \"samples\": %lld", &st->step, &st->samples) == 2;
+    if (!fp) return zrt_errf(err, errlen, "--resume: cannot read %s: %s", p, strerror(errno));
+    size_t n = fread(text, 1, sizeof text - 1, fp);
     fclose(fp);
-    trainCheck(ok && st->step >= 0 && st->samples >= 0, "--resume: %s is malformed", p);
+    text[n] = '\0';
+    TrainState* st = &ck->st;
+    if (sscanf(text, "{\"step\": %d, \"samples\": %lld, \"nranks\": %d", &st->step, &st->samples,
+               &ck->nranks) != 3 ||
+        st->step < 0 || st->samples < 0 || ck->nranks < 1)
+        return zrt_errf(err, errlen, "--resume: %s is malformed", p);
+    /* Checkpoints from before the data hash was recorded resume unchecked. */
+    const char* h = strstr(text, "\"data_fnv1a64\": \"");
+    if (h) st->data_hash = strtoull(h + 17, NULL, 16);
+    snprintf(p, sizeof p, "%s/config.yaml", ck->dir);
+    config_defaults(&ck->cfg);
+    char e[1024];
+    if (config_load(&ck->cfg, p, e, sizeof e))
+        return zrt_errf(err, errlen, "--resume: cannot read the checkpoint's config: %s", e);
+    return 0;
+}
+
+int checkpoint_load(Fsdp* f, const CheckpointInfo* ck, char* err, size_t errlen) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/model.safetensors", ck->dir);
+    if (load_file(f, p, 0, err, errlen)) return -1;
+    snprintf(p, sizeof p, "%s/optim.safetensors", ck->dir);
+    return load_file(f, p, 1, err, errlen);
 }

@@ -4,8 +4,14 @@
  * Every scalar key lives in one table (kKeys) with its type, its place in
  * TrainConfig and its range. The YAML walker flattens nested mappings into
  * dotted keys ("model.dim") and hands each scalar to the same setter that
- * `--set` uses, so both paths refuse the same things with the same words.
- * The one non-scalar key, comm.overrides, is a list of mappings read by hand.
+ * `--set` uses, so both paths refuse the same things with the same words;
+ * the setter records where each value came from (file line or --set), so a
+ * later cross-field check blames the right place. Unknown keys get the
+ * nearest known key suggested (edit distance). The table also classifies
+ * every key for resuming (config_resume_check): may it change between the
+ * checkpoint's run and the resumed one? The non-scalar keys, comm.overrides
+ * (a list of mappings) and checkpoint.allow_changes (a list of names), are
+ * read by hand.
  *
  * Left out: anchors and merge keys beyond libyaml's own resolution.
  */
@@ -24,6 +30,17 @@
 
 typedef enum { K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_STRATEGY, K_CODEC, K_DTYPE } KeyType;
 
+/* What a change of the key means when a run resumes from a checkpoint. */
+typedef enum {
+    R_FREE,  /* nothing the steps to come compute: where to stop, logging,
+              * checkpoint cadence, lossless strategy choices. Announced. */
+    R_ASK,   /* training a user may mean to change (global batch, schedule,
+              * optimizer, communication dtypes): refused unless named in
+              * checkpoint.allow_changes, then announced as a warning */
+    R_NEVER, /* the model, the data and its order, the seeds: another run,
+              * not the continuation of the checkpoint's */
+} ResumeClass;
+
 typedef struct {
     const char* name;
     KeyType type;
@@ -31,62 +48,74 @@ typedef struct {
     double lo, hi;     /* numeric range, inclusive */
     size_t size;       /* K_STR: buffer size */
     const char* help;  /* shown with range errors */
+    ResumeClass resume;
 } KeyDesc;
 
 #define OFF(field) offsetof(TrainConfig, field)
 #define SZ(field) sizeof(((TrainConfig*)0)->field)
 static const KeyDesc kKeys[] = {
-    {"model.vocab_size", K_INT, OFF(model.vocab_size), 2, 1 << 24, 0, "tokens in the vocabulary"},
-    {"model.dim", K_INT, OFF(model.dim), 1, 65536, 0, "model width C"},
-    {"model.n_layers", K_INT, OFF(model.n_layers), 1, 1024, 0, "transformer blocks"},
-    {"model.n_heads", K_INT, OFF(model.n_heads), 1, 1024, 0, "attention heads"},
-    {"model.n_kv_heads", K_INT, OFF(model.n_kv_heads), 1, 1024, 0, "key/value heads"},
-    {"model.ffn_hidden", K_INT, OFF(model.ffn_hidden), 1, 1 << 20, 0, "SwiGLU hidden width"},
-    {"model.max_seq_len", K_INT, OFF(model.max_seq_len), 1, 1 << 20, 0, "longest sequence"},
-    {"model.rope_theta", K_FLOAT, OFF(model.rope_theta), 1, 1e12, 0, "RoPE base"},
-    {"model.norm_eps", K_FLOAT, OFF(model.norm_eps), 1e-12, 1, 0, "RMSNorm epsilon"},
-    {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 1, 0, ""},
-    {"data.path", K_STR, OFF(data.path), 0, 0, SZ(data.path), "text or .bin token file"},
-    {"data.tokenizer", K_STR, OFF(data.tokenizer), 0, 0, SZ(data.tokenizer), "byte|bpe|u16|i32"},
-    {"data.bpe_merges", K_INT, OFF(data.bpe_merges), 1, 65536, 0, "BPE merges (tokenizer bpe)"},
-    {"data.seq_len", K_INT, OFF(data.seq_len), 1, 1 << 20, 0, "tokens per sequence"},
-    {"data.batch_size", K_INT, OFF(data.batch_size), 1, 1 << 16, 0, "sequences per rank"},
-    {"data.grad_accum", K_INT, OFF(data.grad_accum), 1, 1 << 16, 0, "micro-batches per step"},
-    {"data.val_fraction", K_FLOAT, OFF(data.val_fraction), 0, 0.5, 0, "validation share"},
-    {"data.val_every", K_INT, OFF(data.val_every), 0, INT_MAX, 0, "0 disables validation"},
-    {"data.val_batches", K_INT, OFF(data.val_batches), 1, 1 << 16, 0, ""},
-    {"data.seed", K_I64, OFF(data.seed), 0, 9e18, 0, ""},
-    {"train.steps", K_INT, OFF(train.steps), 1, INT_MAX, 0, "optimizer steps"},
-    {"train.seed", K_I64, OFF(train.seed), 0, 9e18, 0, "parameter init seed"},
-    {"optimizer.lr", K_FLOAT, OFF(optim.lr), 0, 10, 0, "peak learning rate"},
-    {"optimizer.min_lr", K_FLOAT, OFF(optim.min_lr), 0, 10, 0, "lr at the end of the cosine"},
-    {"optimizer.beta1", K_FLOAT, OFF(optim.beta1), 0, 0.999999, 0, ""},
-    {"optimizer.beta2", K_FLOAT, OFF(optim.beta2), 0, 0.99999999, 0, ""},
-    {"optimizer.eps", K_FLOAT, OFF(optim.eps), 0, 1, 0, ""},
-    {"optimizer.weight_decay", K_FLOAT, OFF(optim.weight_decay), 0, 10, 0, ""},
-    {"optimizer.grad_clip", K_FLOAT, OFF(optim.grad_clip), 0, 1e9, 0, "0 disables clipping"},
-    {"schedule.warmup_steps", K_INT, OFF(schedule.warmup_steps), 0, INT_MAX, 0, ""},
+    {"model.vocab_size", K_INT, OFF(model.vocab_size), 2, 1 << 24, 0,
+     "tokens in the vocabulary", R_NEVER},
+    {"model.dim", K_INT, OFF(model.dim), 1, 65536, 0, "model width C", R_NEVER},
+    {"model.n_layers", K_INT, OFF(model.n_layers), 1, 1024, 0, "transformer blocks", R_NEVER},
+    {"model.n_heads", K_INT, OFF(model.n_heads), 1, 1024, 0, "attention heads", R_NEVER},
+    {"model.n_kv_heads", K_INT, OFF(model.n_kv_heads), 1, 1024, 0, "key/value heads", R_NEVER},
+    {"model.ffn_hidden", K_INT, OFF(model.ffn_hidden), 1, 1 << 20, 0,
+     "SwiGLU hidden width", R_NEVER},
+    {"model.max_seq_len", K_INT, OFF(model.max_seq_len), 1, 1 << 20, 0,
+     "longest sequence", R_NEVER},
+    {"model.rope_theta", K_FLOAT, OFF(model.rope_theta), 1, 1e12, 0, "RoPE base", R_NEVER},
+    {"model.norm_eps", K_FLOAT, OFF(model.norm_eps), 1e-12, 1, 0, "RMSNorm epsilon", R_NEVER},
+    {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 1, 0, "", R_NEVER},
+    {"data.path", K_STR, OFF(data.path), 0, 0, SZ(data.path), "text or .bin token file", R_FREE},
+    {"data.tokenizer", K_STR, OFF(data.tokenizer), 0, 0, SZ(data.tokenizer),
+     "byte|bpe|u16|i32", R_NEVER},
+    {"data.bpe_merges", K_INT, OFF(data.bpe_merges), 1, 65536, 0,
+     "BPE merges (tokenizer bpe)", R_NEVER},
+    {"data.seq_len", K_INT, OFF(data.seq_len), 1, 1 << 20, 0, "tokens per sequence", R_NEVER},
+    {"data.batch_size", K_INT, OFF(data.batch_size), 1, 1 << 16, 0, "sequences per rank", R_ASK},
+    {"data.grad_accum", K_INT, OFF(data.grad_accum), 1, 1 << 16, 0,
+     "micro-batches per step", R_ASK},
+    {"data.val_fraction", K_FLOAT, OFF(data.val_fraction), 0, 0.5, 0, "validation share", R_NEVER},
+    {"data.val_every", K_INT, OFF(data.val_every), 0, INT_MAX, 0, "0 disables validation", R_FREE},
+    {"data.val_batches", K_INT, OFF(data.val_batches), 1, 1 << 16, 0, "", R_FREE},
+    {"data.seed", K_I64, OFF(data.seed), 0, 9e18, 0, "", R_NEVER},
+    {"train.steps", K_INT, OFF(train.steps), 1, INT_MAX, 0, "optimizer steps", R_FREE},
+    {"train.seed", K_I64, OFF(train.seed), 0, 9e18, 0, "parameter init seed", R_NEVER},
+    {"optimizer.lr", K_FLOAT, OFF(optim.lr), 0, 10, 0, "peak learning rate", R_ASK},
+    {"optimizer.min_lr", K_FLOAT, OFF(optim.min_lr), 0, 10, 0,
+     "lr at the end of the cosine", R_ASK},
+    {"optimizer.beta1", K_FLOAT, OFF(optim.beta1), 0, 0.999999, 0, "", R_ASK},
+    {"optimizer.beta2", K_FLOAT, OFF(optim.beta2), 0, 0.99999999, 0, "", R_ASK},
+    {"optimizer.eps", K_FLOAT, OFF(optim.eps), 0, 1, 0, "", R_ASK},
+    {"optimizer.weight_decay", K_FLOAT, OFF(optim.weight_decay), 0, 10, 0, "", R_ASK},
+    {"optimizer.grad_clip", K_FLOAT, OFF(optim.grad_clip), 0, 1e9, 0, "0 disables clipping", R_ASK},
+    {"schedule.warmup_steps", K_INT, OFF(schedule.warmup_steps), 0, INT_MAX, 0, "", R_ASK},
     {"schedule.total_steps", K_INT, OFF(schedule.total_steps), 0, INT_MAX, 0,
-     "cosine length, 0 = train.steps"},
-    {"parallelism.fsdp", K_BOOL, OFF(parallel.fsdp), 1, 1, 0, "FSDP is the only mode"},
+     "cosine length, 0 = train.steps", R_ASK},
+    {"parallelism.fsdp", K_BOOL, OFF(parallel.fsdp), 1, 1, 0, "FSDP is the only mode", R_FREE},
     {"parallelism.reshard_after_forward", K_BOOL, OFF(parallel.reshard_after_forward), 0, 1, 0,
-     ""},
-    {"parallelism.prefetch", K_BOOL, OFF(parallel.prefetch), 0, 1, 0, ""},
-    {"comm.strategy", K_STRATEGY, OFF(comm.strategy), 1, 4, 0, "native|raw|compressed|auto"},
+     "", R_FREE},
+    {"parallelism.prefetch", K_BOOL, OFF(parallel.prefetch), 0, 1, 0, "", R_FREE},
+    {"comm.strategy", K_STRATEGY, OFF(comm.strategy), 1, 4, 0,
+     "native|raw|compressed|auto", R_FREE},
     {"comm.allgather", K_STRATEGY, OFF(comm.allgather), 0, 4, 0,
-     "default|native|raw|compressed|auto"},
+     "default|native|raw|compressed|auto", R_FREE},
     {"comm.reducescatter", K_STRATEGY, OFF(comm.reducescatter), 0, 4, 0,
-     "default|native|raw|compressed|auto"},
-    {"comm.codec", K_CODEC, OFF(comm.codec), 0, 0, 0, "fast|dense|f3"},
-    {"comm.param_dtype", K_DTYPE, OFF(comm.param_dtype), 0, 0, 0, "fp32|bf16"},
-    {"comm.reduce_dtype", K_DTYPE, OFF(comm.reduce_dtype), 0, 0, 0, "fp32|bf16"},
-    {"logging.every", K_INT, OFF(log.every), 1, INT_MAX, 0, ""},
-    {"logging.json", K_STR, OFF(log.json), 0, 0, SZ(log.json), "JSON-lines log path"},
-    {"checkpoint.dir", K_STR, OFF(ckpt.dir), 0, 0, SZ(ckpt.dir), "\"\" disables"},
-    {"checkpoint.every", K_INT, OFF(ckpt.every), 0, INT_MAX, 0, "0: only at the end"},
-    {"checkpoint.keep", K_INT, OFF(ckpt.keep), 0, INT_MAX, 0, "0 keeps all"},
+     "default|native|raw|compressed|auto", R_FREE},
+    {"comm.codec", K_CODEC, OFF(comm.codec), 0, 0, 0, "fast|dense|f3", R_FREE},
+    {"comm.param_dtype", K_DTYPE, OFF(comm.param_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
+    {"comm.reduce_dtype", K_DTYPE, OFF(comm.reduce_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
+    {"logging.every", K_INT, OFF(log.every), 1, INT_MAX, 0, "", R_FREE},
+    {"logging.json", K_STR, OFF(log.json), 0, 0, SZ(log.json), "JSON-lines log path", R_FREE},
+    {"checkpoint.dir", K_STR, OFF(ckpt.dir), 0, 0, SZ(ckpt.dir), "\"\" disables", R_FREE},
+    {"checkpoint.every", K_INT, OFF(ckpt.every), 0, INT_MAX, 0, "0: only at the end", R_FREE},
+    {"checkpoint.keep", K_INT, OFF(ckpt.keep), 0, INT_MAX, 0, "0 keeps all", R_FREE},
+    {"checkpoint.allow_changes", K_STR, OFF(ckpt.allow_changes), 0, 0, SZ(ckpt.allow_changes),
+     "keys --resume may change, comma-separated", R_FREE},
 };
 #define N_KEYS (sizeof kKeys / sizeof kKeys[0])
+_Static_assert(N_KEYS <= CFG_MAX_KEYS, "TrainConfig.origin needs room for every key");
 
 static const char* const kSections[] = {"model",       "data", "train",   "optimizer",
                                         "schedule",    "parallelism", "comm",
@@ -145,9 +174,10 @@ static int parse_strategy(const char* v, int allow_default, zipcclStrategy_t* ou
     return -1;
 }
 
-/* Set one key from its text value. `where` is "FILE:LINE" or "--set". */
-static int set_key(TrainConfig* c, const KeyDesc* k, const char* v, const char* where, char* err,
-                   size_t errlen) {
+/* Parse one key's text value into c. `where` starts the error messages:
+ * "FILE:LINE" or "--set key=value". */
+static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char* where, char* err,
+                     size_t errlen) {
     char* base = (char*)c + k->offset;
     char* end = NULL;
     switch (k->type) {
@@ -226,6 +256,17 @@ static int set_key(TrainConfig* c, const KeyDesc* k, const char* v, const char* 
     return zrt_errf(err, errlen, "%s: key '%s': internal: bad key type", where, k->name);
 }
 
+/* set_value, then remember where the value came from: line of the file
+ * being read, or the --set assignment (set != NULL). */
+static int set_key(TrainConfig* c, const KeyDesc* k, const char* v, const char* where, int line,
+                   const char* set, char* err, size_t errlen) {
+    if (set_value(c, k, v, where, err, errlen)) return -1;
+    size_t i = (size_t)(k - kKeys);
+    c->origin[i].line = set ? 0 : line;
+    snprintf(c->origin[i].set, sizeof c->origin[i].set, "%s", set ? set : "");
+    return 0;
+}
+
 static const KeyDesc* find_key(const char* name) {
     for (size_t i = 0; i < N_KEYS; i++)
         if (!strcmp(kKeys[i].name, name)) return &kKeys[i];
@@ -236,6 +277,77 @@ static int is_section(const char* s) {
     for (size_t i = 0; i < sizeof kSections / sizeof kSections[0]; i++)
         if (!strcmp(kSections[i], s)) return 1;
     return 0;
+}
+
+/* Edit distance with adjacent transpositions counted as one edit (optimal
+ * string alignment): "modle" is one edit from "model", like a typist sees
+ * it. Names here are short (< 64 characters); longer ones never match. */
+static int edit_distance(const char* a, const char* b) {
+    enum { M = 64 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= M || m >= M) return INT_MAX;
+    int d[M][M];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int cost = a[i - 1] != b[j - 1];
+            int x = d[i - 1][j] + 1, y = d[i][j - 1] + 1, z = d[i - 1][j - 1] + cost;
+            int best = x < y ? x : y;
+            if (z < best) best = z;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+/* The known name nearest to `name`, or NULL when none is close: at most two
+ * edits, and fewer than half the letters of the part after the dot, so a
+ * short unrelated word is not "corrected". A key put in the wrong section
+ * ("model.seq_len") finds the one key with that exact name elsewhere.
+ * Sections are the candidates for a name without a dot. */
+static const char* nearest_key(const char* name) {
+    static const char* const extra[] = {"comm.overrides"};
+    const char* dot = strchr(name, '.');
+    const char* leaf = dot ? dot + 1 : name;
+    const int limit = (int)strlen(leaf) / 2 < 2 ? (int)strlen(leaf) / 2 : 2;
+    const char* best = NULL;
+    int best_d = limit + 1;
+    const size_t n_sec = sizeof kSections / sizeof kSections[0];
+    for (size_t i = 0; i < N_KEYS + 1 + n_sec; i++) {
+        const char* cand = i < N_KEYS    ? kKeys[i].name
+                           : i == N_KEYS ? extra[0]
+                                         : kSections[i - N_KEYS - 1];
+        const char* cdot = strchr(cand, '.');
+        if (!dot != !cdot) continue; /* keys for keys, sections for sections */
+        int d = edit_distance(name, cand);
+        if (d < best_d) {
+            best_d = d;
+            best = cand;
+        }
+    }
+    if (best || !dot) return best;
+    /* The same name in another section, if exactly one key has it. */
+    const char* found = NULL;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const char* kd = strchr(kKeys[i].name, '.');
+        if (!strcmp(kd + 1, leaf)) {
+            if (found) return NULL;
+            found = kKeys[i].name;
+        }
+    }
+    return found;
+}
+
+/* " (did you mean 'x'?)" or "" — static storage, one message at a time. */
+static const char* suggestion(const char* name) {
+    static char buf[96];
+    const char* k = nearest_key(name);
+    if (!k) return "";
+    snprintf(buf, sizeof buf, " (did you mean '%s'?)", k);
+    return buf;
 }
 
 /* ---- YAML ---------------------------------------------------------------- */
@@ -330,9 +442,9 @@ static int walk_mapping(TrainConfig* c, Walk* w, yaml_node_t* map, const char* p
         if (!*prefix) {
             if (!is_section(name))
                 return zrt_errf(w->err, w->errlen,
-                            "%s:%zu: unknown key '%s' (sections: model, data, train, optimizer, "
+                            "%s:%zu: unknown key '%s'%s (sections: model, data, train, optimizer, "
                             "schedule, parallelism, comm, logging, checkpoint)",
-                            w->file, line, name);
+                            w->file, line, name, suggestion(name));
             if (v->type == YAML_SCALAR_NODE && !*scalar(v)) continue; /* empty section */
             if (v->type != YAML_MAPPING_NODE)
                 return zrt_errf(w->err, w->errlen, "%s:%zu: key '%s': expected a mapping", w->file,
@@ -348,13 +460,36 @@ static int walk_mapping(TrainConfig* c, Walk* w, yaml_node_t* map, const char* p
         }
         const KeyDesc* kd = find_key(name);
         if (!kd)
-            return zrt_errf(w->err, w->errlen, "%s:%zu: unknown key '%s'", w->file, line, name);
+            return zrt_errf(w->err, w->errlen, "%s:%zu: unknown key '%s'%s", w->file, line, name,
+                        suggestion(name));
+        char where[CFG_PATH_MAX + 32];
+        snprintf(where, sizeof where, "%s:%zu", w->file, v->start_mark.line + 1);
+        if (kd->offset == OFF(ckpt.allow_changes) && v->type == YAML_SEQUENCE_NODE) {
+            /* A YAML list of key names reads as the comma-separated text
+             * that --set takes. */
+            char list[SZ(ckpt.allow_changes) + 64] = "";
+            size_t used = 0;
+            for (yaml_node_item_t* it = v->data.sequence.items.start;
+                 it < v->data.sequence.items.top; it++) {
+                yaml_node_t* e = yaml_document_get_node(w->doc, *it);
+                if (e->type != YAML_SCALAR_NODE)
+                    return zrt_errf(w->err, w->errlen, "%s: key '%s': expected a list of key names",
+                                where, name);
+                int k = snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "",
+                                 scalar(e));
+                if (k < 0 || (size_t)k >= sizeof list - used)
+                    return zrt_errf(w->err, w->errlen, "%s: key '%s': list too long", where, name);
+                used += (size_t)k;
+            }
+            if (set_key(c, kd, list, where, (int)v->start_mark.line + 1, NULL, w->err, w->errlen))
+                return -1;
+            continue;
+        }
         if (v->type != YAML_SCALAR_NODE)
             return zrt_errf(w->err, w->errlen, "%s:%zu: key '%s': expected a single value", w->file,
                         v->start_mark.line + 1, name);
-        char where[CFG_PATH_MAX + 32];
-        snprintf(where, sizeof where, "%s:%zu", w->file, v->start_mark.line + 1);
-        if (set_key(c, kd, scalar(v), where, w->err, w->errlen)) return -1;
+        if (set_key(c, kd, scalar(v), where, (int)v->start_mark.line + 1, NULL, w->err, w->errlen))
+            return -1;
     }
     return 0;
 }
@@ -379,6 +514,8 @@ int config_load(TrainConfig* c, const char* path, char* err, size_t errlen) {
         fclose(f);
         return rc;
     }
+    /* Known before the walk: origins recorded while walking refer to it. */
+    snprintf(c->source, sizeof c->source, "%s", path);
     yaml_node_t* root = yaml_document_get_root_node(&doc);
     Walk w = {&doc, path, err, errlen};
     if (!root) rc = zrt_errf(err, errlen, "%s: empty config", path);
@@ -389,7 +526,6 @@ int config_load(TrainConfig* c, const char* path, char* err, size_t errlen) {
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     fclose(f);
-    if (!rc) snprintf(c->source, sizeof c->source, "%s", path);
     return rc;
 }
 
@@ -402,9 +538,11 @@ int config_set(TrainConfig* c, const char* a, char* err, size_t errlen) {
     if (n >= sizeof name) return zrt_errf(err, errlen, "--set '%s': key too long", a);
     memcpy(name, a, n);
     name[n] = '\0';
+    char where[200];
+    snprintf(where, sizeof where, "--set %s", a);
     const KeyDesc* kd = find_key(name);
-    if (!kd) return zrt_errf(err, errlen, "--set: unknown key '%s'", name);
-    if (set_key(c, kd, eq + 1, "--set", err, errlen)) return -1;
+    if (!kd) return zrt_errf(err, errlen, "%s: unknown key '%s'%s", where, name, suggestion(name));
+    if (set_key(c, kd, eq + 1, where, 0, a, err, errlen)) return -1;
     /* The command line's strategy is meant for A/B runs: it names the
      * strategy of every collective, so per-kind and per-layer choices from
      * the file step aside. */
@@ -412,32 +550,98 @@ int config_set(TrainConfig* c, const char* a, char* err, size_t errlen) {
     return 0;
 }
 
+const char* config_where(const TrainConfig* c, const char* key, char* buf, size_t n) {
+    const char* src = c->source[0] ? c->source : "the defaults";
+    size_t kl = strlen(key);
+    if (kl && key[kl - 1] == '.') {
+        /* Sections ("optimizer.,schedule."): the file, and every --set that
+         * touched one of them. */
+        size_t used = (size_t)snprintf(buf, n, "%s", src);
+        int first = 1;
+        for (size_t i = 0; i < N_KEYS && used < n; i++) {
+            const char* dot = strchr(kKeys[i].name, '.');
+            char section[32];
+            snprintf(section, sizeof section, "%.*s.", (int)(dot - kKeys[i].name), kKeys[i].name);
+            const char* hit = strstr(key, section);
+            if (!hit || (hit != key && hit[-1] != ',') || !c->origin[i].set[0]) continue;
+            used += (size_t)snprintf(buf + used, n - used, "%s--set %s", first ? " with " : ", ",
+                                     c->origin[i].set);
+            first = 0;
+        }
+        return buf;
+    }
+    const KeyDesc* k = find_key(key);
+    size_t i = k ? (size_t)(k - kKeys) : 0;
+    if (k && c->origin[i].set[0]) snprintf(buf, n, "--set %s", c->origin[i].set);
+    else if (k && c->origin[i].line > 0) snprintf(buf, n, "%s:%d", src, c->origin[i].line);
+    else snprintf(buf, n, "%s", src);
+    return buf;
+}
+
+/* The allow_changes list: entry `i` (0-based) into out, or 0 when there
+ * are no more. Entries are separated by commas, spaces around them trimmed. */
+static int allow_entry(const char* list, int i, char* out, size_t n) {
+    const char* p = list;
+    for (;;) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) return 0;
+        const char* e = p;
+        while (*e && *e != ',') e++;
+        const char* t = e;
+        while (t > p && t[-1] == ' ') t--;
+        if (i-- == 0) {
+            snprintf(out, n, "%.*s", (int)(t - p), p);
+            return 1;
+        }
+        p = e;
+    }
+}
+
 int config_validate(const TrainConfig* c, char* err, size_t errlen) {
-    char merr[256];
-    const char* src = c->source[0] ? c->source : "config";
+    char merr[256], w1[400], w2[400];
     if (llama_config_check(&c->model, merr, sizeof merr))
-        return zrt_errf(err, errlen, "%s: model: %s", src, merr);
+        return zrt_errf(err, errlen, "%s: model: %s", config_where(c, "model.", w1, sizeof w1),
+                        merr);
     if (c->data.seq_len > c->model.max_seq_len)
-        return zrt_errf(err, errlen, "%s: key 'data.seq_len': %d exceeds model.max_seq_len %d", src,
-                    c->data.seq_len, c->model.max_seq_len);
+        return zrt_errf(err, errlen, "%s: key 'data.seq_len': %d exceeds model.max_seq_len %d (%s)",
+                        config_where(c, "data.seq_len", w1, sizeof w1), c->data.seq_len,
+                        c->model.max_seq_len, config_where(c, "model.max_seq_len", w2, sizeof w2));
     if (strcmp(c->data.tokenizer, "byte") && strcmp(c->data.tokenizer, "bpe") &&
         strcmp(c->data.tokenizer, "u16") && strcmp(c->data.tokenizer, "i32"))
         return zrt_errf(err, errlen,
-                    "%s: key 'data.tokenizer': unknown tokenizer '%s' (byte|bpe|u16|i32)", src,
-                    c->data.tokenizer);
+                        "%s: key 'data.tokenizer': unknown tokenizer '%s' (byte|bpe|u16|i32)",
+                        config_where(c, "data.tokenizer", w1, sizeof w1), c->data.tokenizer);
     if (!strcmp(c->data.tokenizer, "bpe") && c->model.vocab_size < 256 + c->data.bpe_merges)
         return zrt_errf(err, errlen,
-                    "%s: key 'model.vocab_size': %d is too small for the bpe tokenizer with %d "
-                    "merges (needs >= %d)",
-                    src, c->model.vocab_size, c->data.bpe_merges, 256 + c->data.bpe_merges);
+                        "%s: key 'model.vocab_size': %d is too small for the bpe tokenizer with %d "
+                        "merges (needs >= %d)",
+                        config_where(c, "model.vocab_size", w1, sizeof w1), c->model.vocab_size,
+                        c->data.bpe_merges, 256 + c->data.bpe_merges);
     if (!strcmp(c->data.tokenizer, "byte") && c->model.vocab_size < 256)
         return zrt_errf(err, errlen,
-                    "%s: key 'model.vocab_size': %d is too small for the byte tokenizer (>= 256)",
-                    src, c->model.vocab_size);
+                        "%s: key 'model.vocab_size': %d is too small for the byte tokenizer "
+                        "(>= 256)",
+                        config_where(c, "model.vocab_size", w1, sizeof w1), c->model.vocab_size);
     if (c->optim.min_lr > c->optim.lr)
-        return zrt_errf(err, errlen, "%s: key 'optimizer.min_lr': %g exceeds optimizer.lr %g", src,
-                    c->optim.min_lr, c->optim.lr);
-    if (!c->data.path[0]) return zrt_errf(err, errlen, "%s: key 'data.path' is empty", src);
+        return zrt_errf(err, errlen, "%s: key 'optimizer.min_lr': %g exceeds optimizer.lr %g (%s)",
+                        config_where(c, "optimizer.min_lr", w1, sizeof w1), c->optim.min_lr,
+                        c->optim.lr, config_where(c, "optimizer.lr", w2, sizeof w2));
+    if (!c->data.path[0])
+        return zrt_errf(err, errlen, "%s: key 'data.path' is empty",
+                        config_where(c, "data.path", w1, sizeof w1));
+    char name[160];
+    for (int i = 0; allow_entry(c->ckpt.allow_changes, i, name, sizeof name); i++) {
+        const KeyDesc* k = find_key(name);
+        config_where(c, "checkpoint.allow_changes", w1, sizeof w1);
+        if (!k)
+            return zrt_errf(err, errlen, "%s: key 'checkpoint.allow_changes': unknown key '%s'%s",
+                            w1, name, suggestion(name));
+        if (k->resume == R_NEVER)
+            return zrt_errf(err, errlen,
+                            "%s: key 'checkpoint.allow_changes': '%s' can never change when "
+                            "resuming (the model, the data and the seeds are the checkpoint's)",
+                            w1, name);
+    }
     return 0;
 }
 
@@ -459,8 +663,62 @@ zipcclStrategy_t config_strategy_for(const TrainConfig* c, zipcclCollKind_t kind
     return s;
 }
 
+/* A number in the fewest digits that read back to the same value, so a
+ * printed config (a checkpoint's config.yaml) holds exactly the values of
+ * the run and compares equal to them. */
+static void fmt_number(char* buf, size_t n, double x, int is_float) {
+    for (int digits = is_float ? 6 : 15; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, x);
+        if (is_float ? strtof(buf, NULL) == (float)x : strtod(buf, NULL) == x) return;
+    }
+}
+
+/* Key k's value as config_print writes it. */
+static const char* value_text(const TrainConfig* c, const KeyDesc* k, char* buf, size_t n) {
+    const char* base = (const char*)c + k->offset;
+    switch (k->type) {
+    case K_INT: snprintf(buf, n, "%d", *(const int*)base); break;
+    case K_I64: snprintf(buf, n, "%lld", *(const long long*)base); break;
+    case K_FLOAT:
+        if (!strncmp(k->name, "model.", 6)) fmt_number(buf, n, *(const float*)base, 1);
+        else fmt_number(buf, n, *(const double*)base, 0);
+        break;
+    case K_BOOL: snprintf(buf, n, "%s", *(const int*)base ? "true" : "false"); break;
+    case K_STR: snprintf(buf, n, "\"%s\"", base); break;
+    case K_STRATEGY:
+        /* A forced strategy prints as the only one, so the printout
+         * reads back (checkpoints store it) to the same behaviour. */
+        snprintf(buf, n, "%s",
+                 strategy_names[c->comm.strategy_forced && k->lo == 0
+                                    ? zipcclStrategyDefault
+                                    : *(const zipcclStrategy_t*)base]);
+        break;
+    case K_CODEC: snprintf(buf, n, "%s", config_codec_name(*(const zipcclCodec_t*)base)); break;
+    case K_DTYPE:
+        snprintf(buf, n, "%s", *(const zipcclDataType_t*)base == zipcclBfloat16 ? "bf16" : "fp32");
+        break;
+    }
+    return buf;
+}
+
+/* The per-unit overrides as one line of YAML flow text ("" when none act). */
+static const char* overrides_text(const TrainConfig* c, char* buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
+    if (c->comm.strategy_forced) return buf;
+    for (int j = 0; j < c->comm.n_overrides && used < n; j++) {
+        const CommOverride* o = &c->comm.overrides[j];
+        used += (size_t)snprintf(
+            buf + used, n - used, "%s{pattern: \"%s\", strategy: %s, kind: %s}", j ? ", " : "",
+            o->pattern, strategy_names[o->strategy],
+            o->kind < 0 ? "all" : o->kind == 0 ? "allgather" : "reducescatter");
+    }
+    return buf;
+}
+
 void config_print(const TrainConfig* c, FILE* f) {
     const char* section = "";
+    char buf[CFG_PATH_MAX + 8];
     for (size_t i = 0; i < N_KEYS; i++) {
         const KeyDesc* k = &kKeys[i];
         const char* dot = strchr(k->name, '.');
@@ -469,31 +727,7 @@ void config_print(const TrainConfig* c, FILE* f) {
             fprintf(f, "%.*s:\n", (int)sl, k->name);
             section = k->name;
         }
-        const char* base = (const char*)c + k->offset;
-        fprintf(f, "  %s: ", dot + 1);
-        switch (k->type) {
-        case K_INT: fprintf(f, "%d", *(const int*)base); break;
-        case K_I64: fprintf(f, "%lld", *(const long long*)base); break;
-        case K_FLOAT:
-            if (!strncmp(k->name, "model.", 6)) fprintf(f, "%.9g", *(const float*)base);
-            else fprintf(f, "%.9g", *(const double*)base);
-            break;
-        case K_BOOL: fprintf(f, "%s", *(const int*)base ? "true" : "false"); break;
-        case K_STR: fprintf(f, "\"%s\"", base); break;
-        case K_STRATEGY:
-            /* A forced strategy prints as the only one, so the printout
-             * reads back (checkpoints store it) to the same behaviour. */
-            fprintf(f, "%s",
-                    strategy_names[c->comm.strategy_forced && k->lo == 0
-                                       ? zipcclStrategyDefault
-                                       : *(const zipcclStrategy_t*)base]);
-            break;
-        case K_CODEC: fprintf(f, "%s", config_codec_name(*(const zipcclCodec_t*)base)); break;
-        case K_DTYPE:
-            fprintf(f, "%s", *(const zipcclDataType_t*)base == zipcclBfloat16 ? "bf16" : "fp32");
-            break;
-        }
-        fprintf(f, "\n");
+        fprintf(f, "  %s: %s\n", dot + 1, value_text(c, k, buf, sizeof buf));
         if (!strcmp(k->name, "comm.reduce_dtype") && c->comm.n_overrides &&
             !c->comm.strategy_forced) {
             fprintf(f, "  overrides:\n");
@@ -505,4 +739,156 @@ void config_print(const TrainConfig* c, FILE* f) {
             }
         }
     }
+}
+
+/* ---- resuming ------------------------------------------------------------ */
+
+/* Text appended to a fixed buffer, silently cut at its end (messages). */
+typedef struct {
+    char* p;
+    size_t n, used;
+} Out;
+
+static void out_add(Out* o, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out_add(Out* o, const char* fmt, ...) {
+    if (!o->n || o->used >= o->n - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(o->p + o->used, o->n - o->used, fmt, ap);
+    va_end(ap);
+    if (k > 0) o->used += (size_t)k < o->n - o->used ? (size_t)k : o->n - o->used - 1;
+}
+
+static int allowed(const TrainConfig* c, const char* key) {
+    char name[160];
+    for (int i = 0; allow_entry(c->ckpt.allow_changes, i, name, sizeof name); i++)
+        if (!strcmp(name, key)) return 1;
+    return 0;
+}
+
+/* What a resumed run keeps of the checkpoint's, said when a key of it
+ * changed. */
+static const char* never_reason(const char* key) {
+    if (!strncmp(key, "model.", 6)) return "model";
+    if (!strcmp(key, "train.seed")) return "parameter-init seed";
+    if (!strcmp(key, "data.seed")) return "data order";
+    return "data";
+}
+
+int config_resume_check(const TrainConfig* saved, int saved_nranks, const TrainConfig* now,
+                        int nranks, char* notes, size_t notes_len, char* err, size_t errlen) {
+    Out bad = {err, errlen, 0}, warn = {notes, notes_len, 0};
+    char free_list[2048] = "";
+    Out fr = {free_list, sizeof free_list, 0};
+    char a[CFG_PATH_MAX + 8], b[CFG_PATH_MAX + 8], where[400];
+    int n_bad = 0;
+    if (errlen) err[0] = '\0';
+    if (notes_len) notes[0] = '\0';
+    out_add(&bad, "the run's config differs from the checkpoint's:");
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const KeyDesc* k = &kKeys[i];
+        if (!strcmp(value_text(saved, k, a, sizeof a), value_text(now, k, b, sizeof b)) ||
+            k->offset == OFF(ckpt.allow_changes))
+            continue;
+        /* Derived below: what matters is the global batch and the schedule
+         * length, not the keys one by one. */
+        if (!strcmp(k->name, "data.batch_size") || !strcmp(k->name, "data.grad_accum") ||
+            !strcmp(k->name, "schedule.total_steps") || !strcmp(k->name, "train.steps"))
+            continue;
+        config_where(now, k->name, where, sizeof where);
+        if (k->resume == R_NEVER) {
+            out_add(&bad, "\n  %s: %s in the checkpoint, %s now (%s): refused, a resumed run "
+                          "keeps the checkpoint's %s",
+                    k->name, a, b, where, never_reason(k->name));
+            n_bad++;
+        } else if (k->resume == R_ASK && !allowed(now, k->name)) {
+            out_add(&bad, "\n  %s: %s in the checkpoint, %s now (%s): changes the training; "
+                          "allow it with checkpoint.allow_changes: [%s]",
+                    k->name, a, b, where, k->name);
+            n_bad++;
+        } else if (k->resume == R_ASK) {
+            out_add(&warn, "# warning: resume: %s %s -> %s (%s; allowed by "
+                           "checkpoint.allow_changes)\n",
+                    k->name, a, b, where);
+        } else {
+            out_add(&fr, "%s%s %s -> %s", fr.used ? ", " : "", k->name, a, b);
+        }
+    }
+    {
+        char oa[1024], ob[1024];
+        if (strcmp(overrides_text(saved, oa, sizeof oa), overrides_text(now, ob, sizeof ob)))
+            out_add(&fr, "%scomm.overrides [%s] -> [%s]", fr.used ? ", " : "", oa, ob);
+    }
+
+    /* The global batch: sequences per optimizer step. The same batch cut
+     * differently (other rank count, batch size, accumulation) continues
+     * the same data order and the same mathematics. */
+    const long long gs = (long long)saved->data.batch_size * saved->data.grad_accum * saved_nranks,
+                    gn = (long long)now->data.batch_size * now->data.grad_accum * nranks;
+    char split_s[96], split_n[96];
+    snprintf(split_s, sizeof split_s, "batch_size %d x %d rank%s x grad_accum %d",
+             saved->data.batch_size, saved_nranks, saved_nranks > 1 ? "s" : "",
+             saved->data.grad_accum);
+    snprintf(split_n, sizeof split_n, "batch_size %d x %d rank%s x grad_accum %d",
+             now->data.batch_size, nranks, nranks > 1 ? "s" : "", now->data.grad_accum);
+    if (gs != gn) {
+        const int ok = allowed(now, "data.batch_size") || allowed(now, "data.grad_accum");
+        if (ok) {
+            out_add(&warn, "# warning: resume: global batch %lld -> %lld sequences per step (%s -> "
+                           "%s; allowed by checkpoint.allow_changes)\n",
+                    gs, gn, split_s, split_n);
+        } else {
+            out_add(&bad, "\n  global batch: %lld sequences per step in the checkpoint (%s), %lld "
+                          "now (%s): changes the training; allow it with "
+                          "checkpoint.allow_changes: [data.batch_size]",
+                    gs, split_s, gn, split_n);
+            n_bad++;
+        }
+    } else if (saved_nranks != nranks || saved->data.batch_size != now->data.batch_size ||
+               saved->data.grad_accum != now->data.grad_accum) {
+        out_add(&warn, "# resume: global batch %lld sequences per step as before, cut as %s (was "
+                       "%s): same data, sums in another order, so not bitwise equal to an "
+                       "uninterrupted run\n",
+                gn, split_n, split_s);
+    }
+
+    /* The schedule's length: schedule.total_steps, or train.steps when 0. */
+    const int ts = saved->schedule.total_steps ? saved->schedule.total_steps : saved->train.steps,
+              tn = now->schedule.total_steps ? now->schedule.total_steps : now->train.steps;
+    if (ts != tn) {
+        config_where(now, now->schedule.total_steps ? "schedule.total_steps" : "train.steps",
+                     where, sizeof where);
+        if (allowed(now, "schedule.total_steps")) {
+            out_add(&warn, "# warning: resume: learning-rate schedule over %d -> %d steps (%s; "
+                           "allowed by checkpoint.allow_changes)\n",
+                    ts, tn, where);
+        } else {
+            out_add(&bad, "\n  schedule.total_steps: the learning-rate schedule runs over %d steps "
+                          "in the checkpoint, %d now (%s%s): changes the training; keep it with "
+                          "schedule.total_steps: %d, or allow it with checkpoint.allow_changes: "
+                          "[schedule.total_steps]",
+                    ts, tn, where,
+                    now->schedule.total_steps ? "" : "; schedule.total_steps 0 follows train.steps",
+                    ts);
+            n_bad++;
+        }
+    }
+    if (saved->train.steps != now->train.steps)
+        out_add(&fr, "%strain.steps %d -> %d", fr.used ? ", " : "", saved->train.steps,
+                now->train.steps);
+    if (saved->schedule.total_steps != now->schedule.total_steps && ts == tn)
+        out_add(&fr, "%sschedule.total_steps %d -> %d (the same %d steps)", fr.used ? ", " : "",
+                saved->schedule.total_steps, now->schedule.total_steps, tn);
+
+    if (n_bad) {
+        out_add(&bad, "\n  (the checkpoint's config.yaml holds its values; a key marked 'allow' "
+                      "may change when named in checkpoint.allow_changes, e.g. --set "
+                      "checkpoint.allow_changes=optimizer.lr,data.batch_size)");
+        return -1;
+    }
+    if (fr.used)
+        out_add(&warn, "# resume: changed from the checkpoint's config, nothing the numerics "
+                       "depend on: %s\n",
+                free_list);
+    return 0;
 }

@@ -6,8 +6,11 @@
  * docs/RUNTIME.md). Every key is described once, in a table in config.c, with
  * its type and allowed range; the YAML reader and the command line's
  * `--set dotted.key=value` both go through that table, so both refuse an
- * unknown key, a wrong type or an out-of-range value with a message naming
- * the file, the line and the key.
+ * unknown key (suggesting the nearest known one), a wrong type or an
+ * out-of-range value with a message naming where the value came from: the
+ * file and line, or the `--set key=value` itself. The same table says what a
+ * change of each key means when a run resumes from a checkpoint
+ * (config_resume_check).
  *
  * Left out: includes, anchors/merges beyond what libyaml resolves itself,
  * environment interpolation.
@@ -22,6 +25,7 @@
 
 #define CFG_MAX_OVERRIDES 32
 #define CFG_PATH_MAX 512
+#define CFG_MAX_KEYS 64 /* room for the key table of config.c */
 
 /* A per-layer strategy override: units whose name matches `pattern`
  * (fnmatch; unit names are "outer", "layers.0", "layers.1", ...) use
@@ -79,8 +83,15 @@ typedef struct {
         char dir[CFG_PATH_MAX]; /* "" = no checkpoints */
         int every;              /* steps between saves (0: only at the end) */
         int keep;               /* newest checkpoints kept (0: all) */
+        char allow_changes[512]; /* keys --resume may change: "a.b,c.d" */
     } ckpt;
     char source[CFG_PATH_MAX]; /* the file it came from */
+    /* Where each key's value came from, by its place in config.c's table:
+     * `set` the --set assignment, else `line` of `source` (0: a default). */
+    struct {
+        int line;
+        char set[128];
+    } origin[CFG_MAX_KEYS];
 } TrainConfig;
 
 /* Defaults for every key (a valid tiny model). */
@@ -90,11 +101,31 @@ void config_defaults(TrainConfig* cfg);
  * "FILE:LINE: key 'a.b': what is wrong" in err. */
 int config_load(TrainConfig* cfg, const char* path, char* err, size_t errlen);
 
-/* Apply "dotted.key=value" (command-line --set) with the same checks. */
+/* Apply "dotted.key=value" (command-line --set) with the same checks;
+ * errors name the assignment: "--set data.seq_len=abc: key ...". */
 int config_set(TrainConfig* cfg, const char* assignment, char* err, size_t errlen);
 
-/* Cross-field checks (heads divide dim, model shape, ...), after all sets. */
+/* Cross-field checks (heads divide dim, model shape, ...), after all sets;
+ * an error names where the offending value came from. */
 int config_validate(const TrainConfig* cfg, char* err, size_t errlen);
+
+/* Where a value came from, for messages: key "data.seq_len" gives
+ * "--set data.seq_len=256", "FILE:LINE" or "FILE" (a default); sections
+ * "optimizer." or "optimizer.,schedule." give "FILE" plus their --set
+ * assignments ("FILE with --set optimizer.lr=2"). */
+const char* config_where(const TrainConfig* cfg, const char* key, char* buf, size_t n);
+
+/* Before resuming: compare the run's config `now` (at nranks ranks) with
+ * the one the checkpoint was saved with (`saved`, at saved_nranks). Changes
+ * of the model, the data or the seeds are refused; changes a user may mean
+ * (global batch, schedule, optimizer, communication dtypes) are refused
+ * unless named in now->ckpt.allow_changes; everything else (steps, logging,
+ * strategies, ...) is free. Returns 0 and writes a line per difference to
+ * notes ("# warning: ..." for the allowed ones, "# resume: ..." for the
+ * rest), or -1 with every refused key, both values and where the new one
+ * came from in err. */
+int config_resume_check(const TrainConfig* saved, int saved_nranks, const TrainConfig* now,
+                        int nranks, char* notes, size_t notes_len, char* err, size_t errlen);
 
 /* The effective strategy for one collective kind on one unit name. */
 zipcclStrategy_t config_strategy_for(const TrainConfig* cfg, zipcclCollKind_t kind,

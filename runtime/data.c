@@ -303,7 +303,11 @@ void data_close(Dataset* d) {
     memset(d, 0, sizeof *d);
 }
 
-/* Fisher-Yates over the windows, seeded by (seed, epoch) only. */
+/* Fisher-Yates over the windows, seeded by (seed, epoch) only: the state
+ * starts at seed * 0x100000001b3 XOR epoch (mod 2^64) and position i, from
+ * W-1 down to 1, swaps with splitmix64() mod (i+1). docs/RUNTIME.md states
+ * the same so that an independent reader (tests/test_data_order.py) can
+ * rebuild the order. */
 static void build_perm(Dataset* d, long long epoch) {
     size_t W = d->n_windows[0];
     uint64_t s = d->seed * 0x100000001b3ull ^ (uint64_t)epoch;
@@ -317,22 +321,39 @@ static void build_perm(Dataset* d, long long epoch) {
     d->perm_epoch = epoch;
 }
 
-void data_batch(Dataset* d, int split, long long k, int rank, int nranks, int B, int* tokens,
-                int* targets) {
+void data_batch(Dataset* d, int split, long long first, int rank, int nranks, int B, int* tokens,
+                int* targets, long long* windows) {
     const int T = d->T;
-    const long long G = (long long)B * nranks;
     for (int b = 0; b < B; b++) {
-        long long g = k * G + rank + (long long)b * nranks; /* global sample index */
+        const long long g = first + rank + (long long)b * nranks; /* global sample index */
+        long long w;
         size_t start;
         if (split == 0) {
-            long long W = (long long)d->n_windows[0];
-            long long epoch = g / W;
+            const long long W = (long long)d->n_windows[0];
+            const long long epoch = g / W;
             if (epoch != d->perm_epoch) build_perm(d, epoch);
-            start = (size_t)d->perm[g % W] * (size_t)T;
+            w = d->perm[g % W];
+            start = (size_t)w * (size_t)T;
         } else {
-            start = d->n_train + (size_t)(g % (long long)d->n_windows[1]) * (size_t)T;
+            w = g % (long long)d->n_windows[1];
+            start = d->n_train + (size_t)w * (size_t)T;
         }
+        if (windows) windows[b] = w;
         memcpy(tokens + (size_t)b * T, d->tokens + start, (size_t)T * sizeof(int));
         memcpy(targets + (size_t)b * T, d->tokens + start + 1, (size_t)T * sizeof(int));
     }
+}
+
+uint64_t data_hash(const Dataset* d) {
+    uint64_t h = ZRT_FNV_INIT;
+    for (size_t i = 0; i < d->n_tokens; i++) {
+        uint32_t t = (uint32_t)d->tokens[i];
+        unsigned char b[4] = {(unsigned char)t, (unsigned char)(t >> 8), (unsigned char)(t >> 16),
+                              (unsigned char)(t >> 24)};
+        h = zrt_fnv1a64(h, b, 4);
+    }
+    uint64_t split = d->n_train;
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(split >> (8 * i));
+    return zrt_fnv1a64(h, b, 8);
 }

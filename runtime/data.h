@@ -12,12 +12,17 @@
  * validation split (for bpe: of the bytes, before encoding).
  *
  * Each split is cut into non-overlapping windows of T+1 tokens (inputs and
- * shifted targets). Training samples follow a seeded global order: epoch e
- * is a permutation of all windows drawn from (seed, e) alone, so the order
- * never depends on how many ranks read it or on where a run resumed. Global
- * micro-batch k holds samples k*G .. k*G+G-1 (G = B * nranks) of that order
- * and rank r takes samples r, r+N, r+2N, ... of it: one rank with batch B*N
- * sees exactly the tokens that N ranks with batch B see together.
+ * shifted targets); window w of a split starts at token w*T of it. Training
+ * samples follow a seeded global order: epoch e is a permutation P_e of the
+ * W training windows drawn from (seed, e) alone (docs/RUNTIME.md, Data, has
+ * the exact shuffle), and global sample g is window P_{g/W}[g mod W], so the
+ * order never depends on how many ranks read it or on where a run resumed.
+ * A global micro-batch is G = B * nranks consecutive samples; rank r takes
+ * samples first+r, first+r+N, first+r+2N, ... of the one that starts at
+ * sample `first`: one rank with batch B*N sees exactly the windows that N
+ * ranks with batch B see together, and the trainer's data position is one
+ * number, the samples consumed. Validation sample g is window g mod W_val in
+ * file order, with the same split over ranks.
  *
  * Left out: pre-tokenization (BPE merges may cross word boundaries), document
  * boundaries, streaming files bigger than memory.
@@ -47,10 +52,16 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
               int T, double val_fraction, uint64_t seed, char* err, size_t errlen);
 void data_close(Dataset* d);
 
-/* Fill tokens/targets (B, T) for global micro-batch k of a split, as rank
- * `rank` of `nranks` sees it. split 0 = train (shuffled, endless epochs),
- * 1 = validation (file order, wrapping). */
-void data_batch(Dataset* d, int split, long long k, int rank, int nranks, int B, int* tokens,
-                int* targets);
+/* Fill tokens/targets (B, T) with rank `rank`'s share of the global
+ * micro-batch of B*nranks samples that starts at global sample `first`
+ * (row b is sample first + rank + b*nranks). split 0 = train (shuffled,
+ * endless epochs), 1 = validation (file order, wrapping). windows, if not
+ * NULL, receives the B window indices read (within the split). */
+void data_batch(Dataset* d, int split, long long first, int rank, int nranks, int B, int* tokens,
+                int* targets, long long* windows);
+
+/* FNV-1a 64 of the token stream and the split point: what a checkpoint
+ * records so a resumed run can tell that it reads the same data. */
+uint64_t data_hash(const Dataset* d);
 
 #endif

@@ -3,7 +3,7 @@
  * rank under mpirun (or alone as one rank).
  *
  *   build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]
- *               [--dump-tensors STEP DIR] [--resume DIR]
+ *               [--dump-tensors STEP DIR] [--resume DIR] [--trace-data FILE]
  *
  * One step, top to bottom (docs/RUNTIME.md has the long form):
  *   config -> data (this rank's sequences of the global batch)
@@ -43,25 +43,46 @@ typedef struct {
     int dump_step;
     const char* dump_dir;
     const char* resume;
+    const char* trace_data;
 } Args;
 
 static int g_rank, g_nranks;
+static int g_tracing;  /* --trace-data given (every rank takes part) */
+static FILE* g_trace;  /* its file, open on rank 0 */
 
 static void usage(FILE* f) {
     fprintf(f,
             "usage: build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]\n"
-            "                   [--dump-tensors STEP DIR] [--resume DIR]\n"
+            "                   [--dump-tensors STEP DIR] [--resume DIR] [--trace-data FILE]\n"
             "  --set key=value        override a config key (dotted: train.steps=20,\n"
             "                         comm.strategy=raw|native|compressed|auto, ...)\n"
             "  --log-json FILE        one JSON object per step, last line the param hash\n"
             "  --dump-tensors STEP D  write the tensors the collectives send at STEP to D\n"
-            "  --resume DIR           continue from a checkpoint (step dir or root)\n");
+            "  --resume DIR           continue from a checkpoint (step dir or root)\n"
+            "  --trace-data FILE      one JSON line per rank and micro-batch: the windows read\n");
 }
 
 /* Errors every rank sees alike (bad arguments, bad config): rank 0 says
  * it once and all ranks leave with status 2, no MPI_Abort needed. */
 static void config_fail(const char* msg) {
     if (g_rank == 0) {
+        fprintf(stderr, "train: error: %s\n", msg);
+        fflush(stderr);
+    }
+    MPI_Finalize();
+    exit(2);
+}
+
+/* Errors a rank may find on its own (a file it reads): every rank learns
+ * whether any failed, the first that did says why, and all leave with
+ * status 2 together. MPI_Abort from several ranks at once is what made Open
+ * MPI print its own ORTE_ERROR_LOG noise over the message. */
+static void agree_or_fail(int bad, const char* msg) {
+    int who = bad ? g_rank : g_nranks, first = g_nranks;
+    MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == g_nranks) return;
+    if (g_rank == first) {
+        fflush(stdout);
         fprintf(stderr, "train: error: %s\n", msg);
         fflush(stderr);
     }
@@ -95,6 +116,8 @@ static void parse_args(int argc, char** argv, Args* a) {
             a->dump_dir = argv[++i];
         } else if (!strcmp(s, "--resume") && i + 1 < argc) {
             a->resume = argv[++i];
+        } else if (!strcmp(s, "--trace-data") && i + 1 < argc) {
+            a->trace_data = argv[++i];
         } else if (s[0] == '-') {
             if (g_rank == 0) usage(stderr);
             snprintf(msg, sizeof msg, "unknown or incomplete option '%s'", s);
@@ -192,13 +215,45 @@ static void optimizer_step(Fsdp* f, const AdamWConfig* oc, int t, float lr) {
     }
 }
 
+/* --trace-data: rank 0 gathers every rank's window indices (and a hash of
+ * the tokens it will train on) and writes one JSON line per rank, so a test
+ * can check the data order from outside (tests/test_data_order.py). */
+static void trace_batch(int step, int micro, const char* split, long long first, int B,
+                        const long long* windows, const int* tok, int T) {
+    if (!g_tracing) return;
+    long long* mine = zrt_malloc((size_t)(B + 1) * sizeof(long long), "trace");
+    uint64_t h = zrt_fnv1a64(ZRT_FNV_INIT, tok, (size_t)B * T * sizeof(int));
+    mine[0] = (long long)h;
+    memcpy(mine + 1, windows, (size_t)B * sizeof(long long));
+    long long* all = g_rank == 0 ? zrt_malloc((size_t)g_nranks * (B + 1) * sizeof(long long),
+                                              "trace") : NULL;
+    MPI_Gather(mine, B + 1, MPI_LONG_LONG, all, B + 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    free(mine);
+    if (g_rank != 0) return;
+    for (int r = 0; r < g_nranks; r++) {
+        const long long* w = all + (size_t)r * (B + 1);
+        fprintf(g_trace,
+                "{\"step\": %d, \"micro\": %d, \"split\": \"%s\", \"rank\": %d, \"nranks\": %d, "
+                "\"first_sample\": %lld, \"tokens_fnv1a64\": \"%016" PRIx64 "\", \"windows\": [",
+                step, micro, split, r, g_nranks, first, (uint64_t)w[0]);
+        for (int b = 0; b < B; b++) fprintf(g_trace, "%s%lld", b ? ", " : "", w[1 + b]);
+        fprintf(g_trace, "]}\n");
+    }
+    fflush(g_trace);
+    free(all);
+}
+
 static double validate(Fsdp* f, Dataset* ds, LlamaActs* acts, const LlamaParamHooks* hooks,
-                       int* tok, int* tgt) {
+                       int* tok, int* tgt, int step, long long* windows) {
     const TrainConfig* cfg = f->cfg;
     const int B = cfg->data.batch_size, T = cfg->data.seq_len;
     double sum = 0;
     for (int k = 0; k < cfg->data.val_batches; k++) {
-        data_batch(ds, 1, (long long)k * B * g_nranks, g_rank, g_nranks, B, tok, tgt);
+        /* Validation batch k is global micro-batch k of the split in file
+         * order: samples k*G .. k*G+G-1, G = B * ranks. */
+        const long long first = (long long)k * B * g_nranks;
+        data_batch(ds, 1, first, g_rank, g_nranks, B, tok, tgt, windows);
+        trace_batch(step, k, "val", first, B, windows, tok, T);
         fsdp_begin_microbatch(f, 0);
         sum += llama_step(&cfg->model, acts, tok, tgt, B, T, hooks, 0, NULL);
         fsdp_end_step(f);
@@ -247,9 +302,33 @@ int main(int argc, char** argv) {
         oc.warmup_steps = oc.total_steps;
     }
     if (adamw_config_check(&oc, err, sizeof err)) {
-        char msg[2000];
-        snprintf(msg, sizeof msg, "%s: optimizer/schedule: %s", cfg.source, err);
+        char msg[2000], w[800];
+        snprintf(msg, sizeof msg, "%s: optimizer/schedule: %s",
+                 config_where(&cfg, "optimizer.,schedule.", w, sizeof w), err);
         config_fail(msg);
+    }
+    /* ---- a checkpoint to resume: read and judged before anything is built */
+    static CheckpointInfo ck;
+    static char notes[4096]; /* what the resumed run changes, said after the config */
+    TrainState st = {0, 0, 0};
+    if (args.resume) {
+        char msg[8192];
+        int bad = checkpoint_open(args.resume, &ck, err, sizeof err);
+        agree_or_fail(bad, err);
+        if (config_resume_check(&ck.cfg, ck.nranks, &cfg, g_nranks, notes, sizeof notes, msg,
+                                sizeof msg)) {
+            char full[sizeof msg + 2200];
+            snprintf(full, sizeof full, "--resume %.1000s (%.1100s): %s", args.resume, ck.dir, msg);
+            config_fail(full);
+        }
+        st = ck.st;
+        if (st.step > cfg.train.steps) {
+            snprintf(msg, sizeof msg,
+                     "--resume %s: the checkpoint is at step %d, beyond train.steps %d (hint: "
+                     "--set train.steps=N)",
+                     args.resume, st.step, cfg.train.steps);
+            config_fail(msg);
+        }
     }
     const LlamaConfig* mc = &cfg.model;
     const int B = cfg.data.batch_size, T = cfg.data.seq_len, A = cfg.data.grad_accum;
@@ -261,6 +340,7 @@ int main(int argc, char** argv) {
                "= %lld tokens/step\n",
                (double)llama_num_params(mc) / 1e6, mc->n_layers + 1, B, T, g_nranks, A,
                (long long)B * T * g_nranks * A);
+        fputs(notes, stdout);
         fflush(stdout);
     }
     check_memory(&cfg);
@@ -287,6 +367,17 @@ int main(int argc, char** argv) {
         }
     }
     if (data_rc) config_fail(err); /* every rank saw it (or rank 0 did and said so) */
+    const uint64_t data_fnv = data_hash(&ds);
+    if (args.resume && st.data_hash && st.data_hash != data_fnv) {
+        char msg[2000];
+        snprintf(msg, sizeof msg,
+                 "--resume %s: the training data is not the checkpoint's: %s with the %s "
+                 "tokenizer hashes to %016" PRIx64 ", the checkpoint's to %016" PRIx64
+                 " (the file changed, or another one)",
+                 args.resume, cfg.data.path, cfg.data.tokenizer, data_fnv, st.data_hash);
+        agree_or_fail(1, msg);
+    }
+    st.data_hash = data_fnv;
     if (g_rank == 0)
         printf("# data: %s, %s tokenizer%s, %zu tokens (%zu train, %zu validation), %zu train "
                "sequences, %.1f s\n",
@@ -294,6 +385,11 @@ int main(int argc, char** argv) {
                strcmp(cfg.data.tokenizer, "bpe") ? "" : ds.bpe_cached ? " (cached)" : " (trained)",
                ds.n_tokens, ds.n_train, ds.n_tokens - ds.n_train, ds.n_windows[0],
                zrt_now() - t_data);
+    const long long val_windows = (long long)cfg.data.val_batches * B * g_nranks;
+    if (g_rank == 0 && cfg.data.val_every > 0 && val_windows > (long long)ds.n_windows[1])
+        printf("# note: a validation pass reads %lld windows (val_batches %d x batch %d x %d "
+               "ranks) but the validation split has %zu: windows repeat (weighted more)\n",
+               val_windows, cfg.data.val_batches, B, g_nranks, ds.n_windows[1]);
 
     /* ---- the SGEMM peak for MFU: every rank at once, summed ---- */
     double peak_rank = zrt_sgemm_peak(0.3);
@@ -309,17 +405,18 @@ int main(int argc, char** argv) {
     int* tok = zrt_malloc((size_t)B * T * sizeof(int), "tokens");
     int* tgt = zrt_malloc((size_t)B * T * sizeof(int), "targets");
 
-    TrainState st = {0, 0};
     if (args.resume) {
-        checkpoint_load(&fsdp, args.resume, &st);
+        agree_or_fail(checkpoint_load(&fsdp, &ck, err, sizeof err), err);
         if (g_rank == 0)
-            printf("# resumed from %s at step %d (%lld samples consumed)\n", args.resume, st.step,
+            printf("# resumed from %s at step %d (%lld samples consumed)\n", ck.dir, st.step,
                    st.samples);
     }
-    trainCheck(st.step <= cfg.train.steps,
-               "--resume: the checkpoint is at step %d, beyond train.steps %d (hint: --set "
-               "train.steps=N)",
-               st.step, cfg.train.steps);
+    long long* windows = zrt_malloc((size_t)B * sizeof(long long), "window indices");
+    g_tracing = args.trace_data != NULL;
+    if (g_tracing && g_rank == 0) {
+        g_trace = fopen(args.trace_data, "w");
+        trainCheck(g_trace, "cannot open the data trace %s: %s", args.trace_data, strerror(errno));
+    }
 
     FILE* jl = NULL;
     if (g_rank == 0 && cfg.log.json[0]) {
@@ -356,7 +453,10 @@ int main(int argc, char** argv) {
         fsdp_zero_grads(&fsdp);
         double loss_sum = 0;
         for (int a = 0; a < A; a++) {
-            data_batch(&ds, 0, st.samples, g_rank, g_nranks, B, tok, tgt);
+            /* Step s, micro-batch a reads global samples
+             * (s*A + a)*G .. +G-1 (G = B * ranks): st.samples counts them. */
+            data_batch(&ds, 0, st.samples, g_rank, g_nranks, B, tok, tgt, windows);
+            trace_batch(step_no, a, "train", st.samples, B, windows, tok, T);
             fsdp_begin_microbatch(&fsdp, 1);
             loss_sum += llama_step(mc, acts, tok, tgt, B, T, &hooks, 1, NULL);
             fsdp_end_microbatch(&fsdp);
@@ -399,7 +499,7 @@ int main(int argc, char** argv) {
         double val = NAN;
         if (cfg.data.val_every > 0 && (step_no % cfg.data.val_every == 0 ||
                                        step_no == cfg.train.steps) && ds.n_windows[1] > 0)
-            val = validate(&fsdp, &ds, acts, &hooks, tok, tgt);
+            val = validate(&fsdp, &ds, acts, &hooks, tok, tgt, step_no, windows);
 
         if (g_rank == 0) {
             const double tps = tokens_per_step / dt, fl = flops_per_step / dt;
@@ -454,6 +554,8 @@ int main(int argc, char** argv) {
             fclose(jl);
         }
     }
+    if (g_trace) fclose(g_trace);
+    free(windows);
     free(tok);
     free(tgt);
     llama_acts_free(acts);

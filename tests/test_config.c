@@ -3,7 +3,9 @@
  *
  * Each case writes a small YAML file and checks what config_load() made of
  * it against the values written in the text (the independent reference),
- * and that bad files are refused with the file, the line and the key.
+ * and that bad files are refused with the file, the line and the key; that
+ * errors name the --set they came from and suggest the nearest known key;
+ * and what config_resume_check lets a resumed run change.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,6 +207,157 @@ int main(void) {
               "validate_seq_len", "%s", err);
         config_defaults(&d);
         CHECK(config_validate(&d, err, sizeof err) == 0, "defaults_valid", "%s", err);
+    }
+    /* Where a value came from: errors name the --set assignment or the
+     * file's line, and unknown keys suggest the nearest known one. */
+    CHECK(config_set(&c, "data.seq_len=abc", err, sizeof err) == -1 &&
+              !strncmp(err, "--set data.seq_len=abc: key 'data.seq_len'", 41),
+          "set_error_names_the_assignment", "%s", err);
+    CHECK(config_set(&c, "train.stepz=3", err, sizeof err) == -1 &&
+              strstr(err, "--set train.stepz=3: unknown key 'train.stepz' (did you mean "
+                          "'train.steps'?)"),
+          "set_unknown_key_suggests", "%s", err);
+    CHECK(config_set(&c, "optimizer.seq_len=3", err, sizeof err) == -1 &&
+              strstr(err, "(did you mean 'data.seq_len'?)"),
+          "set_key_in_other_section_suggests", "%s", err);
+    CHECK(config_set(&c, "model.depth=3", err, sizeof err) == -1 && !strstr(err, "did you mean"),
+          "set_unrelated_key_no_suggestion", "%s", err);
+    expect_error("unknown_key_suggests", "model:\n  n_layer: 3\n",
+                 ":2: unknown key 'model.n_layer' (did you mean 'model.n_layers'?)", NULL);
+    expect_error("unknown_section_suggests", "modle:\n  dim: 4\n", "(did you mean 'model'?)", NULL);
+    {
+        TrainConfig d;
+        char w[400];
+        config_defaults(&d);
+        CHECK(config_load(&d, write_yaml("model:\n  max_seq_len: 16\ndata:\n  seq_len: 8\n"), err,
+                          sizeof err) == 0,
+              "origin_file_loads", "%s", err);
+        char want_line[128];
+        snprintf(want_line, sizeof want_line, "%s:4", g_path);
+        CHECK(!strcmp(config_where(&d, "data.seq_len", w, sizeof w), want_line),
+              "where_file_line", "'%s', want '%s'", w, want_line);
+        CHECK(!strcmp(config_where(&d, "data.batch_size", w, sizeof w), g_path),
+              "where_default_is_the_file", "'%s'", w);
+        config_set(&d, "data.seq_len=32", err, sizeof err);
+        CHECK(config_validate(&d, err, sizeof err) == -1 &&
+                  !strncmp(err, "--set data.seq_len=32: key 'data.seq_len': 32 exceeds "
+                                "model.max_seq_len 16 (", 63) &&
+                  strstr(err, want_line) == NULL && strstr(err, ":2)"),
+              "validate_blames_the_set", "%s", err);
+        config_defaults(&d);
+        config_load(&d, write_yaml("model:\n  max_seq_len: 16\ndata:\n  seq_len: 32\n"), err,
+                    sizeof err);
+        CHECK(config_validate(&d, err, sizeof err) == -1 && strstr(err, want_line) == err &&
+                  strstr(err, ":2)"),
+              "validate_blames_the_file_line", "%s", err);
+        config_defaults(&d);
+        config_load(&d, write_yaml("model:\n  dim: 64\n"), err, sizeof err);
+        config_set(&d, "model.n_heads=3", err, sizeof err);
+        config_validate(&d, err, sizeof err);
+        CHECK(strstr(err, "with --set model.n_heads=3: model:") != NULL,
+              "validate_model_names_sets", "%s", err);
+    }
+    /* checkpoint.allow_changes: a YAML list or comma text of known keys
+     * that may change; model keys never may. */
+    {
+        TrainConfig d;
+        config_defaults(&d);
+        int r = config_load(&d, write_yaml("checkpoint:\n  allow_changes: [optimizer.lr, "
+                                           "data.batch_size]\n"),
+                            err, sizeof err);
+        CHECK(r == 0 && !strcmp(d.ckpt.allow_changes, "optimizer.lr,data.batch_size") &&
+                  config_validate(&d, err, sizeof err) == 0,
+              "allow_changes_yaml_list", "rc %d '%s' %s", r, d.ckpt.allow_changes, err);
+        config_set(&d, "checkpoint.allow_changes=optimizer.lr, model.dim", err, sizeof err);
+        CHECK(config_validate(&d, err, sizeof err) == -1 &&
+                  strstr(err, "'model.dim' can never change when resuming"),
+              "allow_changes_refuses_model_keys", "%s", err);
+        config_set(&d, "checkpoint.allow_changes=optimizer.lrr", err, sizeof err);
+        CHECK(config_validate(&d, err, sizeof err) == -1 &&
+                  strstr(err, "unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)"),
+              "allow_changes_unknown_key", "%s", err);
+    }
+    /* The printout holds every value exactly (checkpoints are compared by
+     * it): a double needing 17 digits reads back to the same bits. */
+    {
+        TrainConfig a, b;
+        char path2[80];
+        config_defaults(&a);
+        a.optim.lr = 1.0 / 3.0;
+        a.optim.eps = 1.0 / 7.0 * 1e-8;
+        a.model.norm_eps = 1.0f / 3.0f;
+        snprintf(path2, sizeof path2, "/tmp/test_config_exact_%d.yaml", (int)getpid());
+        FILE* f = fopen(path2, "w");
+        config_print(&a, f);
+        fclose(f);
+        config_defaults(&b);
+        int r = config_load(&b, path2, err, sizeof err);
+        unlink(path2);
+        CHECK(r == 0 && b.optim.lr == a.optim.lr && b.optim.eps == a.optim.eps &&
+                  b.model.norm_eps == a.model.norm_eps,
+              "print_is_exact", "lr %.17g vs %.17g", b.optim.lr, a.optim.lr);
+    }
+    /* Resuming: the checkpoint's config against the run's. */
+    {
+        static TrainConfig saved, now;
+        char notes[4096], err[4096]; /* a refusal lists every key */
+        config_defaults(&saved);
+        saved.schedule.total_steps = 0;
+        saved.train.steps = 100;
+        now = saved;
+        CHECK(config_resume_check(&saved, 2, &now, 2, notes, sizeof notes, err, sizeof err) == 0 &&
+                  !notes[0],
+              "resume_same_config", "%s / %s", err, notes);
+        config_set(&now, "model.n_layers=3", err, sizeof err);
+        config_set(&now, "model.rope_theta=500000", err, sizeof err);
+        config_set(&now, "data.seed=7", err, sizeof err);
+        config_set(&now, "comm.param_dtype=bf16", err, sizeof err);
+        int r = config_resume_check(&saved, 2, &now, 2, notes, sizeof notes, err, sizeof err);
+        CHECK(r == -1 &&
+                  strstr(err, "model.n_layers: 2 in the checkpoint, 3 now "
+                              "(--set model.n_layers=3)") &&
+                  strstr(err, "model.rope_theta: 10000 in the checkpoint, 500000 now") &&
+                  strstr(err, "data.seed: 1234 in the checkpoint, 7 now") &&
+                  strstr(err, "comm.param_dtype: fp32 in the checkpoint, bf16 now"),
+              "resume_names_every_refused_key", "%s", err);
+        now = saved;
+        config_set(&now, "comm.param_dtype=bf16", err, sizeof err);
+        config_set(&now, "checkpoint.allow_changes=comm.param_dtype", err, sizeof err);
+        r = config_resume_check(&saved, 2, &now, 2, notes, sizeof notes, err, sizeof err);
+        CHECK(r == 0 && strstr(notes, "# warning: resume: comm.param_dtype fp32 -> bf16"),
+              "resume_allowed_change_warns", "%d %s / %s", r, err, notes);
+        /* The global batch: the same batch cut otherwise is free. */
+        now = saved;
+        config_set(&now, "data.batch_size=2", err, sizeof err);
+        r = config_resume_check(&saved, 2, &now, 4, notes, sizeof notes, err, sizeof err);
+        CHECK(r == 0 && strstr(notes, "global batch 8 sequences per step as before"),
+              "resume_other_rank_count_same_batch", "%d %s / %s", r, err, notes);
+        r = config_resume_check(&saved, 2, &now, 2, notes, sizeof notes, err, sizeof err);
+        CHECK(r == -1 && strstr(err, "global batch: 8 sequences per step in the checkpoint"),
+              "resume_global_batch_refused", "%d %s", r, err);
+        config_set(&now, "checkpoint.allow_changes=data.grad_accum", err, sizeof err);
+        r = config_resume_check(&saved, 2, &now, 2, notes, sizeof notes, err, sizeof err);
+        CHECK(r == 0 && strstr(notes, "# warning: resume: global batch 8 -> 4"),
+              "resume_global_batch_allowed", "%d %s / %s", r, err, notes);
+        /* The schedule length follows train.steps when total_steps is 0. */
+        now = saved;
+        config_set(&now, "train.steps=200", err, sizeof err);
+        r = config_resume_check(&saved, 2, &now, 2, notes, sizeof notes, err, sizeof err);
+        CHECK(r == -1 && strstr(err, "schedule runs over 100 steps in the checkpoint, 200 now") &&
+                  strstr(err, "schedule.total_steps: 100"),
+              "resume_schedule_length_refused", "%d %s", r, err);
+        config_set(&now, "schedule.total_steps=100", err, sizeof err);
+        r = config_resume_check(&saved, 2, &now, 2, notes, sizeof notes, err, sizeof err);
+        CHECK(r == 0 && strstr(notes, "train.steps 100 -> 200"), "resume_more_steps_same_schedule",
+              "%d %s / %s", r, err, notes);
+        /* Lossless choices are free, and said. */
+        now = saved;
+        config_set(&now, "comm.strategy=raw", err, sizeof err);
+        config_set(&now, "logging.every=10", err, sizeof err);
+        r = config_resume_check(&saved, 2, &now, 2, notes, sizeof notes, err, sizeof err);
+        CHECK(r == 0 && strstr(notes, "comm.strategy compressed -> raw") &&
+                  strstr(notes, "logging.every 1 -> 10") && !strstr(notes, "warning"),
+              "resume_free_changes_noted", "%d %s / %s", r, err, notes);
     }
     unlink(g_path);
     return tu_exit();

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test: timeout=120
 # test_train_config.sh — bad input to build/train gets a clear error that
-# names the file, the line and the key, and a non-zero exit status (2 for
-# config errors) without a crash; the 8B config fails at start with the
+# names where the bad value came from (the file and line, or the --set
+# assignment itself), the key, and for an unknown key the nearest known one,
+# with exit status 2 and no crash; the 8B config fails at start with the
 # memory estimate.
 set -u
 cd "$(dirname "$0")/.."
@@ -54,7 +55,7 @@ if "$TRAIN" "$tmp/good.yaml" >"$tmp/out" 2>"$tmp/err" && grep -q '^# done: 2 ste
 else echo "FAIL good_config_runs: $(tail -3 "$tmp/err")"; fails=$((fails + 1)); fi
 
 good | sed 's/^  dim: 32/  dim: 32\n  dimm: 4/' >"$tmp/unknown.yaml"
-expect unknown_key 2 "unknown.yaml:4: unknown key 'model.dimm'" -- "$tmp/unknown.yaml"
+expect unknown_key 2 "unknown.yaml:4: unknown key 'model.dimm' \(did you mean 'model.dim'\?\)" -- "$tmp/unknown.yaml"
 
 good | sed 's/^  n_layers: 1/  n_layers: two/' >"$tmp/type.yaml"
 expect wrong_type 2 "type.yaml:4: key 'model.n_layers': expected an integer, got 'two'" -- "$tmp/type.yaml"
@@ -85,10 +86,18 @@ expect missing_config 2 "nope.yaml: cannot open config" -- "$tmp/nope.yaml"
 good | sed "s#path: .*#path: $tmp/missing.txt#" >"$tmp/nodata.yaml"
 expect missing_data_file 2 "missing.txt: cannot open data file" -- "$tmp/nodata.yaml"
 
-expect set_unknown_key 2 "--set: unknown key 'train.stepz'" -- "$tmp/good.yaml" --set train.stepz=3
-expect set_out_of_range 2 "--set: key 'train.steps': 0 is out of range" -- "$tmp/good.yaml" --set train.steps=0
+expect set_unknown_key 2 "--set train.stepz=3: unknown key 'train.stepz' \(did you mean 'train.steps'\?\)" -- "$tmp/good.yaml" --set train.stepz=3
+expect set_key_in_wrong_section 2 "unknown key 'model.seq_len' \(did you mean 'data.seq_len'\?\)" -- "$tmp/good.yaml" --set model.seq_len=8
+expect set_unknown_key_no_wild_guess 2 "unknown key 'model.depth'\$" -- "$tmp/good.yaml" --set model.depth=3
+expect set_out_of_range 2 "--set train.steps=0: key 'train.steps': 0 is out of range" -- "$tmp/good.yaml" --set train.steps=0
+# A cross-field check blames the --set that broke it, not the file...
+expect set_seq_len_beyond_max 2 "error: --set data.seq_len=256: key 'data.seq_len': 256 exceeds model.max_seq_len 16 \(.*good.yaml:8\)" -- "$tmp/good.yaml" --set data.seq_len=256
+expect set_model_shape_named 2 "good.yaml with --set model.n_heads=3: model: .*n_heads" -- "$tmp/good.yaml" --set model.n_heads=3
+# ...and the file's line when the file holds the value.
+good | sed 's/^  seq_len: 16/  seq_len: 32/' >"$tmp/seq.yaml"
+expect file_seq_len_beyond_max 2 "error: [^ ]*seq.yaml:11: key 'data.seq_len': 32 exceeds model.max_seq_len 16 \([^ ]*seq.yaml:8\)" -- "$tmp/seq.yaml"
 expect set_malformed 2 "expected dotted.key=value" -- "$tmp/good.yaml" --set train.steps
 expect unknown_option 2 "unknown or incomplete option '--frobnicate'" -- "$tmp/good.yaml" --frobnicate
-expect resume_not_a_checkpoint 1 "is not a checkpoint" -- "$tmp/good.yaml" --resume "$tmp"
+expect resume_not_a_checkpoint 2 "is not a checkpoint" -- "$tmp/good.yaml" --resume "$tmp"
 expect llama3_8b_does_not_fit 2 "does not fit: 8.03 B parameters need .* available" -- configs/llama3-8b.yaml
 exit $((fails > 0))

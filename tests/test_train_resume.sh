@@ -12,6 +12,13 @@
 #   (c3) the checkpoint files: model.safetensors read by the independent
 #        Python `safetensors` package holds every tensor with the model's
 #        shapes; a corrupted file is refused by the manifest check.
+#   (c5) the checkpoint's config against the resumed run's: a change of the
+#        model, the data or the seeds is refused with every differing key
+#        named (exit 2, one clean message, no MPI_Abort noise, at 2 ranks);
+#        a changed global batch or learning rate is refused unless named in
+#        checkpoint.allow_changes, and then announced by a warning line; a
+#        changed corpus is refused even under another path, the same corpus
+#        under another path is not.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -90,6 +97,51 @@ if run 2 "$tmp/g2.log" --set comm.param_dtype=fp32 --log-json "$tmp/g2.jsonl" &&
 else
   fail "$name" "a run failed"
 fi
+
+# (c5) what a resumed run may change. refused NAME WANT_RC PATTERN... -- ARGS:
+# a 2-rank resume of ck2 (2 ranks x batch 2, step 10) must exit WANT_RC with
+# each PATTERN in its output, the message once, and no MPI_Abort / ORTE noise.
+refused() {
+  local name=$1 want=$2; shift 2
+  local pats=()
+  while [ "$1" != "--" ]; do pats+=("$1"); shift; done; shift
+  mpirun --oversubscribe --bind-to none -n 2 "$TRAIN" "$tmp/tiny.yaml" --resume "$tmp/ck2" "$@" \
+    >"$tmp/refused.log" 2>&1
+  local rc=$? p
+  if [ $rc -ne "$want" ]; then fail "$name" "exit $rc, want $want: $(grep -v '^step\|^#\|^  [a-z_0-9]*:\|^[a-z]*:$' "$tmp/refused.log" | head -5)"; return; fi
+  for p in "${pats[@]}"; do
+    grep -qE -- "$p" "$tmp/refused.log" || { fail "$name" "output lacks /$p/: $(grep -v '^step' "$tmp/refused.log" | head -8)"; return; }
+  done
+  if grep -qE "ORTE_ERROR_LOG|MPI_ABORT|FATAL" "$tmp/refused.log"; then fail "$name" "abort noise: $(grep -E 'ORTE|MPI_ABORT|FATAL' "$tmp/refused.log" | head -3)"; return; fi
+  [ "$want" = 0 ] || [ "$(grep -c '^train: error:' "$tmp/refused.log")" = 1 ] || { fail "$name" "the error is not said exactly once"; return; }
+  pass "$name"
+}
+refused resume_refuses_model_data_seed_changes 2 "model.n_layers: 2 in the checkpoint, 1 now \(--set model.n_layers=1\)" \
+  "model.rope_theta: 10000 in the checkpoint, 500000 now" "data.seed: 11 in the checkpoint, 12 now" \
+  "train.seed: 5 in the checkpoint, 6 now" \
+  -- --set model.n_layers=1 --set model.rope_theta=500000 --set data.seed=12 --set train.seed=6
+refused resume_refuses_tie_embeddings_cleanly 2 "model.tie_embeddings: true in the checkpoint, false now" \
+  -- --set model.tie_embeddings=false
+refused resume_refuses_global_batch_change 2 "global batch: 4 sequences per step in the checkpoint .*, 8 now" \
+  "checkpoint.allow_changes" -- --set data.batch_size=4
+refused resume_refuses_lr_change 2 "optimizer.lr: 0.003 in the checkpoint, 0.001 now \(--set optimizer.lr=0.001\)" \
+  -- --set optimizer.lr=0.001
+refused resume_refuses_schedule_length_change 2 "schedule.total_steps: the learning-rate schedule runs over 20 steps in the checkpoint, 30 now" \
+  -- --set schedule.total_steps=30 --set train.steps=30
+refused resume_allowed_changes_are_announced 0 "^# warning: resume: global batch 4 -> 8 sequences per step" \
+  "^# warning: resume: optimizer.lr 0.003 -> 0.001" "^# resumed from .* at step 10" "^# done: 1 steps" \
+  -- --set data.batch_size=4 --set optimizer.lr=0.001 --set train.steps=11 \
+     --set checkpoint.allow_changes=data.batch_size,optimizer.lr
+refused resume_free_changes_are_noted 0 "^# resume: changed from the checkpoint's config, nothing the numerics depend on: .*comm.strategy compressed -> raw" \
+  "^# done: 1 steps" -- --set comm.strategy=raw --set train.steps=11
+cp "$tmp/corpus.txt" "$tmp/same.txt"
+refused resume_same_corpus_other_path_accepted 0 "data.path \"$tmp/corpus.txt\" -> \"$tmp/same.txt\"" "^# done: 1 steps" \
+  -- --set data.path="$tmp/same.txt" --set train.steps=11
+{ cat "$tmp/corpus.txt"; echo "one more line"; } >"$tmp/other.txt"
+refused resume_refuses_changed_corpus 2 "the training data is not the checkpoint's" \
+  -- --set data.path="$tmp/other.txt" --set train.steps=11
+refused resume_refuses_allowing_a_model_key 2 "'model.dim' can never change when resuming" \
+  -- --set checkpoint.allow_changes=model.dim
 
 # (c3) files read by an independent implementation
 name="checkpoint_readable_by_python_safetensors"
