@@ -322,9 +322,11 @@ zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm) {
     MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->mpi, &c->rank);
     MPI_Comm_size(c->mpi, &c->nranks);
+    /* The tag bound is the MPI library's, cached on MPI_COMM_WORLD only (a
+     * communicator split from it may carry no MPI_TAG_UB attribute). */
     int* tagUb = NULL;
     int flag = 0;
-    MPI_Comm_get_attr(c->mpi, MPI_TAG_UB, &tagUb, &flag);
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &flag);
     if (!flag || *tagUb < (1 << 24) - 1) {
         commFree(c);
         return zipcclSetError(zipcclUnsupported, "MPI_TAG_UB %d is below the 2^24 ZipCCL tags need",
