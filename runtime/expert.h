@@ -1,0 +1,60 @@
+/*
+ * expert.h — expert parallelism: which rank owns which experts, and the
+ * token dispatch / combine of MoE blocks over ZipCCL's AlltoAllv (expert.c).
+ *
+ * The world's N ranks form N / EP groups of EP consecutive ranks (EP divides
+ * N and the expert count E). Inside a group, rank i owns experts
+ * [i*E/EP, (i+1)*E/EP) of every MoE block; ranks with the same index in
+ * different groups hold the same experts and shard them FSDP-style among
+ * themselves (the expert-data-parallel group, N / EP ranks; fsdp.c).
+ *
+ * The model calls the hooks below (llama.h, LlamaParamHooks.dispatch and
+ * .combine) with its rows grouped by global expert; Expert moves them to the
+ * owners and back. EP = 1 needs none of this: the model computes every
+ * expert locally when the hooks are NULL.
+ *
+ * Left out: capacity factors (dropless only), overlapping the exchange with
+ * expert compute (the scheduler issue), device buffers.
+ */
+#ifndef RUNTIME_EXPERT_H
+#define RUNTIME_EXPERT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zipccl.h"
+
+typedef struct ExpertLayer ExpertLayer;
+
+typedef struct {
+    int ep, ep_rank;          /* EP group size and this rank's index in it     */
+    int E, E_local, first;    /* experts in all, per rank, this rank's first   */
+    int n_layers;             /* model blocks (a table slot per block)          */
+    void* mpi_ep;             /* MPI_Comm* of the EP group (counts exchange)    */
+    zipcclComm_t comm;        /* the EP group's AlltoAllv of rows (own comm)    */
+    zipcclCallConfig_t* cfg;  /* (n_layers) per-block call config (overrides)   */
+    ExpertLayer* layer;       /* (n_layers) per-block exchange state            */
+
+    /* statistics since the last expert_reset_stats */
+    double blocked_s;         /* compute thread waiting on the exchange         */
+    long long* tokens;        /* (n_layers * E) pairs routed to each expert by
+                               * this rank, forward only                         */
+    long long* received;      /* (n_layers) rows this rank's experts computed    */
+} Expert;
+
+/* Split MPI_COMM_WORLD into EP groups and make the exchange communicator.
+ * Collective over MPI_COMM_WORLD. cfgs: (n_layers) call configs, copied.
+ * Returns 0, or -1 with a message in err (EP not dividing N or E). */
+int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCallConfig_t* cfgs,
+                char* err, size_t errlen);
+void expert_free(Expert* x);
+
+/* The LlamaParamHooks.dispatch / .combine signatures, ctx = Expert*. A
+ * failed exchange reports why on stderr and returns -1 (the step fails). */
+int expert_dispatch(void* ctx, int layer, int phase, const float* rows, const int* counts, int C,
+                    const float** recv, int* n_recv, const int** recv_counts, int* n_local,
+                    int* first_expert);
+int expert_combine(void* ctx, int layer, int phase, const float* local, float* rows);
+
+void expert_reset_stats(Expert* x);
+
+#endif

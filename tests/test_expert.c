@@ -1,0 +1,189 @@
+// test: ranks=1,2,3,4 timeout=120
+/*
+ * test_expert.c — expert parallelism's dispatch and combine (runtime/expert.c)
+ * at 1-4 ranks, EP = every divisor of the rank count.
+ *
+ * The reference is MPI's own MPI_Allgather: every rank gathers every rank's
+ * counts and rows and computes, independently of expert.c, which rows each
+ * rank must receive and in which order (its local experts in order; for each,
+ * the rows of its EP group's ranks in rank order; inside a rank, that rank's
+ * own order). Checked: dispatch delivers exactly those rows (bit for bit),
+ * with native, raw and compressed AlltoAllv alike; combine of a function of
+ * the received rows brings back that function of every rank's own rows, in
+ * place (Megatron's dispatcher test in spirit: dispatch + combine = identity
+ * on what the experts did); the backward exchange reuses the forward's sizes
+ * and refuses other ones; experts with zero rows, a rank sending nothing, and
+ * EP = 1 work.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "expert.h"
+#include "testutil.h"
+
+static int rank, nranks;
+
+static int agree(int ok) {
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
+static void report(int ok, const char* name, const char* why) {
+    ok = agree(ok);
+    if (rank == 0) CHECK(ok, name, "%s", why);
+    else if (!ok) tu_failures++;
+}
+
+/* A row's values say whose it is: (rank, row, column). */
+static float value(int r, int row, int c) { return (float)(r * 100000 + row * 16 + c % 16) + 0.25f; }
+
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* One trial: E experts, EP, rows per rank from a seeded count pattern. */
+static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy,
+                  const char* tag) {
+    char name[128], why[256] = "";
+    Expert x;
+    zipcclCallConfig_t cfg = {strategy, zipcclCodecDefault, zipcclAlgoDefault};
+    zipcclCallConfig_t cfgs[2] = {cfg, cfg};
+    char err[200];
+    if (expert_init(&x, ep, E, 2, cfgs, err, sizeof err)) {
+        snprintf(name, sizeof name, "%s/init", tag);
+        report(0, name, err);
+        return;
+    }
+    // counts: some experts empty, rank 1 (if any) sends nothing in trial seed 3
+    int* counts = malloc(sizeof(int) * E * nranks);
+    for (int r = 0; r < nranks; r++)
+        for (int e = 0; e < E; e++) {
+            uint64_t h = mix(seed * 1315423911u + (uint64_t)r * 2654435761u + (uint64_t)e);
+            counts[r * E + e] = (h % 5 == 0) ? 0 : (int)(h % 7);
+            if (seed == 3 && r == 1) counts[r * E + e] = 0;
+        }
+    int* total = calloc(nranks, sizeof(int));
+    for (int r = 0; r < nranks; r++)
+        for (int e = 0; e < E; e++) total[r] += counts[r * E + e];
+    float* rows = malloc(sizeof(float) * ((size_t)total[rank] * C + 1));
+    for (int i = 0; i < total[rank]; i++)
+        for (int c = 0; c < C; c++) rows[(size_t)i * C + c] = value(rank, i, c);
+
+    // reference: which rows this rank's experts get, from the gathered counts
+    const int El = E / ep, first = (rank % ep) * El, g0 = rank / ep * ep;
+    size_t want_n = 0;
+    int want_counts[64] = {0};
+    for (int j = 0; j < El; j++)
+        for (int s = g0; s < g0 + ep; s++) {
+            want_counts[j] += counts[s * E + first + j];
+            want_n += (size_t)counts[s * E + first + j];
+        }
+    float* want = malloc(sizeof(float) * (want_n * C + 1));
+    size_t o = 0;
+    for (int j = 0; j < El; j++)
+        for (int s = g0; s < g0 + ep; s++) {
+            int start = 0; // row of rank s where expert first+j begins
+            for (int e = 0; e < first + j; e++) start += counts[s * E + e];
+            for (int i = 0; i < counts[s * E + first + j]; i++, o++)
+                for (int c = 0; c < C; c++) want[o * C + c] = value(s, start + i, c);
+        }
+
+    const float* recv = NULL;
+    const int* rc = NULL;
+    int n_recv = -1, n_local = -1, fe = -1;
+    int rcd = expert_dispatch(&x, 1, 0, rows, counts + rank * E, C, &recv, &n_recv, &rc, &n_local,
+                              &fe);
+    int ok = rcd == 0 && n_recv == (int)want_n && n_local == El && fe == first &&
+             (!want_n || !memcmp(recv, want, want_n * C * sizeof(float)));
+    for (int j = 0; ok && j < El; j++) ok = rc[j] == want_counts[j];
+    if (!ok)
+        snprintf(why, sizeof why, "rank %d: rc %d, %d rows (want %zu), %d local from %d (want %d from %d)",
+                 rank, rcd, n_recv, want_n, n_local, fe, El, first);
+    snprintf(name, sizeof name, "%s/dispatch_delivers_reference_rows", tag);
+    report(ok, name, why);
+
+    // the experts: y = 2x - 1 per element; combine must return it in place
+    float* y = malloc(sizeof(float) * (want_n * C + 1));
+    for (size_t i = 0; i < want_n * C; i++) y[i] = 2.0f * recv[i] - 1.0f;
+    float* back = malloc(sizeof(float) * ((size_t)total[rank] * C + 1));
+    int rcc = expert_combine(&x, 1, 0, y, back);
+    ok = rcc == 0;
+    for (size_t i = 0; ok && i < (size_t)total[rank] * C; i++) ok = back[i] == 2.0f * rows[i] - 1.0f;
+    snprintf(name, sizeof name, "%s/combine_returns_expert_outputs_in_place", tag);
+    report(ok, name, "combine did not bring back 2x-1 of this rank's rows");
+
+    // backward: the same sizes, no count exchange; other sizes are refused
+    rcd = expert_dispatch(&x, 1, 1, back, counts + rank * E, C, &recv, &n_recv, &rc, &n_local, &fe);
+    ok = rcd == 0 && n_recv == (int)want_n;
+    for (size_t i = 0; ok && i < want_n * C; i++) ok = recv[i] == 2.0f * want[i] - 1.0f;
+    rcc = ok ? expert_combine(&x, 1, 1, recv, back) : -1;
+    for (size_t i = 0; ok && i < (size_t)total[rank] * C; i++) ok = back[i] == 2.0f * rows[i] - 1.0f;
+    snprintf(name, sizeof name, "%s/backward_exchange_reuses_sizes", tag);
+    report(ok && rcc == 0, name, "phase-1 dispatch/combine differ from the forward's layout");
+    if (strategy == zipcclStrategyRaw && ep > 1) {
+        int other[64];
+        memcpy(other, counts + rank * E, sizeof(int) * E);
+        other[0] += 1; // every rank claims one more row for expert 0
+        float* more = calloc((size_t)(total[rank] + 1) * C, sizeof(float));
+        rcd = expert_dispatch(&x, 1, 1, more, other, C, &recv, &n_recv, &rc, &n_local, &fe);
+        free(more);
+        snprintf(name, sizeof name, "%s/backward_refuses_other_sizes", tag);
+        report(rcd == -1, name, "a backward dispatch with other counts was accepted");
+        int never = expert_combine(&x, 0, 0, y, back); // block 0 never dispatched
+        snprintf(name, sizeof name, "%s/combine_without_dispatch_refused", tag);
+        report(never == -1, name, "combine of a block with no dispatch was accepted");
+    }
+    long long routed = 0;
+    for (int e = 0; e < E; e++) routed += x.tokens[E + e];
+    snprintf(name, sizeof name, "%s/stats", tag);
+    report(routed == total[rank] && x.received[1] == (long long)want_n, name,
+           "tokens/received statistics do not match the counts");
+    free(counts);
+    free(total);
+    free(rows);
+    free(want);
+    free(y);
+    free(back);
+    expert_free(&x);
+}
+
+int main(int argc, char** argv) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    const zipcclStrategy_t strategies[3] = {zipcclStrategyNative, zipcclStrategyRaw,
+                                            zipcclStrategyCompressed};
+    const char* sname[3] = {"native", "raw", "compressed"};
+    for (int ep = 1; ep <= nranks; ep++) {
+        if (nranks % ep) continue;
+        for (int si = 0; si < 3; si++)
+            for (uint64_t seed = 1; seed <= 3; seed++) {
+                char tag[64];
+                snprintf(tag, sizeof tag, "np%d/ep%d/%s/seed%d", nranks, ep, sname[si], (int)seed);
+                trial(ep, 2 * ep * (seed == 2 ? 3 : 1), 24, seed, strategies[si], tag);
+            }
+    }
+    // ep must divide the ranks and the experts
+    Expert x;
+    char err[200] = "";
+    zipcclCallConfig_t cfg = {zipcclStrategyRaw, zipcclCodecDefault, zipcclAlgoDefault};
+    int bad = expert_init(&x, nranks + 1, 4 * (nranks + 1), 1, &cfg, err, sizeof err);
+    report(bad == -1 && strstr(err, "divide"), "expert/init_rejects_ep_not_dividing_ranks", err);
+    if (nranks % 2 == 0) {
+        bad = expert_init(&x, 2, 3, 1, &cfg, err, sizeof err);
+        report(bad == -1 && strstr(err, "n_experts"), "expert/init_rejects_ep_not_dividing_experts",
+               err);
+    }
+    MPI_Finalize();
+    return tu_exit();
+}
