@@ -24,7 +24,6 @@
 #include "log.h"
 #include "safetensors.h"
 
-#define MAX_TENSORS_PER_UNIT 16
 
 /* FNV-1a 64 of a whole file and its size; -1 (errno set) if unreadable. */
 static int file_hash(const char* path, uint64_t* hash, size_t* bytes) {
@@ -107,13 +106,15 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
         trainCheck(wm && wo, "checkpoint: out of memory");
         keep = zrt_calloc((size_t)f->n_units * 3, sizeof(float*), "checkpoint buffers");
     }
-    char names[MAX_TENSORS_PER_UNIT][64];
-    size_t rows[MAX_TENSORS_PER_UNIT], cols[MAX_TENSORS_PER_UNIT];
     for (int u = 0; u < f->n_units; u++) {
-        int nt = llama_unit_tensors(mc, u, names, rows, cols, MAX_TENSORS_PER_UNIT);
-        trainCheck(nt > 0 && nt <= MAX_TENSORS_PER_UNIT, "unit %d has %d tensors", u, nt);
+        int nt = llama_unit_tensors(mc, u, NULL, NULL, NULL, 0);
+        trainCheck(nt > 0, "unit %d has %d tensors", u, nt);
+        char(*names)[64] = zrt_malloc((size_t)nt * sizeof *names, "tensor names");
+        size_t* rows = zrt_malloc((size_t)nt * 2 * sizeof(size_t), "tensor shapes");
+        size_t* cols = rows + nt;
+        llama_unit_tensors(mc, u, names, rows, cols, nt);
         for (int which = 0; which < 3; which++) {
-            float* full = zrt_malloc(f->units[u].padded * sizeof(float), "checkpoint gather");
+            float* full = zrt_malloc(fsdp_full_floats(f, u) * sizeof(float), "checkpoint gather");
             fsdp_gather_full(f, u, which, full);
             if (f->rank != 0) {
                 free(full);
@@ -133,9 +134,11 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
                            "checkpoint: %s", err);
                 off += n;
             }
-            trainCheck(off == f->units[u].numel, "unit %d: tensors cover %zu of %zu values", u,
-                       off, f->units[u].numel);
+            trainCheck(off == f->units[u].full_numel, "unit %d: tensors cover %zu of %zu values",
+                       u, off, f->units[u].full_numel);
         }
+        free(names);
+        free(rows);
     }
     if (f->rank == 0) {
         char stepbuf[32];
@@ -250,13 +253,15 @@ static int load_file(Fsdp* f, const char* path, int first_which, char* err, size
     char e[512];
     st_file* sf;
     if (st_open(path, &sf, e, sizeof e)) return zrt_errf(err, errlen, "--resume: %s", e);
-    char names[MAX_TENSORS_PER_UNIT][64];
-    size_t rows[MAX_TENSORS_PER_UNIT], cols[MAX_TENSORS_PER_UNIT];
     int rc = 0;
     for (int which = first_which; !rc && which < (first_which ? 3 : 1); which++) {
         for (int u = 0; !rc && u < f->n_units; u++) {
-            int nt = llama_unit_tensors(mc, u, names, rows, cols, MAX_TENSORS_PER_UNIT);
-            float* full = zrt_calloc(f->units[u].padded, sizeof(float), "checkpoint load");
+            int nt = llama_unit_tensors(mc, u, NULL, NULL, NULL, 0);
+            char(*names)[64] = zrt_malloc((size_t)nt * sizeof *names + 1, "tensor names");
+            size_t* rows = zrt_malloc((size_t)nt * 2 * sizeof(size_t) + 1, "tensor shapes");
+            size_t* cols = rows + nt;
+            llama_unit_tensors(mc, u, names, rows, cols, nt);
+            float* full = zrt_calloc(fsdp_full_floats(f, u), sizeof(float), "checkpoint load");
             size_t off = 0;
             for (int t = 0; !rc && t < nt; t++) {
                 char name[80];
@@ -278,6 +283,8 @@ static int load_file(Fsdp* f, const char* path, int first_which, char* err, size
             }
             if (!rc) fsdp_load_full(f, u, which, full);
             free(full);
+            free(names);
+            free(rows);
         }
     }
     st_close(sf);

@@ -23,12 +23,17 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <yaml.h>
 
-typedef enum { K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_STRATEGY, K_CODEC, K_DTYPE } KeyType;
+/* K_LAYERS: a set of block indices (< 256) held as a bit mask (uint64_t[4]);
+ * written as a YAML list [1, 3] or, with --set, "1,3" ("" for none). */
+typedef enum {
+    K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_STRATEGY, K_CODEC, K_DTYPE, K_LAYERS
+} KeyType;
 
 /* What a change of the key means when a run resumes from a checkpoint. */
 typedef enum {
@@ -67,6 +72,22 @@ static const KeyDesc kKeys[] = {
     {"model.rope_theta", K_FLOAT, OFF(model.rope_theta), 1, 1e12, 0, "RoPE base", R_NEVER},
     {"model.norm_eps", K_FLOAT, OFF(model.norm_eps), 1e-12, 1, 0, "RMSNorm epsilon", R_NEVER},
     {"model.tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 1, 0, "", R_NEVER},
+    {"model.head_dim", K_INT, OFF(model.head_dim), 0, 65536, 0, "0: dim / n_heads", R_NEVER},
+    {"model.qk_norm", K_BOOL, OFF(model.qk_norm), 0, 1, 0, "RMSNorm on q and k heads (Qwen3)",
+     R_NEVER},
+    {"model.n_experts", K_INT, OFF(model.n_experts), 0, 65536, 0, "0: a dense model", R_NEVER},
+    {"model.n_experts_per_tok", K_INT, OFF(model.n_experts_per_tok), 0, 65536, 0, "top-k",
+     R_NEVER},
+    {"model.moe_ffn_hidden", K_INT, OFF(model.moe_ffn_hidden), 0, 1 << 20, 0,
+     "expert SwiGLU width", R_NEVER},
+    {"model.decoder_sparse_step", K_INT, OFF(model.decoder_sparse_step), 1, 1024, 0,
+     "every n-th block is MoE", R_NEVER},
+    {"model.mlp_only_layers", K_LAYERS, OFF(model.mlp_only_layers), 0, 255, 0,
+     "blocks that keep a dense MLP", R_NEVER},
+    {"model.norm_topk_prob", K_BOOL, OFF(model.norm_topk_prob), 0, 1, 0,
+     "divide the k routing weights by their sum", R_NEVER},
+    {"model.router_aux_loss_coef", K_FLOAT, OFF(model.router_aux_loss_coef), 0, 1000, 0,
+     "weight of the load-balancing loss", R_ASK},
     {"data.path", K_STR, OFF(data.path), 0, 0, SZ(data.path), "text or .bin token file", R_FREE},
     {"data.tokenizer", K_STR, OFF(data.tokenizer), 0, 0, SZ(data.tokenizer),
      "byte|bpe|u16|i32", R_NEVER},
@@ -97,11 +118,15 @@ static const KeyDesc kKeys[] = {
     {"parallelism.reshard_after_forward", K_BOOL, OFF(parallel.reshard_after_forward), 0, 1, 0,
      "", R_FREE},
     {"parallelism.prefetch", K_BOOL, OFF(parallel.prefetch), 0, 1, 0, "", R_FREE},
+    {"parallelism.ep", K_INT, OFF(parallel.ep), 1, 65536, 0,
+     "expert parallelism: divides the ranks and model.n_experts", R_FREE},
     {"comm.strategy", K_STRATEGY, OFF(comm.strategy), 1, 4, 0,
      "native|raw|compressed|auto", R_FREE},
     {"comm.allgather", K_STRATEGY, OFF(comm.allgather), 0, 4, 0,
      "default|native|raw|compressed|auto", R_FREE},
     {"comm.reducescatter", K_STRATEGY, OFF(comm.reducescatter), 0, 4, 0,
+     "default|native|raw|compressed|auto", R_FREE},
+    {"comm.alltoall", K_STRATEGY, OFF(comm.alltoall), 0, 4, 0,
      "default|native|raw|compressed|auto", R_FREE},
     {"comm.codec", K_CODEC, OFF(comm.codec), 0, 0, 0, "fast|dense|f3", R_FREE},
     {"comm.param_dtype", K_DTYPE, OFF(comm.param_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
@@ -150,9 +175,12 @@ void config_defaults(TrainConfig* c) {
     c->parallel.fsdp = 1;
     c->parallel.reshard_after_forward = 1;
     c->parallel.prefetch = 1;
+    c->parallel.ep = 1;
+    c->model.decoder_sparse_step = 1;
     c->comm.strategy = zipcclStrategyCompressed;
     c->comm.allgather = zipcclStrategyDefault;
     c->comm.reducescatter = zipcclStrategyDefault;
+    c->comm.alltoall = zipcclStrategyDefault;
     c->comm.codec = zipcclCodecFast;
     c->comm.param_dtype = zipcclFloat32;
     c->comm.reduce_dtype = zipcclFloat32;
@@ -245,6 +273,26 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
             return zrt_errf(err, errlen, "%s: key '%s': unknown codec '%s' (expected fast|dense|f3)",
                         where, k->name, v);
         return 0;
+    case K_LAYERS: {
+        uint64_t mask[4] = {0};
+        const char* p = v;
+        while (*p) {
+            while (*p == ' ' || *p == ',') p++;
+            if (!*p) break;
+            errno = 0;
+            long x = strtol(p, &end, 10);
+            if (end == p || errno || (*end && *end != ',' && *end != ' '))
+                return zrt_errf(err, errlen, "%s: key '%s': expected block indices, got '%s'",
+                                where, k->name, v);
+            if (x < k->lo || x > k->hi)
+                return zrt_errf(err, errlen, "%s: key '%s': block %ld is out of range [%.0f, %.0f]",
+                                where, k->name, x, k->lo, k->hi);
+            mask[x / 64] |= 1ull << (x % 64);
+            p = end;
+        }
+        memcpy(base, mask, sizeof mask);
+        return 0;
+    }
     case K_DTYPE:
         if (!strcmp(v, "fp32")) *(zipcclDataType_t*)base = zipcclFloat32;
         else if (!strcmp(v, "bf16")) *(zipcclDataType_t*)base = zipcclBfloat16;
@@ -407,10 +455,11 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
                 if (!strcmp(vs, "all")) o.kind = -1;
                 else if (!strcmp(vs, "allgather")) o.kind = zipcclCollAllGather;
                 else if (!strcmp(vs, "reducescatter")) o.kind = zipcclCollReduceScatter;
+                else if (!strcmp(vs, "alltoall")) o.kind = zipcclCollAlltoAllv;
                 else
                     return zrt_errf(w->err, w->errlen,
                                 "%s:%zu: key 'comm.overrides.kind': unknown kind '%s' "
-                                "(expected all|allgather|reducescatter)",
+                                "(expected all|allgather|reducescatter|alltoall)",
                                 w->file, kl, vs);
             } else {
                 return zrt_errf(w->err, w->errlen,
@@ -464,17 +513,18 @@ static int walk_mapping(TrainConfig* c, Walk* w, yaml_node_t* map, const char* p
                         suggestion(name));
         char where[CFG_PATH_MAX + 32];
         snprintf(where, sizeof where, "%s:%zu", w->file, v->start_mark.line + 1);
-        if (kd->offset == OFF(ckpt.allow_changes) && v->type == YAML_SEQUENCE_NODE) {
-            /* A YAML list of key names reads as the comma-separated text
-             * that --set takes. */
+        if ((kd->offset == OFF(ckpt.allow_changes) || kd->type == K_LAYERS) &&
+            v->type == YAML_SEQUENCE_NODE) {
+            /* A YAML list (of key names, of block indices) reads as the
+             * comma-separated text that --set takes. */
             char list[SZ(ckpt.allow_changes) + 64] = "";
             size_t used = 0;
             for (yaml_node_item_t* it = v->data.sequence.items.start;
                  it < v->data.sequence.items.top; it++) {
                 yaml_node_t* e = yaml_document_get_node(w->doc, *it);
                 if (e->type != YAML_SCALAR_NODE)
-                    return zrt_errf(w->err, w->errlen, "%s: key '%s': expected a list of key names",
-                                where, name);
+                    return zrt_errf(w->err, w->errlen, "%s: key '%s': expected a list of %s",
+                                where, name, kd->type == K_LAYERS ? "block indices" : "key names");
                 int k = snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "",
                                  scalar(e));
                 if (k < 0 || (size_t)k >= sizeof list - used)
@@ -629,6 +679,24 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
     if (!c->data.path[0])
         return zrt_errf(err, errlen, "%s: key 'data.path' is empty",
                         config_where(c, "data.path", w1, sizeof w1));
+    if (c->comm.alltoall != zipcclStrategyDefault && !c->comm.strategy_forced &&
+        (c->model.n_experts == 0 || c->parallel.ep < 2))
+        return zrt_errf(err, errlen,
+                        "%s: key 'comm.alltoall': %s asked for, but there is no expert all-to-all "
+                        "to carry it (%s; it runs only with parallelism.ep > 1)",
+                        config_where(c, "comm.alltoall", w1, sizeof w1),
+                        strategy_names[c->comm.alltoall],
+                        c->model.n_experts ? "parallelism.ep is 1: every expert is local"
+                                           : "model.n_experts is 0: a dense model");
+    if (c->parallel.ep > 1 && c->model.n_experts == 0)
+        return zrt_errf(err, errlen,
+                        "%s: key 'parallelism.ep': %d needs experts to spread (model.n_experts is 0)",
+                        config_where(c, "parallelism.ep", w1, sizeof w1), c->parallel.ep);
+    if (c->parallel.ep > 1 && c->model.n_experts % c->parallel.ep)
+        return zrt_errf(err, errlen,
+                        "%s: key 'parallelism.ep': %d does not divide model.n_experts %d (%s)",
+                        config_where(c, "parallelism.ep", w1, sizeof w1), c->parallel.ep,
+                        c->model.n_experts, config_where(c, "model.n_experts", w2, sizeof w2));
     char name[160];
     for (int i = 0; allow_entry(c->ckpt.allow_changes, i, name, sizeof name); i++) {
         const KeyDesc* k = find_key(name);
@@ -651,6 +719,7 @@ zipcclStrategy_t config_strategy_for(const TrainConfig* c, zipcclCollKind_t kind
     zipcclStrategy_t s = c->comm.strategy;
     zipcclStrategy_t per_kind = kind == zipcclCollAllGather       ? c->comm.allgather
                                 : kind == zipcclCollReduceScatter ? c->comm.reducescatter
+                                : kind == zipcclCollAlltoAllv     ? c->comm.alltoall
                                                                   : zipcclStrategyDefault;
     if (per_kind != zipcclStrategyDefault) s = per_kind;
     /* Later overrides win, like later lines of a config usually do. */
@@ -697,8 +766,25 @@ static const char* value_text(const TrainConfig* c, const KeyDesc* k, char* buf,
     case K_DTYPE:
         snprintf(buf, n, "%s", *(const zipcclDataType_t*)base == zipcclBfloat16 ? "bf16" : "fp32");
         break;
+    case K_LAYERS: {
+        uint64_t mask[4];
+        memcpy(mask, base, sizeof mask);
+        size_t used = (size_t)snprintf(buf, n, "[");
+        for (int l = 0; l < 256 && used < n; l++)
+            if (mask[l / 64] >> (l % 64) & 1)
+                used += (size_t)snprintf(buf + used, n - used, "%s%d", used > 1 ? ", " : "", l);
+        if (used < n) snprintf(buf + used, n - used, "]");
+        break;
+    }
     }
     return buf;
+}
+
+static const char* kind_name(int kind) {
+    return kind < 0                              ? "all"
+           : kind == zipcclCollAllGather         ? "allgather"
+           : kind == zipcclCollReduceScatter     ? "reducescatter"
+                                                 : "alltoall";
 }
 
 /* The per-unit overrides as one line of YAML flow text ("" when none act). */
@@ -711,7 +797,7 @@ static const char* overrides_text(const TrainConfig* c, char* buf, size_t n) {
         used += (size_t)snprintf(
             buf + used, n - used, "%s{pattern: \"%s\", strategy: %s, kind: %s}", j ? ", " : "",
             o->pattern, strategy_names[o->strategy],
-            o->kind < 0 ? "all" : o->kind == 0 ? "allgather" : "reducescatter");
+            kind_name(o->kind));
     }
     return buf;
 }
@@ -735,7 +821,7 @@ void config_print(const TrainConfig* c, FILE* f) {
                 const CommOverride* o = &c->comm.overrides[j];
                 fprintf(f, "    - {pattern: \"%s\", strategy: %s, kind: %s}\n", o->pattern,
                         strategy_names[o->strategy],
-                        o->kind < 0 ? "all" : o->kind == 0 ? "allgather" : "reducescatter");
+                        kind_name(o->kind));
             }
         }
     }

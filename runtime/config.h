@@ -25,14 +25,15 @@
 
 #define CFG_MAX_OVERRIDES 32
 #define CFG_PATH_MAX 512
-#define CFG_MAX_KEYS 64 /* room for the key table of config.c */
+#define CFG_MAX_KEYS 96 /* room for the key table of config.c */
 
 /* A per-layer strategy override: units whose name matches `pattern`
  * (fnmatch; unit names are "outer", "layers.0", "layers.1", ...) use
  * `strategy` for the collective kinds selected by `kind`. */
 typedef struct {
     char pattern[64];
-    int kind; /* -1: both kinds, else zipcclCollAllGather / zipcclCollReduceScatter */
+    int kind; /* -1: every kind, else zipcclCollAllGather / zipcclCollReduceScatter /
+               * zipcclCollAlltoAllv (the expert dispatch, kind "alltoall") */
     zipcclStrategy_t strategy;
 } CommOverride;
 
@@ -65,10 +66,12 @@ typedef struct {
         int fsdp;                  /* must be true: the only mode */
         int reshard_after_forward; /* free gathered units after forward */
         int prefetch;              /* all-gather the next unit while computing */
+        int ep;                    /* expert parallelism: ranks an expert group spans */
     } parallel;
     struct {
         zipcclStrategy_t strategy;                 /* every collective */
         zipcclStrategy_t allgather, reducescatter; /* Default: follow strategy */
+        zipcclStrategy_t alltoall; /* the MoE dispatch/combine; Default: follow strategy */
         zipcclCodec_t codec;
         zipcclDataType_t param_dtype, reduce_dtype;
         int n_overrides;

@@ -52,17 +52,23 @@
 #include "optim.h"
 #include "safetensors.h"
 
-static void unit_name(int u, char* out, size_t n) {
+static void unit_name(const LlamaConfig* m, int u, char* out, size_t n) {
     if (u == 0) snprintf(out, n, "outer");
+    else if (llama_unit_is_experts(m, u)) snprintf(out, n, "layers.%d.experts", llama_unit_layer(m, u));
     else snprintf(out, n, "layers.%d", u - 1);
 }
+
+static int group_rank(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->edp_rank : f->rank; }
+static int group_size(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->edp_size : f->nranks; }
+static zipcclComm_t ag_comm(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->comm_ag_x : f->comm_ag; }
+static zipcclComm_t rs_comm(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->comm_rs_x : f->comm_rs; }
 
 void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
     memset(f, 0, sizeof *f);
     f->cfg = cfg;
     MPI_Comm_rank(MPI_COMM_WORLD, &f->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &f->nranks);
-    f->n_units = cfg->model.n_layers + 1;
+    f->n_units = llama_num_units(&cfg->model);
     trainCheck(f->n_units <= FSDP_MAX_UNITS, "model has %d units, FSDP handles at most %d",
                f->n_units, FSDP_MAX_UNITS);
     f->param_dtype = cfg->comm.param_dtype;
@@ -77,15 +83,49 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
     zipcclCheck(zipcclCommInitMpi(&f->comm_rs, &world));
     zipcclCheck(zipcclCommInitMpi(&f->comm_misc, &world));
 
+    /* Expert parallelism: EP groups of consecutive ranks (expert.c); the
+     * ranks with the same place in their groups hold the same experts and
+     * form the expert-data-parallel group. */
+    f->ep = cfg->model.n_experts > 0 ? cfg->parallel.ep : 1;
+    f->edp_rank = f->rank;
+    f->edp_size = f->nranks;
+    if (f->ep > 1) {
+        char err[256];
+        zipcclCallConfig_t* xc = zrt_malloc((size_t)cfg->model.n_layers * sizeof *xc, "EP configs");
+        for (int l = 0; l < cfg->model.n_layers; l++) {
+            char name[32];
+            snprintf(name, sizeof name, "layers.%d", l);
+            xc[l] = (zipcclCallConfig_t){config_strategy_for(cfg, zipcclCollAlltoAllv, name),
+                                         cfg->comm.codec, zipcclAlgoDefault};
+        }
+        trainCheck(!expert_init(&f->expert, f->ep, cfg->model.n_experts, cfg->model.n_layers, xc,
+                                err, sizeof err),
+                   "%s", err);
+        free(xc);
+        MPI_Comm edp;
+        MPI_Comm_split(MPI_COMM_WORLD, f->rank % f->ep, f->rank / f->ep, &edp);
+        MPI_Comm_rank(edp, &f->edp_rank);
+        MPI_Comm_size(edp, &f->edp_size);
+        zipcclCheck(zipcclCommInitMpi(&f->comm_ag_x, &edp));
+        zipcclCheck(zipcclCommInitMpi(&f->comm_rs_x, &edp));
+        MPI_Comm_free(&edp);
+    }
+
     f->units = zrt_calloc((size_t)f->n_units, sizeof(FsdpUnit), "FSDP units");
     float* init = NULL;
     size_t init_cap = 0;
     for (int u = 0; u < f->n_units; u++) {
         FsdpUnit* U = &f->units[u];
-        unit_name(u, U->name, sizeof U->name);
-        U->numel = llama_unit_numel(&cfg->model, u);
-        U->padded = (U->numel + (size_t)f->nranks - 1) / (size_t)f->nranks * (size_t)f->nranks;
-        U->shard = U->padded / (size_t)f->nranks;
+        unit_name(&cfg->model, u, U->name, sizeof U->name);
+        U->full_numel = U->numel = llama_unit_numel(&cfg->model, u);
+        if (f->ep > 1 && llama_unit_is_experts(&cfg->model, u)) {
+            U->group = 1;
+            U->numel = (size_t)f->expert.E_local * llama_expert_numel(&cfg->model);
+            U->full_off = (size_t)f->expert.first * llama_expert_numel(&cfg->model);
+        }
+        const size_t G = (size_t)group_size(f, U);
+        U->padded = (U->numel + G - 1) / G * G;
+        U->shard = U->padded / G;
         U->param = zrt_calloc(U->shard, sizeof(float), "parameter shard");
         U->grad = zrt_calloc(U->shard, sizeof(float), "gradient shard");
         U->m = zrt_calloc(U->shard, sizeof(float), "AdamW m shard");
@@ -100,15 +140,16 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
         U->rs_cfg = c;
 
         /* Every rank runs the same seeded init of the whole unit and keeps
-         * its slice: the result is independent of the rank count. */
-        if (U->padded > init_cap) {
+         * its slice: the result is independent of the rank count and EP. */
+        const size_t need = U->full_numel > U->padded ? U->full_numel : U->padded;
+        if (need > init_cap) {
             free(init);
-            init_cap = U->padded;
+            init_cap = need;
             init = zrt_malloc(init_cap * sizeof(float), "init buffer");
         }
-        memset(init, 0, U->padded * sizeof(float));
+        memset(init, 0, init_cap * sizeof(float));
         llama_unit_init(&cfg->model, u, (unsigned long long)cfg->train.seed, init);
-        memcpy(U->param, init + (size_t)f->rank * U->shard, U->shard * sizeof(float));
+        fsdp_load_full(f, u, 0, init);
     }
     free(init);
 }
@@ -133,6 +174,11 @@ void fsdp_free(Fsdp* f) {
     zipcclCommDestroy(f->comm_ag);
     zipcclCommDestroy(f->comm_rs);
     zipcclCommDestroy(f->comm_misc);
+    if (f->ep > 1) {
+        expert_free(&f->expert);
+        zipcclCommDestroy(f->comm_ag_x);
+        zipcclCommDestroy(f->comm_rs_x);
+    }
     memset(f, 0, sizeof *f);
 }
 
@@ -146,9 +192,9 @@ static void start_gather(Fsdp* f, int u) {
         for (size_t i = 0; i < U->shard; i++) U->send16[i] = zrt_f32_to_bf16(U->param[i]);
         U->full16 = zrt_malloc(U->padded * sizeof(uint16_t), "gathered bf16 unit");
         zipcclCheck(zipcclAllGatherAsync(U->send16, U->full16, U->shard, zipcclBfloat16,
-                                         f->comm_ag, &U->ag_cfg, NULL, &U->ag_req));
+                                         ag_comm(f, U), &U->ag_cfg, NULL, &U->ag_req));
     } else {
-        zipcclCheck(zipcclAllGatherAsync(U->param, U->full, U->shard, zipcclFloat32, f->comm_ag,
+        zipcclCheck(zipcclAllGatherAsync(U->param, U->full, U->shard, zipcclFloat32, ag_comm(f, U),
                                          &U->ag_cfg, NULL, &U->ag_req));
     }
     U->state = UNIT_INFLIGHT;
@@ -190,7 +236,7 @@ static void drop_unit(FsdpUnit* U) {
  * L..1, 0 (embedding). The root unit appears twice per phase; the count of
  * blocks seen so far in the phase tells the two apart. */
 static int next_block(const Fsdp* f, int u, int phase) {
-    int L = f->n_units - 1;
+    int L = f->cfg->model.n_layers;
     if (phase == 0) {
         if (u > 0) return u < L ? u + 1 : -1;
         if (f->blocks_seen[0] == 0) return 1;
@@ -205,9 +251,14 @@ static const float* hook_acquire(void* ctx, int u, int phase) {
     trainCheck(u >= 0 && u < f->n_units, "model asked for unit %d of %d", u, f->n_units);
     trainCheck(phase == 0 || phase == 1, "model passed phase %d", phase);
     FsdpUnit* U = &f->units[u];
+    const LlamaConfig* m = &f->cfg->model;
     if (U->state == UNIT_FREE) start_gather(f, u);
     if (U->state == UNIT_INFLIGHT) finish_gather(f, u);
+    if (llama_unit_is_experts(m, u)) return U->full; /* acquired inside its block */
     if (f->prefetch) {
+        /* a MoE block's experts first (it reads them next), then the block after */
+        int xu = u > 0 ? llama_expert_unit(m, u - 1) : -1;
+        if (xu > 0 && f->units[xu].state == UNIT_FREE) start_gather(f, xu);
         int nx = next_block(f, u, phase);
         if (nx > 0 && f->units[nx].state == UNIT_FREE) start_gather(f, nx);
     }
@@ -270,7 +321,7 @@ static void hook_grads_ready(void* ctx, int u) {
         memcpy(f->dump_grad[u], send, bytes);
     }
     zipcclCheck(zipcclReduceScatterAsync(send, U->grecv, U->shard, f->reduce_dtype, zipcclSum,
-                                         f->comm_rs, &U->rs_cfg, NULL, &U->rs_req));
+                                         rs_comm(f, U), &U->rs_cfg, NULL, &U->rs_req));
     U->rs_pending = 1;
     trainCheck(f->n_rs < FSDP_MAX_UNITS, "too many reduce-scatters in one micro-batch");
     f->rs_order[f->n_rs++] = u;
@@ -279,12 +330,38 @@ static void hook_grads_ready(void* ctx, int u) {
     while (f->n_rs - f->rs_head > FSDP_MAX_RS_IN_FLIGHT) drain_one(f);
 }
 
+/* ---- expert parallelism: the exchange is expert.c's -------------------- */
+
+static int hook_dispatch(void* ctx, int layer, int phase, const float* rows, const int* counts,
+                         int C, const float** recv, int* n_recv, const int** recv_counts,
+                         int* n_local, int* first_expert) {
+    Fsdp* f = ctx;
+    const double b0 = f->expert.blocked_s;
+    int rc = expert_dispatch(&f->expert, layer, phase, rows, counts, C, recv, n_recv, recv_counts,
+                             n_local, first_expert);
+    f->blocked_s += f->expert.blocked_s - b0;
+    return rc;
+}
+
+static int hook_combine(void* ctx, int layer, int phase, const float* local, float* rows) {
+    Fsdp* f = ctx;
+    const double b0 = f->expert.blocked_s;
+    int rc = expert_combine(&f->expert, layer, phase, local, rows);
+    f->blocked_s += f->expert.blocked_s - b0;
+    return rc;
+}
+
 LlamaParamHooks fsdp_hooks(Fsdp* f) {
-    return (LlamaParamHooks){.ctx = f,
-                             .acquire = hook_acquire,
-                             .release = hook_release,
-                             .grad_buffer = hook_grad_buffer,
-                             .grads_ready = hook_grads_ready};
+    LlamaParamHooks h = {.ctx = f,
+                         .acquire = hook_acquire,
+                         .release = hook_release,
+                         .grad_buffer = hook_grad_buffer,
+                         .grads_ready = hook_grads_ready};
+    if (f->ep > 1) { /* at EP = 1 the model computes every expert itself */
+        h.dispatch = hook_dispatch;
+        h.combine = hook_combine;
+    }
+    return h;
 }
 
 void fsdp_begin_microbatch(Fsdp* f, int backward) {
@@ -353,26 +430,55 @@ static float* state_of(FsdpUnit* U, int which) {
     return which == 0 ? U->param : which == 1 ? U->m : U->v;
 }
 
+size_t fsdp_full_floats(const Fsdp* f, int u) {
+    const FsdpUnit* U = &f->units[u];
+    return U->full_numel > U->padded ? U->full_numel : U->padded;
+}
+
 void fsdp_gather_full(Fsdp* f, int u, int which, float* out) {
     FsdpUnit* U = &f->units[u];
-    zipcclCheck(zipcclAllGather(state_of(U, which), out, U->shard, zipcclFloat32, f->comm_ag,
+    if (!U->group) {
+        zipcclCheck(zipcclAllGather(state_of(U, which), out, U->shard, zipcclFloat32, f->comm_ag,
+                                    &U->ag_cfg, NULL));
+        return;
+    }
+    /* The group's slice (its experts), then the EP group's slices side by
+     * side: EP rank i holds experts [i*E/EP, (i+1)*E/EP), so rank order is
+     * expert order. Checkpoints only: plain MPI on the EP communicator. */
+    float* mine = zrt_malloc(U->padded * sizeof(float), "expert gather");
+    zipcclCheck(zipcclAllGather(state_of(U, which), mine, U->shard, zipcclFloat32, f->comm_ag_x,
                                 &U->ag_cfg, NULL));
+    trainCheck(U->numel <= (size_t)INT32_MAX, "expert unit %s too large to gather", U->name);
+    trainCheck(MPI_Allgather(mine, (int)U->numel, MPI_FLOAT, out, (int)U->numel, MPI_FLOAT,
+                             *(MPI_Comm*)f->expert.mpi_ep) == MPI_SUCCESS,
+               "gathering the experts of %s failed", U->name);
+    free(mine);
+}
+
+void fsdp_shard_range(const Fsdp* f, int u, size_t* lo, size_t* hi) {
+    const FsdpUnit* U = &f->units[u];
+    size_t a = (size_t)group_rank(f, U) * U->shard, b = a + U->shard;
+    if (a > U->numel) a = U->numel;
+    if (b > U->numel) b = U->numel;
+    *lo = U->full_off + a;
+    *hi = U->full_off + b;
 }
 
 void fsdp_load_full(Fsdp* f, int u, int which, const float* full) {
     FsdpUnit* U = &f->units[u];
     float* dst = state_of(U, which);
-    size_t lo = (size_t)f->rank * U->shard;
-    for (size_t i = 0; i < U->shard; i++) dst[i] = lo + i < U->numel ? full[lo + i] : 0.0f;
+    size_t lo = (size_t)group_rank(f, U) * U->shard;
+    for (size_t i = 0; i < U->shard; i++)
+        dst[i] = lo + i < U->numel ? full[U->full_off + lo + i] : 0.0f;
 }
 
 uint64_t fsdp_param_hash(Fsdp* f) {
     uint64_t h = ZRT_FNV_INIT;
     for (int u = 0; u < f->n_units; u++) {
         FsdpUnit* U = &f->units[u];
-        float* full = zrt_malloc(U->padded * sizeof(float), "hash buffer");
+        float* full = zrt_malloc(fsdp_full_floats(f, u) * sizeof(float), "hash buffer");
         fsdp_gather_full(f, u, 0, full);
-        h = zrt_fnv1a64(h, full, U->numel * sizeof(float));
+        h = zrt_fnv1a64(h, full, U->full_numel * sizeof(float));
         free(full);
     }
     return h;
@@ -427,8 +533,14 @@ void fsdp_dump_write(Fsdp* f, const char* dir, int step) {
 
 void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out) {
     memset(out, 0, sizeof *out);
-    zipcclComm_t comms[3] = {f->comm_ag, f->comm_rs, f->comm_misc};
-    for (int i = 0; i < 3; i++) {
+    zipcclComm_t comms[6] = {f->comm_ag, f->comm_rs, f->comm_misc};
+    int n = 3;
+    if (f->ep > 1) {
+        comms[n++] = f->comm_ag_x;
+        comms[n++] = f->comm_rs_x;
+        comms[n++] = f->expert.comm;
+    }
+    for (int i = 0; i < n; i++) {
         zipcclCounters_t c;
         zipcclCheck(zipcclCommGetCounters(comms[i], kind, &c));
         out->calls += c.calls;
@@ -443,28 +555,57 @@ void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out) {
     }
 }
 
-void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[2]) {
+/* The counters of the communicators that carry collective kind k (0
+ * parameter gathers, 1 gradient reduce-scatters, 2 the expert exchange),
+ * summed; the bookkeeping communicator's scalars are left out. */
+static void kind_counters(Fsdp* f, int k, zipcclCounters_t* out) {
+    memset(out, 0, sizeof *out);
+    zipcclComm_t comms[2] = {k == 0 ? f->comm_ag : k == 1 ? f->comm_rs : NULL, NULL};
+    if (f->ep > 1) comms[1] = k == 0 ? f->comm_ag_x : k == 1 ? f->comm_rs_x : f->expert.comm;
+    const zipcclCollKind_t kind = k == 0   ? zipcclCollAllGather
+                                  : k == 1 ? zipcclCollReduceScatter
+                                           : zipcclCollAlltoAllv;
+    for (int i = 0; i < 2; i++) {
+        if (!comms[i]) continue;
+        zipcclCounters_t c;
+        zipcclCheck(zipcclCommGetCounters(comms[i], kind, &c));
+        out->rawBytes += c.rawBytes;
+        out->wireBytes += c.wireBytes;
+        for (int s = 0; s < 5; s++) out->byStrategy[s] += c.byStrategy[s];
+    }
+}
+
+void fsdp_check_compression_begin(Fsdp* f, zipcclCounters_t before[3]) {
+    for (int k = 0; k < 3; k++) kind_counters(f, k, &before[k]);
+}
+
+void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3]) {
     if (f->nranks < 2) return; /* one rank sends nothing */
-    for (int k = 0; k < 2; k++) {
-        zipcclCollKind_t kind = k == 0 ? zipcclCollAllGather : zipcclCollReduceScatter;
+    for (int k = 0; k < 3; k++) {
         int wanted = 0;
-        for (int u = 0; u < f->n_units; u++) {
-            zipcclStrategy_t s = k == 0 ? f->units[u].ag_cfg.strategy : f->units[u].rs_cfg.strategy;
-            wanted |= s == zipcclStrategyCompressed;
+        if (k < 2) {
+            for (int u = 0; u < f->n_units; u++) {
+                zipcclStrategy_t s = k == 0 ? f->units[u].ag_cfg.strategy : f->units[u].rs_cfg.strategy;
+                wanted |= s == zipcclStrategyCompressed;
+            }
+        } else if (f->ep > 1) {
+            for (int l = 0; l < f->cfg->model.n_layers; l++)
+                wanted |= llama_layer_is_moe(&f->cfg->model, l) &&
+                          f->expert.cfg[l].strategy == zipcclStrategyCompressed;
         }
         if (!wanted) continue;
-        zipcclComm_t comm = k == 0 ? f->comm_ag : f->comm_rs;
         zipcclCounters_t now;
-        zipcclCheck(zipcclCommGetCounters(comm, kind, &now));
+        kind_counters(f, k, &now);
         uint64_t ncomp = now.byStrategy[zipcclStrategyCompressed] -
                          before[k].byStrategy[zipcclStrategyCompressed];
         uint64_t raw = now.rawBytes - before[k].rawBytes;
         uint64_t wire = now.wireBytes - before[k].wireBytes;
+        const char* what = k == 0 ? "AllGather" : k == 1 ? "ReduceScatter" : "AlltoAllv (expert dispatch)";
         trainCheck(ncomp > 0 && wire < raw,
-                   "comm.strategy asks for compressed %s but it is not compressing: %llu "
+                   "comm asks for compressed %s but it is not compressing: %llu "
                    "compressed calls, %llu raw bytes, %llu wire bytes (hint: check the codec, "
                    "or choose strategy raw)",
-                   zipcclCollName(kind), (unsigned long long)ncomp, (unsigned long long)raw,
+                   what, (unsigned long long)ncomp, (unsigned long long)raw,
                    (unsigned long long)wire);
     }
 }

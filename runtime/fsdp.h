@@ -8,6 +8,12 @@
  * fsdp_hooks(): acquire() all-gathers a unit, release() frees it again,
  * grads_ready() reduce-scatters the unit's full gradient to the owners.
  *
+ * Expert units (MoE, llama.h) with expert parallelism EP > 1: a rank holds
+ * only the experts its EP group gives it (expert.h), and shards that slice
+ * over the expert-data-parallel group (the N / EP ranks holding the same
+ * experts) on communicators of their own; at EP = 1 an expert unit is a
+ * unit like the others.
+ *
  * Left out: hybrid sharding, CPU offload, a real overlap scheduler (a
  * one-unit prefetch is all there is), and device (CUDA) buffers.
  */
@@ -17,6 +23,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "expert.h"
 #include "llama.h"
 #include "zipccl.h"
 
@@ -26,10 +33,14 @@
 typedef enum { UNIT_FREE = 0, UNIT_INFLIGHT, UNIT_READY } UnitState;
 
 typedef struct {
-    char name[32];        /* "outer", "layers.0", ... (what overrides match) */
-    size_t numel;         /* real elements of the unit                       */
-    size_t padded;        /* numel rounded up to a multiple of N             */
-    size_t shard;         /* padded / N: elements this rank owns             */
+    char name[32];        /* "outer", "layers.0", "layers.0.experts", ...    */
+    int group;            /* sharded over 0: all N ranks, 1: the expert-data-
+                           * parallel group (expert units at EP > 1)          */
+    size_t numel;         /* elements of the unit this rank's group holds    */
+    size_t full_numel;    /* elements of the whole unit (all experts)        */
+    size_t full_off;      /* where this rank's part starts in the whole unit */
+    size_t padded;        /* numel rounded up to a multiple of the group     */
+    size_t shard;         /* padded / group size: elements this rank owns    */
     float* param;         /* (shard) fp32 master weights                     */
     float* grad;          /* (shard) fp32 gradient, summed over micro-batches */
     float* m;             /* (shard) AdamW first moment                      */
@@ -58,6 +69,11 @@ typedef struct {
     zipcclComm_t comm_ag;  /* parameter all-gathers                          */
     zipcclComm_t comm_rs;  /* gradient reduce-scatters                       */
     zipcclComm_t comm_misc;/* small all-gathers: losses, norms               */
+    /* expert parallelism (ep > 1): the exchange, and the expert-data-parallel
+     * group's own gather and reduce-scatter communicators */
+    int ep, edp_rank, edp_size;
+    Expert expert;
+    zipcclComm_t comm_ag_x, comm_rs_x;
     zipcclDataType_t param_dtype, reduce_dtype;
     int reshard_after_forward, prefetch;
 
@@ -104,11 +120,15 @@ double fsdp_grad_norm(Fsdp* f);
 /* Mean over ranks of one value per rank, summed in rank order. */
 double fsdp_mean_over_ranks(Fsdp* f, double x);
 
-/* Gather a unit's full fp32 array of `which` (0 param, 1 m, 2 v) into out
- * (padded floats) on every rank. */
+/* Gather a unit's whole fp32 array of `which` (0 param, 1 m, 2 v), every
+ * expert included, into out (fsdp_full_floats floats) on every rank. */
 void fsdp_gather_full(Fsdp* f, int unit, int which, float* out);
-/* Take this rank's shard of a full array (numel floats) for `which`. */
+size_t fsdp_full_floats(const Fsdp* f, int unit);
+/* Take this rank's shard of a whole array (full_numel floats) for `which`. */
 void fsdp_load_full(Fsdp* f, int unit, int which, const float* full);
+/* This rank's shard of unit u as a range of the whole unit: [*lo, *hi),
+ * clipped to the real elements (the padding has no place in the model). */
+void fsdp_shard_range(const Fsdp* f, int unit, size_t* lo, size_t* hi);
 
 /* FNV-1a 64 over the full fp32 params of all units in order (collective). */
 uint64_t fsdp_param_hash(Fsdp* f);
@@ -120,8 +140,10 @@ void fsdp_dump_write(Fsdp* f, const char* dir, int step);
 /* Sum of this rank's per-kind counters over the communicators. */
 void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out);
 
-/* Refuse a requested compressed path that is not compressing: checks the
- * counter deltas between `before` and now for each kind. */
-void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[2]);
+/* Refuse a requested compressed path that is not compressing: begin takes
+ * the counters of each kind (AllGather, ReduceScatter, the expert
+ * AlltoAllv), check compares the deltas since then. */
+void fsdp_check_compression_begin(Fsdp* f, zipcclCounters_t before[3]);
+void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3]);
 
 #endif

@@ -138,11 +138,15 @@ static void parse_args(int argc, char** argv, Args* a) {
 /* Refuse at start a model that cannot fit, with the estimate. */
 static void check_memory(const TrainConfig* cfg) {
     const LlamaConfig* m = &cfg->model;
-    const int N = g_nranks, L = m->n_layers;
+    const int N = g_nranks, EP = m->n_experts > 0 ? cfg->parallel.ep : 1;
     double shards = 0, root = 0, block = 0;
-    for (int u = 0; u <= L; u++) {
-        double padded = (double)((llama_unit_numel(m, u) + (size_t)N - 1) / (size_t)N * (size_t)N);
-        shards += padded / N;
+    for (int u = 0; u < llama_num_units(m); u++) {
+        // an expert unit holds E/EP experts, sharded over N/EP ranks
+        const int experts = llama_unit_is_experts(m, u);
+        const size_t G = (size_t)(experts ? N / EP : N);
+        const size_t numel = llama_unit_numel(m, u) / (experts ? (size_t)EP : 1);
+        double padded = (double)((numel + G - 1) / G * G);
+        shards += padded / (double)G;
         if (u == 0) root = padded;
         else if (padded > block) block = padded;
     }
@@ -197,12 +201,20 @@ static void check_memory(const TrainConfig* cfg) {
 /* AdamW on this rank's shard of every unit, one call per tensor overlap so
  * norms (vectors) are not decayed while matrices are. */
 static void optimizer_step(Fsdp* f, const AdamWConfig* oc, int t, float lr) {
-    char names[16][64];
-    size_t rows[16], cols[16];
+    size_t cap = 0, *rows = NULL, *cols = NULL;
     for (int u = 0; u < f->n_units; u++) {
         FsdpUnit* U = &f->units[u];
-        int nt = llama_unit_tensors(&f->cfg->model, u, names, rows, cols, 16);
-        size_t lo = (size_t)f->rank * U->shard, hi = lo + U->shard, off = 0;
+        const int nt = llama_unit_tensors(&f->cfg->model, u, NULL, NULL, NULL, 0);
+        if ((size_t)nt > cap) {
+            free(rows);
+            cap = (size_t)nt;
+            rows = zrt_malloc(2 * cap * sizeof(size_t), "tensor shapes");
+            cols = rows + cap;
+        }
+        llama_unit_tensors(&f->cfg->model, u, NULL, rows, cols, nt);
+        // this rank's shard as a range of the whole unit (experts: its slice)
+        size_t lo, hi, off = 0;
+        fsdp_shard_range(f, u, &lo, &hi);
         for (int k = 0; k < nt; k++) {
             size_t a = off, b = off + rows[k] * cols[k];
             off = b;
@@ -213,6 +225,7 @@ static void optimizer_step(Fsdp* f, const AdamWConfig* oc, int t, float lr) {
                          U->v + (s - lo), e - s, t, lr, wd);
         }
     }
+    free(rows);
 }
 
 /* --trace-data: rank 0 gathers every rank's window indices (and a hash of
@@ -338,8 +351,17 @@ int main(int argc, char** argv) {
         config_print(&cfg, stdout);
         printf("# model: %.3f M parameters, %d units; global batch %d x %d x %d ranks x %d accum "
                "= %lld tokens/step\n",
-               (double)llama_num_params(mc) / 1e6, mc->n_layers + 1, B, T, g_nranks, A,
+               (double)llama_num_params(mc) / 1e6, llama_num_units(mc), B, T, g_nranks, A,
                (long long)B * T * g_nranks * A);
+        if (mc->n_experts > 0) {
+            int n_moe = 0;
+            for (int l = 0; l < mc->n_layers; l++) n_moe += llama_layer_is_moe(mc, l);
+            printf("# experts: %d MoE blocks of %d experts, top-%d, %.3f M active parameters per "
+                   "token; expert parallelism %d (%d experts per rank), aux loss coefficient %g\n",
+                   n_moe, mc->n_experts, mc->n_experts_per_tok,
+                   (double)llama_active_params(mc) / 1e6, cfg.parallel.ep,
+                   mc->n_experts / cfg.parallel.ep, (double)mc->router_aux_loss_coef);
+        }
         fputs(notes, stdout);
         fflush(stdout);
     }
@@ -396,6 +418,12 @@ int main(int argc, char** argv) {
 
     /* ---- model + FSDP ---- */
     Fsdp fsdp;
+    if (mc->n_experts > 0 && g_nranks % cfg.parallel.ep) {
+        char msg[600], w[400];
+        snprintf(msg, sizeof msg, "%s: key 'parallelism.ep': %d does not divide the %d ranks",
+                 config_where(&cfg, "parallelism.ep", w, sizeof w), cfg.parallel.ep, g_nranks);
+        config_fail(msg);
+    }
     fsdp_init(&fsdp, &cfg);
     double peak = fsdp_mean_over_ranks(&fsdp, peak_rank) * g_nranks;
     LlamaActs* acts = llama_acts_alloc(mc, B, T);
@@ -425,13 +453,20 @@ int main(int argc, char** argv) {
     }
     if (g_rank == 0) {
         printf("# sgemm peak %.2f GFLOP/s (all ranks); strategies: allgather %s, reducescatter "
-               "%s; param %s, reduce %s, codec %s\n",
+               "%s",
                peak / 1e9, zipcclStrategyName(fsdp.units[1 % fsdp.n_units].ag_cfg.strategy),
-               zipcclStrategyName(fsdp.units[1 % fsdp.n_units].rs_cfg.strategy),
-               zipcclTypeName(cfg.comm.param_dtype), zipcclTypeName(cfg.comm.reduce_dtype),
-               config_codec_name(cfg.comm.codec));
+               zipcclStrategyName(fsdp.units[1 % fsdp.n_units].rs_cfg.strategy));
+        if (fsdp.ep > 1)
+            printf(", alltoall %s",
+                   zipcclStrategyName(config_strategy_for(&cfg, zipcclCollAlltoAllv, "layers.0")));
+        printf("; param %s, reduce %s, codec %s\n", zipcclTypeName(cfg.comm.param_dtype),
+               zipcclTypeName(cfg.comm.reduce_dtype), config_codec_name(cfg.comm.codec));
         fflush(stdout);
     }
+
+    const int moe = mc->n_experts > 0;
+    long long* expert_load = moe ? zrt_calloc((size_t)mc->n_experts, sizeof(long long), "expert load")
+                                 : NULL;
 
     /* ---- the loop ---- */
     const double tokens_per_step = (double)B * T * g_nranks * A;
@@ -440,18 +475,19 @@ int main(int argc, char** argv) {
     const double t_start = zrt_now();
     for (int step = st.step; step < cfg.train.steps; step++) {
         const int step_no = step + 1; /* 1-based: the step being computed */
-        zipcclCounters_t c0[2], c1[2];
-        fsdp_counters(&fsdp, zipcclCollAllGather, &c0[0]);
-        fsdp_counters(&fsdp, zipcclCollReduceScatter, &c0[1]);
-        zipcclCounters_t chk[2];
-        zipcclCheck(zipcclCommGetCounters(fsdp.comm_ag, zipcclCollAllGather, &chk[0]));
-        zipcclCheck(zipcclCommGetCounters(fsdp.comm_rs, zipcclCollReduceScatter, &chk[1]));
+        zipcclCounters_t c0[3], c1[3];
+        const zipcclCollKind_t kinds[3] = {zipcclCollAllGather, zipcclCollReduceScatter,
+                                           zipcclCollAlltoAllv};
+        for (int k = 0; k < 3; k++) fsdp_counters(&fsdp, kinds[k], &c0[k]);
+        zipcclCounters_t chk[3];
+        fsdp_check_compression_begin(&fsdp, chk);
         const double blocked0 = fsdp.blocked_s;
         const double t0 = zrt_now();
         if (args.dump_step == step_no) fsdp_dump_arm(&fsdp);
 
         fsdp_zero_grads(&fsdp);
-        double loss_sum = 0;
+        double loss_sum = 0, aux_sum = 0;
+        if (moe) memset(expert_load, 0, (size_t)mc->n_experts * sizeof *expert_load);
         for (int a = 0; a < A; a++) {
             /* Step s, micro-batch a reads global samples
              * (s*A + a)*G .. +G-1 (G = B * ranks): st.samples counts them. */
@@ -459,6 +495,11 @@ int main(int argc, char** argv) {
             trace_batch(step_no, a, "train", st.samples, B, windows, tok, T);
             fsdp_begin_microbatch(&fsdp, 1);
             loss_sum += llama_step(mc, acts, tok, tgt, B, T, &hooks, 1, NULL);
+            if (moe) {
+                aux_sum += llama_acts_aux_loss(acts);
+                const long long* pairs = llama_acts_expert_tokens(acts);
+                for (int e = 0; e < mc->n_experts; e++) expert_load[e] += pairs[e];
+            }
             fsdp_end_microbatch(&fsdp);
             st.samples += (long long)B * g_nranks;
         }
@@ -466,6 +507,22 @@ int main(int argc, char** argv) {
         /* Sum over ranks and micro-batches -> mean over the global batch. */
         fsdp_scale_grads(&fsdp, 1.0f / (float)(g_nranks * A));
         const double loss = fsdp_mean_over_ranks(&fsdp, loss_sum / A);
+        /* MoE: the aux loss (mean over ranks and micro-batches) and how far
+         * the busiest expert is above the mean load over the whole global
+         * batch (MaxVio, 0 when balanced). */
+        double aux = 0, maxvio = 0;
+        if (moe) {
+            aux = fsdp_mean_over_ranks(&fsdp, aux_sum / A);
+            MPI_Allreduce(MPI_IN_PLACE, expert_load, mc->n_experts, MPI_LONG_LONG, MPI_SUM,
+                          MPI_COMM_WORLD);
+            long long top = 0, total = 0;
+            for (int e = 0; e < mc->n_experts; e++) {
+                total += expert_load[e];
+                if (expert_load[e] > top) top = expert_load[e];
+            }
+            const double mean = (double)total / mc->n_experts;
+            maxvio = mean > 0 ? ((double)top - mean) / mean : 0;
+        }
         const double norm = fsdp_grad_norm(&fsdp);
         trainCheck(isfinite(loss) && isfinite(norm),
                    "step %d: loss %g, grad norm %g are not finite (hint: lower optimizer.lr, "
@@ -485,15 +542,14 @@ int main(int argc, char** argv) {
             if (g_rank == 0) printf("# dumped the step %d tensors to %s\n", step_no, args.dump_dir);
         }
         fsdp_check_compression(&fsdp, chk);
-        fsdp_counters(&fsdp, zipcclCollAllGather, &c1[0]);
-        fsdp_counters(&fsdp, zipcclCollReduceScatter, &c1[1]);
-        double raw[2], wire[2], codec_ms = 0;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 3; k++) fsdp_counters(&fsdp, kinds[k], &c1[k]);
+        double raw[3], wire[3], codec_ms = 0;
+        for (int k = 0; k < 3; k++) {
             raw[k] = (double)(c1[k].rawBytes - c0[k].rawBytes);
             wire[k] = (double)(c1[k].wireBytes - c0[k].wireBytes);
             codec_ms += (c1[k].codecSeconds - c0[k].codecSeconds) * 1e3;
         }
-        const double raw_all = raw[0] + raw[1], wire_all = wire[0] + wire[1];
+        const double raw_all = raw[0] + raw[1] + raw[2], wire_all = wire[0] + wire[1] + wire[2];
         const double exposed_ms = (fsdp.blocked_s - blocked0) * 1e3;
 
         double val = NAN;
@@ -514,6 +570,9 @@ int main(int argc, char** argv) {
                        step_no, cfg.train.steps, loss, norm, lr, dt * 1e3, tps, fl / 1e9,
                        100 * fl / peak, raw_all / 1e6, wire_all / 1e6,
                        wire_all > 0 ? raw_all / wire_all : 1.0, codec_ms, exposed_ms);
+                if (moe)
+                    printf(" | aux %.4f | maxvio %.2f | a2a %.2f MB (x%.3f)", aux, maxvio,
+                           raw[2] / 1e6, wire[2] > 0 ? raw[2] / wire[2] : 1.0);
                 if (!isnan(val)) printf(" | val %.4f", val);
                 printf(" | eta %s\n", eta);
                 fflush(stdout);
@@ -533,6 +592,12 @@ int main(int argc, char** argv) {
                         wire[0] > 0 ? raw[0] / wire[0] : 1.0,
                         wire[1] > 0 ? raw[1] / wire[1] : 1.0, raw[0], wire[0], raw[1], wire[1],
                         codec_ms, exposed_ms);
+                if (moe)
+                    fprintf(jl,
+                            ", \"aux_loss\": %.9g, \"expert_maxvio\": %.9g, "
+                            "\"alltoall_raw_bytes\": %.0f, \"alltoall_wire_bytes\": %.0f, "
+                            "\"alltoall_ratio\": %.9g",
+                            aux, maxvio, raw[2], wire[2], wire[2] > 0 ? raw[2] / wire[2] : 1.0);
                 if (!isnan(val)) fprintf(jl, ", \"val_loss\": %.9g", val);
                 fprintf(jl, "}\n");
                 fflush(jl);
@@ -556,6 +621,7 @@ int main(int argc, char** argv) {
     }
     if (g_trace) fclose(g_trace);
     free(windows);
+    free(expert_load);
     free(tok);
     free(tgt);
     llama_acts_free(acts);

@@ -49,35 +49,11 @@ run() { # run NP OUT [--set ...]
   return $rc
 }
 
-# compare A B MODE [TOL]: MODE exact -> identical loss/grad_norm/lr per step
-# and identical final hash; MODE close -> relative loss difference <= TOL.
+# compare A B exact|close [TOL]: tests/compare_runs.py over the same steps;
+# close allows TOL relative on the loss, 1e-6 at step 1.
 compare() {
-  python3 - "$@" <<'PY'
-import json, sys
-a, b, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-tol = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-def load(p):
-    steps, final = {}, None
-    for line in open(p):
-        o = json.loads(line)
-        if o.get("final"): final = o
-        else: steps[o["step"]] = o
-    return steps, final
-sa, fa = load(a); sb, fb = load(b)
-if sorted(sa) != sorted(sb) or not sa: print("steps differ: %s vs %s" % (sorted(sa), sorted(sb))); sys.exit(1)
-worst = 0.0
-for s in sorted(sa):
-    for k in ("loss", "grad_norm", "lr") if mode == "exact" else ("loss",):
-        x, y = sa[s][k], sb[s][k]
-        if mode == "exact" and x != y: print("step %d %s: %r != %r" % (s, k, x, y)); sys.exit(1)
-        rel = abs(x - y) / max(abs(x), 1e-30)
-        worst = max(worst, rel)
-        if mode == "close" and rel > (1e-6 if s == 1 else tol):
-            print("step %d %s: %r vs %r, relative %.3g" % (s, k, x, y, rel)); sys.exit(1)
-if mode == "exact" and (not fa or not fb or fa["param_hash"] != fb["param_hash"]):
-    print("final hash %s != %s" % (fa and fa["param_hash"], fb and fb["param_hash"])); sys.exit(1)
-print("max relative loss difference %.3g over %d steps" % (worst, len(sa)))
-PY
+  if [ "$3" = close ]; then python3 tests/compare_runs.py "$1" "$2" close "$4" --same-steps --first-tol 1e-6
+  else python3 tests/compare_runs.py "$1" "$2" exact --same-steps; fi
 }
 
 [ -x "$TRAIN" ] || { echo "FAIL train_equiv: $TRAIN not built"; exit 1; }

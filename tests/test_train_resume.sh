@@ -42,34 +42,9 @@ run() { # run NP LOG [args...]
   [ $rc -eq 0 ] || { echo "--- $log (exit $rc)"; tail -5 "$log"; }
   return $rc
 }
-# compare FULL RESUMED MODE TOL: the resumed run's steps against the same
-# steps of the full run.
-compare() {
-  python3 - "$@" <<'PY'
-import json, sys
-full, res, mode, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-def load(p):
-    steps, final = {}, None
-    for l in open(p):
-        o = json.loads(l)
-        if o.get("final"): final = o
-        else: steps[o["step"]] = o
-    return steps, final
-sf, ff = load(full); sr, fr = load(res)
-if not sr or any(s not in sf for s in sr): print("resumed steps %s not in the full run" % sorted(sr)); sys.exit(1)
-if min(sr) != 11 or max(sr) != 20: print("resumed steps %d..%d, expected 11..20" % (min(sr), max(sr))); sys.exit(1)
-for s in sorted(sr):
-    for k in ("loss", "grad_norm", "lr", "val_loss"):
-        if k not in sf[s] and k not in sr[s]: continue
-        x, y = sf[s].get(k), sr[s].get(k)
-        if x is None or y is None: print("step %d: %s missing in one run" % (s, k)); sys.exit(1)
-        if mode == "exact" and x != y: print("step %d %s: %r != %r" % (s, k, x, y)); sys.exit(1)
-        if mode == "close" and k == "loss" and abs(x - y) > tol * abs(x):
-            print("step %d loss: %r vs %r" % (s, x, y)); sys.exit(1)
-if mode == "exact" and ff["param_hash"] != fr["param_hash"]:
-    print("final hash %s != %s" % (ff["param_hash"], fr["param_hash"])); sys.exit(1)
-PY
-}
+# compare FULL RESUMED MODE TOL: the resumed run's steps (11..20) against the
+# same steps of the full run (tests/compare_runs.py).
+compare() { python3 tests/compare_runs.py "$1" "$2" "$3" "$4" --steps 11 20; }
 [ -x "$TRAIN" ] || { echo "FAIL train_resume: $TRAIN not built"; exit 1; }
 
 for np in 1 2; do
