@@ -80,6 +80,10 @@ int llama_config_check(const LlamaConfig* cfg, char* err, size_t errlen) {
                 cfg->decoder_sparse_step);
         if (cfg->norm_topk_prob != 0 && cfg->norm_topk_prob != 1)
             BAD("llama config: norm_topk_prob must be 0 or 1 (got %d)", cfg->norm_topk_prob);
+        if (!(cfg->capacity_factor >= 0.0f) || !isfinite(cfg->capacity_factor))
+            BAD("llama config: capacity_factor must be 0 (dropless) or a finite number > 0 (got "
+                "%g)",
+                (double)cfg->capacity_factor);
         if (!(cfg->router_aux_loss_coef >= 0.0f) || !isfinite(cfg->router_aux_loss_coef))
             BAD("llama config: router_aux_loss_coef must be a finite number >= 0 (got %g)",
                 (double)cfg->router_aux_loss_coef);
@@ -383,8 +387,8 @@ struct LlamaActs {
 };
 
 static MoeDims moe_dims(const LlamaConfig* cfg, int N) {
-    return (MoeDims){N, cfg->dim, cfg->n_experts, cfg->n_experts_per_tok, cfg->moe_ffn_hidden,
-                     cfg->norm_topk_prob};
+    return (MoeDims){N,        cfg->dim, cfg->n_experts, cfg->n_experts_per_tok,
+                     cfg->moe_ffn_hidden, cfg->norm_topk_prob, cfg->capacity_factor};
 }
 
 /* Index of block l among the dense blocks (for the dense MLP activations). */
@@ -474,6 +478,13 @@ float llama_acts_aux_loss(const LlamaActs* acts) { return acts && acts->moe ? ac
 
 const long long* llama_acts_expert_tokens(const LlamaActs* acts) {
     return acts && acts->moe ? acts->moe->tokens_per_expert : NULL;
+}
+
+int llama_acts_routing(const LlamaActs* acts, int i, LlamaMoeRouting* out) {
+    if (!acts || !acts->moe || i < 0 || i >= acts->moe->n_layers || !out) return -1;
+    const MoeLayer* L = &acts->moe->layer[i];
+    *out = (LlamaMoeRouting){L->sel, L->routed, L->dropped};
+    return 0;
 }
 
 /* ---------------------------------------------------------------- blocks */

@@ -68,6 +68,9 @@ typedef struct {
     int decoder_sparse_step; /* >= 1 */
     int norm_topk_prob;      /* 1: the k weights are divided by their sum */
     float router_aux_loss_coef;    /* weight of the load-balancing loss (HF 0.001) */
+    float capacity_factor;         /* 0: dropless; else an expert takes at most
+                                    * ceil(cf * N * k / E) of a micro-batch's pairs
+                                    * on each rank, in token order, and drops the rest */
     uint64_t mlp_only_layers[4];   /* bit l: block l (< 256) keeps a dense MLP */
 } LlamaConfig;
 
@@ -122,6 +125,16 @@ void llama_acts_free(LlamaActs* acts);
  * each expert there, summed over MoE layers: counts (E). */
 float llama_acts_aux_loss(const LlamaActs* acts);
 const long long* llama_acts_expert_tokens(const LlamaActs* acts);
+/* The routing of MoE block i (0-based among the MoE blocks) in the last
+ * llama_step: choices (N, k) the experts each token chose, by descending
+ * probability; routed (E) the pairs each expert was chosen for; dropped the
+ * pairs the capacity limit left uncomputed. Returns 0, or -1 (no such block). */
+typedef struct {
+    const int* choices;
+    const int* routed;
+    long long dropped;
+} LlamaMoeRouting;
+int llama_acts_routing(const LlamaActs* acts, int moe_block, LlamaMoeRouting* out);
 
 /* How the model gets its parameters and hands back gradients. */
 typedef struct {

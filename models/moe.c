@@ -32,8 +32,8 @@
 
 static size_t layer_fixed_floats(const MoeDims* d) {
     const size_t N = d->N, E = d->E, k = d->k, C = d->C;
-    // probs, sel, w, pos, counts, recv_counts, xs, ys
-    return N * E + 3 * N * k + 2 * E + 2 * N * k * C;
+    // probs, sel, w, pos, counts, routed, recv_counts, xs, ys
+    return N * E + 3 * N * k + 3 * E + 2 * N * k * C;
 }
 
 size_t moe_acts_bytes(const MoeDims* d, int n_layers) {
@@ -112,6 +112,7 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers) {
         L->w = f, f += N * k;
         L->pos = (int*)f, f += N * k;
         L->counts = (int*)f, f += E;
+        L->routed = (int*)f, f += E;
         L->recv_counts = (int*)f, f += E;
         L->xs = f, f += N * k * C;
         L->ys = f;
@@ -142,6 +143,7 @@ void moe_acts_free(MoeActs* m) {
 
 void moe_begin_step(MoeActs* m, int N) {
     m->d.N = N;
+    m->dropped = 0;
     memset(m->tokens_per_expert, 0, (size_t)m->d.E * sizeof(long long));
     memset(m->prob_sum, 0, (size_t)m->d.E * sizeof(double));
     m->aux = 0.0f;
@@ -179,15 +181,28 @@ static void route(const MoeDims* d, MoeLayer* L, const float* logits) {
         if (d->norm_topk)
             for (int j = 0; j < k; j++) w[j] /= wsum;
     }
-    // stable counting sort of the pairs (n, j) by expert
-    memset(L->counts, 0, (size_t)E * sizeof(int));
-    for (int i = 0; i < N * k; i++) L->counts[L->sel[i]]++;
-    int next[E > 0 ? E : 1];
+    // stable counting sort of the pairs (n, j) by expert; past an expert's
+    // capacity a pair is dropped (pos -1), so earlier tokens keep their slots
+    const long long cap = d->capacity_factor > 0
+                              ? (long long)ceil((double)d->capacity_factor * N * k / E)
+                              : (long long)N * k;
+    memset(L->routed, 0, (size_t)E * sizeof(int));
+    for (int i = 0; i < N * k; i++) L->routed[L->sel[i]]++;
+    L->dropped = 0;
+    for (int e = 0; e < E; e++) {
+        L->counts[e] = L->routed[e] < cap ? L->routed[e] : (int)cap;
+        L->dropped += L->routed[e] - L->counts[e];
+    }
+    int next[E > 0 ? E : 1], seen[E > 0 ? E : 1];
     for (int e = 0, o = 0; e < E; e++) {
         next[e] = o;
+        seen[e] = 0;
         o += L->counts[e];
     }
-    for (int i = 0; i < N * k; i++) L->pos[i] = next[L->sel[i]]++;
+    for (int i = 0; i < N * k; i++) {
+        const int e = L->sel[i];
+        L->pos[i] = seen[e]++ < L->counts[e] ? next[e]++ : -1;
+    }
 }
 
 /* ---------------------------------------------------------------- experts */
@@ -251,7 +266,7 @@ static int exchange_out(MoeActs* m, MoeLayer* L, const LlamaParamHooks* hooks, i
         *recv = rows;
         if (phase == 0) {
             L->xin = rows; // computed in place: no copy at EP = 1
-            L->n_recv = d->N * d->k;
+            L->n_recv = (int)(d->N * d->k - L->dropped);
             L->n_local = d->E;
             L->first_expert = 0;
             memcpy(L->recv_counts, L->counts, (size_t)d->E * sizeof(int));
@@ -299,8 +314,10 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, con
     route(d, L, m->logits);
     for (size_t n = 0; n < N; n++)
         for (size_t j = 0; j < k; j++)
-            memcpy(L->xs + (size_t)L->pos[n * k + j] * C, x + n * C, C * sizeof(float));
-    for (size_t e = 0; e < E; e++) m->tokens_per_expert[e] += L->counts[e];
+            if (L->pos[n * k + j] >= 0)
+                memcpy(L->xs + (size_t)L->pos[n * k + j] * C, x + n * C, C * sizeof(float));
+    for (size_t e = 0; e < E; e++) m->tokens_per_expert[e] += L->routed[e];
+    m->dropped += L->dropped;
     for (size_t n = 0; n < N; n++)
         for (size_t e = 0; e < E; e++) m->prob_sum[e] += L->probs[n * E + e];
 
@@ -320,6 +337,7 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, con
         float* o = out + n * C;
         memset(o, 0, C * sizeof(float));
         for (size_t j = 0; j < k; j++) {
+            if (L->pos[n * k + j] < 0) continue; // dropped: no expert output
             const float w = L->w[n * k + j];
             const float* y = L->ys + (size_t)L->pos[n * k + j] * C;
             for (size_t c = 0; c < C; c++) o[c] += w * y[c];
@@ -350,6 +368,10 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, co
     for (size_t n = 0; n < N; n++) {
         const float* g = dout + n * C;
         for (size_t j = 0; j < k; j++) {
+            if (L->pos[n * k + j] < 0) { // dropped: the weight had no output to scale
+                m->dw[n * k + j] = 0.0f;
+                continue;
+            }
             const size_t r = (size_t)L->pos[n * k + j];
             const float *y = L->ys + r * C, w = L->w[n * k + j];
             float* dy = m->dys + r * C;
@@ -382,6 +404,7 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, co
         float* o = dx + n * C;
         memset(o, 0, C * sizeof(float));
         for (size_t j = 0; j < k; j++) {
+            if (L->pos[n * k + j] < 0) continue;
             const float* s = m->dxs + (size_t)L->pos[n * k + j] * C;
             for (size_t c = 0; c < C; c++) o[c] += s[c];
         }

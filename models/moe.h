@@ -12,9 +12,15 @@
  * with them the runtime moves the grouped rows to the experts' owners and
  * back (runtime/expert.c) and the model code is the same.
  *
- * What this leaves out: capacity limits (dropless: every routed pair is
- * computed), shared experts, router noise or z-loss, and grouped GEMMs (one
- * GEMM per expert and projection).
+ * Capacity (capacity_factor > 0): each expert computes at most
+ * ceil(cf * N * k / E) of the micro-batch's pairs on this rank, the first in
+ * token order (Switch Transformer's policy); a dropped pair adds nothing to
+ * its token's output (the residual carries the token on) and has no
+ * gradient. The aux loss counts the routing choices, dropped or not.
+ *
+ * What this leaves out: shared experts, router noise or z-loss, other drop
+ * policies (by probability), and grouped GEMMs (one GEMM per expert and
+ * projection).
  */
 #ifndef MODELS_MOE_H
 #define MODELS_MOE_H
@@ -24,8 +30,9 @@
 #include "llama.h"
 
 typedef struct {
-    int N, C, E, k, Fe; /* tokens, dim, experts, top-k, expert width */
-    int norm_topk;      /* 1: the k weights are divided by their sum */
+    int N, C, E, k, Fe;    /* tokens, dim, experts, top-k, expert width */
+    int norm_topk;         /* 1: the k weights are divided by their sum */
+    float capacity_factor; /* 0: dropless (llama.h) */
 } MoeDims;
 
 /* What one MoE block's forward saves for its backward. */
@@ -33,8 +40,11 @@ typedef struct {
     float* probs;     /* (N, E) softmax of the router logits */
     int* sel;         /* (N, k) chosen experts, by descending probability */
     float* w;         /* (N, k) routing weights of the chosen experts */
-    int* pos;         /* (N, k) row of pair (n, j) in the expert-major order */
-    int* counts;      /* (E) pairs per expert */
+    int* pos;         /* (N, k) row of pair (n, j) in the expert-major order,
+                       * -1 when the capacity limit dropped it */
+    int* counts;      /* (E) pairs each expert computes */
+    int* routed;      /* (E) pairs each expert was chosen for (>= counts) */
+    long long dropped;/* pairs dropped, sum of routed - counts */
     float* xs;        /* (N*k, C) the input rows, expert-major (what dispatch sends) */
     float* ys;        /* (N*k, C) the expert outputs, expert-major (what combine returns) */
     /* The rows this rank's experts computed: N*k at EP = 1, any number with
@@ -62,6 +72,7 @@ typedef struct {
     long long* tokens_per_expert; /* (E) (token, slot) pairs */
     double* prob_sum;             /* (E) sum of router probabilities over rows */
     float aux;                    /* E * sum_e f_e P_e of the last forward */
+    long long dropped;            /* pairs the capacity dropped, all blocks */
 } MoeActs;
 
 size_t moe_acts_bytes(const MoeDims* d, int n_layers);

@@ -88,6 +88,8 @@ static const KeyDesc kKeys[] = {
      "divide the k routing weights by their sum", R_NEVER},
     {"model.router_aux_loss_coef", K_FLOAT, OFF(model.router_aux_loss_coef), 0, 1000, 0,
      "weight of the load-balancing loss", R_ASK},
+    {"model.capacity_factor", K_FLOAT, OFF(model.capacity_factor), 0, 1e6, 0,
+     "0: dropless; else pairs per expert <= ceil(cf * tokens * k / experts)", R_ASK},
     {"data.path", K_STR, OFF(data.path), 0, 0, SZ(data.path), "text or .bin token file", R_FREE},
     {"data.tokenizer", K_STR, OFF(data.tokenizer), 0, 0, SZ(data.tokenizer),
      "byte|bpe|u16|i32", R_NEVER},
@@ -177,6 +179,7 @@ void config_defaults(TrainConfig* c) {
     c->parallel.prefetch = 1;
     c->parallel.ep = 1;
     c->model.decoder_sparse_step = 1;
+    c->model.router_aux_loss_coef = 0.001f; /* HF's default */
     c->comm.strategy = zipcclStrategyCompressed;
     c->comm.allgather = zipcclStrategyDefault;
     c->comm.reducescatter = zipcclStrategyDefault;
@@ -688,6 +691,22 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
                         strategy_names[c->comm.alltoall],
                         c->model.n_experts ? "parallelism.ep is 1: every expert is local"
                                            : "model.n_experts is 0: a dense model");
+    if (c->model.n_experts == 0) {
+        /* A MoE key given to a dense model is a config mistake, not a no-op. */
+        static const char* const moe_keys[] = {
+            "model.n_experts_per_tok", "model.moe_ffn_hidden", "model.decoder_sparse_step",
+            "model.mlp_only_layers",   "model.norm_topk_prob", "model.router_aux_loss_coef",
+            "model.capacity_factor"};
+        for (size_t i = 0; i < sizeof moe_keys / sizeof moe_keys[0]; i++) {
+            const size_t ki = (size_t)(find_key(moe_keys[i]) - kKeys);
+            if (c->origin[ki].line > 0 || c->origin[ki].set[0])
+                return zrt_errf(err, errlen,
+                                "%s: key '%s' is for mixture-of-experts models, but "
+                                "model.n_experts is 0 (%s)",
+                                config_where(c, moe_keys[i], w1, sizeof w1), moe_keys[i],
+                                config_where(c, "model.n_experts", w2, sizeof w2));
+        }
+    }
     if (c->parallel.ep > 1 && c->model.n_experts == 0)
         return zrt_errf(err, errlen,
                         "%s: key 'parallelism.ep': %d needs experts to spread (model.n_experts is 0)",

@@ -464,9 +464,18 @@ int main(int argc, char** argv) {
         fflush(stdout);
     }
 
+    /* MoE statistics: pairs per (MoE block, expert) and the drops, summed
+     * over the step's micro-batches and ranks; per block min / max / MaxVio. */
     const int moe = mc->n_experts > 0;
-    long long* expert_load = moe ? zrt_calloc((size_t)mc->n_experts, sizeof(long long), "expert load")
-                                 : NULL;
+    int n_moe = 0;
+    for (int l = 0; l < mc->n_layers; l++) n_moe += llama_layer_is_moe(mc, l);
+    long long* expert_load =
+        moe ? zrt_calloc((size_t)(n_moe + 1) * mc->n_experts, sizeof(long long), "expert load")
+            : NULL;
+    struct {
+        long long min, max;
+        double maxvio;
+    }* block_load = moe ? zrt_calloc((size_t)n_moe, sizeof *block_load, "expert load") : NULL;
 
     /* ---- the loop ---- */
     const double tokens_per_step = (double)B * T * g_nranks * A;
@@ -487,7 +496,8 @@ int main(int argc, char** argv) {
 
         fsdp_zero_grads(&fsdp);
         double loss_sum = 0, aux_sum = 0;
-        if (moe) memset(expert_load, 0, (size_t)mc->n_experts * sizeof *expert_load);
+        const double a2a_blocked0 = fsdp.ep > 1 ? fsdp.expert.blocked_s : 0;
+        if (moe) memset(expert_load, 0, (size_t)(n_moe + 1) * mc->n_experts * sizeof *expert_load);
         for (int a = 0; a < A; a++) {
             /* Step s, micro-batch a reads global samples
              * (s*A + a)*G .. +G-1 (G = B * ranks): st.samples counts them. */
@@ -495,10 +505,14 @@ int main(int argc, char** argv) {
             trace_batch(step_no, a, "train", st.samples, B, windows, tok, T);
             fsdp_begin_microbatch(&fsdp, 1);
             loss_sum += llama_step(mc, acts, tok, tgt, B, T, &hooks, 1, NULL);
-            if (moe) {
+            if (moe) { /* per MoE block: pairs routed to each expert; then the drops */
                 aux_sum += llama_acts_aux_loss(acts);
-                const long long* pairs = llama_acts_expert_tokens(acts);
-                for (int e = 0; e < mc->n_experts; e++) expert_load[e] += pairs[e];
+                LlamaMoeRouting r;
+                for (int i = 0; llama_acts_routing(acts, i, &r) == 0; i++) {
+                    for (int e = 0; e < mc->n_experts; e++)
+                        expert_load[(size_t)i * mc->n_experts + e] += r.routed[e];
+                    expert_load[(size_t)n_moe * mc->n_experts] += r.dropped;
+                }
             }
             fsdp_end_microbatch(&fsdp);
             st.samples += (long long)B * g_nranks;
@@ -511,18 +525,28 @@ int main(int argc, char** argv) {
          * the busiest expert is above the mean load over the whole global
          * batch (MaxVio, 0 when balanced). */
         double aux = 0, maxvio = 0;
+        long long dropped = 0;
         if (moe) {
             aux = fsdp_mean_over_ranks(&fsdp, aux_sum / A);
-            MPI_Allreduce(MPI_IN_PLACE, expert_load, mc->n_experts, MPI_LONG_LONG, MPI_SUM,
-                          MPI_COMM_WORLD);
-            long long top = 0, total = 0;
-            for (int e = 0; e < mc->n_experts; e++) {
-                total += expert_load[e];
-                if (expert_load[e] > top) top = expert_load[e];
+            const int cells = (n_moe + 1) * mc->n_experts;
+            MPI_Allreduce(MPI_IN_PLACE, expert_load, cells, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+            dropped = expert_load[(size_t)n_moe * mc->n_experts];
+            for (int i = 0; i < n_moe; i++) {
+                const long long* ld = expert_load + (size_t)i * mc->n_experts;
+                long long top = 0, low = ld[0], total = 0;
+                for (int e = 0; e < mc->n_experts; e++) {
+                    total += ld[e];
+                    top = ld[e] > top ? ld[e] : top;
+                    low = ld[e] < low ? ld[e] : low;
+                }
+                const double mean = (double)total / mc->n_experts;
+                block_load[i].min = low;
+                block_load[i].max = top;
+                block_load[i].maxvio = mean > 0 ? ((double)top - mean) / mean : 0;
+                if (block_load[i].maxvio > maxvio) maxvio = block_load[i].maxvio;
             }
-            const double mean = (double)total / mc->n_experts;
-            maxvio = mean > 0 ? ((double)top - mean) / mean : 0;
         }
+        const double a2a_ms = fsdp.ep > 1 ? (fsdp.expert.blocked_s - a2a_blocked0) * 1e3 : 0;
         const double norm = fsdp_grad_norm(&fsdp);
         trainCheck(isfinite(loss) && isfinite(norm),
                    "step %d: loss %g, grad norm %g are not finite (hint: lower optimizer.lr, "
@@ -570,9 +594,13 @@ int main(int argc, char** argv) {
                        step_no, cfg.train.steps, loss, norm, lr, dt * 1e3, tps, fl / 1e9,
                        100 * fl / peak, raw_all / 1e6, wire_all / 1e6,
                        wire_all > 0 ? raw_all / wire_all : 1.0, codec_ms, exposed_ms);
-                if (moe)
-                    printf(" | aux %.4f | maxvio %.2f | a2a %.2f MB (x%.3f)", aux, maxvio,
-                           raw[2] / 1e6, wire[2] > 0 ? raw[2] / wire[2] : 1.0);
+                if (moe) {
+                    printf(" | aux %.4f | maxvio %.2f", aux, maxvio);
+                    if (mc->capacity_factor > 0) printf(" | dropped %lld", dropped);
+                    if (fsdp.ep > 1)
+                        printf(" | a2a %.2f MB (x%.3f) %.1f ms", raw[2] / 1e6,
+                               wire[2] > 0 ? raw[2] / wire[2] : 1.0, a2a_ms);
+                }
                 if (!isnan(val)) printf(" | val %.4f", val);
                 printf(" | eta %s\n", eta);
                 fflush(stdout);
@@ -592,12 +620,25 @@ int main(int argc, char** argv) {
                         wire[0] > 0 ? raw[0] / wire[0] : 1.0,
                         wire[1] > 0 ? raw[1] / wire[1] : 1.0, raw[0], wire[0], raw[1], wire[1],
                         codec_ms, exposed_ms);
-                if (moe)
+                if (moe) {
                     fprintf(jl,
                             ", \"aux_loss\": %.9g, \"expert_maxvio\": %.9g, "
-                            "\"alltoall_raw_bytes\": %.0f, \"alltoall_wire_bytes\": %.0f, "
-                            "\"alltoall_ratio\": %.9g",
-                            aux, maxvio, raw[2], wire[2], wire[2] > 0 ? raw[2] / wire[2] : 1.0);
+                            "\"dropped_pairs\": %lld, \"alltoall_raw_bytes\": %.0f, "
+                            "\"alltoall_wire_bytes\": %.0f, \"alltoall_ratio\": %.9g, "
+                            "\"alltoall_exposed_ms\": %.9g, \"experts\": [",
+                            aux, maxvio, dropped, raw[2], wire[2],
+                            wire[2] > 0 ? raw[2] / wire[2] : 1.0, a2a_ms);
+                    for (int i = 0, l = 0; l < mc->n_layers; l++) {
+                        if (!llama_layer_is_moe(mc, l)) continue;
+                        fprintf(jl,
+                                "%s{\"layer\": %d, \"min\": %lld, \"max\": %lld, "
+                                "\"maxvio\": %.9g}",
+                                i ? ", " : "", l, block_load[i].min, block_load[i].max,
+                                block_load[i].maxvio);
+                        i++;
+                    }
+                    fprintf(jl, "]");
+                }
                 if (!isnan(val)) fprintf(jl, ", \"val_loss\": %.9g", val);
                 fprintf(jl, "}\n");
                 fflush(jl);
@@ -622,6 +663,7 @@ int main(int argc, char** argv) {
     if (g_trace) fclose(g_trace);
     free(windows);
     free(expert_load);
+    free(block_load);
     free(tok);
     free(tgt);
     llama_acts_free(acts);

@@ -499,6 +499,40 @@ static void check_moe_hooks(void) {
     model_free(&b);
 }
 
+/* The capacity limit: ceil(cf * N * k / E) pairs per expert, the first in
+ * token order, the rest dropped; the routing accessors say so. */
+static void check_moe_capacity(const LlamaConfig* c) {
+    const int B = 2, T = 7, N = B * T;
+    LlamaConfig cfg = *c;
+    Model m;
+    if (model_init(&m, &cfg, 5)) return;
+    model_randomize(&m, 3, 0.5f);
+    int tok[14], tgt[14];
+    make_batch(tok, tgt, B, T, cfg.vocab_size, 3);
+    LlamaActs* acts = llama_acts_alloc(&cfg, B, T);
+    LlamaParamHooks h = model_hooks(&m);
+    float loss = llama_step(&cfg, acts, tok, tgt, B, T, &h, 1, NULL);
+    const int k = cfg.n_experts_per_tok, E = cfg.n_experts;
+    const int cap = (int)ceil((double)cfg.capacity_factor * N * k / E);
+    int ok = isfinite(loss), blocks = 0;
+    long long dropped_all = 0;
+    LlamaMoeRouting r;
+    for (int i = 0; llama_acts_routing(acts, i, &r) == 0; i++, blocks++) {
+        long long want = 0;
+        int seen[64] = {0};
+        for (int e = 0; e < E; e++) want += r.routed[e] > cap ? r.routed[e] - cap : 0;
+        for (int p = 0; p < N * k; p++) ok &= r.choices[p] >= 0 && r.choices[p] < E && ++seen[r.choices[p]] > 0;
+        for (int e = 0; e < E; e++) ok &= seen[e] == r.routed[e];
+        ok &= r.dropped == want;
+        dropped_all += r.dropped;
+    }
+    CHECK(ok && blocks == 2 && dropped_all > 0, "moe/capacity_drops_past_the_limit",
+          "%d blocks, %lld pairs dropped (limit %d per expert), loss %g", blocks, dropped_all, cap,
+          (double)loss);
+    llama_acts_free(acts);
+    model_free(&m);
+}
+
 /* --------------------------------------- hooks order, loss, determinism */
 
 static void check_hooks_and_loss(void) {
@@ -1329,6 +1363,10 @@ int main(int argc, char** argv) {
     LlamaConfig moe0 = moe_config(0), moe1 = moe_config(1);
     check_gradients_of(&moe0, "moe_top2_norm", 3e-3f);
     check_gradients_of(&moe1, "moe_top1", 3e-3f);
+    LlamaConfig moe2 = moe_config(0);
+    moe2.capacity_factor = 0.75f; // 14 tokens x 2 / 4 experts x 0.75: 6 pairs each, some dropped
+    check_gradients_of(&moe2, "moe_capacity", 3e-3f);
+    check_moe_capacity(&moe2);
     check_moe_hooks();
     check_hooks_and_loss();
     check_matmul_thread_invariance();

@@ -8,13 +8,14 @@
 #       at EP = 2 on 2 ranks and EP = 2 and 4 on 4 ranks; the compressed run's
 #       log shows the dispatch compressing (alltoall wire < raw bytes).
 #   (b) EP = 2 and EP = 4 on 4 ranks == EP = 1 on 4 ranks within TOL_EP per
-#       step, and 4 ranks == 1 rank with the same global batch: the experts'
-#       GEMMs see their rows grouped differently (one rank's tokens, or an EP
-#       group's), which changes fp32 rounding only.
+#       step (the experts' GEMMs see their rows grouped differently: fp32
+#       rounding only), and 4 ranks == 1 rank with the same global batch
+#       within TOL_RANKS (below: routing amplifies rounding).
 #   (c) checkpoints: EP = 2 on 4 ranks saved at step 5 and resumed there
 #       continues bit for bit; the same checkpoint loads at 2 ranks, EP = 1
 #       (experts gathered whole in the file, resharded on load).
-#   (d) bad parallelism is refused with exit code 2 and the key named.
+#   (d) bad parallelism and MoE settings are refused with exit code 2 and the
+#       key named; (e) a capacity limit drops pairs and the log counts them.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -28,9 +29,9 @@ model: {vocab_size: 256, dim: 32, n_layers: 3, n_heads: 4, n_kv_heads: 2, head_d
         tie_embeddings: true}
 data: {path: $tmp/corpus.txt, tokenizer: byte, seq_len: 32, batch_size: 2, grad_accum: 1,
        val_fraction: 0.05, val_every: 5, val_batches: 1, seed: 7}
-train: {steps: 10, seed: 3}
+train: {steps: 20, seed: 3}
 optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, weight_decay: 0.1, grad_clip: 1.0}
-schedule: {warmup_steps: 3, total_steps: 10}
+schedule: {warmup_steps: 3, total_steps: 20}
 parallelism: {ep: 2}
 comm: {strategy: compressed, param_dtype: fp32, reduce_dtype: fp32}
 YAML
@@ -46,8 +47,14 @@ run() { # run NP OUT [--set ...]
 compare() { python3 tests/compare_runs.py "$@"; }
 [ -x "$TRAIN" ] || { echo "FAIL train_moe: $TRAIN not built"; exit 1; }
 
-# The bound (b) checks: measured 2026-12-01 on this config, well below it.
+# The bounds (b) checks (docs/RUNTIME.md states them). EP changes which rows
+# an expert's GEMM sees together: measured <= 6e-8 over 20 steps, two seeds.
+# The rank count changes the order of the gradient sums as for the dense
+# model, and discrete routing amplifies it (a token that flips to another
+# expert moves the loss at once): measured up to 2.5e-3 by step 20 and
+# 2e-8 at step 1 (two seeds, fp32 and bf16 gathers alike).
 TOL_EP=1e-4
+TOL_RANKS=5e-3
 
 # (a) the strategies, bit for bit
 for cfg in "2 2" "4 2" "4 4"; do
@@ -89,7 +96,7 @@ if run 4 "$tmp/e1.jsonl" --set parallelism.ep=1 --set data.batch_size=2 &&
       { pass "$name"; echo "  $why"; } || fail "$name" "$why"
   done
   name="moe/np4_close_to_np1_same_global_batch"
-  why=$(compare "$tmp/one.jsonl" "$tmp/e1.jsonl" close $TOL_EP --same-steps) &&
+  why=$(compare "$tmp/one.jsonl" "$tmp/e1.jsonl" close $TOL_RANKS --same-steps --first-tol 1e-6) &&
     { pass "$name"; echo "  $why"; } || fail "$name" "$why"
 else
   fail "moe/ep1_runs" "an EP = 1 run failed"
@@ -100,7 +107,7 @@ ck="$tmp/ckpt"
 if run 4 "$tmp/part.jsonl" --set data.batch_size=2 --set train.steps=5 --set checkpoint.dir="$ck" &&
    run 4 "$tmp/res.jsonl" --set data.batch_size=2 --resume "$ck"; then
   name="moe/resume_ep2_np4_bitwise"
-  why=$(compare "$tmp/c4_2.jsonl" "$tmp/res.jsonl" exact --steps 6 10) && pass "$name" || fail "$name" "$why"
+  why=$(compare "$tmp/c4_2.jsonl" "$tmp/res.jsonl" exact --steps 6 20) && pass "$name" || fail "$name" "$why"
   name="moe/checkpoint_holds_every_expert"
   python3 - "$ck" <<'PY' && pass "$name" || fail "$name" "expert tensors missing from the checkpoint"
 import json, os, struct, sys
@@ -113,7 +120,7 @@ sys.exit(0 if want <= names and "layers.1.router" in names else 1)
 PY
   name="moe/checkpoint_loads_at_np2_ep1"
   if run 2 "$tmp/res2.jsonl" --set data.batch_size=4 --set parallelism.ep=1 --resume "$ck"; then
-    why=$(compare "$tmp/c4_2.jsonl" "$tmp/res2.jsonl" close $TOL_EP --steps 6 10) &&
+    why=$(compare "$tmp/c4_2.jsonl" "$tmp/res2.jsonl" close $TOL_EP --steps 6 20) &&
       pass "$name" || fail "$name" "$why"
   else
     fail "$name" "the resumed run failed"
@@ -134,7 +141,35 @@ bad moe/rejects_ep_not_dividing_ranks 4 "'parallelism.ep': 3 does not divide the
   --set parallelism.ep=3 --set model.n_experts=6
 bad moe/rejects_ep_not_dividing_experts 2 "'parallelism.ep': 2 does not divide model.n_experts 3" \
   --set model.n_experts=3
-bad moe/rejects_ep_on_dense_model 2 "needs experts to spread" --set model.n_experts=0
 bad moe/rejects_alltoall_without_exchange 2 "no expert all-to-all" --set parallelism.ep=1 \
   --set comm.alltoall=compressed
+bad moe/rejects_topk_over_experts 2 "n_experts_per_tok must be in \[1, n_experts = 4\]" \
+  --set model.n_experts_per_tok=5
+bad moe/rejects_negative_capacity 2 "'model.capacity_factor': -1 is out of range" \
+  --set model.capacity_factor=-1
+bad moe/rejects_bad_mlp_only_layers 2 "'model.mlp_only_layers': expected block indices" \
+  --set model.mlp_only_layers=0,x
+bad moe/rejects_moe_key_on_dense_model 2 "'model.n_experts_per_tok' is for mixture-of-experts" \
+  --set model.n_experts=0
+# a dense model with ep: the MoE keys gone, ep alone is the mistake
+sed -e '/n_experts/d' -e '/moe_ffn_hidden/d' -e '/router_aux/d' \
+  -e 's/qk_norm: true, ffn_hidden: 64,.*/qk_norm: true, ffn_hidden: 64,/' "$tmp/moe.yaml" >"$tmp/dense.yaml"
+sed -i 's/^        decoder_sparse_step.*$//' "$tmp/dense.yaml"
+mpirun --oversubscribe --bind-to none -n 2 "$TRAIN" "$tmp/dense.yaml" >"$tmp/bad.log" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "needs experts to spread" "$tmp/bad.log"; then pass moe/rejects_ep_on_dense_model
+else fail moe/rejects_ep_on_dense_model "exit $rc: $(grep -m1 error "$tmp/bad.log")"; fi
+
+# (e) a capacity limit drops pairs, says how many, and still trains
+name="moe/capacity_factor_drops_and_logs"
+if run 4 "$tmp/cap.jsonl" --set model.capacity_factor=0.5 --set train.steps=5; then
+  python3 - "$tmp/cap.jsonl" <<'PY' && pass "$name" || fail "$name" "no dropped pairs logged, or loss not finite"
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"final"' not in l]
+sys.exit(0 if rows and all(r["dropped_pairs"] > 0 and math.isfinite(r["loss"]) and
+                           len(r["experts"]) == 2 for r in rows) else 1)
+PY
+else
+  fail "$name" "the run failed"
+fi
 exit $((fails > 0))
