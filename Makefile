@@ -4,6 +4,7 @@
 #   make             build libraries, programs and tests into build/
 #   make test        run the whole suite (normal build + ASan/UBSan build)
 #   make run         train the embedded default (tiny Llama, 4 ranks, compressed)
+#   make run-moe     train a tiny Qwen3-MoE (8 experts, top-2, 4 ranks, EP 2)
 #   make fuzz        run the codec fuzzers for FUZZ_SECONDS each (libFuzzer)
 #   make test-gpu    GPU tests + GPU benchmarks (needs a CUDA device)
 #   make bench       CPU codec benchmark
@@ -75,7 +76,7 @@ endif
 # make would delete them after the suite and print that as its last line.
 .SECONDARY:
 
-.PHONY: all deps test test-asan test-long run fuzz test-gpu bench clean
+.PHONY: all deps test test-asan test-long run run-moe fuzz test-gpu bench clean
 all: $(LIBZIPCCL) $(LIBZRT) $(PROGS) $(TESTS) $(REPLAYS) $(GPU_PROGS)
 
 DEPS ?= scripts/deps.sh
@@ -148,6 +149,10 @@ test-long: deps
 run: deps
 	@$(SUBMAKE) all
 	@scripts/run_default.sh
+
+run-moe: deps
+	@$(SUBMAKE) all
+	@CONFIG=configs/qwen3-moe-tiny.yaml scripts/run_default.sh
 
 FUZZ_SECONDS ?= 60
 fuzz: deps

@@ -365,6 +365,12 @@ int main(int argc, char** argv) {
         fputs(notes, stdout);
         fflush(stdout);
     }
+    if (mc->n_experts > 0 && g_nranks % cfg.parallel.ep) {
+        char msg[600], w[400];
+        snprintf(msg, sizeof msg, "%s: key 'parallelism.ep': %d does not divide the %d ranks",
+                 config_where(&cfg, "parallelism.ep", w, sizeof w), cfg.parallel.ep, g_nranks);
+        config_fail(msg);
+    }
     check_memory(&cfg);
 
     /* ---- data ---- */
@@ -418,12 +424,6 @@ int main(int argc, char** argv) {
 
     /* ---- model + FSDP ---- */
     Fsdp fsdp;
-    if (mc->n_experts > 0 && g_nranks % cfg.parallel.ep) {
-        char msg[600], w[400];
-        snprintf(msg, sizeof msg, "%s: key 'parallelism.ep': %d does not divide the %d ranks",
-                 config_where(&cfg, "parallelism.ep", w, sizeof w), cfg.parallel.ep, g_nranks);
-        config_fail(msg);
-    }
     fsdp_init(&fsdp, &cfg);
     double peak = fsdp_mean_over_ranks(&fsdp, peak_rank) * g_nranks;
     LlamaActs* acts = llama_acts_alloc(mc, B, T);

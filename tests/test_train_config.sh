@@ -3,7 +3,7 @@
 # test_train_config.sh — bad input to build/train gets a clear error that
 # names where the bad value came from (the file and line, or the --set
 # assignment itself), the key, and for an unknown key the nearest known one,
-# with exit status 2 and no crash; the 8B config fails at start with the
+# with exit status 2 and no crash; the 8B and the Qwen3-30B-A3B configs fail at start with the
 # memory estimate.
 set -u
 cd "$(dirname "$0")/.."
@@ -100,4 +100,6 @@ expect set_malformed 2 "expected dotted.key=value" -- "$tmp/good.yaml" --set tra
 expect unknown_option 2 "unknown or incomplete option '--frobnicate'" -- "$tmp/good.yaml" --frobnicate
 expect resume_not_a_checkpoint 2 "is not a checkpoint" -- "$tmp/good.yaml" --resume "$tmp"
 expect llama3_8b_does_not_fit 2 "does not fit: 8.03 B parameters need .* available" -- configs/llama3-8b.yaml
+expect qwen3_30b_a3b_does_not_fit 2 "does not fit: 30.5 B parameters need .* available" -- configs/qwen3-30b-a3b.yaml --set parallelism.ep=1
+expect qwen3_30b_a3b_ep_vs_ranks 2 "qwen3-30b-a3b.yaml:[0-9]*: key 'parallelism.ep': 8 does not divide the 1 ranks" -- configs/qwen3-30b-a3b.yaml
 exit $((fails > 0))
