@@ -13,7 +13,7 @@
 # PyPI (test references and plots only):
 #   numpy jax[cpu] safetensors matplotlib
 #   torch transformers   Hugging Face's Qwen3 / Qwen3-MoE, the reference of
-#                        tests/test_moe_ref.py (runs on the CPU; PyPI's torch
+#                        tests/test_hf_ref.py (runs on the CPU; PyPI's torch
 #                        wheel brings its CUDA libraries, ~45 s and ~6 GB)
 set -euo pipefail
 APT_PKGS="build-essential libopenmpi-dev openmpi-bin libopenblas-dev libyaml-dev libzstd-dev
@@ -35,7 +35,7 @@ PY=${PYTHON:-python3}
 pymissing=()
 # The references whose APIs the tests lean on are installed at the versions
 # the tests were written against (transformers 5 names and stacks MoE
-# experts differently from 4; see tests/test_moe_ref.py).
+# experts differently from 4; see tests/test_hf_ref.py).
 pin() { case $1 in torch) echo "torch==2.15.0" ;; transformers) echo "transformers==5.24.0" ;; *) echo "$1" ;; esac; }
 for m in $PY_MODS; do
   $PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('$m') is None)" 2>/dev/null \

@@ -1146,6 +1146,11 @@ static int dump(const char* dir, int train, int argc, char** argv) {
     float loss = llama_step(&c, acts, tok, tgt, B, T, &h, 1, logits);
     const float aux = llama_acts_aux_loss(acts); // before the training steps below
     rc |= write_bin(dir, "logits.bin", logits, sizeof(float) * B * T * c.vocab_size);
+    int n_moe = 0;
+    for (LlamaMoeRouting r; llama_acts_routing(acts, n_moe, &r) == 0; n_moe++) {
+        snprintf(fn, sizeof fn, "routing_%d.bin", n_moe); // (B*T, k) chosen experts
+        rc |= write_bin(dir, fn, r.choices, sizeof(int) * B * T * c.n_experts_per_tok);
+    }
     for (int u = 0; u < llama_num_units(&c); u++) {
         snprintf(fn, sizeof fn, "grad_%d.bin", u);
         rc |= write_bin(dir, fn, m.grads[u], llama_unit_numel(&c, u) * sizeof(float));
@@ -1195,8 +1200,10 @@ static int dump(const char* dir, int train, int argc, char** argv) {
             c.qk_norm, c.n_experts, c.n_experts_per_tok, c.moe_ffn_hidden, c.decoder_sparse_step,
             c.norm_topk_prob, (double)c.router_aux_loss_coef,
             (unsigned long long)c.mlp_only_layers[0]);
-    fprintf(f, " \"B\": %d, \"T\": %d, \"loss\": %.9g, \"aux_loss\": %.9g,\n \"units\": [", B, T,
-            (double)loss, (double)aux);
+    fprintf(f,
+            " \"B\": %d, \"T\": %d, \"loss\": %.9g, \"aux_loss\": %.9g, \"moe_blocks\": %d,\n"
+            " \"units\": [",
+            B, T, (double)loss, (double)aux, n_moe);
     for (int u = 0; u < llama_num_units(&c); u++) {
         enum { MAXT = 3 * 64 + 16 };
         static char names[MAXT][64];

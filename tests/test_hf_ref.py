@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 # test: asan=no timeout=300
-"""test_moe_ref.py — the Qwen3 and Qwen3-MoE decoders checked against Hugging Face
-transformers' own Qwen3MoeForCausalLM (torch, CPU, fp32, eager attention).
+"""test_hf_ref.py — the Llama, Qwen3 and Qwen3-MoE decoders checked against Hugging
+Face transformers' own LlamaForCausalLM and Qwen3MoeForCausalLM (torch, CPU, fp32,
+eager attention).
 
 The C side ($BUILD/tests/test_model --dump-train DIR [flags], see test_model.c)
 writes the config, every unit's weights, a batch, its logits, cross-entropy,
-load-balancing loss and every parameter gradient, then the losses of 10 AdamW
-steps. This script builds the HF model from the same config, loads the same
-weights under HF's names (below), and compares:
+load-balancing loss, each MoE block's router choices and every parameter gradient,
+then the losses of 10 AdamW steps. This script builds the HF model from the same
+config, loads the same weights under HF's names (below), and compares:
 
   logits                 allclose rtol 1e-4, atol 1e-5
-  cross-entropy          relative 1e-5 (atol 1e-6)
+  cross-entropy          relative 1e-5 (atol 1e-6): the loss without the aux term
   aux loss (HF's aux_loss, load_balancing_loss_func)   relative 1e-5
+  CE + router_aux_loss_coef * aux: the loss with it     relative 1e-5
+  router top-k choices   identical, every token, every MoE block (as sets: HF's
+                         topk order among equal weights is not ours to match)
   each gradient of CE + router_aux_loss_coef * aux      ||g_c - g_hf|| / ||g_hf|| < 1e-4
   10-step cross-entropies (hand-written AdamW, as test_model_ref.py)  relative 1e-4
 
@@ -29,8 +33,9 @@ the gradients (HF's own Llama conversion does the same permutation).
 
 Configs: top-2 with norm_topk_prob and a dense block among MoE blocks
 (mlp_only_layers), top-1 without it (decoder_sparse_step 2), head_dim apart from
-dim / n_heads, QK-norm always, and a dense Qwen3 (n_experts 0) through the same
-model class (every block in mlp_only_layers).
+dim / n_heads, QK-norm always; a dense Qwen3 (n_experts 0) through the same model
+class (every block in mlp_only_layers); and a Llama (no QK-norm) through
+LlamaForCausalLM, tied and untied.
 """
 import json
 import os
@@ -42,7 +47,8 @@ import numpy as np
 from pycheck import check, failed
 
 import torch  # noqa: E402
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM  # noqa: E402
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig,  # noqa: E402
+                          Qwen3MoeForCausalLM)
 
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)
@@ -62,6 +68,10 @@ CONFIGS = {
                                   "--sparse", "2", "--normtopk", "0", "--aux", "0.001",
                                   "--tied", "0"],
     "qwen3_dense": COMMON + ["--L", "2", "--tied", "0"],
+    "llama_tied": ["--V", "61", "--C", "32", "--L", "2", "--H", "4", "--KV", "2", "--F", "48",
+                   "--T", "13", "--B", "3", "--tied", "1", "--theta", "10000"],
+    "llama_untied": ["--V", "53", "--C", "48", "--L", "3", "--H", "6", "--KV", "3", "--F", "40",
+                     "--T", "11", "--B", "2", "--tied", "0", "--theta", "500000"],
 }
 
 
@@ -76,6 +86,17 @@ def heads_perm(rows, hd):
 
 
 def hf_model(cfg):
+    if not cfg["qk_norm"]:  # a Llama: HF's own class for it
+        hc = LlamaConfig(
+            vocab_size=cfg["vocab_size"], hidden_size=cfg["dim"],
+            intermediate_size=cfg["ffn_hidden"], num_hidden_layers=cfg["n_layers"],
+            num_attention_heads=cfg["n_heads"], num_key_value_heads=cfg["n_kv_heads"],
+            head_dim=cfg["head_dim"], max_position_embeddings=cfg["max_seq_len"],
+            rms_norm_eps=float(cfg["norm_eps"]), tie_word_embeddings=bool(cfg["tie_embeddings"]),
+            rope_parameters={"rope_type": "default", "rope_theta": float(cfg["rope_theta"])},
+            attention_bias=False, mlp_bias=False, attention_dropout=0.0)
+        hc._attn_implementation = "eager"
+        return LlamaForCausalLM(hc).float(), list(range(cfg["n_layers"]))
     L, E = cfg["n_layers"], cfg["n_experts"]
     mlp_only = [l for l in range(L) if E == 0 or (cfg["mlp_only_layers"] >> l) & 1]
     step = max(cfg["decoder_sparse_step"], 1)
@@ -109,7 +130,8 @@ def hf_name_map(cfg, dense):
         for ours, hf, how in (("wq", "q_proj", "rope"), ("wk", "k_proj", "rope"),
                               ("wv", "v_proj", None), ("wo", "o_proj", None),
                               ("q_norm", "q_norm", "rope"), ("k_norm", "k_norm", "rope")):
-            m[f"layers.{l}.{ours}"] = (p + f"self_attn.{hf}.weight", how)
+            if cfg["qk_norm"] or ours not in ("q_norm", "k_norm"):
+                m[f"layers.{l}.{ours}"] = (p + f"self_attn.{hf}.weight", how)
         if l in dense:
             for ours, hf in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
                 m[f"layers.{l}.{ours}"] = (p + f"mlp.{hf}.weight", None)
@@ -249,8 +271,28 @@ def run_config(tag, flags):
         lc, lh = idx["loss"], float(ce.detach())
         check(abs(lc - lh) <= 1e-6 + 1e-5 * abs(lh), f"hf/{tag}/cross_entropy",
               f"C {lc:.7f} HF {lh:.7f}")
-        ac, ah = idx["aux_loss"], float(aux.detach())
-        check(abs(ac - ah) <= 1e-6 + 1e-5 * abs(ah), f"hf/{tag}/aux_loss", f"C {ac:.7f} HF {ah:.7f}")
+        if moe:
+            ac, ah = idx["aux_loss"], float(aux.detach())
+            check(abs(ac - ah) <= 1e-6 + 1e-5 * abs(ah), f"hf/{tag}/aux_loss",
+                  f"C {ac:.7f} HF {ah:.7f}")
+            tc, th = lc + coef * ac, float(loss.detach())
+            check(abs(tc - th) <= 1e-6 + 1e-5 * abs(th), f"hf/{tag}/loss_with_aux",
+                  f"C {tc:.7f} HF {th:.7f}")
+            # the router's choices: HF's router logits -> softmax -> top-k
+            with torch.no_grad():
+                out = model(input_ids=tokens, output_router_logits=True)
+            k = cfg["n_experts_per_tok"]
+            same, blocks = 0, idx["moe_blocks"]
+            for i, rl in enumerate(out.router_logits):
+                hf_k = torch.topk(torch.softmax(rl.float(), -1), k, dim=-1).indices.numpy()
+                ours_k = load(d, f"routing_{i}.bin", np.int32, (B * T, k))
+                same += sum(set(a) == set(b) for a, b in zip(hf_k.tolist(), ours_k.tolist()))
+            check(len(out.router_logits) == blocks and same == blocks * B * T,
+                  f"hf/{tag}/router_topk_choices",
+                  f"{same} of {blocks * B * T} tokens chose the same experts ({blocks} blocks, "
+                  f"HF {len(out.router_logits)})")
+        else:
+            ac = ah = 0.0
         worst = (0.0, "")
         for name, gc in grads_c.items():
             hf, how = names[name]
