@@ -173,6 +173,35 @@ int main(int argc, char** argv) {
                 trial(ep, 2 * ep * (seed == 2 ? 3 : 1), 24, seed, strategies[si], tag);
             }
     }
+    // TorchTitan's permute-indices case: rank 0 owns experts 0 and 1 and gets
+    // [2, 3] rows from itself and [1, 4] from rank 1; rank-major they are rows
+    // 0..9, expert-major [0, 1, 5, 2, 3, 4, 6, 7, 8, 9] with totals [3, 7].
+    if (nranks == 2) {
+        Expert x;
+        char err[200];
+        zipcclCallConfig_t cfg = {zipcclStrategyRaw, zipcclCodecDefault, zipcclAlgoDefault};
+        if (expert_init(&x, 2, 4, 1, &cfg, err, sizeof err) == 0) {
+            const int mine[2][4] = {{2, 3, 1, 1}, {1, 4, 0, 2}};
+            const int* counts = mine[rank];
+            const int n = counts[0] + counts[1] + counts[2] + counts[3];
+            float rows[16];
+            // rank 0's rows to experts 0, 1 are rank-major rows 0..4, rank 1's are 5..9
+            for (int i = 0; i < n; i++) rows[i] = (float)(rank == 0 ? i : 5 + i);
+            const float* recv;
+            const int* rc;
+            int n_recv, n_local, fe;
+            int r = expert_dispatch(&x, 0, 0, rows, counts, 1, &recv, &n_recv, &rc, &n_local, &fe);
+            int ok = r == 0;
+            if (ok && rank == 0) {
+                const float want[10] = {0, 1, 5, 2, 3, 4, 6, 7, 8, 9};
+                ok = n_recv == 10 && n_local == 2 && rc[0] == 3 && rc[1] == 7 &&
+                     !memcmp(recv, want, sizeof want);
+            }
+            report(ok, "expert/torchtitan_permute_indices_2x2",
+                   "rank 0 did not receive rows [0 1 5 2 3 4 6 7 8 9] with totals [3 7]");
+            expert_free(&x);
+        }
+    }
     // ep must divide the ranks and the experts
     Expert x;
     char err[200] = "";
