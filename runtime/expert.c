@@ -92,6 +92,7 @@ int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCall
     }
     x->tokens = zrt_calloc((size_t)n_layers * n_experts, sizeof(long long), "EP stats");
     x->received = zrt_calloc((size_t)n_layers, sizeof(long long), "EP stats");
+    x->bytes = zrt_calloc((size_t)n_layers * 8, sizeof(uint64_t), "EP byte counts");
     g_scratch.sc = zrt_calloc(4 * (size_t)ep, sizeof(size_t), "EP counts");
     return 0;
 }
@@ -107,6 +108,7 @@ void expert_free(Expert* x) {
     free(x->cfg);
     free(x->tokens);
     free(x->received);
+    free(x->bytes);
     zipcclCommDestroy(x->comm);
     MPI_Comm_free((MPI_Comm*)x->mpi_ep);
     free(x->mpi_ep);
@@ -142,8 +144,8 @@ static int reserve(size_t floats) {
 
 /* One AlltoAllv of rows of C floats: send[q] rows to rank q, recv[s] rows
  * from rank s, both packed in rank order. */
-static zipcclResult_t exchange(Expert* x, int layer, const float* sendbuf, const int* send,
-                               float* recvbuf, const int* recv, int C) {
+static zipcclResult_t exchange(Expert* x, int layer, int which, const float* sendbuf,
+                               const int* send, float* recvbuf, const int* recv, int C) {
     const int P = x->ep;
     size_t *sc = g_scratch.sc, *sd = sc + P, *rc = sd + P, *rd = rc + P;
     size_t so = 0, ro = 0;
@@ -155,10 +157,17 @@ static zipcclResult_t exchange(Expert* x, int layer, const float* sendbuf, const
         rd[q] = ro;
         ro += rc[q];
     }
+    zipcclCounters_t c0, c1;
+    zipcclCommGetCounters(x->comm, zipcclCollAlltoAllv, &c0);
     const double t0 = zrt_now();
     zipcclResult_t r = zipcclAlltoAllv(sendbuf, sc, sd, recvbuf, rc, rd, zipcclFloat32, x->comm,
                                        &x->cfg[layer], NULL);
     x->blocked_s += zrt_now() - t0;
+    if (r == zipcclSuccess && zipcclCommGetCounters(x->comm, zipcclCollAlltoAllv, &c1) == 0) {
+        uint64_t* b = x->bytes + ((size_t)layer * 4 + which) * 2;
+        b[0] += c1.rawBytes - c0.rawBytes;
+        b[1] += c1.wireBytes - c0.wireBytes;
+    }
     return r;
 }
 
@@ -223,7 +232,7 @@ int expert_dispatch(void* ctx, int layer, int phase, const float* rows, const in
     }
     if (reserve((size_t)L->n_recv * C + 1))
         return fail(layer, phase, "out of memory for the received rows", 0);
-    zipcclResult_t r = exchange(x, layer, rows, send, g_scratch.ranked, from, C);
+    zipcclResult_t r = exchange(x, layer, 2 * phase, rows, send, g_scratch.ranked, from, C);
     if (r != zipcclSuccess) return fail(layer, phase, "AlltoAllv of the rows", r);
     regroup(x, L, g_scratch.ranked, g_scratch.grouped, C, 1);
     *recv = g_scratch.grouped;
@@ -248,7 +257,7 @@ int expert_combine(void* ctx, int layer, int phase, const float* local, float* r
     // expert-major -> rank-major, then the reverse exchange: what came from
     // rank s goes back to it, into the rows its dispatch sent from
     regroup(x, L, local, g_scratch.ranked, C, 0);
-    zipcclResult_t r = exchange(x, layer, g_scratch.ranked, from, rows, L->send, C);
+    zipcclResult_t r = exchange(x, layer, 2 * phase + 1, g_scratch.ranked, from, rows, L->send, C);
     if (r != zipcclSuccess) return fail(layer, phase, "AlltoAllv back", r);
     return 0;
 }

@@ -39,6 +39,11 @@ typedef struct {
     long long* tokens;        /* (n_layers * E) pairs routed to each expert by
                                * this rank, forward only                         */
     long long* received;      /* (n_layers) rows this rank's experts computed    */
+    /* (n_layers * 4 * 2): raw and wire bytes this rank sent per block and
+     * exchange: [l][0] forward dispatch (activations), [l][1] forward combine
+     * (expert outputs), [l][2] backward dispatch (gradients of the outputs),
+     * [l][3] backward combine (gradients of the inputs). Kept over the run. */
+    uint64_t* bytes;
 } Expert;
 
 /* Split MPI_COMM_WORLD into EP groups and make the exchange communicator.

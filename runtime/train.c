@@ -651,12 +651,46 @@ int main(int argc, char** argv) {
     if (cfg.ckpt.dir[0] && st.step > first_step) checkpoint_save(&fsdp, &cfg, &st);
 
     const uint64_t hash = fsdp_param_hash(&fsdp);
+    /* Expert parallelism: what the exchanges of each MoE block compressed to,
+     * all ranks' traffic over the run, activations and gradients apart. */
+    char a2a_json[4096] = "";
+    if (fsdp.ep > 1) {
+        const size_t nb = (size_t)mc->n_layers * 8;
+        uint64_t* b = zrt_malloc(nb * sizeof *b, "a2a bytes");
+        memcpy(b, fsdp.expert.bytes, nb * sizeof *b);
+        MPI_Allreduce(MPI_IN_PLACE, b, (int)nb, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+        size_t used = (size_t)snprintf(a2a_json, sizeof a2a_json, ", \"alltoall_by_layer\": [");
+        static const char* const what[4] = {"dispatch", "combine", "dispatch_grad", "combine_grad"};
+        if (g_rank == 0) printf("# alltoall ratio per MoE block (all ranks, the run): layer:");
+        for (int l = 0, first = 1; l < mc->n_layers; l++) {
+            if (!llama_layer_is_moe(mc, l)) continue;
+            const uint64_t* x = b + (size_t)l * 8;
+            if (g_rank == 0)
+                printf(" %d %.3f/%.3f (act) %.3f/%.3f (grad)%s", l, x[1] ? (double)x[0] / x[1] : 1,
+                       x[3] ? (double)x[2] / x[3] : 1, x[5] ? (double)x[4] / x[5] : 1,
+                       x[7] ? (double)x[6] / x[7] : 1, "");
+            used += (size_t)snprintf(a2a_json + used, used < sizeof a2a_json ? sizeof a2a_json - used : 0,
+                                     "%s{\"layer\": %d", first ? "" : ", ", l);
+            for (int k = 0; k < 4; k++)
+                used += (size_t)snprintf(a2a_json + used,
+                                         used < sizeof a2a_json ? sizeof a2a_json - used : 0,
+                                         ", \"%s_raw_bytes\": %llu, \"%s_wire_bytes\": %llu",
+                                         what[k], (unsigned long long)x[2 * k], what[k],
+                                         (unsigned long long)x[2 * k + 1]);
+            used += (size_t)snprintf(a2a_json + used, used < sizeof a2a_json ? sizeof a2a_json - used : 0, "}");
+            first = 0;
+        }
+        if (g_rank == 0) printf("  (dispatch/combine)\n");
+        if (used < sizeof a2a_json) snprintf(a2a_json + used, sizeof a2a_json - used, "]");
+        else a2a_json[0] = '\0'; /* too many blocks for one line: the console has it */
+        free(b);
+    }
     if (g_rank == 0) {
         printf("# done: %d steps, %.1f s, final param hash %016" PRIx64 "\n",
                st.step - first_step, zrt_now() - t_start, hash);
         if (jl) {
-            fprintf(jl, "{\"final\": true, \"step\": %d, \"param_hash\": \"%016" PRIx64 "\"}\n",
-                    st.step, hash);
+            fprintf(jl, "{\"final\": true, \"step\": %d, \"param_hash\": \"%016" PRIx64 "\"%s}\n",
+                    st.step, hash, a2a_json);
             fclose(jl);
         }
     }
