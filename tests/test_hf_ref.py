@@ -37,14 +37,11 @@ dim / n_heads, QK-norm always; a dense Qwen3 (n_experts 0) through the same mode
 class (every block in mlp_only_layers); and a Llama (no QK-norm) through
 LlamaForCausalLM, tied and untied.
 """
-import json
-import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
-from pycheck import check, failed
+from pycheck import check
+from refdump import check_grad, check_trajectory, dumped, load, lr_at, main
 
 import torch  # noqa: E402
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig,  # noqa: E402
@@ -53,9 +50,6 @@ from transformers import (LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig,  # noqa
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("BUILD", "build")
-BIN = os.path.join(ROOT if not os.path.isabs(BUILD) else "", BUILD, "tests", "test_model")
 
 COMMON = ["--V", "61", "--C", "32", "--H", "4", "--KV", "2", "--hd", "12", "--qkn", "1",
           "--F", "40", "--T", "13", "--B", "3", "--theta", "1000000"]
@@ -174,20 +168,6 @@ def from_hf(t, how, hd, Fe):
     return t[e]
 
 
-def load(d, name, dtype, shape=None):
-    a = np.fromfile(os.path.join(d, name), dtype=np.dtype(dtype).newbyteorder("<"))
-    return a.reshape(shape) if shape is not None else a
-
-
-def lr_at(s, tr):
-    lr, mn, w, tot = tr["lr"], tr["min_lr"], tr["warmup_steps"], tr["total_steps"]
-    if s < w:
-        return lr * (s + 1) / w
-    if s >= tot:
-        return mn
-    return mn + (lr - mn) * 0.5 * (1 + np.cos(np.pi * (s - w) / (tot - w)))
-
-
 def objective(model, tokens, targets, coef, moe):
     out = model(input_ids=tokens, output_router_logits=moe)
     logits = out.logits
@@ -225,13 +205,9 @@ def train(model, tokens, targets, coef, moe, tr):
 
 
 def run_config(tag, flags):
-    with tempfile.TemporaryDirectory(prefix="zrt_moe_ref_") as d:
-        r = subprocess.run([BIN, "--dump-train", d] + flags, capture_output=True, text=True,
-                           timeout=120)
-        if r.returncode != 0:
-            check(False, f"hf/{tag}/dump", f"rc {r.returncode}: {r.stderr.strip()[:300]}")
+    with dumped("hf", tag, flags) as (d, idx):
+        if d is None:
             return
-        idx = json.load(open(os.path.join(d, "index.json")))
         cfg, B, T = idx["config"], idx["B"], idx["T"]
         V, hd, Fe, moe = cfg["vocab_size"], cfg["head_dim"], cfg["moe_ffn_hidden"], cfg["n_experts"] > 0
         model, dense = hf_model(cfg)
@@ -296,32 +272,13 @@ def run_config(tag, flags):
         worst = (0.0, "")
         for name, gc in grads_c.items():
             hf, how = names[name]
-            gh = from_hf(hf_params[hf].grad.numpy(), how, hd, Fe).astype(np.float64)
-            nh = np.linalg.norm(gh)
-            rel = np.linalg.norm(gc.astype(np.float64) - gh) / nh if nh > 0 else (
-                0.0 if not np.any(gc) else np.inf)
-            check(rel < 1e-4, f"hf/{tag}/grad/{name}", f"relative error {rel:.3g} (|g| {nh:.3g})")
-            worst = max(worst, (rel, name))
+            gh = from_hf(hf_params[hf].grad.numpy(), how, hd, Fe)
+            worst = max(worst, (check_grad("hf", tag, name, gc, gh), name))
         print(f"  {tag}: logits max abs diff {err:.3g}, CE C {lc:.7f} HF {lh:.7f}, aux C {ac:.7f} "
               f"HF {ah:.7f}, worst gradient relative error {worst[0]:.3g} ({worst[1]})")
         losses_h = train(model, tokens, targets, coef, moe, idx["train"])
-        rel = max(abs(a - b) / abs(b) for a, b in zip(losses_c, losses_h))
-        moved = losses_h[-1] < losses_h[0] - 1e-3
-        print(f"  {tag}: 10-step CE {losses_h[0]:.5f} -> {losses_h[-1]:.5f}, "
-              f"max relative C/HF diff {rel:.3g}")
-        check(rel < 1e-4 and moved, f"hf/{tag}/train_10_steps",
-              f"max relative diff {rel:.3g}; C {list(np.round(losses_c, 5))} "
-              f"HF {list(np.round(losses_h, 5))}")
-
-
-def main():
-    if not os.access(BIN, os.X_OK):
-        check(False, "hf/binary", f"{BIN} not built")
-        return 1
-    for tag, flags in CONFIGS.items():
-        run_config(tag, flags)
-    return 1 if failed() else 0
+        check_trajectory("hf", tag, "HF", losses_c, losses_h)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("hf", CONFIGS, run_config))

@@ -64,6 +64,18 @@ static void log_event(Model* m, const char* fmt, int unit, int phase) {
     m->nevents++;
 }
 
+/* 1 if the hook events logged are exactly want[0..n); got receives them all. */
+static int events_are(const Model* m, const char* const* want, int n, char* got, size_t len) {
+    int same = m->nevents == n;
+    for (int i = 0; same && i < n; i++) same = !strcmp(m->events[i], want[i]);
+    got[0] = '\0';
+    for (int i = 0; i < m->nevents && i < MAX_EVENTS; i++) {
+        strncat(got, m->events[i], len - strlen(got) - 2);
+        strncat(got, " ", len - strlen(got) - 1);
+    }
+    return same;
+}
+
 static const float* h_acquire(void* ctx, int unit, int phase) {
     Model* m = ctx;
     log_event(m, "A%d%c", unit, phase ? 'b' : 'f');
@@ -482,14 +494,8 @@ static void check_moe_hooks(void) {
                           "A3f", "R3f", "A0f", "R0f", "A0b", "G0",  "R0b", "A3b", "G3",  "D3",
                           "R3b", "A2b", "G2",  "X1b", "A4b", "G4",  "D4",  "R4b", "Y1b", "D2",
                           "R2b", "A1b", "G1",  "D1",  "R1b", "G0",  "D0"};
-    const int nwant = sizeof want / sizeof want[0];
-    int order = b.nevents == nwant;
-    for (int i = 0; order && i < nwant; i++) order = !strcmp(b.events[i], want[i]);
-    char got[1024] = "";
-    for (int i = 0; i < b.nevents && i < MAX_EVENTS; i++) {
-        strncat(got, b.events[i], sizeof got - strlen(got) - 2);
-        strncat(got, " ", sizeof got - strlen(got) - 1);
-    }
+    char got[1024];
+    const int order = events_are(&b, want, sizeof want / sizeof want[0], got, sizeof got);
     CHECK(order && b.misuse == 0, "moe/hooks_order", "got: %s", got);
     b.fail_dispatch = 1;
     const float lf = llama_step(&cfg, acts, tok, tgt, B, T, &hb, 1, NULL);
@@ -550,14 +556,8 @@ static void check_hooks_and_loss(void) {
     const char* want[] = {"A0f", "R0f", "A1f", "R1f", "A2f", "R2f", "A0f", "R0f", // forward
                           "A0b", "G0",  "R0b", "A2b", "G2",  "D2",  "R2b",        // head, block 2
                           "A1b", "G1",  "D1",  "R1b", "G0",  "D0"};               // block 1, emb
-    const int nwant = sizeof want / sizeof want[0];
-    int same = m.nevents == nwant;
-    for (int i = 0; same && i < nwant; i++) same = !strcmp(m.events[i], want[i]);
-    char got[1024] = "";
-    for (int i = 0; i < m.nevents && i < MAX_EVENTS; i++) {
-        strncat(got, m.events[i], sizeof got - strlen(got) - 2);
-        strncat(got, " ", sizeof got - strlen(got) - 1);
-    }
+    char got[1024];
+    const int same = events_are(&m, want, sizeof want / sizeof want[0], got, sizeof got);
     CHECK(same && m.misuse == 0, "hooks/order", "got: %s", got);
 
     // the loss is the mean CE over counted targets, recomputed in double

@@ -19,24 +19,18 @@ for two configs: tied and untied embeddings, GQA ratio 2, odd sequence lengths.
 RoPE pairs interleaved elements (x[2i], x[2i+1]) of each head (Meta's Llama
 convention), frequency theta^(-2i/hd), position = index in the sequence.
 """
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from pycheck import check, failed  # noqa: E402
+from pycheck import check  # noqa: E402
+from refdump import check_grad, check_trajectory, dumped, load, lr_at, main  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("BUILD", "build")
-BIN = os.path.join(ROOT if not os.path.isabs(BUILD) else "", BUILD, "tests", "test_model")
 
 CONFIGS = {
     # name: flags for test_model --dump-train
@@ -99,15 +93,6 @@ def forward(params, tokens, targets, cfg, cos, sin):
 
 # ------------------------------------------------------------------ AdamW
 
-def lr_at(s, tr):
-    lr, mn, w, tot = tr["lr"], tr["min_lr"], tr["warmup_steps"], tr["total_steps"]
-    if s < w:
-        return lr * (s + 1) / w
-    if s >= tot:
-        return mn
-    return mn + (lr - mn) * 0.5 * (1 + np.cos(np.pi * (s - w) / (tot - w)))
-
-
 def train(params, vg, tr):
     m = {k: jnp.zeros_like(v) for k, v in params.items()}
     v2 = {k: jnp.zeros_like(v) for k, v in params.items()}
@@ -131,19 +116,10 @@ def train(params, vg, tr):
 
 # ------------------------------------------------------------------ driver
 
-def load(d, name, dtype, shape=None):
-    a = np.fromfile(os.path.join(d, name), dtype=np.dtype(dtype).newbyteorder("<"))
-    return a.reshape(shape) if shape is not None else a
-
-
 def run_config(tag, flags):
-    with tempfile.TemporaryDirectory(prefix="zrt_model_ref_") as d:
-        r = subprocess.run([BIN, "--dump-train", d] + flags, capture_output=True, text=True,
-                           timeout=120)
-        if r.returncode != 0:
-            check(False, f"ref/{tag}/dump", f"rc {r.returncode}: {r.stderr.strip()[:300]}")
+    with dumped("ref", tag, flags) as (d, idx):
+        if d is None:
             return
-        idx = json.load(open(os.path.join(d, "index.json")))
         cfg, B, T = idx["config"], idx["B"], idx["T"]
         V = cfg["vocab_size"]
         params, grads_c = {}, {}
@@ -177,31 +153,12 @@ def run_config(tag, flags):
         check(abs(lc - lj) <= 1e-5 + 1e-4 * abs(lj), f"ref/{tag}/loss", f"C {lc:.7f} jax {lj:.7f}")
         worst = (0.0, "")
         for name in grads_c:
-            gj, gc = np.asarray(grads[name], np.float64), grads_c[name].astype(np.float64)
-            nj = np.linalg.norm(gj)
-            rel = np.linalg.norm(gc - gj) / nj if nj > 0 else np.inf
-            check(rel < 1e-4, f"ref/{tag}/grad/{name}", f"relative error {rel:.3g} (|g| {nj:.3g})")
-            worst = max(worst, (rel, name))
+            worst = max(worst, (check_grad("ref", tag, name, grads_c[name], grads[name]), name))
         print(f"  {tag}: logits max abs diff {err:.3g}, loss C {lc:.7f} jax {lj:.7f}, "
               f"worst gradient relative error {worst[0]:.3g} ({worst[1]})")
         losses_j = train(dict(params), vg, idx["train"])
-        rel = max(abs(a - b) / abs(b) for a, b in zip(losses_c, losses_j))
-        moved = losses_j[-1] < losses_j[0] - 1e-3
-        print(f"  {tag}: 10-step losses {losses_j[0]:.5f} -> {losses_j[-1]:.5f}, "
-              f"max relative C/jax diff {rel:.3g}")
-        check(rel < 1e-4 and moved, f"ref/{tag}/train_10_steps",
-              f"max relative diff {rel:.3g}; C {list(np.round(losses_c, 5))} "
-              f"jax {list(np.round(losses_j, 5))}")
-
-
-def main():
-    if not os.access(BIN, os.X_OK):
-        check(False, "ref/binary", f"{BIN} not built")
-        return 1
-    for tag, flags in CONFIGS.items():
-        run_config(tag, flags)
-    return 1 if failed() else 0
+        check_trajectory("ref", tag, "jax", losses_c, losses_j)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("ref", CONFIGS, run_config))
