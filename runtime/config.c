@@ -133,6 +133,8 @@ static const KeyDesc kKeys[] = {
     {"comm.codec", K_CODEC, OFF(comm.codec), 0, 0, 0, "fast|dense|f3", R_FREE},
     {"comm.param_dtype", K_DTYPE, OFF(comm.param_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
     {"comm.reduce_dtype", K_DTYPE, OFF(comm.reduce_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
+    {"comm.alltoall_dtype", K_DTYPE, OFF(comm.alltoall_dtype), 0, 0, 0,
+     "fp32|bf16: the expert exchange's rows", R_ASK},
     {"logging.every", K_INT, OFF(log.every), 1, INT_MAX, 0, "", R_FREE},
     {"logging.json", K_STR, OFF(log.json), 0, 0, SZ(log.json), "JSON-lines log path", R_FREE},
     {"checkpoint.dir", K_STR, OFF(ckpt.dir), 0, 0, SZ(ckpt.dir), "\"\" disables", R_FREE},
@@ -187,6 +189,7 @@ void config_defaults(TrainConfig* c) {
     c->comm.codec = zipcclCodecFast;
     c->comm.param_dtype = zipcclFloat32;
     c->comm.reduce_dtype = zipcclFloat32;
+    c->comm.alltoall_dtype = zipcclFloat32;
     c->log.every = 1;
     c->ckpt.every = 0;
     c->ckpt.keep = 2;

@@ -74,6 +74,7 @@ typedef struct {
         zipcclStrategy_t alltoall; /* the MoE dispatch/combine; Default: follow strategy */
         zipcclCodec_t codec;
         zipcclDataType_t param_dtype, reduce_dtype;
+        zipcclDataType_t alltoall_dtype; /* what the expert exchange moves: fp32 | bf16 */
         int n_overrides;
         CommOverride overrides[CFG_MAX_OVERRIDES];
         int strategy_forced; /* set by --set comm.strategy: wins over all the rest */

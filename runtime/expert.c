@@ -14,7 +14,8 @@
  *    it goes straight over MPI; it is also the one host sync per block).
  *    Rank 0 learns it gets [2 1] from itself and [0 1] from rank 1.
  * 2. rows: one ZipCCL AlltoAllv of the activations (the kind `alltoall` of
- *    the communication plan: native, raw, compressed or auto). The experts
+ *    the communication plan: native, raw, compressed or auto; as fp32, or
+ *    rounded to bf16 with comm.alltoall_dtype). The experts
  *    of a destination are contiguous in the sender's grouping, so the send
  *    buffer is the model's own. The receiver gets them rank-major:
  *      rank 0 receives  [from 0: e0 e0 e1] [from 1: e1]
@@ -39,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "log.h"
 
 struct ExpertLayer {
@@ -52,16 +54,15 @@ struct ExpertLayer {
 
 /* Buffers shared by all blocks: a block's rows are in flight only between
  * its dispatch and its combine. */
-typedef struct {
-    size_t cap;       /* floats */
+struct ExpertScratch {
+    size_t cap;              /* floats */
     float *ranked, *grouped; /* (n_recv, C) rank-major / expert-major */
-    size_t* sc;       /* (4 * EP) AlltoAllv counts and displacements */
-} Scratch;
-
-static Scratch g_scratch; /* one Expert per process; see expert_init */
+    uint16_t *send16, *recv16; /* (cap) the rows as bf16 (alltoall_dtype bf16) */
+    size_t* sc;              /* (4 * EP) AlltoAllv counts and displacements */
+};
 
 int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCallConfig_t* cfgs,
-                char* err, size_t errlen) {
+                zipcclDataType_t dtype, char* err, size_t errlen) {
     memset(x, 0, sizeof *x);
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -71,6 +72,9 @@ int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCall
     if (n_experts < 1 || n_experts % ep)
         return zrt_errf(err, errlen, "parallelism.ep %d does not divide model.n_experts %d", ep,
                         n_experts);
+    if (dtype != zipcclFloat32 && dtype != zipcclBfloat16)
+        return zrt_errf(err, errlen, "comm.alltoall_dtype: fp32 or bf16");
+    x->dtype = dtype;
     x->ep = ep;
     x->ep_rank = rank % ep;
     x->E = n_experts;
@@ -93,7 +97,8 @@ int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCall
     x->tokens = zrt_calloc((size_t)n_layers * n_experts, sizeof(long long), "EP stats");
     x->received = zrt_calloc((size_t)n_layers, sizeof(long long), "EP stats");
     x->bytes = zrt_calloc((size_t)n_layers * 8, sizeof(uint64_t), "EP byte counts");
-    g_scratch.sc = zrt_calloc(4 * (size_t)ep, sizeof(size_t), "EP counts");
+    x->scratch = zrt_calloc(1, sizeof *x->scratch, "EP buffers");
+    x->scratch->sc = zrt_calloc(4 * (size_t)ep, sizeof(size_t), "EP counts");
     return 0;
 }
 
@@ -112,9 +117,10 @@ void expert_free(Expert* x) {
     zipcclCommDestroy(x->comm);
     MPI_Comm_free((MPI_Comm*)x->mpi_ep);
     free(x->mpi_ep);
-    free(g_scratch.ranked);
-    free(g_scratch.sc);
-    memset(&g_scratch, 0, sizeof g_scratch);
+    free(x->scratch->ranked);
+    free(x->scratch->send16);
+    free(x->scratch->sc);
+    free(x->scratch);
     memset(x, 0, sizeof *x);
 }
 
@@ -131,14 +137,22 @@ static int fail(int layer, int phase, const char* what, zipcclResult_t r) {
     return -1;
 }
 
-static int reserve(size_t floats) {
-    if (floats <= g_scratch.cap) return 0;
+static int reserve(struct ExpertScratch* b, size_t floats) {
+    if (floats <= b->cap) return 0;
     float* m = malloc(2 * floats * sizeof(float) + 1);
-    if (!m) return -1;
-    free(g_scratch.ranked);
-    g_scratch.ranked = m;
-    g_scratch.grouped = m + floats;
-    g_scratch.cap = floats;
+    uint16_t* h = malloc(2 * floats * sizeof(uint16_t) + 1);
+    if (!m || !h) {
+        free(m);
+        free(h);
+        return -1;
+    }
+    free(b->ranked);
+    free(b->send16);
+    b->ranked = m;
+    b->grouped = m + floats;
+    b->send16 = h;
+    b->recv16 = h + floats;
+    b->cap = floats;
     return 0;
 }
 
@@ -147,7 +161,8 @@ static int reserve(size_t floats) {
 static zipcclResult_t exchange(Expert* x, int layer, int which, const float* sendbuf,
                                const int* send, float* recvbuf, const int* recv, int C) {
     const int P = x->ep;
-    size_t *sc = g_scratch.sc, *sd = sc + P, *rc = sd + P, *rd = rc + P;
+    struct ExpertScratch* b = x->scratch;
+    size_t *sc = b->sc, *sd = sc + P, *rc = sd + P, *rd = rc + P;
     size_t so = 0, ro = 0;
     for (int q = 0; q < P; q++) {
         sc[q] = (size_t)send[q] * C;
@@ -160,8 +175,17 @@ static zipcclResult_t exchange(Expert* x, int layer, int which, const float* sen
     zipcclCounters_t c0, c1;
     zipcclCommGetCounters(x->comm, zipcclCollAlltoAllv, &c0);
     const double t0 = zrt_now();
-    zipcclResult_t r = zipcclAlltoAllv(sendbuf, sc, sd, recvbuf, rc, rd, zipcclFloat32, x->comm,
-                                       &x->cfg[layer], NULL);
+    zipcclResult_t r;
+    if (x->dtype == zipcclBfloat16) {
+        /* rounded to nearest even on the way out, widened exactly on the way in */
+        for (size_t i = 0; i < so; i++) b->send16[i] = zrt_f32_to_bf16(sendbuf[i]);
+        r = zipcclAlltoAllv(b->send16, sc, sd, b->recv16, rc, rd, zipcclBfloat16, x->comm,
+                            &x->cfg[layer], NULL);
+        for (size_t i = 0; r == zipcclSuccess && i < ro; i++) recvbuf[i] = zrt_bf16_to_f32(b->recv16[i]);
+    } else {
+        r = zipcclAlltoAllv(sendbuf, sc, sd, recvbuf, rc, rd, zipcclFloat32, x->comm,
+                            &x->cfg[layer], NULL);
+    }
     x->blocked_s += zrt_now() - t0;
     if (r == zipcclSuccess && zipcclCommGetCounters(x->comm, zipcclCollAlltoAllv, &c1) == 0) {
         uint64_t* b = x->bytes + ((size_t)layer * 4 + which) * 2;
@@ -230,12 +254,13 @@ int expert_dispatch(void* ctx, int layer, int phase, const float* rows, const in
         from[s] = 0;
         for (int j = 0; j < El; j++) from[s] += L->split[s * El + j];
     }
-    if (reserve((size_t)L->n_recv * C + 1))
+    const int most = L->n_recv > L->n_send ? L->n_recv : L->n_send;
+    if (reserve(x->scratch, (size_t)most * C + 1))
         return fail(layer, phase, "out of memory for the received rows", 0);
-    zipcclResult_t r = exchange(x, layer, 2 * phase, rows, send, g_scratch.ranked, from, C);
+    zipcclResult_t r = exchange(x, layer, 2 * phase, rows, send, x->scratch->ranked, from, C);
     if (r != zipcclSuccess) return fail(layer, phase, "AlltoAllv of the rows", r);
-    regroup(x, L, g_scratch.ranked, g_scratch.grouped, C, 1);
-    *recv = g_scratch.grouped;
+    regroup(x, L, x->scratch->ranked, x->scratch->grouped, C, 1);
+    *recv = x->scratch->grouped;
     *n_recv = L->n_recv;
     *recv_counts = L->local;
     *n_local = El;
@@ -256,8 +281,8 @@ int expert_combine(void* ctx, int layer, int phase, const float* local, float* r
     }
     // expert-major -> rank-major, then the reverse exchange: what came from
     // rank s goes back to it, into the rows its dispatch sent from
-    regroup(x, L, local, g_scratch.ranked, C, 0);
-    zipcclResult_t r = exchange(x, layer, 2 * phase + 1, g_scratch.ranked, from, rows, L->send, C);
+    regroup(x, L, local, x->scratch->ranked, C, 0);
+    zipcclResult_t r = exchange(x, layer, 2 * phase + 1, x->scratch->ranked, from, rows, L->send, C);
     if (r != zipcclSuccess) return fail(layer, phase, "AlltoAllv back", r);
     return 0;
 }

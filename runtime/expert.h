@@ -24,6 +24,7 @@
 #include "zipccl.h"
 
 typedef struct ExpertLayer ExpertLayer;
+struct ExpertScratch;
 
 typedef struct {
     int ep, ep_rank;          /* EP group size and this rank's index in it     */
@@ -33,6 +34,9 @@ typedef struct {
     zipcclComm_t comm;        /* the EP group's AlltoAllv of rows (own comm)    */
     zipcclCallConfig_t* cfg;  /* (n_layers) per-block call config (overrides)   */
     ExpertLayer* layer;       /* (n_layers) per-block exchange state            */
+    struct ExpertScratch* scratch; /* buffers the blocks share (one in flight)   */
+    zipcclDataType_t dtype;   /* what the rows travel as: fp32 (exact), or bf16
+                               * (rounded to nearest even, half the bytes)      */
 
     /* statistics since the last expert_reset_stats */
     double blocked_s;         /* compute thread waiting on the exchange         */
@@ -47,10 +51,11 @@ typedef struct {
 } Expert;
 
 /* Split MPI_COMM_WORLD into EP groups and make the exchange communicator.
- * Collective over MPI_COMM_WORLD. cfgs: (n_layers) call configs, copied.
- * Returns 0, or -1 with a message in err (EP not dividing N or E). */
+ * Collective over MPI_COMM_WORLD. cfgs: (n_layers) call configs, copied;
+ * dtype: zipcclFloat32 or zipcclBfloat16 (comm.alltoall_dtype). Returns 0,
+ * or -1 with a message in err (EP not dividing N or E, another dtype). */
 int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCallConfig_t* cfgs,
-                char* err, size_t errlen);
+                zipcclDataType_t dtype, char* err, size_t errlen);
 void expert_free(Expert* x);
 
 /* The LlamaParamHooks.dispatch / .combine signatures, ctx = Expert*. A

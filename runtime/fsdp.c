@@ -99,7 +99,7 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
                                          cfg->comm.codec, zipcclAlgoDefault};
         }
         trainCheck(!expert_init(&f->expert, f->ep, cfg->model.n_experts, cfg->model.n_layers, xc,
-                                err, sizeof err),
+                                cfg->comm.alltoall_dtype, err, sizeof err),
                    "%s", err);
         free(xc);
         MPI_Comm edp;

@@ -24,6 +24,7 @@
 #include <mpi.h>
 
 #include "expert.h"
+#include "kernels.h"
 #include "testutil.h"
 
 static int rank, nranks;
@@ -43,6 +44,12 @@ static void report(int ok, const char* name, const char* why) {
 /* A row's values say whose it is: (rank, row, column). */
 static float value(int r, int row, int c) { return (float)(r * 100000 + row * 16 + c % 16) + 0.25f; }
 
+/* What a value becomes on the wire: itself in fp32, rounded in bf16. */
+static zipcclDataType_t g_dtype = zipcclFloat32;
+static float through(float v) {
+    return g_dtype == zipcclBfloat16 ? zrt_bf16_to_f32(zrt_f32_to_bf16(v)) : v;
+}
+
 static uint64_t mix(uint64_t x) {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
@@ -52,13 +59,14 @@ static uint64_t mix(uint64_t x) {
 
 /* One trial: E experts, EP, rows per rank from a seeded count pattern. */
 static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy,
-                  const char* tag) {
+                  zipcclDataType_t dtype, const char* tag) {
     char name[128], why[256] = "";
+    g_dtype = dtype;
     Expert x;
     zipcclCallConfig_t cfg = {strategy, zipcclCodecDefault, zipcclAlgoDefault};
     zipcclCallConfig_t cfgs[2] = {cfg, cfg};
     char err[200];
-    if (expert_init(&x, ep, E, 2, cfgs, err, sizeof err)) {
+    if (expert_init(&x, ep, E, 2, cfgs, dtype, err, sizeof err)) {
         snprintf(name, sizeof name, "%s/init", tag);
         report(0, name, err);
         return;
@@ -94,7 +102,7 @@ static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy
             int start = 0; // row of rank s where expert first+j begins
             for (int e = 0; e < first + j; e++) start += counts[s * E + e];
             for (int i = 0; i < counts[s * E + first + j]; i++, o++)
-                for (int c = 0; c < C; c++) want[o * C + c] = value(s, start + i, c);
+                for (int c = 0; c < C; c++) want[o * C + c] = through(value(s, start + i, c));
         }
 
     const float* recv = NULL;
@@ -117,16 +125,18 @@ static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy
     float* back = malloc(sizeof(float) * ((size_t)total[rank] * C + 1));
     int rcc = expert_combine(&x, 1, 0, y, back);
     ok = rcc == 0;
-    for (size_t i = 0; ok && i < (size_t)total[rank] * C; i++) ok = back[i] == 2.0f * rows[i] - 1.0f;
+    for (size_t i = 0; ok && i < (size_t)total[rank] * C; i++)
+        ok = back[i] == through(2.0f * through(rows[i]) - 1.0f);
     snprintf(name, sizeof name, "%s/combine_returns_expert_outputs_in_place", tag);
     report(ok, name, "combine did not bring back 2x-1 of this rank's rows");
 
     // backward: the same sizes, no count exchange; other sizes are refused
     rcd = expert_dispatch(&x, 1, 1, back, counts + rank * E, C, &recv, &n_recv, &rc, &n_local, &fe);
     ok = rcd == 0 && n_recv == (int)want_n;
-    for (size_t i = 0; ok && i < want_n * C; i++) ok = recv[i] == 2.0f * want[i] - 1.0f;
+    for (size_t i = 0; ok && i < want_n * C; i++) ok = recv[i] == through(2.0f * want[i] - 1.0f);
     rcc = ok ? expert_combine(&x, 1, 1, recv, back) : -1;
-    for (size_t i = 0; ok && i < (size_t)total[rank] * C; i++) ok = back[i] == 2.0f * rows[i] - 1.0f;
+    for (size_t i = 0; ok && i < (size_t)total[rank] * C; i++)
+        ok = back[i] == through(2.0f * through(rows[i]) - 1.0f);
     snprintf(name, sizeof name, "%s/backward_exchange_reuses_sizes", tag);
     report(ok && rcc == 0, name, "phase-1 dispatch/combine differ from the forward's layout");
     if (strategy == zipcclStrategyRaw && ep > 1) {
@@ -170,8 +180,16 @@ int main(int argc, char** argv) {
             for (uint64_t seed = 1; seed <= 3; seed++) {
                 char tag[64];
                 snprintf(tag, sizeof tag, "np%d/ep%d/%s/seed%d", nranks, ep, sname[si], (int)seed);
-                trial(ep, 2 * ep * (seed == 2 ? 3 : 1), 24, seed, strategies[si], tag);
+                trial(ep, 2 * ep * (seed == 2 ? 3 : 1), 24, seed, strategies[si], zipcclFloat32,
+                      tag);
             }
+        // the rows as bf16 (comm.alltoall_dtype): each value rounded once on
+        // the way out, the layout the same
+        for (int si = 1; si < 3; si++) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "np%d/ep%d/%s/bf16", nranks, ep, sname[si]);
+            trial(ep, 2 * ep, 24, 1, strategies[si], zipcclBfloat16, tag);
+        }
     }
     // TorchTitan's permute-indices case: rank 0 owns experts 0 and 1 and gets
     // [2, 3] rows from itself and [1, 4] from rank 1; rank-major they are rows
@@ -180,7 +198,7 @@ int main(int argc, char** argv) {
         Expert x;
         char err[200];
         zipcclCallConfig_t cfg = {zipcclStrategyRaw, zipcclCodecDefault, zipcclAlgoDefault};
-        if (expert_init(&x, 2, 4, 1, &cfg, err, sizeof err) == 0) {
+        if (expert_init(&x, 2, 4, 1, &cfg, zipcclFloat32, err, sizeof err) == 0) {
             const int mine[2][4] = {{2, 3, 1, 1}, {1, 4, 0, 2}};
             const int* counts = mine[rank];
             const int n = counts[0] + counts[1] + counts[2] + counts[3];
@@ -206,10 +224,10 @@ int main(int argc, char** argv) {
     Expert x;
     char err[200] = "";
     zipcclCallConfig_t cfg = {zipcclStrategyRaw, zipcclCodecDefault, zipcclAlgoDefault};
-    int bad = expert_init(&x, nranks + 1, 4 * (nranks + 1), 1, &cfg, err, sizeof err);
+    int bad = expert_init(&x, nranks + 1, 4 * (nranks + 1), 1, &cfg, zipcclFloat32, err, sizeof err);
     report(bad == -1 && strstr(err, "divide"), "expert/init_rejects_ep_not_dividing_ranks", err);
     if (nranks % 2 == 0) {
-        bad = expert_init(&x, 2, 3, 1, &cfg, err, sizeof err);
+        bad = expert_init(&x, 2, 3, 1, &cfg, zipcclFloat32, err, sizeof err);
         report(bad == -1 && strstr(err, "n_experts"), "expert/init_rejects_ep_not_dividing_experts",
                err);
     }

@@ -87,6 +87,26 @@ PY
   fi
 done
 
+# (a') the rows as bf16 (comm.alltoall_dtype): still compressed == raw bit for
+# bit, and bf16 activations compress further than fp32 ones
+name="moe/bf16_dispatch_raw_equals_compressed_np4_ep2"
+if run 4 "$tmp/h.jsonl" --set comm.alltoall_dtype=bf16 --set train.steps=8 &&
+   run 4 "$tmp/hr.jsonl" --set comm.alltoall_dtype=bf16 --set train.steps=8 --set comm.strategy=raw; then
+  why=$(compare "$tmp/h.jsonl" "$tmp/hr.jsonl" exact --same-steps) && pass "$name" || fail "$name" "$why"
+  name="moe/bf16_dispatch_compresses_more"
+  python3 - "$tmp/h.jsonl" "$tmp/c4_2.jsonl" <<'PY' && pass "$name" || fail "$name" "bf16 rows did not compress better than fp32 ones"
+import json, sys
+def ratio(p):
+    rows = [json.loads(l) for l in open(p) if '"final"' not in l][:8]
+    return sum(r["alltoall_raw_bytes"] for r in rows) / sum(r["alltoall_wire_bytes"] for r in rows)
+b, f = ratio(sys.argv[1]), ratio(sys.argv[2])
+print(f"  alltoall ratio bf16 {b:.3f}, fp32 {f:.3f}")
+sys.exit(0 if b > f + 0.1 else 1)
+PY
+else
+  fail "$name" "a bf16-dispatch run failed"
+fi
+
 # (b) expert parallelism changes rounding only
 if run 4 "$tmp/e1.jsonl" --set parallelism.ep=1 --set data.batch_size=2 &&
    run 1 "$tmp/one.jsonl" --set parallelism.ep=1 --set data.batch_size=8; then
