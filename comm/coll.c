@@ -16,9 +16,16 @@
  * issue, which is still correct when all ranks issue in the same order.
  * NCCL communicators run at issue too: their work is stream-ordered.
  *
+ * Every call on an MPI communicator of several ranks starts with the call
+ * agreement (coll_agree.c): the ranks exchange descriptors of the call, so
+ * ranks that disagree on it all return zipcclMismatch before any receive is
+ * posted, instead of corrupting memory, aborting inside MPI or returning
+ * wrong data.
+ *
  * Left out: cancelling a queued call; re-using a communicator after a
  * mid-flight failure (timeout, mismatch, transport error) — it is marked
- * broken and refuses further calls, since peers may still send to it.
+ * broken and answers every further call with zipcclCommBroken, since peers
+ * may still send to it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -134,22 +141,35 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
     zipcclResult_t res;
     zipcclClearError();
     int wasAuto = op->cfg.strategy == zipcclStrategyAuto;
-    zipcclCallConfig_t cfg;
+    zipcclCallConfig_t cfg = op->cfg;
     if (c->broken) {
-        res = zipcclSetError(zipcclInvalidArgument,
-                             "%s: communicator unusable after an earlier failure (%s); destroy it",
+        res = zipcclSetError(zipcclCommBroken,
+                             "%s: the communicator is broken by an earlier failure and refuses every call; "
+                             "destroy it (the failure: %s)",
                              zipcclCollName(op->kind), c->brokenWhy);
         goto out;
     }
-    /* The decision may communicate (calibration, agreements, the barrier
-     * before a measuring call); if that fails, the communicator breaks below
-     * like after a failed run. */
-    res = zipcclModelDecide(c, op, &cfg);
+    /* First the call agreement's descriptors go out; the decision may
+     * communicate (calibration, agreements, the barrier before a measuring
+     * call), and whatever communicates waits for the agreement first.  If
+     * either fails, the communicator breaks below like after a failed run. */
+    res = zipcclAgreeStart(c, op);
+    if (res == zipcclSuccess) res = zipcclModelDecide(c, op, &cfg);
     st.strategy = cfg.strategy;
     st.codec = cfg.codec;
     st.algo = zipcclAlgoRun(op->kind, cfg.algo);
     double t1 = zipcclNow();
     if (res == zipcclSuccess) res = runDesign(c, op, cfg.strategy, &st);
+    /* A call that moved no data (count 0) still completes its agreement, and
+     * after a local failure the agreement's verdict, if it is a disagreement,
+     * is the cause to report (the same on every rank). */
+    if (c->agree.pending || c->agree.result != zipcclSuccess) {
+        char local[sizeof op->detail];
+        snprintf(local, sizeof local, "%s", zipcclGetLastErrorDetail());
+        zipcclResult_t agreed = zipcclAgreeWait(c);
+        if (res == zipcclSuccess || (agreed != zipcclSuccess && res != agreed)) res = agreed;
+        else if (res != zipcclSuccess) zipcclSetError(res, "%s", local);
+    }
     st.totalSeconds = zipcclNow() - t0;
     st.runSeconds = t0 + st.totalSeconds - t1;
     if (res == zipcclSuccess) {
@@ -172,8 +192,8 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
     if (res != zipcclSuccess && res != zipcclInvalidArgument && res != zipcclUnsupported) {
         /* Messages may still be in flight to or from this communicator. */
         c->broken = 1;
-        snprintf(c->brokenWhy, sizeof c->brokenWhy, "%s: %s", zipcclCollName(op->kind),
-                 zipcclGetErrorString(res));
+        const char* d = zipcclGetLastErrorDetail();
+        snprintf(c->brokenWhy, sizeof c->brokenWhy, "%s", d[0] ? d : zipcclGetErrorString(res));
     }
 out:
     op->result = res;
@@ -212,6 +232,32 @@ static zipcclResult_t envInt(const char* name, long long lo, long long hi, const
     return zipcclSuccess;
 }
 
+/* *v = the number in environment variable name, if set, with lo < x (or
+ * lo <= x when lo is allowed) and x <= hi. */
+static zipcclResult_t envNumber(const char* name, double lo, int loAllowed, double hi, const char* want,
+                                double* v) {
+    const char* s = getenv(name);
+    if (!s || !*s) return zipcclSuccess;
+    char* end;
+    double x = strtod(s, &end);
+    if (*end || !(x == x) || (loAllowed ? x < lo : x <= lo) || x > hi)
+        return zipcclSetError(zipcclInvalidArgument, "%s='%s' (want %s)", name, s, want);
+    *v = x;
+    return zipcclSuccess;
+}
+
+/* The default per-call timeout.  A training step's collectives take
+ * milliseconds to seconds here (64 MiB over 1 Gbit/s: about one), so a call
+ * still waiting after 100 s has a stopped or hung peer, and every second
+ * beyond stalls the whole job (300 s, the default before, held a job with
+ * one stopped rank for five minutes).  TorchTitan uses the same 100 s for
+ * its training steps (comm.train_timeout_seconds, with a longer timeout for
+ * its first step); PyTorch's ProcessGroupNCCL waits 10 minutes.  Creating a
+ * communicator is collective, so its ranks start together, and a longer
+ * first-call timeout is left out.  ZIPCCL_TIMEOUT_S overrides it (0 = wait
+ * forever). */
+static const double kDefaultTimeoutS = 100;
+
 static zipcclResult_t readEnv(struct zipcclComm* c) {
     zipcclCallConfig_t d = {zipcclStrategyAuto, zipcclCodecFast, zipcclAlgoDefault};
     const char* s = getenv("ZIPCCL_STRATEGY");
@@ -223,15 +269,18 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
     if (s && *s && zipcclAlgoParse(s, &d.algo) != zipcclSuccess)
         return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_ALGO='%s' (expected ring, direct or oneshot)", s);
     c->defaults = d;
-    c->timeoutS = 300;
-    s = getenv("ZIPCCL_TIMEOUT_S");
-    if (s && *s) {
-        char* end;
-        double t = strtod(s, &end);
-        if (*end || t < 0) return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_TIMEOUT_S='%s' is not a number of seconds", s);
-        c->timeoutS = t;
-    }
-    long long v = 0; /* unset: sized to the link at init (sizeToLink) */
+    c->timeoutS = kDefaultTimeoutS;
+    ZIPCCL_TRY(envNumber("ZIPCCL_TIMEOUT_S", 0, 1, 1e9, "seconds >= 0; 0 = no timeout", &c->timeoutS));
+    /* Read where they are used (switcher.c); refused here like the others. */
+    double x = 0;
+    ZIPCCL_TRY(envNumber("ZIPCCL_LINK_GBPS", 0, 0, 1e6, "Gbit/s > 0", &x));
+    ZIPCCL_TRY(envNumber("ZIPCCL_LINK_ALPHA_US", 0, 0, 1e9, "microseconds > 0", &x));
+    long long v = 0;
+    ZIPCCL_TRY(envInt("ZIPCCL_LOG", 0, 2, "0, 1 or 2", &v));
+    c->model.log = (int)v;
+    ZIPCCL_TRY(envInt("ZIPCCL_CALIBRATE", 0, 1, "0 or 1", &v));
+    ZIPCCL_TRY(envInt("ZIPCCL_AUTO_EXPLORE", 0, 1, "0 or 1", &v));
+    v = 0; /* unset: sized to the link at init (sizeToLink) */
     ZIPCCL_TRY(envInt("ZIPCCL_PIECE_BYTES", 32768, 1ll << 40, "an integer >= 32768", &v));
     c->pieceBytes = (size_t)v;
     v = 2;
@@ -252,6 +301,7 @@ static struct zipcclComm* commAlloc(void) {
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     c->mpi = MPI_COMM_NULL;
+    c->agree.comm = MPI_COMM_NULL;
     zipcclModelDefaults(&c->model);
     return c;
 }
@@ -259,6 +309,7 @@ static struct zipcclComm* commAlloc(void) {
 static void commFree(struct zipcclComm* c) {
     if (!c->broken) /* else in-flight sends may still read them */
         for (int i = 0; i < ZIPCCL_SCRATCH_SLOTS; i++) free(c->scratch[i]);
+    zipcclAgreeFree(c);
     if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
@@ -335,9 +386,8 @@ zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm) {
     /* AlltoAllv's tags carry the sender's size bucket in bits 23..28
      * (coll_algos.c) where the bound allows; Open MPI's is 2^31-1. */
     c->tagSizes = *tagUb >= (1 << 29) - 1;
-    c->model.log = 0;
-    const char* lg = getenv("ZIPCCL_LOG");
-    if (lg && *lg) c->model.log = atoi(lg);
+    res = zipcclAgreeInit(c);
+    if (res != zipcclSuccess) { commFree(c); return res; }
     res = sizeToLink(c);
     if (res != zipcclSuccess) { commFree(c); return res; }
     if (c->defaults.strategy == zipcclStrategyAuto) {
@@ -365,8 +415,6 @@ zipcclResult_t zipcclCommInitNccl(zipcclComm_t* comm, void* ncclComm) {
     if (c->a2aInflight < 0) c->a2aInflight = 0;
     if (res == zipcclSuccess) res = zipcclNcclInit(c);
     if (res != zipcclSuccess) { commFree(c); return res; }
-    const char* lg = getenv("ZIPCCL_LOG");
-    if (lg && *lg) c->model.log = atoi(lg);
     *comm = c;
     return zipcclSuccess;
 }
@@ -469,25 +517,33 @@ static zipcclResult_t validate(const zipcclOp* op) {
         return zipcclSetError(zipcclInvalidArgument, "%s: unsupported reduction op %d (sum or avg)",
                               what, (int)op->op);
     if (op->kind == zipcclCollAlltoAllv) {
-        if (!op->sendcounts || !op->sdispls || !op->recvcounts || !op->rdispls)
-            return zipcclSetError(zipcclInvalidArgument, "%s: null count or displacement array", what);
+        const char* none = !op->sendcounts ? "sendcounts" : !op->sdispls ? "sdispls"
+                         : !op->recvcounts ? "recvcounts" : !op->rdispls ? "rdispls" : NULL;
+        if (none) return zipcclSetError(zipcclInvalidArgument, "%s: %s is NULL", what, none);
         int anySend = 0, anyRecv = 0;
         for (int i = 0; i < c->nranks; i++) {
             anySend |= op->sendcounts[i] != 0;
             anyRecv |= op->recvcounts[i] != 0;
             if (op->sdispls[i] + op->sendcounts[i] < op->sdispls[i] ||
-                mulOverflows(op->sdispls[i] + op->sendcounts[i], esz) ||
+                mulOverflows(op->sdispls[i] + op->sendcounts[i], esz))
+                return zipcclSetError(zipcclInvalidArgument, "%s: sdispls[%d] + sendcounts[%d] (%zu + %zu elements) "
+                                      "overflows as bytes", what, i, i, op->sdispls[i], op->sendcounts[i]);
+            if (op->rdispls[i] + op->recvcounts[i] < op->rdispls[i] ||
                 mulOverflows(op->rdispls[i] + op->recvcounts[i], esz))
-                return zipcclSetError(zipcclInvalidArgument, "%s: counts/displacements overflow", what);
+                return zipcclSetError(zipcclInvalidArgument, "%s: rdispls[%d] + recvcounts[%d] (%zu + %zu elements) "
+                                      "overflows as bytes", what, i, i, op->rdispls[i], op->recvcounts[i]);
         }
-        if ((anySend && !op->sendbuf) || (anyRecv && !op->recvbuf))
-            return zipcclSetError(zipcclInvalidArgument, "%s: null buffer", what);
+        if (anySend && !op->sendbuf)
+            return zipcclSetError(zipcclInvalidArgument, "%s: sendbuf is NULL but sendcounts are not all 0", what);
+        if (anyRecv && !op->recvbuf)
+            return zipcclSetError(zipcclInvalidArgument, "%s: recvbuf is NULL but recvcounts are not all 0", what);
         return zipcclSuccess;
     }
     if (mulOverflows(op->count, esz * (size_t)c->nranks))
-        return zipcclSetError(zipcclInvalidArgument, "%s: count %zu overflows", what, op->count);
+        return zipcclSetError(zipcclInvalidArgument, "%s: count %zu elements x %d ranks x %zu bytes overflows size_t",
+                              what, op->count, c->nranks, esz);
     if (op->count && (!op->sendbuf || !op->recvbuf))
-        return zipcclSetError(zipcclInvalidArgument, "%s: null %s with count %zu", what,
+        return zipcclSetError(zipcclInvalidArgument, "%s: %s is NULL with count %zu elements", what,
                               op->sendbuf ? "recvbuf" : "sendbuf", op->count);
     return zipcclSuccess;
 }

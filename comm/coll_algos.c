@@ -9,12 +9,19 @@
  *
  *   - Data moves in pieces (~4 ms of the link, 512 KiB-4 MiB, or
  *     ZIPCCL_PIECE_BYTES; coll.c sizeToLink); each piece is one
- *     MPI message (one frame when compressed).  All receives are posted up
- *     front with the largest size the piece can have (zipcclCompressBound), so
- *     no size exchange is needed; the frame header (count, dtype) and the
- *     message tag (collective, piece index, last-piece flag) let the receiver
- *     verify what arrived.  Sends go out as soon as a piece is encoded and
- *     arrivals are decoded between encodes: the codec overlaps the wire.
+ *     MPI message (one frame when compressed).  A call's receives are posted
+ *     together, each with the largest size the piece can have
+ *     (zipcclCompressBound), so no size exchange is needed; the frame header
+ *     (count, dtype) and the message tag (collective, piece index, last-piece
+ *     flag) let the receiver verify what arrived.  Sends go out as soon as a
+ *     piece is encoded and arrivals are decoded between encodes: the codec
+ *     overlaps the wire.
+ *   - The receives are posted once the call agreement (coll_agree.c) says
+ *     every rank makes this same call (armRecvs): a peer that disagrees could
+ *     send a message larger than the receive, which Open MPI's shared-memory
+ *     transport writes past the receive's end.  Sends need not wait for it:
+ *     a peer that disagrees posts no receive for them, so the first pieces go
+ *     out while the descriptors travel.
  *   - Schedules keep one flow per link, since competing TCP flows through a
  *     shaped link lose much of its rate: AllGather is a ring that passes
  *     frames on unchanged, AlltoAll(v) a pairwise exchange with two steps
@@ -184,6 +191,8 @@ typedef struct {
     size_t bytes;  /* its size once arrived                                 */
     int peer, step;
     size_t piece;
+    size_t cap;    /* the receive's size, and its tag, for armRecvs          */
+    int tag;
 } RecvRec;
 
 typedef struct {
@@ -195,7 +204,8 @@ typedef struct {
     int sizeWord;   /* AlltoAllv: the largest size word seen (ours included) */
     zipcclCodecParams_t params;
     double t0;
-    /* Outstanding requests: receives first (all posted before any send),
+    int armed;      /* the receives are posted (the call agreement is in)   */
+    /* Outstanding requests: receives first (all listed before any send),
      * then sends. */
     MPI_Request* reqs;
     int nrecv, nsend, cap;
@@ -269,18 +279,59 @@ static zipcclResult_t ctxInit(Ctx* x, struct zipcclComm* c, const zipcclOp* op, 
     x->reqs = (MPI_Request*)(x->stats + m);
     x->peerOf = (int*)(x->reqs + m);
     x->idx = x->peerOf + m;
+    x->armed = !c->agree.pending;
     return zipcclSuccess;
 }
 
+/* List a receive; it is posted at once if the call agreement is in, else
+ * by armRecvs when it is. */
 static zipcclResult_t postRecv(Ctx* x, void* buf, size_t cap, int src, int tag, int step,
                                size_t piece) {
     if (x->nrecv + x->nsend >= x->cap)
         return zipcclSetError(zipcclInternalError, "%s: request table full", x->what);
     int i = x->nrecv++;
     x->peerOf[i] = src;
-    x->rec[i] = (RecvRec){buf, 0, src, step, piece};
+    x->rec[i] = (RecvRec){buf, 0, src, step, piece, cap, tag};
+    x->reqs[i] = MPI_REQUEST_NULL;
+    if (!x->armed) return zipcclSuccess;
     int err = MPI_Irecv(buf, (int)cap, MPI_BYTE, src, tag, x->c->mpi, &x->reqs[i]);
     return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, x->what);
+}
+
+/* The call agreement is in and every rank makes this call: post the listed
+ * receives, in their order (messages from one peer match them in it). */
+static zipcclResult_t armRecvs(Ctx* x) {
+    x->armed = 1;
+    for (int i = 0; i < x->nrecv; i++) {
+        const RecvRec* rc = &x->rec[i];
+        int err = MPI_Irecv(rc->buf, (int)rc->cap, MPI_BYTE, rc->peer, rc->tag, x->c->mpi, &x->reqs[i]);
+        if (err != MPI_SUCCESS) return zipcclMpiError(err, x->what);
+    }
+    return zipcclSuccess;
+}
+
+/* Before any receive is posted: whether the agreement is in (then post
+ * them), waiting for it with `block`.  *ready = 0 if not yet. */
+static zipcclResult_t armWhenAgreed(Ctx* x, int block, int* ready) {
+    *ready = 1;
+    if (x->armed) return zipcclSuccess;
+    if (block) ZIPCCL_TRY(zipcclAgreeWait(x->c));
+    else {
+        ZIPCCL_TRY(zipcclAgreeTest(x->c, ready));
+        if (!*ready) return zipcclSuccess;
+    }
+    return armRecvs(x);
+}
+
+/* The peers of our requests [from, to) still pending, as "rank 3" /
+ * "ranks 1-2" (for slow-wait warnings and timeouts). */
+static void pendingPeers(Ctx* x, int from, int to, char* out, size_t cap) {
+    const int n = x->c->nranks;
+    char flags[n];
+    memset(flags, 0, sizeof flags);
+    for (int i = from; i < to; i++)
+        if (x->reqs[i] != MPI_REQUEST_NULL) flags[x->peerOf[i]] = 1;
+    zipcclRankList(out, cap, flags, n);
 }
 
 static zipcclResult_t postSend(Ctx* x, const void* buf, size_t bytes, int dst, int tag) {
@@ -297,8 +348,11 @@ static zipcclResult_t postSend(Ctx* x, const void* buf, size_t bytes, int dst, i
  * least one arrives or none is left; otherwise only test.  *n gets how many
  * completed; their indices are in x->idx, statuses in x->stats. */
 static zipcclResult_t pollRecvs(Ctx* x, int block, int* n) {
-    double t0 = zipcclNow(), note = 10.0; /* idle time: resets at every arrival */
+    double t0 = zipcclNow(), note = zipcclFirstNote(x->c); /* idle time: resets at every arrival */
     *n = 0;
+    int ready = 0;
+    ZIPCCL_TRY(armWhenAgreed(x, block, &ready));
+    if (!ready) return zipcclSuccess;
     for (;;) {
         int out = 0;
         int err = MPI_Testsome(x->nrecv, x->reqs, &out, x->idx, x->stats);
@@ -334,21 +388,23 @@ static zipcclResult_t pollRecvs(Ctx* x, int block, int* n) {
         if (out > 0 || !block) { *n = out; break; }
         double now = zipcclNow(), waited = now - x->t0;
         if (x->c->timeoutS > 0 && waited > x->c->timeoutS) {
-            int who = -1;
-            for (int i = 0; i < x->nrecv && who < 0; i++)
-                if (x->reqs[i] != MPI_REQUEST_NULL) who = x->peerOf[i];
+            char who[200];
+            pendingPeers(x, 0, x->nrecv, who, sizeof who);
             x->st->wireSeconds += now - t0;
             return zipcclSetError(zipcclTimeout,
                                   "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) waiting "
-                                  "for data from rank %d",
+                                  "for data from %s",
                                   x->what, x->c->rank, waited, who);
         }
         if (now - t0 > note) {
-            fprintf(stderr, "zipccl: rank %d: %s still waiting for peers after %.0f s\n",
-                    x->c->rank, x->what, now - t0);
+            char who[200], query[300];
+            pendingPeers(x, 0, x->nrecv, who, sizeof who);
+            zipcclQueryPeers(x->c, query, sizeof query);
+            fprintf(stderr, "zipccl: rank %d: %s still waiting after %.1f s (timeout %g s) for data from %s; %s\n",
+                    x->c->rank, x->what, now - t0, x->c->timeoutS, who, query);
             note *= 2;
         }
-        zipcclIdle(now - t0);
+        zipcclIdle(x->c, now - t0);
     }
     x->st->wireSeconds += zipcclNow() - t0;
     return zipcclSuccess;
@@ -369,8 +425,14 @@ static int stuckSendPeer(Ctx* x, int from) {
 /* Our sends from `from` on did not complete within ZIPCCL_TIMEOUT_S.  A peer
  * that found a mismatch may have withdrawn the receives they were for; then
  * the mismatch we saw ourselves, if any, is the error to report: it says
- * what went wrong, the timeout only how long it took. */
+ * what went wrong, the timeout only how long it took.  Before the call
+ * agreement is in, what it waits for is the cause (zipcclAgreeWait then
+ * times out at once, naming the ranks that never entered the call). */
 static zipcclResult_t sendsTimedOut(Ctx* x, int from) {
+    if (!x->armed) {
+        ZIPCCL_TRY(zipcclAgreeWait(x->c));
+        ZIPCCL_TRY(armRecvs(x));
+    }
     int who = stuckSendPeer(x, from);
     double waited = zipcclNow() - x->t0;
     if (x->soft != zipcclSuccess)
@@ -380,12 +442,12 @@ static zipcclResult_t sendsTimedOut(Ctx* x, int from) {
                           "rank %d to take its sends", x->what, x->c->rank, waited, who);
 }
 
+static zipcclResult_t waitSends(Ctx* x, int lim, int* doneTo, int* got);
+
 /* The end of every body: wait for our sends, then report a data error. */
 static zipcclResult_t finishSends(Ctx* x) {
-    zipcclResult_t r = zipcclSuccess;
-    if (x->nsend) r = zipcclMpiWaitAll(x->c, x->nsend, x->reqs + x->nrecv, x->what, &x->st->wireSeconds);
-    if (r == zipcclTimeout) return sendsTimedOut(x, 0);
-    if (r != zipcclSuccess) return r;
+    int doneTo = 0, got = 0;
+    ZIPCCL_TRY(waitSends(x, x->nsend, &doneTo, &got)); /* every receive is in: got stays 0 */
     if (x->soft != zipcclSuccess) return zipcclSetError(x->soft, "%s", x->softDetail);
     return zipcclSuccess;
 }
@@ -393,17 +455,24 @@ static zipcclResult_t finishSends(Ctx* x) {
 /* After a failure: withdraw what we posted so nothing lands in the caller's
  * buffers later.  Receives are cancelled; sends cannot be, so their buffers
  * (the communicator's scratch) are kept and coll.c marks the communicator
- * broken. */
+ * broken.  A receive that a stopped peer's message has already matched
+ * cannot be cancelled either: they get a second together (as
+ * zipcclMpiWithdrawRecv gives one), then MPI finishes them alone, so a
+ * timeout is not prolonged until that peer resumes. */
 static void ctxAbandon(Ctx* x) {
-    for (int i = 0; i < x->nrecv + x->nsend; i++) {
-        if (x->reqs[i] == MPI_REQUEST_NULL) continue;
-        if (i < x->nrecv) {
-            MPI_Cancel(&x->reqs[i]);
-            MPI_Wait(&x->reqs[i], MPI_STATUS_IGNORE);
-        } else {
-            MPI_Request_free(&x->reqs[i]);
-        }
+    for (int i = 0; i < x->nrecv; i++)
+        if (x->reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&x->reqs[i]);
+    int left = 0;
+    for (const double t0 = zipcclNow(); x->nrecv && zipcclNow() - t0 < 1.0;) {
+        if (MPI_Testsome(x->nrecv, x->reqs, &left, x->idx, MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
+            left == MPI_UNDEFINED)
+            break;
+        sched_yield();
     }
+    for (int i = 0; i < x->nrecv; i++)
+        if (x->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&x->reqs[i]);
+    for (int i = x->nrecv; i < x->nrecv + x->nsend; i++)
+        if (x->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&x->reqs[i]);
 }
 
 static zipcclResult_t encode(Ctx* x, const void* src, size_t count, zipcclDataType_t dt, void* dst,
@@ -411,9 +480,8 @@ static zipcclResult_t encode(Ctx* x, const void* src, size_t count, zipcclDataTy
     double t0 = zipcclNow();
     zipcclResult_t r = zipcclCompress(src, count, dt, dst, cap, size, &x->params);
     x->st->codecSeconds += zipcclNow() - t0;
-    if (r != zipcclSuccess)
-        return zipcclSetError(r, "%s: compressing a piece failed: %s", x->what,
-                              zipcclGetLastErrorDetail());
+    if (r != zipcclSuccess) return zipcclPrefixError(r, "%s on rank %d: compressing a piece of %zu %s elements",
+                                                     x->what, x->c->rank, count, zipcclTypeName(dt));
     return zipcclSuccess;
 }
 
@@ -454,7 +522,7 @@ static zipcclResult_t waitSends(Ctx* x, int lim, int* doneTo, int* got) {
     if (Q > 0 && x->nsend - Q + 1 > lim) lim = x->nsend - Q + 1;
     *got = 0;
     if (lim <= *doneTo) return zipcclSuccess;
-    double w0 = zipcclNow();
+    double w0 = zipcclNow(), note = zipcclFirstNote(c);
     while (lim > *doneTo) {
         int done = 0;
         int err = MPI_Testall(lim - *doneTo, x->reqs + x->nrecv + *doneTo, &done, MPI_STATUSES_IGNORE);
@@ -467,14 +535,30 @@ static zipcclResult_t waitSends(Ctx* x, int lim, int* doneTo, int* got) {
         if (*got) break;
         double now = zipcclNow();
         if (c->timeoutS > 0 && now - x->t0 > c->timeoutS) return sendsTimedOut(x, *doneTo);
-        zipcclIdle(now - w0);
+        if (now - w0 > note) {
+            char who[200], query[300];
+            for (int i = x->nrecv + *doneTo; i < x->nrecv + lim; i++) { /* retire the done ones (Testall did not) */
+                int done = 0;
+                if (x->reqs[i] != MPI_REQUEST_NULL) MPI_Test(&x->reqs[i], &done, MPI_STATUS_IGNORE);
+            }
+            pendingPeers(x, x->nrecv + *doneTo, x->nrecv + lim, who, sizeof who);
+            zipcclQueryPeers(c, query, sizeof query);
+            fprintf(stderr, "zipccl: rank %d: %s still waiting after %.1f s (timeout %g s) for %s to take its "
+                    "sends; %s\n", c->rank, x->what, now - w0, c->timeoutS, who, query);
+            note *= 2;
+        }
+        zipcclIdle(c, now - w0);
     }
     x->st->wireSeconds += zipcclNow() - w0;
     return zipcclSuccess;
 }
 
 /* Check a completed receive (status g) against what the algorithm expects:
- * the tag (collective, piece, last flag) and, raw, the exact size. */
+ * the tag (collective, piece, last flag) and, raw, the exact size.  Ranks
+ * that disagree on the call are stopped by the call agreement before any
+ * receive is posted, so what fails here is a damaged message (or a bug);
+ * it is still zipcclMismatch naming the peer, and the call completes its
+ * protocol before reporting it. */
 static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclDataType_t dt) {
     const MPI_Status* s = &x->stats[g];
     RecvRec* rc = &x->rec[x->idx[g]];
@@ -486,27 +570,25 @@ static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclD
         /* The peer has no more pieces for us than this one: withdraw the
          * receives still waiting for it, or we would wait for the timeout. */
         for (int i = 0; i < x->nrecv; i++)
-            if (x->peerOf[i] == s->MPI_SOURCE && x->reqs[i] != MPI_REQUEST_NULL) {
-                MPI_Cancel(&x->reqs[i]);
-                MPI_Wait(&x->reqs[i], MPI_STATUS_IGNORE);
-            }
+            if (x->peerOf[i] == s->MPI_SOURCE) zipcclMpiWithdrawRecv(&x->reqs[i]);
     }
     if (tag != expectTag && (tag & (int)TAG_BAD_INDEX) == (int)TAG_BAD_INDEX)
         return zipcclSetError(zipcclMismatch,
                               "%s on rank %d: rank %d passed on a piece that failed verification "
-                              "upstream (ranks disagree on the collective or on counts)",
+                              "upstream",
                               x->what, x->c->rank, s->MPI_SOURCE);
     if (tag != expectTag)
         return zipcclSetError(zipcclMismatch,
                               "%s on rank %d: rank %d sent a message tagged 0x%x where 0x%x was "
-                              "expected (ranks disagree on the collective or on counts)",
+                              "expected",
                               x->what, x->c->rank, s->MPI_SOURCE, (unsigned)tag,
                               (unsigned)expectTag);
     if (!x->compressed && (size_t)bytes != count * zipcclTypeSize(dt))
         return zipcclSetError(zipcclMismatch,
-                              "%s on rank %d: rank %d sent %d bytes where %zu %s elements were "
-                              "expected (ranks disagree on counts or dtype)",
-                              x->what, x->c->rank, s->MPI_SOURCE, bytes, count, zipcclTypeName(dt));
+                              "%s on rank %d: rank %d sent a piece of %d bytes where %zu bytes (%zu %s "
+                              "elements) were expected",
+                              x->what, x->c->rank, s->MPI_SOURCE, bytes, count * zipcclTypeSize(dt), count,
+                              zipcclTypeName(dt));
     return zipcclSuccess;
 }
 
@@ -525,7 +607,7 @@ static zipcclResult_t decode(Ctx* x, const RecvRec* rc, void* dst, size_t count,
     if (r == zipcclSuccess && (fi.count != count || fi.dtype != dt))
         return zipcclSetError(zipcclMismatch,
                               "%s on rank %d: rank %d sent a frame of %llu %s elements where %zu %s "
-                              "were expected (ranks disagree on counts or dtype)",
+                              "elements were expected",
                               x->what, x->c->rank, rc->peer, (unsigned long long)fi.count,
                               zipcclTypeName(fi.dtype), count, zipcclTypeName(dt));
     double t0 = zipcclNow();
@@ -533,8 +615,8 @@ static zipcclResult_t decode(Ctx* x, const RecvRec* rc, void* dst, size_t count,
     if (r == zipcclSuccess) r = zipcclDecompress(rc->buf, rc->bytes, dst, count * esz, &got, dt, NULL);
     x->st->codecSeconds += zipcclNow() - t0;
     if (r != zipcclSuccess)
-        return zipcclSetError(r, "%s on rank %d: frame from rank %d: %s", x->what, x->c->rank,
-                              rc->peer, zipcclGetLastErrorDetail());
+        return zipcclPrefixError(r, "%s on rank %d: the %zu-byte frame from rank %d", x->what, x->c->rank,
+                                 rc->bytes, rc->peer);
     return zipcclSuccess;
 }
 
@@ -659,7 +741,10 @@ static zipcclResult_t allGatherCore(struct zipcclComm* c, const zipcclOp* op, zi
     size_t P = pieceElems(c, zipcclTypeSize(op->dtype)), reqs = 1;
     for (int s = 0; s < n; s++) {
         size_t K = numPieces(counts[s], P);
-        if (K >= TAG_BAD_INDEX) return zipcclSetError(zipcclUnsupported, "count too large");
+        if (K >= TAG_BAD_INDEX)
+            return zipcclSetError(zipcclUnsupported, "%s: %zu elements per rank make %zu pieces, more than the "
+                                  "message tags can number (%zu); use native or larger ZIPCCL_PIECE_BYTES",
+                                  zipcclCollName(op->kind), counts[s], K, (size_t)TAG_BAD_INDEX - 1);
         reqs += 2 * K; /* received once, sent once (own block: sent only) */
     }
     Ctx x;
@@ -736,8 +821,8 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
     char* selfDst = recvbuf + rdispls[r] * esz;
     const char* selfSrc = sendbuf + sdispls[r] * esz;
     if (sendcounts[r] != recvcounts[r])
-        softFail(x, zipcclSetError(zipcclMismatch, "%s on rank %d: sendcounts[%d]=%zu but recvcounts[%d]=%zu",
-                                   x->what, r, r, sendcounts[r], r, recvcounts[r]));
+        softFail(x, zipcclSetError(zipcclMismatch, "%s on rank %d: sendcounts[%d] is %zu elements but "
+                                   "recvcounts[%d] is %zu", x->what, r, r, sendcounts[r], r, recvcounts[r]));
     if (n == 1 && copySelf) memmove(selfDst, selfSrc, sendcounts[r] * esz);
 
     /* AlltoAllv: our size word goes on every message (see TAG_SIZE_SHIFT). */
@@ -796,14 +881,19 @@ static zipcclResult_t alltoallCore(struct zipcclComm* c, const zipcclOp* op, zip
     size_t reqs = 1, extent = 0;
     for (int s = 0; s < n; s++) {
         size_t Ks = numPieces(sendcounts[s], P) + 1, Kr = numPieces(recvcounts[s], P) + 1;
-        if (Ks > TAG_INDEX_MAX || Kr > TAG_INDEX_MAX) return zipcclSetError(zipcclUnsupported, "count too large");
+        if (Ks > TAG_INDEX_MAX || Kr > TAG_INDEX_MAX)
+            return zipcclSetError(zipcclUnsupported, "%s: %zu elements for one peer make more pieces than the "
+                                  "message tags can number (%zu); use native or larger ZIPCCL_PIECE_BYTES",
+                                  zipcclCollName(op->kind), Ks > Kr ? sendcounts[s] : recvcounts[s],
+                                  (size_t)TAG_INDEX_MAX - 1);
         reqs += Ks + Kr;
         if (sdispls[s] + sendcounts[s] > extent) extent = sdispls[s] + sendcounts[s];
     }
     const char* sendbuf = op->sendbuf;
     if (op->sendbuf == op->recvbuf && n > 1 && extent) { /* in place: stage the input */
         char* tmp = zipcclScratch(c, kSlotInput, extent * esz);
-        if (!tmp) return zipcclSetError(zipcclSystemError, "out of memory");
+        if (!tmp) return zipcclSetError(zipcclSystemError, "%s: out of memory staging %zu bytes of sendbuf (in place)",
+                                        zipcclCollName(op->kind), extent * esz);
         memcpy(tmp, op->sendbuf, extent * esz);
         sendbuf = tmp;
     }
@@ -1032,7 +1122,8 @@ static zipcclResult_t reduceScatterCore(struct zipcclComm* c, const zipcclOp* op
     const size_t esz = zipcclTypeSize(op->dtype);
     if (n == 1) { /* the canonical order of one: own data, one rounding */
         float* acc = zipcclScratch(c, kSlotAcc, counts[0] * sizeof(float) + 1);
-        if (!acc) return zipcclSetError(zipcclSystemError, "out of memory");
+        if (!acc) return zipcclSetError(zipcclSystemError, "%s: out of memory for %zu fp32 accumulators",
+                                        zipcclCollName(op->kind), counts[0]);
         accumulate(acc, (const char*)op->sendbuf + displs[0] * esz, counts[0], op->dtype, 1);
         finalize(out, acc, counts[0], op->dtype, op->op, 1);
         return zipcclSuccess;
@@ -1045,7 +1136,9 @@ static zipcclResult_t reduceScatterCore(struct zipcclComm* c, const zipcclOp* op
         reqs += ring ? 2 * K : (b == r ? K * (size_t)(n - 1) : K);
     }
     if ((ring ? Kmax * (size_t)n : Kmax) >= TAG_INDEX_MAX)
-        return zipcclSetError(zipcclUnsupported, "%s: count too large", zipcclCollName(op->kind));
+        return zipcclSetError(zipcclUnsupported, "%s: the blocks make %zu pieces a rank, more than the message "
+                              "tags can number (%zu); use larger ZIPCCL_PIECE_BYTES", zipcclCollName(op->kind),
+                              ring ? Kmax * (size_t)n : Kmax, (size_t)TAG_INDEX_MAX - 1);
     Ctx x;
     ZIPCCL_TRY(ctxInit(&x, c, op, st, reqs));
     if (ring) TRY_OR_ABANDON(&x, rsRingBody(&x, op->sendbuf, counts, displs, out));
@@ -1149,7 +1242,10 @@ static zipcclResult_t oneShotCore(struct zipcclComm* c, const zipcclOp* op, zipc
                                   const char* mine, size_t count, char* land, size_t stride,
                                   const size_t* counts, const size_t* displs, char* out) {
     const size_t K = numPieces(count, pieceElems(c, zipcclTypeSize(op->dtype)));
-    if (K >= TAG_BAD_INDEX) return zipcclSetError(zipcclUnsupported, "%s: count too large", zipcclCollName(op->kind));
+    if (K >= TAG_BAD_INDEX)
+        return zipcclSetError(zipcclUnsupported, "%s: %zu elements make %zu pieces, more than the message tags can "
+                              "number (%zu); use larger ZIPCCL_PIECE_BYTES", zipcclCollName(op->kind), count, K,
+                              (size_t)TAG_BAD_INDEX - 1);
     Ctx x;
     ZIPCCL_TRY(ctxInit(&x, c, op, st, 2 * (size_t)(c->nranks - 1) * K + 1));
     TRY_OR_ABANDON(&x, oneShotBody(&x, mine, count, land, stride, counts, displs, out));
@@ -1196,7 +1292,8 @@ zipcclResult_t zipcclRunMpiAlgo(struct zipcclComm* c, const zipcclOp* op, zipccl
             return oneShotCore(c, op, st, mine, op->count, land, op->count * esz, counts, displs, op->recvbuf);
         }
         void* block = zipcclScratch(c, kSlotBlock, counts[c->rank] * esz + 1);
-        if (!block) return zipcclSetError(zipcclSystemError, "out of memory");
+        if (!block) return zipcclSetError(zipcclSystemError, "AllReduce: out of memory for the reduced block (%zu bytes)",
+                                          counts[c->rank] * esz);
         ZIPCCL_TRY(reduceScatterCore(c, op, st, counts, displs, block));
         return allGatherCore(c, op, st, block, op->recvbuf, counts, displs);
     }

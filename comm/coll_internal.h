@@ -3,10 +3,11 @@
  * communicator, the queued operation (which is also the request handle), the
  * transports' entry points and the switcher's model.  Not installed.
  *
- * Files: coll.c (API, validation, queue, counters), coll_algos.c (our
- * algorithms on host buffers over MPI point-to-point), transport_mpi.c (MPI
- * point-to-point engine + native MPI collectives), transport_nccl.c (NCCL,
- * only with ZIPCCL_HAVE_CUDA), switcher.c (the auto cost model).
+ * Files: coll.c (API, validation, queue, counters), coll_agree.c (the call
+ * agreement every MPI call starts with, and liveness queries), coll_algos.c
+ * (our algorithms on host buffers over MPI point-to-point), transport_mpi.c
+ * (MPI point-to-point engine + native MPI collectives), transport_nccl.c
+ * (NCCL, only with ZIPCCL_HAVE_CUDA), switcher.c (the auto cost model).
  */
 #ifndef ZIPCCL_COLL_INTERNAL_H
 #define ZIPCCL_COLL_INTERNAL_H
@@ -137,6 +138,33 @@ typedef struct {
 
 #define ZIPCCL_SCRATCH_SLOTS 8 /* see coll_algos.c for who uses which */
 
+/* The call agreement (coll_agree.c): every call on an MPI communicator of
+ * several ranks starts by sending each peer a descriptor of the call
+ * (ZIPCCL_DESC_WORDS words) on a communicator of its own, so that ranks
+ * that disagree all learn it before any receive is posted.  The same
+ * channel carries the liveness queries of a long wait. */
+#define ZIPCCL_DESC_WORDS 5
+typedef struct {
+    MPI_Comm comm;       /* our second duplicate: descriptors and queries only */
+    uint64_t seq;        /* agreements started (each one's tag)               */
+    int pending;         /* this call's descriptors are in flight             */
+    zipcclResult_t result; /* the last agreement's verdict, once complete     */
+    char detail[480];    /* its detail when it failed                         */
+    zipcclCollKind_t kind;
+    const zipcclOp* op;  /* the call being agreed                             */
+    double t0;           /* when it started                                   */
+    uint64_t* out;       /* (nranks, W): what we send each peer               */
+    uint64_t* in;        /* (nranks, W): what each peer sent (ours at rank)    */
+    MPI_Request* reqs;   /* receives [0, n-1), sends [n-1, 2n-2); pongReqs after */
+    uint64_t* detailBuf; /* (5): a failed AlltoAllv's pair, sent to every peer */
+    /* Liveness queries (zipcclQueryPeers) and their answers. */
+    double lastAnswer;   /* when pings were last looked for                   */
+    uint64_t queryNo;
+    uint64_t* pingBuf;   /* (nranks, 2): ping sent / pong received, per peer   */
+    uint64_t* pongBuf;   /* (nranks): the answer to each peer's last ping      */
+    MPI_Request* pongReqs; /* (nranks)                                         */
+} zipcclAgree;
+
 struct zipcclComm {
     int isNccl;
     int rank, nranks;
@@ -153,7 +181,8 @@ struct zipcclComm {
                           * -1 until sized to the link, sizeToLink)         */
     int tagSizes;        /* MPI_TAG_UB leaves room for AlltoAllv's size word  */
     int broken;          /* a collective failed mid-flight: refuse new ones  */
-    char brokenWhy[256];
+    char brokenWhy[400];
+    zipcclAgree agree;   /* MPI communicators of several ranks               */
 
     /* Executor: one progress thread per communicator runs queued ops in
      * issue order.  Without MPI_THREAD_MULTIPLE ops run eagerly at issue.  */
@@ -179,6 +208,31 @@ double zipcclNow(void);
 /* coll_algos.c: our algorithms over MPI point-to-point (host buffers). */
 zipcclResult_t zipcclRunMpiAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st);
 
+/* coll_agree.c */
+zipcclResult_t zipcclAgreeInit(struct zipcclComm* c); /* after MPI_Comm_dup of c->mpi */
+void zipcclAgreeFree(struct zipcclComm* c);
+/* Post this call's descriptors (a no-op on NCCL and one-rank communicators). */
+zipcclResult_t zipcclAgreeStart(struct zipcclComm* c, const zipcclOp* op);
+/* *done = the agreement is complete (or none is in flight); returns its
+ * verdict: zipcclMismatch when the ranks disagree, the same on every rank. */
+zipcclResult_t zipcclAgreeTest(struct zipcclComm* c, int* done);
+/* Wait for it, with the communicator's timeout (warnings name the ranks whose
+ * descriptors are missing).  Every collective of ours on c->mpi (native, the
+ * switcher's agreements and barriers) comes after this, so ranks that are in
+ * different calls never meet in different MPI collectives. */
+zipcclResult_t zipcclAgreeWait(struct zipcclComm* c);
+/* Answer the liveness queries of peers in a long wait (rate-limited; called
+ * from every idle poll). */
+void zipcclAnswerPings(struct zipcclComm* c);
+/* Ask every peer whether it is inside a call on this communicator; `out`
+ * gets e.g. "rank 3 does not answer (...)".  ~0.5 s; for slow-wait warnings. */
+void zipcclQueryPeers(struct zipcclComm* c, char* out, size_t cap);
+/* Seconds into a wait at which it prints its first warning: 10, or half
+ * the timeout if that is sooner; each wait doubles it after every warning. */
+double zipcclFirstNote(const struct zipcclComm* c);
+/* "rank 3" / "ranks 1, 2, 5" from the ranks whose flag is set. */
+void zipcclRankList(char* out, size_t cap, const char* flags, int n);
+
 /* transport_mpi.c */
 zipcclResult_t zipcclMpiCheckThreads(int* multiple);
 zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st);
@@ -187,7 +241,10 @@ zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipc
 zipcclResult_t zipcclMpiWaitAll(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
                                 double* waitSeconds);
 zipcclResult_t zipcclMpiError(int mpiErr, const char* what);
-void zipcclIdle(double idleSeconds); /* between empty polls */
+/* Cancel a receive after a failure, waiting for it a little at most. */
+void zipcclMpiWithdrawRecv(MPI_Request* req);
+/* Between empty polls; also answers peers' liveness queries. */
+void zipcclIdle(struct zipcclComm* c, double idleSeconds);
 /* MPI_Allreduce that gives up after the communicator's timeout. */
 zipcclResult_t zipcclMpiAllreduceTimed(struct zipcclComm* c, const void* in, void* out, int n,
                                       MPI_Datatype dt, MPI_Op op, const char* what);

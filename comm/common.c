@@ -25,6 +25,7 @@ static const char* const kResultStrings[zipcclNumResults] = {
     [zipcclTimeout] = "timed out",
     [zipcclInProgress] = "operation in progress",
     [zipcclInternalError] = "internal error",
+    [zipcclCommBroken] = "communicator broken by an earlier failure",
 };
 
 const char* zipcclGetErrorString(zipcclResult_t result) {
@@ -42,6 +43,28 @@ zipcclResult_t zipcclSetError(zipcclResult_t code, const char* fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(tls_detail, sizeof tls_detail, fmt, ap);
     va_end(ap);
+    return code;
+}
+
+zipcclResult_t zipcclPrefixError(zipcclResult_t code, const char* fmt, ...) {
+    /* The current detail is an argument of the new one: copy it first, since
+     * formatting into the buffer it is read from repeated the prefix and lost
+     * the reason. */
+    char reason[sizeof tls_detail];
+    snprintf(reason, sizeof reason, "%s", tls_detail);
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(tls_detail, sizeof tls_detail, fmt, ap);
+    va_end(ap);
+    size_t at = len < 0 ? 0 : (size_t)len, room = sizeof tls_detail;
+    if (reason[0] && at + 2 < room) {
+        memcpy(tls_detail + at, ": ", 2);
+        at += 2;
+        size_t r = strlen(reason);
+        if (r > room - 1 - at) r = room - 1 - at; /* cut the reason, not the prefix */
+        memcpy(tls_detail + at, reason, r);
+        tls_detail[at + r] = '\0';
+    }
     return code;
 }
 

@@ -630,6 +630,7 @@ static zipcclResult_t a2avStartAgreement(struct zipcclComm* c, const zipcclCallC
     zipcclModel* m = &c->model;
     if ((c->tagSizes && design->strategy != zipcclStrategyNative) || m->a2avUntagged++ % kA2avEvery)
         return zipcclSuccess;
+    ZIPCCL_TRY(zipcclAgreeWait(c)); /* a collective: only once the ranks agree on the call */
     m->a2avMine = mine;
     int err = MPI_Iallreduce(&m->a2avMine, &m->a2avMax, 1, MPI_DOUBLE, MPI_MAX, c->mpi, &m->a2avReq);
     return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, "AlltoAllv (auto size agreement)");

@@ -10,6 +10,14 @@
  * MPI would get); avg is the native sum divided by n afterwards, in fp32,
  * rounded once more.  Our own algorithms live in coll_algos.c.
  *
+ * Every collective of ours on the communicator's MPI_Comm (native, the
+ * switcher's agreements, barriers and ping-pong) first waits for the call
+ * agreement (coll_agree.c): ranks that are in different calls, or disagree
+ * on this one, then learn it there and never meet in different MPI
+ * collectives (which Open MPI does not survive: a native AllGather whose
+ * counts differ by one aborts the job from MPI_Testall, whatever the
+ * communicator's error handler).
+ *
  * Left out: MPI one-sided, persistent requests, counts above INT_MAX on the
  * native path (refused with zipcclUnsupported; raw/compressed handle them).
  */
@@ -58,7 +66,8 @@ zipcclResult_t zipcclMpiError(int mpiErr, const char* what) {
  * docs/BENCHMARKS.md).  kNapSoonS: the one wait that naps early (native
  * ReduceScatter, zipcclRunMpiNative). */
 static const double kYieldS = 20e-3, kNapSoonS = 200e-6;
-static void idleFor(double idleSeconds, double yieldSeconds) {
+static void idleFor(struct zipcclComm* c, double idleSeconds, double yieldSeconds) {
+    zipcclAnswerPings(c); /* rate-limited: a look every 10 ms at most */
     if (idleSeconds < yieldSeconds) {
         sched_yield();
         return;
@@ -66,20 +75,16 @@ static void idleFor(double idleSeconds, double yieldSeconds) {
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
 }
-void zipcclIdle(double idleSeconds) { idleFor(idleSeconds, kYieldS); }
-
-/* Warn on stderr when a wait drags on: if a peer died, Open MPI ends the job
- * right after, and this line says which collective was waiting. */
-static void noteSlowWait(struct zipcclComm* c, const char* what, double waited) {
-    fprintf(stderr, "zipccl: rank %d: %s still waiting after %.0f s (timeout %.0f s)\n", c->rank,
-            what, waited, c->timeoutS);
-}
+void zipcclIdle(struct zipcclComm* c, double idleSeconds) { idleFor(c, idleSeconds, kYieldS); }
 
 /* Wait for reqs with the communicator's timeout, yielding the core for
- * the first yieldSeconds between polls (idleFor). */
+ * the first yieldSeconds between polls (idleFor).  These are MPI's own
+ * collectives, which do not say whom they wait for: a warning (if a peer
+ * died, Open MPI ends the job right after, and it says where) asks the
+ * peers whether they are inside ZipCCL and names those that do not answer. */
 static zipcclResult_t waitReqs(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
                                double* waitSeconds, double yieldSeconds) {
-    double t0 = zipcclNow(), note = 30.0;
+    double t0 = zipcclNow(), note = zipcclFirstNote(c);
     for (;;) {
         int flag = 0;
         int err = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
@@ -87,13 +92,42 @@ static zipcclResult_t waitReqs(struct zipcclComm* c, int n, MPI_Request* reqs, c
         if (flag) break;
         double waited = zipcclNow() - t0;
         if (c->timeoutS > 0 && waited > c->timeoutS)
-            return zipcclSetError(zipcclTimeout, "%s: rank %d timed out after %.1f s (ZIPCCL_TIMEOUT_S)",
+            return zipcclSetError(zipcclTimeout,
+                                  "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) inside MPI's own "
+                                  "collective (which does not say for whom; the warnings name the ranks "
+                                  "that did not answer)",
                                   what, c->rank, waited);
-        if (waited > note) { noteSlowWait(c, what, waited); note *= 2; }
-        idleFor(waited, yieldSeconds);
+        if (waited > note) {
+            char query[300];
+            zipcclQueryPeers(c, query, sizeof query);
+            fprintf(stderr, "zipccl: rank %d: %s still waiting after %.1f s (timeout %g s) inside MPI's own "
+                    "collective, which does not say for whom; %s\n",
+                    c->rank, what, waited, c->timeoutS, query);
+            note *= 2;
+        }
+        idleFor(c, waited, yieldSeconds);
     }
     if (waitSeconds) *waitSeconds += zipcclNow() - t0;
     return zipcclSuccess;
+}
+
+/* MPI_Cancel cannot withdraw a receive that a message has already matched:
+ * Open MPI then finishes it only with the sender's help (a large message
+ * from a stopped peer never does), so waiting for it after a timeout hung the
+ * call until that peer resumed.  Wait at most kWithdrawS, then let MPI
+ * finish it alone; its buffer may then still be written if that peer
+ * resumes (zipccl.h says so after zipcclTimeout). */
+static const double kWithdrawS = 1.0;
+void zipcclMpiWithdrawRecv(MPI_Request* req) {
+    if (*req == MPI_REQUEST_NULL) return;
+    MPI_Cancel(req);
+    const double t0 = zipcclNow();
+    int done = 0;
+    while (!done && zipcclNow() - t0 < kWithdrawS) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (!done) sched_yield();
+    }
+    if (!done) MPI_Request_free(req);
 }
 
 zipcclResult_t zipcclMpiWaitAll(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
@@ -103,6 +137,7 @@ zipcclResult_t zipcclMpiWaitAll(struct zipcclComm* c, int n, MPI_Request* reqs, 
 
 zipcclResult_t zipcclMpiAllreduceTimed(struct zipcclComm* c, const void* in, void* out, int n,
                                       MPI_Datatype dt, MPI_Op op, const char* what) {
+    ZIPCCL_TRY(zipcclAgreeWait(c));
     MPI_Request req;
     int err = MPI_Iallreduce(in, out, n, dt, op, c->mpi, &req);
     if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
@@ -129,6 +164,7 @@ zipcclResult_t zipcclMpiAllreduceTimed(struct zipcclComm* c, const void* in, voi
  * that very moment breaks its communicator and returns the error to the
  * application.) */
 zipcclResult_t zipcclMpiBarrierTimed(struct zipcclComm* c, const char* what) {
+    ZIPCCL_TRY(zipcclAgreeWait(c));
     MPI_Request req;
     int err = MPI_Ibarrier(c->mpi, &req);
     if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
@@ -184,6 +220,7 @@ zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipc
     int err = MPI_SUCCESS;
     size_t nominal = 0; /* bytes this rank sends in a textbook algorithm */
     size_t reduceCount = 0;
+    ZIPCCL_TRY(zipcclAgreeWait(c)); /* MPI's collectives cannot survive ranks that disagree */
 
     switch (op->kind) {
     case zipcclCollAllGather: {
@@ -298,6 +335,7 @@ tooBig:
  * result by broadcast so the model inputs agree.  ~a few ms on shared
  * memory, ~50 ms on a 1 Gbit/s link. */
 zipcclResult_t zipcclMpiPingPong(struct zipcclComm* c, double* alpha, double* beta) {
+    ZIPCCL_TRY(zipcclAgreeWait(c));
     double res[2] = {*alpha, *beta};
     const int last = c->nranks - 1;
     if (c->nranks >= 2 && (c->rank == 0 || c->rank == last)) {

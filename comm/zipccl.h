@@ -55,11 +55,18 @@ typedef enum {
     zipcclUnsupported = 5,      /* valid request this build/format can't do  */
     zipcclSystemError = 6,      /* OS / allocation / CUDA runtime failure    */
     zipcclTransportError = 7,   /* MPI or NCCL reported an error             */
-    zipcclMismatch = 8,         /* ranks disagree (counts, dtype, op, ...)   */
+    zipcclMismatch = 8,         /* ranks disagree on the call (collective,
+                                 * dtype, op, count, strategy, design, piece
+                                 * size, AlltoAllv counts): every rank gets it
+                                 * (MPI communicators; see below)           */
     zipcclTimeout = 9,          /* collective did not complete in time       */
     zipcclInProgress = 10,      /* non-blocking request not finished yet     */
     zipcclInternalError = 11,
-    zipcclNumResults = 12
+    zipcclCommBroken = 12,      /* an earlier call on this communicator failed
+                                 * mid-flight (timeout, mismatch, transport
+                                 * error): it refuses every call; the detail
+                                 * names that failure.  Destroy it.          */
+    zipcclNumResults = 13
 } zipcclResult_t;
 
 const char* zipcclGetErrorString(zipcclResult_t result);
@@ -245,19 +252,39 @@ typedef struct {
 
 /* Communicator creation.  MPI: pass a pointer to an MPI_Comm (it is
  * duplicated).  NCCL: pass an initialised ncclComm_t (not owned).
- * Defaults come from the environment:
+ * Defaults come from the environment, each checked when a communicator is
+ * created (a bad value is zipcclInvalidArgument naming the variable):
  *   ZIPCCL_STRATEGY=native|raw|compressed|auto   (default: auto)
- *   ZIPCCL_CODEC=fast|dense                      (default: fast)
- *   ZIPCCL_TIMEOUT_S=seconds                     (default: 300; 0 = none)
+ *   ZIPCCL_CODEC=fast|dense|f3                   (default: fast)
+ *   ZIPCCL_TIMEOUT_S=seconds                     (default: 100; 0 = none)
  *   ZIPCCL_LOG=0|1|2                              (switcher decisions)
  *   ZIPCCL_ALGO=ring|direct|oneshot              (default: direct)
- *   ZIPCCL_PIECE_BYTES, ZIPCCL_CALIBRATE=0, ZIPCCL_LINK_GBPS: see
- *   docs/COLLECTIVES.md §8.
+ *   ZIPCCL_PIECE_BYTES, ZIPCCL_CALIBRATE=0|1, ZIPCCL_LINK_GBPS (> 0),
+ *   ZIPCCL_LINK_ALPHA_US (> 0), ...: see docs/COLLECTIVES.md §8.
+ * The timeout is per call.  100 s, as TorchTitan's training steps use
+ * (comm.train_timeout_seconds; PyTorch's ProcessGroupNCCL waits 10 min): a
+ * collective of a training step here takes milliseconds to seconds, so one
+ * that still waits after 100 s has a stopped or hung peer, and every second
+ * more stalls the whole job.  A wait prints a warning after 10 s (or half
+ * the timeout, if sooner), 20, 40, 80 s, naming the rank(s) it waits for
+ * and those that do not answer a liveness query; the zipcclTimeout detail
+ * names them too.  A rank that dies ends the job through Open MPI at once.
+ * After zipcclTimeout, a message a stopped peer had begun may still land in
+ * recvbuf if that peer resumes: end the job, or keep recvbuf alive.
  * MPI: each communicator runs its calls on its own progress thread, which
  * needs MPI_THREAD_MULTIPLE (MPI_Init_thread); below that level every call,
- * async ones too, completes at issue.  After a call fails mid-flight
- * (timeout, mismatch, transport error) the communicator refuses further
- * calls: destroy it.  Reductions sum in the canonical order of
+ * async ones too, completes at issue.
+ * MPI communicators of several ranks start every call with a call
+ * agreement: each rank sends every peer a small descriptor of its call
+ * (collective, dtype, op, count, strategy, design, piece size; AlltoAllv:
+ * the pair's counts and a digest of all of them), so ranks that disagree all
+ * return zipcclMismatch, with one detail naming what differs on which ranks,
+ * before any receive is posted (docs/COLLECTIVES.md §5).  The codec need not
+ * agree (every frame says how it is coded), nor in-place use.  NCCL
+ * communicators have no agreement (NCCL itself hangs on such calls).
+ * After a call fails mid-flight (timeout, mismatch, transport error) the
+ * communicator answers every further call with zipcclCommBroken, naming the
+ * failure: destroy it.  Reductions sum in the canonical order of
  * docs/COLLECTIVES.md §3 (block b: ranks b+1, ..., b-1, b, in fp32, one
  * rounding), identical for raw/compressed and ring/direct.                 */
 zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm);

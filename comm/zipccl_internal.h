@@ -8,6 +8,10 @@
 /* Record a detail message for zipcclGetLastErrorDetail() and return code. */
 zipcclResult_t zipcclSetError(zipcclResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* The same, with the current detail appended after ": " (the reason a call
+ * below gave), e.g. "AllGather on rank 1: frame from rank 0: <reason>". */
+zipcclResult_t zipcclPrefixError(zipcclResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 void zipcclClearError(void);
 
 /* "bf16"/"fp16"/"fp32" (and long names) -> dtype; returns 0 if unknown. */

@@ -505,13 +505,19 @@ int main(int argc, char** argv) {
         }
         zipcclCommDestroy(comm);
     }
+    /* Every variable is checked when a communicator is created; the link
+     * and log ones were once taken silently (ZIPCCL_LINK_GBPS=0 or -1 then
+     * meant "measured", ZIPCCL_LOG=7 full logging). */
     const struct { const char *var, *val; } bad[] = {
         {"ZIPCCL_A2A_WINDOW", "0"}, {"ZIPCCL_A2A_INFLIGHT", "-1"}, {"ZIPCCL_A2A_INFLIGHT", "2x"},
-        {"ZIPCCL_AUTO_CONTEND", "-5"}, {"ZIPCCL_AUTO_CONTEND", "0.1"}};
-    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
-        unsetenv("ZIPCCL_A2A_WINDOW");
-        unsetenv("ZIPCCL_A2A_INFLIGHT");
-        unsetenv("ZIPCCL_AUTO_CONTEND");
+        {"ZIPCCL_AUTO_CONTEND", "-5"}, {"ZIPCCL_AUTO_CONTEND", "0.1"},
+        {"ZIPCCL_LINK_GBPS", "0"}, {"ZIPCCL_LINK_GBPS", "-1"}, {"ZIPCCL_LINK_GBPS", "10G"},
+        {"ZIPCCL_LINK_ALPHA_US", "0"}, {"ZIPCCL_LINK_ALPHA_US", "-3"}, {"ZIPCCL_LOG", "7"}, {"ZIPCCL_LOG", "-1"},
+        {"ZIPCCL_LOG", "yes"}, {"ZIPCCL_CALIBRATE", "2"}, {"ZIPCCL_AUTO_EXPLORE", "on"},
+        {"ZIPCCL_TIMEOUT_S", "-1"}, {"ZIPCCL_TIMEOUT_S", "nan"}, {"ZIPCCL_PIECE_BYTES", "100"}};
+    const size_t nbad = sizeof bad / sizeof bad[0];
+    for (size_t b = 0; b < nbad; b++) {
+        for (size_t u = 0; u < nbad; u++) unsetenv(bad[u].var);
         setenv(bad[b].var, bad[b].val, 1);
         r = zipcclCommInitMpi(&comm, &world);
         CHECK(r == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), bad[b].var),
@@ -519,7 +525,9 @@ int main(int argc, char** argv) {
               zipcclGetLastErrorDetail());
         if (r == zipcclSuccess) zipcclCommDestroy(comm);
     }
-    unsetenv("ZIPCCL_AUTO_CONTEND");
+    for (size_t u = 0; u < nbad; u++) unsetenv(bad[u].var);
+    setenv("ZIPCCL_PIECE_BYTES", "65536", 1);
+    setenv("ZIPCCL_CALIBRATE", "0", 1);
     MPI_Finalize();
     return tu_exit();
 }
