@@ -140,7 +140,8 @@ sys.exit(0 if want <= names and "layers.1.router" in names else 1)
 PY
   name="moe/checkpoint_loads_at_np2_ep1"
   if run 2 "$tmp/res2.jsonl" --set data.batch_size=4 --set parallelism.ep=1 --resume "$ck"; then
-    why=$(compare "$tmp/c4_2.jsonl" "$tmp/res2.jsonl" close $TOL_EP --steps 6 20) &&
+    # another rank count: the bound of a rank-count change
+    why=$(compare "$tmp/c4_2.jsonl" "$tmp/res2.jsonl" close $TOL_RANKS --steps 6 20) &&
       pass "$name" || fail "$name" "$why"
   else
     fail "$name" "the resumed run failed"
