@@ -30,7 +30,7 @@ SUBMAKE    := $(MAKE) --no-print-directory
 CPPFLAGS   := -Icomm -Ikernels -Imodels -Iruntime -D_GNU_SOURCE $(MPI_CFLAGS)
 CFLAGS     ?= -O2 -g
 override CFLAGS += -std=c11 -Wall -Wextra -Werror -fopenmp -pthread $(SAN)
-LDLIBS     := $(MPI_LIBS) -lopenblas -lyaml -lzstd -llz4 -lxxhash -lm -lpthread -fopenmp
+LDLIBS     := $(MPI_LIBS) -lopenblas -lyaml -ljansson -lzstd -llz4 -lxxhash -lm -lpthread -fopenmp
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
@@ -48,7 +48,7 @@ LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/li
 endif
 
 COMM_SRC   := $(wildcard comm/*.c)
-RT_SRC     := $(filter-out runtime/train.c,$(wildcard kernels/*.c models/*.c runtime/*.c))
+RT_SRC     := $(filter-out runtime/train.c runtime/export_hf.c,$(wildcard kernels/*.c models/*.c runtime/*.c))
 COMM_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMM_SRC)) $(filter $(BUILD)/obj/comm/%,$(CU_OBJ))
 RT_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC)) $(filter $(BUILD)/obj/kernels/%,$(CU_OBJ))
 LIBZIPCCL  := $(BUILD)/libzipccl.a
@@ -59,6 +59,9 @@ PROGS      := $(patsubst comm/bench/%.c,$(BUILD)/zipccl-%,$(BENCH_SRC))
 PROGS      := $(subst zipccl-coll_bench,zipccl-bench,$(subst zipccl-codec_bench,zipccl-codec-bench,$(PROGS)))
 ifneq ($(wildcard runtime/train.c),)
 PROGS      += $(BUILD)/train
+endif
+ifneq ($(wildcard runtime/export_hf.c),)
+PROGS      += $(BUILD)/export-hf
 endif
 TEST_SRC   := $(wildcard tests/test_*.c)
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -108,6 +111,8 @@ $(BUILD)/zipccl-bench: $(BUILD)/obj/comm/bench/coll_bench.o $(LIBZIPCCL)
 $(BUILD)/zipccl-%: $(BUILD)/obj/comm/bench/%.o $(LIBZIPCCL)
 	$(LINK)
 $(BUILD)/train: $(BUILD)/obj/runtime/train.o $(LIBZRT) $(LIBZIPCCL)
+	$(LINK)
+$(BUILD)/export-hf: $(BUILD)/obj/runtime/export_hf.o $(LIBZRT) $(LIBZIPCCL)
 	$(LINK)
 # Tests of the communication library alone link only libzipccl, so a half-built
 # runtime never blocks them.

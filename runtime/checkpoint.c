@@ -21,26 +21,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data.h"
+#include "hf.h"
 #include "log.h"
 #include "safetensors.h"
 
-
-/* FNV-1a 64 of a whole file and its size; -1 (errno set) if unreadable. */
-static int file_hash(const char* path, uint64_t* hash, size_t* bytes) {
-    FILE* fp = fopen(path, "rb");
-    if (!fp) return -1;
-    unsigned char buf[1 << 16];
-    uint64_t h = ZRT_FNV_INIT;
-    size_t n, total = 0;
-    while ((n = fread(buf, 1, sizeof buf, fp)) > 0) {
-        h = zrt_fnv1a64(h, buf, n);
-        total += n;
-    }
-    fclose(fp);
-    *hash = h;
-    *bytes = total;
-    return 0;
-}
 
 static void mkdir_p(const char* dir) {
     char tmp[1200];
@@ -62,6 +47,20 @@ static void rm_step_dir(const char* dir) {
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, files[i]);
         unlink(p);
+    }
+    /* the Hugging Face copy (checkpoint.hf): every file of step_N/hf */
+    snprintf(p, sizeof p, "%s/hf", dir);
+    DIR* d = opendir(p);
+    if (d) {
+        struct dirent* e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.') continue;
+            char q[1500];
+            snprintf(q, sizeof q, "%s/%s", p, e->d_name);
+            unlink(q);
+        }
+        closedir(d);
+        rmdir(p);
     }
     rmdir(dir);
 }
@@ -151,6 +150,23 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
         trainCheck(!st_writer_write(wo, path, err, sizeof err), "checkpoint: %s", err);
         st_writer_free(wm);
         st_writer_free(wo);
+        if (cfg->ckpt.hf) {
+            /* The same weights as a Hugging Face directory, before the
+             * manifest and `latest`: a checkpoint that is complete has it. */
+            const float** units = zrt_malloc((size_t)f->n_units * sizeof *units, "units");
+            for (int u = 0; u < f->n_units; u++) units[u] = keep[u * 3];
+            DataMeta dm;
+            char derr[1200];
+            const int meta = data_read_meta(cfg->data.path, &dm, derr, sizeof derr) == 0 &&
+                             dm.present;
+            HfExportOptions ho = {cfg->ckpt.hf_dtype, cfg->ckpt.hf_shard_bytes, cfg->init_from,
+                                  meta ? dm.tokenizer : NULL, meta ? dm.bos_id : -1,
+                                  meta ? dm.eos_id : -1};
+            char hdir[1200], herr[2048];
+            snprintf(hdir, sizeof hdir, "%s/hf", dir);
+            trainCheck(!hf_export(mc, units, &ho, hdir, herr, sizeof herr), "checkpoint: %s", herr);
+            free(units);
+        }
         for (int i = 0; i < f->n_units * 3; i++) free(keep[i]);
         free(keep);
 
@@ -180,7 +196,7 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
             size_t bytes;
             snprintf(fpth, sizeof fpth, "%s/%s", dir, files[i]);
             uint64_t h;
-            trainCheck(!file_hash(fpth, &h, &bytes), "checkpoint: cannot read %s: %s", fpth,
+            trainCheck(!zrt_file_fnv1a64(fpth, &h, &bytes), "checkpoint: cannot read %s: %s", fpth,
                        strerror(errno));
             fprintf(fp, "%s{\"name\": \"%s\", \"bytes\": %zu, \"fnv1a64\": \"%016" PRIx64 "\"}",
                     i ? ", " : "", files[i], bytes, h);
@@ -230,7 +246,7 @@ static int verify_manifest(const char* dir, char* err, size_t errlen) {
         snprintf(fpth, sizeof fpth, "%s/%s", dir, name);
         size_t got;
         uint64_t h;
-        if (file_hash(fpth, &h, &got))
+        if (zrt_file_fnv1a64(fpth, &h, &got))
             return zrt_errf(err, errlen, "--resume: cannot read %s: %s", fpth, strerror(errno));
         char ghex[32];
         snprintf(ghex, sizeof ghex, "%016" PRIx64, h);
@@ -335,4 +351,44 @@ int checkpoint_load(Fsdp* f, const CheckpointInfo* ck, char* err, size_t errlen)
     if (load_file(f, p, 0, err, errlen)) return -1;
     snprintf(p, sizeof p, "%s/optim.safetensors", ck->dir);
     return load_file(f, p, 1, err, errlen);
+}
+
+int checkpoint_read_params(const CheckpointInfo* ck, float*** units_out, char* err,
+                           size_t errlen) {
+    const LlamaConfig* mc = &ck->cfg.model;
+    char path[1200], e[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", ck->dir);
+    st_file* sf;
+    if (st_open(path, &sf, e, sizeof e)) return zrt_errf(err, errlen, "%s", e);
+    const int n_units = llama_num_units(mc);
+    float** units = zrt_calloc((size_t)n_units, sizeof *units, "units");
+    int rc = 0;
+    for (int u = 0; !rc && u < n_units; u++) {
+        const int nt = llama_unit_tensors(mc, u, NULL, NULL, NULL, 0);
+        char(*names)[64] = zrt_malloc((size_t)nt * sizeof *names, "tensor names");
+        size_t* rows = zrt_malloc((size_t)nt * 2 * sizeof(size_t), "tensor shapes");
+        llama_unit_tensors(mc, u, names, rows, rows + nt, nt);
+        units[u] = zrt_malloc(llama_unit_numel(mc, u) * sizeof(float) + 1, "unit");
+        size_t off = 0;
+        for (int t = 0; !rc && t < nt; t++) {
+            const size_t n = rows[t] * rows[nt + t];
+            const st_tensor* T = st_find(sf, names[t]);
+            if (!T || strcmp(T->dtype, "F32") || T->numel != n)
+                rc = zrt_errf(err, errlen, "%s: tensor '%s' missing or not F32 with %zu values",
+                              path, names[t], n);
+            else if (st_read(sf, T, units[u] + off, n * sizeof(float), e, sizeof e))
+                rc = zrt_errf(err, errlen, "%s", e);
+            off += n;
+        }
+        free(names);
+        free(rows);
+    }
+    st_close(sf);
+    if (rc) {
+        for (int u = 0; u < n_units; u++) free(units[u]);
+        free(units);
+        return -1;
+    }
+    *units_out = units;
+    return 0;
 }

@@ -9,6 +9,8 @@
  *                       count, seeds, a hash of the token stream
  *   config.yaml         the effective config of the run
  *   manifest.json       every file above with its size and FNV-1a 64 hash
+ *   hf/                 with checkpoint.hf: the weights as a Hugging Face
+ *                       directory (runtime/hf.h), outside the manifest
  * and DIR/latest names the newest one. Full tensors (not shards) make a
  * checkpoint saved at N ranks load at M ranks; the data position is counted
  * in global samples, so the data order continues exactly. Resuming reads
@@ -54,5 +56,12 @@ int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errl
  * (no communication). Returns 0, or -1 naming the file and tensor that do
  * not fit the model in err. */
 int checkpoint_load(Fsdp* f, const CheckpointInfo* ck, char* err, size_t errlen);
+
+/* The parameters of an opened checkpoint as whole units, for tools that
+ * run without ranks (build/export-hf): *units_out[u] holds
+ * llama_unit_numel(&ck->cfg.model, u) floats; free each and the array.
+ * Returns 0, or -1 naming the file and tensor. */
+int checkpoint_read_params(const CheckpointInfo* ck, float*** units_out, char* err,
+                           size_t errlen);
 
 #endif

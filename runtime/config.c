@@ -90,6 +90,10 @@ static const KeyDesc kKeys[] = {
      "weight of the load-balancing loss", R_ASK},
     {"model.capacity_factor", K_FLOAT, OFF(model.capacity_factor), 0, 1e6, 0,
      "0: dropless; else pairs per expert <= ceil(cf * tokens * k / experts)", R_ASK},
+    {"model.init_from", K_STR, OFF(init_from), 0, 0, SZ(init_from),
+     "Hugging Face model directory: config.json gives the model keys, its safetensors the "
+     "weights",
+     R_FREE},
     {"data.path", K_STR, OFF(data.path), 0, 0, SZ(data.path), "text or .bin token file", R_FREE},
     {"data.tokenizer", K_STR, OFF(data.tokenizer), 0, 0, SZ(data.tokenizer),
      "byte|bpe|u16|i32", R_NEVER},
@@ -142,6 +146,11 @@ static const KeyDesc kKeys[] = {
     {"checkpoint.keep", K_INT, OFF(ckpt.keep), 0, INT_MAX, 0, "0 keeps all", R_FREE},
     {"checkpoint.allow_changes", K_STR, OFF(ckpt.allow_changes), 0, 0, SZ(ckpt.allow_changes),
      "keys --resume may change, comma-separated", R_FREE},
+    {"checkpoint.hf", K_BOOL, OFF(ckpt.hf), 0, 1, 0,
+     "also write each checkpoint as a Hugging Face directory (step_N/hf)", R_FREE},
+    {"checkpoint.hf_dtype", K_DTYPE, OFF(ckpt.hf_dtype), 0, 1, 0, "fp32|bf16|fp16", R_FREE},
+    {"checkpoint.hf_shard_bytes", K_I64, OFF(ckpt.hf_shard_bytes), 1, 9e18, 0,
+     "largest safetensors file of the HF directory", R_FREE},
 };
 #define N_KEYS (sizeof kKeys / sizeof kKeys[0])
 _Static_assert(N_KEYS <= CFG_MAX_KEYS, "TrainConfig.origin needs room for every key");
@@ -193,6 +202,8 @@ void config_defaults(TrainConfig* c) {
     c->log.every = 1;
     c->ckpt.every = 0;
     c->ckpt.keep = 2;
+    c->ckpt.hf_dtype = zipcclFloat32;
+    c->ckpt.hf_shard_bytes = 5000000000ll; /* HF's "5GB" */
 }
 
 
@@ -299,12 +310,13 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
         memcpy(base, mask, sizeof mask);
         return 0;
     }
-    case K_DTYPE:
+    case K_DTYPE: /* hi = 1: fp16 too (files; the collectives take fp32|bf16) */
         if (!strcmp(v, "fp32")) *(zipcclDataType_t*)base = zipcclFloat32;
         else if (!strcmp(v, "bf16")) *(zipcclDataType_t*)base = zipcclBfloat16;
+        else if (!strcmp(v, "fp16") && k->hi == 1) *(zipcclDataType_t*)base = zipcclFloat16;
         else
-            return zrt_errf(err, errlen, "%s: key '%s': unknown dtype '%s' (expected fp32|bf16)",
-                        where, k->name, v);
+            return zrt_errf(err, errlen, "%s: key '%s': unknown dtype '%s' (expected %s)",
+                        where, k->name, v, k->hi == 1 ? "fp32|bf16|fp16" : "fp32|bf16");
         return 0;
     }
     return zrt_errf(err, errlen, "%s: key '%s': internal: bad key type", where, k->name);
@@ -318,6 +330,7 @@ static int set_key(TrainConfig* c, const KeyDesc* k, const char* v, const char* 
     size_t i = (size_t)(k - kKeys);
     c->origin[i].line = set ? 0 : line;
     snprintf(c->origin[i].set, sizeof c->origin[i].set, "%s", set ? set : "");
+    c->origin[i].ext[0] = '\0';
     return 0;
 }
 
@@ -614,24 +627,80 @@ const char* config_where(const TrainConfig* c, const char* key, char* buf, size_
          * touched one of them. */
         size_t used = (size_t)snprintf(buf, n, "%s", src);
         int first = 1;
+        const char* ext = NULL; /* another file that gave keys of these sections */
         for (size_t i = 0; i < N_KEYS && used < n; i++) {
             const char* dot = strchr(kKeys[i].name, '.');
             char section[32];
             snprintf(section, sizeof section, "%.*s.", (int)(dot - kKeys[i].name), kKeys[i].name);
             const char* hit = strstr(key, section);
-            if (!hit || (hit != key && hit[-1] != ',') || !c->origin[i].set[0]) continue;
+            if (!hit || (hit != key && hit[-1] != ',')) continue;
+            if (!ext && c->origin[i].ext[0]) ext = c->origin[i].ext;
+            if (!c->origin[i].set[0]) continue;
             used += (size_t)snprintf(buf + used, n - used, "%s--set %s", first ? " with " : ", ",
                                      c->origin[i].set);
             first = 0;
+        }
+        if (ext && used < n) {
+            /* "DIR/config.json: 'hidden_size'" -> the file alone */
+            const char* field = strstr(ext, ": '");
+            const int len = (int)(field ? (size_t)(field - ext) : strlen(ext));
+            used += (size_t)snprintf(buf + used, n - used, " and %.*s", len, ext);
         }
         return buf;
     }
     const KeyDesc* k = find_key(key);
     size_t i = k ? (size_t)(k - kKeys) : 0;
     if (k && c->origin[i].set[0]) snprintf(buf, n, "--set %s", c->origin[i].set);
+    else if (k && c->origin[i].ext[0]) snprintf(buf, n, "%s", c->origin[i].ext);
     else if (k && c->origin[i].line > 0) snprintf(buf, n, "%s:%d", src, c->origin[i].line);
     else snprintf(buf, n, "%s", src);
     return buf;
+}
+
+static const char* value_text(const TrainConfig* c, const KeyDesc* k, char* buf, size_t n);
+
+int config_given(const TrainConfig* c, const char* key) {
+    const KeyDesc* k = find_key(key);
+    if (!k) return 0;
+    const size_t i = (size_t)(k - kKeys);
+    return c->origin[i].line > 0 || c->origin[i].set[0];
+}
+
+/* Equal values, as the key means them: head_dim 0 is dim / n_heads. */
+static int same_value(const TrainConfig* a, const TrainConfig* b, const KeyDesc* k) {
+    char x[CFG_PATH_MAX + 8], y[CFG_PATH_MAX + 8];
+    if (k->offset == OFF(model.head_dim))
+        return llama_head_dim(&a->model) == llama_head_dim(&b->model);
+    return !strcmp(value_text(a, k, x, sizeof x), value_text(b, k, y, sizeof y));
+}
+
+int config_set_external(TrainConfig* c, const char* key, const char* value, const char* where,
+                        char* err, size_t errlen) {
+    const KeyDesc* k = find_key(key);
+    if (!k) return zrt_errf(err, errlen, "%s: internal: no key '%s'", where, key);
+    const size_t i = (size_t)(k - kKeys);
+    if (config_given(c, key)) {
+        TrainConfig* theirs = malloc(sizeof *theirs);
+        if (!theirs) return zrt_errf(err, errlen, "out of memory");
+        memcpy(theirs, c, sizeof *theirs);
+        int rc = set_value(theirs, k, value, where, err, errlen);
+        if (!rc && !same_value(c, theirs, k)) {
+            char mine[CFG_PATH_MAX + 8], w[400];
+            value_text(c, k, mine, sizeof mine);
+            rc = zrt_errf(err, errlen,
+                          "%s: key '%s': %s contradicts %s, which says %s (the key's value "
+                          "comes from there: drop the key, or make it agree)",
+                          config_where(c, key, w, sizeof w), key, mine, where, value);
+        }
+        free(theirs);
+        if (rc) return rc;
+    }
+    if (set_value(c, k, value, where, err, errlen)) return -1;
+    if (!config_given(c, key)) {
+        c->origin[i].line = 0;
+        snprintf(c->origin[i].ext, sizeof c->origin[i].ext, "%s", where);
+    }
+    return 0;
 }
 
 /* The allow_changes list: entry `i` (0-based) into out, or 0 when there
@@ -785,9 +854,11 @@ static const char* value_text(const TrainConfig* c, const KeyDesc* k, char* buf,
                                     : *(const zipcclStrategy_t*)base]);
         break;
     case K_CODEC: snprintf(buf, n, "%s", config_codec_name(*(const zipcclCodec_t*)base)); break;
-    case K_DTYPE:
-        snprintf(buf, n, "%s", *(const zipcclDataType_t*)base == zipcclBfloat16 ? "bf16" : "fp32");
+    case K_DTYPE: {
+        const zipcclDataType_t d = *(const zipcclDataType_t*)base;
+        snprintf(buf, n, "%s", d == zipcclBfloat16 ? "bf16" : d == zipcclFloat16 ? "fp16" : "fp32");
         break;
+    }
     case K_LAYERS: {
         uint64_t mask[4];
         memcpy(mask, base, sizeof mask);

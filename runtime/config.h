@@ -39,6 +39,10 @@ typedef struct {
 
 typedef struct {
     LlamaConfig model;
+    /* model.init_from: a Hugging Face model directory (runtime/hf.h); the
+     * model keys then come from its config.json, the weights from its
+     * safetensors. "" = initialise from train.seed. */
+    char init_from[CFG_PATH_MAX];
     struct {
         char path[CFG_PATH_MAX]; /* text file, or .bin of uint16 / int32 tokens */
         char tokenizer[16];      /* "byte" | "bpe" (text), "u16" / "i32" (pre-tokenized .bin) */
@@ -88,13 +92,21 @@ typedef struct {
         int every;              /* steps between saves (0: only at the end) */
         int keep;               /* newest checkpoints kept (0: all) */
         char allow_changes[512]; /* keys --resume may change: "a.b,c.d" */
+        int hf;                  /* also write each checkpoint as a Hugging Face
+                                  * directory, DIR/step_N/hf (runtime/hf.h) */
+        zipcclDataType_t hf_dtype; /* its tensors: fp32, bf16 or fp16 */
+        long long hf_shard_bytes;  /* a file holds at most this (one bigger tensor
+                                    * has a file of its own), as HF's max_shard_size */
     } ckpt;
     char source[CFG_PATH_MAX]; /* the file it came from */
     /* Where each key's value came from, by its place in config.c's table:
-     * `set` the --set assignment, else `line` of `source` (0: a default). */
+     * `set` the --set assignment, else `ext` another file that supplied it
+     * (config_set_external: "DIR/config.json: 'hidden_size'"), else `line`
+     * of `source` (0: a default). */
     struct {
         int line;
         char set[128];
+        char ext[CFG_PATH_MAX + 64];
     } origin[CFG_MAX_KEYS];
 } TrainConfig;
 
@@ -108,6 +120,16 @@ int config_load(TrainConfig* cfg, const char* path, char* err, size_t errlen);
 /* Apply "dotted.key=value" (command-line --set) with the same checks;
  * errors name the assignment: "--set data.seq_len=abc: key ...". */
 int config_set(TrainConfig* cfg, const char* assignment, char* err, size_t errlen);
+
+/* A value for `key` from another file (`where` names it and the field,
+ * e.g. "runs/hf/config.json: 'hidden_size'"): set it, unless the YAML or a
+ * --set gave the key a different value, which is an error naming both
+ * places (a value that agrees is fine). Later messages about the key name
+ * `where`. Returns 0, or -1 with the message in err. */
+int config_set_external(TrainConfig* cfg, const char* key, const char* value, const char* where,
+                        char* err, size_t errlen);
+/* 1 if the YAML file or a --set gave `key` (not a default, not another file). */
+int config_given(const TrainConfig* cfg, const char* key);
 
 /* Cross-field checks (heads divide dim, model shape, ...), after all sets;
  * an error names where the offending value came from. */

@@ -10,10 +10,13 @@
 #include "log.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 
@@ -356,4 +359,70 @@ uint64_t data_hash(const Dataset* d) {
     unsigned char b[8];
     for (int i = 0; i < 8; i++) b[i] = (unsigned char)(split >> (8 * i));
     return zrt_fnv1a64(h, b, 8);
+}
+
+int data_read_meta(const char* path, DataMeta* m, char* err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->path, sizeof m->path, "%s.json", path);
+    if (access(m->path, F_OK)) return 0;
+    m->present = 1;
+    json_error_t je;
+    json_t* o = json_load_file(m->path, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return zrt_errf(err, errlen, "%s:%d:%d: not valid JSON: %s", m->path, je.line, je.column,
+                        je.text);
+    int rc = -1;
+    json_t* f = json_object_get(o, "format");
+    json_t* dt = json_object_get(o, "dtype");
+    json_t* n = json_object_get(o, "tokens");
+    json_t* v = json_object_get(o, "vocab_size");
+    json_t* tf = json_object_get(o, "tokenizer_file");
+    if (!json_is_object(o) || !json_is_string(f) ||
+        strcmp(json_string_value(f), "zipccl-runtime-tokens-1")) {
+        zrt_errf(err, errlen, "%s: not token metadata of scripts/prepare_data.py (\"format\": "
+                 "\"zipccl-runtime-tokens-1\")", m->path);
+        goto done;
+    }
+    if (!json_is_string(dt) || (strcmp(json_string_value(dt), "u16") &&
+                                strcmp(json_string_value(dt), "i32"))) {
+        zrt_errf(err, errlen, "%s: field 'dtype' must be \"u16\" or \"i32\"", m->path);
+        goto done;
+    }
+    if (!json_is_integer(n) || json_integer_value(n) < 1 || !json_is_integer(v) ||
+        json_integer_value(v) < 1) {
+        zrt_errf(err, errlen, "%s: fields 'tokens' and 'vocab_size' must be integers >= 1",
+                 m->path);
+        goto done;
+    }
+    snprintf(m->dtype, sizeof m->dtype, "%s", json_string_value(dt));
+    m->tokens = json_integer_value(n);
+    m->vocab_size = json_integer_value(v);
+    json_t* bos = json_object_get(o, "bos_id");
+    json_t* eos = json_object_get(o, "eos_id");
+    m->bos_id = json_is_integer(bos) ? json_integer_value(bos) : -1;
+    m->eos_id = json_is_integer(eos) ? json_integer_value(eos) : -1;
+    if (json_is_string(tf) && json_string_value(tf)[0]) {
+        /* beside the tokens: relative to PATH's directory */
+        const char* slash = strrchr(path, '/');
+        snprintf(m->tokenizer, sizeof m->tokenizer, "%.*s%s", slash ? (int)(slash - path + 1) : 0,
+                 path, json_string_value(tf));
+    }
+    struct stat sb;
+    const long long width = !strcmp(m->dtype, "u16") ? 2 : 4;
+    if (stat(path, &sb)) {
+        zrt_errf(err, errlen, "%s: cannot read the tokens %s describes: %s", path, m->path,
+                 strerror(errno));
+        goto done;
+    }
+    if ((long long)sb.st_size != m->tokens * width) {
+        zrt_errf(err, errlen,
+                 "%s: %lld bytes, but %s says %lld %s tokens (%lld bytes): the token file is "
+                 "truncated, or not the one its metadata describes",
+                 path, (long long)sb.st_size, m->path, m->tokens, m->dtype, m->tokens * width);
+        goto done;
+    }
+    rc = 0;
+done:
+    json_decref(o);
+    return rc;
 }

@@ -60,6 +60,23 @@ void data_close(Dataset* d);
 void data_batch(Dataset* d, int split, long long first, int rank, int nranks, int B, int* tokens,
                 int* targets, long long* windows);
 
+/* What scripts/prepare_data.py writes beside a token file: PATH.json. */
+typedef struct {
+    int present;                /* 0: there is no PATH.json */
+    char path[1100];            /* PATH.json */
+    char dtype[8];              /* "u16" | "i32": data.tokenizer for PATH */
+    long long tokens;           /* tokens in PATH */
+    long long vocab_size;       /* the tokenizer's vocabulary, special tokens included */
+    char tokenizer[1200];       /* the tokenizer.json that made them: its copy
+                                 * beside the tokens, or "" */
+    long long bos_id, eos_id;   /* the tokens around each document (-1: none) */
+} DataMeta;
+
+/* Read and check PATH.json when there is one (m->present = 0 otherwise):
+ * a known dtype, and PATH holding exactly the tokens it says (a truncated
+ * or replaced token file is refused). Returns 0, or -1 naming the file. */
+int data_read_meta(const char* path, DataMeta* m, char* err, size_t errlen);
+
 /* FNV-1a 64 of the token stream and the split point: what a checkpoint
  * records so a resumed run can tell that it reads the same data. */
 uint64_t data_hash(const Dataset* d);

@@ -55,6 +55,24 @@ uint64_t zrt_fnv1a64(uint64_t h, const void* data, size_t n) {
     return h;
 }
 
+int zrt_file_fnv1a64(const char* path, uint64_t* hash, size_t* bytes) {
+    FILE* fp = fopen(path, "rb");
+    if (!fp) return -1;
+    unsigned char buf[1 << 16];
+    uint64_t h = ZRT_FNV_INIT;
+    size_t n, total = 0;
+    while ((n = fread(buf, 1, sizeof buf, fp)) > 0) {
+        h = zrt_fnv1a64(h, buf, n);
+        total += n;
+    }
+    const int bad = ferror(fp);
+    fclose(fp);
+    if (bad) return -1;
+    *hash = h;
+    if (bytes) *bytes = total;
+    return 0;
+}
+
 int zrt_errf(char* err, size_t errlen, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

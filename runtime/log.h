@@ -49,6 +49,9 @@ double zrt_now(void); /* monotonic seconds */
 /* FNV-1a 64 over bytes, continuing from h (start with ZRT_FNV_INIT). */
 #define ZRT_FNV_INIT 0xcbf29ce484222325ull
 uint64_t zrt_fnv1a64(uint64_t h, const void* data, size_t n);
+/* FNV-1a 64 of a whole file and its size (bytes may be NULL); -1 (errno
+ * set) if it cannot be read. */
+int zrt_file_fnv1a64(const char* path, uint64_t* hash, size_t* bytes);
 
 /* fp32 SGEMM FLOP/s on this process's threads, timed for ~seconds. */
 double zrt_sgemm_peak(double seconds);

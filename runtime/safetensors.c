@@ -749,6 +749,24 @@ int st_read(const st_file* f, const st_tensor* t, void* dst, size_t dst_capacity
     return 0;
 }
 
+int st_read_range(const st_file* f, const st_tensor* t, uint64_t begin, size_t n, void* dst,
+                  char* err, size_t errlen) {
+    if (!f || !t || (!dst && n)) return st_fail(err, errlen, "st_read_range: null argument");
+    if (t < f->t || t >= f->t + f->nt)
+        return st_fail(err, errlen, "st_read_range: tensor does not belong to this file");
+    if (begin > t->bytes || n > t->bytes - begin)
+        return st_fail(err, errlen, "tensor '%s': bytes [%llu, %llu) lie outside its %llu bytes",
+                       t->name, (unsigned long long)begin, (unsigned long long)(begin + n),
+                       (unsigned long long)t->bytes);
+    errno = 0;
+    size_t got = pread_full(f->fd, dst, n, t->offset + begin);
+    if (got != n)
+        return st_fail(err, errlen, "tensor '%s': read %zu of %zu bytes at offset %llu (%s)",
+                       t->name, got, n, (unsigned long long)(t->offset + begin),
+                       errno ? strerror(errno) : "end of file");
+    return 0;
+}
+
 const char* st_get_metadata(const st_file* f, const char* key) {
     if (!f || !key) return NULL;
     for (size_t i = 0; i < f->nmd; i++)

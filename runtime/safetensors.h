@@ -96,6 +96,10 @@ const st_tensor* st_find(const st_file* f, const char* name);
  * t->bytes bytes.  Fails cleanly if the file was truncated since st_open. */
 int st_read(const st_file* f, const st_tensor* t, void* dst, size_t dst_capacity, char* err,
             size_t errlen);
+/* Copy bytes [begin, begin + n) of a tensor's data into dst (n bytes): one
+ * expert's rows of a stacked tensor without reading the others. */
+int st_read_range(const st_file* f, const st_tensor* t, uint64_t begin, size_t n, void* dst,
+                  char* err, size_t errlen);
 
 /* Metadata value for key, or NULL. */
 const char* st_get_metadata(const st_file* f, const char* key);

@@ -3,10 +3,13 @@
  * rank under mpirun (or alone as one rank).
  *
  *   build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]
- *               [--dump-tensors STEP DIR] [--resume DIR] [--trace-data FILE]
+ *               [--dump-tensors STEP DIR] [--resume DIR] [--init-from DIR]
+ *               [--trace-data FILE]
  *
  * One step, top to bottom (docs/RUNTIME.md has the long form):
- *   config -> data (this rank's sequences of the global batch)
+ *   config (YAML, --set, a Hugging Face config.json with model.init_from:
+ *           runtime/hf.c) -> weights (train.seed, a checkpoint, or HF's)
+ *   -> data (this rank's sequences of the global batch)
  *          -> llama_step per micro-batch, with FSDP hooks that all-gather
  *             each unit before the model reads it and reduce-scatter its
  *             gradient when it is complete (runtime/fsdp.c, over ZipCCL)
@@ -23,15 +26,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
 #include "config.h"
 #include "data.h"
 #include "fsdp.h"
+#include "hf.h"
 #include "kernels.h"
 #include "llama.h"
 #include "log.h"
 #include "optim.h"
+#include "safetensors.h"
 
 #define MAX_SETS 64
 
@@ -44,6 +50,7 @@ typedef struct {
     const char* dump_dir;
     const char* resume;
     const char* trace_data;
+    char init_from[CFG_PATH_MAX + 32]; /* --init-from DIR, as the --set it stands for */
 } Args;
 
 static int g_rank, g_nranks;
@@ -53,12 +60,16 @@ static FILE* g_trace;  /* its file, open on rank 0 */
 static void usage(FILE* f) {
     fprintf(f,
             "usage: build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]\n"
-            "                   [--dump-tensors STEP DIR] [--resume DIR] [--trace-data FILE]\n"
+            "                   [--dump-tensors STEP DIR] [--resume DIR] [--init-from DIR]\n"
+            "                   [--trace-data FILE]\n"
             "  --set key=value        override a config key (dotted: train.steps=20,\n"
             "                         comm.strategy=raw|native|compressed|auto, ...)\n"
             "  --log-json FILE        one JSON object per step, last line the param hash\n"
-            "  --dump-tensors STEP D  write the tensors the collectives send at STEP to D\n"
+            "  --dump-tensors STEP D  write the tensors the collectives send at STEP to D, and\n"
+            "                         the first micro-batch's tokens, targets and logits\n"
             "  --resume DIR           continue from a checkpoint (step dir or root)\n"
+            "  --init-from DIR        start from a Hugging Face model directory (config.json,\n"
+            "                         safetensors): --set model.init_from=DIR\n"
             "  --trace-data FILE      one JSON line per rank and micro-batch: the windows read\n");
 }
 
@@ -116,6 +127,10 @@ static void parse_args(int argc, char** argv, Args* a) {
             a->dump_dir = argv[++i];
         } else if (!strcmp(s, "--resume") && i + 1 < argc) {
             a->resume = argv[++i];
+        } else if (!strcmp(s, "--init-from") && i + 1 < argc) {
+            if (a->n_sets == MAX_SETS) config_fail("too many --set options");
+            snprintf(a->init_from, sizeof a->init_from, "model.init_from=%s", argv[++i]);
+            a->sets[a->n_sets++] = a->init_from;
         } else if (!strcmp(s, "--trace-data") && i + 1 < argc) {
             a->trace_data = argv[++i];
         } else if (s[0] == '-') {
@@ -256,6 +271,31 @@ static void trace_batch(int step, int micro, const char* split, long long first,
     free(all);
 }
 
+/* --dump-tensors: what the model saw and said in the dump step's first
+ * micro-batch, per rank: tokens and targets (B, T), logits (B, T, V), and
+ * its loss (the mean cross-entropy llama_step returned, as metadata). */
+static void dump_batch(const char* dir, int step, const int* tok, const int* tgt,
+                       const float* logits, int B, int T, int V, float loss) {
+    char err[512], path[1100], lbuf[32];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        trainCheck(0, "--dump-tensors: cannot create %s: %s", dir, strerror(errno));
+    st_writer* w = st_writer_begin();
+    trainCheck(w, "out of memory for the batch dump");
+    const int64_t bt[2] = {B, T}, btv[3] = {B, T, V};
+    const size_t n = (size_t)B * T;
+    trainCheck(!st_writer_add(w, "tokens", "I32", 2, bt, tok, n * sizeof(int), err, sizeof err) &&
+                   !st_writer_add(w, "targets", "I32", 2, bt, tgt, n * sizeof(int), err,
+                                  sizeof err) &&
+                   !st_writer_add(w, "logits", "F32", 3, btv, logits, n * V * sizeof(float), err,
+                                  sizeof err),
+               "batch dump: %s", err);
+    snprintf(lbuf, sizeof lbuf, "%.9g", (double)loss);
+    st_writer_set_metadata(w, "loss", lbuf, err, sizeof err);
+    snprintf(path, sizeof path, "%s/step%d_rank%d_batch.safetensors", dir, step, g_rank);
+    trainCheck(!st_writer_write(w, path, err, sizeof err), "batch dump %s: %s", path, err);
+    st_writer_free(w);
+}
+
 static double validate(Fsdp* f, Dataset* ds, LlamaActs* acts, const LlamaParamHooks* hooks,
                        int* tok, int* tgt, int step, long long* windows) {
     const TrainConfig* cfg = f->cfg;
@@ -296,13 +336,38 @@ int main(int argc, char** argv) {
 
     /* ---- config ---- */
     static TrainConfig cfg;
-    char err[1024];
+    char err[1024], herr[4096]; /* herr: messages naming model directories and files */
     config_defaults(&cfg);
     if (config_load(&cfg, args.config, err, sizeof err)) config_fail(err);
     for (int i = 0; i < args.n_sets; i++)
         if (config_set(&cfg, args.sets[i], err, sizeof err)) config_fail(err);
     if (args.log_json) snprintf(cfg.log.json, sizeof cfg.log.json, "%s", args.log_json);
+    /* A Hugging Face model directory gives the model keys (its config.json;
+     * the weights come below). Every rank reads the same files and reaches
+     * the same verdict, but a file missing on one host must not leave the
+     * others waiting: they agree. */
+    if (cfg.init_from[0])
+        agree_or_fail(hf_apply_config(&cfg, cfg.init_from, herr, sizeof herr) != 0, herr);
+    /* Token files of scripts/prepare_data.py say what they hold (PATH.json). */
+    static DataMeta dmeta;
+    agree_or_fail(data_read_meta(cfg.data.path, &dmeta, herr, sizeof herr) != 0, herr);
+    if (dmeta.present) {
+        char where[1300];
+        snprintf(where, sizeof where, "%s: 'dtype'", dmeta.path);
+        agree_or_fail(
+            config_set_external(&cfg, "data.tokenizer", dmeta.dtype, where, herr, sizeof herr) != 0,
+            herr);
+    }
     if (config_validate(&cfg, err, sizeof err)) config_fail(err);
+    if (dmeta.present && dmeta.vocab_size > cfg.model.vocab_size) {
+        char msg[4096], w[1400];
+        snprintf(msg, sizeof msg,
+                 "%s: the tokenizer that made %s has %lld tokens (vocab_size), more than the "
+                 "model's %d (model.vocab_size, %s): its ids would index past the embedding",
+                 dmeta.path, cfg.data.path, dmeta.vocab_size, cfg.model.vocab_size,
+                 config_where(&cfg, "model.vocab_size", w, sizeof w));
+        config_fail(msg);
+    }
     AdamWConfig oc = {(float)cfg.optim.lr, (float)cfg.optim.min_lr, cfg.schedule.warmup_steps,
                       cfg.schedule.total_steps ? cfg.schedule.total_steps : cfg.train.steps,
                       (float)cfg.optim.beta1, (float)cfg.optim.beta2, (float)cfg.optim.eps,
@@ -343,6 +408,12 @@ int main(int argc, char** argv) {
             config_fail(msg);
         }
     }
+    /* The weights of model.init_from, checked against the model (every
+     * tensor there, shapes, dtypes, nothing left over) before anything is
+     * built; read after the shards exist. A resumed run has its own. */
+    HfSource* hf_src = NULL;
+    if (cfg.init_from[0] && !args.resume)
+        agree_or_fail(hf_open(cfg.init_from, &cfg.model, &hf_src, herr, sizeof herr) != 0, herr);
     const LlamaConfig* mc = &cfg.model;
     const int B = cfg.data.batch_size, T = cfg.data.seq_len, A = cfg.data.grad_accum;
     if (g_rank == 0) {
@@ -363,6 +434,20 @@ int main(int argc, char** argv) {
                    mc->n_experts / cfg.parallel.ep, (double)mc->router_aux_loss_coef);
         }
         fputs(notes, stdout);
+        if (cfg.init_from[0] && args.resume)
+            printf("# model.init_from %s: the model keys come from its config.json, the weights "
+                   "from the checkpoint\n", cfg.init_from);
+        if (cfg.init_from[0] && dmeta.present && dmeta.tokenizer[0]) {
+            /* the data's tokenizer (its copy beside the tokens) against the model's */
+            char tp[CFG_PATH_MAX + 32];
+            uint64_t h, hd;
+            snprintf(tp, sizeof tp, "%s/tokenizer.json", cfg.init_from);
+            if (!zrt_file_fnv1a64(tp, &h, NULL) && !zrt_file_fnv1a64(dmeta.tokenizer, &hd, NULL) &&
+                h != hd)
+                printf("# warning: %s was made with another tokenizer.json (%s) than the model's "
+                       "(%s): the ids may not mean what the model learnt\n",
+                       cfg.data.path, dmeta.tokenizer, tp);
+        }
         fflush(stdout);
     }
     if (mc->n_experts > 0 && g_nranks % cfg.parallel.ep) {
@@ -432,6 +517,14 @@ int main(int argc, char** argv) {
     LlamaParamHooks hooks = fsdp_hooks(&fsdp);
     int* tok = zrt_malloc((size_t)B * T * sizeof(int), "tokens");
     int* tgt = zrt_malloc((size_t)B * T * sizeof(int), "targets");
+    if (hf_src) {
+        agree_or_fail(hf_load(&fsdp, hf_src, herr, sizeof herr) != 0, herr);
+        if (g_rank == 0)
+            printf("# weights: %s (%s), fresh optimizer state\n", cfg.init_from,
+                   hf_source_summary(hf_src));
+        hf_close(hf_src);
+        hf_src = NULL;
+    }
 
     if (args.resume) {
         agree_or_fail(checkpoint_load(&fsdp, &ck, err, sizeof err), err);
@@ -482,6 +575,9 @@ int main(int argc, char** argv) {
     const double flops_per_step = llama_flops_per_token(mc, T) * tokens_per_step;
     const int first_step = st.step;
     const double t_start = zrt_now();
+    float* dump_logits =
+        args.dump_dir ? zrt_malloc((size_t)B * T * mc->vocab_size * sizeof(float), "dump logits")
+                      : NULL;
     for (int step = st.step; step < cfg.train.steps; step++) {
         const int step_no = step + 1; /* 1-based: the step being computed */
         zipcclCounters_t c0[3], c1[3];
@@ -497,6 +593,7 @@ int main(int argc, char** argv) {
         fsdp_zero_grads(&fsdp);
         double loss_sum = 0, aux_sum = 0;
         const double a2a_blocked0 = fsdp.ep > 1 ? fsdp.expert.blocked_s : 0;
+        const double a2a_sync0 = fsdp.ep > 1 ? fsdp.expert.sync_s : 0;
         if (moe) memset(expert_load, 0, (size_t)(n_moe + 1) * mc->n_experts * sizeof *expert_load);
         for (int a = 0; a < A; a++) {
             /* Step s, micro-batch a reads global samples
@@ -504,7 +601,11 @@ int main(int argc, char** argv) {
             data_batch(&ds, 0, st.samples, g_rank, g_nranks, B, tok, tgt, windows);
             trace_batch(step_no, a, "train", st.samples, B, windows, tok, T);
             fsdp_begin_microbatch(&fsdp, 1);
-            loss_sum += llama_step(mc, acts, tok, tgt, B, T, &hooks, 1, NULL);
+            /* --dump-tensors: the first micro-batch's logits too */
+            float* logits = args.dump_step == step_no && a == 0 ? dump_logits : NULL;
+            const float l = llama_step(mc, acts, tok, tgt, B, T, &hooks, 1, logits);
+            if (logits) dump_batch(args.dump_dir, step_no, tok, tgt, logits, B, T, mc->vocab_size, l);
+            loss_sum += l;
             if (moe) { /* per MoE block: pairs routed to each expert; then the drops */
                 aux_sum += llama_acts_aux_loss(acts);
                 LlamaMoeRouting r;
@@ -547,6 +648,7 @@ int main(int argc, char** argv) {
             }
         }
         const double a2a_ms = fsdp.ep > 1 ? (fsdp.expert.blocked_s - a2a_blocked0) * 1e3 : 0;
+        const double a2a_sync_ms = fsdp.ep > 1 ? (fsdp.expert.sync_s - a2a_sync0) * 1e3 : 0;
         const double norm = fsdp_grad_norm(&fsdp);
         trainCheck(isfinite(loss) && isfinite(norm),
                    "step %d: loss %g, grad norm %g are not finite (hint: lower optimizer.lr, "
@@ -625,9 +727,10 @@ int main(int argc, char** argv) {
                             ", \"aux_loss\": %.9g, \"expert_maxvio\": %.9g, "
                             "\"dropped_pairs\": %lld, \"alltoall_raw_bytes\": %.0f, "
                             "\"alltoall_wire_bytes\": %.0f, \"alltoall_ratio\": %.9g, "
-                            "\"alltoall_exposed_ms\": %.9g, \"experts\": [",
+                            "\"alltoall_exposed_ms\": %.9g, \"alltoall_sync_ms\": %.9g, "
+                            "\"experts\": [",
                             aux, maxvio, dropped, raw[2], wire[2],
-                            wire[2] > 0 ? raw[2] / wire[2] : 1.0, a2a_ms);
+                            wire[2] > 0 ? raw[2] / wire[2] : 1.0, a2a_ms, a2a_sync_ms);
                     for (int i = 0, l = 0; l < mc->n_layers; l++) {
                         if (!llama_layer_is_moe(mc, l)) continue;
                         fprintf(jl,
@@ -696,6 +799,7 @@ int main(int argc, char** argv) {
     }
     if (g_trace) fclose(g_trace);
     free(windows);
+    free(dump_logits);
     free(expert_load);
     free(block_load);
     free(tok);

@@ -6,19 +6,22 @@
 #   libopenmpi-dev openmpi-bin  MPI transport for CPU ranks (comm/, mpirun)
 #   libopenblas-dev             SGEMM for the CPU kernels (kernels/)
 #   libyaml-dev                 config files (runtime/config.c)
+#   libjansson-dev              JSON: Hugging Face config.json and shard indexes
+#                               (runtime/hf.c), token metadata (runtime/data.c)
 #   libzstd-dev liblz4-dev      codec benchmark baselines (comm/bench/)
 #   libxxhash-dev               frame checksums (XXH32, docs/FORMAT.md §6)
 #   fortunes fortunes-min       the default training corpus (scripts/prepare_data.sh)
 #   iproute2 iptables           emulated slow-link cluster (scripts/cluster.sh)
 # PyPI (test references and plots only):
 #   numpy jax[cpu] safetensors matplotlib
-#   torch transformers   Hugging Face's Qwen3 / Qwen3-MoE, the reference of
-#                        tests/test_hf_ref.py (runs on the CPU; PyPI's torch
-#                        wheel brings its CUDA libraries, ~45 s and ~6 GB)
+#   torch transformers   Hugging Face's Llama / Qwen3 / Qwen3-MoE, the reference of
+#                        tests/test_hf_train.py and tests/test_hf_ref.py (runs on the
+#                        CPU; PyPI's torch wheel brings its CUDA libraries, ~45 s and ~6 GB)
+#   tokenizers           tokenizer.json files: scripts/prepare_data.py (and transformers)
 set -euo pipefail
-APT_PKGS="build-essential libopenmpi-dev openmpi-bin libopenblas-dev libyaml-dev libzstd-dev
+APT_PKGS="build-essential libopenmpi-dev openmpi-bin libopenblas-dev libyaml-dev libjansson-dev libzstd-dev
           liblz4-dev libxxhash-dev fortunes fortunes-min iproute2"
-PY_MODS="numpy jax safetensors matplotlib torch transformers"
+PY_MODS="numpy jax safetensors matplotlib torch transformers tokenizers"
 
 missing=()
 for p in $APT_PKGS; do
@@ -36,7 +39,8 @@ pymissing=()
 # The references whose APIs the tests lean on are installed at the versions
 # the tests were written against (transformers 5 names and stacks MoE
 # experts differently from 4; see tests/test_hf_ref.py).
-pin() { case $1 in torch) echo "torch==2.15.0" ;; transformers) echo "transformers==5.24.0" ;; *) echo "$1" ;; esac; }
+pin() { case $1 in torch) echo "torch==2.15.0" ;; transformers) echo "transformers==5.24.0" ;;
+                  tokenizers) echo "tokenizers==0.23.3" ;; *) echo "$1" ;; esac; }
 for m in $PY_MODS; do
   $PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('$m') is None)" 2>/dev/null \
     || pymissing+=("$(pin "$m")")

@@ -1,14 +1,28 @@
 #!/usr/bin/env python3
 # test: asan=no timeout=300
-"""test_hf_ref.py — the Llama, Qwen3 and Qwen3-MoE decoders checked against Hugging
-Face transformers' own LlamaForCausalLM and Qwen3MoeForCausalLM (torch, CPU, fp32,
-eager attention).
+"""test_hf_ref.py — the Qwen3-MoE decoder (models/llama.c, models/moe.c) checked at the
+model level against Hugging Face transformers' Qwen3MoeForCausalLM (torch, CPU, fp32,
+eager attention): the router's choices and the load-balancing loss, which the
+end-to-end reference (test_hf_train.py) cannot see from outside the trainer.
+
+Which test checks what:
+  test_hf_train.py  the primary reference: HF's own tiny Llama, Qwen3 and Qwen3-MoE
+                    models imported by build/train (config.json and weights), logits,
+                    loss, every gradient, 10 steps against torch.optim.AdamW, export
+                    -> from_pretrained, import -> export bitwise
+  this file         the MoE routing from our side of the hooks: top-k choices per
+                    token and block, aux loss alone and in the loss, top-1 without
+                    renormalisation, decoder_sparse_step 2, tied embeddings in a MoE
+                    model; weights from our init (test_model --dump-train)
+  test_model_ref.py the dense model against its own written definition (docs/MODEL.md,
+                    JAX, no conversion)
 
 The C side ($BUILD/tests/test_model --dump-train DIR [flags], see test_model.c)
 writes the config, every unit's weights, a batch, its logits, cross-entropy,
 load-balancing loss, each MoE block's router choices and every parameter gradient,
 then the losses of 10 AdamW steps. This script builds the HF model from the same
-config, loads the same weights under HF's names (below), and compares:
+config, loads the same weights under HF's names (hfmap.py: the names and the RoPE
+row permutation, written from docs/MODEL.md), and compares:
 
   logits                 allclose rtol 1e-4, atol 1e-5
   cross-entropy          relative 1e-5 (atol 1e-6): the loss without the aux term
@@ -19,23 +33,9 @@ config, loads the same weights under HF's names (below), and compares:
   each gradient of CE + router_aux_loss_coef * aux      ||g_c - g_hf|| / ||g_hf|| < 1e-4
   10-step cross-entropies (hand-written AdamW, as test_model_ref.py)  relative 1e-4
 
-Weight mapping (ours -> HF):
-  tok_emb -> model.embed_tokens.weight; final_norm -> model.norm.weight; lm_head
-  layers.l.{attn_norm,mlp_norm} -> input_layernorm, post_attention_layernorm
-  layers.l.{wq,wk,wv,wo} -> self_attn.{q,k,v,o}_proj, q_norm/k_norm -> self_attn.{q,k}_norm
-  layers.l.router -> mlp.gate.weight; experts e: w_gate, w_up stacked (gate rows first) ->
-  mlp.experts.gate_up_proj[e], w_down -> mlp.experts.down_proj[e]; dense blocks:
-  w_gate/w_up/w_down -> mlp.{gate,up,down}_proj
-RoPE: ours rotates interleaved pairs (2i, 2i+1) of a head, HF rotate_half pairs
-(i, i + hd/2); the q/k rows of every head (and the q_norm/k_norm weights) are
-permuted ours[2i] -> hf[i], ours[2i+1] -> hf[i + hd/2] on the way in and back for
-the gradients (HF's own Llama conversion does the same permutation).
-
-Configs: top-2 with norm_topk_prob and a dense block among MoE blocks
-(mlp_only_layers), top-1 without it (decoder_sparse_step 2), head_dim apart from
-dim / n_heads, QK-norm always; a dense Qwen3 (n_experts 0) through the same model
-class (every block in mlp_only_layers); and a Llama (no QK-norm) through
-LlamaForCausalLM, tied and untied.
+Configs: top-2 with norm_topk_prob, a dense block among MoE blocks
+(mlp_only_layers) and tied embeddings; top-1 without renormalisation,
+decoder_sparse_step 2, untied; head_dim apart from dim / n_heads, QK-norm.
 """
 import sys
 
@@ -44,8 +44,8 @@ from pycheck import check
 from refdump import check_grad, check_trajectory, dumped, load, lr_at, main
 
 import torch  # noqa: E402
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig,  # noqa: E402
-                          Qwen3MoeForCausalLM)
+from hfmap import from_hf, hf_name_map, objective, to_hf  # noqa: E402
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM  # noqa: E402
 
 torch.manual_seed(0)
 torch.use_deterministic_algorithms(True)
@@ -61,36 +61,10 @@ CONFIGS = {
     "moe_top1_sparse2": COMMON + ["--L", "2", "--E", "4", "--K", "1", "--Fe", "24",
                                   "--sparse", "2", "--normtopk", "0", "--aux", "0.001",
                                   "--tied", "0"],
-    "qwen3_dense": COMMON + ["--L", "2", "--tied", "0"],
-    "llama_tied": ["--V", "61", "--C", "32", "--L", "2", "--H", "4", "--KV", "2", "--F", "48",
-                   "--T", "13", "--B", "3", "--tied", "1", "--theta", "10000"],
-    "llama_untied": ["--V", "53", "--C", "48", "--L", "3", "--H", "6", "--KV", "3", "--F", "40",
-                     "--T", "11", "--B", "2", "--tied", "0", "--theta", "500000"],
 }
 
 
-def rope_perm(hd):
-    """HF row i of a head comes from our row perm[i]."""
-    return np.concatenate([np.arange(0, hd, 2), np.arange(1, hd, 2)])
-
-
-def heads_perm(rows, hd):
-    p = rope_perm(hd)
-    return np.concatenate([h * hd + p for h in range(rows // hd)])
-
-
 def hf_model(cfg):
-    if not cfg["qk_norm"]:  # a Llama: HF's own class for it
-        hc = LlamaConfig(
-            vocab_size=cfg["vocab_size"], hidden_size=cfg["dim"],
-            intermediate_size=cfg["ffn_hidden"], num_hidden_layers=cfg["n_layers"],
-            num_attention_heads=cfg["n_heads"], num_key_value_heads=cfg["n_kv_heads"],
-            head_dim=cfg["head_dim"], max_position_embeddings=cfg["max_seq_len"],
-            rms_norm_eps=float(cfg["norm_eps"]), tie_word_embeddings=bool(cfg["tie_embeddings"]),
-            rope_parameters={"rope_type": "default", "rope_theta": float(cfg["rope_theta"])},
-            attention_bias=False, mlp_bias=False, attention_dropout=0.0)
-        hc._attn_implementation = "eager"
-        return LlamaForCausalLM(hc).float(), list(range(cfg["n_layers"]))
     L, E = cfg["n_layers"], cfg["n_experts"]
     mlp_only = [l for l in range(L) if E == 0 or (cfg["mlp_only_layers"] >> l) & 1]
     step = max(cfg["decoder_sparse_step"], 1)
@@ -110,71 +84,6 @@ def hf_model(cfg):
         attention_dropout=0.0)
     hc._attn_implementation = "eager"
     return Qwen3MoeForCausalLM(hc).float(), dense
-
-
-def hf_name_map(cfg, dense):
-    """our tensor name -> (HF parameter name, how: None | 'rope' | ('gate'|'up', e) | ('down', e))"""
-    m = {"tok_emb": ("model.embed_tokens.weight", None), "final_norm": ("model.norm.weight", None)}
-    if not cfg["tie_embeddings"]:
-        m["lm_head"] = ("lm_head.weight", None)
-    for l in range(cfg["n_layers"]):
-        p = f"model.layers.{l}."
-        m[f"layers.{l}.attn_norm"] = (p + "input_layernorm.weight", None)
-        m[f"layers.{l}.mlp_norm"] = (p + "post_attention_layernorm.weight", None)
-        for ours, hf, how in (("wq", "q_proj", "rope"), ("wk", "k_proj", "rope"),
-                              ("wv", "v_proj", None), ("wo", "o_proj", None),
-                              ("q_norm", "q_norm", "rope"), ("k_norm", "k_norm", "rope")):
-            if cfg["qk_norm"] or ours not in ("q_norm", "k_norm"):
-                m[f"layers.{l}.{ours}"] = (p + f"self_attn.{hf}.weight", how)
-        if l in dense:
-            for ours, hf in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
-                m[f"layers.{l}.{ours}"] = (p + f"mlp.{hf}.weight", None)
-        else:
-            m[f"layers.{l}.router"] = (p + "mlp.gate.weight", None)
-            for e in range(cfg["n_experts"]):
-                q = f"layers.{l}.experts.{e}."
-                m[q + "w_gate"] = (p + "mlp.experts.gate_up_proj", ("gate", e))
-                m[q + "w_up"] = (p + "mlp.experts.gate_up_proj", ("up", e))
-                m[q + "w_down"] = (p + "mlp.experts.down_proj", ("down", e))
-    return m
-
-
-def to_hf(arr, how, hd, Fe):
-    """Our tensor as the HF slice it fills: (values, index into the HF tensor)."""
-    if how == "rope":
-        return arr[heads_perm(arr.shape[0], hd)], slice(None)
-    if how is None:
-        return arr, slice(None)
-    kind, e = how
-    if kind == "gate":
-        return arr, (e, slice(0, Fe))
-    if kind == "up":
-        return arr, (e, slice(Fe, 2 * Fe))
-    return arr, (e,)
-
-
-def from_hf(t, how, hd, Fe):
-    """The HF gradient of our tensor, in our layout."""
-    if how == "rope":
-        inv = np.argsort(heads_perm(t.shape[0], hd))
-        return t[inv]
-    if how is None:
-        return t
-    kind, e = how
-    if kind == "gate":
-        return t[e, :Fe]
-    if kind == "up":
-        return t[e, Fe:2 * Fe]
-    return t[e]
-
-
-def objective(model, tokens, targets, coef, moe):
-    out = model(input_ids=tokens, output_router_logits=moe)
-    logits = out.logits
-    valid = targets >= 0
-    ce = torch.nn.functional.cross_entropy(logits[valid], targets[valid])
-    aux = out.aux_loss if moe else torch.zeros(())
-    return ce + coef * aux, ce, aux, logits
 
 
 def train(model, tokens, targets, coef, moe, tr):
