@@ -77,6 +77,8 @@ int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCall
     x->dtype = dtype;
     x->ep = ep;
     x->ep_rank = rank % ep;
+    const char* sync = getenv("ZRT_EP_SYNC");
+    x->sync = sync && !strcmp(sync, "1");
     x->E = n_experts;
     x->E_local = n_experts / ep;
     x->first = x->ep_rank * x->E_local;
@@ -126,6 +128,7 @@ void expert_free(Expert* x) {
 
 void expert_reset_stats(Expert* x) {
     x->blocked_s = 0;
+    x->sync_s = 0;
     memset(x->tokens, 0, (size_t)x->n_layers * x->E * sizeof(long long));
     memset(x->received, 0, (size_t)x->n_layers * sizeof(long long));
 }
@@ -174,6 +177,12 @@ static zipcclResult_t exchange(Expert* x, int layer, int which, const float* sen
     }
     zipcclCounters_t c0, c1;
     zipcclCommGetCounters(x->comm, zipcclCollAlltoAllv, &c0);
+    if (x->sync) {
+        const double ts = zrt_now();
+        MPI_Barrier(*(MPI_Comm*)x->mpi_ep);
+        x->sync_s += zrt_now() - ts;
+        x->blocked_s += zrt_now() - ts;
+    }
     const double t0 = zrt_now();
     zipcclResult_t r;
     if (x->dtype == zipcclBfloat16) {

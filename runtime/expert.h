@@ -39,7 +39,14 @@ typedef struct {
                                * (rounded to nearest even, half the bytes)      */
 
     /* statistics since the last expert_reset_stats */
-    double blocked_s;         /* compute thread waiting on the exchange         */
+    double blocked_s;         /* compute thread waiting on the exchange, all of it */
+    /* Measuring the exchange apart from the load imbalance: with ZRT_EP_SYNC=1
+     * in the environment every exchange starts with a barrier of the EP group,
+     * and sync_s counts the wait in it (a rank whose peers' experts had more
+     * rows to compute waits there, not in the AlltoAllv). Off by default: it
+     * costs a barrier per exchange and changes no result. */
+    int sync;
+    double sync_s;            /* part of blocked_s spent in those barriers      */
     long long* tokens;        /* (n_layers * E) pairs routed to each expert by
                                * this rank, forward only                         */
     long long* received;      /* (n_layers) rows this rank's experts computed    */

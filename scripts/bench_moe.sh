@@ -56,10 +56,12 @@ med = lambda k: statistics.median(r[k] for r in use)
 out = dict(t.split("=", 1) for t in tags)
 out.update(steps=len(rows), step_ms=med("ms"), tokens_per_s=med("tokens_per_s"),
            alltoall_ms=med("alltoall_exposed_ms") if "alltoall_exposed_ms" in use[0] else 0.0,
+           alltoall_sync_ms=med("alltoall_sync_ms") if "alltoall_sync_ms" in use[0] else 0.0,
            alltoall_raw_bytes=med("alltoall_raw_bytes") if "alltoall_raw_bytes" in use[0] else 0,
            alltoall_wire_bytes=med("alltoall_wire_bytes") if "alltoall_wire_bytes" in use[0] else 0,
            exposed_ms=med("exposed_comm_ms"), loss_last=rows[-1]["loss"])
 out["alltoall_share"] = out["alltoall_ms"] / out["step_ms"] if out["step_ms"] else 0.0
+out["exchange_ms"] = out["alltoall_ms"] - out["alltoall_sync_ms"]
 print(json.dumps(out))
 PY
 }
@@ -72,12 +74,13 @@ rows = [json.loads(l) for l in open(path) if l.startswith("{") and "header" not 
 groups = {}
 for r in rows:
     groups.setdefault(tuple(r[k] for k in keys), []).append(r)
-print("| " + " | ".join(keys) + " | runs | step ms | tokens/s | a2a ms | a2a share | a2a MB raw -> wire |")
-print("|" + "---|" * (len(keys) + 6))
+print("| " + " | ".join(keys) + " | runs | step ms | tokens/s | a2a ms | a2a share | of it: imbalance wait ms | exchange ms | a2a MB raw -> wire |")
+print("|" + "---|" * (len(keys) + 8))
 for g, rs in sorted(groups.items()):
     m = lambda k: statistics.median(r[k] for r in rs)
     print("| " + " | ".join(map(str, g)) + f" | {len(rs)} | {m('step_ms'):.1f} | {m('tokens_per_s'):.0f} | "
-          f"{m('alltoall_ms'):.1f} | {100 * m('alltoall_share'):.1f}% | "
+          f"{m('alltoall_ms'):.1f} | {100 * m('alltoall_share'):.1f}% | {m('alltoall_sync_ms'):.1f} | "
+          f"{m('exchange_ms'):.1f} | "
           f"{m('alltoall_raw_bytes') / 1e6:.2f} -> {m('alltoall_wire_bytes') / 1e6:.2f} |")
 PY
 }
@@ -109,6 +112,9 @@ if [ -n "$RATE" ]; then
   mkdir -p "$(dirname "$out")"
   [ "$(id -u)" = 0 ] || { echo "bench_moe.sh: --cluster needs root" >&2; exit 1; }
   ZCL_BURST=256kb scripts/cluster.sh up 4 "$RATE" || exit 1
+  # a barrier before each exchange, its wait counted apart: the exchange's
+  # own time, without the experts' load imbalance (runtime/expert.h)
+  export ZRT_EP_SYNC=1
   header "cluster $RATE" "$out"
   for ((rep = 1; rep <= REPS; rep++)); do
     for dt in fp32 bf16; do

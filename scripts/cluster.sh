@@ -189,7 +189,7 @@ cmd_run() {
   # Remote daemons inherit the agent's (so mpirun's) environment; -x makes it explicit.
   local v fwd=() flags=(--mca btl_tcp_flags "${ZCL_BTL_TCP_FLAGS:-send}")
   [ "${ZCL_BTL_TCP_FLAGS:-}" = default ] && flags=()
-  for v in $(compgen -e | grep '^ZIPCCL_'); do fwd+=(-x "$v"); done
+  for v in $(compgen -e | grep -E '^(ZIPCCL|ZRT)_'); do fwd+=(-x "$v"); done
   # shellcheck disable=SC2086
   ip netns exec "$h0" env ZCL_HOST="$h0" TMPDIR="$STATE/tmp/$h0" \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
