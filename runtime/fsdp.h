@@ -94,7 +94,9 @@ typedef struct {
 } Fsdp;
 
 /* Shard every unit of cfg->model, initialised with llama_unit_init(seed) on
- * every rank (each keeps only its shard). Collective over MPI_COMM_WORLD. */
+ * every rank (each keeps only its shard); with model.init_from the shards
+ * stay zero for hf_load (runtime/hf.h) or a checkpoint to fill. Collective
+ * over MPI_COMM_WORLD. */
 void fsdp_init(Fsdp* f, const TrainConfig* cfg);
 void fsdp_free(Fsdp* f);
 

@@ -158,6 +158,11 @@ static void test_config(void) {
         CHECK(rc && strstr(err, bad[i].want) && strstr(err, "config.json"), name, "rc %d: %s", rc,
               err);
     }
+    d = config_dir("type_only", "\"model_type\": \"qwen3_moe\", \"hidden_size\": 16, "
+                   "\"num_attention_heads\": 4, \"num_experts\": 4, \"num_experts_per_tok\": 1");
+    rc = hf_read_config(d, &a, &m, err, sizeof err);
+    CHECK(!rc && a == HF_QWEN3_MOE && m.n_experts == 4 && m.n_kv_heads == 4 && m.head_dim == 4,
+          "hf/config/model_type_alone", "rc %d %s", rc, err);
     d = path_of("syntax", NULL);
     mkdirs(d);
     write_text(path_of("syntax", "config.json"), "{\"vocab_size\": 40,\n \"hidden_size\": }\n");
@@ -652,6 +657,22 @@ static void test_bad_weights(void) {
     d = good_llama("bad_tied", 1ll << 40);
     expect_refused("hf/bad/tied_head_differs", d, &tied,
                    "lm_head.weight differs from model.embed_tokens.weight", "tie_word_embeddings");
+    /* ... and one whose head is the embedding, as some tied checkpoints ship */
+    {
+        float** u = random_units(&kLlama, 5);
+        memcpy(u[0] + (size_t)kLlama.vocab_size * kLlama.dim + kLlama.dim, u[0],
+               (size_t)kLlama.vocab_size * kLlama.dim * sizeof(float));
+        HfExportOptions o = {zipcclFloat32, 1ll << 40, NULL, NULL, -1, -1};
+        const char* dt = path_of("ok_tied_copy", NULL);
+        char e2[2048];
+        int rc = hf_export(&kLlama, (const float* const*)u, &o, dt, e2, sizeof e2);
+        float** v = rc ? NULL : import_dir(dt, &tied, "hf/bad/tied_head_copy_accepted", e2,
+                                           sizeof e2, NULL);
+        CHECK(v && !memcmp(v[0], u[0], (size_t)kLlama.vocab_size * kLlama.dim * sizeof(float)),
+              "hf/bad/tied_head_copy_accepted", "%s", e2);
+        free_units(&kLlama, u);
+        free_units(&tied, v);
+    }
     /* a model other than config.json's (the layer count) */
     LlamaConfig three = kLlama;
     three.n_layers = 3;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test: timeout=240
 # test_hf_errors.sh — bad input to the Hugging Face import and export, through
-# build/train at 2 ranks and build/export-hf: each refused before training
+# build/train and build/export-hf: each refused before training
 # starts (no step line), with exit status 2 on every rank, one message naming
-# the file and the tensor or field, and no MPI_Abort noise. The cases: a
+# the file and the tensor or field, and no MPI_Abort noise; at 2 ranks those
+# each rank finds on its own (files it reads), at 1 rank the rest (the same
+# agreement, without an mpirun start each). The cases: a
 # missing shard, a truncated shard, a tensor of the wrong shape, one of the
 # wrong dtype, an architecture we do not implement, rope scaling, a YAML key and
 # a --set that contradict config.json, token metadata whose tokenizer is larger
@@ -127,6 +129,14 @@ if mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good" --set checkpoint.dir="$t
   pass hf_errors/checkpoint_hf_equals_export_tool
 else fail hf_errors/checkpoint_hf_equals_export_tool "$(tail -3 "$tmp/err")"; fi
 
+# pruning old checkpoints takes their hf/ directory along
+if "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good" --set checkpoint.dir="$tmp/ckp" \
+     --set checkpoint.hf=true --set checkpoint.every=1 --set checkpoint.keep=1 \
+     >"$tmp/out" 2>"$tmp/err" && [ "$(ls "$tmp/ckp")" = "$(printf 'latest\nstep_00000002')" ] &&
+   [ -f "$tmp/ckp/step_00000002/hf/config.json" ]; then
+  pass hf_errors/pruned_checkpoint_takes_its_hf_dir
+else fail hf_errors/pruned_checkpoint_takes_its_hf_dir "$(ls -R "$tmp/ckp" | head -c 300) $(tail -2 "$tmp/err")"; fi
+
 # the shipped fine-tuning config, which has no model keys of its own
 if "$TRAIN" configs/hf-finetune.yaml --init-from "$tmp/good" --set data.path="$tmp/tokens.bin" \
      --set data.tokenizer=u16 --set data.seq_len=16 --set train.steps=2 --set data.val_every=0 \
@@ -138,27 +148,27 @@ else fail hf_errors/configs_hf_finetune_runs "$(tail -3 "$tmp/err")"; fi
 expect hf_errors/missing_shard "error: $tmp/missing_shard/model-00002-of-00003.safetensors: the shard is missing \($tmp/missing_shard/model.safetensors.index.json lists it\)" -- \
   mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/missing_shard"
 expect hf_errors/truncated_shard "error: '$tmp/cut_shard/model-00003-of-00003.safetensors': tensor '[^']+': data_offsets .* run past the end of the data .*file truncated\?" -- \
-  mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/cut_shard"
+  "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/cut_shard"
 expect hf_errors/wrong_shape "error: $tmp/wrong_shape/model.safetensors: tensor 'model.layers.1.mlp.up_proj.weight' has shape \(40, 32\), the model of config.json needs \(48, 32\)" -- \
   mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/wrong_shape"
 expect hf_errors/wrong_dtype "error: $tmp/wrong_dtype/model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight' is I64; the import reads F32, BF16 and F16" -- \
-  mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/wrong_dtype"
+  "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/wrong_dtype"
 expect hf_errors/unsupported_architecture "error: $tmp/mistral/config.json: field 'architectures': 'MistralForCausalLM' is not supported" -- \
-  mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/mistral"
+  "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/mistral"
 expect hf_errors/rope_scaling_llama3 "error: $tmp/llama31/config.json: field 'rope_scaling': rope_type 'llama3' is not implemented" -- \
-  mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/llama31"
+  "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/llama31"
 expect hf_errors/yaml_contradicts_config_json "error: $tmp/contra.yaml:2: key 'model.dim': 48 contradicts $tmp/good/config.json: 'hidden_size', which says 32" -- \
   mpi "$TRAIN" "$tmp/contra.yaml" --init-from "$tmp/good"
 expect hf_errors/set_contradicts_config_json "error: --set model.n_layers=3: key 'model.n_layers': 3 contradicts $tmp/good/config.json: 'num_hidden_layers', which says 2" -- \
-  mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good" --set model.n_layers=3
+  "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good" --set model.n_layers=3
 expect hf_errors/not_a_directory "error: $tmp/nope: not a directory" -- \
-  mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/nope"
+  "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/nope"
 expect hf_errors/tokenizer_larger_than_model "error: $tmp/tok2.bin.json: the tokenizer that made $tmp/tok2.bin has 100 tokens \(vocab_size\), more than the model's 61 \(model.vocab_size, $tmp/good/config.json: 'vocab_size'\)" -- \
   mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good" --set data.path="$tmp/tok2.bin"
 expect hf_errors/truncated_token_file "error: $tmp/tok3.bin: 5998 bytes, but $tmp/tok3.bin.json says 3000 u16 tokens \(6000 bytes\)" -- \
-  mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good" --set data.path="$tmp/tok3.bin"
+  "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good" --set data.path="$tmp/tok3.bin"
 expect hf_errors/bad_hf_dtype "key 'checkpoint.hf_dtype': unknown dtype 'fp8' \(expected fp32\|bf16\|fp16\)" -- \
-  mpi "$TRAIN" "$tmp/run.yaml" --set checkpoint.hf_dtype=fp8
+  "$TRAIN" "$tmp/run.yaml" --set checkpoint.hf_dtype=fp8
 expect hf_errors/export_not_a_checkpoint "export-hf: error: $tmp/good is not a checkpoint" -- \
   "$EXPORT" "$tmp/good" "$tmp/out_hf"
 expect hf_errors/export_bad_dtype "export-hf: error: --dtype: expected fp32, bf16 or fp16" -- \
