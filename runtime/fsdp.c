@@ -142,8 +142,8 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
         /* Every rank runs the same seeded init of the whole unit and keeps
          * its slice: the result is independent of the rank count and EP.
          * Weights from a Hugging Face directory (model.init_from) replace it
-         * (hf_load, or a checkpoint on resume), so it is skipped: minutes of
-         * Box-Muller on an 8B model. */
+         * (hf_load, or a checkpoint on resume), so it is skipped: a normal
+         * draw per parameter, for nothing. */
         if (cfg->init_from[0]) continue;
         const size_t need = U->full_numel > U->padded ? U->full_numel : U->padded;
         if (need > init_cap) {
