@@ -9,7 +9,9 @@
 # missing shard, a truncated shard, a tensor of the wrong shape, one of the
 # wrong dtype, an architecture we do not implement, rope scaling, a YAML key and
 # a --set that contradict config.json, token metadata whose tokenizer is larger
-# than the model's vocabulary, a truncated token file, bad export arguments.
+# than the model's vocabulary, a truncated token file, a data.tokenizer the token
+# metadata contradicts, bad export arguments; data made with another tokenizer
+# than the model's is warned about.
 # Beside them the paths that work, so the suite runs them under ASan too: a
 # sharded import at 2 ranks, checkpoint.hf in bf16 shards == build/export-hf,
 # configs/hf-finetune.yaml. runtime/hf.c's own refusals, one by one, are
@@ -78,6 +80,14 @@ rng.integers(0, V, 3000).astype("<u2").tofile(os.path.join(d, "tokens.bin"))
 rng.integers(0, V, 3000).astype("<u2").tofile(os.path.join(d, "tok2.bin"))
 json.dump({"format": "zipccl-runtime-tokens-1", "dtype": "u16", "tokens": 3000, "vocab_size": 100},
           open(os.path.join(d, "tok2.bin.json"), "w"))
+rng.integers(0, V, 3000).astype("<u2").tofile(os.path.join(d, "tok4.bin"))
+json.dump({"format": "zipccl-runtime-tokens-1", "dtype": "u16", "tokens": 3000, "vocab_size": 61,
+           "tokenizer_file": "tok4.bin.tokenizer.json"}, open(os.path.join(d, "tok4.bin.json"), "w"))
+open(os.path.join(d, "tok4.bin.tokenizer.json"), "w").write('{"model": "the data\'s"}')
+os.makedirs(os.path.join(d, "good_tok"))
+for n in ("config.json", "model.safetensors"):
+    os.link(os.path.join(d, "good", n), os.path.join(d, "good_tok", n))
+open(os.path.join(d, "good_tok", "tokenizer.json"), "w").write('{"model": "the model\'s"}')
 rng.integers(0, V, 2999).astype("<u2").tofile(os.path.join(d, "tok3.bin"))
 json.dump({"format": "zipccl-runtime-tokens-1", "dtype": "u16", "tokens": 3000, "vocab_size": 61},
           open(os.path.join(d, "tok3.bin.json"), "w"))
@@ -167,6 +177,15 @@ expect hf_errors/tokenizer_larger_than_model "error: $tmp/tok2.bin.json: the tok
   mpi "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good" --set data.path="$tmp/tok2.bin"
 expect hf_errors/truncated_token_file "error: $tmp/tok3.bin: 5998 bytes, but $tmp/tok3.bin.json says 3000 u16 tokens \(6000 bytes\)" -- \
   "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good" --set data.path="$tmp/tok3.bin"
+expect hf_errors/data_tokenizer_contradicts_metadata "error: --set data.tokenizer=i32: key 'data.tokenizer': \"i32\" contradicts $tmp/tok4.bin.json: 'dtype', which says u16" -- \
+  "$TRAIN" "$tmp/run.yaml" --set data.path="$tmp/tok4.bin" --set data.tokenizer=i32
+# data made with another tokenizer than the model's: said, not refused
+if "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good_tok" --set data.path="$tmp/tok4.bin" \
+     >"$tmp/out" 2>"$tmp/err" &&
+   grep -q "^# warning: $tmp/tok4.bin was made with another tokenizer.json ($tmp/tok4.bin.tokenizer.json) than the model's ($tmp/good_tok/tokenizer.json)" "$tmp/out" &&
+   ! "$TRAIN" "$tmp/run.yaml" --init-from "$tmp/good" --set data.path="$tmp/tok4.bin" 2>&1 | grep -q warning; then
+  pass hf_errors/other_tokenizer_warned
+else fail hf_errors/other_tokenizer_warned "$(grep -i warn "$tmp/out") $(tail -2 "$tmp/err")"; fi
 expect hf_errors/bad_hf_dtype "key 'checkpoint.hf_dtype': unknown dtype 'fp8' \(expected fp32\|bf16\|fp16\)" -- \
   "$TRAIN" "$tmp/run.yaml" --set checkpoint.hf_dtype=fp8
 expect hf_errors/export_not_a_checkpoint "export-hf: error: $tmp/good is not a checkpoint" -- \
