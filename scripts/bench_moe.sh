@@ -4,7 +4,8 @@
 # the emulated slow-link cluster.
 #
 #   scripts/bench_moe.sh [--local] [--cluster RATE] [--steps N] [--reps R]
-#                        [--config F] [--out FILE]
+#                        [--config F] [--out FILE] [--dtypes "fp32 bf16"]
+#                        [--set key=value ...]   (passed on to every run)
 #
 # --local (default when neither is given): 4 ranks on this machine, each of
 #   EP = 1, 2, 4 for STEPS steps of CONFIG, REPS times in turn (EP 1, 2, 4,
@@ -23,7 +24,7 @@
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-STEPS=12 REPS=3 CONFIG=configs/qwen3-moe-100m.yaml OUT="" LOCAL=0 RATE=""
+STEPS=12 REPS=3 CONFIG=configs/qwen3-moe-100m.yaml OUT="" LOCAL=0 RATE="" DTYPES="fp32 bf16" SETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --local) LOCAL=1; shift ;;
@@ -32,6 +33,8 @@ while [ $# -gt 0 ]; do
     --reps) REPS=$2; shift 2 ;;
     --config) CONFIG=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --dtypes) DTYPES=$2; shift 2 ;;
+    --set) SETS+=(--set "$2"); shift 2 ;;
     -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "bench_moe.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -94,12 +97,12 @@ header() {
 if [ "$LOCAL" = 1 ]; then
   out=${OUT:-docs/bench/moe_local.jsonl}
   mkdir -p "$(dirname "$out")"
-  header local "$out"
+  header "local ${SETS[*]}" "$out"
   for ((rep = 1; rep <= REPS; rep++)); do
     for ep in 1 2 4; do
       echo "== local rep $rep/$REPS: EP $ep"
       mpirun --oversubscribe --bind-to none -n 4 "$TRAIN" "$CONFIG" --set parallelism.ep=$ep \
-        --set train.steps="$STEPS" --log-json "$tmp/run.jsonl" >"$tmp/run.log" 2>&1 ||
+        --set train.steps="$STEPS" "${SETS[@]}" --log-json "$tmp/run.jsonl" >"$tmp/run.log" 2>&1 ||
         { tail -5 "$tmp/run.log"; exit 1; }
       summarize "$tmp/run.jsonl" mode=local ep=$ep rep=$rep >>"$out"
     done
@@ -115,14 +118,15 @@ if [ -n "$RATE" ]; then
   # a barrier before each exchange, its wait counted apart: the exchange's
   # own time, without the experts' load imbalance (runtime/expert.h)
   export ZRT_EP_SYNC=1
-  header "cluster $RATE" "$out"
+  header "cluster $RATE ${SETS[*]}" "$out"
   for ((rep = 1; rep <= REPS; rep++)); do
-    for dt in fp32 bf16; do
+    for dt in $DTYPES; do
       for s in raw compressed; do
         echo "== cluster $RATE rep $rep/$REPS: alltoall $s, rows $dt"
         scripts/cluster.sh run "$PWD/$TRAIN" "$PWD/$CONFIG" --set parallelism.ep=4 \
           --set comm.alltoall=$s --set comm.alltoall_dtype=$dt --set train.steps="$STEPS" \
-          --set data.path="$PWD/data/fortunes.txt" --log-json "$tmp/run.jsonl" >"$tmp/run.log" 2>&1 ||
+          --set data.path="$PWD/data/fortunes.txt" "${SETS[@]}" --log-json "$tmp/run.jsonl" \
+          >"$tmp/run.log" 2>&1 ||
           { tail -5 "$tmp/run.log"; exit 1; }
         summarize "$tmp/run.jsonl" mode="cluster_$RATE" alltoall=$s dtype=$dt rep=$rep >>"$out"
       done

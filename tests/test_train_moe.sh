@@ -68,6 +68,7 @@ for cfg in "4 1" "2 2" "4 2" "4 4"; do
     # raw: every collective uncompressed; native: the expert exchange over
     # MPI_Alltoallv (native reductions sum in MPI's order, not the canonical one)
     for s in raw native; do
+      [ "$ep" = 1 ] && [ $s = native ] && continue # no exchange to run natively at EP = 1
       name="moe/${s}_equals_compressed_np${np}_ep$ep"
       o="$tmp/$s${np}_$ep.jsonl"
       key=comm.strategy; [ $s = native ] && key=comm.alltoall
