@@ -22,8 +22,8 @@
 
 #include "testutil.h"
 #include "zipccl.h"
+#include "mpitest.h"
 
-static int rank, nranks;
 
 /* ---- deterministic data: any rank can regenerate any rank's input ---------- */
 
@@ -90,18 +90,6 @@ static void fill(void* buf, size_t count, zipcclDataType_t dt, int r, uint64_t s
 
 /* ---- verdicts ---------------------------------------------------------------- */
 
-static int agree(int ok) {
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-static char why[256];
-static void report(int ok, const char* name) {
-    ok = agree(ok);
-    if (rank == 0) CHECK(ok, name, "%s", why[0] ? why : "mismatch on some rank");
-    else if (!ok) tu_failures++;
-    why[0] = 0;
-}
 
 typedef struct {
     const char* name;
@@ -369,7 +357,7 @@ static void testReduce(zipcclCollKind_t kind, zipcclDataType_t dt) {
     const int allreduce = kind == zipcclCollAllReduce;
     int ok[kNumStrats];
     zipcclCounters_t ctr[kNumStrats];
-    char whyS[kNumStrats][256];
+    char whyS[kNumStrats][sizeof why];
     for (int si = 0; si < kNumStrats; si++) ok[si] = 1, whyS[si][0] = 0;
     const size_t e = esz(dt);
     for (int ci = 0; ci < 4; ci++) {

@@ -26,25 +26,9 @@
 #include "gauss.h"
 #include "testutil.h"
 #include "zipccl.h"
+#include "mpitest.h"
 
-static int rank, nranks;
-static char why[256];
 
-static int agree(int ok) {
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-static void report(int ok, const char* name) {
-    int all = agree(ok);
-    /* let rank 0 print a failing rank's reason */
-    int first = ok ? nranks : rank, who = 0;
-    MPI_Allreduce(&first, &who, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all && who < nranks) MPI_Bcast(why, sizeof why, MPI_CHAR, who, MPI_COMM_WORLD);
-    if (rank == 0) CHECK(all, name, "%s", why[0] ? why : "failed on some rank");
-    else if (!all) tu_failures++;
-    why[0] = 0;
-}
 
 static void fillBf16(uint16_t* x, size_t n, uint64_t seed) { gauss_fill_bf16(x, n, seed, 1); }
 
@@ -52,18 +36,7 @@ static const zipcclCallConfig_t kRaw = {zipcclStrategyRaw, zipcclCodecFast, zipc
 static const zipcclCallConfig_t kFast = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect};
 static const zipcclCallConfig_t kDenseRing = {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoRing};
 
-static zipcclComm_t newComm(void) {
-    MPI_Comm w = MPI_COMM_WORLD;
-    zipcclComm_t c = NULL;
-    if (zipcclCommInitMpi(&c, &w) != zipcclSuccess) {
-        fprintf(stderr, "rank %d: zipcclCommInitMpi: %s\n", rank, zipcclGetLastErrorDetail());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    return c;
-}
 
-#define EXPECT(cond, ...) \
-    do { if (!(cond)) { if (ok) snprintf(why, sizeof why, __VA_ARGS__); ok = 0; } } while (0)
 
 /* ---- several calls in flight ------------------------------------------------- */
 

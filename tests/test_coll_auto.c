@@ -42,24 +42,13 @@
 
 #include "testutil.h"
 #include "zipccl.h"
+#include "mpitest.h"
 
 /* kAutoCalls: a bucket's exploration below 128 KiB (up to 6 candidates x 21
  * runs) and its first re-measured pair (calls 130, 131), then kSettled calls. */
 enum { kAutoCalls = 138, kSettled = 6, kRounds = 11 };
 
-static int rank, nranks;
-static char why[256];
 
-static int agree(int ok) {
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-static void report(int ok, const char* name) {
-    ok = agree(ok);
-    if (rank == 0) CHECK(ok, name, "%s", why[0] ? why : "failed on another rank");
-    why[0] = 0;
-}
 
 /* Gaussian-ish values (sigma 0.02) so the compressed designs compress. */
 static void fill(void* buf, size_t count, zipcclDataType_t dt, uint64_t seed) {

@@ -21,14 +21,9 @@
 #include "gauss.h"
 #include "testutil.h"
 #include "zipccl.h"
+#include "mpitest.h"
 
-static int rank, nranks;
 
-static int agree(int ok) {
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
 
 static void fillBf16(uint16_t* x, size_t n, uint64_t seed) { gauss_fill_bf16(x, n, seed, 3); }
 

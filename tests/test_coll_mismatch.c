@@ -29,33 +29,11 @@
 #include "gauss.h"
 #include "testutil.h"
 #include "zipccl.h"
+#include "mpitest.h"
 #include "zipccl_internal.h" /* zipcclPrefixError, checked alone below */
 
-static int rank, nranks;
-static char why[1600];
 static const double kTimeoutS = 10;
 
-static int agree(int ok) {
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-static void report(int ok, const char* name) {
-    int all = agree(ok);
-    int first = ok ? nranks : rank, who = 0;
-    MPI_Allreduce(&first, &who, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all && who < nranks) MPI_Bcast(why, sizeof why, MPI_CHAR, who, MPI_COMM_WORLD);
-    if (rank == 0) CHECK(all, name, "%s", why[0] ? why : "failed on some rank");
-    else if (!all) tu_failures++;
-    why[0] = 0;
-}
-#define EXPECT(cond, ...)                                              \
-    do {                                                               \
-        if (!(cond)) {                                                 \
-            if (ok) snprintf(why, sizeof why, __VA_ARGS__);            \
-            ok = 0;                                                    \
-        }                                                              \
-    } while (0)
 
 static const zipcclCallConfig_t kRaw = {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect};
 static const zipcclCallConfig_t kFast = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect};
@@ -175,15 +153,6 @@ static const Case kCases[] = {
     {"piece_size", plainAllGather, {"piece size (ZIPCCL_PIECE_BYTES)", "65536 bytes on rank 0", "131072 bytes on rank"}, "65536"},
 };
 
-static zipcclComm_t newComm(void) {
-    MPI_Comm w = MPI_COMM_WORLD;
-    zipcclComm_t c = NULL;
-    if (zipcclCommInitMpi(&c, &w) != zipcclSuccess) {
-        fprintf(stderr, "rank %d: zipcclCommInitMpi: %s\n", rank, zipcclGetLastErrorDetail());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    return c;
-}
 
 static void runCase(const Case* k) {
     if (k->pieceBytes) setenv("ZIPCCL_PIECE_BYTES", rank == 0 ? k->pieceBytes : "131072", 1);

@@ -26,37 +26,11 @@
 #include "gauss.h"
 #include "testutil.h"
 #include "zipccl.h"
+#include "mpitest.h"
 
-static int rank, nranks;
-static char why[1200];
 static const double kTimeoutS = 4;
 
-static void report(int ok, const char* name) {
-    int all = 0, first = ok ? nranks : rank, who = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&first, &who, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all && who < nranks) MPI_Bcast(why, sizeof why, MPI_CHAR, who, MPI_COMM_WORLD);
-    if (rank == 0) CHECK(all, name, "%s", why[0] ? why : "failed on some rank");
-    else if (!all) tu_failures++;
-    why[0] = 0;
-}
-#define EXPECT(cond, ...)                                   \
-    do {                                                    \
-        if (!(cond)) {                                      \
-            if (ok) snprintf(why, sizeof why, __VA_ARGS__); \
-            ok = 0;                                         \
-        }                                                   \
-    } while (0)
 
-static zipcclComm_t newComm(void) {
-    MPI_Comm w = MPI_COMM_WORLD;
-    zipcclComm_t c = NULL;
-    if (zipcclCommInitMpi(&c, &w) != zipcclSuccess) {
-        fprintf(stderr, "rank %d: zipcclCommInitMpi: %s\n", rank, zipcclGetLastErrorDetail());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    return c;
-}
 
 static int loop(const char* strategy) {
     zipcclCallConfig_t cfg = ZIPCCL_CALL_CONFIG_DEFAULT;

@@ -26,19 +26,12 @@
 #include "expert.h"
 #include "kernels.h"
 #include "testutil.h"
+#include "mpitest.h"
 
-static int rank, nranks;
-
-static int agree(int ok) {
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-
-static void report(int ok, const char* name, const char* why) {
-    ok = agree(ok);
-    if (rank == 0) CHECK(ok, name, "%s", why);
-    else if (!ok) tu_failures++;
+/* mpitest.h's agreed verdict, with this check's reason */
+static void verdict(int ok, const char* name, const char* reason) {
+    if (!ok) snprintf(why, sizeof why, "%s", reason);
+    report(ok, name);
 }
 
 /* A row's values say whose it is: (rank, row, column). */
@@ -60,7 +53,7 @@ static uint64_t mix(uint64_t x) {
 /* One trial: E experts, EP, rows per rank from a seeded count pattern. */
 static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy,
                   zipcclDataType_t dtype, const char* tag) {
-    char name[128], why[256] = "";
+    char name[128], reason[256] = "";
     g_dtype = dtype;
     Expert x;
     zipcclCallConfig_t cfg = {strategy, zipcclCodecDefault, zipcclAlgoDefault};
@@ -68,7 +61,7 @@ static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy
     char err[200];
     if (expert_init(&x, ep, E, 2, cfgs, dtype, err, sizeof err)) {
         snprintf(name, sizeof name, "%s/init", tag);
-        report(0, name, err);
+        verdict(0, name, err);
         return;
     }
     // counts: some experts empty, rank 1 (if any) sends nothing in trial seed 3
@@ -114,10 +107,10 @@ static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy
              (!want_n || !memcmp(recv, want, want_n * C * sizeof(float)));
     for (int j = 0; ok && j < El; j++) ok = rc[j] == want_counts[j];
     if (!ok)
-        snprintf(why, sizeof why, "rank %d: rc %d, %d rows (want %zu), %d local from %d (want %d from %d)",
+        snprintf(reason, sizeof reason, "rank %d: rc %d, %d rows (want %zu), %d local from %d (want %d from %d)",
                  rank, rcd, n_recv, want_n, n_local, fe, El, first);
     snprintf(name, sizeof name, "%s/dispatch_delivers_reference_rows", tag);
-    report(ok, name, why);
+    verdict(ok, name, reason);
 
     // the experts: y = 2x - 1 per element; combine must return it in place
     float* y = malloc(sizeof(float) * (want_n * C + 1));
@@ -128,7 +121,7 @@ static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy
     for (size_t i = 0; ok && i < (size_t)total[rank] * C; i++)
         ok = back[i] == through(2.0f * through(rows[i]) - 1.0f);
     snprintf(name, sizeof name, "%s/combine_returns_expert_outputs_in_place", tag);
-    report(ok, name, "combine did not bring back 2x-1 of this rank's rows");
+    verdict(ok, name, "combine did not bring back 2x-1 of this rank's rows");
 
     // backward: the same sizes, no count exchange; other sizes are refused
     rcd = expert_dispatch(&x, 1, 1, back, counts + rank * E, C, &recv, &n_recv, &rc, &n_local, &fe);
@@ -138,7 +131,7 @@ static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy
     for (size_t i = 0; ok && i < (size_t)total[rank] * C; i++)
         ok = back[i] == through(2.0f * through(rows[i]) - 1.0f);
     snprintf(name, sizeof name, "%s/backward_exchange_reuses_sizes", tag);
-    report(ok && rcc == 0, name, "phase-1 dispatch/combine differ from the forward's layout");
+    verdict(ok && rcc == 0, name, "phase-1 dispatch/combine differ from the forward's layout");
     if (strategy == zipcclStrategyRaw && ep > 1) {
         int other[64];
         memcpy(other, counts + rank * E, sizeof(int) * E);
@@ -147,15 +140,15 @@ static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy
         rcd = expert_dispatch(&x, 1, 1, more, other, C, &recv, &n_recv, &rc, &n_local, &fe);
         free(more);
         snprintf(name, sizeof name, "%s/backward_refuses_other_sizes", tag);
-        report(rcd == -1, name, "a backward dispatch with other counts was accepted");
+        verdict(rcd == -1, name, "a backward dispatch with other counts was accepted");
         int never = expert_combine(&x, 0, 0, y, back); // block 0 never dispatched
         snprintf(name, sizeof name, "%s/combine_without_dispatch_refused", tag);
-        report(never == -1, name, "combine of a block with no dispatch was accepted");
+        verdict(never == -1, name, "combine of a block with no dispatch was accepted");
     }
     long long routed = 0;
     for (int e = 0; e < E; e++) routed += x.tokens[E + e];
     snprintf(name, sizeof name, "%s/stats", tag);
-    report(routed == total[rank] && x.received[1] == (long long)want_n, name,
+    verdict(routed == total[rank] && x.received[1] == (long long)want_n, name,
            "tokens/received statistics do not match the counts");
     free(counts);
     free(total);
@@ -215,7 +208,7 @@ int main(int argc, char** argv) {
                 ok = n_recv == 10 && n_local == 2 && rc[0] == 3 && rc[1] == 7 &&
                      !memcmp(recv, want, sizeof want);
             }
-            report(ok, "expert/torchtitan_permute_indices_2x2",
+            verdict(ok, "expert/torchtitan_permute_indices_2x2",
                    "rank 0 did not receive rows [0 1 5 2 3 4 6 7 8 9] with totals [3 7]");
             expert_free(&x);
         }
@@ -225,10 +218,10 @@ int main(int argc, char** argv) {
     char err[200] = "";
     zipcclCallConfig_t cfg = {zipcclStrategyRaw, zipcclCodecDefault, zipcclAlgoDefault};
     int bad = expert_init(&x, nranks + 1, 4 * (nranks + 1), 1, &cfg, zipcclFloat32, err, sizeof err);
-    report(bad == -1 && strstr(err, "divide"), "expert/init_rejects_ep_not_dividing_ranks", err);
+    verdict(bad == -1 && strstr(err, "divide"), "expert/init_rejects_ep_not_dividing_ranks", err);
     if (nranks % 2 == 0) {
         bad = expert_init(&x, 2, 3, 1, &cfg, zipcclFloat32, err, sizeof err);
-        report(bad == -1 && strstr(err, "n_experts"), "expert/init_rejects_ep_not_dividing_experts",
+        verdict(bad == -1 && strstr(err, "n_experts"), "expert/init_rejects_ep_not_dividing_experts",
                err);
     }
     MPI_Finalize();
