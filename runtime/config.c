@@ -32,7 +32,7 @@
 /* K_LAYERS: a set of block indices (< 256) held as a bit mask (uint64_t[4]);
  * written as a YAML list [1, 3] or, with --set, "1,3" ("" for none). */
 typedef enum {
-    K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_STRATEGY, K_CODEC, K_DTYPE, K_LAYERS
+    K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_STRATEGY, K_CODEC, K_ALGO, K_DTYPE, K_LAYERS
 } KeyType;
 
 /* What a change of the key means when a run resumes from a checkpoint. */
@@ -123,7 +123,14 @@ static const KeyDesc kKeys[] = {
     {"parallelism.fsdp", K_BOOL, OFF(parallel.fsdp), 1, 1, 0, "FSDP is the only mode", R_FREE},
     {"parallelism.reshard_after_forward", K_BOOL, OFF(parallel.reshard_after_forward), 0, 1, 0,
      "", R_FREE},
-    {"parallelism.prefetch", K_BOOL, OFF(parallel.prefetch), 0, 1, 0, "", R_FREE},
+    {"parallelism.prefetch", K_BOOL, OFF(parallel.prefetch), 0, 1, 0,
+     "false: prefetch_depth 0", R_FREE},
+    {"parallelism.prefetch_depth", K_INT, OFF(parallel.prefetch_depth), 0, 64, 0,
+     "all-gathers issued ahead of the unit computing", R_FREE},
+    {"parallelism.max_inflight_bytes", K_I64, OFF(parallel.max_inflight_bytes), 0, 9e18, 0,
+     "gathered parameters + full gradients alive at once, 0: no bound", R_FREE},
+    {"parallelism.overlap", K_BOOL, OFF(parallel.overlap), 0, 1, 0,
+     "false: every collective waited at issue", R_FREE},
     {"parallelism.ep", K_INT, OFF(parallel.ep), 1, 65536, 0,
      "expert parallelism: divides the ranks and model.n_experts", R_FREE},
     {"comm.strategy", K_STRATEGY, OFF(comm.strategy), 1, 4, 0,
@@ -135,6 +142,7 @@ static const KeyDesc kKeys[] = {
     {"comm.alltoall", K_STRATEGY, OFF(comm.alltoall), 0, 4, 0,
      "default|native|raw|compressed|auto", R_FREE},
     {"comm.codec", K_CODEC, OFF(comm.codec), 0, 0, 0, "fast|dense|f3", R_FREE},
+    {"comm.algo", K_ALGO, OFF(comm.algo), 0, 0, 0, "default|ring|direct|oneshot", R_FREE},
     {"comm.param_dtype", K_DTYPE, OFF(comm.param_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
     {"comm.reduce_dtype", K_DTYPE, OFF(comm.reduce_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
     {"comm.alltoall_dtype", K_DTYPE, OFF(comm.alltoall_dtype), 0, 0, 0,
@@ -188,6 +196,9 @@ void config_defaults(TrainConfig* c) {
     c->parallel.fsdp = 1;
     c->parallel.reshard_after_forward = 1;
     c->parallel.prefetch = 1;
+    c->parallel.prefetch_depth = 1;
+    c->parallel.max_inflight_bytes = 0;
+    c->parallel.overlap = 1;
     c->parallel.ep = 1;
     c->model.decoder_sparse_step = 1;
     c->model.router_aux_loss_coef = 0.001f; /* HF's default */
@@ -290,6 +301,16 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
             return zrt_errf(err, errlen, "%s: key '%s': unknown codec '%s' (expected fast|dense|f3)",
                         where, k->name, v);
         return 0;
+    case K_ALGO: {
+        zipcclAlgo_t a = zipcclAlgoDefault;
+        if (strcmp(v, "default") && zipcclAlgoParse(v, &a) != zipcclSuccess)
+            return zrt_errf(err, errlen,
+                            "%s: key '%s': unknown algorithm '%s' (expected default|ring|direct|"
+                            "oneshot)",
+                            where, k->name, v);
+        *(zipcclAlgo_t*)base = a;
+        return 0;
+    }
     case K_LAYERS: {
         uint64_t mask[4] = {0};
         const char* p = v;
@@ -446,7 +467,8 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
         if (c->comm.n_overrides == CFG_MAX_OVERRIDES)
             return zrt_errf(w->err, w->errlen, "%s:%zu: key 'comm.overrides': more than %d entries",
                         w->file, line, CFG_MAX_OVERRIDES);
-        CommOverride o = {.kind = -1, .strategy = zipcclStrategyDefault};
+        CommOverride o = {.kind = -1, .strategy = zipcclStrategyDefault,
+                          .codec = zipcclCodecDefault, .algo = -1, .line = (int)line};
         for (yaml_node_pair_t* p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top;
              p++) {
             yaml_node_t* k = yaml_document_get_node(w->doc, p->key);
@@ -470,6 +492,20 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
                                 "%s:%zu: key 'comm.overrides.strategy': unknown strategy '%s' "
                                 "(expected native|raw|compressed|auto)",
                                 w->file, kl, vs);
+            } else if (!strcmp(ks, "codec")) {
+                if (zipcclCodecParse(vs, &o.codec) != zipcclSuccess)
+                    return zrt_errf(w->err, w->errlen,
+                                "%s:%zu: key 'comm.overrides.codec': unknown codec '%s' "
+                                "(expected fast|dense|f3)",
+                                w->file, kl, vs);
+            } else if (!strcmp(ks, "algo")) {
+                zipcclAlgo_t a = zipcclAlgoDefault;
+                if (strcmp(vs, "default") && zipcclAlgoParse(vs, &a) != zipcclSuccess)
+                    return zrt_errf(w->err, w->errlen,
+                                "%s:%zu: key 'comm.overrides.algo': unknown algorithm '%s' "
+                                "(expected default|ring|direct|oneshot)",
+                                w->file, kl, vs);
+                o.algo = (int)a;
             } else if (!strcmp(ks, "kind")) {
                 if (!strcmp(vs, "all")) o.kind = -1;
                 else if (!strcmp(vs, "allgather")) o.kind = zipcclCollAllGather;
@@ -483,13 +519,15 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
             } else {
                 return zrt_errf(w->err, w->errlen,
                             "%s:%zu: unknown key 'comm.overrides.%s' (expected pattern, "
-                            "strategy, kind)",
+                            "strategy, codec, algo, kind)",
                             w->file, kl, ks);
             }
         }
-        if (!o.pattern[0] || o.strategy == zipcclStrategyDefault)
+        if (!o.pattern[0] ||
+            (o.strategy == zipcclStrategyDefault && o.codec == zipcclCodecDefault && o.algo < 0))
             return zrt_errf(w->err, w->errlen,
-                        "%s:%zu: key 'comm.overrides': entry needs both pattern and strategy",
+                        "%s:%zu: key 'comm.overrides': entry needs both pattern and strategy "
+                        "(or a codec or algo to set)",
                         w->file, line);
         c->comm.overrides[c->comm.n_overrides++] = o;
     }
@@ -816,8 +854,8 @@ zipcclStrategy_t config_strategy_for(const TrainConfig* c, zipcclCollKind_t kind
     /* Later overrides win, like later lines of a config usually do. */
     for (int i = 0; i < c->comm.n_overrides; i++) {
         const CommOverride* o = &c->comm.overrides[i];
-        if ((o->kind < 0 || o->kind == (int)kind) && unit_name &&
-            fnmatch(o->pattern, unit_name, 0) == 0)
+        if (o->strategy != zipcclStrategyDefault && (o->kind < 0 || o->kind == (int)kind) &&
+            unit_name && fnmatch(o->pattern, unit_name, 0) == 0)
             s = o->strategy;
     }
     return s;
@@ -854,6 +892,7 @@ static const char* value_text(const TrainConfig* c, const KeyDesc* k, char* buf,
                                     : *(const zipcclStrategy_t*)base]);
         break;
     case K_CODEC: snprintf(buf, n, "%s", config_codec_name(*(const zipcclCodec_t*)base)); break;
+    case K_ALGO: snprintf(buf, n, "%s", zipcclAlgoName(*(const zipcclAlgo_t*)base)); break;
     case K_DTYPE: {
         const zipcclDataType_t d = *(const zipcclDataType_t*)base;
         snprintf(buf, n, "%s", d == zipcclBfloat16 ? "bf16" : d == zipcclFloat16 ? "fp16" : "fp32");
@@ -880,17 +919,33 @@ static const char* kind_name(int kind) {
                                                  : "alltoall";
 }
 
+/* One rule as YAML flow text, only the fields it sets (it reads back). */
+static void override_text(const CommOverride* o0, int forced, char* buf, size_t n) {
+    /* A forced strategy (--set comm.strategy) drops the rules' strategies,
+     * not their codecs and algorithms. */
+    CommOverride o1 = *o0;
+    if (forced) o1.strategy = zipcclStrategyDefault;
+    const CommOverride* o = &o1;
+    size_t used = (size_t)snprintf(buf, n, "{pattern: \"%s\"", o->pattern);
+    if (o->strategy != zipcclStrategyDefault && used < n)
+        used += (size_t)snprintf(buf + used, n - used, ", strategy: %s", strategy_names[o->strategy]);
+    if (o->codec != zipcclCodecDefault && used < n)
+        used += (size_t)snprintf(buf + used, n - used, ", codec: %s", zipcclCodecName(o->codec));
+    if (o->algo >= 0 && used < n)
+        used += (size_t)snprintf(buf + used, n - used, ", algo: %s", zipcclAlgoName((zipcclAlgo_t)o->algo));
+    if (used < n) snprintf(buf + used, n - used, ", kind: %s}", kind_name(o->kind));
+}
+
 /* The per-unit overrides as one line of YAML flow text ("" when none act). */
 static const char* overrides_text(const TrainConfig* c, char* buf, size_t n) {
     size_t used = 0;
     buf[0] = '\0';
-    if (c->comm.strategy_forced) return buf;
     for (int j = 0; j < c->comm.n_overrides && used < n; j++) {
         const CommOverride* o = &c->comm.overrides[j];
-        used += (size_t)snprintf(
-            buf + used, n - used, "%s{pattern: \"%s\", strategy: %s, kind: %s}", j ? ", " : "",
-            o->pattern, strategy_names[o->strategy],
-            kind_name(o->kind));
+        if (c->comm.strategy_forced && o->codec == zipcclCodecDefault && o->algo < 0) continue;
+        char one[256];
+        override_text(o, c->comm.strategy_forced, one, sizeof one);
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", one);
     }
     return buf;
 }
@@ -907,14 +962,16 @@ void config_print(const TrainConfig* c, FILE* f) {
             section = k->name;
         }
         fprintf(f, "  %s: %s\n", dot + 1, value_text(c, k, buf, sizeof buf));
-        if (!strcmp(k->name, "comm.reduce_dtype") && c->comm.n_overrides &&
-            !c->comm.strategy_forced) {
+        char rules[CFG_MAX_OVERRIDES * 256];
+        if (!strcmp(k->name, "comm.reduce_dtype") && overrides_text(c, rules, sizeof rules)[0]) {
             fprintf(f, "  overrides:\n");
             for (int j = 0; j < c->comm.n_overrides; j++) {
                 const CommOverride* o = &c->comm.overrides[j];
-                fprintf(f, "    - {pattern: \"%s\", strategy: %s, kind: %s}\n", o->pattern,
-                        strategy_names[o->strategy],
-                        kind_name(o->kind));
+                if (c->comm.strategy_forced && o->codec == zipcclCodecDefault && o->algo < 0)
+                    continue;
+                char one[256];
+                override_text(o, c->comm.strategy_forced, one, sizeof one);
+                fprintf(f, "    - %s\n", one);
             }
         }
     }

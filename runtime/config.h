@@ -34,7 +34,11 @@ typedef struct {
     char pattern[64];
     int kind; /* -1: every kind, else zipcclCollAllGather / zipcclCollReduceScatter /
                * zipcclCollAlltoAllv (the expert dispatch, kind "alltoall") */
-    zipcclStrategy_t strategy;
+    zipcclStrategy_t strategy; /* Default: the rule leaves the strategy alone */
+    zipcclCodec_t codec;       /* Default: the rule leaves the codec alone    */
+    int algo;                  /* -1: the rule leaves the algorithm alone, else a
+                                * zipcclAlgo_t (zipcclAlgoDefault: the collective's own) */
+    int line;                  /* where the rule is in the config file (0: unknown) */
 } CommOverride;
 
 typedef struct {
@@ -69,7 +73,11 @@ typedef struct {
     struct {
         int fsdp;                  /* must be true: the only mode */
         int reshard_after_forward; /* free gathered units after forward */
-        int prefetch;              /* all-gather the next unit while computing */
+        int prefetch;              /* false: prefetch_depth 0 (the older switch) */
+        int prefetch_depth;        /* all-gathers issued ahead of the unit computing */
+        long long max_inflight_bytes; /* gathered parameters + full gradients alive at
+                                       * once (0: no bound) */
+        int overlap;               /* false: every collective waited at issue */
         int ep;                    /* expert parallelism: ranks an expert group spans */
     } parallel;
     struct {
@@ -77,6 +85,7 @@ typedef struct {
         zipcclStrategy_t allgather, reducescatter; /* Default: follow strategy */
         zipcclStrategy_t alltoall; /* the MoE dispatch/combine; Default: follow strategy */
         zipcclCodec_t codec;
+        zipcclAlgo_t algo;         /* Default: each collective's own design */
         zipcclDataType_t param_dtype, reduce_dtype;
         zipcclDataType_t alltoall_dtype; /* what the expert exchange moves: fp32 | bf16 */
         int n_overrides;

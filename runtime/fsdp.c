@@ -26,16 +26,14 @@
  * reduce_dtype bf16: the full gradient is rounded to bf16 before the
  * reduce-scatter; the reduced shard is widened and accumulated in fp32.
  *
- * Prefetch. When the model acquires block u it also starts the all-gather of
- * the block it will ask for next (u+1 in forward, u-1 in backward) as an
- * Async call, so one gather is in flight while the model computes. At most
- * two blocks and the root unit are gathered at any time. "blocked_s" counts
- * only the time the compute thread waits on a collective: the exposed
- * communication time of the step log.
+ * When. This file is the mechanism only: runtime/sched.c decides when each
+ * gather and reduce-scatter is issued and waited, and owns the buffers
+ * (the model reaches these functions only through the scheduler's hooks).
+ * "blocked_s" counts the time the compute thread waits on a collective: the
+ * exposed communication time of the step log.
  *
- * Every collective names its strategy per unit and kind (config.c's
- * config_strategy_for: comm.strategy, comm.allgather / comm.reducescatter,
- * then per-layer overrides by fnmatch on the unit name).
+ * Every collective names its strategy, codec and algorithm per unit and
+ * kind: the communication plan (runtime/plan.c) built here at start.
  */
 #include "fsdp.h"
 
@@ -52,10 +50,17 @@
 #include "optim.h"
 #include "safetensors.h"
 
-static void unit_name(const LlamaConfig* m, int u, char* out, size_t n) {
+void fsdp_unit_name(const LlamaConfig* m, int u, char* out, size_t n) {
     if (u == 0) snprintf(out, n, "outer");
     else if (llama_unit_is_experts(m, u)) snprintf(out, n, "layers.%d.experts", llama_unit_layer(m, u));
     else snprintf(out, n, "layers.%d", u - 1);
+}
+
+void fsdp_unit_kinds(const LlamaConfig* m, int ep, int u, int has[PLAN_NKINDS]) {
+    has[PLAN_AG] = has[PLAN_RS] = 1;
+    /* the expert exchange of block l is filed under its unit layers.l */
+    has[PLAN_A2A] = ep > 1 && m->n_experts > 0 && u >= 1 && u <= m->n_layers &&
+                    llama_layer_is_moe(m, u - 1);
 }
 
 static int group_rank(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->edp_rank : f->rank; }
@@ -73,8 +78,6 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
                f->n_units, FSDP_MAX_UNITS);
     f->param_dtype = cfg->comm.param_dtype;
     f->reduce_dtype = cfg->comm.reduce_dtype;
-    f->reshard_after_forward = cfg->parallel.reshard_after_forward;
-    f->prefetch = cfg->parallel.prefetch;
 
     /* Three communicators so parameter gathers, gradient reductions and the
      * small bookkeeping gathers never queue behind each other. */
@@ -89,14 +92,29 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
     f->ep = cfg->model.n_experts > 0 ? cfg->parallel.ep : 1;
     f->edp_rank = f->rank;
     f->edp_size = f->nranks;
+    {
+        /* The plan first: the expert exchange takes its configs from it. */
+        char (*names)[32] = zrt_calloc((size_t)f->n_units, sizeof *names, "unit names");
+        int (*has)[PLAN_NKINDS] = zrt_calloc((size_t)f->n_units, sizeof *has, "unit kinds");
+        for (int u = 0; u < f->n_units; u++) {
+            fsdp_unit_name(&cfg->model, u, names[u], sizeof names[u]);
+            fsdp_unit_kinds(&cfg->model, f->ep, u, has[u]);
+        }
+        char err[1024];
+        trainCheck(!plan_build(&f->plan, cfg, f->n_units, (const char(*)[32])names,
+                               (const int(*)[PLAN_NKINDS])has, err, sizeof err),
+                   "%s", err);
+        free(names);
+        free(has);
+    }
     if (f->ep > 1) {
         char err[256];
         zipcclCallConfig_t* xc = zrt_malloc((size_t)cfg->model.n_layers * sizeof *xc, "EP configs");
         for (int l = 0; l < cfg->model.n_layers; l++) {
-            char name[32];
-            snprintf(name, sizeof name, "layers.%d", l);
-            xc[l] = (zipcclCallConfig_t){config_strategy_for(cfg, zipcclCollAlltoAllv, name),
-                                         cfg->comm.codec, zipcclAlgoDefault};
+            const PlanEntry* e = &f->plan.e[1 + l][PLAN_A2A];
+            xc[l] = e->applies ? e->cfg
+                               : (zipcclCallConfig_t){cfg->comm.strategy, cfg->comm.codec,
+                                                      zipcclAlgoDefault};
         }
         trainCheck(!expert_init(&f->expert, f->ep, cfg->model.n_experts, cfg->model.n_layers, xc,
                                 cfg->comm.alltoall_dtype, err, sizeof err),
@@ -116,7 +134,7 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
     size_t init_cap = 0;
     for (int u = 0; u < f->n_units; u++) {
         FsdpUnit* U = &f->units[u];
-        unit_name(&cfg->model, u, U->name, sizeof U->name);
+        fsdp_unit_name(&cfg->model, u, U->name, sizeof U->name);
         U->full_numel = U->numel = llama_unit_numel(&cfg->model, u);
         if (f->ep > 1 && llama_unit_is_experts(&cfg->model, u)) {
             U->group = 1;
@@ -130,14 +148,10 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
         U->grad = zrt_calloc(U->shard, sizeof(float), "gradient shard");
         U->m = zrt_calloc(U->shard, sizeof(float), "AdamW m shard");
         U->v = zrt_calloc(U->shard, sizeof(float), "AdamW v shard");
-        U->grecv = zrt_calloc(U->shard, sizeof(float), "reduce-scatter output");
         if (f->param_dtype == zipcclBfloat16)
             U->send16 = zrt_malloc(U->shard * sizeof(uint16_t), "bf16 send shard");
-        zipcclCallConfig_t c = {config_strategy_for(cfg, zipcclCollAllGather, U->name),
-                                cfg->comm.codec, zipcclAlgoDefault};
-        U->ag_cfg = c;
-        c.strategy = config_strategy_for(cfg, zipcclCollReduceScatter, U->name);
-        U->rs_cfg = c;
+        U->ag_cfg = f->plan.e[u][PLAN_AG].cfg;
+        U->rs_cfg = f->plan.e[u][PLAN_RS].cfg;
 
         /* Every rank runs the same seeded init of the whole unit and keeps
          * its slice: the result is independent of the rank count and EP.
@@ -160,19 +174,16 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
 
 void fsdp_free(Fsdp* f) {
     if (!f->units) return;
-    fsdp_end_step(f);
     for (int u = 0; u < f->n_units; u++) {
         FsdpUnit* U = &f->units[u];
         free(U->param);
         free(U->grad);
         free(U->m);
         free(U->v);
-        free(U->grecv);
         free(U->send16);
-        free(U->gfull);
-        free(U->gfull16);
     }
     free(f->units);
+    plan_free(&f->plan);
     free(f->dump_param);
     free(f->dump_grad);
     zipcclCommDestroy(f->comm_ag);
@@ -186,201 +197,73 @@ void fsdp_free(Fsdp* f) {
     memset(f, 0, sizeof *f);
 }
 
-/* ---- parameters: all-gather on acquire, free on release ------------------ */
+/* ---- the mechanism the scheduler drives ---------------------------------- */
 
-static void start_gather(Fsdp* f, int u) {
+zipcclComm_t fsdp_comm(const Fsdp* f, int u, int kind) {
+    const FsdpUnit* U = &f->units[u];
+    return kind == PLAN_AG ? ag_comm(f, U) : rs_comm(f, U);
+}
+
+void fsdp_gather_start(Fsdp* f, int u, void* recv, zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
-    trainCheck(U->state == UNIT_FREE, "unit %s gathered twice", U->name);
-    U->full = zrt_malloc(U->padded * sizeof(float), "gathered unit");
     if (f->param_dtype == zipcclBfloat16) {
         for (size_t i = 0; i < U->shard; i++) U->send16[i] = zrt_f32_to_bf16(U->param[i]);
-        U->full16 = zrt_malloc(U->padded * sizeof(uint16_t), "gathered bf16 unit");
-        zipcclCheck(zipcclAllGatherAsync(U->send16, U->full16, U->shard, zipcclBfloat16,
-                                         ag_comm(f, U), &U->ag_cfg, NULL, &U->ag_req));
+        zipcclCheck(zipcclAllGatherAsync(U->send16, recv, U->shard, zipcclBfloat16,
+                                         ag_comm(f, U), &U->ag_cfg, NULL, req));
     } else {
-        zipcclCheck(zipcclAllGatherAsync(U->param, U->full, U->shard, zipcclFloat32, ag_comm(f, U),
-                                         &U->ag_cfg, NULL, &U->ag_req));
+        zipcclCheck(zipcclAllGatherAsync(U->param, recv, U->shard, zipcclFloat32, ag_comm(f, U),
+                                         &U->ag_cfg, NULL, req));
     }
-    U->state = UNIT_INFLIGHT;
     f->gathers++;
 }
 
-static void finish_gather(Fsdp* f, int u) {
+void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full) {
     FsdpUnit* U = &f->units[u];
-    double t0 = zrt_now();
-    zipcclCheck(zipcclWait(U->ag_req));
-    f->blocked_s += zrt_now() - t0;
-    U->ag_req = NULL;
+    fsdp_dump_param(f, u, recv);
     if (f->param_dtype == zipcclBfloat16) {
-        for (size_t i = 0; i < U->padded; i++) U->full[i] = zrt_bf16_to_f32(U->full16[i]);
+        const uint16_t* r = recv;
+        for (size_t i = 0; i < U->padded; i++) full[i] = zrt_bf16_to_f32(r[i]);
     }
-    if (f->dump_armed && !f->dump_param[u]) {
-        size_t bytes = U->padded * zipcclTypeSize(f->param_dtype);
-        f->dump_param[u] = zrt_malloc(bytes, "tensor dump");
-        memcpy(f->dump_param[u], f->param_dtype == zipcclBfloat16 ? (void*)U->full16 : U->full,
-               bytes);
-    }
-    free(U->full16);
-    U->full16 = NULL;
-    U->state = UNIT_READY;
 }
 
-static void drop_unit(FsdpUnit* U) {
-    if (U->state == UNIT_INFLIGHT) zipcclCheck(zipcclWait(U->ag_req));
-    free(U->full);
-    free(U->full16);
-    U->full = NULL;
-    U->full16 = NULL;
-    U->ag_req = NULL;
-    U->state = UNIT_FREE;
-}
-
-/* The block the model will acquire after `u` in `phase` (-1: none), from
- * the order llama.h promises: forward 0, 1..L, 0 (head); backward 0 (head),
- * L..1, 0 (embedding). The root unit appears twice per phase; the count of
- * blocks seen so far in the phase tells the two apart. */
-static int next_block(const Fsdp* f, int u, int phase) {
-    int L = f->cfg->model.n_layers;
-    if (phase == 0) {
-        if (u > 0) return u < L ? u + 1 : -1;
-        if (f->blocks_seen[0] == 0) return 1;
-        return f->backward ? L : -1; /* head: backward starts with block L */
-    }
-    if (u > 0) return u > 1 ? u - 1 : -1;
-    return f->blocks_seen[1] == 0 ? L : -1;
-}
-
-static const float* hook_acquire(void* ctx, int u, int phase) {
-    Fsdp* f = ctx;
-    trainCheck(u >= 0 && u < f->n_units, "model asked for unit %d of %d", u, f->n_units);
-    trainCheck(phase == 0 || phase == 1, "model passed phase %d", phase);
+void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, uint16_t* g16, void* recv,
+                       zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
-    const LlamaConfig* m = &f->cfg->model;
-    if (U->state == UNIT_FREE) start_gather(f, u);
-    if (U->state == UNIT_INFLIGHT) finish_gather(f, u);
-    if (llama_unit_is_experts(m, u)) return U->full; /* acquired inside its block */
-    if (f->prefetch) {
-        /* a MoE block's experts first (it reads them next), then the block after */
-        int xu = u > 0 ? llama_expert_unit(m, u - 1) : -1;
-        if (xu > 0 && f->units[xu].state == UNIT_FREE) start_gather(f, xu);
-        int nx = next_block(f, u, phase);
-        if (nx > 0 && f->units[nx].state == UNIT_FREE) start_gather(f, nx);
-    }
-    if (u > 0) f->blocks_seen[phase]++;
-    return U->full;
-}
-
-static void hook_release(void* ctx, int u, int phase) {
-    Fsdp* f = ctx;
-    if (u == 0) return; /* the root unit stays until fsdp_end_step */
-    if (phase == 1 || f->reshard_after_forward) drop_unit(&f->units[u]);
-}
-
-/* ---- gradients: full buffer per unit, reduce-scatter when complete ------- */
-
-static float* hook_grad_buffer(void* ctx, int u) {
-    Fsdp* f = ctx;
-    FsdpUnit* U = &f->units[u];
-    if (!U->gfull) U->gfull = zrt_calloc(U->padded, sizeof(float), "full gradient");
-    return U->gfull;
-}
-
-/* Complete the oldest outstanding reduce-scatter and add it into its shard.
- * Completing in issue order keeps the fp32 sums independent of which
- * collective happened to finish first. */
-static void drain_one(Fsdp* f) {
-    FsdpUnit* U = &f->units[f->rs_order[f->rs_head++]];
-    double t0 = zrt_now();
-    zipcclCheck(zipcclWait(U->rs_req));
-    f->blocked_s += zrt_now() - t0;
-    U->rs_req = NULL;
-    U->rs_pending = 0;
+    const void* send = gfull;
     if (f->reduce_dtype == zipcclBfloat16) {
-        const uint16_t* r = U->grecv;
+        for (size_t i = 0; i < U->padded; i++) g16[i] = zrt_f32_to_bf16(gfull[i]);
+        send = g16;
+    }
+    fsdp_dump_grad(f, u, send);
+    zipcclCheck(zipcclReduceScatterAsync(send, recv, U->shard, f->reduce_dtype, zipcclSum,
+                                         rs_comm(f, U), &U->rs_cfg, NULL, req));
+}
+
+/* Called for a unit's reduce-scatters in issue order, so the fp32 sums into
+ * the shard never depend on which collective happened to finish first. */
+void fsdp_reduce_finish(Fsdp* f, int u, const void* recv) {
+    FsdpUnit* U = &f->units[u];
+    if (f->reduce_dtype == zipcclBfloat16) {
+        const uint16_t* r = recv;
         for (size_t j = 0; j < U->shard; j++) U->grad[j] += zrt_bf16_to_f32(r[j]);
     } else {
-        const float* r = U->grecv;
+        const float* r = recv;
         for (size_t j = 0; j < U->shard; j++) U->grad[j] += r[j];
     }
-    free(U->gfull);
-    free(U->gfull16);
-    U->gfull = NULL;
-    U->gfull16 = NULL;
 }
 
-static void hook_grads_ready(void* ctx, int u) {
-    Fsdp* f = ctx;
-    FsdpUnit* U = &f->units[u];
-    trainCheck(U->gfull, "grads_ready(%d) before any gradient was written", u);
-    trainCheck(!U->rs_pending, "grads_ready(%d) twice in one micro-batch", u);
-    const void* send = U->gfull;
-    if (f->reduce_dtype == zipcclBfloat16) {
-        U->gfull16 = zrt_malloc(U->padded * sizeof(uint16_t), "bf16 gradient");
-        for (size_t i = 0; i < U->padded; i++) U->gfull16[i] = zrt_f32_to_bf16(U->gfull[i]);
-        send = U->gfull16;
-    }
-    if (f->dump_armed && !f->dump_grad[u]) {
-        size_t bytes = U->padded * zipcclTypeSize(f->reduce_dtype);
-        f->dump_grad[u] = zrt_malloc(bytes, "tensor dump");
-        memcpy(f->dump_grad[u], send, bytes);
-    }
-    zipcclCheck(zipcclReduceScatterAsync(send, U->grecv, U->shard, f->reduce_dtype, zipcclSum,
-                                         rs_comm(f, U), &U->rs_cfg, NULL, &U->rs_req));
-    U->rs_pending = 1;
-    trainCheck(f->n_rs < FSDP_MAX_UNITS, "too many reduce-scatters in one micro-batch");
-    f->rs_order[f->n_rs++] = u;
-    /* Bound the full-size gradients alive at once: a few units, not the
-     * whole model. */
-    while (f->n_rs - f->rs_head > FSDP_MAX_RS_IN_FLIGHT) drain_one(f);
+void fsdp_dump_param(Fsdp* f, int u, const void* buf) {
+    if (!f->dump_armed || f->dump_param[u]) return;
+    size_t bytes = f->units[u].padded * zipcclTypeSize(f->param_dtype);
+    f->dump_param[u] = zrt_malloc(bytes, "tensor dump");
+    memcpy(f->dump_param[u], buf, bytes);
 }
 
-/* ---- expert parallelism: the exchange is expert.c's -------------------- */
-
-static int hook_dispatch(void* ctx, int layer, int phase, const float* rows, const int* counts,
-                         int C, const float** recv, int* n_recv, const int** recv_counts,
-                         int* n_local, int* first_expert) {
-    Fsdp* f = ctx;
-    const double b0 = f->expert.blocked_s;
-    int rc = expert_dispatch(&f->expert, layer, phase, rows, counts, C, recv, n_recv, recv_counts,
-                             n_local, first_expert);
-    f->blocked_s += f->expert.blocked_s - b0;
-    return rc;
-}
-
-static int hook_combine(void* ctx, int layer, int phase, const float* local, float* rows) {
-    Fsdp* f = ctx;
-    const double b0 = f->expert.blocked_s;
-    int rc = expert_combine(&f->expert, layer, phase, local, rows);
-    f->blocked_s += f->expert.blocked_s - b0;
-    return rc;
-}
-
-LlamaParamHooks fsdp_hooks(Fsdp* f) {
-    LlamaParamHooks h = {.ctx = f,
-                         .acquire = hook_acquire,
-                         .release = hook_release,
-                         .grad_buffer = hook_grad_buffer,
-                         .grads_ready = hook_grads_ready};
-    if (f->ep > 1) { /* at EP = 1 the model computes every expert itself */
-        h.dispatch = hook_dispatch;
-        h.combine = hook_combine;
-    }
-    return h;
-}
-
-void fsdp_begin_microbatch(Fsdp* f, int backward) {
-    f->backward = backward;
-    f->blocks_seen[0] = f->blocks_seen[1] = 0;
-    f->n_rs = f->rs_head = 0;
-}
-
-void fsdp_end_microbatch(Fsdp* f) {
-    while (f->rs_head < f->n_rs) drain_one(f);
-    f->n_rs = f->rs_head = 0;
-}
-
-void fsdp_end_step(Fsdp* f) {
-    for (int u = 0; u < f->n_units; u++) drop_unit(&f->units[u]);
+void fsdp_dump_grad(Fsdp* f, int u, const void* buf) {
+    if (!f->dump_armed || f->dump_grad[u]) return;
+    size_t bytes = f->units[u].padded * zipcclTypeSize(f->reduce_dtype);
+    f->dump_grad[u] = zrt_malloc(bytes, "tensor dump");
+    memcpy(f->dump_grad[u], buf, bytes);
 }
 
 void fsdp_zero_grads(Fsdp* f) {
@@ -409,6 +292,7 @@ static double sum_over_ranks(Fsdp* f, double x) {
     double t0 = zrt_now();
     zipcclCheck(zipcclAllGather(mine, all, 2, zipcclFloat32, f->comm_misc, &c, NULL));
     f->blocked_s += zrt_now() - t0;
+    f->misc_s += zrt_now() - t0;
     double s = 0;
     for (int r = 0; r < f->nranks; r++) {
         double v;

@@ -4,9 +4,11 @@
  * Each of the model's units (llama.h) is one flat fp32 array, padded to a
  * multiple of the rank count N and cut into N equal shards; rank r owns
  * shard r of every unit: its fp32 master weights, its gradient and its
- * optimizer state (m, v). The model sees full units only through
- * fsdp_hooks(): acquire() all-gathers a unit, release() frees it again,
- * grads_ready() reduce-scatters the unit's full gradient to the owners.
+ * optimizer state (m, v). This file is the mechanism: start and finish the
+ * all-gather of a unit into a buffer, start and finish the reduce-scatter
+ * of a unit's full gradient into its shard. When each runs, and which
+ * buffers they use, is the scheduler's (sched.h); the model sees full units
+ * only through the scheduler's hooks.
  *
  * Expert units (MoE, llama.h) with expert parallelism EP > 1: a rank holds
  * only the experts its EP group gives it (expert.h), and shards that slice
@@ -14,8 +16,7 @@
  * experts) on communicators of their own; at EP = 1 an expert unit is a
  * unit like the others.
  *
- * Left out: hybrid sharding, CPU offload, a real overlap scheduler (a
- * one-unit prefetch is all there is), and device (CUDA) buffers.
+ * Left out: hybrid sharding, CPU offload and device (CUDA) buffers.
  */
 #ifndef RUNTIME_FSDP_H
 #define RUNTIME_FSDP_H
@@ -25,12 +26,10 @@
 #include "config.h"
 #include "expert.h"
 #include "llama.h"
+#include "plan.h"
 #include "zipccl.h"
 
 #define FSDP_MAX_UNITS 1100
-#define FSDP_MAX_RS_IN_FLIGHT 2 /* gradient reduce-scatters outstanding at once */
-
-typedef enum { UNIT_FREE = 0, UNIT_INFLIGHT, UNIT_READY } UnitState;
 
 typedef struct {
     char name[32];        /* "outer", "layers.0", "layers.0.experts", ...    */
@@ -45,21 +44,9 @@ typedef struct {
     float* grad;          /* (shard) fp32 gradient, summed over micro-batches */
     float* m;             /* (shard) AdamW first moment                      */
     float* v;             /* (shard) AdamW second moment                     */
-    zipcclCallConfig_t ag_cfg, rs_cfg; /* per-unit call config (overrides)   */
-
-    /* gathered state */
-    UnitState state;
-    float* full;          /* (padded) gathered parameters while held         */
-    uint16_t* full16;     /* (padded) bf16 receive buffer (param_dtype bf16) */
-    uint16_t* send16;     /* (shard) bf16 copy of the shard being sent       */
-    zipcclRequest_t ag_req;
-
-    /* gradient state */
-    float* gfull;         /* (padded) full gradient the model accumulates into */
-    uint16_t* gfull16;    /* (padded) bf16 copy sent (reduce_dtype bf16)     */
-    void* grecv;          /* (shard) reduce-scatter output, fp32 or bf16     */
-    zipcclRequest_t rs_req;
-    int rs_pending;
+    zipcclCallConfig_t ag_cfg, rs_cfg; /* what the plan asks for (plan.h)    */
+    uint16_t* send16;     /* (shard) bf16 copy of the shard being sent; one
+                           * gather of a unit is in flight at a time        */
 } FsdpUnit;
 
 typedef struct {
@@ -75,16 +62,11 @@ typedef struct {
     Expert expert;
     zipcclComm_t comm_ag_x, comm_rs_x;
     zipcclDataType_t param_dtype, reduce_dtype;
-    int reshard_after_forward, prefetch;
-
-    /* micro-batch bookkeeping */
-    int backward;          /* this micro-batch runs a backward pass          */
-    int blocks_seen[2];    /* blocks acquired so far, per phase (prefetch)   */
-    int rs_order[FSDP_MAX_UNITS], n_rs; /* reduce-scatters in issue order    */
-    int rs_head;           /* rs_order[rs_head..n_rs) are still in flight    */
+    CommPlan plan;         /* per unit and kind: strategy, codec, algorithm  */
 
     /* statistics */
-    double blocked_s;      /* compute thread waiting on collectives          */
+    double blocked_s;      /* compute thread waiting on collectives (all)    */
+    double misc_s;         /* of which the bookkeeping scalars               */
     uint64_t gathers;      /* all-gathers issued                             */
 
     /* --dump-tensors: when armed, keep what each collective sent this step */
@@ -100,16 +82,30 @@ typedef struct {
 void fsdp_init(Fsdp* f, const TrainConfig* cfg);
 void fsdp_free(Fsdp* f);
 
-/* The hooks the model calls (ctx = f). */
-LlamaParamHooks fsdp_hooks(Fsdp* f);
+/* The unit names the plan and the logs use: "outer", "layers.N",
+ * "layers.N.experts". */
+void fsdp_unit_name(const LlamaConfig* m, int u, char* out, size_t n);
+/* Which kinds of collectives unit u has (plan.h), with EP ep. */
+void fsdp_unit_kinds(const LlamaConfig* m, int ep, int u, int has[PLAN_NKINDS]);
 
-/* Around one micro-batch: begin resets the prefetch cursor; end waits for
- * the outstanding reduce-scatters (in issue order) and adds them into the
- * gradient shards. */
-void fsdp_begin_microbatch(Fsdp* f, int backward);
-void fsdp_end_microbatch(Fsdp* f);
-/* After the step's last micro-batch: drop every gathered unit. */
-void fsdp_end_step(Fsdp* f);
+/* The mechanism the scheduler drives. Gather: recv holds `padded` elements
+ * of param_dtype (for fp32, the gathered unit itself); finish widens a bf16
+ * recv into full (fp32: nothing to do, full == recv). Reduce: gfull is the
+ * full fp32 gradient (padded), g16 a padded bf16 buffer (reduce_dtype bf16,
+ * else unused), recv `shard` elements of reduce_dtype; finish adds recv into
+ * the gradient shard. Calls of one communicator are issued in the same
+ * order on every rank: the scheduler's plan sees to that. */
+void fsdp_gather_start(Fsdp* f, int u, void* recv, zipcclRequest_t* req);
+void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full);
+void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, uint16_t* g16, void* recv,
+                       zipcclRequest_t* req);
+void fsdp_reduce_finish(Fsdp* f, int u, const void* recv);
+/* The communicator unit u's calls of kind k (PLAN_AG, PLAN_RS) go over. */
+zipcclComm_t fsdp_comm(const Fsdp* f, int u, int kind);
+/* --dump-tensors, when armed: keep a copy of what unit u's gather brought
+ * (param dtype) or its reduce-scatter sent (reduce dtype). */
+void fsdp_dump_param(Fsdp* f, int u, const void* buf);
+void fsdp_dump_grad(Fsdp* f, int u, const void* buf);
 
 /* Zero the gradient shards (start of a step). */
 void fsdp_zero_grads(Fsdp* f);

@@ -4,7 +4,7 @@
  *
  *   build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]
  *               [--dump-tensors STEP DIR] [--resume DIR] [--init-from DIR]
- *               [--trace-data FILE]
+ *               [--trace-data FILE] [--trace FILE]
  *
  * One step, top to bottom (docs/RUNTIME.md has the long form):
  *   config (YAML, --set, a Hugging Face config.json with model.init_from:
@@ -38,6 +38,7 @@
 #include "log.h"
 #include "optim.h"
 #include "safetensors.h"
+#include "scheduler.h"
 
 #define MAX_SETS 64
 
@@ -50,6 +51,7 @@ typedef struct {
     const char* dump_dir;
     const char* resume;
     const char* trace_data;
+    const char* trace; /* --trace FILE: Chrome trace-event JSON of the steps */
     char init_from[CFG_PATH_MAX + 32]; /* --init-from DIR, as the --set it stands for */
 } Args;
 
@@ -61,7 +63,7 @@ static void usage(FILE* f) {
     fprintf(f,
             "usage: build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]\n"
             "                   [--dump-tensors STEP DIR] [--resume DIR] [--init-from DIR]\n"
-            "                   [--trace-data FILE]\n"
+            "                   [--trace-data FILE] [--trace FILE]\n"
             "  --set key=value        override a config key (dotted: train.steps=20,\n"
             "                         comm.strategy=raw|native|compressed|auto, ...)\n"
             "  --log-json FILE        one JSON object per step, last line the param hash\n"
@@ -70,7 +72,10 @@ static void usage(FILE* f) {
             "  --resume DIR           continue from a checkpoint (step dir or root)\n"
             "  --init-from DIR        start from a Hugging Face model directory (config.json,\n"
             "                         safetensors): --set model.init_from=DIR\n"
-            "  --trace-data FILE      one JSON line per rank and micro-batch: the windows read\n");
+            "  --trace-data FILE      one JSON line per rank and micro-batch: the windows read\n"
+            "  --trace FILE           Chrome trace-event JSON (Perfetto, chrome://tracing): every\n"
+            "                         rank's compute and collectives, per unit; plot one step\n"
+            "                         with scripts/plot_trace.py\n");
 }
 
 /* Errors every rank sees alike (bad arguments, bad config): rank 0 says
@@ -133,6 +138,8 @@ static void parse_args(int argc, char** argv, Args* a) {
             a->sets[a->n_sets++] = a->init_from;
         } else if (!strcmp(s, "--trace-data") && i + 1 < argc) {
             a->trace_data = argv[++i];
+        } else if (!strcmp(s, "--trace") && i + 1 < argc) {
+            a->trace = argv[++i];
         } else if (s[0] == '-') {
             if (g_rank == 0) usage(stderr);
             snprintf(msg, sizeof msg, "unknown or incomplete option '%s'", s);
@@ -151,10 +158,10 @@ static void parse_args(int argc, char** argv, Args* a) {
 }
 
 /* Refuse at start a model that cannot fit, with the estimate. */
-static void check_memory(const TrainConfig* cfg) {
+static void check_memory(const TrainConfig* cfg, double inflight) {
     const LlamaConfig* m = &cfg->model;
     const int N = g_nranks, EP = m->n_experts > 0 ? cfg->parallel.ep : 1;
-    double shards = 0, root = 0, block = 0;
+    double shards = 0;
     for (int u = 0; u < llama_num_units(m); u++) {
         // an expert unit holds E/EP experts, sharded over N/EP ranks
         const int experts = llama_unit_is_experts(m, u);
@@ -162,15 +169,11 @@ static void check_memory(const TrainConfig* cfg) {
         const size_t numel = llama_unit_numel(m, u) / (experts ? (size_t)EP : 1);
         double padded = (double)((numel + G - 1) / G * G);
         shards += padded / (double)G;
-        if (u == 0) root = padded;
-        else if (padded > block) block = padded;
     }
-    const double f32 = 4, p_extra = cfg->comm.param_dtype == zipcclBfloat16 ? 2 : 0,
-                 g_extra = cfg->comm.reduce_dtype == zipcclBfloat16 ? 2 : 0;
-    double params = shards * f32, grads = 2 * shards * f32 /* grad + RS output */,
-           optim = 2 * shards * f32;
-    double gathered = (root + 2 * block) * (f32 + p_extra);
-    double gradfull = (root + (FSDP_MAX_RS_IN_FLIGHT + 1) * block) * (f32 + g_extra);
+    const double f32 = 4;
+    double params = shards * f32, grads = shards * f32, optim = 2 * shards * f32;
+    /* gathered units + full gradients in flight: the schedule's peak (sched.c) */
+    double gathered = inflight, gradfull = 0;
     double acts = (double)llama_acts_bytes(m, cfg->data.batch_size, cfg->data.seq_len);
     double per_rank = params + grads + optim + gathered + gradfull + acts;
 
@@ -184,11 +187,12 @@ static void check_memory(const TrainConfig* cfg) {
     double need = per_rank * local;
     if (g_rank == 0) {
         char b[9][32];
-        printf("# memory per rank: params %s + grads %s + optimizer %s + gathered units %s + full "
-               "grads %s + activations %s = %s; x %d ranks on this host = %s of %s available\n",
+        printf("# memory per rank: params %s + grads %s + optimizer %s + gathered units and full "
+               "grads in flight %s (the schedule's peak) + activations %s = %s; x %d ranks on "
+               "this host = %s of %s available\n",
                zrt_fmt_bytes(params, b[0], 32), zrt_fmt_bytes(grads, b[1], 32),
                zrt_fmt_bytes(optim, b[2], 32), zrt_fmt_bytes(gathered, b[3], 32),
-               zrt_fmt_bytes(gradfull, b[4], 32), zrt_fmt_bytes(acts, b[5], 32),
+               zrt_fmt_bytes(acts, b[5], 32),
                zrt_fmt_bytes(per_rank, b[6], 32), local, zrt_fmt_bytes(need, b[7], 32),
                zrt_fmt_bytes(avail, b[8], 32));
     }
@@ -296,8 +300,9 @@ static void dump_batch(const char* dir, int step, const int* tok, const int* tgt
     st_writer_free(w);
 }
 
-static double validate(Fsdp* f, Dataset* ds, LlamaActs* acts, const LlamaParamHooks* hooks,
-                       int* tok, int* tgt, int step, long long* windows) {
+static double validate(Fsdp* f, Sched* sc, Dataset* ds, LlamaActs* acts,
+                       const LlamaParamHooks* hooks, int* tok, int* tgt, int step,
+                       long long* windows) {
     const TrainConfig* cfg = f->cfg;
     const int B = cfg->data.batch_size, T = cfg->data.seq_len;
     double sum = 0;
@@ -307,9 +312,11 @@ static double validate(Fsdp* f, Dataset* ds, LlamaActs* acts, const LlamaParamHo
         const long long first = (long long)k * B * g_nranks;
         data_batch(ds, 1, first, g_rank, g_nranks, B, tok, tgt, windows);
         trace_batch(step, k, "val", first, B, windows, tok, T);
-        fsdp_begin_microbatch(f, 0);
+        sched_begin_step(sc, 0);
+        sched_begin_micro(sc);
         sum += llama_step(&cfg->model, acts, tok, tgt, B, T, hooks, 0, NULL);
-        fsdp_end_step(f);
+        sched_end_micro(sc);
+        sched_end_step(sc);
     }
     return fsdp_mean_over_ranks(f, sum / cfg->data.val_batches);
 }
@@ -456,7 +463,11 @@ int main(int argc, char** argv) {
                  config_where(&cfg, "parallelism.ep", w, sizeof w), cfg.parallel.ep, g_nranks);
         config_fail(msg);
     }
-    check_memory(&cfg);
+    /* The communication plan and the step's schedule, from the config alone:
+     * a bad rule or bound stops the run here, before any work. */
+    double inflight = 0;
+    if (sched_check_config(&cfg, g_nranks, &inflight, err, sizeof err)) config_fail(err);
+    check_memory(&cfg, inflight);
 
     /* ---- data ---- */
     Dataset ds;
@@ -514,7 +525,8 @@ int main(int argc, char** argv) {
     LlamaActs* acts = llama_acts_alloc(mc, B, T);
     trainCheck(acts, "cannot allocate %zu bytes of activations for B=%d T=%d",
                llama_acts_bytes(mc, B, T), B, T);
-    LlamaParamHooks hooks = fsdp_hooks(&fsdp);
+    Sched* sched = sched_create(&fsdp, &cfg, args.trace != NULL);
+    LlamaParamHooks hooks = sched_hooks(sched);
     int* tok = zrt_malloc((size_t)B * T * sizeof(int), "tokens");
     int* tgt = zrt_malloc((size_t)B * T * sizeof(int), "targets");
     if (hf_src) {
@@ -554,6 +566,17 @@ int main(int argc, char** argv) {
                    zipcclStrategyName(config_strategy_for(&cfg, zipcclCollAlltoAllv, "layers.0")));
         printf("; param %s, reduce %s, codec %s\n", zipcclTypeName(cfg.comm.param_dtype),
                zipcclTypeName(cfg.comm.reduce_dtype), config_codec_name(cfg.comm.codec));
+        char pk[32];
+        printf("# schedule: overlap %s, prefetch depth %d, in-flight bound %s, reshard after "
+               "forward %s; peak of gathered units + full gradients %s\n",
+               cfg.parallel.overlap ? "on" : "off",
+               cfg.parallel.overlap && cfg.parallel.prefetch ? cfg.parallel.prefetch_depth : 0,
+               cfg.parallel.max_inflight_bytes
+                   ? zrt_fmt_bytes((double)cfg.parallel.max_inflight_bytes, pk, sizeof pk)
+                   : "none",
+               cfg.parallel.reshard_after_forward ? "yes" : "no",
+               zrt_fmt_bytes(sched_peak_bytes(sched), pk, sizeof pk));
+        plan_print(sched_plan(sched), stdout);
         fflush(stdout);
     }
 
@@ -578,6 +601,21 @@ int main(int argc, char** argv) {
     float* dump_logits =
         args.dump_dir ? zrt_malloc((size_t)B * T * mc->vocab_size * sizeof(float), "dump logits")
                       : NULL;
+    double comm_before[3] = {0, 0, 0}; /* collective time so far, per kind */
+    {
+        zipcclComm_t cs[3] = {fsdp.comm_ag, fsdp.comm_rs, fsdp.ep > 1 ? fsdp.expert.comm : NULL};
+        zipcclComm_t cx[3] = {fsdp.ep > 1 ? fsdp.comm_ag_x : NULL,
+                              fsdp.ep > 1 ? fsdp.comm_rs_x : NULL, NULL};
+        const zipcclCollKind_t ks[3] = {zipcclCollAllGather, zipcclCollReduceScatter,
+                                        zipcclCollAlltoAllv};
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 2; i++) {
+                zipcclComm_t c1 = i ? cx[k] : cs[k];
+                zipcclCounters_t c;
+                if (c1 && zipcclCommGetCounters(c1, ks[k], &c) == zipcclSuccess)
+                    comm_before[k] += c.totalSeconds * 1e3;
+            }
+    }
     for (int step = st.step; step < cfg.train.steps; step++) {
         const int step_no = step + 1; /* 1-based: the step being computed */
         zipcclCounters_t c0[3], c1[3];
@@ -590,7 +628,10 @@ int main(int argc, char** argv) {
         const double t0 = zrt_now();
         if (args.dump_step == step_no) fsdp_dump_arm(&fsdp);
 
+        double x0[SCHED_NX], x1[SCHED_NX];
+        sched_exposed(sched, x0);
         fsdp_zero_grads(&fsdp);
+        sched_begin_step(sched, 1);
         double loss_sum = 0, aux_sum = 0;
         const double a2a_blocked0 = fsdp.ep > 1 ? fsdp.expert.blocked_s : 0;
         const double a2a_sync0 = fsdp.ep > 1 ? fsdp.expert.sync_s : 0;
@@ -598,9 +639,11 @@ int main(int argc, char** argv) {
         for (int a = 0; a < A; a++) {
             /* Step s, micro-batch a reads global samples
              * (s*A + a)*G .. +G-1 (G = B * ranks): st.samples counts them. */
+            const double td = zrt_now();
             data_batch(&ds, 0, st.samples, g_rank, g_nranks, B, tok, tgt, windows);
             trace_batch(step_no, a, "train", st.samples, B, windows, tok, T);
-            fsdp_begin_microbatch(&fsdp, 1);
+            sched_trace_span(sched, "data", td, zrt_now());
+            sched_begin_micro(sched);
             /* --dump-tensors: the first micro-batch's logits too */
             float* logits = args.dump_step == step_no && a == 0 ? dump_logits : NULL;
             const float l = llama_step(mc, acts, tok, tgt, B, T, &hooks, 1, logits);
@@ -615,10 +658,13 @@ int main(int argc, char** argv) {
                     expert_load[(size_t)n_moe * mc->n_experts] += r.dropped;
                 }
             }
-            fsdp_end_microbatch(&fsdp);
+            sched_end_micro(sched);
             st.samples += (long long)B * g_nranks;
         }
-        fsdp_end_step(&fsdp);
+        const double t_rs = zrt_now();
+        sched_end_step(sched);
+        sched_trace_span(sched, "the last reduce-scatters", t_rs, zrt_now());
+        const double t_opt = zrt_now();
         /* Sum over ranks and micro-batches -> mean over the global batch. */
         fsdp_scale_grads(&fsdp, 1.0f / (float)(g_nranks * A));
         const double loss = fsdp_mean_over_ranks(&fsdp, loss_sum / A);
@@ -660,8 +706,15 @@ int main(int argc, char** argv) {
                 optim_scale(fsdp.units[u].grad, fsdp.units[u].shard, clip);
         const float lr = adamw_lr(&oc, step);
         optimizer_step(&fsdp, &oc, step_no, lr);
+        sched_trace_span(sched, "loss, norm, clip, AdamW", t_opt, zrt_now());
+        {
+            char sn[32];
+            snprintf(sn, sizeof sn, "step %d", step_no);
+            sched_trace_span(sched, sn, t0, zrt_now());
+        }
         st.step = step_no;
         const double dt = zrt_now() - t0;
+        sched_exposed(sched, x1);
 
         if (args.dump_step == step_no) {
             fsdp_dump_write(&fsdp, args.dump_dir, step_no);
@@ -669,19 +722,42 @@ int main(int argc, char** argv) {
         }
         fsdp_check_compression(&fsdp, chk);
         for (int k = 0; k < 3; k++) fsdp_counters(&fsdp, kinds[k], &c1[k]);
-        double raw[3], wire[3], codec_ms = 0;
+        double raw[3], wire[3], codec_ms = 0, comm_ms[3], xms[SCHED_NX];
         for (int k = 0; k < 3; k++) {
             raw[k] = (double)(c1[k].rawBytes - c0[k].rawBytes);
             wire[k] = (double)(c1[k].wireBytes - c0[k].wireBytes);
             codec_ms += (c1[k].codecSeconds - c0[k].codecSeconds) * 1e3;
         }
+        /* time inside the collectives of each kind (the bookkeeping scalars'
+         * communicator left out) and what of it the compute thread waited */
+        {
+            zipcclComm_t cs[3] = {fsdp.comm_ag, fsdp.comm_rs, fsdp.ep > 1 ? fsdp.expert.comm : NULL};
+            zipcclComm_t cx[3] = {fsdp.ep > 1 ? fsdp.comm_ag_x : NULL,
+                                  fsdp.ep > 1 ? fsdp.comm_rs_x : NULL, NULL};
+            for (int k = 0; k < 3; k++) {
+                comm_ms[k] = 0;
+                zipcclComm_t two[2] = {cs[k], cx[k]};
+                for (int i = 0; i < 2; i++) {
+                    if (!two[i]) continue;
+                    zipcclCounters_t c;
+                    zipcclCheck(zipcclCommGetCounters(two[i], kinds[k], &c));
+                    comm_ms[k] += c.totalSeconds * 1e3;
+                }
+                comm_ms[k] -= comm_before[k];
+                comm_before[k] += comm_ms[k];
+            }
+        }
+        for (int k = 0; k < SCHED_NX; k++) xms[k] = (x1[k] - x0[k]) * 1e3;
+        const double comm_all = comm_ms[0] + comm_ms[1] + comm_ms[2],
+                     xcomm = xms[SCHED_X_AG] + xms[SCHED_X_RS] + xms[SCHED_X_A2A];
+        const double overlap_frac = comm_all > 0 ? 1 - (xcomm < comm_all ? xcomm : comm_all) / comm_all : 0;
         const double raw_all = raw[0] + raw[1] + raw[2], wire_all = wire[0] + wire[1] + wire[2];
         const double exposed_ms = (fsdp.blocked_s - blocked0) * 1e3;
 
         double val = NAN;
         if (cfg.data.val_every > 0 && (step_no % cfg.data.val_every == 0 ||
                                        step_no == cfg.train.steps) && ds.n_windows[1] > 0)
-            val = validate(&fsdp, &ds, acts, &hooks, tok, tgt, step_no, windows);
+            val = validate(&fsdp, sched, &ds, acts, &hooks, tok, tgt, step_no, windows);
 
         if (g_rank == 0) {
             const double tps = tokens_per_step / dt, fl = flops_per_step / dt;
@@ -692,10 +768,13 @@ int main(int argc, char** argv) {
             if (step_no % cfg.log.every == 0 || step_no == cfg.train.steps || !isnan(val)) {
                 printf("step %5d/%d | loss %.4f | norm %.4f | lr %.3e | %7.1f ms | %8.0f tok/s | "
                        "%6.2f GFLOP/s | MFU %5.1f%% | comm %.2f MB -> %.2f MB (x%.3f) | codec "
-                       "%.1f ms | exposed %.1f ms",
+                       "%.1f ms | exposed %.1f ms (ag %.1f rs %.1f a2a %.1f misc %.1f of comm "
+                       "%.1f: overlap %.0f%%)",
                        step_no, cfg.train.steps, loss, norm, lr, dt * 1e3, tps, fl / 1e9,
                        100 * fl / peak, raw_all / 1e6, wire_all / 1e6,
-                       wire_all > 0 ? raw_all / wire_all : 1.0, codec_ms, exposed_ms);
+                       wire_all > 0 ? raw_all / wire_all : 1.0, codec_ms, exposed_ms,
+                       xms[SCHED_X_AG], xms[SCHED_X_RS], xms[SCHED_X_A2A], xms[SCHED_X_MISC],
+                       comm_all, 100 * overlap_frac);
                 if (moe) {
                     printf(" | aux %.4f | maxvio %.2f", aux, maxvio);
                     if (mc->capacity_factor > 0) printf(" | dropped %lld", dropped);
@@ -722,6 +801,13 @@ int main(int argc, char** argv) {
                         wire[0] > 0 ? raw[0] / wire[0] : 1.0,
                         wire[1] > 0 ? raw[1] / wire[1] : 1.0, raw[0], wire[0], raw[1], wire[1],
                         codec_ms, exposed_ms);
+                fprintf(jl,
+                        ", \"exposed_allgather_ms\": %.9g, \"exposed_reducescatter_ms\": %.9g, "
+                        "\"exposed_alltoall_ms\": %.9g, \"exposed_misc_ms\": %.9g, "
+                        "\"comm_allgather_ms\": %.9g, \"comm_reducescatter_ms\": %.9g, "
+                        "\"comm_alltoall_ms\": %.9g, \"overlap\": %.9g",
+                        xms[SCHED_X_AG], xms[SCHED_X_RS], xms[SCHED_X_A2A], xms[SCHED_X_MISC],
+                        comm_ms[0], comm_ms[1], comm_ms[2], overlap_frac);
                 if (moe) {
                     fprintf(jl,
                             ", \"aux_loss\": %.9g, \"expert_maxvio\": %.9g, "
@@ -753,6 +839,18 @@ int main(int argc, char** argv) {
     }
     if (cfg.ckpt.dir[0] && st.step > first_step) checkpoint_save(&fsdp, &cfg, &st);
 
+    if (g_rank == 0) {
+        plan_print_actual(sched_plan(sched), stdout);
+        fflush(stdout);
+    }
+    if (g_nranks > 1 && st.step > first_step) {
+        char perr[1024];
+        agree_or_fail(plan_check_compressed(sched_plan(sched), perr, sizeof perr) > 0, perr);
+    }
+    if (args.trace) {
+        sched_trace_write(sched, args.trace);
+        if (g_rank == 0) printf("# trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", args.trace);
+    }
     const uint64_t hash = fsdp_param_hash(&fsdp);
     /* Expert parallelism: what the exchanges of each MoE block compressed to,
      * all ranks' traffic over the run, activations and gradients apart. */
@@ -805,6 +903,7 @@ int main(int argc, char** argv) {
     free(tok);
     free(tgt);
     llama_acts_free(acts);
+    sched_destroy(sched);
     fsdp_free(&fsdp);
     data_close(&ds);
     MPI_Finalize();

@@ -1,0 +1,1051 @@
+/*
+ * sched.c — the overlap scheduler: the one file that answers "when".
+ *
+ * One training step, two blocks, prefetch depth 1 (A = acquire, R = release,
+ * G = grad buffer, D = grads ready; AG/RS the collectives the plan issues on
+ * their own communicators, beneath the compute that hides them):
+ *
+ *   compute  |A0 emb|A1 blk1|A2 blk2|A0 head|A0b head|A2b blk2  D2|A1b blk1  D1|emb D0|opt|
+ *   comm_ag  [AG 0]  [AG 1][AG 2]            [AG 2b]  [AG 1b]
+ *   comm_rs                                                    [RS 2]      [RS 1]  [RS 0]
+ *              ^ waits: AG 0 (nothing to hide it), then each AG just before its A
+ *
+ * The planner walks the model's hook events of the whole step (every
+ * micro-batch, forward then backward, the MoE blocks' expert units and
+ * exchanges included: sched_model_order, the order models/llama.h
+ * documents) and decides, from sizes alone:
+ *
+ *   - which acquisitions need a gather: a unit is held from the gather its
+ *     first acquisition waits for to its drop (release in backward, release
+ *     in forward with reshard_after_forward; the root unit "outer" stays
+ *     for the whole step), so later acquisitions of a held unit are free;
+ *   - when each gather is issued: in need order (a communicator runs its
+ *     calls in issue order, so issuing out of order gains nothing), as early
+ *     as possible after the previous hold of its unit was dropped, at most
+ *     `prefetch_depth` gathers ahead of the one being waited for, and only
+ *     while the bytes alive until it is needed stay under
+ *     `max_inflight_bytes`;
+ *   - reduce-scatters are issued at grads_ready (the moment a unit's
+ *     gradient is final) and retired (waited, added into the shard, their
+ *     buffers freed) in issue order: when the bound needs room, else at the
+ *     end of the step. Issue-order retirement keeps the fp32 sums into each
+ *     shard in micro-batch order whatever the timing.
+ *
+ * Waits sit just before first use: an acquisition waits for its own gather
+ * only. With `overlap: false` nothing is issued ahead and each
+ * reduce-scatter is waited at once: the blocking reference every overlap
+ * setting must equal bit for bit (a gather moves bytes, a reduce-scatter
+ * sums in ZipCCL's canonical order, and shards are summed in issue order, so
+ * timing never reaches the numbers).
+ *
+ * The executor checks at every hook that the model's call is the plan's
+ * next event, that a unit is read only after its gather completed, that no
+ * buffer goes back to the pool while a collective still reads or writes it,
+ * and that the bytes alive stay under the bound. It reuses buffers from a
+ * pool instead of allocating per call (a page-faulting malloc per gathered
+ * unit was a visible part of small steps), and it records each call:
+ * ZipCCL's counters, read at every hook, give each call's bytes, codec time
+ * and duration; a communicator runs its calls one at a time in issue order,
+ * so a call starts when it was issued or when its predecessor ended,
+ * whichever is later, which is the timeline of --trace. Two calls that
+ * finish between two readings share one reading, split by size (counted).
+ *
+ * Left out: reordering compute, adaptive plans, chunked expert exchanges
+ * (the model hands over one exchange per MoE block; the plan has the
+ * dispatch and combine points, so chunks would slot in as more events).
+ */
+#include "scheduler.h"
+
+#include <errno.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "expert.h"
+#include "log.h"
+
+/* ---- the model's order ---------------------------------------------------- */
+
+static void put(SchedEvent* out, int max, int* n, int type, int unit, int phase) {
+    if (*n < max) out[*n] = (SchedEvent){.type = (uint8_t)type, .phase = (uint8_t)phase,
+                                         .unit = unit, .gather = -1, .rs = -1};
+    (*n)++;
+}
+
+int sched_model_order(const LlamaConfig* m, int ep_hooks, int backward, SchedEvent* out, int max) {
+    int n = 0;
+    const int L = m->n_layers;
+    put(out, max, &n, EV_ACQ, 0, 0); /* embedding */
+    put(out, max, &n, EV_REL, 0, 0);
+    for (int l = 0; l < L; l++) {
+        put(out, max, &n, EV_ACQ, 1 + l, 0);
+        const int xu = llama_expert_unit(m, l);
+        if (xu > 0) { /* the experts, acquired inside the block after the dispatch */
+            if (ep_hooks) put(out, max, &n, EV_DISP, l, 0);
+            put(out, max, &n, EV_ACQ, xu, 0);
+            put(out, max, &n, EV_REL, xu, 0);
+            if (ep_hooks) put(out, max, &n, EV_COMB, l, 0);
+        }
+        put(out, max, &n, EV_REL, 1 + l, 0);
+    }
+    put(out, max, &n, EV_ACQ, 0, 0); /* head */
+    put(out, max, &n, EV_REL, 0, 0);
+    if (!backward) return n;
+    put(out, max, &n, EV_ACQ, 0, 1); /* head and final norm backward */
+    put(out, max, &n, EV_GBUF, 0, 1);
+    put(out, max, &n, EV_REL, 0, 1);
+    for (int l = L - 1; l >= 0; l--) {
+        put(out, max, &n, EV_ACQ, 1 + l, 1);
+        put(out, max, &n, EV_GBUF, 1 + l, 1);
+        const int xu = llama_expert_unit(m, l);
+        if (xu > 0) {
+            if (ep_hooks) put(out, max, &n, EV_DISP, l, 1);
+            put(out, max, &n, EV_ACQ, xu, 1);
+            put(out, max, &n, EV_GBUF, xu, 1);
+            put(out, max, &n, EV_GRDY, xu, 1);
+            put(out, max, &n, EV_REL, xu, 1);
+            if (ep_hooks) put(out, max, &n, EV_COMB, l, 1);
+        }
+        put(out, max, &n, EV_GRDY, 1 + l, 1);
+        put(out, max, &n, EV_REL, 1 + l, 1);
+    }
+    put(out, max, &n, EV_GBUF, 0, 1); /* embedding backward: no acquire */
+    put(out, max, &n, EV_GRDY, 0, 1);
+    return n;
+}
+
+static const char* ev_name(int t) {
+    static const char* const n[] = {"acquire", "release", "grad_buffer", "grads_ready", "dispatch",
+                                    "combine"};
+    return t >= 0 && t <= EV_COMB ? n[t] : "?";
+}
+
+/* ---- the planner -------------------------------------------------------------- */
+
+/* Bytes of the gathers issued ahead (index needed .. issued-1) still to be
+ * needed after event t. */
+static double ahead_at(const SchedPlan* p, const SchedParams* sp, int needed, int issued, int t) {
+    double a = 0;
+    for (int g = needed; g < issued; g++)
+        if (p->ag[g].need > t) a += sp->gbytes[p->ag[g].unit];
+    return a;
+}
+
+/* Decide issue and retire points for one setting; returns the peak bytes.
+ * during[t]: bytes of held units and unsent gradients while event t runs,
+ * after[t]: once it is done (a dropped unit gone, a sent gradient moved to
+ * the reduce-scatters in flight). */
+static double simulate(SchedPlan* p, const SchedParams* sp, const double* during,
+                       const double* after, const int* prev_drop, int depth, int overlap,
+                       double M) {
+    int issued = 0, needed = 0, rs_issued = 0, retired = 0;
+    double rs_bytes = 0, peak = 0;
+    for (int g = 0; g < p->n_ag; g++) p->ag[g].issue = -2;
+    for (int t = 0; t < p->n_ev; t++) {
+        SchedEvent* e = &p->ev[t];
+        if (e->type == EV_ACQ && e->gather >= 0) {
+            if (e->gather >= issued) { /* forced: nothing issued it earlier */
+                p->ag[e->gather].issue = t - 1;
+                issued = e->gather + 1;
+            }
+            needed = e->gather + 1;
+        }
+        double mem = during[t] + ahead_at(p, sp, needed, issued, t) + rs_bytes;
+        while (M > 0 && mem > M && retired < rs_issued) {
+            rs_bytes -= sp->rbytes[p->rs_unit[retired]];
+            mem -= sp->rbytes[p->rs_unit[retired++]];
+        }
+        e->ag_pre = issued;
+        e->rs_pre = retired;
+        if (mem > peak) peak = mem;
+        if (e->type == EV_GRDY) rs_bytes += sp->rbytes[p->rs_unit[rs_issued++]];
+        if (!overlap) {
+            rs_bytes = 0;
+            retired = rs_issued;
+        }
+        /* prefetch: the next gathers, in order, while they are few enough
+         * ahead, their unit's previous hold is over, and the bytes alive
+         * until each is needed fit the bound (reduce-scatters in flight can
+         * always be retired to make room, so they do not count here) */
+        while (overlap && issued < p->n_ag && issued - needed < depth &&
+               prev_drop[issued] <= t) {
+            int fits = 1;
+            for (int t2 = t; M > 0 && fits && t2 < p->ag[issued].need; t2++)
+                fits = (t2 == t ? after[t] : during[t2]) +
+                           ahead_at(p, sp, needed, issued + 1, t2) <= M;
+            if (!fits) break;
+            p->ag[issued++].issue = t;
+        }
+        mem = after[t] + ahead_at(p, sp, needed, issued, t) + rs_bytes;
+        while (M > 0 && mem > M && retired < rs_issued) {
+            rs_bytes -= sp->rbytes[p->rs_unit[retired]];
+            mem -= sp->rbytes[p->rs_unit[retired++]];
+        }
+        if (mem > peak) peak = mem;
+        e->ag_post = issued;
+        e->rs_post = retired;
+    }
+    return peak;
+}
+
+int sched_plan_build(SchedPlan* p, const SchedParams* sp, char* err, size_t errlen) {
+    memset(p, 0, sizeof *p);
+    const int per = sched_model_order(sp->model, sp->ep_hooks, sp->backward, NULL, 0);
+    p->n_ev = per * sp->micro;
+    p->ev = zrt_calloc((size_t)p->n_ev + 1, sizeof *p->ev, "plan events");
+    for (int a = 0; a < sp->micro; a++) {
+        sched_model_order(sp->model, sp->ep_hooks, sp->backward, p->ev + (size_t)a * per, per);
+        for (int i = 0; i < per; i++) p->ev[(size_t)a * per + i].micro = (int16_t)a;
+    }
+    p->ag = zrt_calloc((size_t)p->n_ev + 1, sizeof *p->ag, "plan gathers");
+    p->rs_unit = zrt_calloc((size_t)p->n_ev + 1, sizeof *p->rs_unit, "plan reduce-scatters");
+    int* held = zrt_calloc((size_t)sp->n_units, sizeof(int), "plan");
+    int* gb_live = zrt_calloc((size_t)sp->n_units, sizeof(int), "plan");
+    int* last_drop = zrt_malloc((size_t)sp->n_units * sizeof(int), "plan");
+    int* prev_drop = zrt_malloc(((size_t)p->n_ev + 1) * sizeof(int), "plan");
+    double* during = zrt_calloc((size_t)p->n_ev + 1, sizeof(double), "plan");
+    double* after = zrt_calloc((size_t)p->n_ev + 1, sizeof(double), "plan");
+    for (int u = 0; u < sp->n_units; u++) last_drop[u] = -1;
+    double cur = 0;
+    for (int t = 0; t < p->n_ev; t++) {
+        SchedEvent* e = &p->ev[t];
+        const int u = e->unit;
+        if (e->type == EV_ACQ && !held[u]) {
+            e->gather = p->n_ag;
+            p->ag[p->n_ag] = (SchedGather){.unit = u, .need = t, .issue = -2};
+            prev_drop[p->n_ag++] = last_drop[u];
+            held[u] = 1;
+            cur += sp->gbytes[u];
+        } else if (e->type == EV_GBUF && !gb_live[u]) {
+            e->gbuf_new = 1;
+            gb_live[u] = 1;
+            cur += sp->rbytes[u];
+        }
+        during[t] = cur;
+        if (e->type == EV_REL && u != 0 && (e->phase == 1 || sp->reshard)) {
+            e->drop = 1;
+            held[u] = 0;
+            last_drop[u] = t;
+            cur -= sp->gbytes[u];
+        } else if (e->type == EV_GRDY) {
+            e->rs = p->n_rs;
+            p->rs_unit[p->n_rs++] = u;
+            gb_live[u] = 0;
+            cur -= sp->rbytes[u]; /* from here on a reduce-scatter in flight */
+        }
+        after[t] = cur;
+    }
+    p->floor_bytes = simulate(p, sp, during, after, prev_drop, 0, 0, 0);
+    int rc = 0;
+    if (sp->max_bytes > 0 && sp->max_bytes < p->floor_bytes) {
+        int big = 0;
+        for (int u = 1; u < sp->n_units; u++)
+            if (sp->gbytes[u] + sp->rbytes[u] > sp->gbytes[big] + sp->rbytes[big]) big = u;
+        char a[32], b[32], c[32];
+        rc = zrt_errf(err, errlen,
+                      "key 'parallelism.max_inflight_bytes': %.0f (%s) is below the %.0f bytes "
+                      "(%s) the step needs with nothing prefetched (the units held at once; the "
+                      "largest, unit %d, has %s gathered + gradient); raise it, or 0 for no bound",
+                      sp->max_bytes, zrt_fmt_bytes(sp->max_bytes, a, sizeof a), p->floor_bytes,
+                      zrt_fmt_bytes(p->floor_bytes, b, sizeof b), big,
+                      zrt_fmt_bytes(sp->gbytes[big] + sp->rbytes[big], c, sizeof c));
+    } else {
+        const int depth = sp->overlap ? sp->depth : 0;
+        p->peak_bytes = simulate(p, sp, during, after, prev_drop, depth, sp->overlap, sp->max_bytes);
+    }
+    free(held);
+    free(gb_live);
+    free(last_drop);
+    free(prev_drop);
+    free(during);
+    free(after);
+    if (rc) sched_plan_free(p);
+    return rc;
+}
+
+void sched_plan_free(SchedPlan* p) {
+    free(p->ev);
+    free(p->ag);
+    free(p->rs_unit);
+    memset(p, 0, sizeof *p);
+}
+
+void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, double* gbytes, double* rbytes) {
+    const LlamaConfig* m = &cfg->model;
+    const int EP = m->n_experts > 0 ? cfg->parallel.ep : 1;
+    const int experts = llama_unit_is_experts(m, u) && EP > 1;
+    const size_t G = (size_t)(experts ? nranks / EP : nranks);
+    const size_t numel = llama_unit_numel(m, u) / (experts ? (size_t)EP : 1);
+    const double padded = (double)((numel + G - 1) / G * G), shard = padded / (double)G;
+    const int p16 = cfg->comm.param_dtype == zipcclBfloat16,
+              r16 = cfg->comm.reduce_dtype == zipcclBfloat16;
+    *gbytes = padded * 4 + (p16 ? padded * 2 : 0);
+    *rbytes = padded * 4 + (r16 ? padded * 2 : 0) + shard * (r16 ? 2 : 4);
+}
+
+static void params_for(SchedParams* sp, const TrainConfig* cfg, int backward) {
+    sp->model = &cfg->model;
+    sp->ep_hooks = cfg->model.n_experts > 0 && cfg->parallel.ep > 1;
+    sp->micro = backward ? cfg->data.grad_accum : 1;
+    sp->backward = backward;
+    sp->depth = cfg->parallel.prefetch ? cfg->parallel.prefetch_depth : 0;
+    sp->max_bytes = (double)cfg->parallel.max_inflight_bytes;
+    sp->overlap = cfg->parallel.overlap;
+    sp->reshard = cfg->parallel.reshard_after_forward;
+}
+
+static void unit_sizes(const TrainConfig* cfg, int nranks, int n, double** gb, double** rb) {
+    *gb = zrt_malloc((size_t)n * sizeof(double), "unit sizes");
+    *rb = zrt_malloc((size_t)n * sizeof(double), "unit sizes");
+    for (int u = 0; u < n; u++) sched_unit_bytes(cfg, nranks, u, &(*gb)[u], &(*rb)[u]);
+}
+
+int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* err, size_t errlen) {
+    const LlamaConfig* m = &cfg->model;
+    const int n = llama_num_units(m);
+    const int ep = m->n_experts > 0 ? cfg->parallel.ep : 1;
+    char (*names)[32] = zrt_calloc((size_t)n, sizeof *names, "unit names");
+    int (*has)[PLAN_NKINDS] = zrt_calloc((size_t)n, sizeof *has, "unit kinds");
+    for (int u = 0; u < n; u++) {
+        fsdp_unit_name(m, u, names[u], sizeof names[u]);
+        fsdp_unit_kinds(m, ep, u, has[u]);
+    }
+    CommPlan plan;
+    int rc = plan_build(&plan, cfg, n, (const char(*)[32])names, (const int(*)[PLAN_NKINDS])has,
+                        err, errlen);
+    if (!rc) plan_free(&plan);
+    free(names);
+    free(has);
+    if (rc) return rc;
+    double *gb, *rb;
+    unit_sizes(cfg, nranks, n, &gb, &rb);
+    SchedParams sp = {.n_units = n, .gbytes = gb, .rbytes = rb};
+    params_for(&sp, cfg, 1);
+    SchedPlan p;
+    rc = sched_plan_build(&p, &sp, err, errlen);
+    if (!rc) {
+        *peak = p.peak_bytes;
+        sched_plan_free(&p);
+    }
+    free(gb);
+    free(rb);
+    return rc;
+}
+
+/* ---- the buffer pool ---------------------------------------------------------- */
+
+/* Buffers come back to the pool and are handed out again to a request of
+ * at most their size and at least half of it (blocks are alike, so this
+ * reuses nearly everything); `busy` marks a buffer a collective is reading
+ * or writing, and giving such a buffer back is a fatal error. */
+typedef struct {
+    void* p;
+    size_t cap;
+    int used, busy;
+} PoolBuf;
+
+typedef struct {
+    PoolBuf* b;
+    int n, cap;
+} Pool;
+
+static PoolBuf* pool_find(Pool* pl, const void* p) {
+    for (int i = 0; i < pl->n; i++)
+        if (pl->b[i].p == p) return &pl->b[i];
+    return NULL;
+}
+
+static void* pool_get(Pool* pl, size_t bytes, int zero) {
+    if (bytes == 0) bytes = 1;
+    PoolBuf* best = NULL;
+    for (int i = 0; i < pl->n; i++) {
+        PoolBuf* b = &pl->b[i];
+        if (!b->used && b->cap >= bytes && b->cap / 2 <= bytes && (!best || b->cap < best->cap))
+            best = b;
+    }
+    if (!best) {
+        if (pl->n == pl->cap) {
+            pl->cap = pl->cap ? 2 * pl->cap : 64;
+            PoolBuf* nb = realloc(pl->b, (size_t)pl->cap * sizeof *nb);
+            trainCheck(nb, "out of memory for the buffer pool");
+            pl->b = nb;
+        }
+        best = &pl->b[pl->n++];
+        *best = (PoolBuf){.p = zrt_malloc(bytes, "scheduler buffer"), .cap = bytes};
+    }
+    best->used = 1;
+    best->busy = 0;
+    if (zero) memset(best->p, 0, bytes);
+    return best->p;
+}
+
+static void pool_busy(Pool* pl, const void* p, int busy) {
+    PoolBuf* b = pool_find(pl, p);
+    trainCheck(b && b->used, "scheduler: a collective's buffer is not one of the pool's");
+    b->busy = busy;
+}
+
+static void pool_put(Pool* pl, void* p, const char* what, const char* unit) {
+    if (!p) return;
+    PoolBuf* b = pool_find(pl, p);
+    trainCheck(b && b->used, "scheduler: %s of %s returned twice", what, unit);
+    trainCheck(!b->busy, "scheduler: %s of %s returned while a collective still uses it", what,
+               unit);
+    b->used = 0;
+}
+
+static void pool_free(Pool* pl) {
+    for (int i = 0; i < pl->n; i++) free(pl->b[i].p);
+    free(pl->b);
+    memset(pl, 0, sizeof *pl);
+}
+
+/* ---- the executor ------------------------------------------------------------- */
+
+enum { SLOT_AG = 0, SLOT_RS, SLOT_AGX, SLOT_RSX, SLOT_A2A, NSLOTS };
+static const char* const kSlotName[NSLOTS] = {"comm_ag", "comm_rs", "comm_ag_x", "comm_rs_x",
+                                              "comm_a2a"};
+
+typedef struct {
+    int unit, kind, slot, micro, phase, strat_req;
+    double weight;                 /* elements x size: how a shared reading splits */
+    double t_issue, t_start, t_end;
+    uint64_t raw, wire;
+    double codec_s, total_s;
+    int strategy, codec, shared, accounted;
+} CallRec;
+
+typedef struct {
+    zipcclComm_t comm;
+    zipcclCollKind_t kind;
+    zipcclCounters_t last;
+    int* q;        /* records waiting for their counters, issue order */
+    int qh, qt, qcap;
+    double last_end;
+} Slot;
+
+typedef struct {
+    int state; /* 0 free, 1 gather in flight, 2 gathered */
+    int gather;
+    float* full;
+    void* recv;
+    zipcclRequest_t req;
+    int rec;
+    float* gbuf;
+    double t_acq;
+} SUnit;
+
+typedef struct {
+    int unit, rec;
+    float* gfull;
+    uint16_t* g16;
+    void* recv;
+    zipcclRequest_t req;
+} SReduce;
+
+struct Sched {
+    Fsdp* f;
+    const TrainConfig* cfg;
+    SchedPlan train, eval;
+    const SchedPlan* p;
+    int cur, micro, ag_issued, rs_issued, rs_retired;
+    SUnit* u;
+    SReduce* rs;
+    Pool pool;
+    double* gb;
+    double* rb;
+    double live, max_bytes;
+    double exposed[SCHED_NX];
+    Slot slot[NSLOTS];
+    CallRec* rec;
+    int n_rec, cap_rec;
+    int trace;
+    char* tb;
+    size_t tlen, tcap;
+    double t0;
+};
+
+static void tprintf(Sched* s, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tprintf(Sched* s, const char* fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(s->tb + s->tlen, s->tcap - s->tlen, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && s->tlen + (size_t)n < s->tcap) {
+            s->tlen += (size_t)n;
+            return;
+        }
+        s->tcap = s->tcap ? 2 * s->tcap + (size_t)n : 1 << 16;
+        s->tb = realloc(s->tb, s->tcap);
+        trainCheck(s->tb, "out of memory for the trace");
+    }
+}
+
+static double us(const Sched* s, double t) { return (t - s->t0) * 1e6; }
+
+void sched_trace_span(Sched* s, const char* name, double t0, double t1) {
+    if (!s->trace) return;
+    tprintf(s, ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": %.1f, "
+               "\"dur\": %.1f}",
+            name, s->f->rank, us(s, t0), (t1 - t0) * 1e6);
+}
+
+static int slot_of(const Sched* s, int u, int kind) {
+    if (kind == PLAN_A2A) return SLOT_A2A;
+    const int x = s->f->units[u].group;
+    return kind == PLAN_AG ? (x ? SLOT_AGX : SLOT_AG) : (x ? SLOT_RSX : SLOT_RS);
+}
+
+static int new_rec(Sched* s, int u, int kind, double weight) {
+    if (s->n_rec == s->cap_rec) {
+        s->cap_rec = s->cap_rec ? 2 * s->cap_rec : 256;
+        CallRec* r = realloc(s->rec, (size_t)s->cap_rec * sizeof *r);
+        trainCheck(r, "out of memory for the call records");
+        s->rec = r;
+    }
+    CallRec* r = &s->rec[s->n_rec];
+    const PlanEntry* e = &s->f->plan.e[u][kind];
+    *r = (CallRec){.unit = u, .kind = kind, .slot = slot_of(s, u, kind), .micro = s->micro,
+                   .phase = s->cur < s->p->n_ev ? s->p->ev[s->cur].phase : 0,
+                   .strat_req = e->cfg.strategy, .weight = weight, .t_issue = zrt_now()};
+    Slot* sl = &s->slot[r->slot];
+    if (sl->qt == sl->qcap) {
+        sl->qcap = sl->qcap ? 2 * sl->qcap : 64;
+        int* q = realloc(sl->q, (size_t)sl->qcap * sizeof *q);
+        trainCheck(q, "out of memory for the call records");
+        sl->q = q;
+    }
+    sl->q[sl->qt++] = s->n_rec;
+    return s->n_rec++;
+}
+
+/* Read a communicator's counters and hand what completed since the last
+ * reading to the oldest waiting records. */
+static void poll_slot(Sched* s, int k) {
+    Slot* sl = &s->slot[k];
+    if (!sl->comm || sl->qh == sl->qt) return;
+    zipcclCounters_t c;
+    zipcclCheck(zipcclCommGetCounters(sl->comm, sl->kind, &c));
+    int d = (int)(c.calls - sl->last.calls);
+    if (d <= 0) return;
+    if (d > sl->qt - sl->qh) d = sl->qt - sl->qh; /* calls of no record (checkpoint gathers) */
+    const double raw = (double)(c.rawBytes - sl->last.rawBytes),
+                 wire = (double)(c.wireBytes - sl->last.wireBytes),
+                 codec = c.codecSeconds - sl->last.codecSeconds,
+                 total = c.totalSeconds - sl->last.totalSeconds;
+    uint64_t bys[5], byc[ZIPCCL_NCODECS];
+    for (int i = 0; i < 5; i++) bys[i] = c.byStrategy[i] - sl->last.byStrategy[i];
+    for (int i = 0; i < ZIPCCL_NCODECS; i++) byc[i] = c.byCodec[i] - sl->last.byCodec[i];
+    double wsum = 0, wcomp = 0, raw_plain = 0;
+    for (int i = 0; i < d; i++) wsum += s->rec[sl->q[sl->qh + i]].weight;
+    /* Split: a raw or native call's wire bytes are its raw bytes; the rest
+     * of the wire and all the codec time belong to the compressing calls. */
+    for (int i = 0; i < d; i++) {
+        CallRec* r = &s->rec[sl->q[sl->qh + i]];
+        if (d == 1) r->strategy = 0;
+        else if (r->strat_req != zipcclStrategyAuto && bys[r->strat_req] > 0) {
+            r->strategy = r->strat_req;
+            bys[r->strat_req]--;
+        } else r->strategy = -1;
+    }
+    for (int i = 0; i < d; i++) { /* auto calls of a shared reading: what is left, in order */
+        CallRec* r = &s->rec[sl->q[sl->qh + i]];
+        for (int k2 = 1; r->strategy < 0 && k2 < 5; k2++)
+            if (bys[k2] > 0) {
+                r->strategy = k2;
+                bys[k2]--;
+            }
+        if (r->strategy < 0) r->strategy = zipcclStrategyRaw;
+        if (d > 1) {
+            const double rr = wsum > 0 ? raw * r->weight / wsum : 0;
+            if (r->strategy == zipcclStrategyCompressed) wcomp += r->weight;
+            else raw_plain += rr;
+        }
+    }
+    for (int i = 0; i < d; i++) {
+        CallRec* r = &s->rec[sl->q[sl->qh + i]];
+        if (d == 1) {
+            for (int k2 = 1; k2 < 5; k2++)
+                if (bys[k2]) r->strategy = k2;
+            r->raw = (uint64_t)raw;
+            r->wire = (uint64_t)wire;
+            r->codec_s = codec;
+            r->total_s = total;
+            r->codec = -1;
+            for (int k2 = 0; k2 < ZIPCCL_NCODECS; k2++)
+                if (byc[k2]) r->codec = k2;
+        } else {
+            const double share = wsum > 0 ? r->weight / wsum : 1.0 / d;
+            r->raw = (uint64_t)(raw * share);
+            r->total_s = total * share;
+            r->shared = 1;
+            r->codec = -1;
+            if (r->strategy == zipcclStrategyCompressed) {
+                const double cs = wcomp > 0 ? r->weight / wcomp : 0;
+                r->wire = (uint64_t)((wire - raw_plain) * cs);
+                r->codec_s = codec * cs;
+                for (int k2 = 0; k2 < ZIPCCL_NCODECS && r->codec < 0; k2++)
+                    if (byc[k2]) {
+                        r->codec = k2;
+                        byc[k2]--;
+                    }
+            } else {
+                r->wire = r->raw;
+            }
+        }
+        r->t_start = r->t_issue > sl->last_end ? r->t_issue : sl->last_end;
+        r->t_end = r->t_start + r->total_s;
+        sl->last_end = r->t_end;
+        r->accounted = 1;
+        PlanStats* st = &s->f->plan.st[r->unit][r->kind];
+        st->calls++;
+        st->by_strategy[r->strategy]++;
+        if (r->codec >= 0) st->by_codec[r->codec]++;
+        st->raw += r->raw;
+        st->wire += r->wire;
+        st->codec_s += r->codec_s;
+        st->total_s += r->total_s;
+        st->shared += (uint64_t)r->shared;
+    }
+    sl->qh += d;
+    sl->last = c;
+    if (sl->qh == sl->qt) sl->qh = sl->qt = 0;
+}
+
+static void poll_all(Sched* s) {
+    for (int k = 0; k < NSLOTS; k++) poll_slot(s, k);
+}
+
+/* The compute thread waits on request *req of unit u, kind k. */
+static void wait_req(Sched* s, zipcclRequest_t* req, int u, int kind, int xk) {
+    const double t0 = zrt_now();
+    zipcclCheck(zipcclWait(*req));
+    *req = NULL;
+    const double t1 = zrt_now(), dt = t1 - t0;
+    s->exposed[xk] += dt;
+    s->f->blocked_s += dt;
+    s->f->plan.st[u][kind].exposed_s += dt;
+    if (s->trace && dt > 2e-6)
+        tprintf(s, ",\n{\"name\": \"wait %s %s\", \"cat\": \"wait\", \"ph\": \"X\", \"pid\": %d, "
+                   "\"tid\": 0, \"ts\": %.1f, \"dur\": %.1f}",
+                plan_kind_name(kind), s->f->units[u].name, s->f->rank, us(s, t0), dt * 1e6);
+}
+
+static void issue_gather(Sched* s) {
+    Fsdp* f = s->f;
+    const SchedGather* g = &s->p->ag[s->ag_issued];
+    SUnit* U = &s->u[g->unit];
+    const FsdpUnit* F = &f->units[g->unit];
+    trainCheck(U->state == 0, "scheduler: the gather of %s was issued while the unit is still held",
+               F->name);
+    const int p16 = f->param_dtype == zipcclBfloat16;
+    U->full = pool_get(&s->pool, F->padded * sizeof(float), 0);
+    U->recv = p16 ? pool_get(&s->pool, F->padded * sizeof(uint16_t), 0) : U->full;
+    pool_busy(&s->pool, U->recv, 1);
+    U->rec = new_rec(s, g->unit, PLAN_AG, (double)F->padded * (p16 ? 2 : 4));
+    fsdp_gather_start(f, g->unit, U->recv, &U->req);
+    U->state = 1;
+    U->gather = s->ag_issued++;
+    s->live += s->gb[g->unit];
+    trainCheck(s->max_bytes <= 0 || s->live <= s->max_bytes + 0.5,
+               "scheduler: %.0f bytes in flight exceed parallelism.max_inflight_bytes %.0f",
+               s->live, s->max_bytes);
+}
+
+static void retire_reduce(Sched* s) {
+    SReduce* r = &s->rs[s->rs_retired];
+    const char* name = s->f->units[r->unit].name;
+    wait_req(s, &r->req, r->unit, PLAN_RS, SCHED_X_RS);
+    pool_busy(&s->pool, r->recv, 0);
+    if (r->g16) pool_busy(&s->pool, r->g16, 0);
+    else pool_busy(&s->pool, r->gfull, 0);
+    fsdp_reduce_finish(s->f, r->unit, r->recv);
+    pool_put(&s->pool, r->recv, "the reduce-scatter output", name);
+    pool_put(&s->pool, r->g16, "the bf16 gradient", name);
+    pool_put(&s->pool, r->gfull, "the full gradient", name);
+    r->recv = r->g16 = NULL;
+    r->gfull = NULL;
+    s->live -= s->rb[r->unit];
+    s->rs_retired++;
+}
+
+static void to_counts(Sched* s, int ag, int rs) {
+    while (s->rs_retired < rs) retire_reduce(s);
+    while (s->ag_issued < ag) issue_gather(s);
+}
+
+static const SchedEvent* expect(Sched* s, int type, int unit, int phase) {
+    trainCheck(s->p, "scheduler: the model called %s(%d) outside a step", ev_name(type), unit);
+    trainCheck(s->cur < s->p->n_ev,
+               "scheduler: the model called %s(%d) after the plan's last event (%d)",
+               ev_name(type), unit, s->p->n_ev);
+    const SchedEvent* e = &s->p->ev[s->cur];
+    const int phased = type == EV_ACQ || type == EV_REL || type == EV_DISP || type == EV_COMB;
+    trainCheck(e->type == type && e->unit == unit && (!phased || e->phase == phase),
+               "scheduler: the model called %s(%d, phase %d) where the plan has %s(%d, phase %d) "
+               "(event %d of micro-batch %d): the model's hook order is not the one "
+               "models/llama.h documents and sched_model_order follows",
+               ev_name(type), unit, phase, ev_name(e->type), e->unit, e->phase, s->cur, s->micro);
+    to_counts(s, e->ag_pre, e->rs_pre);
+    return e;
+}
+
+static void done(Sched* s, const SchedEvent* e) {
+    to_counts(s, e->ag_post, e->rs_post);
+    s->cur++;
+    poll_all(s);
+}
+
+static const float* hook_acquire(void* ctx, int u, int phase) {
+    Sched* s = ctx;
+    const SchedEvent* e = expect(s, EV_ACQ, u, phase);
+    SUnit* U = &s->u[u];
+    if (e->gather >= 0) {
+        trainCheck(U->state == 1 && U->gather == e->gather,
+                   "scheduler: %s acquired, but its gather %d is not the one in flight",
+                   s->f->units[u].name, e->gather);
+        wait_req(s, &U->req, u, PLAN_AG, SCHED_X_AG);
+        pool_busy(&s->pool, U->recv, 0);
+        fsdp_gather_finish(s->f, u, U->recv, U->full);
+        if (U->recv != U->full) pool_put(&s->pool, U->recv, "the bf16 gather buffer", s->f->units[u].name);
+        U->recv = NULL;
+        U->state = 2;
+    }
+    /* the invariant: nothing reads a unit whose gather has not completed */
+    trainCheck(U->state == 2, "scheduler: %s read before its gather completed",
+               s->f->units[u].name);
+    U->t_acq = zrt_now();
+    done(s, e);
+    return U->full;
+}
+
+static void hook_release(void* ctx, int u, int phase) {
+    Sched* s = ctx;
+    const SchedEvent* e = expect(s, EV_REL, u, phase);
+    SUnit* U = &s->u[u];
+    if (s->trace)
+        tprintf(s, ",\n{\"name\": \"%s %s\", \"cat\": \"compute\", \"ph\": \"X\", \"pid\": %d, "
+                   "\"tid\": 0, \"ts\": %.1f, \"dur\": %.1f, \"args\": {\"micro\": %d}}",
+                phase ? "bwd" : "fwd", s->f->units[u].name, s->f->rank, us(s, U->t_acq),
+                (zrt_now() - U->t_acq) * 1e6, s->micro);
+    if (e->drop) {
+        pool_put(&s->pool, U->full, "the gathered unit", s->f->units[u].name);
+        U->full = NULL;
+        U->state = 0;
+        s->live -= s->gb[u];
+    }
+    done(s, e);
+}
+
+static float* hook_grad_buffer(void* ctx, int u) {
+    Sched* s = ctx;
+    const SchedEvent* e = expect(s, EV_GBUF, u, 1);
+    SUnit* U = &s->u[u];
+    if (e->gbuf_new) {
+        trainCheck(!U->gbuf, "scheduler: a second gradient buffer for %s", s->f->units[u].name);
+        U->gbuf = pool_get(&s->pool, s->f->units[u].padded * sizeof(float), 1);
+        s->live += s->rb[u];
+    }
+    trainCheck(U->gbuf, "scheduler: no gradient buffer for %s", s->f->units[u].name);
+    float* g = U->gbuf;
+    done(s, e);
+    return g;
+}
+
+static void hook_grads_ready(void* ctx, int u) {
+    Sched* s = ctx;
+    const SchedEvent* e = expect(s, EV_GRDY, u, 1);
+    SUnit* U = &s->u[u];
+    Fsdp* f = s->f;
+    const FsdpUnit* F = &f->units[u];
+    trainCheck(U->gbuf, "grads_ready(%d) before any gradient was written", u);
+    trainCheck(e->rs == s->rs_issued, "scheduler: reduce-scatter %d issued out of order", e->rs);
+    SReduce* r = &s->rs[s->rs_issued++];
+    const int r16 = f->reduce_dtype == zipcclBfloat16;
+    *r = (SReduce){.unit = u, .gfull = U->gbuf};
+    U->gbuf = NULL;
+    if (r16) r->g16 = pool_get(&s->pool, F->padded * sizeof(uint16_t), 0);
+    r->recv = pool_get(&s->pool, F->shard * (r16 ? 2 : 4), 0);
+    r->rec = new_rec(s, u, PLAN_RS, (double)F->padded * (r16 ? 2 : 4));
+    fsdp_reduce_start(f, u, r->gfull, r->g16, r->recv, &r->req);
+    pool_busy(&s->pool, r->recv, 1);
+    if (r16) { /* the collective reads only the bf16 copy: the fp32 buffer is free */
+        pool_put(&s->pool, r->gfull, "the full gradient", F->name);
+        r->gfull = NULL;
+        pool_busy(&s->pool, r->g16, 1);
+    } else {
+        pool_busy(&s->pool, r->gfull, 1);
+    }
+    done(s, e);
+}
+
+/* The expert exchange is blocking (expert.c): time it as exposed, and
+ * record it as one call of the block's unit. */
+static int exchange(Sched* s, int layer, int phase, int type, int (*fn)(Sched*, void*), void* a) {
+    const SchedEvent* e = expect(s, type, layer, phase);
+    Fsdp* f = s->f;
+    const double b0 = f->expert.blocked_s, t0 = zrt_now();
+    const int rec = new_rec(s, 1 + layer, PLAN_A2A, 1);
+    (void)rec;
+    int rc = fn(s, a);
+    const double dt = f->expert.blocked_s - b0;
+    f->blocked_s += dt;
+    s->exposed[SCHED_X_A2A] += dt;
+    f->plan.st[1 + layer][PLAN_A2A].exposed_s += dt;
+    if (s->trace)
+        tprintf(s, ",\n{\"name\": \"%s layers.%d\", \"cat\": \"wait\", \"ph\": \"X\", \"pid\": %d, "
+                   "\"tid\": 0, \"ts\": %.1f, \"dur\": %.1f}",
+                ev_name(type), layer, f->rank, us(s, t0), (zrt_now() - t0) * 1e6);
+    done(s, e);
+    return rc;
+}
+
+typedef struct {
+    int layer, phase;
+    const float* rows;
+    const int* counts;
+    int C;
+    const float** recv;
+    int *n_recv, *n_local, *first;
+    const int** recv_counts;
+    const float* local;
+    float* out;
+} XArgs;
+
+static int do_dispatch(Sched* s, void* p) {
+    XArgs* a = p;
+    return expert_dispatch(&s->f->expert, a->layer, a->phase, a->rows, a->counts, a->C, a->recv,
+                           a->n_recv, a->recv_counts, a->n_local, a->first);
+}
+
+static int do_combine(Sched* s, void* p) {
+    XArgs* a = p;
+    return expert_combine(&s->f->expert, a->layer, a->phase, a->local, a->out);
+}
+
+static int hook_dispatch(void* ctx, int layer, int phase, const float* rows, const int* counts,
+                         int C, const float** recv, int* n_recv, const int** recv_counts,
+                         int* n_local, int* first_expert) {
+    XArgs a = {.layer = layer, .phase = phase, .rows = rows, .counts = counts, .C = C,
+               .recv = recv, .n_recv = n_recv, .n_local = n_local, .first = first_expert,
+               .recv_counts = recv_counts};
+    return exchange(ctx, layer, phase, EV_DISP, do_dispatch, &a);
+}
+
+static int hook_combine(void* ctx, int layer, int phase, const float* local, float* rows) {
+    XArgs a = {.layer = layer, .phase = phase, .local = local, .out = rows};
+    return exchange(ctx, layer, phase, EV_COMB, do_combine, &a);
+}
+
+LlamaParamHooks sched_hooks(Sched* s) {
+    LlamaParamHooks h = {.ctx = s,
+                         .acquire = hook_acquire,
+                         .release = hook_release,
+                         .grad_buffer = hook_grad_buffer,
+                         .grads_ready = hook_grads_ready};
+    if (s->f->ep > 1) { /* at EP = 1 the model computes every expert itself */
+        h.dispatch = hook_dispatch;
+        h.combine = hook_combine;
+    }
+    return h;
+}
+
+Sched* sched_create(Fsdp* f, const TrainConfig* cfg, int trace) {
+    Sched* s = zrt_calloc(1, sizeof *s, "scheduler");
+    s->f = f;
+    s->cfg = cfg;
+    s->trace = trace;
+    unit_sizes(cfg, f->nranks, f->n_units, &s->gb, &s->rb);
+    char err[1024];
+    SchedParams sp = {.n_units = f->n_units, .gbytes = s->gb, .rbytes = s->rb};
+    params_for(&sp, cfg, 1);
+    trainCheck(!sched_plan_build(&s->train, &sp, err, sizeof err), "%s", err);
+    params_for(&sp, cfg, 0);
+    trainCheck(!sched_plan_build(&s->eval, &sp, err, sizeof err), "%s", err);
+    s->max_bytes = sp.max_bytes;
+    s->u = zrt_calloc((size_t)f->n_units, sizeof *s->u, "scheduler units");
+    s->rs = zrt_calloc((size_t)s->train.n_rs + 1, sizeof *s->rs, "scheduler reduce-scatters");
+    /* calls and bytes per step for the plan's table: this rank sends
+     * (G-1)/G of each gathered unit and of each full gradient */
+    for (int g = 0; g < s->train.n_ag; g++) {
+        const int u = s->train.ag[g].unit;
+        const FsdpUnit* F = &f->units[u];
+        const double G = (double)F->padded / (double)F->shard;
+        f->plan.e[u][PLAN_AG].calls_per_step++;
+        f->plan.e[u][PLAN_AG].bytes_per_step +=
+            (uint64_t)((double)F->padded * zipcclTypeSize(f->param_dtype) * (G - 1) / G);
+    }
+    for (int i = 0; i < s->train.n_rs; i++) {
+        const int u = s->train.rs_unit[i];
+        const FsdpUnit* F = &f->units[u];
+        const double G = (double)F->padded / (double)F->shard;
+        f->plan.e[u][PLAN_RS].calls_per_step++;
+        f->plan.e[u][PLAN_RS].bytes_per_step +=
+            (uint64_t)((double)F->padded * zipcclTypeSize(f->reduce_dtype) * (G - 1) / G);
+    }
+    for (int t = 0; t < s->train.n_ev; t++)
+        if (s->train.ev[t].type == EV_DISP || s->train.ev[t].type == EV_COMB)
+            f->plan.e[1 + s->train.ev[t].unit][PLAN_A2A].calls_per_step++;
+    s->slot[SLOT_AG] = (Slot){.comm = f->comm_ag, .kind = zipcclCollAllGather};
+    s->slot[SLOT_RS] = (Slot){.comm = f->comm_rs, .kind = zipcclCollReduceScatter};
+    if (f->ep > 1) {
+        s->slot[SLOT_AGX] = (Slot){.comm = f->comm_ag_x, .kind = zipcclCollAllGather};
+        s->slot[SLOT_RSX] = (Slot){.comm = f->comm_rs_x, .kind = zipcclCollReduceScatter};
+        s->slot[SLOT_A2A] = (Slot){.comm = f->expert.comm, .kind = zipcclCollAlltoAllv};
+    }
+    /* one clock for every rank's trace: the end of a barrier */
+    MPI_Barrier(MPI_COMM_WORLD);
+    s->t0 = zrt_now();
+    if (trace) {
+        tprintf(s, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": "
+                   "{\"name\": \"rank %d\"}}",
+                f->rank, f->rank);
+        tprintf(s, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
+                   "\"args\": {\"name\": \"compute\"}}",
+                f->rank);
+        for (int k = 0; k < NSLOTS; k++)
+            if (s->slot[k].comm)
+                tprintf(s, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+                           "\"args\": {\"name\": \"%s\"}}",
+                        f->rank, 1 + k, kSlotName[k]);
+    }
+    return s;
+}
+
+void sched_destroy(Sched* s) {
+    if (!s) return;
+    for (int k = 0; k < NSLOTS; k++) free(s->slot[k].q);
+    for (int u = 0; u < s->f->n_units; u++) {
+        if (s->u[u].req) zipcclWait(s->u[u].req);
+    }
+    pool_free(&s->pool);
+    sched_plan_free(&s->train);
+    sched_plan_free(&s->eval);
+    free(s->u);
+    free(s->rs);
+    free(s->gb);
+    free(s->rb);
+    free(s->rec);
+    free(s->tb);
+    free(s);
+}
+
+void sched_begin_step(Sched* s, int train) {
+    trainCheck(!s->p, "scheduler: a step began inside another");
+    s->p = train ? &s->train : &s->eval;
+    s->cur = s->micro = s->ag_issued = s->rs_issued = s->rs_retired = 0;
+    s->n_rec = 0;
+    for (int u = 0; u < s->f->n_units; u++)
+        trainCheck(s->u[u].state == 0 && !s->u[u].gbuf, "scheduler: %s held across steps",
+                   s->f->units[u].name);
+    /* calls made outside the plan (checkpoint and hash gathers) are nobody's */
+    for (int k = 0; k < NSLOTS; k++) {
+        Slot* sl = &s->slot[k];
+        if (!sl->comm) continue;
+        zipcclCheck(zipcclCommGetCounters(sl->comm, sl->kind, &sl->last));
+        sl->qh = sl->qt = 0;
+    }
+    to_counts(s, s->p->n_ev ? s->p->ev[0].ag_pre : 0, 0);
+}
+
+void sched_begin_micro(Sched* s) {
+    trainCheck(s->p && (s->cur == s->p->n_ev || s->p->ev[s->cur].micro == s->micro),
+               "scheduler: micro-batch %d begins at event %d", s->micro, s->cur);
+}
+
+void sched_end_micro(Sched* s) {
+    trainCheck(s->cur == s->p->n_ev || s->p->ev[s->cur].micro == s->micro + 1,
+               "scheduler: micro-batch %d ended at event %d of %d: the model skipped hooks "
+               "(a failed step?)",
+               s->micro, s->cur, s->p->n_ev);
+    s->micro++;
+}
+
+static void trace_calls(Sched* s) {
+    for (int i = 0; i < s->n_rec; i++) {
+        const CallRec* r = &s->rec[i];
+        if (!r->accounted) continue;
+        tprintf(s,
+                ",\n{\"name\": \"%s %s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
+                "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"unit\": \"%s\", \"kind\": \"%s\", "
+                "\"micro\": %d, \"strategy\": \"%s\", \"codec\": \"%s\", \"raw_bytes\": %llu, "
+                "\"wire_bytes\": %llu, \"codec_ms\": %.3f, \"issued_us\": %.1f, \"shared\": %d}}",
+                plan_kind_name(r->kind), s->f->units[r->unit].name, plan_kind_name(r->kind),
+                s->f->rank, 1 + r->slot, us(s, r->t_start), r->total_s * 1e6,
+                s->f->units[r->unit].name, plan_kind_name(r->kind), r->micro,
+                zipcclStrategyName((zipcclStrategy_t)r->strategy),
+                r->codec >= 0 ? zipcclCodecName((zipcclCodec_t)r->codec) : "-",
+                (unsigned long long)r->raw, (unsigned long long)r->wire, r->codec_s * 1e3,
+                us(s, r->t_issue), r->shared);
+    }
+}
+
+void sched_end_step(Sched* s) {
+    trainCheck(s->p, "scheduler: a step ended that never began");
+    trainCheck(s->cur == s->p->n_ev, "scheduler: the step ended at event %d of %d", s->cur,
+               s->p->n_ev);
+    trainCheck(s->ag_issued == s->p->n_ag, "scheduler: %d of %d gathers issued", s->ag_issued,
+               s->p->n_ag);
+    while (s->rs_retired < s->rs_issued) retire_reduce(s);
+    for (int u = 0; u < s->f->n_units; u++) {
+        SUnit* U = &s->u[u];
+        trainCheck(U->state != 1, "scheduler: the gather of %s was never waited for",
+                   s->f->units[u].name);
+        if (U->state == 2) {
+            pool_put(&s->pool, U->full, "the gathered unit", s->f->units[u].name);
+            U->full = NULL;
+            U->state = 0;
+            s->live -= s->gb[u];
+        }
+    }
+    poll_all(s);
+    if (s->trace) trace_calls(s);
+    s->p = NULL;
+}
+
+void sched_exposed(const Sched* s, double out[SCHED_NX]) {
+    for (int k = 0; k < SCHED_NX; k++) out[k] = s->exposed[k];
+    out[SCHED_X_MISC] = s->f->misc_s;
+}
+
+const CommPlan* sched_plan(const Sched* s) { return &s->f->plan; }
+double sched_peak_bytes(const Sched* s) { return s->train.peak_bytes; }
+
+void sched_trace_write(Sched* s, const char* path) {
+    if (!s->trace) return;
+    Fsdp* f = s->f;
+    const int len = (int)s->tlen;
+    int* lens = f->rank == 0 ? zrt_malloc((size_t)f->nranks * sizeof(int), "trace") : NULL;
+    MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    int* displs = NULL;
+    char* all = NULL;
+    if (f->rank == 0) {
+        displs = zrt_malloc((size_t)f->nranks * sizeof(int), "trace");
+        long long tot = 0;
+        for (int r = 0; r < f->nranks; r++) {
+            displs[r] = (int)tot;
+            tot += lens[r];
+        }
+        trainCheck(tot < (1ll << 31), "--trace: %lld bytes of events do not fit one file; trace "
+                   "fewer steps", tot);
+        all = zrt_malloc((size_t)tot + 1, "trace");
+    }
+    MPI_Gatherv(s->tb, len, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (f->rank == 0) {
+        FILE* fp = fopen(path, "w");
+        trainCheck(fp, "--trace: cannot write %s: %s", path, strerror(errno));
+        fprintf(fp, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+        for (int r = 0; r < f->nranks; r++) {
+            if (r) fprintf(fp, ",\n");
+            fwrite(all + displs[r], 1, (size_t)lens[r], fp);
+        }
+        fprintf(fp, "\n]}\n");
+        trainCheck(fclose(fp) == 0, "--trace: writing %s failed", path);
+    }
+    free(lens);
+    free(displs);
+    free(all);
+}
