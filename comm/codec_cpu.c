@@ -76,7 +76,7 @@ static inline size_t zc_raw_chunk_size(int dt, size_t n) {
 /* The code that marks an escape (F3's plane code, R's and F2's symbol): the
  * largest window distance + 1. */
 static inline uint32_t zc_esc_code(int mode) {
-    return mode == ZCF_MODE_F3 ? ZCF_F3_ESC : mode == ZCF_MODE_F2 ? ZCF_F2_ESC : ZCF_R_ESC;
+    return mode == ZCF_MODE_F3 ? ZCF_F3_ESC : mode == ZCF_MODE_F2 ? ZCF_F2_ESC : mode == ZCF_MODE_T ? ZCF_T_ESC : ZCF_R_ESC;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -633,30 +633,36 @@ ZC_T256 static __attribute__((always_inline)) inline int merge_avx2_impl(int dt,
 #define ZC_SPECIALISE(T, isa)                                                                     \
     T static uint32_t split_##isa(int dt, int mode, size_t n, const uint8_t* src, uint32_t top,   \
                                   uint8_t* rest, uint8_t* codes, uint8_t* esc) {                  \
-        switch (dt * 4 + mode) {                                                                  \
-        case ZCF_DT_BF16 * 4 + ZCF_MODE_F3: return split_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F3, n, src, top, rest, codes, esc); \
-        case ZCF_DT_BF16 * 4 + ZCF_MODE_R: return split_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_R, n, src, top, rest, codes, esc);   \
-        case ZCF_DT_BF16 * 4 + ZCF_MODE_F2: return split_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F2, n, src, top, rest, codes, esc); \
-        case ZCF_DT_FP16 * 4 + ZCF_MODE_F3: return split_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F3, n, src, top, rest, codes, esc); \
-        case ZCF_DT_FP16 * 4 + ZCF_MODE_R: return split_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_R, n, src, top, rest, codes, esc);   \
-        case ZCF_DT_FP16 * 4 + ZCF_MODE_F2: return split_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F2, n, src, top, rest, codes, esc); \
-        case ZCF_DT_FP32 * 4 + ZCF_MODE_F3: return split_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F3, n, src, top, rest, codes, esc); \
-        case ZCF_DT_FP32 * 4 + ZCF_MODE_F2: return split_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F2, n, src, top, rest, codes, esc); \
+        switch (dt * 8 + mode) {                                                                  \
+        case ZCF_DT_BF16 * 8 + ZCF_MODE_F3: return split_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F3, n, src, top, rest, codes, esc); \
+        case ZCF_DT_BF16 * 8 + ZCF_MODE_R: return split_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_R, n, src, top, rest, codes, esc);   \
+        case ZCF_DT_BF16 * 8 + ZCF_MODE_F2: return split_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F2, n, src, top, rest, codes, esc); \
+        case ZCF_DT_FP16 * 8 + ZCF_MODE_F3: return split_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F3, n, src, top, rest, codes, esc); \
+        case ZCF_DT_FP16 * 8 + ZCF_MODE_R: return split_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_R, n, src, top, rest, codes, esc);   \
+        case ZCF_DT_FP16 * 8 + ZCF_MODE_F2: return split_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F2, n, src, top, rest, codes, esc); \
+        case ZCF_DT_FP32 * 8 + ZCF_MODE_F3: return split_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F3, n, src, top, rest, codes, esc); \
+        case ZCF_DT_FP32 * 8 + ZCF_MODE_F2: return split_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F2, n, src, top, rest, codes, esc); \
+        case ZCF_DT_BF16 * 8 + ZCF_MODE_T: return split_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_T, n, src, top, rest, codes, esc); \
+        case ZCF_DT_FP16 * 8 + ZCF_MODE_T: return split_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_T, n, src, top, rest, codes, esc); \
+        case ZCF_DT_FP32 * 8 + ZCF_MODE_T: return split_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_T, n, src, top, rest, codes, esc); \
         default: return split_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_R, n, src, top, rest, codes, esc);                             \
         }                                                                                         \
     }                                                                                             \
     T static int merge_##isa(int dt, int mode, size_t n, size_t g0, size_t g1, const uint8_t* rest, \
                              const uint8_t* codes, const uint8_t* esc, uint32_t n_esc, uint32_t* pos, \
                              uint32_t top, uint8_t* dst) {                                        \
-        switch (dt * 4 + mode) {                                                                  \
-        case ZCF_DT_BF16 * 4 + ZCF_MODE_F3: return merge_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F3, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
-        case ZCF_DT_BF16 * 4 + ZCF_MODE_R: return merge_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_R, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst);   \
-        case ZCF_DT_BF16 * 4 + ZCF_MODE_F2: return merge_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F2, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
-        case ZCF_DT_FP16 * 4 + ZCF_MODE_F3: return merge_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F3, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
-        case ZCF_DT_FP16 * 4 + ZCF_MODE_R: return merge_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_R, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst);   \
-        case ZCF_DT_FP16 * 4 + ZCF_MODE_F2: return merge_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F2, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
-        case ZCF_DT_FP32 * 4 + ZCF_MODE_F3: return merge_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F3, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
-        case ZCF_DT_FP32 * 4 + ZCF_MODE_F2: return merge_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F2, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
+        switch (dt * 8 + mode) {                                                                  \
+        case ZCF_DT_BF16 * 8 + ZCF_MODE_F3: return merge_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F3, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
+        case ZCF_DT_BF16 * 8 + ZCF_MODE_R: return merge_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_R, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst);   \
+        case ZCF_DT_BF16 * 8 + ZCF_MODE_F2: return merge_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_F2, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
+        case ZCF_DT_FP16 * 8 + ZCF_MODE_F3: return merge_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F3, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
+        case ZCF_DT_FP16 * 8 + ZCF_MODE_R: return merge_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_R, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst);   \
+        case ZCF_DT_FP16 * 8 + ZCF_MODE_F2: return merge_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_F2, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
+        case ZCF_DT_FP32 * 8 + ZCF_MODE_F3: return merge_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F3, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
+        case ZCF_DT_FP32 * 8 + ZCF_MODE_F2: return merge_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_F2, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
+        case ZCF_DT_BF16 * 8 + ZCF_MODE_T: return merge_##isa##_impl(ZCF_DT_BF16, ZCF_MODE_T, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
+        case ZCF_DT_FP16 * 8 + ZCF_MODE_T: return merge_##isa##_impl(ZCF_DT_FP16, ZCF_MODE_T, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
+        case ZCF_DT_FP32 * 8 + ZCF_MODE_T: return merge_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_T, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst); \
         default: return merge_##isa##_impl(ZCF_DT_FP32, ZCF_MODE_R, n, g0, g1, rest, codes, esc, n_esc, pos, top, dst);                             \
         }                                                                                         \
     }
@@ -890,6 +896,165 @@ ZC_T256 static void f2_unpack_avx2(const uint8_t* prim, const uint8_t* sec, size
 }
 
 /* ------------------------------------------------------------------------ */
+/* 3d. T tiers (FORMAT.md 4.6): symbols <-> ranks <-> three tiers of planes  */
+/* ------------------------------------------------------------------------ */
+/* A T chunk is split and merged as window positions (d = top - e, 13 =
+ * escape) by the kernels of 3a/3b, like R and F2. Here a chunk's positions
+ * become ranks (the shape's LUT) and the ranks three tiers: a tier pass
+ * writes min(v, 3) as two plane words per 64 entries and compacts v - 3 of
+ * the entries whose code is 3 into the next tier's bytes; the last tier's
+ * bytes (0..7) become three plane words per 64 entries. Decoding walks the
+ * tier-1 groups with a cursor into each lower tier: the codes of the next 64
+ * entries of a tier come from two plane words shifted together, and go back
+ * to their elements through vpexpandb (AVX-512) or a bit loop (scalar). */
+
+/* One tier pass over m bytes (through lut if not NULL): plane words at
+ * planes (16 bytes per 64 entries, padding bits 0), continuing entries'
+ * v - 3 appended at next (room for m + 64). Returns their number. */
+typedef size_t (*zc_tpass_fn)(const uint8_t* in, size_t m, const uint8_t* lut, uint8_t* planes, uint8_t* next);
+/* Decoder: tier-1 groups [g0, g1) (t1 points at group g0) -> window
+ * positions at sym[0..], taking tier-2 and tier-3 codes from entry *k2 and
+ * *k3 on (h2, h3: their plane groups, validated). */
+typedef void (*zc_tunpack_fn)(const uint8_t* t1, const uint8_t* t2, size_t h2, const uint8_t* t3, size_t h3,
+                              const uint8_t* inv, size_t n, size_t g0, size_t g1, size_t* k2, size_t* k3,
+                              uint8_t* sym);
+
+static size_t t_pass_group_scalar(const uint8_t* in, size_t m, size_t g, const uint8_t* lut, uint8_t* planes,
+                                  uint8_t* next, size_t c) {
+    size_t i0 = 64 * g, cnt = m - i0 < 64 ? m - i0 : 64;
+    uint64_t w0 = 0, w1 = 0;
+    for (size_t j = 0; j < cnt; j++) {
+        uint32_t v = lut ? lut[in[i0 + j]] : in[i0 + j], p = v < 3 ? v : 3;
+        w0 |= (uint64_t)(p & 1) << j;
+        w1 |= (uint64_t)(p >> 1) << j;
+        if (p == 3) next[c++] = (uint8_t)(v - 3);
+    }
+    zc_st64(planes + 16 * g, w0);
+    zc_st64(planes + 16 * g + 8, w1);
+    return c;
+}
+
+static size_t t_pass_scalar(const uint8_t* in, size_t m, const uint8_t* lut, uint8_t* planes, uint8_t* next) {
+    size_t c = 0;
+    for (size_t g = 0; g < zc_groups(m); g++) c = t_pass_group_scalar(in, m, g, lut, planes, next, c);
+    return c;
+}
+
+ZC_T512 static size_t t_pass_avx512(const uint8_t* in, size_t m, const uint8_t* lut, uint8_t* planes,
+                                    uint8_t* next) {
+    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2), three = _mm512_set1_epi8(3);
+    __m512i lv = _mm512_setzero_si512();
+    if (lut) lv = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)lut));
+    size_t c = 0, full = m / 64;
+    for (size_t g = 0; g < full; g++) {
+        __m512i v = _mm512_loadu_si512(in + 64 * g);
+        if (lut) v = _mm512_permutexvar_epi8(v, lv); /* v <= 13 */
+        __m512i p = _mm512_min_epu8(v, three);
+        __mmask64 w0 = _mm512_test_epi8_mask(p, one), w1 = _mm512_test_epi8_mask(p, two), t = w0 & w1;
+        zc_st64(planes + 16 * g, w0);
+        zc_st64(planes + 16 * g + 8, w1);
+        _mm512_storeu_si512(next + c, _mm512_maskz_compress_epi8(t, _mm512_sub_epi8(v, three)));
+        c += (size_t)_mm_popcnt_u64(t);
+    }
+    if (full * 64 < m) c = t_pass_group_scalar(in, m, full, lut, planes, next, c);
+    return c;
+}
+
+/* Bits of entry k of a tier with `words` plane words per group. */
+static inline uint32_t t_entry(const uint8_t* planes, int words, size_t k) {
+    const uint8_t* w = planes + 8 * (size_t)words * (k / 64);
+    uint32_t v = 0;
+    for (int b = 0; b < words; b++) v |= (uint32_t)((zc_ld64(w + 8 * b) >> (k % 64)) & 1) << b;
+    return v;
+}
+
+static void t_unpack_scalar(const uint8_t* t1, const uint8_t* t2, size_t h2, const uint8_t* t3, size_t h3,
+                            const uint8_t* inv, size_t n, size_t g0, size_t g1, size_t* k2, size_t* k3,
+                            uint8_t* sym) {
+    size_t c2 = *k2, c3 = *k3; /* entries < m2, m3: the caller counted the code-3 bits */
+    for (size_t g = g0; g < g1; g++) {
+        const uint8_t* w = t1 + 16 * (g - g0);
+        uint64_t w0 = zc_ld64(w), w1 = zc_ld64(w + 8);
+        size_t i0 = 64 * g, cnt = n - i0 < 64 ? n - i0 : 64;
+        for (size_t j = 0; j < cnt; j++) {
+            uint32_t r = (uint32_t)(((w0 >> j) & 1) | (((w1 >> j) & 1) << 1));
+            if (r == 3) {
+                uint32_t p2 = t_entry(t2, 2, c2++);
+                r = 3 + p2;
+                if (p2 == 3) r = 6 + t_entry(t3, 3, c3++);
+            }
+            sym[i0 + j - 64 * g0] = inv[r];
+        }
+    }
+    (void)h2; (void)h3;
+    *k2 = c2;
+    *k3 = c3;
+}
+
+/* The codes of entries k .. k+63 of a tier as bytes (0 past its h groups). */
+ZC_T512 static inline __m512i t_fetch512(const uint8_t* planes, int words, size_t h, size_t k) {
+    size_t g = k / 64, b = k % 64;
+    __m512i v = _mm512_setzero_si512();
+    for (int w = 0; w < words; w++) {
+        uint64_t lo = g < h ? zc_ld64(planes + 8 * (size_t)words * g + 8 * w) : 0;
+        uint64_t hi = b && g + 1 < h ? zc_ld64(planes + 8 * (size_t)words * (g + 1) + 8 * w) : 0;
+        uint64_t x = b ? (lo >> b) | (hi << (64 - b)) : lo;
+        v = _mm512_or_si512(v, _mm512_maskz_mov_epi8(x, _mm512_set1_epi8((char)(1 << w))));
+    }
+    return v;
+}
+
+ZC_T512 static void t_unpack_avx512(const uint8_t* t1, const uint8_t* t2, size_t h2, const uint8_t* t3,
+                                    size_t h3, const uint8_t* inv, size_t n, size_t g0, size_t g1, size_t* k2,
+                                    size_t* k3, uint8_t* sym) {
+    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2), three = _mm512_set1_epi8(3);
+    const __m512i iv = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)inv));
+    size_t gend = g1 * 64 > n ? g1 - 1 : g1, c2 = *k2, c3 = *k3;
+    for (size_t g = g0; g < gend; g++) {
+        const uint8_t* w = t1 + 16 * (g - g0);
+        __mmask64 w0 = zc_ld64(w), w1 = zc_ld64(w + 8), t = w0 & w1;
+        __m512i r = _mm512_or_si512(_mm512_maskz_mov_epi8(w0, one), _mm512_maskz_mov_epi8(w1, two));
+        if (t) {
+            size_t cnt = (size_t)_mm_popcnt_u64(t);
+            __m512i v2 = t_fetch512(t2, 2, h2, c2);
+            __mmask64 live = cnt == 64 ? ~0ull : (1ull << cnt) - 1;
+            __mmask64 u = _mm512_cmpeq_epi8_mask(v2, three) & live;
+            if (u) {
+                __m512i v3 = t_fetch512(t3, 3, h3, c3);
+                v2 = _mm512_mask_expand_epi8(v2, u, _mm512_add_epi8(v3, three));
+                c3 += (size_t)_mm_popcnt_u64(u);
+            }
+            r = _mm512_mask_expand_epi8(r, t, _mm512_add_epi8(v2, three));
+            c2 += cnt;
+        }
+        _mm512_storeu_si512(sym + 64 * (g - g0), _mm512_permutexvar_epi8(r, iv));
+    }
+    *k2 = c2;
+    *k3 = c3;
+    if (gend < g1) t_unpack_scalar(t1 + 16 * (gend - g0), t2, h2, t3, h3, inv, n, gend, g1, k2, k3, sym + 64 * (gend - g0));
+}
+
+/* The last tier: m bytes (0..7; q has room for m + 64, zeroed here) as
+ * three plane words per 64 entries. */
+ZC_T512 static void t_planes3_avx512(uint8_t* q, size_t m, uint8_t* out) {
+    memset(q + m, 0, 64);
+    for (size_t h = 0; h < zc_groups(m); h++) {
+        __m512i v = _mm512_loadu_si512(q + 64 * h);
+        zc_st64(out + 24 * h, _mm512_test_epi8_mask(v, _mm512_set1_epi8(1)));
+        zc_st64(out + 24 * h + 8, _mm512_test_epi8_mask(v, _mm512_set1_epi8(2)));
+        zc_st64(out + 24 * h + 16, _mm512_test_epi8_mask(v, _mm512_set1_epi8(4)));
+    }
+}
+
+/* The shape's LUTs: window position -> rank (enc) and rank -> position (dec). */
+static void t_luts(uint32_t shape, uint8_t enc[16], uint8_t dec[16]) {
+    for (uint32_t v = 0; v < 16; v++) {
+        enc[v] = (uint8_t)(v <= ZCF_T_ESC ? zcf_t_rank(shape, v) : ZCF_T_ESC);
+        dec[v] = (uint8_t)(v <= ZCF_T_ESC ? zcf_t_pos(shape, v) : ZCF_T_ESC);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* Run-time dispatch                                                         */
 /* ------------------------------------------------------------------------ */
 
@@ -898,6 +1063,8 @@ typedef struct {
     zc_merge_fn merge;
     zc_f2pack_fn f2pack;
     zc_f2unpack_fn f2unpack;
+    zc_tpass_fn tpass;
+    zc_tunpack_fn tunpack;
     int rans512; /* rANS lanes in AVX-512 (gathers, scatters)  */
 } zc_kernels_t;
 
@@ -933,6 +1100,9 @@ static zipcclResult_t zc_pick(const zipcclCodecParams_t* params, zc_kernels_t* k
     k->rans512 = s == zipcclSimdAvx512;
     k->f2pack = s == zipcclSimdAvx512 ? f2_pack_avx512 : s == zipcclSimdAvx2 ? f2_pack_avx2 : f2_pack_scalar;
     k->f2unpack = s == zipcclSimdAvx512 ? f2_unpack_avx512 : s == zipcclSimdAvx2 ? f2_unpack_avx2 : f2_unpack_scalar;
+    /* AVX2 has no byte compress/expand: its T tiers are the scalar ones */
+    k->tpass = s == zipcclSimdAvx512 ? t_pass_avx512 : t_pass_scalar;
+    k->tunpack = s == zipcclSimdAvx512 ? t_unpack_avx512 : t_unpack_scalar;
     if (s == zipcclSimdAvx512) { k->split = split_avx512; k->merge = merge_avx512; }
     else if (s == zipcclSimdAvx2) { k->split = split_avx2; k->merge = merge_avx2; }
     else { k->split = split_scalar; k->merge = merge_scalar; }
@@ -1161,6 +1331,27 @@ static int zc_estimate(int dt, const uint8_t* src, size_t n) {
     return zcf_estimate_s8_u16(dt, v, s);
 }
 
+/* The T choice of FORMAT.md §7.2: a sample of up to 1024 exponents gives
+ * s8 (as §7.1 does from 256) and a histogram around k = s8 / 8, from which
+ * zcf_t_pick chooses top and shape. Returns 0 if no candidate is valid. */
+static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape) {
+    size_t S = n < ZCF_T_SAMPLE ? n : ZCF_T_SAMPLE;
+    int es = zcf_elem_size(dt), emax = (1 << zcf_exp_bits(dt)) - 1;
+    uint8_t e[ZCF_T_SAMPLE];
+    uint64_t sum = 0, cnt = 0;
+    for (size_t k = 0; k < S; k++) {
+        e[k] = (uint8_t)zcf_exponent(dt, zc_ld_elem(src + (size_t)es * ((k * n) / S), es));
+        if (e[k] > 0 && e[k] < emax) { sum += e[k]; cnt++; }
+    }
+    int kk = zcf_s8_of(sum, cnt) / 8;
+    uint32_t h[ZCF_T_BINS] = {0};
+    for (size_t k = 0; k < S; k++) {
+        int i = (int)e[k] - kk + 14;
+        if (i >= 0 && i < ZCF_T_BINS) h[i]++;
+    }
+    return zcf_t_pick(h, kk, emax, top, shape);
+}
+
 /* Encode one chunk of n <= ZC_ENC_CHUNK elements into out (room: avail
  * bytes). Returns its size, or 0 if neither the encoding nor the raw chunk
  * fits. A chunk not smaller than raw is written raw. */
@@ -1193,7 +1384,29 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
                 return size;
             }
         }
-    } else if (codec == zipcclCodecFast) { /* F2 */
+    } else if (codec == zipcclCodecFast) { /* T */
+        size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G;
+        uint32_t top, shape;
+        if (fixed < avail && fixed < raw && zc_t_choose(dt, src, n, &top, &shape)) {
+            uint8_t sym[ZC_ENC_CHUNK + 64], q2[ZC_ENC_CHUNK + 64], q3[ZC_ENC_CHUNK + 64];
+            uint8_t p2[16 * (ZC_ENC_CHUNK / 64)], p3[24 * (ZC_ENC_CHUNK / 64)], enc[16], dec[16];
+            t_luts(shape, enc, dec);
+            uint32_t nesc = K->split(dt, ZCF_MODE_T, n, src, top, out + ZCF_CHUNK_HEADER_SIZE, sym, esc);
+            size_t m2 = K->tpass(sym, n, enc, out + ZCF_CHUNK_HEADER_SIZE + rest, q2);
+            size_t m3 = K->tpass(q2, m2, NULL, p2, q3);
+            if (K->rans512) t_planes3_avx512(q3, m3, p3);
+            else f2_planes_scalar(q3, m3, p3);
+            size_t H2 = zc_groups(m2), H3 = zc_groups(m3);
+            size = fixed + 16 * H2 + 24 * H3 + nesc;
+            if (size < raw && size <= avail) {
+                zc_put_chunk_header(out, ZCF_MODE_T, top, shape, nesc);
+                memcpy(out + fixed, p2, 16 * H2);
+                memcpy(out + fixed + 16 * H2, p3, 24 * H3);
+                memcpy(out + fixed + 16 * H2 + 24 * H3, esc, nesc);
+                return size;
+            }
+        }
+    } else if (codec == zipcclCodecF2) {
         size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G;
         if (fixed < avail && fixed < raw) {
             uint8_t sym[ZC_ENC_CHUNK], q[ZC_ENC_CHUNK + 64], sec[24 * (ZC_ENC_CHUNK / 64)];
@@ -1249,7 +1462,7 @@ static int zc_esc_ok(int dt, const uint8_t* esc, uint32_t n_esc) {
 #define ZC_CORRUPT(...) zipcclSetError(zipcclCorruptStream, __VA_ARGS__)
 
 /* Decode chunk ci (size bytes at c, n elements) into out. */
-static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, size_t ci, const uint8_t* c,
+static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, int version, size_t ci, const uint8_t* c,
                                    size_t size, size_t n, uint8_t* out) {
     if (size < ZCF_CHUNK_HEADER_SIZE) return ZC_CORRUPT("chunk %zu: %zu bytes, shorter than its header", ci, size);
     uint32_t mode = c[0], top = c[1], table = c[2], n_esc = zcf_ld32(c + 4);
@@ -1263,8 +1476,8 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, size_t ci, con
         memcpy(out, c + ZCF_CHUNK_HEADER_SIZE, n * (size_t)zcf_elem_size(dt));
         return zipcclSuccess;
     }
-    if (mode != ZCF_MODE_F3 && mode != ZCF_MODE_R && mode != ZCF_MODE_F2)
-        return ZC_CORRUPT("chunk %zu: unknown mode %u", ci, mode);
+    if (mode != ZCF_MODE_F3 && mode != ZCF_MODE_R && mode != ZCF_MODE_F2 && (mode != ZCF_MODE_T || version < 2))
+        return ZC_CORRUPT("chunk %zu: unknown mode %u in a version %d frame", ci, mode, version);
     if (top > emax) return ZC_CORRUPT("chunk %zu: window top %u exceeds the exponent range", ci, top);
     if (n_esc > n) return ZC_CORRUPT("chunk %zu: n_esc %u > %zu elements", ci, n_esc, n);
     uint32_t pos = 0;
@@ -1280,6 +1493,39 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, size_t ci, con
         if (!zc_esc_ok(dt, esc, n_esc)) return ZC_CORRUPT("chunk %zu: escape byte out of the exponent range", ci);
         if (K->merge(dt, ZCF_MODE_F3, n, 0, G, r, planes, esc, n_esc, &pos, top, out))
             return ZC_CORRUPT("chunk %zu: code outside the window (top %u) or too few escapes", ci, top);
+        if (pos != n_esc) return ZC_CORRUPT("chunk %zu: %u escape codes, header says %u", ci, pos, n_esc);
+        return zipcclSuccess;
+    }
+    if (mode == ZCF_MODE_T) {
+        if (table >= ZCF_T_SHAPES) return ZC_CORRUPT("chunk %zu: T shape %u out of range", ci, table);
+        size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G;
+        if (size < fixed + (size_t)n_esc) return ZC_CORRUPT("chunk %zu: T chunk of %zu bytes is too short", ci, size);
+        const uint8_t* r = c + ZCF_CHUNK_HEADER_SIZE;
+        const uint8_t* t1 = r + rest;
+        if (!zc_pad_ok(t1, n, 2)) return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last tier-1 group", ci);
+        size_t m2 = 0, m3 = 0;
+        for (size_t g = 0; g < G; g++) m2 += (size_t)__builtin_popcountll(zc_ld64(t1 + 16 * g) & zc_ld64(t1 + 16 * g + 8));
+        size_t H2 = zc_groups(m2);
+        if (size < fixed + 16 * H2 + n_esc) return ZC_CORRUPT("chunk %zu: T chunk of %zu bytes is too short for its tiers", ci, size);
+        const uint8_t* t2 = t1 + 16 * G;
+        if (!zc_pad_ok(t2, m2, 2)) return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last tier-2 group", ci);
+        for (size_t g = 0; g < H2; g++) m3 += (size_t)__builtin_popcountll(zc_ld64(t2 + 16 * g) & zc_ld64(t2 + 16 * g + 8));
+        size_t H3 = zc_groups(m3), want = fixed + 16 * H2 + 24 * H3 + n_esc;
+        if (size != want) return ZC_CORRUPT("chunk %zu: T chunk of %zu bytes, expected %zu", ci, size, want);
+        const uint8_t* t3 = t2 + 16 * H2;
+        const uint8_t* esc = t3 + 24 * H3;
+        if (!zc_pad_ok(t3, m3, 3) || (dt == ZCF_DT_FP16 && !zc_pad_ok(r + n, n, 3)))
+            return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last group", ci);
+        if (!zc_esc_ok(dt, esc, n_esc)) return ZC_CORRUPT("chunk %zu: escape byte out of the exponent range", ci);
+        uint8_t enc[16], dec[16], sym[ZC_SEG];
+        t_luts(table, enc, dec);
+        size_t k2 = 0, k3 = 0;
+        for (size_t g0 = 0; g0 < G; g0 += ZC_SEG / 64) {
+            size_t g1 = g0 + ZC_SEG / 64 < G ? g0 + ZC_SEG / 64 : G;
+            K->tunpack(t1 + 16 * g0, t2, H2, t3, H3, dec, n, g0, g1, &k2, &k3, sym);
+            if (K->merge(dt, ZCF_MODE_T, n, g0, g1, r, sym, esc, n_esc, &pos, top, out))
+                return ZC_CORRUPT("chunk %zu: code outside the exponent range (top %u) or too few escapes", ci, top);
+        }
         if (pos != n_esc) return ZC_CORRUPT("chunk %zu: %u escape codes, header says %u", ci, pos, n_esc);
         return zipcclSuccess;
     }
@@ -1374,9 +1620,9 @@ size_t zipcclCompressBound(size_t count, zipcclDataType_t dtype, int checksum) {
     return ZCF_HEADER_SIZE + count * es + (checksum ? 4 + 4 * nc : 0);
 }
 
-static void zc_put_header(uint8_t* p, int dt, int flags, uint64_t count) {
+static void zc_put_header(uint8_t* p, int version, int dt, int flags, uint64_t count) {
     zcf_st32(p, ZCF_MAGIC);
-    p[4] = ZCF_VERSION;
+    p[4] = (uint8_t)version;
     p[5] = (uint8_t)dt;
     p[6] = (uint8_t)flags;
     p[7] = ZCF_CHUNK_LOG2;
@@ -1388,7 +1634,7 @@ static zipcclResult_t zc_write_stored(const uint8_t* src, size_t count, int dt, 
     size_t es = zcf_elem_size(dt), nc = zcf_num_chunks(count, ZCF_CHUNK_LOG2);
     size_t need = ZCF_HEADER_SIZE + count * es + (checksum ? 4 + 4 * nc : 0);
     if (cap < need) return zipcclSetError(zipcclDstTooSmall, "compress: stored frame needs %zu bytes, have %zu", need, cap);
-    zc_put_header(dst, dt, ZCF_FLAG_STORED | (checksum ? ZCF_FLAG_CHECKSUM : 0), count);
+    zc_put_header(dst, ZCF_VERSION_MIN, dt, ZCF_FLAG_STORED | (checksum ? ZCF_FLAG_CHECKSUM : 0), count);
     uint8_t* p = dst + ZCF_HEADER_SIZE;
     if (checksum) {
         zcf_st32(p, XXH32(dst, ZCF_HEADER_SIZE, 0));
@@ -1415,7 +1661,7 @@ zipcclResult_t zipcclCompress(const void* src, size_t count, zipcclDataType_t dt
     zipcclCodec_t codec = params ? params->codec : zipcclCodecDefault;
     int checksum = params ? params->checksum != 0 : 0;
     if (codec == zipcclCodecDefault) codec = zipcclCodecFast;
-    if (codec < zipcclCodecFast || codec > zipcclCodecF3)
+    if (codec < zipcclCodecFast || codec > zipcclCodecF2)
         return zipcclSetError(zipcclInvalidArgument, "compress: unknown codec %d", (int)codec);
     zc_kernels_t K;
     ZIPCCL_TRY(zc_pick(params, &K));
@@ -1437,7 +1683,10 @@ zipcclResult_t zipcclCompress(const void* src, size_t count, zipcclDataType_t dt
             off += sz;
         }
         if (ok) {
-            zc_put_header(d, dt, checksum ? ZCF_FLAG_CHECKSUM : 0, count);
+            /* version 2 only where T chunks may be: every other frame stays
+             * readable by version-1 decoders */
+            zc_put_header(d, codec == zipcclCodecFast ? ZCF_VERSION : ZCF_VERSION_MIN, dt,
+                          checksum ? ZCF_FLAG_CHECKSUM : 0, count);
             if (checksum) {
                 zcf_st32(d + table, XXH32(d, table, 0));
                 const uint8_t* c = d + table + 4 + 4 * nc;
@@ -1456,7 +1705,7 @@ zipcclResult_t zipcclCompress(const void* src, size_t count, zipcclDataType_t dt
 
 /* Everything the header and chunk table say, validated against srcSize. */
 typedef struct {
-    int dt, checksum, stored, chunk_log2;
+    int version, dt, checksum, stored, chunk_log2;
     uint64_t count;
     size_t nc, frame, data; /* chunks, frame bytes, offset of chunk 0 / payload */
 } zc_frame_t;
@@ -1464,7 +1713,9 @@ typedef struct {
 static zipcclResult_t zc_parse(const uint8_t* p, size_t srcSize, zc_frame_t* f) {
     if (srcSize < ZCF_HEADER_SIZE) return ZC_CORRUPT("frame of %zu bytes is shorter than its header", srcSize);
     if (zcf_ld32(p) != ZCF_MAGIC) return ZC_CORRUPT("bad magic 0x%08x", zcf_ld32(p));
-    if (p[4] != ZCF_VERSION) return zipcclSetError(zipcclUnsupported, "frame version %u, this build reads %d", p[4], ZCF_VERSION);
+    if (p[4] < ZCF_VERSION_MIN || p[4] > ZCF_VERSION)
+        return zipcclSetError(zipcclUnsupported, "frame version %u, this build reads %d..%d", p[4], ZCF_VERSION_MIN, ZCF_VERSION);
+    f->version = p[4];
     f->dt = p[5];
     if (f->dt < ZCF_DT_BF16 || f->dt > ZCF_DT_FP32) return ZC_CORRUPT("unknown dtype code %u", p[5]);
     if (p[6] & ~(ZCF_FLAG_CHECKSUM | ZCF_FLAG_STORED)) return ZC_CORRUPT("unknown flag bits 0x%02x", p[6]);
@@ -1559,7 +1810,7 @@ zipcclResult_t zipcclDecompress(const void* src, size_t srcSize, void* dst, size
         for (size_t k = 0; k < f.nc; k++) {
             size_t sz = zcf_ld32(p + ZCF_HEADER_SIZE + 4 * k);
             size_t first = k * C, n = f.count - first < C ? f.count - first : C;
-            ZIPCCL_TRY(decode_chunk(&K, f.dt, k, c, sz, n, d + first * es));
+            ZIPCCL_TRY(decode_chunk(&K, f.dt, f.version, k, c, sz, n, d + first * es));
             c += sz;
         }
     }

@@ -510,6 +510,121 @@ ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     zk_finish_chunk(a, c, out, size, lane);
 }
 
+/* A tier of T (FORMAT.md 4.6) as it grows: zk_tier2_add for `np` planes
+ * per group (group stride 8 np). */
+ZK void zk_tier_add(uint8_t* sp, uint64_t* pend, uint32_t m, uint32_t b, uint32_t q, uint32_t lane, uint32_t np) {
+    uint32_t cnt = zk_popc(b), f = m & 63, mine = 0;
+    uint32_t qt = ZK_SHFL(q, lane < cnt ? zk_select(b, lane) : lane);
+    for (uint32_t k = 0; k < np; k++) {
+        uint32_t wk = ZK_BALLOT(lane < cnt && ((qt >> k) & 1u));
+        if (lane == k) mine = wk;
+    }
+    *pend |= (uint64_t)mine << f;
+    if (f + cnt >= 64) { /* cnt <= 32, so f >= 32 here and the shift below is 1..32 */
+        if (lane < np) zk_st64(sp + 8 * np * (size_t)(m >> 6) + 8 * lane, *pend);
+        *pend = (uint64_t)mine >> (64 - f);
+    }
+}
+
+/* FORMAT.md §7.2 with the 1024-element sample spread over the lanes: s8
+ * from the normal exponents, then the 27-bin histogram around k, bin by bin
+ * (every lane ends with the same counts), then zcf_t_pick on every lane. */
+ZK int zk_t_choose(const uint8_t* in, uint32_t n, int dt, int es, int al, uint32_t lane, uint32_t* top,
+                   uint32_t* shape) {
+    uint32_t S = n < (uint32_t)ZCF_T_SAMPLE ? n : (uint32_t)ZCF_T_SAMPLE, emax = (1u << zcf_exp_bits(dt)) - 1u;
+    uint32_t e[ZCF_T_SAMPLE / 32], sum = 0, cnt = 0; /* sum <= 1024 * 254 < 2^32 */
+    for (uint32_t r = 0; r < ZCF_T_SAMPLE / 32; r++) {
+        uint32_t k = 32 * r + lane;
+        e[r] = k < S ? zcf_exponent(dt, zk_ld_elem(in + ((uint64_t)k * n) / S * es, es, al)) : 0xFFFFu;
+        if (k < S && e[r] > 0 && e[r] < emax) { sum += e[r]; cnt++; }
+    }
+    for (uint32_t m = 16; m; m >>= 1) { sum += ZK_SHFL(sum, lane ^ m); cnt += ZK_SHFL(cnt, lane ^ m); }
+    int kk = zcf_s8_of(sum, cnt) / 8;
+    uint32_t h[ZCF_T_BINS];
+    for (int i = 0; i < ZCF_T_BINS; i++) {
+        uint32_t c = 0, want = (uint32_t)(kk - 14 + i); /* a negative exponent wraps: no element has it */
+        for (uint32_t r = 0; r < ZCF_T_SAMPLE / 32; r++) c += e[r] == want;
+        for (uint32_t m = 16; m; m >>= 1) c += ZK_SHFL(c, lane ^ m);
+        h[i] = c;
+    }
+    return zcf_t_pick(h, kk, (int)emax, top, shape);
+}
+
+/* T chunk c (FORMAT.md §4.6) by one warp. Slot layout while encoding:
+ * header | rest | tier-1 planes | tier-2 planes growing up ... escapes
+ * growing down from raw; the tier-3 planes grow up from raw (the slot has
+ * room for them past the raw chunk) and move into place at the end. */
+template <int DT>
+ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
+    const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
+    const uint8_t* in;
+    uint8_t* out;
+    int s8;
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
+    uint32_t top = 0, shape = 0;
+    int ok = zk_t_choose(in, n, dt, es, al, lane, &top, &shape);
+    uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
+    uint32_t base = 8 + rest + 16 * G, size = raw; /* base: the tier-2 planes */
+    if (ok && base < raw) {
+        uint8_t* rp = out + 8;
+        uint8_t* hp = out + 8 + n;
+        uint8_t* pp = out + 8 + rest;
+        uint8_t* sp = out + base;
+        uint8_t* tp = out + ((raw + 7) & ~7u); /* tier 3, until the end */
+        uint32_t m2 = 0, m3 = 0, nesc = 0, fits = 1;
+        uint64_t pend2 = 0, pend3 = 0;
+        for (uint32_t g = 0; g < G && fits; g++) {
+            uint32_t bits[2], e[2], r[2], p1[2], b2[2], b3[2], be[2];
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = 64 * g + 32 * h + lane;
+                int valid = i < n;
+                bits[h] = zk_ld_chunk_elem(in, i, n, es, al);
+                e[h] = zcf_exponent(dt, bits[h]);
+                int d = (int)top - (int)e[h];
+                r[h] = zcf_t_rank(shape, (d >= 0 && d <= 12) ? (uint32_t)d : (uint32_t)ZCF_T_ESC);
+                p1[h] = valid ? (r[h] < 3 ? r[h] : 3) : 0;
+                b2[h] = ZK_BALLOT(valid && r[h] >= 3);
+                b3[h] = ZK_BALLOT(valid && r[h] >= 6);
+                be[h] = ZK_BALLOT(valid && r[h] == ZCF_T_ESC);
+            }
+            uint32_t m2n = m2 + zk_popc(b2[0]) + zk_popc(b2[1]), m3n = m3 + zk_popc(b3[0]) + zk_popc(b3[1]);
+            uint32_t nescn = nesc + zk_popc(be[0]) + zk_popc(be[1]);
+            fits = base + 16 * ((m2n + 63) / 64) + 24 * ((m3n + 63) / 64) + nescn < raw; /* uniform */
+            if (!fits) continue;
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = 64 * g + 32 * h + lane;
+                if (i < n) zk_put_rest(rp, n, i, bits[h], dt);
+            }
+            if (dt == ZCF_DT_FP16)
+                zk_put_planes(hp + 24 * g, 64 * g + lane < n ? zk_fp16_hi3(bits[0]) : 0,
+                              64 * g + 32 + lane < n ? zk_fp16_hi3(bits[1]) : 0, lane, 3);
+            zk_put_planes(pp + 16 * g, p1[0], p1[1], lane, 2);
+            for (int h = 0; h < 2; h++) {
+                uint32_t q2 = r[h] >= 6 ? 3 : r[h] - 3, q3 = r[h] - 6; /* read only where the ballots say */
+                if (b2[h]) zk_tier_add(sp, &pend2, m2, b2[h], q2, lane, 2);
+                if (b3[h]) zk_tier_add(tp, &pend3, m3, b3[h], q3, lane, 3);
+                m2 += zk_popc(b2[h]);
+                m3 += zk_popc(b3[h]);
+                if ((be[h] >> lane) & 1u) out[raw - 1 - nesc - zk_popc(be[h] & zk_lanemask_lt(lane))] = (uint8_t)e[h];
+                nesc += zk_popc(be[h]);
+            }
+        }
+        if (fits) {
+            if ((m2 & 63) && lane < 2) zk_st64(sp + 16 * (size_t)(m2 >> 6) + 8 * lane, pend2);
+            if ((m3 & 63) && lane < 3) zk_st64(tp + 24 * (size_t)(m3 >> 6) + 8 * lane, pend3);
+            ZK_SYNCWARP();
+            uint32_t t3 = base + 16 * ((m2 + 63) / 64), n3 = 24 * ((m3 + 63) / 64); /* below raw - nesc */
+            for (uint32_t j = lane; j < n3; j += 32) out[t3 + j] = tp[j];
+            zk_place_escapes(out, t3 + n3, raw, nesc, lane);
+            size = t3 + n3 + nesc;
+            zk_put_chunk_header(out, ZCF_MODE_T, top, shape, nesc, lane);
+        }
+        ZK_SYNCWARP(); /* the raw rewrite below must land after the T bytes */
+    }
+    if (size == raw) zk_write_raw(out, in, n * es, lane);
+    zk_finish_chunk(a, c, out, size, lane);
+}
+
 /* R chunk c (FORMAT.md §4.4) by one warp; smem: 128 bytes of table, then
  * the lanes' pushed words, interleaved (word k of lane l at 32k + l). */
 ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* smem) {
@@ -610,9 +725,13 @@ template <int MODE, int DT>
 ZK void zk_encode_warp(const EncArgs& a) {
     uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
     if (c >= a.n_chunks) return;
-    if (MODE == ZCF_MODE_F2) zk_encode_f2_chunk<DT>(a, c, ZK_LANE());
+    if (MODE == ZCF_MODE_T) zk_encode_t_chunk<DT>(a, c, ZK_LANE());
+    else if (MODE == ZCF_MODE_F2) zk_encode_f2_chunk<DT>(a, c, ZK_LANE());
     else zk_encode_f3_chunk<DT>(a, c, ZK_LANE());
 }
+ZK void encode_t_bf16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_T, ZCF_DT_BF16>(a); }
+ZK void encode_t_fp16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_T, ZCF_DT_FP16>(a); }
+ZK void encode_t_fp32_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_T, ZCF_DT_FP32>(a); }
 ZK void encode_f2_bf16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_BF16>(a); }
 ZK void encode_f2_fp16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_FP16>(a); }
 ZK void encode_f2_fp32_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_FP32>(a); }
@@ -808,7 +927,7 @@ typedef struct {
     uint8_t* dst;
     uint32_t* status;       /* [0] plan/verify, [1] decode error, [2] ~first bad chunk */
     uint64_t count, n_chunks;
-    int dt, es, chunk_log2, dst_aligned;
+    int version, dt, es, chunk_log2, dst_aligned;
     ZkTables tab;
 } DecArgs;
 
@@ -961,6 +1080,72 @@ ZK int zk_decode_f2(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
     return ZK_BALLOT(err || run != nesc) != 0;
 }
 
+/* T (FORMAT.md 4.6): m2 (tier-2 entries) is the popcount of the tier-1
+ * code-3 bits, m3 that of tier 2's, so both are counted (and padding
+ * checked) before the size can be. Each element's codes come from its own
+ * lane: a ballot gives its rank among the half's tier-2 (tier-3) entries. */
+template <int DT>
+ZK int zk_decode_t(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
+    const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.dst_aligned;
+    const uint32_t n = k.n, top = k.top, nesc = k.nesc, emax = k.emax, shape = k.tbl;
+    const uint64_t G = k.G, fixed = 8 + k.rest + 16 * G;
+    const uint8_t* rp = k.rp;
+    if (shape >= ZCF_T_SHAPES || a.version < 2 || k.size < fixed + nesc) return 1;
+    const uint8_t* pp = rp + k.rest;
+    if (zk_pad_bad(pp, n, 2)) return 1;
+    uint32_t m2 = 0, m3 = 0;
+    for (uint64_t g = lane; g < G; g += 32) m2 += zk_popc64(zk_ld64(pp + 16 * g) & zk_ld64(pp + 16 * g + 8));
+    for (uint32_t d = 16; d; d >>= 1) m2 += ZK_SHFL(m2, lane ^ d);
+    uint64_t H2 = (m2 + 63) / 64;
+    if (k.size < fixed + 16 * H2 + nesc) return 1;
+    const uint8_t* sp = pp + 16 * G;
+    if (zk_pad_bad(sp, m2, 2)) return 1;
+    for (uint64_t g = lane; g < H2; g += 32) m3 += zk_popc64(zk_ld64(sp + 16 * g) & zk_ld64(sp + 16 * g + 8));
+    for (uint32_t d = 16; d; d >>= 1) m3 += ZK_SHFL(m3, lane ^ d);
+    uint64_t H3 = (m3 + 63) / 64;
+    if (k.size != fixed + 16 * H2 + 24 * H3 + nesc) return 1;
+    const uint8_t* tp = sp + 16 * H2;
+    const uint8_t* ep = tp + 24 * H3;
+    if (zk_pad_bad(tp, m3, 3) || (dt == ZCF_DT_FP16 && zk_pad_bad(rp + n, n, 3))) return 1;
+    uint32_t err = 0, run = 0, run2 = 0, run3 = 0;
+    for (uint32_t g = 0; g < G; g++) {
+        uint64_t w0 = zk_ld64(pp + 16 * g), w1 = zk_ld64(pp + 16 * g + 8), h0 = 0, h1 = 0, h2 = 0;
+        if (dt == ZCF_DT_FP16) {
+            const uint8_t* hw = rp + n + 24 * g;
+            h0 = zk_ld64(hw); h1 = zk_ld64(hw + 8); h2 = zk_ld64(hw + 16);
+        }
+        for (uint32_t h = 0; h < 2; h++) {
+            uint32_t j = 32 * h + lane, i = 64 * g + j;
+            int valid = i < n;
+            uint32_t r = zk_plane_bits(w0, w1, 0, j), q2 = 0;
+            int tier2 = valid && r == 3;
+            uint32_t b2 = ZK_BALLOT(tier2);
+            if (tier2) { /* entry t < m2: run2 counts the same bits as m2 */
+                uint32_t t = run2 + zk_popc(b2 & zk_lanemask_lt(lane));
+                const uint8_t* w = sp + 16 * (size_t)(t >> 6) + ((t & 63) >> 3);
+                q2 = ((w[0] >> (t & 7)) & 1u) | (((w[8] >> (t & 7)) & 1u) << 1);
+                r = 3 + q2;
+            }
+            run2 += zk_popc(b2);
+            int tier3 = tier2 && q2 == 3;
+            uint32_t b3 = ZK_BALLOT(tier3);
+            if (tier3) {
+                uint32_t t = run3 + zk_popc(b3 & zk_lanemask_lt(lane));
+                const uint8_t* w = tp + 24 * (size_t)(t >> 6) + ((t & 63) >> 3);
+                r = 6 + (((w[0] >> (t & 7)) & 1u) | (((w[8] >> (t & 7)) & 1u) << 1) | (((w[16] >> (t & 7)) & 1u) << 2));
+            }
+            run3 += zk_popc(b3);
+            uint32_t d = zcf_t_pos(shape, r);
+            uint32_t e = zk_exponent_of(valid, d == ZCF_T_ESC, d, top, ep, nesc, emax, lane, &run, &err);
+            if (valid) {
+                uint32_t hv = zk_plane_bits(h0, h1, h2, j);
+                zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, zk_get_rest(dt, rp, n, i), e, hv), es, al);
+            }
+        }
+    }
+    return ZK_BALLOT(err || run != nesc) != 0;
+}
+
 /* R chunk; sm: 33 u32 of this warp's shared memory for the table. */
 template <int DT>
 ZK int zk_decode_r(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t* sm) {
@@ -1063,6 +1248,7 @@ ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t* sm
     k.rp = k.p + 8 + (mode == ZCF_MODE_R ? 2 * (int)ZCF_R_LANES : 0);
     if (mode == ZCF_MODE_F3) return zk_decode_f3<DT>(a, k, lane);
     if (mode == ZCF_MODE_F2) return zk_decode_f2<DT>(a, k, lane);
+    if (mode == ZCF_MODE_T) return zk_decode_t<DT>(a, k, lane);
     if (mode == ZCF_MODE_R) return zk_decode_r<DT>(a, k, lane, sm);
     return 1;
 }
@@ -1108,6 +1294,9 @@ static zipcclResult_t zk_sync(void* stream) {
  * (<= 64 registers) to keep enough loads in flight. */
 #define ZK_KERNEL(name, Args, threads, min_blocks) \
     __global__ void __launch_bounds__(threads, min_blocks) k_##name(const __grid_constant__ Args a) { name##_body(a); }
+ZK_KERNEL(encode_t_bf16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(encode_t_fp16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(encode_t_fp32, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f2_bf16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f2_fp16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f2_fp32, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
@@ -1162,9 +1351,14 @@ typedef struct {
     size_t slots, sizes, sums, offs, misc, total;
 } ZkLayout;
 
+/* A slot holds the raw chunk, and past it (8-aligned) T's tier-3 planes
+ * while they grow: at most 24 bytes per 64 elements. */
+static size_t zk_slot_bytes(int es) {
+    return ((8 + ((size_t)es << ZCF_CHUNK_LOG2) + 8 + 24 * ((size_t)1 << ZCF_CHUNK_LOG2) / 64) + 15) & ~(size_t)15;
+}
 static ZkLayout zk_layout_compress(uint64_t n_chunks, int es) {
     ZkLayout L;
-    size_t slot = ((8 + ((size_t)es << ZCF_CHUNK_LOG2)) + 15) & ~(size_t)15;
+    size_t slot = zk_slot_bytes(es);
     L.slots = 0;
     L.sizes = zk_align(L.slots + n_chunks * slot);
     L.sums = zk_align(L.sizes + 4 * n_chunks);
@@ -1181,7 +1375,6 @@ static ZkLayout zk_layout_decompress(uint64_t n_chunks) {
     L.total = zk_align(L.misc + 64);
     return L;
 }
-static size_t zk_slot_bytes(int es) { return ((8 + ((size_t)es << ZCF_CHUNK_LOG2)) + 15) & ~(size_t)15; }
 
 static size_t zk_workspace_size(size_t count, zipcclDataType_t dtype) {
     int dt = zk_dt(dtype);
@@ -1199,9 +1392,9 @@ static uint8_t* zk_ws_align(void* ws, size_t* size) {
     return (uint8_t*)a;
 }
 
-static void zk_put_header(uint8_t* h, int dt, int flags, uint64_t count) {
+static void zk_put_header(uint8_t* h, int version, int dt, int flags, uint64_t count) {
     zcf_st32(h, ZCF_MAGIC);
-    h[4] = ZCF_VERSION;
+    h[4] = (uint8_t)version;
     h[5] = (uint8_t)dt;
     h[6] = (uint8_t)flags;
     h[7] = ZCF_CHUNK_LOG2;
@@ -1223,7 +1416,7 @@ static zipcclResult_t zk_write_stored(const uint8_t* src, uint64_t count, int dt
     PutArgs h;
     memset(&h, 0, sizeof h);
     h.dst = dst;
-    zk_put_header(h.b, dt, ZCF_FLAG_STORED | (cs ? ZCF_FLAG_CHECKSUM : 0), count);
+    zk_put_header(h.b, ZCF_VERSION_MIN, dt, ZCF_FLAG_STORED | (cs ? ZCF_FLAG_CHECKSUM : 0), count);
     h.len = ZCF_HEADER_SIZE;
     if (cs) {
         zcf_st32(h.b + ZCF_HEADER_SIZE, zk_xxh32(h.b, ZCF_HEADER_SIZE));
@@ -1259,7 +1452,7 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     zipcclCodec_t codec = params ? params->codec : zipcclCodecDefault;
     int cs = params ? params->checksum != 0 : 0;
     if (codec == zipcclCodecDefault) codec = zipcclCodecFast;
-    if (codec < zipcclCodecFast || codec > zipcclCodecF3)
+    if (codec < zipcclCodecFast || codec > zipcclCodecF2)
         return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): unknown codec %d", (int)codec);
     const uint8_t* src = (const uint8_t*)d_src;
     uint8_t* dst = (uint8_t*)d_dst;
@@ -1291,10 +1484,16 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     if (codec == zipcclCodecDense)
         ZIPCCL_TRY(ZK_LAUNCH(encode_r, nc, 32, zk_encode_r_smem(), stream, e));
     else if (codec == zipcclCodecFast && dt == ZCF_DT_BF16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f2_bf16, warp_blocks, wb, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_t_bf16, warp_blocks, wb, 0, stream, e));
     else if (codec == zipcclCodecFast && dt == ZCF_DT_FP16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f2_fp16, warp_blocks, wb, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_t_fp16, warp_blocks, wb, 0, stream, e));
     else if (codec == zipcclCodecFast)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_t_fp32, warp_blocks, wb, 0, stream, e));
+    else if (codec == zipcclCodecF2 && dt == ZCF_DT_BF16)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f2_bf16, warp_blocks, wb, 0, stream, e));
+    else if (codec == zipcclCodecF2 && dt == ZCF_DT_FP16)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f2_fp16, warp_blocks, wb, 0, stream, e));
+    else if (codec == zipcclCodecF2)
         ZIPCCL_TRY(ZK_LAUNCH(encode_f2_fp32, warp_blocks, wb, 0, stream, e));
     else if (dt == ZCF_DT_BF16)
         ZIPCCL_TRY(ZK_LAUNCH(encode_f3_bf16, warp_blocks, wb, 0, stream, e));
@@ -1324,7 +1523,9 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     as.bound = bound;
     as.cap = cap;
     as.checksum = cs;
-    zk_put_header(as.header, dt, cs ? ZCF_FLAG_CHECKSUM : 0, count);
+    /* version 2 only where T chunks may be, as the CPU codec writes */
+    zk_put_header(as.header, codec == zipcclCodecFast ? ZCF_VERSION : ZCF_VERSION_MIN, dt, cs ? ZCF_FLAG_CHECKSUM : 0,
+                  count);
     ZIPCCL_TRY(ZK_LAUNCH(assemble, nc, ZK_COPY_THREADS, 0, stream, as));
     if (cs) ZIPCCL_TRY(ZK_LAUNCH(hsum, 1, 32, 0, stream, as));
     uint64_t total = 0;
@@ -1355,8 +1556,9 @@ static zipcclResult_t zk_decompress(const void* d_src, size_t srcSize, void* d_d
     ZIPCCL_TRY(zk_memcpy(h, src, hn, stream));
     ZIPCCL_TRY(zk_sync(stream));
     if (zcf_ld32(h) != ZCF_MAGIC) return ZK_CORRUPT("bad magic 0x%08x", zcf_ld32(h));
-    if (h[4] != ZCF_VERSION)
-        return zipcclSetError(zipcclUnsupported, "frame version %u, this build reads %d", h[4], ZCF_VERSION);
+    if (h[4] < ZCF_VERSION_MIN || h[4] > ZCF_VERSION)
+        return zipcclSetError(zipcclUnsupported, "frame version %u, this build reads %d..%d", h[4], ZCF_VERSION_MIN,
+                              ZCF_VERSION);
     int dt = h[5];
     if (dt < ZCF_DT_BF16 || dt > ZCF_DT_FP32) return ZK_CORRUPT("unknown dtype code %u", h[5]);
     if (h[6] & ~(ZCF_FLAG_CHECKSUM | ZCF_FLAG_STORED)) return ZK_CORRUPT("unknown flag bits 0x%02x", h[6]);
@@ -1445,6 +1647,7 @@ static zipcclResult_t zk_decompress(const void* d_src, size_t srcSize, void* d_d
     d.count = count;
     d.n_chunks = nc;
     d.dt = dt;
+    d.version = h[4];
     d.es = es;
     d.chunk_log2 = log2;
     d.dst_aligned = ((uintptr_t)dst % es) == 0;

@@ -20,7 +20,8 @@
 
 enum {
     ZCF_MAGIC = 0x3143435Au, /* "ZCC1" little-endian                      */
-    ZCF_VERSION = 1,
+    ZCF_VERSION = 2,     /* frames with T chunks (mode 4); FORMAT.md §9 */
+    ZCF_VERSION_MIN = 1, /* F3, R and F2 frames are still written as 1    */
     ZCF_HEADER_SIZE = 16,
     ZCF_CHUNK_LOG2 = 14, /* version 1 encoders                          */
     ZCF_CHUNK_LOG2_MIN = 10,
@@ -32,11 +33,16 @@ enum {
     ZCF_MODE_F3 = 1,
     ZCF_MODE_R = 2,
     ZCF_MODE_F2 = 3,
+    ZCF_MODE_T = 4,
     ZCF_DT_BF16 = 1,
     ZCF_DT_FP16 = 2,
     ZCF_DT_FP32 = 3,
     ZCF_F3_ESC = 7,
     ZCF_F2_ESC = 10, /* symbol s of an escaped exponent (FORMAT.md 4.5)  */
+    ZCF_T_ESC = 13,    /* T: window positions 0..12, 13 = escape           */
+    ZCF_T_SHAPES = 32, /* T: shape = 8a + b (FORMAT.md 4.6)                */
+    ZCF_T_SAMPLE = 1024,
+    ZCF_T_BINS = 27,   /* sample histogram: exponents k-14 .. k+12        */
     ZCF_R_LANES = 32,
     ZCF_R_ESC = 15,
     ZCF_R_PROB_BITS = 12,
@@ -113,6 +119,62 @@ ZIPCCL_HD uint32_t zcf_f2_secondary(uint32_t s) { return s == 0 ? 0 : s - 3; }
 ZIPCCL_HD uint32_t zcf_f2_symbol(uint32_t p, uint32_t q) { return p < 3 ? p + 1 : q == 0 ? 0 : q + 3; }
 ZIPCCL_HD uint32_t zcf_r_top(int dt, int s8) { return zcf_clamp_top(dt, s8 / 8 + 2); }
 ZIPCCL_HD uint32_t zcf_r_table(int s8) { return (uint32_t)(s8 & 7); }
+
+/* T (FORMAT.md 4.6): window position d (0..12, 13 = escape) <-> rank r
+ * (0..2 tier 1, 3..5 tier 2, 6..12 tier 3, 13 escape) for shape 8a + b:
+ * tier 1 holds positions a+b .. a+b+2, tier 2 a positions above them and
+ * 3-a below, tier 3 b above and 7-b below. */
+ZIPCCL_HD uint32_t zcf_t_rank(uint32_t shape, uint32_t d) {
+    uint32_t a = shape >> 3, b = shape & 7;
+    if (d >= ZCF_T_ESC) return ZCF_T_ESC;
+    if (d >= a + b && d < a + b + 3) return d - a - b;
+    if (d >= b && d < a + b) return 3 + d - b;
+    if (d >= a + b + 3 && d < b + 6) return d - b;
+    return d < b ? 6 + d : d;
+}
+ZIPCCL_HD uint32_t zcf_t_pos(uint32_t shape, uint32_t r) {
+    uint32_t a = shape >> 3, b = shape & 7;
+    if (r < 3) return a + b + r;
+    if (r < 6) return r - 3 < a ? b + r - 3 : b + r;
+    if (r < 13) return r - 6 < b ? r - 6 : r;
+    return ZCF_T_ESC;
+}
+
+/* s8 (FORMAT.md §7.1) from the sum and number of the sample's normal
+ * exponents. */
+ZIPCCL_HD int zcf_s8_of(uint64_t sum, uint64_t cnt) {
+    if (cnt == 0) return 40;
+    return (int)((8 * sum + cnt / 2) / cnt) + ZCF_EST_BIAS8;
+}
+
+/* The reference encoders' T choice (FORMAT.md §7.2): h[i] counts the
+ * sample's exponents equal to k - 14 + i, k = s8 / 8. Over the candidates
+ * c = k-2 .. k+2 (the exponent of tier 1's first position) and shapes
+ * 0..31, in that order, the first with the fewest code bits on the sample
+ * wins (an element outside the window costs 15 bits whatever is chosen, so
+ * only the savings against 15 are compared). Candidates whose top = c + a + b
+ * lies outside 0 .. emax are skipped; returns 0 if none is left. */
+ZIPCCL_HD int zcf_t_pick(const uint32_t* h, int k, int emax, uint32_t* top, uint32_t* shape) {
+    uint32_t P[ZCF_T_BINS + 1]; /* prefix sums: P[i] = h[0] + ... + h[i-1] */
+    P[0] = 0;
+    for (int i = 0; i < ZCF_T_BINS; i++) P[i + 1] = P[i] + h[i];
+    int found = 0;
+    uint32_t best = 0;
+    for (int c = k - 2; c <= k + 2; c++)
+        for (int j = 0; j < ZCF_T_SHAPES; j++) {
+            int a = j >> 3, b = j & 7, t = c + a + b;
+            if (t < 0 || t > emax) continue;
+            /* exponents [lo, hi] -> bins [lo - k + 14, hi - k + 14] */
+#define ZCF_T_CNT(lo, hi) (P[(hi) - k + 15] - P[(lo) - k + 14])
+            uint32_t n1 = ZCF_T_CNT(c - 2, c);
+            uint32_t n2 = ZCF_T_CNT(c + 1, c + a) + ZCF_T_CNT(c - 5 + a, c - 3);
+            uint32_t n3 = ZCF_T_CNT(c + a + 1, c + a + b) + ZCF_T_CNT(c - 12 + a + b, c - 6 + a);
+#undef ZCF_T_CNT
+            uint32_t save = 13 * n1 + 11 * n2 + 8 * n3;
+            if (!found || save > best) { found = 1; best = save; *top = (uint32_t)t; *shape = (uint32_t)j; }
+        }
+    return found;
+}
 
 /* Little-endian loads/stores that never assume alignment. */
 ZIPCCL_HD uint16_t zcf_ld16(const uint8_t* p) { return (uint16_t)(p[0] | (p[1] << 8)); }

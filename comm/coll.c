@@ -98,16 +98,17 @@ zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out) {
     if (!strcmp(name, "fast")) *out = zipcclCodecFast;
     else if (!strcmp(name, "dense")) *out = zipcclCodecDense;
     else if (!strcmp(name, "f3")) *out = zipcclCodecF3;
-    else return zipcclSetError(zipcclInvalidArgument, "codec '%s' (expected fast, dense or f3)", name);
+    else if (!strcmp(name, "f2")) *out = zipcclCodecF2;
+    else return zipcclSetError(zipcclInvalidArgument, "codec '%s' (expected fast, dense, f3 or f2)", name);
     return zipcclSuccess;
 }
 
 static zipcclResult_t checkConfig(const zipcclCallConfig_t* cfg) {
     if ((int)cfg->strategy < 0 || cfg->strategy > zipcclStrategyAuto)
         return zipcclSetError(zipcclInvalidArgument, "call config: strategy %d out of range", (int)cfg->strategy);
-    if ((int)cfg->codec < 0 || cfg->codec > zipcclCodecF3 || cfg->codec == zipcclCodecStored)
+    if ((int)cfg->codec < 0 || cfg->codec > zipcclCodecF2 || cfg->codec == zipcclCodecStored)
         return zipcclSetError(zipcclInvalidArgument,
-                              "call config: codec %d is not fast (1), dense (2) or f3 (4); a "
+                              "call config: codec %d is not fast (1), dense (2), f3 (4) or f2 (5); a "
                               "compressed strategy with the stored codec would not compress",
                               (int)cfg->codec);
     if ((int)cfg->algo < 0 || cfg->algo >= ZIPCCL_NALGOS)
@@ -264,7 +265,7 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
     if (s && *s) ZIPCCL_TRY(zipcclStrategyParse(s, &d.strategy));
     s = getenv("ZIPCCL_CODEC");
     if (s && *s && zipcclCodecParse(s, &d.codec) != zipcclSuccess)
-        return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_CODEC='%s' (expected fast, dense or f3)", s);
+        return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_CODEC='%s' (expected fast, dense, f3 or f2)", s);
     s = getenv("ZIPCCL_ALGO");
     if (s && *s && zipcclAlgoParse(s, &d.algo) != zipcclSuccess)
         return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_ALGO='%s' (expected ring, direct or oneshot)", s);

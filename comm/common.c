@@ -103,6 +103,7 @@ const char* zipcclCodecName(zipcclCodec_t c) {
     case zipcclCodecDense: return "dense";
     case zipcclCodecStored: return "stored";
     case zipcclCodecF3: return "f3";
+    case zipcclCodecF2: return "f2";
     }
     return "?";
 }

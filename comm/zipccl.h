@@ -40,7 +40,7 @@ extern "C" {
 
 #define ZIPCCL_VERSION_MAJOR 0
 #define ZIPCCL_VERSION_MINOR 1
-#define ZIPCCL_FORMAT_VERSION 1 /* docs/FORMAT.md */
+#define ZIPCCL_FORMAT_VERSION 2 /* docs/FORMAT.md; version 1 frames still decode */
 
 /* ------------------------------------------------------------------------ */
 /* Result codes                                                             */
@@ -93,14 +93,17 @@ const char* zipcclTypeName(zipcclDataType_t dtype); /* "bf16", "fp16", "fp32" */
 
 typedef enum {
     zipcclCodecDefault = 0, /* fast                                          */
-    zipcclCodecFast = 1,    /* 2-bit exponent code + 3-bit second tier (F2)  */
+    zipcclCodecFast = 1,    /* three tiers of 2, 2 and 3 bits with a tail
+                             * shape chosen per chunk (T; format 2)         */
     zipcclCodecDense = 2,   /* rANS with Gaussian-model tables (R)           */
     zipcclCodecStored = 3,  /* no compression: a stored frame                */
-    zipcclCodecF3 = 4       /* fixed 3-bit exponent window (F3): what fast
+    zipcclCodecF3 = 4,      /* fixed 3-bit exponent window (F3): what fast
                              * wrote before F2; a little faster, ~4% larger  */
+    zipcclCodecF2 = 5       /* 2-bit exponent code + 3-bit second tier (F2):
+                             * what fast wrote before T (format 1 frames)    */
 } zipcclCodec_t;
-#define ZIPCCL_NCODECS 5 /* zipcclCodec_t values, for arrays indexed by codec */
-const char* zipcclCodecName(zipcclCodec_t c); /* "default", "fast", "dense", "stored", "f3" */
+#define ZIPCCL_NCODECS 6 /* zipcclCodec_t values, for arrays indexed by codec */
+const char* zipcclCodecName(zipcclCodec_t c); /* "default", "fast", "dense", "stored", "f3", "f2" */
 
 typedef enum {
     zipcclSimdAuto = 0, /* best path this CPU supports (runtime dispatch)     */
@@ -237,7 +240,7 @@ int zipcclAutoWarmupCalls(zipcclCollKind_t kind, size_t bytes);
  * ZIPCCL_AUTO_EXPLORE=0).  Call it with no collective of `comm` in flight. */
 zipcclResult_t zipcclAutoSettled(zipcclComm_t comm, zipcclCollKind_t kind, zipcclDataType_t dtype, size_t bytes,
                                  int* settled);
-/* A collective's codec by name: "fast"|"dense"|"f3" (the codecs that
+/* A collective's codec by name: "fast"|"dense"|"f3"|"f2" (the codecs that
  * compress); zipcclInvalidArgument otherwise. */
 zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out);
 
@@ -255,7 +258,7 @@ typedef struct {
  * Defaults come from the environment, each checked when a communicator is
  * created (a bad value is zipcclInvalidArgument naming the variable):
  *   ZIPCCL_STRATEGY=native|raw|compressed|auto   (default: auto)
- *   ZIPCCL_CODEC=fast|dense|f3                   (default: fast)
+ *   ZIPCCL_CODEC=fast|dense|f3|f2                (default: fast)
  *   ZIPCCL_TIMEOUT_S=seconds                     (default: 100; 0 = none)
  *   ZIPCCL_LOG=0|1|2                              (switcher decisions)
  *   ZIPCCL_ALGO=ring|direct|oneshot              (default: direct)

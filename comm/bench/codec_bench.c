@@ -573,7 +573,7 @@ static void help(void) {
         "      --dtype T        element type of a raw --input file: bf16, fp16 or fp32\n"
         "Codecs:\n"
         "  -c, --codecs LIST    subset of: memcpy, zstd-1, zstd-1-bg, zstd-19, zstd-19-bg, lz4,\n"
-        "                       zipccl-fast (F2), zipccl-dense (R), zipccl-f3 (F3)\n"
+        "                       zipccl-fast (T), zipccl-dense (R), zipccl-f3 (F3), zipccl-f2 (F2)\n"
         "                       (and -ck forms with --checksum)\n"
         "      --checksum       also measure zipccl-fast-ck and zipccl-dense-ck (XXH32 frames)\n"
         "      --all-paths      our codecs on each SIMD path (scalar, avx2, avx512) this CPU\n"
@@ -770,9 +770,9 @@ int main(int argc, char** argv) {
         for (zipcclSimd_t s = zipcclSimdScalar; s <= zipcclSimdAvx512; s++) paths[npaths++] = s;
     }
     for (int ck = 0; ck <= checksum; ck++)
-        for (int m = 0; m < 3; m++)
+        for (int m = 0; m < 4; m++)
             for (int p = 0; p < npaths; p++) {
-                static const zipcclCodec_t ids[3] = {zipcclCodecFast, zipcclCodecDense, zipcclCodecF3};
+                static const zipcclCodec_t ids[4] = {zipcclCodecFast, zipcclCodecDense, zipcclCodecF3, zipcclCodecF2};
                 codec_t c = {.kind = K_ZIPCCL};
                 snprintf(c.name, sizeof c.name, "zipccl-%s%s", zipcclCodecName(ids[m]), ck ? "-ck" : "");
                 c.zp = (zipcclCodecParams_t){ids[m], ck, paths[p]};

@@ -126,12 +126,14 @@ static std::vector<uint8_t> cc_make(zipcclDataType_t dt, cc_dist_t dist, size_t 
 static const char* cc_dt_name(zipcclDataType_t dt) { return zipcclTypeName(dt); }
 static const char* cc_codec_name(zipcclCodec_t c) {
     return c == zipcclCodecFast ? "fast" : c == zipcclCodecDense ? "dense" : c == zipcclCodecStored ? "stored"
-         : c == zipcclCodecF3 ? "f3" : "default";
+         : c == zipcclCodecF3 ? "f3" : c == zipcclCodecF2 ? "f2" : "default";
 }
 /* The codecs that compress, and the chunk mode each writes (FORMAT.md §7). */
-static const zipcclCodec_t cc_codecs[] = {zipcclCodecFast, zipcclCodecF3, zipcclCodecDense};
-#define CC_NCODECS 3
-static int cc_mode_of(zipcclCodec_t c) { return c == zipcclCodecDense ? 2 : c == zipcclCodecF3 ? 1 : 3; }
+static const zipcclCodec_t cc_codecs[] = {zipcclCodecFast, zipcclCodecF3, zipcclCodecDense, zipcclCodecF2};
+#define CC_NCODECS 4
+static int cc_mode_of(zipcclCodec_t c) {
+    return c == zipcclCodecDense ? 2 : c == zipcclCodecF3 ? 1 : c == zipcclCodecF2 ? 3 : 4;
+}
 
 static uint32_t cc_ld32(const uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
 
@@ -255,7 +257,7 @@ static void cc_corruption(const Backend* b, zipcclDataType_t dt, zipcclCodec_t c
     }
     guards &= guard_ok;
     /* header fields */
-    struct { size_t at; uint8_t v; } hdr[] = {{0, 0x5B}, {4, 2}, {5, 0}, {5, 4}, {6, 4}, {7, 9}, {7, 21}, {15, 0x40}};
+    struct { size_t at; uint8_t v; } hdr[] = {{0, 0x5B}, {4, 3}, {5, 0}, {5, 4}, {6, 4}, {7, 9}, {7, 21}, {15, 0x40}};
     for (size_t k = 0; k < sizeof hdr / sizeof hdr[0]; k++) {
         std::vector<uint8_t> g(f);
         g[hdr[k].at] = hdr[k].v;
@@ -393,14 +395,14 @@ static void cc_f2_shapes(const Backend* b) {
                 char label[64], n2[200];
                 snprintf(label, sizeof label, "tiered_m%zu", k);
                 std::vector<uint8_t> f =
-                    cc_roundtrip_data(b, dts[d], zipcclCodecFast, cs, label, cc_make_tiered(dts[d], count, k), count);
+                    cc_roundtrip_data(b, dts[d], zipcclCodecF2, cs, label, cc_make_tiered(dts[d], count, k), count);
                 std::vector<size_t> offs = cc_chunk_offsets(f);
                 size_t G = (count + 63) / 64, es = cc_es(dts[d]);
                 size_t rest = dts[d] == zipcclFloat32 ? 3 * count : dts[d] == zipcclFloat16 ? count + 24 * G : count;
                 size_t want = 8 + rest + 16 * G + 24 * ((k + 63) / 64) + k, raw = 8 + count * es;
                 int mode = offs.size() == 1 ? f[offs[0]] : -1;
                 size_t got = offs.size() == 1 ? f.size() - offs[0] : 0;
-                snprintf(n2, sizeof n2, "%s/%s/fast/cs%d/%s/f2_layout", b->name, cc_dt_name(dts[d]), cs, label);
+                snprintf(n2, sizeof n2, "%s/%s/f2/cs%d/%s/f2_layout", b->name, cc_dt_name(dts[d]), cs, label);
                 CHECK(want < raw ? mode == 3 && got == want : offs.empty(), n2,
                       "%zu chunks, mode %d, %zu bytes (F2 would be %zu, raw %zu: then a stored frame)", offs.size(), mode,
                       got, want, raw);
@@ -417,7 +419,7 @@ static void cc_f2_damage(const Backend* b, zipcclDataType_t dt) {
     size_t count = 16384 + 1000, es = cc_es(dt), cap = count * es;
     std::vector<uint8_t> src = cc_make(dt, D_SPECIAL, count), f;
     zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
-    p.codec = zipcclCodecFast;
+    p.codec = zipcclCodecF2;
     char n2[200];
     snprintf(n2, sizeof n2, "%s/f2_damage/%s/setup", b->name, cc_dt_name(dt));
     int ok = b->compress(src.data(), count, dt, &p, &f) == zipcclSuccess;

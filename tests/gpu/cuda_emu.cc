@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
     cc_f2_shapes(&kEmu);
 
     const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
-    const zipcclCodec_t* codecs = cc_codecs; /* fast (F2), f3, dense */
+    const zipcclCodec_t* codecs = cc_codecs; /* fast (T), f3, dense, f2 */
     const size_t counts[] = {0, 1, 63, 64, 65, 1000, 16383, 16384, 16385, 2 * 16384 + 4097};
     for (int d = 0; d < 3; d++)
         for (int c = 0; c < CC_NCODECS; c++)

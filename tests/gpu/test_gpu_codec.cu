@@ -163,7 +163,7 @@ static int run_bench(const char* json_path) {
     CUDA_OK(cudaGetDeviceProperties(&prop, dev));
     struct { zipcclDataType_t dt; int code; size_t bytes; } sets[] = {
         {zipcclBfloat16, 1, 256u << 20}, {zipcclFloat16, 2, 64u << 20}, {zipcclFloat32, 3, 64u << 20}};
-    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecF3, zipcclCodecDense};
+    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecF3, zipcclCodecDense, zipcclCodecF2};
     printf("GPU codec benchmark on %s: Gaussian sigma=1, median of 10 after 2 warm-up runs\n", prop.name);
     printf("%-6s %-6s %10s %8s %14s %16s\n", "codec", "dtype", "MiB", "ratio", "compress GB/s", "decompress GB/s");
     int bad = 0;
