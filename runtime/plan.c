@@ -49,9 +49,6 @@ int plan_build(CommPlan* p, const TrainConfig* cfg, int n_units, const char (*na
                const int (*has)[PLAN_NKINDS], char* err, size_t errlen) {
     memset(p, 0, sizeof *p);
     p->n_units = n_units;
-    p->names = zrt_calloc((size_t)n_units, sizeof *p->names, "plan");
-    p->e = zrt_calloc((size_t)n_units, sizeof *p->e, "plan");
-    p->st = zrt_calloc((size_t)n_units, sizeof *p->st, "plan");
     const zipcclStrategy_t per_kind[PLAN_NKINDS] = {cfg->comm.allgather, cfg->comm.reducescatter,
                                                     cfg->comm.alltoall};
     const char* file = cfg->source[0] ? cfg->source : "config";
@@ -87,7 +84,10 @@ int plan_build(CommPlan* p, const TrainConfig* cfg, int n_units, const char (*na
                             "reducescatter: ring|direct, alltoall: pairwise only)",
                             file, o->line, j + 1, zipcclAlgoName((zipcclAlgo_t)o->algo));
     }
-    int algo_used = cfg->comm.algo == zipcclAlgoDefault;
+    /* the rules are valid: nothing to free on the error paths above */
+    p->names = zrt_calloc((size_t)n_units, sizeof *p->names, "plan");
+    p->e = zrt_calloc((size_t)n_units, sizeof *p->e, "plan");
+    p->st = zrt_calloc((size_t)n_units, sizeof *p->st, "plan");
     for (int u = 0; u < n_units; u++) {
         snprintf(p->names[u], sizeof p->names[u], "%s", names[u]);
         for (int k = 0; k < PLAN_NKINDS; k++) {
@@ -96,10 +96,7 @@ int plan_build(CommPlan* p, const TrainConfig* cfg, int n_units, const char (*na
             if (!e->applies) continue;
             zipcclCallConfig_t c = {cfg->comm.strategy, cfg->comm.codec, zipcclAlgoDefault};
             if (per_kind[k] != zipcclStrategyDefault) c.strategy = per_kind[k];
-            if (algo_applies(k, cfg->comm.algo)) {
-                c.algo = cfg->comm.algo;
-                algo_used = 1;
-            }
+            if (algo_applies(k, cfg->comm.algo)) c.algo = cfg->comm.algo;
             for (int j = 0; j < cfg->comm.n_overrides; j++) {
                 const CommOverride* o = &cfg->comm.overrides[j];
                 if (!rule_has_kind(o, k) || fnmatch(o->pattern, names[u], 0)) continue;
@@ -112,7 +109,6 @@ int plan_build(CommPlan* p, const TrainConfig* cfg, int n_units, const char (*na
             e->cfg = c;
         }
     }
-    (void)algo_used; /* comm.algo naming a design of no kind cannot happen: ring is both's */
     return 0;
 }
 
