@@ -32,7 +32,6 @@ def main():
     for r in rows:
         groups.setdefault((r["strategy"], r["overlap_on"]), []).append(r)
     med = lambda rs, k: statistics.median(r.get(k, 0) for r in rs)
-    keys = sorted(groups, key=lambda k: (not k[1], ORDER.index(k[0]) if k[0] in ORDER else 9))
     keys = sorted(groups, key=lambda k: (k[1], ORDER.index(k[0]) if k[0] in ORDER else 9))
     print("| strategy | overlap | step ms | compute | exposed ag | exposed rs | exposed misc | codec | in collectives | overlap | wire ratio | runs | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -50,6 +49,11 @@ def main():
               f"{min(r['load'] for r in groups[k]):.1f}-{max(r['load'] for r in groups[k]):.1f} |")
     print()
     ms = {k: v["ms"] for k, v in m.items()}
+    if ("raw", False) in m:
+        x = m[("raw", False)]
+        wire = x["comm_allgather_ms"] + x["comm_reducescatter_ms"]
+        print(f"- the config: compute {x['compute_ms']:.0f} ms, raw communication {wire:.0f} ms per step "
+              f"(raw, overlap off: time inside the collectives) = {wire / max(x['compute_ms'], 1e-9):.2f}x compute")
     for ov in (True, False):
         tag = "on" if ov else "off"
         c, r, n = ms.get(("compressed", ov)), ms.get(("raw", ov)), ms.get(("native", ov))
