@@ -642,8 +642,11 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
         return step_error("NULL argument");
     if (backward && (!hooks->grad_buffer || !hooks->grads_ready))
         return step_error("backward needs grad_buffer and grads_ready hooks");
-    if (!hooks->dispatch != !hooks->combine)
-        return step_error("the dispatch and combine hooks come together or not at all");
+    const int n_xhooks = !!hooks->dispatch + !!hooks->dispatch_wait + !!hooks->combine_send +
+                         !!hooks->combine;
+    if (n_xhooks != 0 && n_xhooks != 4)
+        return step_error("the dispatch, dispatch_wait, combine_send and combine hooks come "
+                          "together or not at all");
     if (memcmp(&acts->cfg, cfg, sizeof *cfg))
         return step_error("activations were allocated for a different config");
     if (B <= 0 || T <= 0 || B > acts->B || T > acts->T) {

@@ -150,20 +150,33 @@ typedef struct {
     void (*grads_ready)(void* ctx, int unit);
     /* Expert parallelism (MoE blocks). NULL: every expert is computed here,
      * and acquire() of an expert unit returns all E experts.
+     * The exchange of a block comes in chunks, so that the runtime can move
+     * one chunk while the experts compute another (Tutel-style pipelining);
+     * how many, and what is in flight when, is the runtime's choice:
      * dispatch: `rows` (n, C) of block `layer`, grouped by expert in global
-     * expert order with counts (E), go to the ranks that own their experts.
-     * On return *recv (*n_recv, C) holds the rows this rank's experts compute,
-     * grouped by local expert with recv_counts (n_local), and *first_expert
-     * is the global index of local expert 0; acquire() of the expert unit
-     * then returns those n_local experts. phase 0 moves activations (forward),
-     * phase 1 the gradients of the expert outputs (backward). *recv stays
-     * valid until the matching combine. Returns 0, or -1 (the step fails).
-     * combine: the inverse: `local` (*n_recv, C), laid out as dispatch's
-     * *recv, goes back to where dispatch took each row from, into rows (n, C). */
+     *   expert order with counts (E), start towards the ranks that own their
+     *   experts. On return this rank's experts will compute *n_recv rows in
+     *   *n_chunks (>= 1) chunks; acquire() of the expert unit returns its
+     *   *n_local experts, the first being global expert *first_expert.
+     *   `rows` stays untouched until the last dispatch_wait.
+     * dispatch_wait: chunk `chunk` has arrived: *recv (*n_recv, C) grouped by
+     *   local expert with recv_counts (n_local); valid until combine.
+     * combine_send: the experts' outputs of that chunk, `local` laid out as
+     *   its *recv, start back to where dispatch took each row from, into
+     *   `rows` (n, C), the same buffer for every chunk of the block;
+     * combine: every chunk is back in rows.
+     * The model calls dispatch, then for chunk 0, 1, ...: dispatch_wait and
+     * combine_send, then combine (order in llama_step below). phase 0 moves
+     * activations (forward), phase 1 the gradients of the expert outputs
+     * (backward), chunked as the forward was. Each returns 0, or -1 (the
+     * step fails). All four, or none. */
     int (*dispatch)(void* ctx, int layer, int phase, const float* rows, const int* counts, int C,
-                    const float** recv, int* n_recv, const int** recv_counts, int* n_local,
-                    int* first_expert);
-    int (*combine)(void* ctx, int layer, int phase, const float* local, float* rows);
+                    int* n_chunks, int* n_recv, int* n_local, int* first_expert);
+    int (*dispatch_wait)(void* ctx, int layer, int phase, int chunk, const float** recv,
+                         int* n_recv, const int** recv_counts);
+    int (*combine_send)(void* ctx, int layer, int phase, int chunk, const float* local,
+                        float* rows);
+    int (*combine)(void* ctx, int layer, int phase, float* rows);
 } LlamaParamHooks;
 
 /* One micro-batch: forward, loss, and (if backward) backward.
@@ -174,8 +187,10 @@ typedef struct {
  * backward walks 0 (head), L..1, 0 (embedding), calling grads_ready(unit) as
  * soon as a unit's gradients are final for this micro-batch. A MoE block
  * acquires its expert unit while it holds the block, after the dispatch,
- * and releases it before the combine (forward and backward alike); its
- * grads_ready comes before the block's. The embedding
+ * then (backward: grad_buffer of the expert unit) dispatch_wait(c) and
+ * combine_send(c) for each chunk c, and releases it (backward: after its
+ * grads_ready) before the combine, forward and backward alike; the expert
+ * unit's grads_ready comes before the block's. The embedding
  * backward reads no parameters, so it calls only grad_buffer(0) and
  * grads_ready(0), no acquire (exact sequence: docs/MODEL.md). Bad input
  * (token/target out of range, B or T over the acts capacity) returns NaN

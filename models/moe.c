@@ -32,8 +32,8 @@
 
 static size_t layer_fixed_floats(const MoeDims* d) {
     const size_t N = d->N, E = d->E, k = d->k, C = d->C;
-    // probs, sel, w, pos, counts, routed, recv_counts, xs, ys
-    return N * E + 3 * N * k + 3 * E + 2 * N * k * C;
+    // probs, sel, w, pos, counts, routed, xs, ys
+    return N * E + 3 * N * k + 2 * E + 2 * N * k * C;
 }
 
 size_t moe_acts_bytes(const MoeDims* d, int n_layers) {
@@ -65,6 +65,20 @@ static int layer_reserve(MoeLayer* L, const MoeDims* d, int rows, int with_x) {
         L->xl = x;
         L->xl_cap = rows;
     }
+    return 0;
+}
+
+/* Room for the layout of n_chunks chunks of n_local experts (contents not
+ * kept). */
+static int chunks_reserve(MoeLayer* L, int n_chunks, int n_local) {
+    const long long need = (long long)n_chunks * n_local + n_chunks + 1;
+    if (need <= L->chunk_cap) return 0;
+    if (need > (1 << 28)) return -1;
+    int* mem = malloc((size_t)need * sizeof(int));
+    if (!mem) return -1;
+    free(L->chunk_counts);
+    L->chunk_counts = mem;
+    L->chunk_cap = (int)need;
     return 0;
 }
 
@@ -113,10 +127,9 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers) {
         L->pos = (int*)f, f += N * k;
         L->counts = (int*)f, f += E;
         L->routed = (int*)f, f += E;
-        L->recv_counts = (int*)f, f += E;
         L->xs = f, f += N * k * C;
         L->ys = f;
-        ok = !layer_reserve(L, d, d->N * d->k, 0);
+        ok = !layer_reserve(L, d, d->N * d->k, 0) && !chunks_reserve(L, 1, d->E);
     }
     if (!ok) {
         moe_acts_free(m);
@@ -132,6 +145,7 @@ void moe_acts_free(MoeActs* m) {
         free(L->xl);
         free(L->gate);
         free(L->probs);
+        free(L->chunk_counts);
     }
     free(m->layer);
     free(m->logits);
@@ -211,12 +225,14 @@ static void route(const MoeDims* d, MoeLayer* L, const float* logits) {
  * w_down (C, Fe). */
 static size_t expert_numel(const MoeDims* d) { return 3 * (size_t)d->Fe * d->C; }
 
-/* yl (rows, C) = the SwiGLU of each local expert over its rows of xl. */
+/* yl (rows, C) at chunk c's rows = the SwiGLU of each local expert over its
+ * rows of that chunk of xin. */
 static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, const float* p,
-                            float* yl) {
+                            float* yl, int chunk) {
     const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
-    for (int j = 0, o = 0; j < L->n_local; o += L->recv_counts[j], j++) {
-        const int c = L->recv_counts[j];
+    const int* rc = L->chunk_counts + (size_t)chunk * L->n_local;
+    for (int j = 0, o = L->chunk_off[chunk]; j < L->n_local; o += rc[j], j++) {
+        const int c = rc[j];
         if (!c) continue;
         const float* we = p + (size_t)j * expert_numel(d);
         const float* x = L->xin + (size_t)o * C;
@@ -229,20 +245,23 @@ static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, 
     }
 }
 
-/* dxl (rows, C) from dyl (rows, C); the experts' gradients accumulate in g. */
+/* dxl at chunk c's rows from dyl (the chunk's rows only, (rows of c, C));
+ * the experts' gradients accumulate in g, chunk after chunk. */
 static void experts_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m,
                              const ZrtKernels* K, const float* p, float* g, const float* dyl,
-                             float* dxl) {
+                             float* dxl, int chunk) {
     const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
-    for (int j = 0, o = 0; j < L->n_local; o += L->recv_counts[j], j++) {
-        const int c = L->recv_counts[j];
+    const int* rc = L->chunk_counts + (size_t)chunk * L->n_local;
+    const int base = L->chunk_off[chunk];
+    for (int j = 0, o = base; j < L->n_local; o += rc[j], j++) {
+        const int c = rc[j];
         if (!c) continue;
         const size_t off = (size_t)j * expert_numel(d);
         const float *we = p + off, *x = L->xin + (size_t)o * C;
         float* ge = g + off;
         const float *gt = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe,
                     *h = L->hid + (size_t)o * Fe;
-        const float* dy = dyl + (size_t)o * C;
+        const float* dy = dyl + (size_t)(o - base) * C;
         float* dx = dxl + (size_t)o * C;
         K->matmul_backward(m->dhid, ge + 2 * FC, dy, h, we + 2 * FC, c, d->Fe, d->C, 0);
         K->swiglu_backward(m->dgate, m->dup, m->dhid, gt, u, c, d->Fe);
@@ -256,48 +275,79 @@ static int moe_error(const char* what, int layer) {
     return -1;
 }
 
-/* Sends the expert-major rows `rows` (with L->counts) to the experts' owners
- * and returns the rows this rank computes. phase 1 must receive exactly what
- * phase 0 did (the same routing). */
-static int exchange_out(MoeActs* m, MoeLayer* L, const LlamaParamHooks* hooks, int layer,
-                        int phase, const float* rows, const float** recv) {
+/* Starts sending the expert-major rows `rows` (with L->counts) to the
+ * experts' owners: the layout of what this rank computes (phase 0 keeps it,
+ * phase 1 must get the same: the same routing). Without hooks every expert
+ * is here: one chunk, computed in place. */
+static int exchange_begin(MoeActs* m, MoeLayer* L, const LlamaParamHooks* hooks, int layer,
+                          int phase, const float* rows) {
     const MoeDims* d = &m->d;
     if (!hooks->dispatch) {
-        *recv = rows;
         if (phase == 0) {
             L->xin = rows; // computed in place: no copy at EP = 1
             L->n_recv = (int)(d->N * d->k - L->dropped);
             L->n_local = d->E;
             L->first_expert = 0;
-            memcpy(L->recv_counts, L->counts, (size_t)d->E * sizeof(int));
+            L->n_chunks = 1;
+            memcpy(L->chunk_counts, L->counts, (size_t)d->E * sizeof(int));
+            L->chunk_off = L->chunk_counts + d->E;
+            L->chunk_off[0] = 0;
+            L->chunk_off[1] = L->n_recv;
         }
         return 0;
     }
-    int n_recv = 0, n_local = 0, first = 0;
-    const int* rc = NULL;
-    if (hooks->dispatch(hooks->ctx, layer, phase, rows, L->counts, d->C, recv, &n_recv, &rc,
+    int n_chunks = 0, n_recv = 0, n_local = 0, first = 0;
+    if (hooks->dispatch(hooks->ctx, layer, phase, rows, L->counts, d->C, &n_chunks, &n_recv,
                         &n_local, &first))
         return moe_error("dispatch failed", layer);
-    if (n_recv < 0 || n_local < 0 || n_local > d->E || first < 0 || first + n_local > d->E ||
-        (n_recv > 0 && (!*recv || !rc)))
+    if (n_chunks < 1 || n_recv < 0 || n_local < 0 || n_local > d->E || first < 0 ||
+        first + n_local > d->E)
         return moe_error("dispatch returned an inconsistent layout", layer);
-    long long total = 0;
-    for (int j = 0; j < n_local; j++) {
-        if (rc[j] < 0) return moe_error("dispatch returned a negative count", layer);
-        total += rc[j];
-    }
-    if (total != n_recv) return moe_error("dispatch's local counts do not sum to its rows", layer);
     if (phase == 0) {
-        if (layer_reserve(L, d, n_recv, 1) || scratch_reserve(m, n_recv))
+        if (layer_reserve(L, d, n_recv, 1) || scratch_reserve(m, n_recv) ||
+            chunks_reserve(L, n_chunks, n_local))
             return moe_error("out of memory for the dispatched rows", layer);
         L->n_recv = n_recv;
         L->n_local = n_local;
         L->first_expert = first;
-        memcpy(L->recv_counts, rc, (size_t)n_local * sizeof(int));
-        if (n_recv) memcpy(L->xl, *recv, (size_t)n_recv * d->C * sizeof(float));
+        L->n_chunks = n_chunks;
+        L->chunk_off = L->chunk_counts + (size_t)n_chunks * n_local;
+        L->chunk_off[0] = 0;
         L->xin = L->xl;
     } else if (n_recv != L->n_recv || n_local != L->n_local || first != L->first_expert ||
-               memcmp(rc, L->recv_counts, (size_t)n_local * sizeof(int))) {
+               n_chunks != L->n_chunks) {
+        return moe_error("the backward dispatch received another layout than the forward", layer);
+    }
+    return 0;
+}
+
+/* Chunk c of the dispatched rows: *recv (rows of c, C). Phase 0 records the
+ * chunk's layout and copies its rows into xl (the backward reads them);
+ * phase 1 checks the layout is the forward's. */
+static int exchange_chunk(MoeLayer* L, const MoeDims* d, const LlamaParamHooks* hooks,
+                          int layer, int phase, int chunk, const float** recv) {
+    int n = 0;
+    const int* rc = NULL;
+    if (hooks->dispatch_wait(hooks->ctx, layer, phase, chunk, recv, &n, &rc))
+        return moe_error("dispatch_wait failed", layer);
+    const int o = L->chunk_off[chunk];
+    if (n < 0 || o + (long long)n > L->n_recv || (n > 0 && (!*recv || !rc)))
+        return moe_error("dispatch_wait returned an inconsistent layout", layer);
+    long long total = 0;
+    for (int j = 0; j < L->n_local; j++) {
+        if (rc[j] < 0) return moe_error("dispatch_wait returned a negative count", layer);
+        total += rc[j];
+    }
+    if (total != n) return moe_error("dispatch_wait's local counts do not sum to its rows", layer);
+    if (chunk == L->n_chunks - 1 && o + n != L->n_recv)
+        return moe_error("the chunks do not add up to the dispatched rows", layer);
+    int* cc = L->chunk_counts + (size_t)chunk * L->n_local;
+    if (phase == 0) {
+        memcpy(cc, rc, (size_t)L->n_local * sizeof(int));
+        L->chunk_off[chunk + 1] = o + n;
+        if (n) memcpy(L->xl + (size_t)o * d->C, *recv, (size_t)n * d->C * sizeof(float));
+    } else if (o + n != L->chunk_off[chunk + 1] ||
+               memcmp(rc, cc, (size_t)L->n_local * sizeof(int))) {
         return moe_error("the backward dispatch received another layout than the forward", layer);
     }
     return 0;
@@ -321,14 +371,22 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, con
     for (size_t n = 0; n < N; n++)
         for (size_t e = 0; e < E; e++) m->prob_sum[e] += L->probs[n * E + e];
 
-    const float* recv;
-    if (exchange_out(m, L, hooks, layer, 0, L->xs, &recv)) return -1;
+    // the exchange, chunk by chunk: while the experts compute chunk c the
+    // runtime may already move chunk c+1 in and chunk c-1 out
+    if (exchange_begin(m, L, hooks, layer, 0, L->xs)) return -1;
     const float* p = hooks->acquire(hooks->ctx, expert_unit, 0);
     if (!p) return moe_error("acquire(experts, forward) returned NULL", layer);
     float* yl = hooks->dispatch ? m->yl : L->ys;
-    experts_forward(d, L, K, p, yl);
+    for (int c = 0; c < L->n_chunks; c++) {
+        const float* recv;
+        if (hooks->dispatch && exchange_chunk(L, d, hooks, layer, 0, c, &recv)) return -1;
+        experts_forward(d, L, K, p, yl, c);
+        if (hooks->dispatch &&
+            hooks->combine_send(hooks->ctx, layer, 0, c, yl + (size_t)L->chunk_off[c] * C, L->ys))
+            return moe_error("combine_send failed", layer);
+    }
     hooks->release(hooks->ctx, expert_unit, 0);
-    if (hooks->dispatch && hooks->combine(hooks->ctx, layer, 0, yl, L->ys))
+    if (hooks->dispatch && hooks->combine(hooks->ctx, layer, 0, L->ys))
         return moe_error("combine failed", layer);
 
     // out[n] = sum_j w[n, j] * y(n, j), slots in order
@@ -384,16 +442,22 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, co
         }
     }
 
-    const float* dyl;
-    if (exchange_out(m, L, hooks, layer, 1, m->dys, &dyl)) return -1;
+    if (exchange_begin(m, L, hooks, layer, 1, m->dys)) return -1;
     const float* p = hooks->acquire(hooks->ctx, expert_unit, 1);
     if (!p) return moe_error("acquire(experts, backward) returned NULL", layer);
     float* g = hooks->grad_buffer(hooks->ctx, expert_unit);
     float* dxl = hooks->dispatch ? m->dxl : m->dxs;
-    experts_backward(d, L, m, K, p, g, dyl, dxl);
+    for (int c = 0; c < L->n_chunks; c++) {
+        const float* dyl = m->dys; // no hooks: one chunk, in place
+        if (hooks->dispatch && exchange_chunk(L, d, hooks, layer, 1, c, &dyl)) return -1;
+        experts_backward(d, L, m, K, p, g, dyl, dxl, c);
+        if (hooks->dispatch &&
+            hooks->combine_send(hooks->ctx, layer, 1, c, dxl + (size_t)L->chunk_off[c] * C, m->dxs))
+            return moe_error("combine_send failed", layer);
+    }
     hooks->grads_ready(hooks->ctx, expert_unit);
     hooks->release(hooks->ctx, expert_unit, 1);
-    if (hooks->dispatch && hooks->combine(hooks->ctx, layer, 1, dxl, m->dxs))
+    if (hooks->dispatch && hooks->combine(hooks->ctx, layer, 1, m->dxs))
         return moe_error("combine failed", layer);
 
     // dx[n] = sum_j dx(n, j), slots in order; then the router

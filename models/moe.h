@@ -48,9 +48,14 @@ typedef struct {
     float* xs;        /* (N*k, C) the input rows, expert-major (what dispatch sends) */
     float* ys;        /* (N*k, C) the expert outputs, expert-major (what combine returns) */
     /* The rows this rank's experts computed: N*k at EP = 1, any number with
-     * a dispatch hook (the buffers grow; their capacity is cap rows). */
+     * a dispatch hook (the buffers grow; their capacity is cap rows), in
+     * n_chunks chunks (1 at EP = 1; the runtime's choice with the hooks),
+     * chunk c at rows [chunk_off[c], chunk_off[c+1]), grouped by local
+     * expert inside the chunk. */
     int n_recv, n_local, first_expert, cap, xl_cap;
-    int* recv_counts; /* (E) rows per local expert */
+    int n_chunks, chunk_cap;
+    int* chunk_counts; /* (n_chunks, n_local) rows per chunk and local expert */
+    int* chunk_off;    /* (n_chunks + 1) first row of each chunk */
     const float* xin; /* (n_recv, C) the experts' input rows: xs, or xl after a dispatch */
     float* xl;        /* (xl_cap, C) a copy of the dispatched rows (NULL until one) */
     float* gate;      /* (cap, Fe) x Wg^T */

@@ -133,6 +133,9 @@ static const KeyDesc kKeys[] = {
      "false: every collective waited at issue", R_FREE},
     {"parallelism.ep", K_INT, OFF(parallel.ep), 1, 65536, 0,
      "expert parallelism: divides the ranks and model.n_experts", R_FREE},
+    {"moe.overlap_chunks", K_INT, OFF(moe.overlap_chunks), 1, 64, 0,
+     "chunks of each MoE block's expert exchange, pipelined with the experts (1: whole)",
+     R_FREE},
     {"comm.strategy", K_STRATEGY, OFF(comm.strategy), 1, 4, 0,
      "native|raw|compressed|auto", R_FREE},
     {"comm.allgather", K_STRATEGY, OFF(comm.allgather), 0, 4, 0,
@@ -164,7 +167,7 @@ static const KeyDesc kKeys[] = {
 _Static_assert(N_KEYS <= CFG_MAX_KEYS, "TrainConfig.origin needs room for every key");
 
 static const char* const kSections[] = {"model",       "data", "train",   "optimizer",
-                                        "schedule",    "parallelism", "comm",
+                                        "schedule",    "parallelism", "moe",  "comm",
                                         "logging",     "checkpoint"};
 
 void config_defaults(TrainConfig* c) {
@@ -200,6 +203,7 @@ void config_defaults(TrainConfig* c) {
     c->parallel.max_inflight_bytes = 0;
     c->parallel.overlap = 1;
     c->parallel.ep = 1;
+    c->moe.overlap_chunks = 1;
     c->model.decoder_sparse_step = 1;
     c->model.router_aux_loss_coef = 0.001f; /* HF's default */
     c->comm.strategy = zipcclStrategyCompressed;
@@ -817,6 +821,14 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
                                 config_where(c, "model.n_experts", w2, sizeof w2));
         }
     }
+    if (c->moe.overlap_chunks > 1 && (c->model.n_experts == 0 || c->parallel.ep < 2))
+        return zrt_errf(err, errlen,
+                        "%s: key 'moe.overlap_chunks': %d chunks asked for, but there is no "
+                        "expert exchange to cut (%s; it runs only with parallelism.ep > 1)",
+                        config_where(c, "moe.overlap_chunks", w1, sizeof w1),
+                        c->moe.overlap_chunks,
+                        c->model.n_experts ? "parallelism.ep is 1: every expert is local"
+                                           : "model.n_experts is 0: a dense model");
     if (c->parallel.ep > 1 && c->model.n_experts == 0)
         return zrt_errf(err, errlen,
                         "%s: key 'parallelism.ep': %d needs experts to spread (model.n_experts is 0)",

@@ -81,6 +81,9 @@ typedef struct {
         int ep;                    /* expert parallelism: ranks an expert group spans */
     } parallel;
     struct {
+        int overlap_chunks;        /* chunks of each MoE block's expert exchange (1: whole) */
+    } moe;
+    struct {
         zipcclStrategy_t strategy;                 /* every collective */
         zipcclStrategy_t allgather, reducescatter; /* Default: follow strategy */
         zipcclStrategy_t alltoall; /* the MoE dispatch/combine; Default: follow strategy */

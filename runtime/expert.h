@@ -13,8 +13,11 @@
  * owners and back. EP = 1 needs none of this: the model computes every
  * expert locally when the hooks are NULL.
  *
- * Left out: capacity factors (dropless only), overlapping the exchange with
- * expert compute (the scheduler issue), device buffers.
+ * The exchange of a block comes in chunks (the rows of every pair of ranks
+ * cut into near-equal runs), each started and waited on its own; what is
+ * in flight when is the scheduler's choice (sched.c).
+ *
+ * Left out: device buffers; chunking at EP = 1 (nothing moves there).
  */
 #ifndef RUNTIME_EXPERT_H
 #define RUNTIME_EXPERT_H
@@ -65,8 +68,29 @@ int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCall
                 zipcclDataType_t dtype, char* err, size_t errlen);
 void expert_free(Expert* x);
 
-/* The LlamaParamHooks.dispatch / .combine signatures, ctx = Expert*. A
- * failed exchange reports why on stderr and returns -1 (the step fails). */
+/* One block's exchange in chunks (ctx = Expert*; sched.c drives them in
+ * the order of LlamaParamHooks). dispatch_begin: the count exchange
+ * (forward; the backward checks its counts and chunks against the
+ * forward's), the cut into `chunks` chunks, *n_recv rows for this rank's
+ * *n_local experts; `rows` (the model's) is read until the last chunk is
+ * waited. dispatch_issue starts chunk c, dispatch_wait(c) waits for it and
+ * returns its rows expert-major (valid until the next block's dispatch).
+ * combine_issue(c) starts chunk c's outputs back into `rows`, combine_wait
+ * waits for one, combine_end (every chunk waited) finishes them (bf16:
+ * widens). A failure reports why on stderr and returns -1 (the step fails). */
+int expert_dispatch_begin(Expert* x, int layer, int phase, const float* rows, const int* counts,
+                          int C, int chunks, int* n_chunks, int* n_recv, int* n_local,
+                          int* first_expert);
+int expert_dispatch_issue(Expert* x, int layer, int phase, int chunk);
+int expert_dispatch_wait(Expert* x, int layer, int phase, int chunk, const float** recv,
+                         int* n_recv, const int** recv_counts);
+int expert_combine_issue(Expert* x, int layer, int phase, int chunk, const float* local,
+                         float* rows);
+int expert_combine_wait(Expert* x, int layer, int phase, int chunk);
+int expert_combine_end(Expert* x, int layer, int phase, float* rows);
+
+/* The whole block at once, blocking (one chunk): dispatch returns every
+ * received row, combine brings the outputs back into rows (n, C). */
 int expert_dispatch(void* ctx, int layer, int phase, const float* rows, const int* counts, int C,
                     const float** recv, int* n_recv, const int** recv_counts, int* n_local,
                     int* first_expert);

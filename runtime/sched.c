@@ -50,9 +50,18 @@
  * whichever is later, which is the timeline of --trace. Two calls that
  * finish between two readings share one reading, split by size (counted).
  *
- * Left out: reordering compute, adaptive plans, chunked expert exchanges
- * (the model hands over one exchange per MoE block; the plan has the
- * dispatch and combine points, so chunks would slot in as more events).
+ * A MoE block's expert exchange comes in moe.overlap_chunks chunks, each an
+ * AlltoAllv each way on the exchange's own communicator (events DISP,
+ * then XWAIT c / XSEND c per chunk, then COMB): with overlap every chunk's
+ * dispatch is issued at DISP, chunk c is waited just before its experts
+ * run, and its combine goes out at once and is waited at COMB:
+ *
+ *   compute   |route|A x|  experts c0 |  experts c1 |  experts c2 |REL|sum|
+ *   comm_a2a  [d0][d1][d2]............[c0]..........[c1]..........[c2]
+ *                   ^w d0 (exposed)     ^ d1, d2 arrived under c0's compute
+ *
+ * Left out: reordering compute, adaptive plans, a bound on the exchange's
+ * bytes in flight (a block's chunks are all issued at once).
  */
 #include "scheduler.h"
 
@@ -74,8 +83,20 @@ static void put(SchedEvent* out, int max, int* n, int type, int unit, int phase)
     (*n)++;
 }
 
-int sched_model_order(const LlamaConfig* m, int ep_hooks, int backward, SchedEvent* out, int max) {
+static void put_chunks(SchedEvent* out, int max, int* n, int layer, int phase, int chunks) {
+    for (int c = 0; c < chunks; c++) {
+        if (*n < max) out[*n] = (SchedEvent){.type = EV_XWAIT, .phase = (uint8_t)phase,
+                                             .unit = layer, .chunk = c, .gather = -1, .rs = -1};
+        (*n)++;
+        if (*n < max) out[*n] = (SchedEvent){.type = EV_XSEND, .phase = (uint8_t)phase,
+                                             .unit = layer, .chunk = c, .gather = -1, .rs = -1};
+        (*n)++;
+    }
+}
+
+int sched_model_order(const LlamaConfig* m, int ep_chunks, int backward, SchedEvent* out, int max) {
     int n = 0;
+    const int ep_hooks = ep_chunks > 0;
     const int L = m->n_layers;
     put(out, max, &n, EV_ACQ, 0, 0); /* embedding */
     put(out, max, &n, EV_REL, 0, 0);
@@ -85,6 +106,7 @@ int sched_model_order(const LlamaConfig* m, int ep_hooks, int backward, SchedEve
         if (xu > 0) { /* the experts, acquired inside the block after the dispatch */
             if (ep_hooks) put(out, max, &n, EV_DISP, l, 0);
             put(out, max, &n, EV_ACQ, xu, 0);
+            put_chunks(out, max, &n, l, 0, ep_chunks);
             put(out, max, &n, EV_REL, xu, 0);
             if (ep_hooks) put(out, max, &n, EV_COMB, l, 0);
         }
@@ -104,6 +126,7 @@ int sched_model_order(const LlamaConfig* m, int ep_hooks, int backward, SchedEve
             if (ep_hooks) put(out, max, &n, EV_DISP, l, 1);
             put(out, max, &n, EV_ACQ, xu, 1);
             put(out, max, &n, EV_GBUF, xu, 1);
+            put_chunks(out, max, &n, l, 1, ep_chunks);
             put(out, max, &n, EV_GRDY, xu, 1);
             put(out, max, &n, EV_REL, xu, 1);
             if (ep_hooks) put(out, max, &n, EV_COMB, l, 1);
@@ -118,8 +141,8 @@ int sched_model_order(const LlamaConfig* m, int ep_hooks, int backward, SchedEve
 
 static const char* ev_name(int t) {
     static const char* const n[] = {"acquire", "release", "grad_buffer", "grads_ready", "dispatch",
-                                    "combine"};
-    return t >= 0 && t <= EV_COMB ? n[t] : "?";
+                                    "combine", "dispatch_wait", "combine_send"};
+    return t >= 0 && t <= EV_XSEND ? n[t] : "?";
 }
 
 /* ---- the planner -------------------------------------------------------------- */
@@ -192,11 +215,11 @@ static double simulate(SchedPlan* p, const SchedParams* sp, const double* during
 
 int sched_plan_build(SchedPlan* p, const SchedParams* sp, char* err, size_t errlen) {
     memset(p, 0, sizeof *p);
-    const int per = sched_model_order(sp->model, sp->ep_hooks, sp->backward, NULL, 0);
+    const int per = sched_model_order(sp->model, sp->ep_chunks, sp->backward, NULL, 0);
     p->n_ev = per * sp->micro;
     p->ev = zrt_calloc((size_t)p->n_ev + 1, sizeof *p->ev, "plan events");
     for (int a = 0; a < sp->micro; a++) {
-        sched_model_order(sp->model, sp->ep_hooks, sp->backward, p->ev + (size_t)a * per, per);
+        sched_model_order(sp->model, sp->ep_chunks, sp->backward, p->ev + (size_t)a * per, per);
         for (int i = 0; i < per; i++) p->ev[(size_t)a * per + i].micro = (int16_t)a;
     }
     p->ag = zrt_calloc((size_t)p->n_ev + 1, sizeof *p->ag, "plan gathers");
@@ -287,7 +310,7 @@ void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, double* gbytes,
 
 static void params_for(SchedParams* sp, const TrainConfig* cfg, int backward) {
     sp->model = &cfg->model;
-    sp->ep_hooks = cfg->model.n_experts > 0 && cfg->parallel.ep > 1;
+    sp->ep_chunks = cfg->model.n_experts > 0 && cfg->parallel.ep > 1 ? cfg->moe.overlap_chunks : 0;
     sp->micro = backward ? cfg->data.grad_accum : 1;
     sp->backward = backward;
     sp->depth = cfg->parallel.prefetch ? cfg->parallel.prefetch_depth : 0;
@@ -415,6 +438,7 @@ typedef struct {
     uint64_t raw, wire;
     double codec_s, total_s;
     int strategy, codec, shared, accounted;
+    int chunk, xdir; /* alltoall: the chunk, and 1 dispatch / 2 combine */
 } CallRec;
 
 typedef struct {
@@ -461,6 +485,7 @@ struct Sched {
     Slot slot[NSLOTS];
     CallRec* rec;
     int n_rec, cap_rec;
+    int x_chunks; /* chunks of the expert exchange in flight */
     int trace;
     char* tb;
     size_t tlen, tcap;
@@ -683,7 +708,7 @@ static const SchedEvent* expect(Sched* s, int type, int unit, int phase) {
                "scheduler: the model called %s(%d) after the plan's last event (%d)",
                ev_name(type), unit, s->p->n_ev);
     const SchedEvent* e = &s->p->ev[s->cur];
-    const int phased = type == EV_ACQ || type == EV_REL || type == EV_DISP || type == EV_COMB;
+    const int phased = type != EV_GBUF && type != EV_GRDY;
     trainCheck(e->type == type && e->unit == unit && (!phased || e->phase == phase),
                "scheduler: the model called %s(%d, phase %d) where the plan has %s(%d, phase %d) "
                "(event %d of micro-batch %d): the model's hook order is not the one "
@@ -782,62 +807,109 @@ static void hook_grads_ready(void* ctx, int u) {
     done(s, e);
 }
 
-/* The expert exchange is blocking (expert.c): time it as exposed, and
- * record it as one call of the block's unit. */
-static int exchange(Sched* s, int layer, int phase, int type, int (*fn)(Sched*, void*), void* a) {
-    const SchedEvent* e = expect(s, type, layer, phase);
-    Fsdp* f = s->f;
-    const double b0 = f->expert.blocked_s, t0 = zrt_now();
-    const int rec = new_rec(s, 1 + layer, PLAN_A2A, 1);
-    (void)rec;
-    int rc = fn(s, a);
-    const double dt = f->expert.blocked_s - b0;
-    f->blocked_s += dt;
-    s->exposed[SCHED_X_A2A] += dt;
-    f->plan.st[1 + layer][PLAN_A2A].exposed_s += dt;
-    if (s->trace)
-        tprintf(s, ",\n{\"name\": \"%s layers.%d\", \"cat\": \"wait\", \"ph\": \"X\", \"pid\": %d, "
-                   "\"tid\": 0, \"ts\": %.1f, \"dur\": %.1f}",
-                ev_name(type), layer, f->rank, us(s, t0), (zrt_now() - t0) * 1e6);
-    done(s, e);
-    return rc;
-}
-
+/* The expert exchange (expert.c) of a MoE block, in chunks. With overlap
+ * every chunk's dispatch is started at the block's dispatch, so the
+ * communicator carries chunk c+1 while the experts compute chunk c, and
+ * each chunk's combine is started as soon as its outputs are there and
+ * waited only at the block's combine; without overlap each chunk's call is
+ * waited at issue (the blocking reference). The calls and their data are
+ * the same either way, and a call's result does not depend on what else is
+ * in flight, so overlap changes no bit. The compute thread's time inside
+ * these hooks waiting on the exchange (the count exchange included) is
+ * exposed a2a time. */
 typedef struct {
-    int layer, phase;
+    int layer, phase, chunk;
     const float* rows;
     const int* counts;
     int C;
+    int *n_chunks, *n_recv, *n_local, *first;
     const float** recv;
-    int *n_recv, *n_local, *first;
     const int** recv_counts;
     const float* local;
     float* out;
 } XArgs;
 
-static int do_dispatch(Sched* s, void* p) {
-    XArgs* a = p;
-    return expert_dispatch(&s->f->expert, a->layer, a->phase, a->rows, a->counts, a->C, a->recv,
-                           a->n_recv, a->recv_counts, a->n_local, a->first);
+static int a2a_issue(Sched* s, int layer, int phase, int chunk, int dir, const XArgs* a) {
+    const int r = new_rec(s, 1 + layer, PLAN_A2A, 1);
+    s->rec[r].chunk = chunk;
+    s->rec[r].xdir = dir;
+    Expert* x = &s->f->expert;
+    return dir == 1 ? expert_dispatch_issue(x, layer, phase, chunk)
+                    : expert_combine_issue(x, layer, phase, chunk, a->local, a->out);
 }
 
-static int do_combine(Sched* s, void* p) {
-    XArgs* a = p;
-    return expert_combine(&s->f->expert, a->layer, a->phase, a->local, a->out);
+static int xstep(Sched* s, int type, XArgs* a) {
+    Expert* x = &s->f->expert;
+    const int l = a->layer, ph = a->phase, ov = s->cfg->parallel.overlap;
+    int rc = 0;
+    switch (type) {
+    case EV_DISP:
+        rc = expert_dispatch_begin(x, l, ph, a->rows, a->counts, a->C, s->cfg->moe.overlap_chunks,
+                                   a->n_chunks, a->n_recv, a->n_local, a->first);
+        s->x_chunks = rc ? 0 : *a->n_chunks;
+        for (int c = 0; !rc && ov && c < s->x_chunks; c++) rc = a2a_issue(s, l, ph, c, 1, a);
+        break;
+    case EV_XWAIT:
+        if (!ov) rc = a2a_issue(s, l, ph, a->chunk, 1, a);
+        if (!rc) rc = expert_dispatch_wait(x, l, ph, a->chunk, a->recv, a->n_recv, a->recv_counts);
+        break;
+    case EV_XSEND:
+        rc = a2a_issue(s, l, ph, a->chunk, 2, a);
+        if (!rc && !ov) rc = expert_combine_wait(x, l, ph, a->chunk);
+        break;
+    case EV_COMB:
+        for (int c = 0; !rc && c < s->x_chunks; c++) rc = expert_combine_wait(x, l, ph, c);
+        if (!rc) rc = expert_combine_end(x, l, ph, a->out);
+        break;
+    }
+    return rc;
+}
+
+static int exchange(Sched* s, int type, XArgs* a) {
+    const SchedEvent* e = expect(s, type, a->layer, a->phase);
+    trainCheck(e->chunk == a->chunk,
+               "scheduler: the model called %s(layers.%d, chunk %d) where the plan has chunk %d "
+               "(event %d of micro-batch %d): moe.overlap_chunks is %d",
+               ev_name(type), a->layer, a->chunk, e->chunk, s->cur, s->micro,
+               s->cfg->moe.overlap_chunks);
+    Fsdp* f = s->f;
+    const double b0 = f->expert.blocked_s, t0 = zrt_now();
+    int rc = xstep(s, type, a);
+    const double dt = f->expert.blocked_s - b0;
+    f->blocked_s += dt;
+    s->exposed[SCHED_X_A2A] += dt;
+    f->plan.st[1 + a->layer][PLAN_A2A].exposed_s += dt;
+    if (s->trace && dt > 2e-6)
+        tprintf(s, ",\n{\"name\": \"%s layers.%d\", \"cat\": \"wait\", \"ph\": \"X\", \"pid\": %d, "
+                   "\"tid\": 0, \"ts\": %.1f, \"dur\": %.1f, \"args\": {\"chunk\": %d}}",
+                ev_name(type), a->layer, f->rank, us(s, t0), (zrt_now() - t0) * 1e6, a->chunk);
+    done(s, e);
+    return rc;
 }
 
 static int hook_dispatch(void* ctx, int layer, int phase, const float* rows, const int* counts,
-                         int C, const float** recv, int* n_recv, const int** recv_counts,
-                         int* n_local, int* first_expert) {
+                         int C, int* n_chunks, int* n_recv, int* n_local, int* first_expert) {
     XArgs a = {.layer = layer, .phase = phase, .rows = rows, .counts = counts, .C = C,
-               .recv = recv, .n_recv = n_recv, .n_local = n_local, .first = first_expert,
-               .recv_counts = recv_counts};
-    return exchange(ctx, layer, phase, EV_DISP, do_dispatch, &a);
+               .n_chunks = n_chunks, .n_recv = n_recv, .n_local = n_local, .first = first_expert};
+    return exchange(ctx, EV_DISP, &a);
 }
 
-static int hook_combine(void* ctx, int layer, int phase, const float* local, float* rows) {
-    XArgs a = {.layer = layer, .phase = phase, .local = local, .out = rows};
-    return exchange(ctx, layer, phase, EV_COMB, do_combine, &a);
+static int hook_dispatch_wait(void* ctx, int layer, int phase, int chunk, const float** recv,
+                              int* n_recv, const int** recv_counts) {
+    XArgs a = {.layer = layer, .phase = phase, .chunk = chunk, .recv = recv, .n_recv = n_recv,
+               .recv_counts = recv_counts};
+    return exchange(ctx, EV_XWAIT, &a);
+}
+
+static int hook_combine_send(void* ctx, int layer, int phase, int chunk, const float* local,
+                             float* rows) {
+    XArgs a = {.layer = layer, .phase = phase, .chunk = chunk, .local = local, .out = rows};
+    return exchange(ctx, EV_XSEND, &a);
+}
+
+static int hook_combine(void* ctx, int layer, int phase, float* rows) {
+    XArgs a = {.layer = layer, .phase = phase, .out = rows};
+    return exchange(ctx, EV_COMB, &a);
 }
 
 LlamaParamHooks sched_hooks(Sched* s) {
@@ -848,6 +920,8 @@ LlamaParamHooks sched_hooks(Sched* s) {
                          .grads_ready = hook_grads_ready};
     if (s->f->ep > 1) { /* at EP = 1 the model computes every expert itself */
         h.dispatch = hook_dispatch;
+        h.dispatch_wait = hook_dispatch_wait;
+        h.combine_send = hook_combine_send;
         h.combine = hook_combine;
     }
     return h;
@@ -887,7 +961,7 @@ Sched* sched_create(Fsdp* f, const TrainConfig* cfg, int trace) {
             (uint64_t)((double)F->padded * zipcclTypeSize(f->reduce_dtype) * (G - 1) / G);
     }
     for (int t = 0; t < s->train.n_ev; t++)
-        if (s->train.ev[t].type == EV_DISP || s->train.ev[t].type == EV_COMB)
+        if (s->train.ev[t].type == EV_XWAIT || s->train.ev[t].type == EV_XSEND)
             f->plan.e[1 + s->train.ev[t].unit][PLAN_A2A].calls_per_step++;
     s->slot[SLOT_AG] = (Slot){.comm = f->comm_ag, .kind = zipcclCollAllGather};
     s->slot[SLOT_RS] = (Slot){.comm = f->comm_rs, .kind = zipcclCollReduceScatter};
@@ -968,14 +1042,21 @@ static void trace_calls(Sched* s) {
     for (int i = 0; i < s->n_rec; i++) {
         const CallRec* r = &s->rec[i];
         if (!r->accounted) continue;
+        char what[48];
+        if (r->kind == PLAN_A2A) /* which way, and the chunk: the pipeline is visible */
+            snprintf(what, sizeof what, "%s%s c%d", r->xdir == 1 ? "dispatch" : "combine",
+                     r->phase ? "_grad" : "", r->chunk);
+        else
+            snprintf(what, sizeof what, "%s", plan_kind_name(r->kind));
         tprintf(s,
                 ",\n{\"name\": \"%s %s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
                 "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"unit\": \"%s\", \"kind\": \"%s\", "
+                "\"chunk\": %d, "
                 "\"micro\": %d, \"strategy\": \"%s\", \"codec\": \"%s\", \"raw_bytes\": %llu, "
                 "\"wire_bytes\": %llu, \"codec_ms\": %.3f, \"issued_us\": %.1f, \"shared\": %d}}",
-                plan_kind_name(r->kind), s->f->units[r->unit].name, plan_kind_name(r->kind),
+                what, s->f->units[r->unit].name, plan_kind_name(r->kind),
                 s->f->rank, 1 + r->slot, us(s, r->t_start), r->total_s * 1e6,
-                s->f->units[r->unit].name, plan_kind_name(r->kind), r->micro,
+                s->f->units[r->unit].name, plan_kind_name(r->kind), r->chunk, r->micro,
                 zipcclStrategyName((zipcclStrategy_t)r->strategy),
                 r->codec >= 0 ? zipcclCodecName((zipcclCodec_t)r->codec) : "-",
                 (unsigned long long)r->raw, (unsigned long long)r->wire, r->codec_s * 1e3,

@@ -17,8 +17,8 @@
  * every call cost (per-unit statistics, the Chrome trace).
  *
  * Left out: reordering the model's compute; an adaptive plan that learns
- * from measured times (the plan is fixed for a run); chunked expert
- * exchanges (the model hands the runtime one exchange per MoE block).
+ * from measured times (the plan is fixed for a run); a bound on the expert
+ * exchange's bytes in flight (all of a block's chunks may be).
  */
 #ifndef RUNTIME_SCHED_H
 #define RUNTIME_SCHED_H
@@ -30,13 +30,17 @@
 #include "llama.h"
 #include "plan.h"
 
-typedef enum { EV_ACQ = 0, EV_REL, EV_GBUF, EV_GRDY, EV_DISP, EV_COMB } SchedEvType;
+/* DISP / COMB: a MoE block's exchange begins (counts, the chunk cut) and
+ * ends (every chunk back); XWAIT / XSEND: chunk c of it arrives for the
+ * experts / leaves with their outputs. */
+typedef enum { EV_ACQ = 0, EV_REL, EV_GBUF, EV_GRDY, EV_DISP, EV_COMB, EV_XWAIT, EV_XSEND } SchedEvType;
 
 typedef struct {
     uint8_t type;   /* SchedEvType                                             */
     uint8_t phase;  /* 0 forward, 1 backward                                   */
     int16_t micro;  /* micro-batch of the step                                 */
-    int unit;       /* the unit (DISP / COMB: the block index)                 */
+    int unit;       /* the unit (DISP / COMB / XWAIT / XSEND: the block index)  */
+    int chunk;      /* XWAIT / XSEND: the chunk                                */
     int gather;     /* ACQ: the gather it waits for, -1: the unit is held      */
     int drop;       /* REL: the unit's gathered buffer is freed after it       */
     int gbuf_new;   /* GBUF: the unit's first in this micro-batch (zeroed)     */
@@ -67,7 +71,8 @@ typedef struct {
     int n_units;
     const double* gbytes; /* (n_units) */
     const double* rbytes; /* (n_units) */
-    int ep_hooks;         /* the model calls dispatch / combine (EP > 1)       */
+    int ep_chunks;        /* 0: no exchange hooks (EP = 1), else the model calls
+                           * dispatch / combine with this many chunks (EP > 1) */
     int micro;            /* micro-batches in the step                         */
     int backward;         /* 0: forward only (validation)                      */
     int depth;            /* prefetch depth: gathers issued ahead               */
@@ -77,9 +82,10 @@ typedef struct {
 } SchedParams;
 
 /* The hook events of one micro-batch in the order llama.h documents (A, R,
- * G, D, dispatch, combine), the expert units of MoE blocks included: up to
- * max into out; returns the count. */
-int sched_model_order(const LlamaConfig* m, int ep_hooks, int backward, SchedEvent* out, int max);
+ * G, D, dispatch, its chunks, combine), the expert units of MoE blocks
+ * included; ep_chunks as in SchedParams: up to max into out; returns the
+ * count. */
+int sched_model_order(const LlamaConfig* m, int ep_chunks, int backward, SchedEvent* out, int max);
 
 /* Plan a step. Returns 0, or -1 with the reason in err (an in-flight bound
  * below what the step needs with nothing ahead, naming the key). */

@@ -207,6 +207,31 @@ int main(void) {
               "validate_seq_len", "%s", err);
         config_defaults(&d);
         CHECK(config_validate(&d, err, sizeof err) == 0, "defaults_valid", "%s", err);
+        /* moe.overlap_chunks: 1..64, and only where an expert exchange runs */
+        CHECK(d.moe.overlap_chunks == 1, "overlap_chunks_default_1", "%d", d.moe.overlap_chunks);
+        CHECK(config_set(&d, "moe.overlap_chunks=0", err, sizeof err) == -1 &&
+                  strstr(err, "key 'moe.overlap_chunks': 0 is out of range [1, 64]"),
+              "overlap_chunks_0_refused", "%s", err);
+        CHECK(config_set(&d, "moe.overlap_chunks=-3", err, sizeof err) == -1 &&
+                  strstr(err, "key 'moe.overlap_chunks'"),
+              "overlap_chunks_negative_refused", "%s", err);
+        CHECK(config_set(&d, "moe.overlap_chunks=100000", err, sizeof err) == -1 &&
+                  strstr(err, "key 'moe.overlap_chunks': 100000 is out of range"),
+              "overlap_chunks_absurd_refused", "%s", err);
+        CHECK(config_set(&d, "moe.overlap_chunks=4", err, sizeof err) == 0 &&
+                  config_validate(&d, err, sizeof err) == -1 &&
+                  strstr(err, "key 'moe.overlap_chunks': 4 chunks asked for") &&
+                  strstr(err, "dense model"),
+              "overlap_chunks_on_dense_refused", "%s", err);
+        config_set(&d, "model.n_experts=4", err, sizeof err);
+        config_set(&d, "model.n_experts_per_tok=2", err, sizeof err);
+        config_set(&d, "model.moe_ffn_hidden=32", err, sizeof err);
+        CHECK(config_validate(&d, err, sizeof err) == -1 &&
+                  strstr(err, "key 'moe.overlap_chunks'") && strstr(err, "parallelism.ep is 1"),
+              "overlap_chunks_at_ep1_refused", "%s", err);
+        config_set(&d, "parallelism.ep=2", err, sizeof err);
+        CHECK(config_validate(&d, err, sizeof err) == 0 && d.moe.overlap_chunks == 4,
+              "overlap_chunks_with_ep2_accepted", "%s", err);
     }
     /* Where a value came from: errors name the --set assignment or the
      * file's line, and unknown keys suggest the nearest known one. */

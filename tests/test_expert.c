@@ -13,7 +13,10 @@
  * place (Megatron's dispatcher test in spirit: dispatch + combine = identity
  * on what the experts did); the backward exchange reuses the forward's sizes
  * and refuses other ones; experts with zero rows, a rank sending nothing, and
- * EP = 1 work.
+ * EP = 1 work. Chunked (moe.overlap_chunks 2 and 7, every chunk started
+ * before the first is waited): each chunk's rows per local expert are the
+ * reference's (as a set), the chunks add up, chunk-wise combine comes back
+ * in place, a backward with another chunk count is refused.
  */
 #include <math.h>
 #include <stdint.h>
@@ -144,6 +147,70 @@ static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy
         int never = expert_combine(&x, 0, 0, y, back); // block 0 never dispatched
         snprintf(name, sizeof name, "%s/combine_without_dispatch_refused", tag);
         verdict(never == -1, name, "combine of a block with no dispatch was accepted");
+    }
+    // chunks (moe.overlap_chunks), on block 0: every chunk started before
+    // any is waited (as the scheduler does with overlap), each chunk's rows
+    // per local expert are the reference's rows of that expert (as a set:
+    // a chunk takes a run of each source's rows), the chunks' counts add up,
+    // chunk-wise 2x-1 comes back in place, and the backward refuses other
+    // chunks; 7 chunks leave some empty
+    for (int nc = 2; nc <= 7; nc += 5) {
+        int got_nc = -1, got_n = -1, got_l = -1, got_f = -1;
+        ok = expert_dispatch_begin(&x, 0, 0, rows, counts + rank * E, C, nc, &got_nc, &got_n,
+                                   &got_l, &got_f) == 0 &&
+             got_nc == nc && got_n == (int)want_n && got_l == El && got_f == first;
+        for (int c = 0; ok && c < nc; c++) ok = expert_dispatch_issue(&x, 0, 0, c) == 0;
+        float* ych = malloc(sizeof(float) * (want_n * C + 1));
+        float* seen = malloc(sizeof(float) * (want_n + 1));
+        float* ref = malloc(sizeof(float) * (want_n + 1));
+        int per[64] = {0};
+        size_t o = 0;
+        for (int c = 0; ok && c < nc; c++) {
+            const float* cr = NULL;
+            const int* cc = NULL;
+            int cn = -1;
+            ok = expert_dispatch_wait(&x, 0, 0, c, &cr, &cn, &cc) == 0;
+            long long sum = 0;
+            for (int j = 0; ok && j < El; j++) sum += cc[j], per[j] += cc[j];
+            ok = ok && sum == cn;
+            for (int i = 0; ok && i < cn * C; i++) ych[o * C + i] = 2.0f * cr[i] - 1.0f;
+            // first column of each row, filed by expert: compared as a set below
+            for (int j = 0, r0 = 0; ok && j < El; r0 += cc[j], j++) {
+                int eo = 0; // where expert j's rows start in the reference
+                for (int jj = 0; jj < j; jj++) eo += want_counts[jj];
+                for (int i = 0; i < cc[j]; i++) seen[eo + per[j] - cc[j] + i] = cr[(r0 + i) * C];
+            }
+            ok = ok && expert_combine_issue(&x, 0, 0, c, ych + o * C, back) == 0;
+            o += (size_t)cn;
+        }
+        for (int j = 0; ok && j < El; j++) ok = per[j] == want_counts[j];
+        ok = ok && o == want_n;
+        for (size_t i = 0; ok && i < want_n; i++) ref[i] = want[i * C];
+        if (ok) {
+            for (int j = 0, eo = 0; j < El; eo += want_counts[j], j++) { // sort each expert's run
+                for (int a = eo; a < eo + want_counts[j]; a++)
+                    for (int b2 = a + 1; b2 < eo + want_counts[j]; b2++) {
+                        if (seen[b2] < seen[a]) { float t = seen[a]; seen[a] = seen[b2]; seen[b2] = t; }
+                        if (ref[b2] < ref[a]) { float t = ref[a]; ref[a] = ref[b2]; ref[b2] = t; }
+                    }
+            }
+            ok = !want_n || !memcmp(seen, ref, want_n * sizeof(float));
+        }
+        snprintf(name, sizeof name, "%s/chunks%d_deliver_each_experts_rows", tag, nc);
+        verdict(ok, name, "the chunks do not hold the reference's rows per expert");
+        for (int c = 0; ok && c < nc; c++) ok = expert_combine_wait(&x, 0, 0, c) == 0;
+        ok = ok && expert_combine_end(&x, 0, 0, back) == 0;
+        for (size_t i = 0; ok && i < (size_t)total[rank] * C; i++)
+            ok = back[i] == through(2.0f * through(rows[i]) - 1.0f);
+        snprintf(name, sizeof name, "%s/chunks%d_combine_in_place", tag, nc);
+        verdict(ok, name, "the chunked combine did not bring back 2x-1 of this rank's rows");
+        ok = expert_dispatch_begin(&x, 0, 1, back, counts + rank * E, C, nc + 1, &got_nc, &got_n,
+                                   &got_l, &got_f) == -1;
+        snprintf(name, sizeof name, "%s/chunks%d_backward_refuses_other_chunks", tag, nc);
+        verdict(ok, name, "a backward with another chunk count was accepted");
+        free(ych);
+        free(seen);
+        free(ref);
     }
     long long routed = 0;
     for (int e = 0; e < E; e++) routed += x.tokens[E + e];

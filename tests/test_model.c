@@ -55,7 +55,8 @@ typedef struct {
     // rows are copied out and back, all experts stay local
     float* xbuf;
     size_t xcap, xrows;
-    int xcounts[64];
+    int xcounts[64], xccounts[64];
+    int xchunks;       // chunks the emulated dispatch hands over (0: 1)
     int fail_dispatch; // 1: dispatch reports a failure
 } Model;
 
@@ -130,11 +131,12 @@ static LlamaParamHooks model_hooks(Model* m) {
     return h;
 }
 
-/* A dispatch that moves the rows through a buffer of its own and back: the
- * hook path of the model, at EP = 1, must give the bits of the no-hook path. */
+/* A dispatch that moves the rows through a buffer of its own and back, in
+ * m->xchunks contiguous runs of the expert-major rows (a run may straddle
+ * experts), as a chunking runtime hands them over: the hook path of the
+ * model, at EP = 1, must give the bits of the no-hook path with one chunk. */
 static int h_dispatch(void* ctx, int layer, int phase, const float* rows, const int* counts,
-                      int C, const float** recv, int* n_recv, const int** recv_counts,
-                      int* n_local, int* first_expert) {
+                      int C, int* n_chunks, int* n_recv, int* n_local, int* first_expert) {
     Model* m = ctx;
     log_event(m, phase ? "X%db" : "X%df", layer, 0);
     if (m->fail_dispatch) return -1;
@@ -149,18 +151,49 @@ static int h_dispatch(void* ctx, int layer, int phase, const float* rows, const 
     }
     memcpy(m->xbuf, rows, n * C * sizeof(float));
     m->xrows = n;
-    *recv = m->xbuf;
+    *n_chunks = m->xchunks > 0 ? m->xchunks : 1;
     *n_recv = (int)n;
-    *recv_counts = m->xcounts;
     *n_local = E;
     *first_expert = 0;
     return 0;
 }
 
-static int h_combine(void* ctx, int layer, int phase, const float* local, float* rows) {
+static void chunk_range(const Model* m, int chunk, int* lo, int* hi) {
+    const int nc = m->xchunks > 0 ? m->xchunks : 1, n = (int)m->xrows;
+    *lo = n * chunk / nc;
+    *hi = n * (chunk + 1) / nc;
+}
+
+static int h_dispatch_wait(void* ctx, int layer, int phase, int chunk, const float** recv,
+                           int* n_recv, const int** recv_counts) {
     Model* m = ctx;
+    (void)layer, (void)phase;
+    int lo, hi;
+    chunk_range(m, chunk, &lo, &hi);
+    for (int e = 0, e0 = 0; e < m->cfg.n_experts; e0 += m->xcounts[e], e++) {
+        const int e1 = e0 + m->xcounts[e], a = e0 > lo ? e0 : lo, z = e1 < hi ? e1 : hi;
+        m->xccounts[e] = z > a ? z - a : 0;
+    }
+    *recv = m->xbuf + (size_t)lo * m->cfg.dim;
+    *n_recv = hi - lo;
+    *recv_counts = m->xccounts;
+    return 0;
+}
+
+static int h_combine_send(void* ctx, int layer, int phase, int chunk, const float* local,
+                          float* rows) {
+    Model* m = ctx;
+    (void)layer, (void)phase;
+    int lo, hi;
+    chunk_range(m, chunk, &lo, &hi);
+    memcpy(rows + (size_t)lo * m->cfg.dim, local, (size_t)(hi - lo) * m->cfg.dim * sizeof(float));
+    return 0;
+}
+
+static int h_combine(void* ctx, int layer, int phase, float* rows) {
+    Model* m = ctx;
+    (void)rows;
     log_event(m, phase ? "Y%db" : "Y%df", layer, 0);
-    memcpy(rows, local, m->xrows * m->cfg.dim * sizeof(float));
     return 0;
 }
 
@@ -475,6 +508,8 @@ static void check_moe_hooks(void) {
     LlamaActs* acts = llama_acts_alloc(&cfg, B, T);
     LlamaParamHooks ha = model_hooks(&a), hb = model_hooks(&b);
     hb.dispatch = h_dispatch;
+    hb.dispatch_wait = h_dispatch_wait;
+    hb.combine_send = h_combine_send;
     hb.combine = h_combine;
     const float la = llama_step(&cfg, acts, tok, tgt, B, T, &ha, 1, NULL);
     const float aux_a = llama_acts_aux_loss(acts);

@@ -39,8 +39,10 @@ typedef struct {
     float* grads[64];
     SchedEvent ev[MAXEV];
     int n;
-    int last_rows, C;
-    int xcounts[64];
+    int last_rows, C, chunks;
+    int xcounts[64], ccounts[64];
+    const float* rows;
+    int ev_chunk[MAXEV];
 } Rec;
 
 static void rec(Rec* r, int type, int unit, int phase) {
@@ -51,25 +53,51 @@ static const float* r_acq(void* c, int u, int ph) { rec(c, EV_ACQ, u, ph); retur
 static void r_rel(void* c, int u, int ph) { rec(c, EV_REL, u, ph); }
 static float* r_gbuf(void* c, int u) { rec(c, EV_GBUF, u, 1); return ((Rec*)c)->grads[u]; }
 static void r_grdy(void* c, int u) { rec(c, EV_GRDY, u, 1); }
+/* Every expert is here; the rows come in r->chunks contiguous runs of the
+ * expert-major order (a run may straddle experts), as a chunking runtime
+ * would hand them over. */
 static int r_disp(void* c, int layer, int ph, const float* rows, const int* counts, int C,
-                  const float** recv, int* n_recv, const int** rc, int* n_local, int* first) {
+                  int* n_chunks, int* n_recv, int* n_local, int* first) {
     Rec* r = c;
     rec(r, EV_DISP, layer, ph);
     int n = 0;
     for (int e = 0; e < r->cfg.n_experts; e++) n += r->xcounts[e] = counts[e];
     r->last_rows = n;
     r->C = C;
-    *recv = rows; /* every expert is here: the rows stay where they are */
+    r->rows = rows;
+    *n_chunks = r->chunks;
     *n_recv = n;
-    *rc = r->xcounts;
     *n_local = r->cfg.n_experts;
     *first = 0;
     return 0;
 }
-static int r_comb(void* c, int layer, int ph, const float* local, float* rows) {
+static int r_wait(void* c, int layer, int ph, int chunk, const float** recv, int* n_recv,
+                  const int** rc) {
     Rec* r = c;
-    rec(r, EV_COMB, layer, ph);
-    if (local != rows) memcpy(rows, local, (size_t)r->last_rows * r->C * sizeof(float));
+    r->ev_chunk[r->n < MAXEV ? r->n : 0] = chunk;
+    rec(r, EV_XWAIT, layer, ph);
+    const int E = r->cfg.n_experts, n = r->last_rows;
+    const int lo = n * chunk / r->chunks, hi = n * (chunk + 1) / r->chunks;
+    for (int e = 0, e0 = 0; e < E; e0 += r->xcounts[e], e++) {
+        const int e1 = e0 + r->xcounts[e], a = e0 > lo ? e0 : lo, z = e1 < hi ? e1 : hi;
+        r->ccounts[e] = z > a ? z - a : 0;
+    }
+    *recv = r->rows + (size_t)lo * r->C;
+    *n_recv = hi - lo;
+    *rc = r->ccounts;
+    return 0;
+}
+static int r_send(void* c, int layer, int ph, int chunk, const float* local, float* rows) {
+    Rec* r = c;
+    r->ev_chunk[r->n < MAXEV ? r->n : 0] = chunk;
+    rec(r, EV_XSEND, layer, ph);
+    const int n = r->last_rows, lo = n * chunk / r->chunks, hi = n * (chunk + 1) / r->chunks;
+    memcpy(rows + (size_t)lo * r->C, local, (size_t)(hi - lo) * r->C * sizeof(float));
+    return 0;
+}
+static int r_comb(void* c, int layer, int ph, float* rows) {
+    (void)rows;
+    rec(c, EV_COMB, layer, ph);
     return 0;
 }
 
@@ -87,10 +115,12 @@ static LlamaConfig tiny(int moe) {
     return m;
 }
 
-static void check_order(const char* name, int moe, int ep_hooks, int backward) {
+/* ep_chunks: 0, no exchange hooks; else the chunks the mock hands over. */
+static void check_order(const char* name, int moe, int ep_chunks, int backward) {
     static Rec r;
     memset(&r, 0, sizeof r);
     r.cfg = tiny(moe);
+    r.chunks = ep_chunks;
     const int nu = llama_num_units(&r.cfg);
     for (int u = 0; u < nu; u++) {
         size_t n = llama_unit_numel(&r.cfg, u);
@@ -100,8 +130,10 @@ static void check_order(const char* name, int moe, int ep_hooks, int backward) {
     }
     LlamaParamHooks h = {.ctx = &r, .acquire = r_acq, .release = r_rel, .grad_buffer = r_gbuf,
                          .grads_ready = r_grdy};
-    if (ep_hooks) {
+    if (ep_chunks) {
         h.dispatch = r_disp;
+        h.dispatch_wait = r_wait;
+        h.combine_send = r_send;
         h.combine = r_comb;
     }
     const int B = 2, T = 4;
@@ -110,13 +142,20 @@ static void check_order(const char* name, int moe, int ep_hooks, int backward) {
     LlamaActs* a = llama_acts_alloc(&r.cfg, B, T);
     float loss = llama_step(&r.cfg, a, tok, tgt, B, T, &h, backward, NULL);
     static SchedEvent want[MAXEV];
-    int n = sched_model_order(&r.cfg, ep_hooks, backward, want, MAXEV);
-    int same = n == r.n && isfinite(loss), at = -1;
+    int n = sched_model_order(&r.cfg, ep_chunks, backward, want, MAXEV);
+    int same = n == r.n && isfinite(loss), at = -1, n_chunk_ev = 0;
     for (int i = 0; same && i < n; i++) {
         const SchedEvent *x = &want[i], *y = &r.ev[i];
-        same = x->type == y->type && x->unit == y->unit && x->phase == y->phase;
+        const int chunked = x->type == EV_XWAIT || x->type == EV_XSEND;
+        same = x->type == y->type && x->unit == y->unit && x->phase == y->phase &&
+               (!chunked || x->chunk == r.ev_chunk[i]);
+        n_chunk_ev += chunked;
         if (!same) at = i;
     }
+    /* each MoE block: a wait and a send per chunk, each way (so the test
+     * fails if the chunks are not there at all) */
+    const int moe_blocks = moe ? 1 : 0;
+    same &= n_chunk_ev == 2 * ep_chunks * moe_blocks * (backward ? 2 : 1);
     CHECK(same, name, "%d events planned, the model made %d; first difference at %d (loss %g)", n,
           r.n, at, loss);
     llama_acts_free(a);
@@ -196,7 +235,7 @@ static void plan_grid(const char* name, int moe) {
                 for (int depth = 0; depth <= 3; depth++)
                     for (int b = 0; b < 4; b++) {
                         SchedParams sp = {.model = &m, .n_units = nu, .gbytes = gb, .rbytes = rb,
-                                          .ep_hooks = moe, .micro = micro, .backward = 1,
+                                          .ep_chunks = moe ? 3 : 0, .micro = micro, .backward = 1,
                                           .depth = depth, .overlap = overlap, .reshard = reshard};
                         SchedPlan p;
                         if (b > 0) { /* the floor, and a little and much above it */
@@ -309,6 +348,9 @@ int main(void) {
     check_order("order_moe_local_experts", 1, 0, 1);
     check_order("order_moe_dispatch_hooks", 1, 1, 1);
     check_order("order_moe_dispatch_forward", 1, 1, 0);
+    check_order("order_moe_chunks_2", 1, 2, 1);
+    check_order("order_moe_chunks_4_forward", 1, 4, 0);
+    check_order("order_moe_chunks_5", 1, 5, 1); /* more chunks than some experts' rows */
     plan_grid("plan_invariants_dense", 0);
     plan_grid("plan_invariants_moe", 1);
     prefetch_happens();
