@@ -1323,11 +1323,11 @@ static int zc_estimate(int dt, const uint8_t* src, size_t n) {
     size_t s = n < ZCF_SAMPLE ? n : ZCF_SAMPLE;
     if (dt == ZCF_DT_FP32) {
         uint32_t v[ZCF_SAMPLE];
-        for (size_t k = 0; k < s; k++) v[k] = zcf_ld32(src + 4 * ((k * n) / s));
+        for (size_t k = 0; k < s; k++) v[k] = zcf_ld32(src + 4 * zcf_sample_index(k, n, s));
         return zcf_estimate_s8_u32(v, s);
     }
     uint16_t v[ZCF_SAMPLE];
-    for (size_t k = 0; k < s; k++) v[k] = zcf_ld16(src + 2 * ((k * n) / s));
+    for (size_t k = 0; k < s; k++) v[k] = zcf_ld16(src + 2 * zcf_sample_index(k, n, s));
     return zcf_estimate_s8_u16(dt, v, s);
 }
 
@@ -1340,7 +1340,7 @@ static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint
     uint8_t e[ZCF_T_SAMPLE];
     uint64_t sum = 0, cnt = 0;
     for (size_t k = 0; k < S; k++) {
-        e[k] = (uint8_t)zcf_exponent(dt, zc_ld_elem(src + (size_t)es * ((k * n) / S), es));
+        e[k] = (uint8_t)zcf_exponent(dt, zc_ld_elem(src + (size_t)es * zcf_sample_index(k, n, S), es));
         if (e[k] > 0 && e[k] < emax) { sum += e[k]; cnt++; }
     }
     int kk = zcf_s8_of(sum, cnt) / 8;

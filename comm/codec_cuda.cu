@@ -278,7 +278,7 @@ ZK int zk_estimate_s8(const uint8_t* in, uint32_t n, int dt, int es, int al, uin
     uint32_t S = n < (uint32_t)ZCF_SAMPLE ? n : (uint32_t)ZCF_SAMPLE, emax = (1u << zcf_exp_bits(dt)) - 1u;
     uint32_t acc = 0; /* cnt << 17 | sum: sum <= 256*255 < 2^17 */
     for (uint32_t k = lane; k < S; k += 32) {
-        uint64_t idx = ((uint64_t)k * n) / S;
+        uint64_t idx = zcf_sample_index(k, n, S);
         uint32_t e = zcf_exponent(dt, zk_ld_elem(in + idx * es, es, al));
         if (e > 0 && e < emax) acc += (1u << 17) + e;
     }
@@ -535,7 +535,7 @@ ZK int zk_t_choose(const uint8_t* in, uint32_t n, int dt, int es, int al, uint32
     uint32_t e[ZCF_T_SAMPLE / 32], sum = 0, cnt = 0; /* sum <= 1024 * 254 < 2^32 */
     for (uint32_t r = 0; r < ZCF_T_SAMPLE / 32; r++) {
         uint32_t k = 32 * r + lane;
-        e[r] = k < S ? zcf_exponent(dt, zk_ld_elem(in + ((uint64_t)k * n) / S * es, es, al)) : 0xFFFFu;
+        e[r] = k < S ? zcf_exponent(dt, zk_ld_elem(in + zcf_sample_index(k, n, S) * es, es, al)) : 0xFFFFu;
         if (k < S && e[r] > 0 && e[r] < emax) { sum += e[r]; cnt++; }
     }
     for (uint32_t m = 16; m; m >>= 1) { sum += ZK_SHFL(sum, lane ^ m); cnt += ZK_SHFL(cnt, lane ^ m); }

@@ -76,6 +76,20 @@ ZIPCCL_HD size_t zcf_num_chunks(uint64_t count, int chunk_log2) {
     return (size_t)((count + ((1ull << chunk_log2) - 1)) >> chunk_log2);
 }
 
+/* Element k (0 <= k < s) of the reference encoders' sample of a chunk of n
+ * elements (FORMAT.md §7): every element when n <= s, otherwise the lattice
+ * k * step mod n with step = floor(0.618 n) made odd. Not evenly spaced
+ * (k n / s): that stride is a power of two for full chunks, so in a chunk of
+ * a matrix whose rows are a power of two long it meets the same few columns
+ * in every row (8 of 128 for a 128-wide gradient), and gradients and
+ * activations have per-column scales. An odd step meets every column and
+ * many rows. k * step < 2^30 for n <= 2^20 and s <= 1024. */
+ZIPCCL_HD size_t zcf_sample_index(size_t k, size_t n, size_t s) {
+    if (n <= s) return k;
+    uint32_t step = (uint32_t)(((uint64_t)n * 0x9E3779B9u) >> 32) | 1u;
+    return (size_t)(((uint64_t)k * step) % n);
+}
+
 /* Reference encoder's scale estimate (FORMAT.md section 7): returns s8, an
  * estimate of 8*log2(sigma) in exponent-field units, from a fixed sample of
  * at most 256 elements. `load(ctx, i)` returns the raw bits of element i. */
@@ -84,7 +98,7 @@ ZIPCCL_HD int zcf_estimate_s8_u16(int dt, const uint16_t* x, size_t n) {
     uint32_t emax = (1u << zcf_exp_bits(dt)) - 1u;
     uint64_t sum = 0, cnt = 0;
     for (size_t k = 0; k < s; k++) {
-        uint32_t e = zcf_exponent(dt, x[(k * n) / s]);
+        uint32_t e = zcf_exponent(dt, x[zcf_sample_index(k, n, s)]);
         if (e > 0 && e < emax) { sum += e; cnt++; }
     }
     if (cnt == 0) return 40;
@@ -94,7 +108,7 @@ ZIPCCL_HD int zcf_estimate_s8_u32(const uint32_t* x, size_t n) {
     size_t s = n < (size_t)ZCF_SAMPLE ? n : (size_t)ZCF_SAMPLE;
     uint64_t sum = 0, cnt = 0;
     for (size_t k = 0; k < s; k++) {
-        uint32_t e = zcf_exponent(ZCF_DT_FP32, x[(k * n) / s]);
+        uint32_t e = zcf_exponent(ZCF_DT_FP32, x[zcf_sample_index(k, n, s)]);
         if (e > 0 && e < 255) { sum += e; cnt++; }
     }
     if (cnt == 0) return 40;

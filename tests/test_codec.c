@@ -83,6 +83,14 @@ static ref_dt_t ref_dt(zipcclDataType_t dt) {
     if (dt == zipcclFloat16) return (ref_dt_t){2, 2, 5, 10};
     return (ref_dt_t){3, 4, 8, 23};
 }
+/* FORMAT.md §7: sample element k of s from a chunk of n: all when n <= s,
+ * else k * (floor(n * 2654435769 / 2^32) | 1) mod n. */
+static size_t ref_sample(size_t k, size_t n, size_t s) {
+    if (n <= s) return k;
+    unsigned long long step = ((unsigned long long)n * 2654435769ull / 4294967296ull) | 1ull;
+    return (size_t)(k * step % n);
+}
+
 static uint32_t ref_get(const uint8_t* p, size_t i, int es) {
     uint32_t v = 0;
     for (int b = 0; b < es; b++) v |= (uint32_t)p[es * i + b] << (8 * b);
@@ -123,7 +131,7 @@ static int ref_t_choose(const uint8_t* x, size_t n, int es, int M, int emax, int
     uint64_t sum = 0, cnt = 0;
     int* e = malloc(sizeof(int) * (S + 1));
     for (size_t k = 0; k < S; k++) {
-        e[k] = (int)((ref_get(x, k * n / S, es) >> M) & (uint32_t)emax);
+        e[k] = (int)((ref_get(x, ref_sample(k, n, S), es) >> M) & (uint32_t)emax);
         if (e[k] > 0 && e[k] < emax) { sum += (uint64_t)e[k]; cnt++; }
     }
     int s8 = cnt ? (int)((8 * sum + cnt / 2) / cnt) + 11 : 40, kk = s8 / 8, found = 0;
@@ -158,7 +166,7 @@ static size_t ref_chunk(ref_dt_t d, int mode, const uint8_t* x, size_t n, uint8_
     size_t S = n < 256 ? n : 256;
     uint64_t sum = 0, cnt = 0;
     for (size_t k = 0; k < S; k++) {
-        uint32_t e = (ref_get(x, k * n / S, d.es) >> d.M) & emax;
+        uint32_t e = (ref_get(x, ref_sample(k, n, S), d.es) >> d.M) & emax;
         if (e > 0 && e < emax) { sum += e; cnt++; }
     }
     int s8 = cnt ? (int)((8 * sum + cnt / 2) / cnt) + 11 : 40;
