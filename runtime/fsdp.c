@@ -394,6 +394,36 @@ static void write_dump(Fsdp* f, void** bufs, zipcclDataType_t dt, const char* pa
                    "tensor dump: %s", err);
     }
     trainCheck(!st_writer_set_metadata(w, "kind", kind, err, sizeof err), "tensor dump: %s", err);
+    /* Where each unit's tensors lie in it ("tensors.<unit>": name:offset:count,...,
+     * offsets relative to this rank's part of the unit), so a reader can
+     * measure the codec per tensor as well as per collective: a unit mixes
+     * tensors of different scales (docs/BENCHMARKS.md, "Real tensors"). */
+    const LlamaConfig* mc = &f->cfg->model;
+    for (int u = 0; u < f->n_units; u++) {
+        if (!bufs[u]) continue;
+        const int nt = llama_unit_tensors(mc, u, NULL, NULL, NULL, 0);
+        char (*names)[64] = zrt_malloc((size_t)nt * sizeof *names, "dump layout");
+        size_t* rows = zrt_malloc((size_t)nt * 2 * sizeof *rows, "dump layout");
+        llama_unit_tensors(mc, u, names, rows, rows + nt, nt);
+        size_t cap = 64 + (size_t)nt * 96, len = 0, off = 0;
+        char* val = zrt_malloc(cap, "dump layout");
+        val[0] = 0;
+        const size_t lo = f->units[u].full_off, hi = lo + f->units[u].numel;
+        for (int t = 0; t < nt; t++) {
+            const size_t n = rows[t] * rows[nt + t], a = off > lo ? off : lo,
+                         b = off + n < hi ? off + n : hi;
+            off += n;
+            if (a >= b) continue; /* an expert this rank does not hold */
+            len += (size_t)snprintf(val + len, cap - len, "%s%s:%zu:%zu", len ? "," : "",
+                                    names[t], a - lo, b - a);
+        }
+        char key[64];
+        snprintf(key, sizeof key, "tensors.%s", f->units[u].name);
+        trainCheck(!st_writer_set_metadata(w, key, val, err, sizeof err), "tensor dump: %s", err);
+        free(val);
+        free(rows);
+        free(names);
+    }
     trainCheck(!st_writer_write(w, path, err, sizeof err), "tensor dump %s: %s", path, err);
     st_writer_free(w);
 }
