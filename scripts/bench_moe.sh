@@ -5,6 +5,7 @@
 #
 #   scripts/bench_moe.sh [--local] [--cluster RATE] [--steps N] [--reps R]
 #                        [--config F] [--out FILE] [--dtypes "fp32 bf16"]
+#                        [--ep "1 2 4"] [--chunks "1"] [--alltoall "raw compressed"]
 #                        [--set key=value ...]   (passed on to every run)
 #
 # --local (default when neither is given): 4 ranks on this machine, each of
@@ -17,6 +18,10 @@
 #   the rows as fp32 and as bf16 (comm.alltoall_dtype; the other collectives
 #   compressed in all), REPS runs each: the median per step of the
 #   exchange's time, the step time, and the raw and wire bytes.
+# --chunks LIST: each configuration also at each moe.overlap_chunks in LIST
+#   (the expert exchange pipelined in chunks; 1 = whole), alternating with
+#   the others run by run; EP 1 runs only at 1 (no exchange to cut). --ep
+#   (local) and --alltoall (cluster) narrow what else alternates.
 # Every run's summary is one JSON line in OUT (default
 # docs/bench/moe_<mode>.jsonl); the script ends with a table of the medians
 # over the repetitions. Needs root for --cluster. CONFIG defaults to
@@ -25,6 +30,7 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 STEPS=12 REPS=3 CONFIG=configs/qwen3-moe-100m.yaml OUT="" LOCAL=0 RATE="" DTYPES="fp32 bf16" SETS=()
+EPS="1 2 4" CHUNKS="1" A2AS="raw compressed"
 while [ $# -gt 0 ]; do
   case "$1" in
     --local) LOCAL=1; shift ;;
@@ -34,8 +40,11 @@ while [ $# -gt 0 ]; do
     --config) CONFIG=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --dtypes) DTYPES=$2; shift 2 ;;
+    --ep) EPS=$2; shift 2 ;;
+    --chunks) CHUNKS=$2; shift 2 ;;
+    --alltoall) A2AS=$2; shift 2 ;;
     --set) SETS+=(--set "$2"); shift 2 ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "bench_moe.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -99,15 +108,19 @@ if [ "$LOCAL" = 1 ]; then
   mkdir -p "$(dirname "$out")"
   header "local ${SETS[*]}" "$out"
   for ((rep = 1; rep <= REPS; rep++)); do
-    for ep in 1 2 4; do
-      echo "== local rep $rep/$REPS: EP $ep"
-      mpirun --oversubscribe --bind-to none -n 4 "$TRAIN" "$CONFIG" --set parallelism.ep=$ep \
-        --set train.steps="$STEPS" "${SETS[@]}" --log-json "$tmp/run.jsonl" >"$tmp/run.log" 2>&1 ||
-        { tail -5 "$tmp/run.log"; exit 1; }
-      summarize "$tmp/run.jsonl" mode=local ep=$ep rep=$rep >>"$out"
+    for ep in $EPS; do
+      for nc in $CHUNKS; do
+        [ "$ep" = 1 ] && [ "$nc" != 1 ] && continue
+        echo "== local rep $rep/$REPS: EP $ep, $nc chunk(s)"
+        mpirun --oversubscribe --bind-to none -n 4 "$TRAIN" "$CONFIG" --set parallelism.ep=$ep \
+          --set moe.overlap_chunks=$nc --set train.steps="$STEPS" "${SETS[@]}" \
+          --log-json "$tmp/run.jsonl" >"$tmp/run.log" 2>&1 ||
+          { tail -5 "$tmp/run.log"; exit 1; }
+        summarize "$tmp/run.jsonl" mode=local ep=$ep chunks=$nc rep=$rep load="$(cut -d' ' -f1 /proc/loadavg)" >>"$out"
+      done
     done
   done
-  report "$out" ep
+  report "$out" ep chunks
 fi
 
 if [ -n "$RATE" ]; then
@@ -121,16 +134,20 @@ if [ -n "$RATE" ]; then
   header "cluster $RATE ${SETS[*]}" "$out"
   for ((rep = 1; rep <= REPS; rep++)); do
     for dt in $DTYPES; do
-      for s in raw compressed; do
-        echo "== cluster $RATE rep $rep/$REPS: alltoall $s, rows $dt"
-        scripts/cluster.sh run "$PWD/$TRAIN" "$PWD/$CONFIG" --set parallelism.ep=4 \
-          --set comm.alltoall=$s --set comm.alltoall_dtype=$dt --set train.steps="$STEPS" \
-          --set data.path="$PWD/data/fortunes.txt" "${SETS[@]}" --log-json "$tmp/run.jsonl" \
-          >"$tmp/run.log" 2>&1 ||
-          { tail -5 "$tmp/run.log"; exit 1; }
-        summarize "$tmp/run.jsonl" mode="cluster_$RATE" alltoall=$s dtype=$dt rep=$rep >>"$out"
+      for s in $A2AS; do
+        for nc in $CHUNKS; do
+          echo "== cluster $RATE rep $rep/$REPS: alltoall $s, rows $dt, $nc chunk(s)"
+          scripts/cluster.sh run "$PWD/$TRAIN" "$PWD/$CONFIG" --set parallelism.ep=4 \
+            --set comm.alltoall=$s --set comm.alltoall_dtype=$dt --set moe.overlap_chunks=$nc \
+            --set train.steps="$STEPS" \
+            --set data.path="$PWD/data/fortunes.txt" "${SETS[@]}" --log-json "$tmp/run.jsonl" \
+            >"$tmp/run.log" 2>&1 ||
+            { tail -5 "$tmp/run.log"; exit 1; }
+          summarize "$tmp/run.jsonl" mode="cluster_$RATE" alltoall=$s dtype=$dt chunks=$nc rep=$rep \
+            load="$(cut -d' ' -f1 /proc/loadavg)" >>"$out"
+        done
       done
     done
   done
-  report "$out" dtype alltoall
+  report "$out" dtype alltoall chunks
 fi

@@ -5,7 +5,9 @@
  *   1. sched_model_order is the model's real hook order: a tiny dense model,
  *      a MoE model computing its experts itself, and a MoE model with
  *      dispatch/combine hooks, each run through llama_step with recording
- *      hooks, forward only and with backward.
+ *      hooks, forward only and with backward; with the exchange handed over
+ *      in 1, 2, 4 and 5 chunks (each chunk's dispatch_wait and combine_send,
+ *      with its chunk index, where the plan has them).
  *   2. Every plan over a grid of settings (prefetch depth 0..3, in-flight
  *      bounds from the floor up, overlap off, reshard on and off, 1 and 2
  *      micro-batches, dense and MoE) keeps the invariants the executor
@@ -18,7 +20,8 @@
  *   3. A bound below the floor, a rule matching no unit and an algorithm
  *      no matched kind runs are refused naming the key.
  *
- * Left out: the executor (it needs ranks: tests/test_train_sched.sh).
+ * Left out: the executor (it needs ranks: tests/test_sched_exec.c,
+ * tests/test_train_sched.sh).
  */
 #include <math.h>
 #include <stdlib.h>

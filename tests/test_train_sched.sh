@@ -8,7 +8,12 @@
 #       parameter hash equal the run with overlap off, bit for bit, dense at
 #       1, 2 and 4 ranks with 2 micro-batches (bf16 gathers, fp32 and bf16
 #       reductions; at 4 ranks bf16 with depth 1 only), and MoE with expert
-#       parallelism at 2 and 4 ranks;
+#       parallelism at 2 and 4 ranks, and with the expert exchange in chunks
+#       (moe.overlap_chunks 2..7; EP 1, 2 and 4; fp32 and bf16 rows; dropless
+#       and with a capacity factor), and the trace shows the chunk pipeline:
+#       chunk c+1's dispatch issued before chunk c's combine with overlap,
+#       after it without; a model deviating from the plan (chunks out of
+#       order or missing) is stopped by the executor's checks;
 #   (b) a per-layer plan mixing raw, native and compressed, the dense codec
 #       and a ring reduce-scatter equals the plain compressed run bit for
 #       bit, and its end-of-run table shows each unit ran what it planned;
@@ -107,6 +112,90 @@ for np in 2 4; do
   else fail "moe_overlap_off_np$np" "run failed"; fi
 done
 
+# (a) MoE with the expert exchange in chunks (moe.overlap_chunks): overlap on
+# (every chunk's dispatch in flight while the experts compute) == overlap off
+# (each chunk's exchange waited at issue), bit for bit; EP 1 on 1 rank (no
+# exchange: nothing to chunk), EP 2 on 2 ranks, EP 2 and 4 on 4 ranks, fp32
+# and bf16 rows, dropless and with a capacity factor, 2 to 7 chunks (7: some
+# chunks of a pair empty)
+ref="$tmp/moe1_off.jsonl"
+if run 1 "$tmp/moe.yaml" "$ref" --set parallelism.ep=1 --set data.batch_size=4 --set parallelism.overlap=false; then
+  neutral "moe_ep1_np1" 1 "$tmp/moe.yaml" "$ref" --set parallelism.ep=1 --set data.batch_size=4
+else fail "moe_ep1_np1_off" "run failed"; fi
+for cfg in "2 2 2 fp32 0" "2 2 7 fp32 0" "4 2 3 bf16 0" "4 4 2 fp32 0" "4 4 4 fp32 1.0"; do
+  set -- $cfg
+  np=$1 ep=$2 nc=$3 dt=$4 cf=$5 b=$((4 / $1))
+  name="moe_chunks${nc}_np${np}_ep${ep}_$dt$([ "$cf" != 0 ] && echo _cf$cf)"
+  args=(--set parallelism.ep=$ep --set data.batch_size=$b --set moe.overlap_chunks=$nc
+        --set comm.alltoall_dtype=$dt)
+  # raw rows with drops: a rank left few rows sends chunks too small to
+  # compress (frame overhead), which the compression check would stop
+  [ "$cf" != 0 ] && args+=(--set model.capacity_factor=$cf --set comm.alltoall=raw)
+  ref="$tmp/${name}_off.jsonl"
+  if run "$np" "$tmp/moe.yaml" "$ref" "${args[@]}" --set parallelism.overlap=false; then
+    neutral "$name" "$np" "$tmp/moe.yaml" "$ref" "${args[@]}"
+  else fail "${name}_off" "run failed"; fi
+done
+# the capacity case dropped pairs (so it tested the drops, not a no-op)
+name="moe_chunks_capacity_drops_pairs"
+if python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if "\"final\"" not in l]; sys.exit(0 if r and r[0].get("dropped_pairs",0)>0 else 1)' \
+     "$tmp/moe_chunks4_np4_ep4_fp32_cf1.0.jsonl" 2>/dev/null; then pass "$name"
+else fail "$name" "no pairs dropped at capacity_factor 1.0"; fi
+
+# (a) the chunk pipeline happens: with overlap the trace has every chunk's
+# call on comm_a2a, each way, and chunk c+1's dispatch issued before chunk
+# c's combine; without overlap after it (so the test above compares two
+# different schedules, not one)
+name="trace_shows_chunked_a2a_pipeline"
+targs=(--set parallelism.ep=2 --set data.batch_size=2 --set moe.overlap_chunks=3)
+if run 2 "$tmp/moe.yaml" "$tmp/xt1.jsonl" "${targs[@]}" --trace "$tmp/xon.json" &&
+   run 2 "$tmp/moe.yaml" "$tmp/xt0.jsonl" "${targs[@]}" --set parallelism.overlap=false --trace "$tmp/xoff.json"; then
+  why=$(python3 - "$tmp/xon.json" "$tmp/xoff.json" <<'PY'
+import json, sys
+def calls(path):
+    ev = json.load(open(path))["traceEvents"]
+    tid = {e["tid"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == "comm_a2a"}
+    assert tid, "no comm_a2a track"
+    return [e for e in ev if e["ph"] == "X" and e.get("cat") == "alltoall" and e["tid"] in tid and e["pid"] == 0]
+def ahead(path):
+    c = calls(path)
+    names = {e["name"].split(" layers")[0] for e in c}
+    want = {f"{w} c{i}" for w in ("dispatch", "combine", "dispatch_grad", "combine_grad") for i in range(3)}
+    assert want <= names, f"calls {sorted(names)}"
+    n = hits = 0
+    for e in c:
+        w, ch = e["name"].split(" layers")[0].rsplit(" c", 1)
+        if not w.startswith("dispatch") or ch == "0": continue
+        unit, micro = e["args"]["unit"], e["args"]["micro"]
+        back = "combine" + w[len("dispatch"):] + f" c{int(ch) - 1}"
+        prev = [p for p in c if p["name"].startswith(back + " ") and p["args"]["unit"] == unit and p["args"]["micro"] == micro
+                and p["args"]["issued_us"] <= e["args"]["issued_us"] + 1e9]
+        # the combine of the chunk before, in the same block pass: the nearest one after the previous dispatch
+        prev = [p for p in prev if abs(p["args"]["issued_us"] - e["args"]["issued_us"]) < 1e6]
+        if not prev: continue
+        p = min(prev, key=lambda p: abs(p["args"]["issued_us"] - e["args"]["issued_us"]))
+        n += 1; hits += e["args"]["issued_us"] < p["args"]["issued_us"]
+    return n, hits
+n1, h1 = ahead(sys.argv[1]); n0, h0 = ahead(sys.argv[2])
+print(f"overlap on: {h1} of {n1} chunk dispatches issued before the previous chunk's combine; off: {h0} of {n0}")
+sys.exit(0 if n1 > 0 and h1 == n1 and n0 > 0 and h0 == 0 else 1)
+PY
+) && pass "$name" || fail "$name" "$why"
+else fail "$name" "run failed"; fi
+
+# (d) the executor stops a model whose hook calls leave the plan (a chunk
+# waited out of order, a chunk's combine_send skipped, combine before any
+# chunk): tests/test_sched_exec.c runs the real model through deviating hooks
+for dev in "swap:dispatch_wait(layers.0, chunk 1) where the plan has chunk 0" \
+           "skip:where the plan has combine_send" "early:called combine(0, phase 0) where the plan has dispatch_wait"; do
+  mode=${dev%%:*} want=${dev#*:}
+  name="deviating_model_stopped_$mode"
+  mpirun --oversubscribe --bind-to none -n 2 "$BUILD/tests/test_sched_exec" "$mode" >"$tmp/dev.log" 2>&1; rc=$?
+  if [ $rc -ne 0 ] && grep -q "^FATAL (rank [01]) runtime/sched.c" "$tmp/dev.log" && grep -qF -- "$want" "$tmp/dev.log" &&
+     ! grep -q "not_caught" "$tmp/dev.log"; then pass "$name"
+  else fail "$name" "exit $rc: $(grep -m2 'FATAL\|FAIL' "$tmp/dev.log")"; fi
+done
+
 # (b) a mixed per-layer plan == the plain compressed run (depth 1, fp32 reduce)
 sed 's/^comm: .*/comm: {strategy: compressed, param_dtype: bf16, reduce_dtype: fp32, reducescatter: raw,\
        overrides: [{pattern: "outer", strategy: native}, {pattern: "layers.1", strategy: compressed, kind: reducescatter}, {pattern: "layers.1", kind: allgather, codec: dense},\
@@ -196,4 +285,8 @@ bad unknown_algo "key 'comm.overrides.algo': unknown algorithm 'tree'" "$tmp/b5.
 sed 's/^comm: .*/comm: {strategy: compressed,\n  overrides: [{pattern: "layers.*", kind: allgather, algo: direct}]}/' "$tmp/tiny.yaml" >"$tmp/b6.yaml"
 bad algo_of_another_kind "key 'comm.overrides.algo': rule 1 asks for 'direct'" "$tmp/b6.yaml"
 bad unknown_comm_algo "key 'comm.algo': unknown algorithm 'tree'" "$tmp/tiny.yaml" --set comm.algo=tree
+bad overlap_chunks_zero "key 'moe.overlap_chunks': 0 is out of range [1, 64]" "$tmp/moe.yaml" --set moe.overlap_chunks=0
+bad overlap_chunks_absurd "key 'moe.overlap_chunks': 1000000 is out of range [1, 64]" "$tmp/moe.yaml" --set moe.overlap_chunks=1000000
+bad overlap_chunks_on_a_dense_model "key 'moe.overlap_chunks': 2 chunks asked for, but there is no expert exchange to cut (model.n_experts is 0" "$tmp/tiny.yaml" --set moe.overlap_chunks=2
+bad overlap_chunks_at_ep1 "key 'moe.overlap_chunks': 2 chunks asked for, but there is no expert exchange to cut (parallelism.ep is 1" "$tmp/moe.yaml" --set parallelism.ep=1 --set moe.overlap_chunks=2
 exit $((fails > 0))
