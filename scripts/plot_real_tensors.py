@@ -114,7 +114,7 @@ def summarise(bench, png):
         s[0] += r["bytes"]
         s[1] += r["compressed_bytes"]
         s[2] += r["bytes"] / r["bound"]
-    kinds = sorted({k[:3] for k in agg}, key=lambda x: (x[0], x[1] != "grads", x[2]))
+    kinds = sorted({k[:3] for k in agg}, key=lambda x: (x[0], "experts" in x[1], not x[1].startswith("grads"), x[2]))
     ratio = lambda a: a[0] / a[1]
     print("Per collective (a unit as one buffer); ratio (compress / decompress GB/s):\n")
     print("| config | kind | dtype | MB | " + " | ".join(CODECS) + " | bound per unit | bound per tensor | fast / bound per tensor |")
@@ -150,7 +150,7 @@ def summarise(bench, png):
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, ax = plt.subplots(figsize=(12, 4.5))
+    fig, ax = plt.subplots(figsize=(14, 5))
     w = 0.8 / (len(CODECS) + 2)
     for i, c in enumerate(CODECS):
         ax.bar([j + i * w for j in range(len(kinds))], [ratio(agg[kd + (False, c)]) if kd + (False, c) in agg else 0 for kd in kinds], w, label=c + " (per unit)")
@@ -158,8 +158,8 @@ def summarise(bench, png):
         vals = [agg[kd + (sp, CODECS[0])][0] / agg[kd + (sp, CODECS[0])][4] if kd + (sp, CODECS[0]) in agg else 0 for kd in kinds]
         ax.bar([j + (len(CODECS) + i) * w for j in range(len(kinds))], vals, w, label=lbl, color="k", alpha=0.2 + 0.2 * i)
     ax.set_xticks([j + 0.4 - w / 2 for j in range(len(kinds))])
-    ax.set_xticklabels(["%s\n%s %s" % (kd[0], kd[1], kd[2]) for kd in kinds], fontsize=7)
-    ax.set_ylim(1.0, 1.7)
+    ax.set_xticklabels(["%s\n%s\n%s" % (kd[0].replace("qwen3-", ""), kd[1].replace(" (experts)", " (exp.)"), kd[2]) for kd in kinds], fontsize=7)
+    ax.set_ylim(1.0, 1.9)
     ax.set_ylabel("ratio (byte-weighted)")
     ax.legend(fontsize=7, ncol=3)
     ax.set_title("ZipCCL codecs on the trainer's own collective payloads (scripts/real_tensor_corpus.sh)")
