@@ -233,8 +233,8 @@ static int reserve_chunks(Expert* x, ExpertLayer* L, int nc) {
 }
 
 /* Cut every pair's rows into L->nc runs (the layout both ends derive from
- * the counts alone). counts: this rank's rows per global expert. */
-static void cut_chunks(const Expert* x, ExpertLayer* L, const int* counts) {
+ * the counts alone: L->send and L->split). */
+static void cut_chunks(const Expert* x, ExpertLayer* L) {
     const int P = x->ep, El = x->E_local, nc = L->nc;
     int off = 0;
     for (int q = 0; q < P; q++) {
@@ -246,7 +246,6 @@ static void cut_chunks(const Expert* x, ExpertLayer* L, const int* counts) {
         }
         off += (int)n;
     }
-    (void)counts;
     for (int c = 0; c <= nc; c++) L->coff[c] = 0;
     for (int c = 0; c < nc; c++) {
         int total = 0;
@@ -388,7 +387,7 @@ int expert_dispatch_begin(Expert* x, int layer, int phase, const float* rows, co
         if (reserve_chunks(x, L, chunks))
             return fail(layer, phase, "out of memory for the chunk layout", 0);
         L->nc = chunks;
-        cut_chunks(x, L, counts);
+        cut_chunks(x, L);
         L->valid = 1;
     } else {
         if (!L->valid) return fail(layer, phase, "backward dispatch before a forward one", 0);

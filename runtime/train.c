@@ -778,9 +778,10 @@ int main(int argc, char** argv) {
                 if (moe) {
                     printf(" | aux %.4f | maxvio %.2f", aux, maxvio);
                     if (mc->capacity_factor > 0) printf(" | dropped %lld", dropped);
-                    if (fsdp.ep > 1)
-                        printf(" | a2a %.2f MB (x%.3f) %.1f ms", raw[2] / 1e6,
-                               wire[2] > 0 ? raw[2] / wire[2] : 1.0, a2a_ms);
+                    if (fsdp.ep > 1) /* the calls: a chunked exchange is several per block */
+                        printf(" | a2a %.2f MB (x%.3f) %llu calls %.1f ms", raw[2] / 1e6,
+                               wire[2] > 0 ? raw[2] / wire[2] : 1.0,
+                               (unsigned long long)(c1[2].calls - c0[2].calls), a2a_ms);
                 }
                 if (!isnan(val)) printf(" | val %.4f", val);
                 printf(" | eta %s\n", eta);
@@ -814,9 +815,10 @@ int main(int argc, char** argv) {
                             "\"dropped_pairs\": %lld, \"alltoall_raw_bytes\": %.0f, "
                             "\"alltoall_wire_bytes\": %.0f, \"alltoall_ratio\": %.9g, "
                             "\"alltoall_exposed_ms\": %.9g, \"alltoall_sync_ms\": %.9g, "
-                            "\"experts\": [",
+                            "\"alltoall_calls\": %llu, \"experts\": [",
                             aux, maxvio, dropped, raw[2], wire[2],
-                            wire[2] > 0 ? raw[2] / wire[2] : 1.0, a2a_ms, a2a_sync_ms);
+                            wire[2] > 0 ? raw[2] / wire[2] : 1.0, a2a_ms, a2a_sync_ms,
+                            (unsigned long long)(c1[2].calls - c0[2].calls));
                     for (int i = 0, l = 0; l < mc->n_layers; l++) {
                         if (!llama_layer_is_moe(mc, l)) continue;
                         fprintf(jl,
