@@ -1333,16 +1333,22 @@ static int zc_estimate(int dt, const uint8_t* src, size_t n) {
 
 /* The T choice of FORMAT.md §7.2: a sample of up to 1024 exponents gives
  * s8 (as §7.1 does from 256) and a histogram around k = s8 / 8, from which
- * zcf_t_pick chooses top and shape. Returns 0 if no candidate is valid. */
-static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape) {
+ * zcf_t_pick chooses top and shape. Returns 0 if no candidate is valid.
+ * *same: whether every sampled element has the bits of element 0 (the
+ * first sampled), the cheap half of the constant-chunk test (§7.4). */
+static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same) {
     size_t S = n < ZCF_T_SAMPLE ? n : ZCF_T_SAMPLE;
     int es = zcf_elem_size(dt), emax = (1 << zcf_exp_bits(dt)) - 1;
     uint8_t e[ZCF_T_SAMPLE];
     uint64_t sum = 0, cnt = 0;
+    uint32_t x0 = n ? zc_ld_elem(src, es) : 0, diff = 0;
     for (size_t k = 0; k < S; k++) {
-        e[k] = (uint8_t)zcf_exponent(dt, zc_ld_elem(src + (size_t)es * zcf_sample_index(k, n, S), es));
+        uint32_t x = zc_ld_elem(src + (size_t)es * zcf_sample_index(k, n, S), es);
+        diff |= x ^ x0;
+        e[k] = (uint8_t)zcf_exponent(dt, x);
         if (e[k] > 0 && e[k] < emax) { sum += e[k]; cnt++; }
     }
+    *same = diff == 0;
     int kk = zcf_s8_of(sum, cnt) / 8;
     uint32_t h[ZCF_T_BINS] = {0};
     for (size_t k = 0; k < S; k++) {
@@ -1384,10 +1390,19 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
                 return size;
             }
         }
-    } else if (codec == zipcclCodecFast) { /* T */
-        size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G;
-        uint32_t top, shape;
-        if (fixed < avail && fixed < raw && zc_t_choose(dt, src, n, &top, &shape)) {
+    } else if (codec == zipcclCodecFast) { /* C if constant, else T */
+        size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G, es = (size_t)zcf_elem_size(dt);
+        uint32_t top = 0, shape = 0;
+        int same = 0, ok = zc_t_choose(dt, src, n, &top, &shape, &same);
+        /* a constant sample is confirmed over the whole chunk: element i
+         * equals element i + 1 for all i (memcmp stops at the first
+         * difference); C (8 + es bytes) beats raw from n = 2 on */
+        if (same && n >= 2 && ZCF_CHUNK_HEADER_SIZE + es <= avail && !memcmp(src, src + es, (n - 1) * es)) {
+            zc_put_chunk_header(out, ZCF_MODE_C, 0, 0, 0);
+            memcpy(out + ZCF_CHUNK_HEADER_SIZE, src, es);
+            return ZCF_CHUNK_HEADER_SIZE + es;
+        }
+        if (fixed < avail && fixed < raw && ok) {
             uint8_t sym[ZC_ENC_CHUNK + 64], q2[ZC_ENC_CHUNK + 64], q3[ZC_ENC_CHUNK + 64];
             uint8_t p2[16 * (ZC_ENC_CHUNK / 64)], p3[24 * (ZC_ENC_CHUNK / 64)], enc[16], dec[16];
             t_luts(shape, enc, dec);
@@ -1474,6 +1489,15 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, int version, s
         if (size != zc_raw_chunk_size(dt, n))
             return ZC_CORRUPT("chunk %zu: raw chunk of %zu bytes, expected %zu", ci, size, zc_raw_chunk_size(dt, n));
         memcpy(out, c + ZCF_CHUNK_HEADER_SIZE, n * (size_t)zcf_elem_size(dt));
+        return zipcclSuccess;
+    }
+    if (mode == ZCF_MODE_C && version >= 3) {
+        size_t es = (size_t)zcf_elem_size(dt), have = es, total = n * es;
+        if (top || table || n_esc) return ZC_CORRUPT("chunk %zu: constant chunk with nonzero top/table/n_esc", ci);
+        if (size != ZCF_CHUNK_HEADER_SIZE + es)
+            return ZC_CORRUPT("chunk %zu: constant chunk of %zu bytes, expected %zu", ci, size, ZCF_CHUNK_HEADER_SIZE + es);
+        memcpy(out, c + ZCF_CHUNK_HEADER_SIZE, es); /* n >= 1 */
+        for (; have < total; have *= 2) memcpy(out + have, out, have < total - have ? have : total - have);
         return zipcclSuccess;
     }
     if (mode != ZCF_MODE_F3 && mode != ZCF_MODE_R && mode != ZCF_MODE_F2 && (mode != ZCF_MODE_T || version < 2))
@@ -1674,19 +1698,20 @@ zipcclResult_t zipcclCompress(const void* src, size_t count, zipcclDataType_t dt
         /* a compressed frame is kept only if strictly smaller than stored */
         size_t limit = dstCapacity < stored - 1 ? dstCapacity : stored - 1;
         size_t table = ZCF_HEADER_SIZE + 4 * nc, off = table + (checksum ? 4 + 4 * nc : 0);
-        int ok = off <= limit;
+        int ok = off <= limit, any_c = 0;
         for (size_t k = 0; ok && k < nc; k++) {
             size_t first = k << ZCF_CHUNK_LOG2, n = count - first < ZC_ENC_CHUNK ? count - first : ZC_ENC_CHUNK;
             size_t sz = encode_chunk(&K, dt, codec, s + first * es, n, d + off, limit - off);
             if (!sz) { ok = 0; break; }
+            any_c |= d[off] == ZCF_MODE_C;
             zcf_st32(d + ZCF_HEADER_SIZE + 4 * k, (uint32_t)sz);
             off += sz;
         }
         if (ok) {
-            /* version 2 only where T chunks may be: every other frame stays
-             * readable by version-1 decoders */
-            zc_put_header(d, codec == zipcclCodecFast ? ZCF_VERSION : ZCF_VERSION_MIN, dt,
-                          checksum ? ZCF_FLAG_CHECKSUM : 0, count);
+            /* version 3 only for frames with a C chunk, 2 where T chunks may
+             * be: every other frame stays readable by older decoders */
+            int version = codec != zipcclCodecFast ? ZCF_VERSION_MIN : any_c ? ZCF_VERSION : ZCF_VERSION_T;
+            zc_put_header(d, version, dt, checksum ? ZCF_FLAG_CHECKSUM : 0, count);
             if (checksum) {
                 zcf_st32(d + table, XXH32(d, table, 0));
                 const uint8_t* c = d + table + 4 + 4 * nc;

@@ -4,7 +4,8 @@
  * encoder (codec_cpu.c) for the same input and parameters (FORMAT.md §7).
  *
  * Shape of the work:
- *   compress    k_encode_f2 (codec fast) / k_encode_f3 (codec f3) /
+ *   compress    k_encode_t (codec fast: T chunks, C for a constant chunk) /
+ *               k_encode_f2 (codec f2) / k_encode_f3 (codec f3) /
  *               k_encode_r (codec dense): one warp per chunk encodes into a
  *               fixed-size slot of the workspace (room for the raw chunk) and
  *               records its size and XXH32; k_plan prefix-sums the sizes; the
@@ -268,6 +269,7 @@ typedef struct {
     uint8_t* slots;    /* n_chunks x slot_bytes, 16-aligned               */
     uint32_t* sizes;   /* (n_chunks) chunk sizes                           */
     uint32_t* sums;    /* (n_chunks) XXH32 of each chunk, if checksum      */
+    uint32_t* cflag;   /* set to 1 by a warp that writes a C chunk          */
     uint64_t count, n_chunks, slot_bytes;
     int dt, es, checksum, src_aligned;
     ZkTables tab;
@@ -528,16 +530,22 @@ ZK void zk_tier_add(uint8_t* sp, uint64_t* pend, uint32_t m, uint32_t b, uint32_
 
 /* FORMAT.md §7.2 with the 1024-element sample spread over the lanes: s8
  * from the normal exponents, then the 27-bin histogram around k, bin by bin
- * (every lane ends with the same counts), then zcf_t_pick on every lane. */
+ * (every lane ends with the same counts), then zcf_t_pick on every lane.
+ * *same (every lane): whether every sampled element has element 0's bits,
+ * the first half of the constant-chunk test (FORMAT.md §7.4). */
 ZK int zk_t_choose(const uint8_t* in, uint32_t n, int dt, int es, int al, uint32_t lane, uint32_t* top,
-                   uint32_t* shape) {
+                   uint32_t* shape, int* same) {
     uint32_t S = n < (uint32_t)ZCF_T_SAMPLE ? n : (uint32_t)ZCF_T_SAMPLE, emax = (1u << zcf_exp_bits(dt)) - 1u;
     uint32_t e[ZCF_T_SAMPLE / 32], sum = 0, cnt = 0; /* sum <= 1024 * 254 < 2^32 */
+    uint32_t x0 = zk_ld_elem(in, es, al), diff = 0; /* n >= 1 */
     for (uint32_t r = 0; r < ZCF_T_SAMPLE / 32; r++) {
         uint32_t k = 32 * r + lane;
-        e[r] = k < S ? zcf_exponent(dt, zk_ld_elem(in + zcf_sample_index(k, n, S) * es, es, al)) : 0xFFFFu;
+        uint32_t x = k < S ? zk_ld_elem(in + zcf_sample_index(k, n, S) * es, es, al) : x0;
+        diff |= x ^ x0;
+        e[r] = k < S ? zcf_exponent(dt, x) : 0xFFFFu;
         if (k < S && e[r] > 0 && e[r] < emax) { sum += e[r]; cnt++; }
     }
+    *same = ZK_BALLOT(diff != 0) == 0;
     for (uint32_t m = 16; m; m >>= 1) { sum += ZK_SHFL(sum, lane ^ m); cnt += ZK_SHFL(cnt, lane ^ m); }
     int kk = zcf_s8_of(sum, cnt) / 8;
     uint32_t h[ZCF_T_BINS];
@@ -550,7 +558,22 @@ ZK int zk_t_choose(const uint8_t* in, uint32_t n, int dt, int es, int al, uint32
     return zcf_t_pick(h, kk, (int)emax, top, shape);
 }
 
-/* T chunk c (FORMAT.md §4.6) by one warp. Slot layout while encoding:
+/* Whether all n elements have element 0's bits (the CPU: memcmp of the
+ * chunk against itself shifted by one element); the warp leaves at the first
+ * 256 elements that hold a difference. */
+ZK int zk_chunk_constant(const uint8_t* in, uint32_t n, int es, int al, uint32_t lane) {
+    uint32_t x0 = zk_ld_elem(in, es, al);
+    for (uint32_t b = 0; b < n; b += 256) {
+        uint32_t diff = 0;
+        for (uint32_t j = lane; j < 256; j += 32)
+            if (b + j < n) diff |= zk_ld_elem(in + (size_t)(b + j) * es, es, al) ^ x0;
+        if (ZK_BALLOT(diff != 0)) return 0;
+    }
+    return 1;
+}
+
+/* T chunk c (FORMAT.md §4.6) by one warp, or a C chunk (§4.7) when every
+ * element has one bit pattern. Slot layout while encoding:
  * header | rest | tier-1 planes | tier-2 planes growing up ... escapes
  * growing down from raw; the tier-3 planes grow up from raw (the slot has
  * room for them past the raw chunk) and move into place at the end. */
@@ -562,7 +585,14 @@ ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     int s8;
     const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
     uint32_t top = 0, shape = 0;
-    int ok = zk_t_choose(in, n, dt, es, al, lane, &top, &shape);
+    int same = 0, ok = zk_t_choose(in, n, dt, es, al, lane, &top, &shape, &same);
+    if (same && n >= 2 && zk_chunk_constant(in, n, es, al, lane)) { /* 8 + es < raw */
+        if (lane < 8) out[lane] = lane == 0 ? (uint8_t)ZCF_MODE_C : 0; /* top, table, n_esc 0 */
+        if (lane < (uint32_t)es) out[8 + lane] = in[lane];
+        if (lane == 0) ZK_ATOMIC_OR(a.cflag, 1u);
+        zk_finish_chunk(a, c, out, 8 + es, lane);
+        return;
+    }
     uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
     uint32_t base = 8 + rest + 16 * G, size = raw; /* base: the tier-2 planes */
     if (ok && base < raw) {
@@ -825,6 +855,7 @@ typedef struct {
     const uint32_t* sizes;
     const uint32_t* sums;
     const uint64_t* offs;
+    const uint32_t* cflag; /* nonzero: a C chunk, the frame is version 3    */
     uint8_t* dst;
     uint64_t n_chunks, slot_bytes, prefix; /* prefix: header + table + sums */
     uint64_t bound, cap; /* write only a frame < bound that fits in cap    */
@@ -864,7 +895,7 @@ ZK void assemble_body(const AsmArgs& a) {
         zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * c, len);
         if (a.checksum) zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * a.n_chunks + 4 + 4 * c, a.sums[c]);
     }
-    if (c == 0 && t < 16) a.dst[t] = a.header[t];
+    if (c == 0 && t < 16) a.dst[t] = t == 4 && *a.cflag ? (uint8_t)ZCF_VERSION : a.header[t];
 }
 
 ZK void hsum_body(const AsmArgs& a) { /* one warp, after k_assemble: the header checksum */
@@ -1244,6 +1275,13 @@ ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t* sm
         for (uint32_t j = lane; j < k.n * (uint32_t)es; j += 32) k.out[j] = k.p[8 + j];
         return 0;
     }
+    if (mode == ZCF_MODE_C) { /* FORMAT.md 4.7: version 3 only */
+        if (a.version < 3 || k.top || k.tbl || k.nesc || k.size != 8 + (uint64_t)es) return 1;
+        uint32_t v = es == 2 ? zcf_ld16(k.p + 8) : zcf_ld32(k.p + 8);
+        int al = a.dst_aligned;
+        for (uint32_t i = lane; i < k.n; i += 32) zk_st_elem(k.out + (size_t)i * es, v, es, al);
+        return 0;
+    }
     if (k.top > k.emax || k.nesc > k.n) return 1;
     k.rp = k.p + 8 + (mode == ZCF_MODE_R ? 2 * (int)ZCF_R_LANES : 0);
     if (mode == ZCF_MODE_F3) return zk_decode_f3<DT>(a, k, lane);
@@ -1471,6 +1509,7 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     e.slots = ws + L.slots;
     e.sizes = (uint32_t*)(ws + L.sizes);
     e.sums = (uint32_t*)(ws + L.sums);
+    e.cflag = (uint32_t*)(ws + L.misc);
     e.count = count;
     e.n_chunks = nc;
     e.slot_bytes = zk_slot_bytes(es);
@@ -1481,6 +1520,7 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     e.tab = zk_tables();
     uint64_t warp_blocks = (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK;
     unsigned wb = 32 * ZK_WARPS_PER_BLOCK;
+    ZIPCCL_TRY(zk_memset(e.cflag, 0, 4, stream));
     if (codec == zipcclCodecDense)
         ZIPCCL_TRY(ZK_LAUNCH(encode_r, nc, 32, zk_encode_r_smem(), stream, e));
     else if (codec == zipcclCodecFast && dt == ZCF_DT_BF16)
@@ -1516,6 +1556,7 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     as.sizes = e.sizes;
     as.sums = e.sums;
     as.offs = pl.offs;
+    as.cflag = e.cflag;
     as.dst = dst;
     as.n_chunks = nc;
     as.slot_bytes = e.slot_bytes;
@@ -1523,8 +1564,9 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     as.bound = bound;
     as.cap = cap;
     as.checksum = cs;
-    /* version 2 only where T chunks may be, as the CPU codec writes */
-    zk_put_header(as.header, codec == zipcclCodecFast ? ZCF_VERSION : ZCF_VERSION_MIN, dt, cs ? ZCF_FLAG_CHECKSUM : 0,
+    /* version 2 only where T chunks may be, 3 (set by k_assemble) where a C
+     * chunk is, as the CPU codec writes */
+    zk_put_header(as.header, codec == zipcclCodecFast ? ZCF_VERSION_T : ZCF_VERSION_MIN, dt, cs ? ZCF_FLAG_CHECKSUM : 0,
                   count);
     ZIPCCL_TRY(ZK_LAUNCH(assemble, nc, ZK_COPY_THREADS, 0, stream, as));
     if (cs) ZIPCCL_TRY(ZK_LAUNCH(hsum, 1, 32, 0, stream, as));

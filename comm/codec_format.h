@@ -20,7 +20,8 @@
 
 enum {
     ZCF_MAGIC = 0x3143435Au, /* "ZCC1" little-endian                      */
-    ZCF_VERSION = 2,     /* frames with T chunks (mode 4); FORMAT.md §9 */
+    ZCF_VERSION = 3,     /* the newest this build reads: C chunks (mode 5) */
+    ZCF_VERSION_T = 2,   /* codec fast frames without a C chunk            */
     ZCF_VERSION_MIN = 1, /* F3, R and F2 frames are still written as 1    */
     ZCF_HEADER_SIZE = 16,
     ZCF_CHUNK_LOG2 = 14, /* version 1 encoders                          */
@@ -34,6 +35,7 @@ enum {
     ZCF_MODE_R = 2,
     ZCF_MODE_F2 = 3,
     ZCF_MODE_T = 4,
+    ZCF_MODE_C = 5, /* constant chunk: one value (FORMAT.md 4.7), version 3 */
     ZCF_DT_BF16 = 1,
     ZCF_DT_FP16 = 2,
     ZCF_DT_FP32 = 3,

@@ -40,7 +40,7 @@ extern "C" {
 
 #define ZIPCCL_VERSION_MAJOR 0
 #define ZIPCCL_VERSION_MINOR 1
-#define ZIPCCL_FORMAT_VERSION 2 /* docs/FORMAT.md; version 1 frames still decode */
+#define ZIPCCL_FORMAT_VERSION 3 /* docs/FORMAT.md; version 1 and 2 frames still decode */
 
 /* ------------------------------------------------------------------------ */
 /* Result codes                                                             */

@@ -282,6 +282,20 @@ static size_t ref_chunk(ref_dt_t d, int mode, const uint8_t* x, size_t n, uint8_
     return pos;
 }
 
+/* C (FORMAT.md 4.7), written from the text: codec fast stores a chunk whose
+ * n >= 2 elements all have one bit pattern as that value alone (§7.4).
+ * Element by element, not memcmp or the encoders' sample. Returns the
+ * chunk's size, or 0 if the chunk is not constant. */
+static size_t ref_c_chunk(ref_dt_t d, const uint8_t* x, size_t n, uint8_t* out) {
+    if (n < 2) return 0;
+    for (size_t i = 1; i < n; i++)
+        if (ref_get(x, i, d.es) != ref_get(x, 0, d.es)) return 0;
+    memset(out, 0, 8);
+    out[0] = 5;
+    memcpy(out + 8, x, d.es);
+    return 8 + d.es;
+}
+
 /* Whole frame; returns its size. out must hold the stored bound + 12 per chunk. */
 static size_t ref_frame_log2(zipcclDataType_t dtype, int codec, int checksum, const uint8_t* x, size_t count,
                              uint8_t* out, int chunk_log2) {
@@ -296,7 +310,9 @@ static size_t ref_frame_log2(zipcclDataType_t dtype, int codec, int checksum, co
         size_t pos = 16 + 4 * nc + cs;
         for (size_t k = 0; k < nc; k++) {
             size_t n = count - k * C < C ? count - k * C : C;
-            size_t sz = ref_chunk(d, mode_of(codec), x + k * C * d.es, n, out + pos);
+            size_t sz = codec == zipcclCodecFast ? ref_c_chunk(d, x + k * C * d.es, n, out + pos) : 0;
+            if (sz) out[4] = 3; /* version 3: C chunks (FORMAT.md §2) */
+            else sz = ref_chunk(d, mode_of(codec), x + k * C * d.es, n, out + pos);
             put32(out + 16 + 4 * k, (uint32_t)sz);
             pos += sz;
         }
@@ -534,7 +550,7 @@ static void hostile(void) {
         const char* cn = codec_name(codec);
         char tn[128];
         struct { const char* what; size_t at; uint8_t val; } cases[] = {
-            {"magic", 0, 'X'}, {"version", 4, 3}, {"dtype0", 5, 0}, {"dtype4", 5, 4}, {"flags_unknown", 6, 4},
+            {"magic", 0, 'X'}, {"version", 4, 4}, {"dtype0", 5, 0}, {"dtype4", 5, 4}, {"flags_unknown", 6, 4},
             {"flags_stored", 6, 2}, {"flags_checksum", 6, 1}, {"chunk_log2_9", 7, 9}, {"chunk_log2_21", 7, 21},
             {"count_high", 15, 0x40}, {"count_low", 8, (uint8_t)(1000 - 1)},
             {"chunk_size", 16, 0}, {"mode_9", 20, 9}, {"mode_raw", 20, 0}, {"top_256_bf16_ok_but_wrong", 21, 2},
@@ -667,6 +683,245 @@ static void hostile(void) {
     CHECK(dec(h, sizeof h, out, sizeof out, (zipcclDataType_t)3, zipcclSimdAuto) == zipcclInvalidArgument,
           "decompress_bad_expect_dtype_rejected", "accepted");
     free(x);
+}
+
+/* ------------------------------------------------------------------------ */
+/* C chunks (FORMAT.md 4.7, version 3)                                       */
+/* ------------------------------------------------------------------------ */
+
+static void put_elem(uint8_t* x, size_t i, int es, uint32_t v) {
+    for (int b = 0; b < es; b++) x[(size_t)es * i + b] = (uint8_t)(v >> (8 * b));
+}
+
+/* The fast frame of x on every path, equal to the reference (check_rt
+ * compares every codec's frames with ref_frame, whose C test is its own);
+ * returns the frame in *f (caller frees) and its size. */
+static size_t fast_frame(zipcclDataType_t dt, const uint8_t* x, size_t count, int cs, uint8_t** f) {
+    size_t bound = zipcclCompressBound(count, dt, cs), fs = 0;
+    *f = malloc(bound);
+    zipcclCodecParams_t p = {zipcclCodecFast, cs, zipcclSimdAuto};
+    if (zipcclCompress(x, count, dt, *f, bound, &fs, &p) != zipcclSuccess) fs = 0;
+    return fs;
+}
+
+/* Mode of each chunk of a compressed frame (no checksums) into modes[]. */
+static size_t frame_modes(const uint8_t* f, size_t fs, int* modes, size_t max) {
+    if (fs < 16 || (f[6] & 2)) return 0;
+    size_t nc = 0, count = 0;
+    for (int k = 0; k < 8; k++) count |= (size_t)f[8 + k] << (8 * k);
+    nc = (count + 16383) / 16384;
+    size_t at = 16 + 4 * nc + ((f[6] & 1) ? 4 + 4 * nc : 0);
+    for (size_t k = 0; k < nc && k < max; k++) {
+        modes[k] = f[at];
+        at += get32(f + 16 + 4 * k);
+    }
+    return nc;
+}
+
+static void constant_chunks(void) {
+    zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const char* tags[3] = {"bf16", "fp16", "fp32"};
+    /* +0, -0, 1.0, quiet NaN, signalling NaN, -NaN with a payload, +inf, all ones */
+    const uint32_t vals[3][8] = {{0, 0x8000, 0x3F80, 0x7FC0, 0x7F81, 0xFFC1, 0x7F80, 0xFFFF},
+                                 {0, 0x8000, 0x3C00, 0x7E00, 0x7C01, 0xFE01, 0x7C00, 0xFFFF},
+                                 {0, 0x80000000u, 0x3F800000u, 0x7FC00000u, 0x7F800001u, 0xFFC00001u, 0x7F800000u, 0xFFFFFFFFu}};
+    const char* vnames[8] = {"zero", "neg_zero", "one", "qnan", "snan", "neg_nan_payload", "inf", "all_ones"};
+    const size_t counts[] = {1, 2, 3, 64, 1000, 16384, 16385, 16386, 2 * 16384 + 4097};
+    char tn[160];
+    for (int di = 0; di < 3; di++) {
+        zipcclDataType_t dt = dts[di];
+        int es = (int)esize(dt);
+        size_t maxn = 2 * 16384 + 4097;
+        uint8_t* x = malloc(maxn * 4 + 8);
+        /* every value, every count: the reference's bytes on every path and
+         * codec, and for fast: C exactly for the chunks of n >= 2 */
+        for (int v = 0; v < 8; v++) {
+            int ok = 1;
+            char why[200] = "";
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+                size_t n = counts[ci];
+                for (size_t i = 0; i < n; i++) put_elem(x, i, es, vals[di][v]);
+                snprintf(tn, sizeof tn, "%s_const_%s_n%zu_roundtrip_equals_reference", tags[di], vnames[v], n);
+                check_rt(tn, dt, x, n);
+                uint8_t* f;
+                size_t fs = fast_frame(dt, x, n, 0, &f);
+                int modes[4];
+                size_t nc = frame_modes(f, fs, modes, 4), anyc = 0;
+                for (size_t k = 0; k < nc; k++) {
+                    size_t nk = n - 16384 * k < 16384 ? n - 16384 * k : 16384;
+                    if (modes[k] != (nk >= 2 ? 5 : 0)) ok = 0, snprintf(why, sizeof why, "n=%zu chunk %zu mode %d", n, k, modes[k]);
+                    anyc |= modes[k] == 5;
+                }
+                /* under 8 elements, header and table outweigh the data: stored */
+                if (n >= 8 && (!nc || f[4] != 3)) ok = 0, snprintf(why, sizeof why, "n=%zu: version %u, %zu chunks", n, fs ? f[4] : 0, nc);
+                if (n < 8 && (nc || f[4] != 1)) ok = 0, snprintf(why, sizeof why, "n=%zu not a stored frame", n);
+                /* a C chunk and the raw chunk of one element are both 8 + es */
+                if (anyc && fs != 16 + nc * (4 + 8 + (size_t)es))
+                    ok = 0, snprintf(why, sizeof why, "n=%zu: frame of %zu bytes", n, fs);
+                free(f);
+            }
+            snprintf(tn, sizeof tn, "%s_const_%s_fast_writes_c_chunks_in_version_3", tags[di], vnames[v]);
+            CHECK(ok, tn, "%s", why);
+        }
+        /* near-constant chunks are not C: one element differs at the first,
+         * second, a sampled, an unsampled and the last position; +0 / -0 and
+         * two NaNs of different bits are different patterns */
+        {
+            size_t n = 16384 + 3000, S = 1024, unsampled = 0;
+            int* hit = calloc(16384, sizeof(int));
+            for (size_t k = 0; k < S; k++) hit[ref_sample(k, 16384, S)] = 1;
+            while (hit[unsampled]) unsampled++;
+            free(hit);
+            const size_t at[] = {0, 1, ref_sample(7, 16384, S), unsampled, 16383, 16384, n - 1};
+            const struct { uint32_t base, other; const char* what; } pairs[] = {
+                {vals[di][0], vals[di][1], "pos_zero_one_neg_zero"},
+                {vals[di][1], vals[di][0], "neg_zero_one_pos_zero"},
+                {vals[di][3], vals[di][4], "qnan_one_snan"},
+                {vals[di][2], vals[di][2] + 1, "one_one_ulp_up"},
+                {vals[di][0], 1, "zero_one_denormal"}};
+            for (size_t pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++) {
+                int ok = 1;
+                char why[200] = "";
+                for (size_t ai = 0; ai < sizeof at / sizeof at[0]; ai++) {
+                    for (size_t i = 0; i < n; i++) put_elem(x, i, es, pairs[pi].base);
+                    put_elem(x, at[ai], es, pairs[pi].other);
+                    snprintf(tn, sizeof tn, "%s_near_const_%s_at_%zu_roundtrip_equals_reference", tags[di], pairs[pi].what, at[ai]);
+                    check_rt(tn, dt, x, n);
+                    uint8_t* f;
+                    size_t fs = fast_frame(dt, x, n, 0, &f);
+                    int modes[2] = {-1, -1};
+                    frame_modes(f, fs, modes, 2);
+                    int bad = at[ai] < 16384 ? 0 : 1; /* the chunk that holds the odd one out */
+                    if (modes[bad] == 5 || modes[1 - bad] != 5 || f[4] != 3)
+                        ok = 0, snprintf(why, sizeof why, "odd one at %zu: modes %d %d, version %u", at[ai], modes[0], modes[1], f[4]);
+                    free(f);
+                }
+                snprintf(tn, sizeof tn, "%s_near_const_%s_not_c", tags[di], pairs[pi].what);
+                CHECK(ok, tn, "%s", why);
+            }
+            /* +0 and -0 alternating: never C */
+            for (size_t i = 0; i < n; i++) put_elem(x, i, es, vals[di][i & 1]);
+            snprintf(tn, sizeof tn, "%s_zero_signs_alternating_roundtrip_equals_reference", tags[di]);
+            check_rt(tn, dt, x, n);
+            uint8_t* f;
+            size_t fs = fast_frame(dt, x, n, 0, &f);
+            int modes[2] = {-1, -1};
+            frame_modes(f, fs, modes, 2);
+            snprintf(tn, sizeof tn, "%s_zero_signs_alternating_not_c_version_2", tags[di]);
+            CHECK(modes[0] != 5 && modes[1] != 5 && f[4] == (fs == 16 + n * (size_t)es ? 1 : 2), tn, "modes %d %d, version %u", modes[0], modes[1], f[4]);
+            free(f);
+        }
+        /* a Gaussian chunk, a zero chunk, a partial Gaussian chunk: T C T,
+         * version 3; the same without the zero chunk: version 2 */
+        {
+            size_t n = 2 * 16384 + 5000;
+            uint8_t* g = make_gauss(dt, n, 0.02);
+            memset(g + 16384 * (size_t)es, 0, 16384 * (size_t)es);
+            snprintf(tn, sizeof tn, "%s_gauss_zero_gauss_roundtrip_equals_reference", tags[di]);
+            check_rt(tn, dt, g, n);
+            for (int cs = 0; cs < 2; cs++) {
+                uint8_t* f;
+                size_t fs = fast_frame(dt, g, n, cs, &f);
+                int modes[3] = {-1, -1, -1};
+                frame_modes(f, fs, modes, 3);
+                zipcclFrameInfo_t fi;
+                int info = zipcclGetFrameInfo(f, fs, &fi) == zipcclSuccess && fi.count == n && fi.numChunks == 3 && !fi.stored;
+                snprintf(tn, sizeof tn, "%s_cs%d_gauss_zero_gauss_is_t_c_t_version_3", tags[di], cs);
+                CHECK(modes[0] == 4 && modes[1] == 5 && modes[2] == 4 && f[4] == 3 && info, tn, "modes %d %d %d, version %u, info %d",
+                      modes[0], modes[1], modes[2], f[4], info);
+                free(f);
+            }
+            uint8_t* h = make_gauss(dt, n, 0.02);
+            uint8_t* f;
+            size_t fs = fast_frame(dt, h, n, 0, &f);
+            snprintf(tn, sizeof tn, "%s_gauss_only_stays_version_2", tags[di]);
+            CHECK(fs && f[4] == 2, tn, "version %u", f[4]);
+            free(f); free(g); free(h);
+        }
+        /* attacks on a frame of two C chunks (16384 + 1000 elements of 1.0) */
+        {
+            size_t n = 16384 + 1000, bytes = n * (size_t)es;
+            for (size_t i = 0; i < n; i++) put_elem(x, i, es, vals[di][2]);
+            uint8_t* f;
+            size_t fs = fast_frame(dt, x, n, 0, &f);
+            size_t c1 = 16 + 8 + 8 + (size_t)es; /* the second chunk */
+            snprintf(tn, sizeof tn, "%s_c_frame_layout", tags[di]);
+            CHECK(fs == 16 + 8 + 2 * (8 + (size_t)es) && f[4] == 3 && f[24] == 5 && f[c1] == 5 && get32(f + 16) == 8u + (uint32_t)es &&
+                      get32(f + 20) == 8u + (uint32_t)es && !memcmp(f + c1 + 8, x, (size_t)es),
+                  tn, "frame of %zu bytes, version %u", fs, f[4]);
+            uint8_t* out = malloc(bytes + 64);
+            uint8_t* m = malloc(fs + 64);
+            struct { const char* what; size_t at; uint8_t val; zipcclResult_t want; } cases[] = {
+                {"version_2_claiming_mode_5", 4, 2, zipcclCorruptStream},
+                {"version_1_claiming_mode_5", 4, 1, zipcclCorruptStream},
+                {"version_4_unsupported", 4, 4, zipcclUnsupported},
+                {"top_nonzero", c1 + 1, 1, zipcclCorruptStream},
+                {"table_nonzero", c1 + 2, 1, zipcclCorruptStream},
+                {"reserved_nonzero", c1 + 3, 1, zipcclCorruptStream},
+                {"n_esc_nonzero", c1 + 4, 1, zipcclCorruptStream},
+                {"n_esc_high", c1 + 7, 0x80, zipcclCorruptStream},
+                {"mode_6", c1, 6, zipcclCorruptStream},
+                {"mode_raw", c1, 0, zipcclCorruptStream},
+                {"mode_t", c1, 4, zipcclCorruptStream},
+                {"table_entry_minus_one", 20, (uint8_t)(7 + es), zipcclCorruptStream},
+                {"table_entry_plus_one", 20, (uint8_t)(9 + es), zipcclCorruptStream},
+            };
+            for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+                for (int a = 0; a < npaths; a++) {
+                    memcpy(m, f, fs);
+                    m[cases[k].at] = cases[k].val;
+                    zipcclResult_t r = dec(m, fs, out, bytes, 0, paths[a]);
+                    snprintf(tn, sizeof tn, "%s_c_%s_rejected_%s", tags[di], cases[k].what, simd_name(paths[a]));
+                    CHECK(r == cases[k].want, tn, "got %s", zipcclGetErrorString(r));
+                }
+            /* wrong chunk lengths that the table agrees with: one byte more
+             * (a trailing value byte) and one less (half a value) */
+            for (int d = -1; d <= 1; d += 2) {
+                size_t gs = fs + (size_t)(ptrdiff_t)d;
+                memcpy(m, f, fs < gs ? fs : gs);
+                if (d > 0) m[fs] = 0;
+                put32(m + 20, (uint32_t)(8 + es + d));
+                for (int a = 0; a < npaths; a++) {
+                    zipcclResult_t r = dec(m, gs, out, bytes, 0, paths[a]);
+                    snprintf(tn, sizeof tn, "%s_c_chunk_%s_one_byte_rejected_%s", tags[di], d > 0 ? "plus" : "minus", simd_name(paths[a]));
+                    CHECK(r == zipcclCorruptStream, tn, "got %s", zipcclGetErrorString(r));
+                }
+            }
+            /* every truncation, and a trailing byte */
+            int ok = 1;
+            for (size_t len = 0; len < fs; len++)
+                if (dec(f, len, out, bytes, 0, zipcclSimdAuto) == zipcclSuccess) ok = 0;
+            memcpy(m, f, fs); m[fs] = 0;
+            if (dec(m, fs + 1, out, bytes, 0, zipcclSimdAuto) == zipcclSuccess) ok = 0;
+            snprintf(tn, sizeof tn, "%s_c_truncations_rejected", tags[di]);
+            CHECK(ok, tn, "a truncated or padded frame decoded");
+            /* a different value is a valid frame: that value everywhere in chunk 1 */
+            ok = 1;
+            for (int a = 0; a < npaths; a++) {
+                memcpy(m, f, fs);
+                m[c1 + 8] ^= 0x5A;
+                memset(out, 0xA5, bytes);
+                ok &= dec(m, fs, out, bytes, 0, paths[a]) == zipcclSuccess && !memcmp(out, x, 16384 * (size_t)es);
+                for (size_t i = 16384; i < n; i++) ok &= !memcmp(out + (size_t)es * i, m + c1 + 8, (size_t)es);
+            }
+            snprintf(tn, sizeof tn, "%s_c_other_value_decodes_to_it", tags[di]);
+            CHECK(ok, tn, "wrong output");
+            free(f);
+            /* with checksums every flipped bit is caught */
+            fs = fast_frame(dt, x, n, 1, &f);
+            ok = fs && f[4] == 3;
+            for (size_t at = 0; at < fs && ok; at++)
+                for (int b = 0; b < 8; b++) {
+                    memcpy(m, f, fs);
+                    m[at] ^= (uint8_t)(1u << b);
+                    if (dec(m, fs, out, bytes, 0, zipcclSimdAuto) == zipcclSuccess) { ok = 0; break; }
+                }
+            snprintf(tn, sizeof tn, "%s_c_cs1_every_bit_flip_rejected", tags[di]);
+            CHECK(ok, tn, "a flipped checksummed C frame decoded");
+            free(f); free(out); free(m);
+        }
+        free(x);
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -941,5 +1196,6 @@ int main(void) {
 
     attacks();
     hostile();
+    constant_chunks();
     return tu_exit();
 }

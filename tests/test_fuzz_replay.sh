@@ -21,3 +21,23 @@ for src in tests/fuzz/fuzz_*.c; do
     echo "FAIL ${name}_corpus_replay: $(printf '%s' "$out" | tail -3 | tr '\n' ' ')"
   fi
 done
+# The corpus must keep its format-version-3 seeds (C chunks, FORMAT.md 4.7):
+# valid frames, version-2 frames claiming mode 5, damaged C chunks, and
+# constant data that the encoders turn into C chunks.
+python3 - tests/fuzz/corpus/fuzz_decode <<'PY'
+import os, sys
+d = sys.argv[1]
+v3 = v2c = const = 0
+for name in os.listdir(d):
+    b = open(os.path.join(d, name), 'rb').read()
+    if b[:4] == b'ZCC1' and len(b) > 24 and b[6] & 2 == 0:
+        count = int.from_bytes(b[8:16], 'little'); C = 1 << b[7] if 10 <= b[7] <= 20 else 0
+        nc = (count + C - 1) // C if C else 0
+        first = 16 + 4 * nc
+        if b[4] == 3: v3 += 1
+        if b[4] in (1, 2) and first < len(b) and b[first] == 5: v2c += 1
+    elif len(b) >= 64 and len(set(b[i:i + 2] for i in range(0, len(b) - 2, 2))) == 1:
+        const += 1
+ok = v3 >= 4 and v2c >= 1 and const >= 2
+print(("PASS" if ok else "FAIL") + f" fuzz_decode_corpus_has_c_chunk_seeds ({v3} version-3 frames, {v2c} older frames claiming mode 5, {const} constant inputs)")
+PY

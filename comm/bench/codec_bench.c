@@ -573,7 +573,7 @@ static void help(void) {
         "      --dtype T        element type of a raw --input file: bf16, fp16 or fp32\n"
         "Codecs:\n"
         "  -c, --codecs LIST    subset of: memcpy, zstd-1, zstd-1-bg, zstd-19, zstd-19-bg, lz4,\n"
-        "                       zipccl-fast (T), zipccl-dense (R), zipccl-f3 (F3), zipccl-f2 (F2)\n"
+        "                       zipccl-fast (T, C), zipccl-dense (R), zipccl-f3 (F3), zipccl-f2 (F2)\n"
         "                       (and -ck forms with --checksum)\n"
         "      --checksum       also measure zipccl-fast-ck and zipccl-dense-ck (XXH32 frames)\n"
         "      --all-paths      our codecs on each SIMD path (scalar, avx2, avx512) this CPU\n"

@@ -208,10 +208,18 @@ static std::vector<uint8_t> cc_roundtrip_data(const Backend* b, zipcclDataType_t
     CHECK(r == zipcclSuccess && got2 == count && out2 == src, n2, "result %d (%s)", r, zipcclGetLastErrorDetail());
     if (codec != zipcclCodecStored) {
         int bad = -1;
-        for (size_t at : cc_chunk_offsets(gf))
-            if (gf[at] != 0 && gf[at] != cc_mode_of(codec)) bad = gf[at];
+        int any_c = 0;
+        for (size_t at : cc_chunk_offsets(gf)) {
+            int c_ok = codec == zipcclCodecFast && gf[at] == 5; /* C chunks: codec fast only */
+            if (gf[at] != 0 && gf[at] != cc_mode_of(codec) && !c_ok) bad = gf[at];
+            any_c |= gf[at] == 5;
+        }
         snprintf(n2, sizeof n2, "%s/chunk_modes", name);
         CHECK(bad < 0, n2, "a chunk of mode %d", bad);
+        /* FORMAT.md §2: version 3 exactly for frames with a C chunk */
+        int want = (gf.size() >= 16 && (gf[6] & 2)) || codec != zipcclCodecFast ? 1 : any_c ? 3 : 2;
+        snprintf(n2, sizeof n2, "%s/version", name);
+        CHECK(gf.size() >= 16 && gf[4] == want, n2, "version %d, expected %d", gf.size() >= 16 ? gf[4] : -1, want);
     }
     return gf;
 }
@@ -257,7 +265,7 @@ static void cc_corruption(const Backend* b, zipcclDataType_t dt, zipcclCodec_t c
     }
     guards &= guard_ok;
     /* header fields */
-    struct { size_t at; uint8_t v; } hdr[] = {{0, 0x5B}, {4, 3}, {5, 0}, {5, 4}, {6, 4}, {7, 9}, {7, 21}, {15, 0x40}};
+    struct { size_t at; uint8_t v; } hdr[] = {{0, 0x5B}, {4, 4}, {5, 0}, {5, 4}, {6, 4}, {7, 9}, {7, 21}, {15, 0x40}};
     for (size_t k = 0; k < sizeof hdr / sizeof hdr[0]; k++) {
         std::vector<uint8_t> g(f);
         g[hdr[k].at] = hdr[k].v;
@@ -507,6 +515,123 @@ static void cc_f2_damage(const Backend* b, zipcclDataType_t dt) {
         snprintf(n2, sizeof n2, "%s/f2_damage/%s/%s", b->name, cc_dt_name(dt), k.name);
         CHECK(r == rc && (!k.must_refuse || r == zipcclCorruptStream) && guard_ok && (r != zipcclSuccess || out == cpu),
               n2, "%s %d, cpu %d, guard %d, same output %d", b->name, r, rc, guard_ok, out == cpu);
+    }
+}
+
+/* ---- C chunks (FORMAT.md 4.7) ------------------------------------------- */
+
+static void cc_put(std::vector<uint8_t>& v, size_t i, size_t es, uint32_t bits) {
+    for (size_t b = 0; b < es; b++) v[i * es + b] = (uint8_t)(bits >> (8 * b));
+}
+
+/* Constant chunks, zero and not, in every dtype and with partial last
+ * chunks, mixed with T chunks and with near-constant ones: the backend's
+ * frame equals the CPU's byte for byte (cc_roundtrip_data), and the chunk
+ * modes are the expected ones. */
+static void cc_constant(const Backend* b) {
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const uint32_t vals[3][5] = {{0, 0x8000, 0x3F80, 0x7FC1, 0xFFFF},
+                                 {0, 0x8000, 0x3C00, 0x7E01, 0xFFFF},
+                                 {0, 0x80000000u, 0x3F800000u, 0x7FC00001u, 0xFFFFFFFFu}};
+    const char* vn[5] = {"zero", "neg_zero", "one", "nan", "all_ones"};
+    const size_t counts[] = {2, 8, 63, 1000, 16384, 16385, 16386, 2 * 16384 + 4097};
+    for (int d = 0; d < 3; d++) {
+        size_t es = cc_es(dts[d]);
+        for (int v = 0; v < 5; v++)
+            for (size_t n : counts) {
+                std::vector<uint8_t> src(n * es);
+                for (size_t i = 0; i < n; i++) cc_put(src, i, es, vals[d][v]);
+                char label[64], n2[200];
+                snprintf(label, sizeof label, "const_%s", vn[v]);
+                std::vector<uint8_t> f = cc_roundtrip_data(b, dts[d], zipcclCodecFast, (int)(n % 2), label, src, n);
+                std::vector<size_t> offs = cc_chunk_offsets(f);
+                int ok = n < 8 ? offs.empty() : offs.size() == (n + 16383) / 16384;
+                for (size_t k = 0; k < offs.size(); k++) {
+                    size_t nk = n - 16384 * k < 16384 ? n - 16384 * k : 16384;
+                    ok &= f[offs[k]] == (nk >= 2 ? 5 : 0);
+                }
+                snprintf(n2, sizeof n2, "%s/%s/fast/%s/n=%zu/c_chunks", b->name, cc_dt_name(dts[d]), label, n);
+                CHECK(ok, n2, "%zu chunks, first of mode %d", offs.size(), offs.empty() ? -1 : f[offs[0]]);
+            }
+        /* one element differs (first, an unsampled one, last of the chunk),
+         * +0 among -0, and T C T */
+        size_t n = 16384 + 3000;
+        const size_t at[] = {0, 2, 16383, 16384, n - 1};
+        for (size_t a : at)
+            for (int v = 0; v < 2; v++) {
+                std::vector<uint8_t> src(n * es);
+                for (size_t i = 0; i < n; i++) cc_put(src, i, es, vals[d][v]);
+                cc_put(src, a, es, vals[d][1 - v]);
+                char label[64], n2[200];
+                snprintf(label, sizeof label, "near_const_%s_odd_at_%zu", vn[v], a);
+                std::vector<uint8_t> f = cc_roundtrip_data(b, dts[d], zipcclCodecFast, 0, label, src, n);
+                std::vector<size_t> offs = cc_chunk_offsets(f);
+                size_t odd = a < 16384 ? 0 : 1;
+                snprintf(n2, sizeof n2, "%s/%s/fast/%s/not_c", b->name, cc_dt_name(dts[d]), label);
+                CHECK(offs.size() == 2 && f[offs[odd]] != 5 && f[offs[1 - odd]] == 5, n2, "%zu chunks", offs.size());
+            }
+        std::vector<uint8_t> g = cc_make(dts[d], D_GAUSS, 2 * 16384 + 5000);
+        std::fill(g.begin() + 16384 * es, g.begin() + 2 * 16384 * es, 0);
+        for (int cs = 0; cs < 2; cs++) cc_roundtrip_data(b, dts[d], zipcclCodecFast, cs, "gauss_zero_gauss", g, 2 * 16384 + 5000);
+    }
+}
+
+/* Damaged C chunks: both decoders refuse them alike (a version-2 frame
+ * claiming mode 5 above all). */
+static void cc_constant_damage(const Backend* b, zipcclDataType_t dt) {
+    size_t count = 16384 + 1000, es = cc_es(dt), cap = count * es;
+    std::vector<uint8_t> src(cap), f;
+    for (size_t i = 0; i < count; i++) cc_put(src, i, es, i < 16384 ? 0 : 0x3C00u << (dt == zipcclFloat32 ? 16 : 0));
+    zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+    p.codec = zipcclCodecFast;
+    char n2[200];
+    snprintf(n2, sizeof n2, "%s/c_damage/%s/setup", b->name, cc_dt_name(dt));
+    int ok = b->compress(src.data(), count, dt, &p, &f) == zipcclSuccess;
+    std::vector<size_t> offs = ok ? cc_chunk_offsets(f) : std::vector<size_t>();
+    if (!CHECK(offs.size() == 2 && f[offs[0]] == 5 && f[offs[1]] == 5 && f[4] == 3, n2, "compress ok %d, %zu chunks", ok,
+               offs.size()))
+        return;
+    size_t c1 = offs[1];
+    struct Case {
+        const char* name;
+        zipcclResult_t want;
+        std::vector<uint8_t> g;
+    };
+    std::vector<Case> cases;
+    auto with = [&](size_t pos, uint8_t v) {
+        std::vector<uint8_t> g(f);
+        g[pos] = v;
+        return g;
+    };
+    cases.push_back({"version_2_claiming_mode_5", zipcclCorruptStream, with(4, 2)});
+    cases.push_back({"version_1_claiming_mode_5", zipcclCorruptStream, with(4, 1)});
+    cases.push_back({"version_4", zipcclUnsupported, with(4, 4)});
+    cases.push_back({"top_nonzero", zipcclCorruptStream, with(c1 + 1, 1)});
+    cases.push_back({"table_nonzero", zipcclCorruptStream, with(c1 + 2, 1)});
+    cases.push_back({"reserved_nonzero", zipcclCorruptStream, with(c1 + 3, 1)});
+    cases.push_back({"n_esc_nonzero", zipcclCorruptStream, with(c1 + 4, 1)});
+    cases.push_back({"mode_6", zipcclCorruptStream, with(c1, 6)});
+    cases.push_back({"mode_raw", zipcclCorruptStream, with(c1, 0)});
+    std::vector<uint8_t> g(f);
+    g.push_back(0);
+    g[16 + 4] = (uint8_t)(8 + es + 1); /* the table agrees with one byte more */
+    cases.push_back({"chunk_plus_one_byte", zipcclCorruptStream, g});
+    g.assign(f.begin(), f.end() - 1);
+    g[16 + 4] = (uint8_t)(8 + es - 1);
+    cases.push_back({"chunk_minus_one_byte", zipcclCorruptStream, g});
+    g.assign(f.begin(), f.end() - 1);
+    cases.push_back({"truncated", zipcclCorruptStream, g});
+    cases.push_back({"other_value", zipcclSuccess, with(c1 + 8, (uint8_t)(f[c1 + 8] ^ 0x5A))});
+    for (const Case& k : cases) {
+        std::vector<uint8_t> out, cpu(cap + 1);
+        size_t got = 0, cgot = 0;
+        int guard_ok;
+        zipcclResult_t r = cc_decode(b, k.g.data(), k.g.size(), &out, cap, &got, &guard_ok);
+        zipcclResult_t rc = zipcclDecompress(k.g.data(), k.g.size(), cpu.data(), cap, &cgot, (zipcclDataType_t)0, NULL);
+        cpu.resize(cap);
+        snprintf(n2, sizeof n2, "%s/c_damage/%s/%s", b->name, cc_dt_name(dt), k.name);
+        CHECK(r == rc && r == k.want && guard_ok && (r != zipcclSuccess || out == cpu), n2,
+              "%s %d, cpu %d, want %d, guard %d", b->name, r, rc, k.want, guard_ok);
     }
 }
 

@@ -294,6 +294,10 @@ int main(int argc, char** argv) {
     cc_chunk_log2(&kEmu);
     cc_small_chunks(&kEmu);
     cc_f2_shapes(&kEmu);
+    cc_constant(&kEmu);
+    cc_constant_damage(&kEmu, zipcclBfloat16);
+    cc_constant_damage(&kEmu, zipcclFloat16);
+    cc_constant_damage(&kEmu, zipcclFloat32);
 
     const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
     const zipcclCodec_t* codecs = cc_codecs; /* fast (T), f3, dense, f2 */
@@ -319,6 +323,7 @@ int main(int argc, char** argv) {
     g_misalign = 1;
     for (int d = 0; d < 3; d++)
         for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_SPECIAL, 16500);
+    for (int d = 0; d < 3; d++) cc_roundtrip(&kEmu, dts[d], zipcclCodecFast, 1, D_ZERO, 16500); /* C chunks */
     g_misalign = 0;
     /* damaged frames */
     for (int d = 0; d < 3; d++)

@@ -98,6 +98,10 @@ static int run_tests(void) {
     cc_chunk_log2(&kDev);
     cc_small_chunks(&kDev);
     cc_f2_shapes(&kDev);
+    cc_constant(&kDev);
+    cc_constant_damage(&kDev, zipcclBfloat16);
+    cc_constant_damage(&kDev, zipcclFloat16);
+    cc_constant_damage(&kDev, zipcclFloat32);
     const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
     const zipcclCodec_t* codecs = cc_codecs; /* fast (F2), f3, dense */
     const size_t counts[] = {0, 1, 63, 64, 65, 1000, 16383, 16384, 16385, 1u << 20};
@@ -122,6 +126,7 @@ static int run_tests(void) {
     g_misalign = 1; /* odd addresses: the unaligned load/store paths */
     for (int d = 0; d < 3; d++)
         for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kDev, dts[d], codecs[c], 1, D_SPECIAL, 40000);
+    for (int d = 0; d < 3; d++) cc_roundtrip(&kDev, dts[d], zipcclCodecFast, 1, D_ZERO, 40000); /* C chunks */
     g_misalign = 0;
     for (int d = 0; d < 3; d++)
         for (int c = 0; c < CC_NCODECS; c++)
