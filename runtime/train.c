@@ -567,14 +567,18 @@ int main(int argc, char** argv) {
         printf("; param %s, reduce %s, codec %s\n", zipcclTypeName(cfg.comm.param_dtype),
                zipcclTypeName(cfg.comm.reduce_dtype), config_codec_name(cfg.comm.codec));
         char pk[32];
+        char xc[64] = "";
+        if (fsdp.ep > 1)
+            snprintf(xc, sizeof xc, ", expert exchange in %d chunk%s", cfg.moe.overlap_chunks,
+                     cfg.moe.overlap_chunks > 1 ? "s" : "");
         printf("# schedule: overlap %s, prefetch depth %d, in-flight bound %s, reshard after "
-               "forward %s; peak of gathered units + full gradients %s\n",
+               "forward %s%s; peak of gathered units + full gradients %s\n",
                cfg.parallel.overlap ? "on" : "off",
                cfg.parallel.overlap && cfg.parallel.prefetch ? cfg.parallel.prefetch_depth : 0,
                cfg.parallel.max_inflight_bytes
                    ? zrt_fmt_bytes((double)cfg.parallel.max_inflight_bytes, pk, sizeof pk)
                    : "none",
-               cfg.parallel.reshard_after_forward ? "yes" : "no",
+               cfg.parallel.reshard_after_forward ? "yes" : "no", xc,
                zrt_fmt_bytes(sched_peak_bytes(sched), pk, sizeof pk));
         plan_print(sched_plan(sched), stdout);
         fflush(stdout);
