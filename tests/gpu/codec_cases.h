@@ -166,6 +166,23 @@ static zipcclResult_t cc_decode(const Backend* b, const uint8_t* f, size_t size,
     return r;
 }
 
+/* A damaged frame through the backend's decoder and the CPU's: both result
+ * codes, the backend's guard, and whether the outputs agree. */
+struct CcBoth {
+    zipcclResult_t r, rc;
+    int guard_ok, same;
+};
+static CcBoth cc_decode_both(const Backend* b, const std::vector<uint8_t>& g, size_t cap) {
+    std::vector<uint8_t> out, cpu(cap + 1);
+    size_t got = 0, cgot = 0;
+    CcBoth x;
+    x.r = cc_decode(b, g.data(), g.size(), &out, cap, &got, &x.guard_ok);
+    x.rc = zipcclDecompress(g.data(), g.size(), cpu.data(), cap, &cgot, (zipcclDataType_t)0, NULL);
+    cpu.resize(cap);
+    x.same = out == cpu;
+    return x;
+}
+
 /* One input through both codecs, in both directions; the frames' chunks are
  * raw or of the codec's mode. Returns the backend's frame. */
 static std::vector<uint8_t> cc_roundtrip_data(const Backend* b, zipcclDataType_t dt, zipcclCodec_t codec, int cs,
@@ -506,15 +523,11 @@ static void cc_f2_damage(const Backend* b, zipcclDataType_t dt) {
         cases.push_back({"primary_to_second_tier", 0, g});
     }
     for (const Case& k : cases) {
-        std::vector<uint8_t> out, cpu(cap + 1);
-        size_t got = 0, cgot = 0;
-        int guard_ok;
-        zipcclResult_t r = cc_decode(b, k.g.data(), k.g.size(), &out, cap, &got, &guard_ok);
-        zipcclResult_t rc = zipcclDecompress(k.g.data(), k.g.size(), cpu.data(), cap, &cgot, (zipcclDataType_t)0, NULL);
-        cpu.resize(cap);
+        const CcBoth x = cc_decode_both(b, k.g, cap);
         snprintf(n2, sizeof n2, "%s/f2_damage/%s/%s", b->name, cc_dt_name(dt), k.name);
-        CHECK(r == rc && (!k.must_refuse || r == zipcclCorruptStream) && guard_ok && (r != zipcclSuccess || out == cpu),
-              n2, "%s %d, cpu %d, guard %d, same output %d", b->name, r, rc, guard_ok, out == cpu);
+        CHECK(x.r == x.rc && (!k.must_refuse || x.r == zipcclCorruptStream) && x.guard_ok &&
+                  (x.r != zipcclSuccess || x.same),
+              n2, "%s %d, cpu %d, guard %d, same output %d", b->name, x.r, x.rc, x.guard_ok, x.same);
     }
 }
 
@@ -623,15 +636,10 @@ static void cc_constant_damage(const Backend* b, zipcclDataType_t dt) {
     cases.push_back({"truncated", zipcclCorruptStream, g});
     cases.push_back({"other_value", zipcclSuccess, with(c1 + 8, (uint8_t)(f[c1 + 8] ^ 0x5A))});
     for (const Case& k : cases) {
-        std::vector<uint8_t> out, cpu(cap + 1);
-        size_t got = 0, cgot = 0;
-        int guard_ok;
-        zipcclResult_t r = cc_decode(b, k.g.data(), k.g.size(), &out, cap, &got, &guard_ok);
-        zipcclResult_t rc = zipcclDecompress(k.g.data(), k.g.size(), cpu.data(), cap, &cgot, (zipcclDataType_t)0, NULL);
-        cpu.resize(cap);
+        const CcBoth x = cc_decode_both(b, k.g, cap);
         snprintf(n2, sizeof n2, "%s/c_damage/%s/%s", b->name, cc_dt_name(dt), k.name);
-        CHECK(r == rc && r == k.want && guard_ok && (r != zipcclSuccess || out == cpu), n2,
-              "%s %d, cpu %d, want %d, guard %d", b->name, r, rc, k.want, guard_ok);
+        CHECK(x.r == x.rc && x.r == k.want && x.guard_ok && (x.r != zipcclSuccess || x.same), n2,
+              "%s %d, cpu %d, want %d, guard %d", b->name, x.r, x.rc, k.want, x.guard_ok);
     }
 }
 
