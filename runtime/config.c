@@ -144,7 +144,7 @@ static const KeyDesc kKeys[] = {
      "default|native|raw|compressed|auto", R_FREE},
     {"comm.alltoall", K_STRATEGY, OFF(comm.alltoall), 0, 4, 0,
      "default|native|raw|compressed|auto", R_FREE},
-    {"comm.codec", K_CODEC, OFF(comm.codec), 0, 0, 0, "fast|dense|f3", R_FREE},
+    {"comm.codec", K_CODEC, OFF(comm.codec), 0, 0, 0, "fast|dense|f2|f3", R_FREE},
     {"comm.algo", K_ALGO, OFF(comm.algo), 0, 0, 0, "default|ring|direct|oneshot", R_FREE},
     {"comm.param_dtype", K_DTYPE, OFF(comm.param_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
     {"comm.reduce_dtype", K_DTYPE, OFF(comm.reduce_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
@@ -302,7 +302,7 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
     }
     case K_CODEC:
         if (zipcclCodecParse(v, (zipcclCodec_t*)base) != zipcclSuccess)
-            return zrt_errf(err, errlen, "%s: key '%s': unknown codec '%s' (expected fast|dense|f3)",
+            return zrt_errf(err, errlen, "%s: key '%s': unknown codec '%s' (expected fast|dense|f2|f3)",
                         where, k->name, v);
         return 0;
     case K_ALGO: {
@@ -500,7 +500,7 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
                 if (zipcclCodecParse(vs, &o.codec) != zipcclSuccess)
                     return zrt_errf(w->err, w->errlen,
                                 "%s:%zu: key 'comm.overrides.codec': unknown codec '%s' "
-                                "(expected fast|dense|f3)",
+                                "(expected fast|dense|f2|f3)",
                                 w->file, kl, vs);
             } else if (!strcmp(ks, "algo")) {
                 zipcclAlgo_t a = zipcclAlgoDefault;
