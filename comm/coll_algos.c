@@ -41,90 +41,9 @@
 #include <string.h>
 
 #include "coll_internal.h"
+#include "zipccl_float.h"
 
-/* ---- element conversions ------------------------------------------------- */
-
-/* fp16 -> fp32 by table: exact, and far faster than a conversion call per
- * element on CPUs compiled for without F16C.  Loops fetch it once. */
-static float fp16Table[65536];
-static pthread_once_t fp16Once = PTHREAD_ONCE_INIT;
-static void fp16TableInit(void) {
-    for (uint32_t h = 0; h < 65536; h++) {
-        uint16_t v = (uint16_t)h;
-        _Float16 x;
-        memcpy(&x, &v, 2);
-        fp16Table[h] = (float)x;
-    }
-}
-const float* zipcclFp16Table(void) {
-    pthread_once(&fp16Once, fp16TableInit);
-    return fp16Table;
-}
-
-float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype) {
-    if (dtype == zipcclFloat32) return ((const float*)p)[i];
-    uint16_t h = ((const uint16_t*)p)[i];
-    if (dtype == zipcclBfloat16) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    return zipcclFp16Table()[h];
-}
-
-/* fp32 -> bf16, round to nearest even; a NaN stays a (quiet) NaN. */
-static inline uint16_t floatToBf16(float v) {
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    uint16_t rounded = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-    return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16) | 0x0040) : rounded;
-}
-
-/* fp32 -> fp16, round to nearest even, in integer steps: the compiler's
- * (_Float16) conversion is a library call per element without F16C code
- * (~10 ns here, this ~2.5 ns; local 4-rank fp16 ReduceScatter of 64 MiB,
- * raw: 110-125 ms against 268-349).  The same bits as that conversion
- * for every fp32 input (tests/test_common.c; all 2^32 under
- * ZIPCCL_TEST_LONG=1):
- *   |v| >= 65536, Inf, NaN -> Inf, or a NaN made quiet with its top 10
- *                            payload bits (65520..65536 round up to Inf below);
- *   |v| < 2^-14            -> subnormal or zero: |v| + 0.5f rounds |v| at
- *                            2^-24, fp16's last subnormal place, and leaves
- *                            the count of those places in the low bits;
- *   otherwise              -> rebias the exponent (127 -> 15), round away the
- *                            13 low mantissa bits (ties to the even one). */
-static inline uint16_t floatToFp16(float v) {
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    u &= 0x7FFFFFFFu;
-    uint32_t h;
-    if (u >= 0x47800000u) {
-        h = u > 0x7F800000u ? 0x7E00u | ((u >> 13) & 0x3FFu) : 0x7C00u;
-    } else if (u < 0x38800000u) {
-        float t;
-        memcpy(&t, &u, 4);
-        t += 0.5f;
-        memcpy(&h, &t, 4);
-        h -= 0x3F000000u;
-    } else {
-        h = (u - 0x38000000u + 0xFFFu + ((u >> 13) & 1u)) >> 13;
-    }
-    return (uint16_t)(sign | h);
-}
-
-void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype) {
-    if (dtype == zipcclFloat32) ((float*)p)[i] = v;
-    else ((uint16_t*)p)[i] = dtype == zipcclBfloat16 ? floatToBf16(v) : floatToFp16(v);
-}
-
-static inline float bf16ToFloat(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* ---- reduction arithmetic (conversions: zipccl_float.h) -------------------- */
 
 /* acc[i] (+)= x[i] in fp32, one loop per dtype so the compiler vectorises. */
 static void accumulate(float* acc, const void* x, size_t count, zipcclDataType_t dtype, int first) {
@@ -136,8 +55,8 @@ static void accumulate(float* acc, const void* x, size_t count, zipcclDataType_t
     }
     const uint16_t* h = x;
     if (dtype == zipcclBfloat16) {
-        if (first) for (size_t i = 0; i < count; i++) acc[i] = bf16ToFloat(h[i]);
-        else for (size_t i = 0; i < count; i++) acc[i] += bf16ToFloat(h[i]);
+        if (first) for (size_t i = 0; i < count; i++) acc[i] = zipcclBf16ToFloat(h[i]);
+        else for (size_t i = 0; i < count; i++) acc[i] += zipcclBf16ToFloat(h[i]);
         return;
     }
     const float* t = zipcclFp16Table();
@@ -156,11 +75,11 @@ static void finalize(void* out, const float* acc, size_t count, zipcclDataType_t
         if (!avg) memmove(out, acc, count * 4);
         else for (size_t i = 0; i < count; i++) ((float*)out)[i] = acc[i] / div;
     } else if (dtype == zipcclBfloat16) {
-        if (!avg) for (size_t i = 0; i < count; i++) h[i] = floatToBf16(acc[i]);
-        else for (size_t i = 0; i < count; i++) h[i] = floatToBf16(acc[i] / div);
+        if (!avg) for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToBf16(acc[i]);
+        else for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToBf16(acc[i] / div);
     } else {
-        if (!avg) for (size_t i = 0; i < count; i++) h[i] = floatToFp16(acc[i]);
-        else for (size_t i = 0; i < count; i++) h[i] = floatToFp16(acc[i] / div);
+        if (!avg) for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToFp16(acc[i]);
+        else for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToFp16(acc[i] / div);
     }
 }
 

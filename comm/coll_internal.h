@@ -275,10 +275,4 @@ zipcclResult_t zipcclModelFinish(struct zipcclComm* c);
 zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
                                   const zipcclExecStats* st, int wasAuto);
 
-/* bf16/fp16 <-> fp32 conversions (round to nearest even), coll_algos.c */
-float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype);
-void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype);
-/* fp16 bits -> fp32, all 65536 (built on first use; fetch once per loop). */
-const float* zipcclFp16Table(void);
-
 #endif

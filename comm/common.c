@@ -1,16 +1,19 @@
 /*
- * common.c — result strings, per-thread error detail, dtype helpers.
+ * common.c — result strings, per-thread error detail, dtype helpers and
+ * element conversions by dtype.
  *
  * Everything in libzipccl reports failure through zipcclResult_t; the
  * human-readable "what exactly" goes through zipcclSetError() into a
  * thread-local buffer that zipcclGetLastErrorDetail() returns.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "zipccl.h"
 #include "zipccl_internal.h"
+#include "zipccl_float.h"
 
 static const char* const kResultStrings[zipcclNumResults] = {
     [zipcclSuccess] = "success",
@@ -106,4 +109,29 @@ const char* zipcclCodecName(zipcclCodec_t c) {
     case zipcclCodecF2: return "f2";
     }
     return "?";
+}
+
+/* ---- element conversions by dtype (zipccl_float.h does the arithmetic) ---- */
+
+/* fp16 -> fp32 by table: exact, and far faster than the bit arithmetic in
+ * loops over many elements.  Loops fetch it once. */
+static float fp16Table[65536];
+static pthread_once_t fp16Once = PTHREAD_ONCE_INIT;
+static void fp16TableInit(void) {
+    for (uint32_t h = 0; h < 65536; h++) fp16Table[h] = zipcclFp16ToFloat((uint16_t)h);
+}
+const float* zipcclFp16Table(void) {
+    pthread_once(&fp16Once, fp16TableInit);
+    return fp16Table;
+}
+
+float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype) {
+    if (dtype == zipcclFloat32) return ((const float*)p)[i];
+    uint16_t h = ((const uint16_t*)p)[i];
+    return dtype == zipcclBfloat16 ? zipcclBf16ToFloat(h) : zipcclFp16Table()[h];
+}
+
+void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype) {
+    if (dtype == zipcclFloat32) ((float*)p)[i] = v;
+    else ((uint16_t*)p)[i] = dtype == zipcclBfloat16 ? zipcclFloatToBf16(v) : zipcclFloatToFp16(v);
 }

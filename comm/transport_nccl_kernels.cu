@@ -4,16 +4,17 @@
  * accumulator, and round the accumulator to the dtype (dividing by n for
  * avg first).  They implement the canonical order's arithmetic exactly like
  * the CPU (coll_algos.c): fp32 adds (no FMA: there is no multiply), IEEE
- * division, round to nearest even, NaN kept quiet with its top payload, so
+ * division, and the conversions of zipccl_float.h (the CPU's, to the bit), so
  * a GPU reduction equals the CPU one bit for bit.  transport_nccl.c calls
  * them in rank order.
  *
  * Left out: vectorised loads (these are memory-bound and simple).
  */
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "zipccl_float.h"
 
 namespace {
 
@@ -22,21 +23,12 @@ enum { kFp16 = 6, kFp32 = 7, kBf16 = 9 }; /* zipcclDataType_t numbering */
 __device__ float loadF(const void* p, size_t i, int dt) {
     if (dt == kFp32) return static_cast<const float*>(p)[i];
     uint16_t h = static_cast<const uint16_t*>(p)[i];
-    if (dt == kBf16) return __uint_as_float(static_cast<uint32_t>(h) << 16);
-    return __half2float(__ushort_as_half(h));
+    return dt == kBf16 ? zipcclBf16ToFloat(h) : zipcclFp16ToFloat(h);
 }
 
 __device__ void storeF(void* p, size_t i, float v, int dt) {
-    if (dt == kFp32) { static_cast<float*>(p)[i] = v; return; }
-    uint16_t h;
-    if (dt == kBf16) {
-        uint32_t u = __float_as_uint(v);
-        if ((u & 0x7FFFFFFFu) > 0x7F800000u) h = static_cast<uint16_t>((u >> 16) | 0x0040u);
-        else h = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-    } else {
-        h = __half_as_ushort(__float2half_rn(v));
-    }
-    static_cast<uint16_t*>(p)[i] = h;
+    if (dt == kFp32) static_cast<float*>(p)[i] = v;
+    else static_cast<uint16_t*>(p)[i] = dt == kBf16 ? zipcclFloatToBf16(v) : zipcclFloatToFp16(v);
 }
 
 __global__ void kAccumulate(float* acc, const void* x, size_t n, int dt, int first) {

@@ -17,6 +17,13 @@ void zipcclClearError(void);
 /* "bf16"/"fp16"/"fp32" (and long names) -> dtype; returns 0 if unknown. */
 int zipcclTypeParse(const char* name, zipcclDataType_t* out);
 
+/* Element i of a bf16/fp16/fp32 array as fp32, and back (round to nearest
+ * even), for loops that take the dtype at run time (common.c). */
+float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype);
+void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype);
+/* fp16 bits -> fp32, all 65536 (built on first use; fetch once per loop). */
+const float* zipcclFp16Table(void);
+
 /* Propagate a non-success result. */
 #define ZIPCCL_TRY(call)                                  \
     do {                                                  \

@@ -382,17 +382,17 @@ static void cpu_zero(float* x, size_t n) { memset(x, 0, n * sizeof(float)); }
 
 static void cpu_round_to_bf16(uint16_t* out, const float* in, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = zrt_f32_to_bf16(in[i]);
+    for (size_t i = 0; i < n; i++) out[i] = zipcclFloatToBf16(in[i]);
 }
 
 static void cpu_bf16_to_float(float* out, const uint16_t* in, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = zrt_bf16_to_f32(in[i]);
+    for (size_t i = 0; i < n; i++) out[i] = zipcclBf16ToFloat(in[i]);
 }
 
 static void cpu_round_bf16_inplace(float* x, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = zrt_bf16_to_f32(zrt_f32_to_bf16(x[i]));
+    for (size_t i = 0; i < n; i++) x[i] = zipcclBf16ToFloat(zipcclFloatToBf16(x[i]));
 }
 
 /* ---------------------------------------------------------------- table */

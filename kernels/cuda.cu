@@ -219,17 +219,17 @@ __global__ void k_add(float* out, const float* a, const float* b, size_t n) {
 
 __global__ void k_to_bf16(uint16_t* out, const float* in, size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = zrt_f32_to_bf16(in[i]);
+    if (i < n) out[i] = zipcclFloatToBf16(in[i]);
 }
 
 __global__ void k_from_bf16(float* out, const uint16_t* in, size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = zrt_bf16_to_f32(in[i]);
+    if (i < n) out[i] = zipcclBf16ToFloat(in[i]);
 }
 
 __global__ void k_round_bf16(float* x, size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = zrt_bf16_to_f32(zrt_f32_to_bf16(x[i]));
+    if (i < n) x[i] = zipcclBf16ToFloat(zipcclFloatToBf16(x[i]));
 }
 
 /* ------------------------------------------------------- table entries */

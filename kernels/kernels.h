@@ -30,6 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zipccl_float.h"
+
 typedef struct {
     const char* name; /* "cpu", "cuda" */
 
@@ -120,29 +122,6 @@ const char* zrt_blas_select_core(char** argv);
 /* The CUDA backend, or NULL when the build has no CUDA. */
 const ZrtKernels* zrt_kernels_cuda(void);
 
-/* Scalar helpers (host, and device under nvcc), the reference the backends
- * must match bit for bit. */
-#ifdef __CUDACC__
-#define ZRT_HOST_DEVICE __host__ __device__
-#else
-#define ZRT_HOST_DEVICE
-#endif
-ZRT_HOST_DEVICE static inline uint16_t zrt_f32_to_bf16(float f) {
-    union {
-        float f;
-        uint32_t u;
-    } x = {f};
-    if ((x.u & 0x7f800000u) == 0x7f800000u && (x.u & 0x007fffffu))
-        return (uint16_t)((x.u >> 16) | 0x0040u); /* quiet NaN, keep sign */
-    uint32_t lsb = (x.u >> 16) & 1u;
-    x.u += 0x7fffu + lsb; /* round to nearest even; overflow rounds to inf */
-    return (uint16_t)(x.u >> 16);
-}
-ZRT_HOST_DEVICE static inline float zrt_bf16_to_f32(uint16_t h) {
-    union {
-        uint32_t u;
-        float f;
-    } x = {(uint32_t)h << 16};
-    return x.f;
-}
+/* The bf16 <-> fp32 helpers the backends must match bit for bit are
+ * zipcclFloatToBf16 / zipcclBf16ToFloat (comm/zipccl_float.h, host and device). */
 #endif

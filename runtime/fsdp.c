@@ -207,7 +207,7 @@ zipcclComm_t fsdp_comm(const Fsdp* f, int u, int kind) {
 void fsdp_gather_start(Fsdp* f, int u, void* recv, zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
     if (f->param_dtype == zipcclBfloat16) {
-        for (size_t i = 0; i < U->shard; i++) U->send16[i] = zrt_f32_to_bf16(U->param[i]);
+        for (size_t i = 0; i < U->shard; i++) U->send16[i] = zipcclFloatToBf16(U->param[i]);
         zipcclCheck(zipcclAllGatherAsync(U->send16, recv, U->shard, zipcclBfloat16,
                                          ag_comm(f, U), &U->ag_cfg, NULL, req));
     } else {
@@ -222,7 +222,7 @@ void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full) {
     fsdp_dump_param(f, u, recv);
     if (f->param_dtype == zipcclBfloat16) {
         const uint16_t* r = recv;
-        for (size_t i = 0; i < U->padded; i++) full[i] = zrt_bf16_to_f32(r[i]);
+        for (size_t i = 0; i < U->padded; i++) full[i] = zipcclBf16ToFloat(r[i]);
     }
 }
 
@@ -231,7 +231,7 @@ void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, uint16_t* g16, void* 
     FsdpUnit* U = &f->units[u];
     const void* send = gfull;
     if (f->reduce_dtype == zipcclBfloat16) {
-        for (size_t i = 0; i < U->padded; i++) g16[i] = zrt_f32_to_bf16(gfull[i]);
+        for (size_t i = 0; i < U->padded; i++) g16[i] = zipcclFloatToBf16(gfull[i]);
         send = g16;
     }
     fsdp_dump_grad(f, u, send);
@@ -245,7 +245,7 @@ void fsdp_reduce_finish(Fsdp* f, int u, const void* recv) {
     FsdpUnit* U = &f->units[u];
     if (f->reduce_dtype == zipcclBfloat16) {
         const uint16_t* r = recv;
-        for (size_t j = 0; j < U->shard; j++) U->grad[j] += zrt_bf16_to_f32(r[j]);
+        for (size_t j = 0; j < U->shard; j++) U->grad[j] += zipcclBf16ToFloat(r[j]);
     } else {
         const float* r = recv;
         for (size_t j = 0; j < U->shard; j++) U->grad[j] += r[j];

@@ -11,10 +11,9 @@
  * two-space indent, shortest round-trip numbers, as Python's json.dumps
  * writes it), because jansson prints reals with 17 digits.
  *
- * Floats: bf16 -> fp32 is exact (zrt_bf16_to_f32), fp32 -> bf16 rounds to
- * nearest even (zrt_f32_to_bf16, kernels.h); fp16 goes through C's _Float16
- * conversions (exact widening, IEEE round to nearest even narrowing), since
- * zipccl.h exports no float conversions.
+ * Floats: bf16 and fp16 widen to fp32 exactly and fp32 narrows to them
+ * with round to nearest even, through comm/zipccl_float.h (the tree's one
+ * home of those conversions).
  *
  * Left out: see hf.h.
  */
@@ -909,10 +908,10 @@ static void widen(float* dst, const void* src, size_t n, const char* dtype) {
         memcpy(dst, src, n * sizeof(float));
     } else if (!strcmp(dtype, "BF16")) {
         const uint16_t* h = src;
-        for (size_t i = 0; i < n; i++) dst[i] = zrt_bf16_to_f32(h[i]);
+        for (size_t i = 0; i < n; i++) dst[i] = zipcclBf16ToFloat(h[i]);
     } else {
-        const _Float16* h = src;
-        for (size_t i = 0; i < n; i++) dst[i] = (float)h[i];
+        const uint16_t* h = src;
+        for (size_t i = 0; i < n; i++) dst[i] = zipcclFp16ToFloat(h[i]);
     }
 }
 
@@ -1291,7 +1290,7 @@ int hf_export(const LlamaConfig* m, const float* const* units, const HfExportOpt
                 if (o->dtype == zipcclFloat32) {
                     memcpy(dst, row, t->cols * sizeof(float));
                 } else if (o->dtype == zipcclBfloat16) {
-                    for (size_t c = 0; c < t->cols; c++) ((uint16_t*)dst)[c] = zrt_f32_to_bf16(row[c]);
+                    for (size_t c = 0; c < t->cols; c++) ((uint16_t*)dst)[c] = zipcclFloatToBf16(row[c]);
                 } else {
                     for (size_t c = 0; c < t->cols; c++) {
                         if (isfinite(row[c]) && fabsf(row[c]) >= 65520.0f)
@@ -1299,7 +1298,7 @@ int hf_export(const LlamaConfig* m, const float* const* units, const HfExportOpt
                                           "export fp16: %s (our %s) holds %g, beyond fp16's "
                                           "largest value 65504; export bf16 or fp32 instead",
                                           p.name, t->name, (double)row[c]);
-                        ((_Float16*)dst)[c] = (_Float16)row[c];
+                        ((uint16_t*)dst)[c] = zipcclFloatToFp16(row[c]);
                     }
                 }
             }

@@ -5,7 +5,11 @@
  * decides (ties and their neighbours at every bit, every top-10-bit pattern
  * around the fp16 rounding point), a million random patterns, and all 2^32
  * inputs with ZIPCCL_TEST_LONG=1; and fp16 -> fp32 (zipcclToFloat) for all
- * 65536 inputs. */
+ * 65536 inputs.  fp32 -> bf16 (zipccl_float.h, the one conversion every
+ * reduction, kernel and benchmark uses) against a nearest-value search in
+ * double: every input whose low half is a tie or a tie's neighbour, and a
+ * million random ones. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +17,7 @@
 #include "coll_internal.h"
 #include "testutil.h"
 #include "zipccl.h"
+#include "zipccl_float.h"
 
 static uint16_t fp16Reference(uint32_t bits) {
     float f;
@@ -94,8 +99,62 @@ static void testFp16Widening(void) {
     CHECK(nbad == 0, "fp16_widen_all", "%d of 65536 differ, first 0x%04x", nbad, bad);
 }
 
+/* The bf16 nearest to bits' float, ties to the even one, found by comparing
+ * distances in double (exact for these values); NaN quiet with its top
+ * payload; values beyond bf16's largest finite round to Inf. */
+static uint16_t bf16Reference(uint32_t bits) {
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((bits >> 16) | 0x40);
+    const uint16_t lo = (uint16_t)(bits >> 16), hi = (uint16_t)(lo + 1); /* toward larger magnitude */
+    if ((bits & 0xFFFFu) == 0) return lo;
+    float f, a, b;
+    uint32_t ua = (uint32_t)lo << 16, ub = (uint32_t)hi << 16;
+    memcpy(&f, &bits, 4), memcpy(&a, &ua, 4), memcpy(&b, &ub, 4);
+    if ((lo & 0x7FFF) == 0x7F7F) { /* above the largest finite: b is Inf; the halfway point decides */
+        double half = fabs((double)a) + ldexp(1.0, 127 - 8);
+        return fabs((double)f) >= half && !(fabs((double)f) == half && !(lo & 1)) ? hi : lo;
+    }
+    double da = fabs((double)f - (double)a), db = fabs((double)b - (double)f);
+    return da < db ? lo : db < da ? hi : (lo & 1) ? hi : lo;
+}
+
+static void testBf16Rounding(void) {
+    int nbad = 0;
+    uint32_t bad = 0;
+    long tried = 0;
+    for (uint32_t top = 0; top < 65536; top++) {
+        static const uint32_t kLow[] = {0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF};
+        for (size_t q = 0; q < sizeof kLow / sizeof kLow[0]; q++, tried++) {
+            uint32_t bits = top << 16 | kLow[q];
+            float f;
+            memcpy(&f, &bits, 4);
+            if (zipcclFloatToBf16(f) != bf16Reference(bits) && !nbad++) bad = bits;
+        }
+    }
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < 1000000; i++, tried++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t bits = (uint32_t)(x >> 20);
+        float f;
+        memcpy(&f, &bits, 4);
+        if (zipcclFloatToBf16(f) != bf16Reference(bits) && !nbad++) bad = bits;
+    }
+    float fb;
+    memcpy(&fb, &bad, 4);
+    CHECK(nbad == 0, "bf16_round", "%d of %ld differ, first 0x%08x: 0x%04x, expected 0x%04x", nbad, tried, bad,
+          zipcclFloatToBf16(fb), bf16Reference(bad));
+    int wbad = 0;
+    for (uint32_t h = 0; h < 65536; h++) { /* widening is the exact inverse on every non-NaN */
+        float w = zipcclBf16ToFloat((uint16_t)h);
+        uint32_t u;
+        memcpy(&u, &w, 4);
+        if (u != h << 16) wbad++;
+    }
+    CHECK(wbad == 0, "bf16_widen_all", "%d of 65536 differ", wbad);
+}
+
 int main(void) {
     testFp16Rounding();
+    testBf16Rounding();
     testFp16Widening();
     CHECK(!strcmp(zipcclGetErrorString(zipcclSuccess), "success"), "errstr_success", "got %s",
           zipcclGetErrorString(zipcclSuccess));

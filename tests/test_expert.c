@@ -43,7 +43,7 @@ static float value(int r, int row, int c) { return (float)(r * 100000 + row * 16
 /* What a value becomes on the wire: itself in fp32, rounded in bf16. */
 static zipcclDataType_t g_dtype = zipcclFloat32;
 static float through(float v) {
-    return g_dtype == zipcclBfloat16 ? zrt_bf16_to_f32(zrt_f32_to_bf16(v)) : v;
+    return g_dtype == zipcclBfloat16 ? zipcclBf16ToFloat(zipcclFloatToBf16(v)) : v;
 }
 
 static uint64_t mix(uint64_t x) {

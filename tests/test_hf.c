@@ -287,7 +287,7 @@ static void free_units(const LlamaConfig* m, float** u) {
 }
 
 static float as_dtype(float x, zipcclDataType_t d) {
-    if (d == zipcclBfloat16) return zrt_bf16_to_f32(zrt_f32_to_bf16(x));
+    if (d == zipcclBfloat16) return zipcclBf16ToFloat(zipcclFloatToBf16(x));
     if (d == zipcclFloat16) return (float)(_Float16)x;
     return x;
 }

@@ -937,7 +937,7 @@ static void check_bf16(void) {
     K->round_bf16_inplace(out, n);
     int same = 1;
     for (int i = 0; i < n; i++) {
-        float w = zrt_bf16_to_f32(h[i]);
+        float w = zipcclBf16ToFloat(h[i]);
         same &= isnan(w) ? isnan(out[i]) : !memcmp(&w, &out[i], 4);
     }
     CHECK(same, "bf16/inplace_matches", "in-place rounding differs from round trip");

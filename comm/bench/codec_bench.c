@@ -41,6 +41,7 @@
 
 #include "safetensors.h"
 #include "zipccl.h"
+#include "zipccl_float.h"
 
 /* ------------------------------------------------------------------------ */
 /* Fatal checks and small helpers                                           */
@@ -118,39 +119,6 @@ static uint64_t rng_next(rng_t* r) {
     return out;
 }
 
-/* fp32 -> bf16, round to nearest even; NaNs stay NaN (quiet bit set). */
-static uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* fp32 -> fp16, round to nearest even, with subnormals (σ = 1e-4 puts much
- * of a Gaussian below fp16's smallest normal, 2^-14) and overflow to inf. */
-static uint16_t f32_to_f16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return sign | 0x7E00u; /* NaN */
-    int e = (int)(a >> 23);                     /* biased fp32 exponent */
-    uint32_t m = a & 0x7FFFFFu;
-    if (e >= 143) return sign | 0x7C00u; /* >= 2^16: inf (also fp32 inf) */
-    if (e >= 113) {                      /* fp16 normal range before rounding */
-        uint32_t r = ((uint32_t)(e - 112) << 10) | (m >> 13), rem = m & 0x1FFFu;
-        if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++; /* may carry into inf */
-        return sign | (uint16_t)r;
-    }
-    if (e < 102) return sign; /* below 2^-25: rounds to zero */
-    /* Subnormal: value = (m|2^23) * 2^(e-150), in units of 2^-24. */
-    int shift = 126 - e; /* 14..24 */
-    uint32_t full = m | 0x800000u, r = full >> shift, rem = full & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1u))) r++; /* may become the smallest normal */
-    return sign | (uint16_t)r;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Inputs                                                                   */
@@ -178,8 +146,8 @@ static void fill_gauss(input_t* in, uint64_t seed) {
                       (float)(in->sigma * rad * sin(two_pi * u2))};
         for (size_t k = 0; k < 2 && i + k < in->count; k++) {
             if (in->dtype == zipcclFloat32) ((float*)in->data)[i + k] = z[k];
-            else if (in->dtype == zipcclBfloat16) ((uint16_t*)in->data)[i + k] = f32_to_bf16(z[k]);
-            else ((uint16_t*)in->data)[i + k] = f32_to_f16(z[k]);
+            else if (in->dtype == zipcclBfloat16) ((uint16_t*)in->data)[i + k] = zipcclFloatToBf16(z[k]);
+            else ((uint16_t*)in->data)[i + k] = zipcclFloatToFp16(z[k]);
         }
     }
 }

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "zipccl.h"
+#include "zipccl_float.h"
 
 /* ------------------------------------------------------------------------ */
 /* Fatal checks (this is a program: failing loudly is its job)              */
@@ -391,74 +392,15 @@ static uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-static uint32_t f32bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-/* Round-to-nearest-even float -> bf16; a NaN stays a quiet NaN with its sign
- * and top payload bits (sums of random bits can make inf - inf). */
-static uint16_t toBf16(float f) {
-    uint32_t u = f32bits(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* Round-to-nearest-even float -> IEEE half, subnormals included, overflow to Inf. */
-static uint16_t toFp16(float f) {
-    uint32_t u = f32bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return sign | 0x7E00u | (uint16_t)((a >> 13) & 0x3FFu); /* quiet NaN */
-    if (a >= 0x477FF000u) return sign | 0x7C00u; /* rounds to >= 65520: Inf */
-    if (a < 0x38800000u) {                         /* below 2^-14: subnormal or zero */
-        if (a < 0x33000000u) return sign;          /* below half of the least subnormal */
-        uint32_t e = a >> 23, m = (a & 0x7FFFFFu) | 0x800000u;
-        uint32_t shift = 126 - e; /* value / 2^-24 = m * 2^(e - 126), shift in [14, 24] */
-        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-        if (rem > halfway || (rem == halfway && (q & 1u))) q++;
-        return sign | (uint16_t)q;
-    }
-    uint32_t h = ((a >> 13) - ((127u - 15u) << 10));
-    uint32_t rem = a & 0x1FFFu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-    return sign | (uint16_t)h;
-}
-
-static float fromBf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* IEEE half -> float, exact (subnormals, Inf and NaN included). */
-static float fromFp16(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu, u;
-    if (e == 0x1F) u = sign | 0x7F800000u | (m << 13);
-    else if (e) u = sign | ((e + 112u) << 23) | (m << 13);
-    else if (!m) u = sign;
-    else { /* subnormal: m * 2^-24, renormalised */
-        int shift = 0;
-        while (!(m & 0x400u)) m <<= 1, shift++;
-        u = sign | ((uint32_t)(113 - shift) << 23) | ((m & 0x3FFu) << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static float toFloat(const void* p, size_t i, zipcclDataType_t dtype) {
     if (dtype == zipcclFloat32) return ((const float*)p)[i];
     uint16_t h = ((const uint16_t*)p)[i];
-    return dtype == zipcclBfloat16 ? fromBf16(h) : fromFp16(h);
+    return dtype == zipcclBfloat16 ? zipcclBf16ToFloat(h) : zipcclFp16ToFloat(h);
 }
 
 static void storeFloat(void* p, size_t i, float v, zipcclDataType_t dtype) {
     if (dtype == zipcclFloat32) ((float*)p)[i] = v;
-    else ((uint16_t*)p)[i] = dtype == zipcclBfloat16 ? toBf16(v) : toFp16(v);
+    else ((uint16_t*)p)[i] = dtype == zipcclBfloat16 ? zipcclFloatToBf16(v) : zipcclFloatToFp16(v);
 }
 
 /* Elements first..first+count-1 of a buffer whose element i depends only on
@@ -488,8 +430,8 @@ static void genSynthetic(void* dst, size_t first, size_t count, zipcclDataType_t
         double u2 = (double)(uint32_t)h / 4294967296.0;
         float x = (float)(sigma * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
         switch (dtype) {
-        case zipcclBfloat16: ((uint16_t*)dst)[i] = toBf16(x); break;
-        case zipcclFloat16: ((uint16_t*)dst)[i] = toFp16(x); break;
+        case zipcclBfloat16: ((uint16_t*)dst)[i] = zipcclFloatToBf16(x); break;
+        case zipcclFloat16: ((uint16_t*)dst)[i] = zipcclFloatToFp16(x); break;
         case zipcclFloat32: ((float*)dst)[i] = x; break;
         }
     }
