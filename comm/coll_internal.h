@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include "zipccl.h"
+#include "zipccl_tune.h"
 #include "zipccl_internal.h"
 
 /* One collective call as queued on a communicator; it is also the request

@@ -42,6 +42,7 @@
 
 #include "testutil.h"
 #include "zipccl.h"
+#include "zipccl_tune.h"
 #include "mpitest.h"
 
 /* kAutoCalls: a bucket's exploration below 128 KiB (up to 6 candidates x 21

@@ -21,6 +21,7 @@
 #include "gauss.h"
 #include "testutil.h"
 #include "zipccl.h"
+#include "zipccl_tune.h"
 #include "mpitest.h"
 
 

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "zipccl.h"
+#include "zipccl_tune.h"
 #include "zipccl_float.h"
 
 /* ------------------------------------------------------------------------ */
