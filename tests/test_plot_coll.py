@@ -13,7 +13,10 @@ is checked on rows whose answers are worked out by hand below:
   - the Markdown tables keep one cell per column when auto's picks merge;
   - a sweep on 2 hosts gets sections and verdict lines of its own;
   - the repeated 1 Gbit/s target runs compare compressed with the faster of
-    native and native-put per run, and with raw, against the issue's targets.
+    native and native-put per run, and with raw, against the issue's targets;
+  - the compact tables of --doc (one per link) line up, mark auto above
+    1.03x of the fastest fixed design in bold and name that design when it
+    is none of native, raw and compressed.
 """
 import os
 import sys
@@ -107,6 +110,19 @@ trows[2]["time_us"] = 320e3  # compressed 320/310 -> 435/315 = 1.381x: below 1.4
 tv = {name: ok for name, _, _, ok in pc.verdict([({"rate": "1gbit_targets"}, trows)])}
 check(tv.get("1gbit AlltoAll 64M/rank, 2 runs: compressed vs native") is False, "targets_miss_below_target",
       str(tv))
+
+# The compact table (--doc without --full): a row per (collective, entry),
+# a column per size.  AlltoAll 8192: auto 103.75 / compressed/f3 100 -> bold,
+# named; 4096: auto 150 / raw 150 = 1.000, not bold.
+ct = pc.compact_table(rows)
+check(len({ln.count("|") for ln in ct}) == 1 and ct[0].startswith("| collective |") and "4K | 8K" in ct[0],
+      "compact_cells_line_up", "\n".join(ct))
+auto_row = [ln for ln in ct if "auto / fastest fixed" in ln]
+check(len(auto_row) == 1 and "| 1.000 |" in auto_row[0] and "**1.038** (compressed/f3)" in auto_row[0],
+      "compact_auto_row_marks_misses", str(auto_row))
+sec = pc.render_compact([({"rate": "10gbit", "reps": 2}, rows)], [None], "")
+check("| 10gbit | 4 | 1.019x | 1 of 2 |" in sec and "`scripts/bench_sweep.sh --rates 10gbit --reps 2`" in sec
+      and "| MISS |" in sec, "compact_verdict_and_command", sec)
 
 print(f"{failed()} failed")
 sys.exit(1 if failed() else 0)
