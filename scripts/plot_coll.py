@@ -512,6 +512,10 @@ def render_compact(sets, pngs, notes):
     L = ["## Collectives", "", method_text(sets), ""]
     if notes:
         L += ["<!-- notes -->", notes.strip("\n"), "<!-- /notes -->", ""]
+    charts = ["[%s](%s)" % (rate_label(m), os.path.relpath(png, "docs"))
+              for (m, _), png in zip(sets, pngs) if png and rate_label(m) != "1gbit_targets"]
+    if charts:  # one line for the figures: the tables carry the numbers
+        L += ["Charts, time against size for every entry: " + ", ".join(charts) + ".", ""]
     L += ["### Verdict against the targets", ""]
     L += compact_verdict(sets) or ["No sweep on record covers the target points yet.", ""]
     for (meta, rows), png in zip(sets, pngs):
@@ -538,8 +542,6 @@ def render_compact(sets, pngs, notes):
         wrong = sum(r["wrong"] or 0 for r in rows)
         facts.append("#wrong %d in %d rows" % (wrong, len(rows)))
         L += ["; ".join(facts) + ".", ""]
-        if png:
-            L += ["![%s](%s)" % ("time vs size at " + rate, os.path.relpath(png, "docs")), ""]
         L += targets_table(rows) if rate == "1gbit_targets" else compact_table(rows)
         L.append("")
     return "\n".join(L).rstrip("\n") + "\n"
