@@ -84,12 +84,12 @@ enum { kReprobeEvery = 64, kReprobeMost = 1024 };
  * the best of native, raw and compressed, AllGather, ReduceScatter,
  * AlltoAll(v) 4-64 KiB, 4 ranks unthrottled, 200 timed calls, 108 points
  * each: median 1.067x with 7 runs, 1.043x with 15, 1.032x with 21 (within 3%:
- * 28, 42, 51); docs/BENCHMARKS.md.  From 1 MiB, 3 runs settled 10 Gbit/s
+ * 28, 42, 51); docs/lab/auto_tuning.md.  From 1 MiB, 3 runs settled 10 Gbit/s
  * AllGather 64 MiB on raw in 2 of 3 sweep runs where native was 15% faster;
  * with 5, auto / fastest fixed design at 4-64 MiB (AllGather, AlltoAll(v),
  * 5 runs x 9 timed calls each) was 1.016x in the median against 1.019x
  * (mean 1.020 against 1.027, within 3%: 32 against 26 of 45;
- * docs/bench/auto_runs_large_ab.jsonl), for 2 more calls per candidate once
+ * docs/lab/data/auto_runs_large_ab.jsonl), for 2 more calls per candidate once
  * per bucket. */
 enum { kRunsTiny = ZIPCCL_TUNE_RUNS, kRunsSmall = 7, kRunsLarge = 5 };
 static const double kTinyBytes = 128 << 10, kSmallBytes = 1 << 20;
@@ -101,7 +101,7 @@ static int tuneRuns(double total) { return total < kTinyBytes ? kRunsTiny : tota
  * their runs.  The runs that decide between designs a few percent apart
  * need the most samples, and they are cheap: each costs at most 10% (the
  * margin) more than the best design's call.  Offline, on 240 recorded explorations at
- * 4-256 KiB (docs/bench/auto_explore_ranking.jsonl, scripts/
+ * 4-256 KiB (docs/lab/data/auto_explore_ranking.jsonl, scripts/
  * auto_rank_check.py): with 5 runs the mean regret (timed median of the
  * pick over the fastest candidate's) went from 1.028 to 1.022 and picks
  * more than 3% off from 25% to 19%, for ~7 more calls per bucket; with 7
@@ -116,7 +116,7 @@ static const double kBetaMinBytes = 4 << 20;
  * concurrent flows per link (AllGather), which only small messages win by.
  * It is a candidate below kSmallBytes of contribution per rank for
  * AllGather, below kOneShotArBytes of buffer for AllReduce: in the repeated
- * sweeps of docs/BENCHMARKS.md (4 ranks, 10 Gbit/s and unthrottled) one-shot
+ * sweeps of docs/lab/auto_tuning.md (4 ranks, 10 Gbit/s and unthrottled) one-shot
  * AllGather was 1.13-1.35x faster than every other design up to 1 MiB but at
  * 256 KiB (0.98-1.00x), one-shot AllReduce 1.29-1.72x at 4 and 16 KiB and
  * 0.53-0.60x from 64 KiB. */
@@ -169,7 +169,7 @@ static int pairChallenger(const zipcclTuneBucket* b, int first, int second) {
  * which cost 20-30 us per call (4 ranks, 4-256 KiB, unthrottled emulated
  * cluster, against 60-350 us calls); one call in 8 of every design still
  * left auto 1.050x the best of native and raw there, size words 1.030x,
- * and no agreement at all 1.021x (medians of 30 runs, docs/BENCHMARKS.md). */
+ * and no agreement at all 1.021x (medians of 30 runs, docs/lab/auto_tuning.md). */
 enum { kA2avEvery = 8 };
 
 int zipcclAutoWarmupCalls(zipcclCollKind_t kind, size_t bytes) {
@@ -200,7 +200,7 @@ void zipcclModelDefaults(zipcclModel* m) {
     memcpy(m->dec, dec0, sizeof dec0);
     m->memBw = 4e9;
     /* raw/wire on Gaussian data (fast, dense, f3): DESIGN.md limits, a bit
-     * below the ideal; f3 below fast (docs/BENCHMARKS.md: 1.43 vs 1.47, bf16) */
+     * below the ideal; f3 below fast (docs/lab/collectives_history.md: 1.43 vs 1.47, bf16) */
     static const double r0[3][ZIPCCL_MODEL_CODECS] = {{1.45, 1.48, 1.42}, {1.14, 1.16, 1.12}, {1.18, 1.19, 1.16}};
     for (int k = 0; k < zipcclNumCollKinds; k++)
         for (int d = 0; d < 3; d++)
@@ -660,7 +660,7 @@ zipcclResult_t zipcclAutoSettled(zipcclComm_t c, zipcclCollKind_t kind, zipcclDa
  * fastest measured design (tuneChoose's choice for such a call).  Estimating
  * every design took ~1.6 us per decision, ~0.4 us remain (rank 0, 4 ranks
  * on the 2-core emulated cluster, 4-64 KiB); no A/B has resolved the
- * difference in the calls' times (docs/BENCHMARKS.md).  With logging on,
+ * difference in the calls' times (docs/lab/auto_tuning.md).  With logging on,
  * decisions take the full path so every line is printed. */
 static int settledCall(struct zipcclComm* c, const zipcclOp* op, double total, zipcclCallConfig_t* out) {
     zipcclModel* m = &c->model;

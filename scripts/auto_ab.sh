@@ -23,7 +23,7 @@
 # compressed, and how many runs were within 3%; then, as the sweep's verdict
 # reads a point (scripts/plot_coll.py), auto's median over the runs against
 # the fastest fixed entry's (every design timed, "compressed/f3" included).
-# docs/BENCHMARKS.md's A/B tables (auto_*_ab.jsonl) were made this way.
+# docs/lab/auto_tuning.md's A/B tables (docs/lab/data/auto_*_ab.jsonl) were made this way.
 set -u
 cd "$(dirname "$0")/.."
 ARGS="$*"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """auto_rank_check.py - how well auto's exploration ranks designs, offline.
 
-Reads explorations recorded with their benchmark (docs/bench/
+Reads explorations recorded with their benchmark (docs/lab/data/
 auto_explore_ranking.jsonl: per run, collective and size, every candidate's
 agreed exploration runs and the median of 200 timed calls of every fixed entry
 of the same zipccl-bench run) and prints, per ranking rule, the regret: the
@@ -107,7 +107,7 @@ def summary(name, regrets, emit):
 def main(argv):
     as_json = "--json" in argv
     args = [a for a in argv if a != "--json"]
-    points = load(args[0] if args else "docs/bench/auto_explore_ranking.jsonl")
+    points = load(args[0] if args else "docs/lab/data/auto_explore_ranking.jsonl")
     if not points:
         sys.exit("auto_rank_check.py: no usable explorations")
 
