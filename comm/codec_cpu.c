@@ -1317,17 +1317,25 @@ static void zc_put_chunk_header(uint8_t* p, int mode, uint32_t top, uint32_t tab
     zcf_st32(p + 4, n_esc);
 }
 
+/* The step of zcf_sample_index's lattice (1 when the sample is the whole
+ * chunk). The encoders walk k * step mod n by adding step and wrapping once
+ * (step < n): the same indices without a 64-bit division per sampled
+ * element, which cost more than coding the chunk. */
+static inline size_t zc_sample_step(size_t n, size_t s) {
+    return n <= s ? 1 : (size_t)((uint32_t)(((uint64_t)n * 0x9E3779B9u) >> 32) | 1u);
+}
+
 /* Reference scale estimate of FORMAT.md §7 on an unaligned chunk: gather the
  * sample into an aligned array, which codec_format.h then reads in order. */
 static int zc_estimate(int dt, const uint8_t* src, size_t n) {
-    size_t s = n < ZCF_SAMPLE ? n : ZCF_SAMPLE;
+    size_t s = n < ZCF_SAMPLE ? n : ZCF_SAMPLE, step = zc_sample_step(n, s), i = 0;
     if (dt == ZCF_DT_FP32) {
         uint32_t v[ZCF_SAMPLE];
-        for (size_t k = 0; k < s; k++) v[k] = zcf_ld32(src + 4 * zcf_sample_index(k, n, s));
+        for (size_t k = 0; k < s; k++, i = i + step >= n ? i + step - n : i + step) v[k] = zcf_ld32(src + 4 * i);
         return zcf_estimate_s8_u32(v, s);
     }
     uint16_t v[ZCF_SAMPLE];
-    for (size_t k = 0; k < s; k++) v[k] = zcf_ld16(src + 2 * zcf_sample_index(k, n, s));
+    for (size_t k = 0; k < s; k++, i = i + step >= n ? i + step - n : i + step) v[k] = zcf_ld16(src + 2 * i);
     return zcf_estimate_s8_u16(dt, v, s);
 }
 
@@ -1336,26 +1344,46 @@ static int zc_estimate(int dt, const uint8_t* src, size_t n) {
  * zcf_t_pick chooses top and shape. Returns 0 if no candidate is valid.
  * *same: whether every sampled element has the bits of element 0 (the
  * first sampled), the cheap half of the constant-chunk test (§7.4). */
-static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same) {
+static inline __attribute__((always_inline)) int zc_t_choose_impl(int dt, const uint8_t* src, size_t n, uint32_t* top,
+                                                                 uint32_t* shape, int* same) {
     size_t S = n < ZCF_T_SAMPLE ? n : ZCF_T_SAMPLE;
     int es = zcf_elem_size(dt), emax = (1 << zcf_exp_bits(dt)) - 1;
-    uint8_t e[ZCF_T_SAMPLE];
-    uint64_t sum = 0, cnt = 0;
+    /* two histograms of every exponent value, alternate samples: a run of
+     * one value (most samples fall in three) then increments two counters
+     * in turn instead of waiting on one */
+    uint16_t hist[2][256];
+    memset(hist, 0, sizeof hist);
+    uint32_t sum = 0, cnt = 0; /* < 1024 * 255 */
     uint32_t x0 = n ? zc_ld_elem(src, es) : 0, diff = 0;
-    for (size_t k = 0; k < S; k++) {
-        uint32_t x = zc_ld_elem(src + (size_t)es * zcf_sample_index(k, n, S), es);
+    /* The lattice touches most cache lines of the chunk in no order the
+     * hardware prefetchers follow: ask for them in order first, or the
+     * sample waits on one miss after another. */
+    for (size_t b = 0; b < n * (size_t)es; b += 64) _mm_prefetch((const char*)src + b, _MM_HINT_T0);
+    size_t step = zc_sample_step(n, S), i = 0;
+    for (size_t k = 0; k < S; k++, i = i + step >= n ? i + step - n : i + step) {
+        uint32_t x = zc_ld_elem(src + (size_t)es * i, es);
         diff |= x ^ x0;
-        e[k] = (uint8_t)zcf_exponent(dt, x);
-        if (e[k] > 0 && e[k] < emax) { sum += e[k]; cnt++; }
+        uint32_t e = zcf_exponent(dt, x), normal = e - 1 < (uint32_t)emax - 1;
+        hist[k & 1][e]++;
+        sum += normal ? e : 0;
+        cnt += normal;
     }
     *same = diff == 0;
     int kk = zcf_s8_of(sum, cnt) / 8;
-    uint32_t h[ZCF_T_BINS] = {0};
-    for (size_t k = 0; k < S; k++) {
-        int i = (int)e[k] - kk + 14;
-        if (i >= 0 && i < ZCF_T_BINS) h[i]++;
+    uint32_t h[ZCF_T_BINS];
+    for (int b = 0; b < ZCF_T_BINS; b++) {
+        int v = kk - 14 + b;
+        h[b] = v >= 0 && v <= emax ? (uint32_t)hist[0][v] + hist[1][v] : 0;
     }
     return zcf_t_pick(h, kk, emax, top, shape);
+}
+
+static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same) {
+    switch (dt) { /* a constant dtype per copy: no per-sample branches on it */
+    case ZCF_DT_BF16: return zc_t_choose_impl(ZCF_DT_BF16, src, n, top, shape, same);
+    case ZCF_DT_FP16: return zc_t_choose_impl(ZCF_DT_FP16, src, n, top, shape, same);
+    default: return zc_t_choose_impl(ZCF_DT_FP32, src, n, top, shape, same);
+    }
 }
 
 /* Encode one chunk of n <= ZC_ENC_CHUNK elements into out (room: avail
@@ -1365,7 +1393,7 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
                            uint8_t* out, size_t avail) {
     size_t raw = zc_raw_chunk_size(dt, n), rest = zcf_rest_size(dt, n), G = zc_groups(n);
     uint8_t esc[ZC_ENC_CHUNK + 64];
-    int s8 = zc_estimate(dt, src, n);
+    int s8 = codec == zipcclCodecFast ? 0 : zc_estimate(dt, src, n); /* T takes its own sample */
     size_t size = 0;
     if (codec == zipcclCodecDense) {
         uint8_t sym[ZC_ENC_CHUNK];
