@@ -1,12 +1,17 @@
 /*
  * coll.c — the collectives' front door: communicators, argument checks,
- * the per-communicator executor (queue + progress thread), requests,
- * strategy resolution and counters.  The algorithms are in coll_algos.c,
- * the MPI side in transport_mpi.c, NCCL in transport_nccl.c, the auto cost
- * model in switcher.c.
+ * the per-communicator executor (queue + progress thread), requests (a
+ * pool per communicator: no allocation per call), strategy resolution and
+ * counters.  One call, top to bottom: issue() checks and queues it;
+ * execute() starts the call agreement (coll_agree.c), asks the switcher
+ * (switcher.c) for the design, runs it (runDesign: the transport's native
+ * collective, or one of coll_algos.c's designs over the transport's
+ * messages) and folds what it cost into the counters.  The transports
+ * (transport.h: transport_mpi.c, transport_nccl.c) are all this file and
+ * those reach the wire through.
  *
- * Execution model.  Each MPI communicator owns a duplicate of the caller's
- * MPI communicator and one progress thread that runs its calls one at a
+ * Execution model.  Each MPI communicator owns duplicates of the caller's
+ * MPI communicator (transport_mpi.c) and one progress thread that runs its calls one at a
  * time in issue order; a blocking call is an async call plus a wait.  Calls
  * on different communicators run concurrently on their own threads and
  * their own MPI contexts, so they neither interfere nor deadlock, and calls
@@ -16,7 +21,8 @@
  * issue, which is still correct when all ranks issue in the same order.
  * NCCL communicators run at issue too: their work is stream-ordered.
  *
- * Every call on an MPI communicator of several ranks starts with the call
+ * Every call on a communicator of several ranks whose transport has a
+ * control channel (MPI) starts with the call
  * agreement (coll_agree.c): the ranks exchange descriptors of the call, so
  * ranks that disagree on it all return zipcclMismatch before any receive is
  * posted, instead of corrupting memory, aborting inside MPI or returning
@@ -127,12 +133,21 @@ zipcclAlgo_t zipcclAlgoRun(zipcclCollKind_t kind, zipcclAlgo_t a) {
     }
 }
 
-/* The decided design on the communicator's transport. */
+/* The decided design on the communicator's transport: its own collective
+ * (native), or one of our designs over its messages (coll_algos.c), or, on
+ * a transport without message entries, its own raw / compressed ones. */
 static zipcclResult_t runDesign(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s,
                                 zipcclExecStats* st) {
-    if (c->isNccl) return zipcclRunNccl(c, op, s, st);
-    if (s == zipcclStrategyNative) return zipcclRunMpiNative(c, op, st);
-    return zipcclRunMpiAlgo(c, op, st);
+    const zipcclTransport* tp = c->tp;
+    if (s == zipcclStrategyNative) {
+        ZIPCCL_TRY(zipcclAgreeWait(c)); /* the transport's collectives cannot survive ranks that disagree */
+        double yieldS = -1;
+        ZIPCCL_TRY(tp->nativeStart(c, op, st, c->agree.ctl, &yieldS));
+        ZIPCCL_TRY(zipcclWaitSlots(c, c->agree.ctl, 1, zipcclCollName(op->kind), yieldS, &st->wireSeconds));
+        return tp->nativeFinish(c, op, st);
+    }
+    if (tp->runOwn) return tp->runOwn(c, op, s, st);
+    return zipcclRunAlgo(c, op, st);
 }
 
 static void execute(struct zipcclComm* c, zipcclOp* op) {
@@ -296,25 +311,49 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
     return zipcclSuccess;
 }
 
-static struct zipcclComm* commAlloc(void) {
+static struct zipcclComm* commAlloc(const zipcclTransport* tp) {
     struct zipcclComm* c = calloc(1, sizeof *c);
     if (!c) return NULL;
+    c->tp = tp;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    c->mpi = MPI_COMM_NULL;
-    c->agree.comm = MPI_COMM_NULL;
     zipcclModelDefaults(&c->model);
     return c;
+}
+
+static void freeOps(zipcclOp* op) {
+    while (op) {
+        zipcclOp* next = op->next;
+        free(op);
+        op = next;
+    }
 }
 
 static void commFree(struct zipcclComm* c) {
     if (!c->broken) /* else in-flight sends may still read them */
         for (int i = 0; i < ZIPCCL_SCRATCH_SLOTS; i++) free(c->scratch[i]);
     zipcclAgreeFree(c);
-    if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+    c->tp->destroy(c);
+    free(c->model.a2avReq);
+    freeOps(c->freeOps);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
+}
+
+/* A request from the communicator's pool (under c->mu); the pool grows
+ * only when more calls are in flight than ever before on it. */
+static zipcclOp* opTake(struct zipcclComm* c) {
+    zipcclOp* op = c->freeOps;
+    if (op) {
+        c->freeOps = op->next;
+        return op;
+    }
+    return malloc(sizeof *op + 4 * (size_t)c->nranks * sizeof(size_t));
+}
+static void opGive(struct zipcclComm* c, zipcclOp* op) {
+    op->next = c->freeOps;
+    c->freeOps = op;
 }
 
 /* What is sized to the communicator's link (zipcclModelLink) unless the
@@ -360,64 +399,57 @@ static zipcclResult_t sizeToLink(struct zipcclComm* c) {
     return zipcclSuccess;
 }
 
-zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm) {
-    if (!comm || !mpiComm) return zipcclSetError(zipcclInvalidArgument, "zipcclCommInitMpi: null argument");
+/* Requests made at creation: a training step keeps a few calls in flight
+ * per communicator (a prefetched gather, two reduce-scatters), so these are
+ * what the steady state needs. */
+enum { kOpPoolInit = 8 };
+
+/* Creation on any transport: the environment, the transport's own init,
+ * the agreement's buffers, sizing to the link (transports with host-side
+ * control, which can measure it) and the progress thread. */
+static zipcclResult_t commInit(zipcclComm_t* comm, const zipcclTransport* tp, const void* handle,
+                               const char* what) {
     *comm = NULL;
-    int multiple = 0;
-    ZIPCCL_TRY(zipcclMpiCheckThreads(&multiple));
-    struct zipcclComm* c = commAlloc();
-    if (!c) return zipcclSetError(zipcclSystemError, "zipcclCommInitMpi: out of memory");
+    struct zipcclComm* c = commAlloc(tp);
+    if (!c) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
     zipcclResult_t res = readEnv(c);
-    if (res != zipcclSuccess) { commFree(c); return res; }
-    int err = MPI_Comm_dup(*(const MPI_Comm*)mpiComm, &c->mpi);
-    if (err != MPI_SUCCESS) { commFree(c); return zipcclMpiError(err, "MPI_Comm_dup"); }
-    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(c->mpi, &c->rank);
-    MPI_Comm_size(c->mpi, &c->nranks);
-    /* The tag bound is the MPI library's, cached on MPI_COMM_WORLD only (a
-     * communicator split from it may carry no MPI_TAG_UB attribute). */
-    int* tagUb = NULL;
-    int flag = 0;
-    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &flag);
-    if (!flag || *tagUb < (1 << 24) - 1) {
-        commFree(c);
-        return zipcclSetError(zipcclUnsupported, "MPI_TAG_UB %d is below the 2^24 ZipCCL tags need",
-                              flag ? *tagUb : -1);
+    if (res == zipcclSuccess) res = tp->init(c, handle);
+    if (res == zipcclSuccess) res = zipcclAgreeInit(c);
+    if (res == zipcclSuccess && !(c->model.a2avReq = malloc(tp->reqSize)))
+        res = zipcclSetError(zipcclSystemError, "%s: out of memory", what);
+    for (int i = 0; res == zipcclSuccess && i < kOpPoolInit; i++) {
+        zipcclOp* op = opTake(c);
+        if (!op) res = zipcclSetError(zipcclSystemError, "%s: out of memory", what);
+        else opGive(c, op);
     }
-    /* AlltoAllv's tags carry the sender's size bucket in bits 23..28
-     * (coll_algos.c) where the bound allows; Open MPI's is 2^31-1. */
-    c->tagSizes = *tagUb >= (1 << 29) - 1;
-    res = zipcclAgreeInit(c);
     if (res != zipcclSuccess) { commFree(c); return res; }
-    res = sizeToLink(c);
-    if (res != zipcclSuccess) { commFree(c); return res; }
-    if (c->defaults.strategy == zipcclStrategyAuto) {
-        res = zipcclModelCalibrate(c); /* collective; the same on every rank */
-        if (res != zipcclSuccess) { commFree(c); return res; }
+    tp->reqInit(c->model.a2avReq, 1);
+    if (tp->caps & zipcclTpHostControl) {
+        res = sizeToLink(c);
+        if (res == zipcclSuccess && c->defaults.strategy == zipcclStrategyAuto)
+            res = zipcclModelCalibrate(c); /* collective; the same on every rank */
+    } else { /* nothing to measure the link with: the model's defaults (and ZIPCCL_LINK_GBPS) */
+        if (!c->pieceBytes) c->pieceBytes = (size_t)4 << 20;
+        if (c->a2aInflight < 0) c->a2aInflight = 0;
+        c->model.calibrated = 1;
     }
-    c->threaded = multiple;
+    if (res != zipcclSuccess) { commFree(c); return res; }
     if (c->threaded && pthread_create(&c->worker, NULL, workerMain, c) != 0) {
         commFree(c);
-        return zipcclSetError(zipcclSystemError, "zipcclCommInitMpi: cannot start progress thread");
+        return zipcclSetError(zipcclSystemError, "%s: cannot start progress thread", what);
     }
     *comm = c;
     return zipcclSuccess;
 }
 
+zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm) {
+    if (!comm || !mpiComm) return zipcclSetError(zipcclInvalidArgument, "zipcclCommInitMpi: null argument");
+    return commInit(comm, &zipcclTransportMpi, mpiComm, "zipcclCommInitMpi");
+}
+
 zipcclResult_t zipcclCommInitNccl(zipcclComm_t* comm, void* ncclComm) {
     if (!comm || !ncclComm) return zipcclSetError(zipcclInvalidArgument, "zipcclCommInitNccl: null argument");
-    *comm = NULL;
-    struct zipcclComm* c = commAlloc();
-    if (!c) return zipcclSetError(zipcclSystemError, "zipcclCommInitNccl: out of memory");
-    zipcclResult_t res = readEnv(c);
-    c->isNccl = 1;
-    c->nccl = ncclComm;
-    if (!c->pieceBytes) c->pieceBytes = (size_t)4 << 20;
-    if (c->a2aInflight < 0) c->a2aInflight = 0;
-    if (res == zipcclSuccess) res = zipcclNcclInit(c);
-    if (res != zipcclSuccess) { commFree(c); return res; }
-    *comm = c;
-    return zipcclSuccess;
+    return commInit(comm, &zipcclTransportNccl, ncclComm, "zipcclCommInitNccl");
 }
 
 zipcclResult_t zipcclCommDestroy(zipcclComm_t c) {
@@ -429,18 +461,17 @@ zipcclResult_t zipcclCommDestroy(zipcclComm_t c) {
         pthread_mutex_unlock(&c->mu);
         pthread_join(c->worker, NULL);
     }
-    if (c->isNccl) zipcclNcclDestroy(c);
     /* The switcher's AlltoAllv size agreement may still be in flight and
      * writes into the communicator: complete it (every rank posted it), or,
      * on a broken communicator or after the timeout, leave the memory to it. */
     zipcclResult_t res = zipcclSuccess;
-    if (!c->isNccl && !c->broken) res = zipcclModelFinish(c);
-    else if (c->model.a2avReq != MPI_REQUEST_NULL) {
+    if (!c->broken) res = zipcclModelFinish(c);
+    else if (c->model.a2avReq) {
         int done = 0;
-        MPI_Test(&c->model.a2avReq, &done, MPI_STATUS_IGNORE);
+        c->tp->test(c, c->model.a2avReq, 0, &done);
     }
-    if (res != zipcclSuccess || c->model.a2avReq != MPI_REQUEST_NULL) {
-        if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+    if (res != zipcclSuccess || (c->model.a2avReq && c->tp->reqActive(c->model.a2avReq, 0))) {
+        c->tp->destroy(c);
         return res == zipcclSuccess ? zipcclSetError(zipcclTransportError, "zipcclCommDestroy: an AlltoAllv "
                                                       "size agreement could not complete; its memory is leaked")
                                     : res;
@@ -570,7 +601,9 @@ static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcc
     tmpl->cfg = r;
 
     const int n = c->nranks;
-    zipcclOp* op = malloc(sizeof *op + (tmpl->kind == zipcclCollAlltoAllv ? 4 * n * sizeof(size_t) : 0));
+    pthread_mutex_lock(&c->mu);
+    zipcclOp* op = opTake(c);
+    pthread_mutex_unlock(&c->mu);
     if (!op) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
     *op = *tmpl;
     if (tmpl->kind == zipcclCollAlltoAllv) { /* the caller may reuse its arrays at once */
@@ -598,10 +631,12 @@ static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcc
     return zipcclSuccess;
 }
 
+/* The request's result; the request goes back to its communicator's pool
+ * (c->mu held). */
 static zipcclResult_t finish(zipcclOp* op) {
     zipcclResult_t res = op->result;
     if (res != zipcclSuccess) zipcclSetError(res, "%s", op->detail);
-    free(op);
+    opGive(op->comm, op);
     return res;
 }
 
@@ -610,8 +645,9 @@ zipcclResult_t zipcclWait(zipcclRequest_t op) {
     struct zipcclComm* c = op->comm;
     pthread_mutex_lock(&c->mu);
     while (!op->done) pthread_cond_wait(&c->cv, &c->mu);
+    zipcclResult_t res = finish(op);
     pthread_mutex_unlock(&c->mu);
-    return finish(op);
+    return res;
 }
 
 zipcclResult_t zipcclTest(zipcclRequest_t op, int* done) {
@@ -619,8 +655,9 @@ zipcclResult_t zipcclTest(zipcclRequest_t op, int* done) {
     struct zipcclComm* c = op->comm;
     pthread_mutex_lock(&c->mu);
     *done = op->done;
+    zipcclResult_t res = *done ? finish(op) : zipcclSuccess;
     pthread_mutex_unlock(&c->mu);
-    return *done ? finish(op) : zipcclSuccess;
+    return res;
 }
 
 /* ---- the public collectives ------------------------------------------------------------ */

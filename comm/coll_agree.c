@@ -1,5 +1,5 @@
 /*
- * coll_agree.c — the call agreement: how the ranks of an MPI communicator
+ * coll_agree.c — the call agreement: how the ranks of a communicator
  * find out, before any receive of a call is posted, whether they are all
  * making the same call; and the liveness queries that let a long wait say
  * which rank it is stuck on.
@@ -43,19 +43,20 @@
  * The transport's own collectives (native; the switcher's barriers and
  * agreements) wait for it first, since ranks in different calls must never
  * meet in different MPI collectives (transport_mpi.c).  Descriptors travel
- * on a duplicate communicator of their own, so they never meet our data
- * receives (which take any tag), and each call's descriptors carry its
- * sequence number as their tag.
+ * on the transport's control channel, so they never meet our data receives
+ * (which take any tag), and each call's descriptors carry its sequence
+ * number as their tag.
  *
  * Liveness queries.  A wait that drags on (zipcclFirstNote) prints warnings;
  * to name the rank it is stuck on even where MPI does not say (inside MPI's
  * own collectives, or behind a peer that itself waits), it pings every peer
- * on the same communicator and names those that do not answer within half a
- * second.  Every idle poll of every wait answers pings (zipcclAnswerPings),
+ * on the control channel and names those that do not answer within half a
+ * second.  This file also holds the waits of the transport's own
+ * collectives (zipcclWaitSlots), which use those queries.  Every idle poll of every wait answers pings (zipcclAnswerPings),
  * so the ranks that do not answer are stopped, hung, or outside ZipCCL.
  *
- * Left out: NCCL communicators (no host-side agreement; NCCL has no
- * timeouts either); a tree for very many ranks (the exchange is all pairs:
+ * Left out: transports without a control channel (NCCL: no host-side
+ * agreement; NCCL has no timeouts either); a tree for very many ranks (the exchange is all pairs:
  * one round, n-1 messages per rank, like the one-shot and all-to-all
  * designs themselves).
  */
@@ -68,7 +69,7 @@
 
 #define W ZIPCCL_DESC_WORDS
 enum { kDescVersion = 1 };
-/* Tags on the agreement's communicator (MPI_TAG_UB >= 2^24-1, coll.c). */
+/* Tags on the control channel (the tag bound is >= 2^24-1: transport init). */
 #define TAG_SEQ_MASK ((1 << 22) - 1)
 #define TAG_DETAIL (1 << 22) /* the second exchange, AlltoAllv counts */
 #define TAG_PING (1 << 23)
@@ -96,23 +97,25 @@ void zipcclRankList(char* out, size_t cap, const char* flags, int n) {
     }
 }
 
+/* Request slots: descriptors (receives, sends), pongs, a query's receives
+ * and sends, one for the small collectives. */
+#define PONG(c) (2 * ((c)->nranks - 1))
+static int slotCount(int n) { return 2 * (n - 1) + n + 2 * n + 1; }
+
 zipcclResult_t zipcclAgreeInit(struct zipcclComm* c) {
     zipcclAgree* a = &c->agree;
     memset(a, 0, sizeof *a);
-    a->comm = MPI_COMM_NULL;
     const size_t n = (size_t)c->nranks;
-    int err = MPI_Comm_dup(c->mpi, &a->comm);
-    if (err != MPI_SUCCESS) return zipcclMpiError(err, "MPI_Comm_dup (call agreement)");
-    MPI_Comm_set_errhandler(a->comm, MPI_ERRORS_RETURN);
     a->out = calloc(2 * n * W + 3 * n + 5, sizeof(uint64_t));
-    a->reqs = malloc(3 * n * sizeof(MPI_Request));
-    if (!a->out || !a->reqs) return zipcclSetError(zipcclSystemError, "zipcclCommInitMpi: out of memory");
+    a->reqs = malloc((size_t)slotCount(c->nranks) * c->tp->reqSize);
+    if (!a->out || !a->reqs) return zipcclSetError(zipcclSystemError, "zipcclCommInit: out of memory");
     a->in = a->out + n * W;
     a->pingBuf = a->in + n * W;
     a->pongBuf = a->pingBuf + 2 * n;
     a->detailBuf = a->pongBuf + n;
-    a->pongReqs = a->reqs + 2 * n;
-    for (size_t i = 0; i < 3 * n; i++) a->reqs[i] = MPI_REQUEST_NULL;
+    a->query = zipcclSlot(c, a->reqs, PONG(c) + c->nranks);
+    a->ctl = zipcclSlot(c, a->query, 2 * c->nranks);
+    c->tp->reqInit(a->reqs, slotCount(c->nranks));
     return zipcclSuccess;
 }
 
@@ -124,9 +127,7 @@ void zipcclAgreeFree(struct zipcclComm* c) {
         free(a->out);
         free(a->reqs);
     }
-    if (a->comm != MPI_COMM_NULL) MPI_Comm_free(&a->comm);
     memset(a, 0, sizeof *a);
-    a->comm = MPI_COMM_NULL;
 }
 
 /* ---- descriptors --------------------------------------------------------------- */
@@ -157,7 +158,7 @@ zipcclResult_t zipcclAgreeStart(struct zipcclComm* c, const zipcclOp* op) {
     a->pending = 0;
     a->result = zipcclSuccess;
     a->detail[0] = '\0';
-    if (c->isNccl || c->nranks == 1) return zipcclSuccess;
+    if (!(c->tp->caps & zipcclTpHostControl) || c->nranks == 1) return zipcclSuccess;
     const int n = c->nranks, r = c->rank, tag = (int)(++a->seq & TAG_SEQ_MASK);
     const int a2av = op->kind == zipcclCollAlltoAllv;
     uint64_t digest = 0;
@@ -176,17 +177,19 @@ zipcclResult_t zipcclAgreeStart(struct zipcclComm* c, const zipcclOp* op) {
     a->kind = op->kind;
     a->op = op;
     a->t0 = zipcclNow();
-    int err = MPI_SUCCESS;
-    for (int j = 1; j < n && err == MPI_SUCCESS; j++) {
+    const zipcclTransport* tp = c->tp;
+    const size_t bytes = W * sizeof(uint64_t);
+    zipcclResult_t res = zipcclSuccess;
+    for (int j = 1; j < n && res == zipcclSuccess; j++) {
         int p = (r + j) % n;
-        err = MPI_Irecv(a->in + (size_t)p * W, W, MPI_UINT64_T, p, tag, a->comm, &a->reqs[j - 1]);
+        res = tp->irecv(c, zipcclChanControl, a->in + (size_t)p * W, bytes, p, tag, a->reqs, j - 1);
     }
-    for (int j = 1; j < n && err == MPI_SUCCESS; j++) {
+    for (int j = 1; j < n && res == zipcclSuccess; j++) {
         int p = (r - j + n) % n; /* opposite order: each rank hears first from a different peer */
-        err = MPI_Isend(a->out + (size_t)p * W, W, MPI_UINT64_T, p, tag, a->comm, &a->reqs[n - 1 + j - 1]);
+        res = tp->isend(c, zipcclChanControl, a->out + (size_t)p * W, bytes, p, tag, a->reqs, n - 1 + j - 1);
     }
-    if (err != MPI_SUCCESS) {
-        a->result = zipcclMpiError(err, zipcclCollName(op->kind));
+    if (res != zipcclSuccess) {
+        a->result = zipcclPrefixError(res, "%s: the call agreement", zipcclCollName(op->kind));
         snprintf(a->detail, sizeof a->detail, "%s", zipcclGetLastErrorDetail());
         return a->result;
     }
@@ -248,18 +251,19 @@ static void a2avDetail(struct zipcclComm* c, const zipcclOp* op, char* out, size
                                        mine[4] = op->recvcounts[s];
     }
     memcpy(all[r], mine, sizeof all[r]);
-    MPI_Request q[2 * n];
-    int nq = 0;
-    for (int p = 0; p < n; p++) {
+    const zipcclTransport* tp = c->tp;
+    void* q = a->query; /* receives [0, n), sends [n, 2n) */
+    zipcclResult_t res = zipcclSuccess;
+    for (int p = 0; p < n && res == zipcclSuccess; p++) {
         if (p == r) continue;
-        MPI_Irecv(all[p], 5, MPI_UINT64_T, p, tag, a->comm, &q[nq++]);
-        MPI_Isend(mine, 5, MPI_UINT64_T, p, tag, a->comm, &q[nq++]);
+        res = tp->irecv(c, zipcclChanControl, all[p], sizeof all[p], p, tag, q, p);
+        if (res == zipcclSuccess) res = tp->isend(c, zipcclChanControl, mine, sizeof all[p], p, tag, q, n + p);
     }
     /* Every rank has reached this verdict; allow a few seconds at most. */
     const double limit = c->timeoutS > 0 && c->timeoutS < 5 ? c->timeoutS : 5, t0 = zipcclNow();
     int flag = 0;
-    while (!flag && zipcclNow() - t0 < limit) {
-        MPI_Testall(nq, q, &flag, MPI_STATUSES_IGNORE);
+    while (res == zipcclSuccess && !flag && zipcclNow() - t0 < limit) {
+        if (tp->testAll(c, q, 2 * n, &flag) != zipcclSuccess) break;
         if (!flag) sched_yield();
     }
     int best = -1;
@@ -267,11 +271,7 @@ static void a2avDetail(struct zipcclComm* c, const zipcclOp* op, char* out, size
         if (all[p][0] && (best < 0 || all[p][2] < all[best][2] || (all[p][2] == all[best][2] && all[p][1] < all[best][1])))
             best = p;
     if (!flag) {
-        for (int i = 0; i < nq; i++) {
-            if (q[i] == MPI_REQUEST_NULL) continue;
-            if (i % 2 == 0) zipcclMpiWithdrawRecv(&q[i]);
-            else MPI_Request_free(&q[i]);
-        }
+        tp->abandon(c, q, n, n);
         /* Our own pair, if we saw one; else what every rank knows. */
         if (mine[0]) memcpy(all[r], mine, sizeof all[r]), best = r;
     }
@@ -341,13 +341,14 @@ zipcclResult_t zipcclAgreeTest(struct zipcclComm* c, int* done) {
         return a->result == zipcclSuccess ? zipcclSuccess : zipcclSetError(a->result, "%s", a->detail);
     const int n = c->nranks;
     int flag = 0;
-    int err = MPI_Testall(2 * (n - 1), a->reqs, &flag, MPI_STATUSES_IGNORE);
-    if (err == MPI_SUCCESS && !flag) {
+    zipcclResult_t res = c->tp->testAll(c, a->reqs, 2 * (n - 1), &flag);
+    if (res == zipcclSuccess && !flag) {
         *done = 0;
         return zipcclSuccess;
     }
     a->pending = 0;
-    a->result = err != MPI_SUCCESS ? zipcclMpiError(err, zipcclCollName(a->kind)) : agreeCheck(c, a->op);
+    a->result = res != zipcclSuccess ? zipcclPrefixError(res, "%s: the call agreement", zipcclCollName(a->kind))
+                                     : agreeCheck(c, a->op);
     if (a->result != zipcclSuccess) snprintf(a->detail, sizeof a->detail, "%s", zipcclGetLastErrorDetail());
     return a->result;
 }
@@ -362,14 +363,13 @@ static int waitingFor(struct zipcclComm* c, char* out, size_t cap) {
     int missing = 0, unsent = 0;
     memset(miss, 0, sizeof miss);
     memset(late, 0, sizeof late);
+    const zipcclTransport* tp = c->tp;
     for (int j = 1; j < n; j++) {
         int flag = 0;
-        MPI_Request* q = &a->reqs[j - 1];
-        if (*q != MPI_REQUEST_NULL) MPI_Test(q, &flag, MPI_STATUS_IGNORE);
-        missing += miss[(r + j) % n] = *q != MPI_REQUEST_NULL;
-        q = &a->reqs[n - 1 + j - 1];
-        if (*q != MPI_REQUEST_NULL) MPI_Test(q, &flag, MPI_STATUS_IGNORE);
-        unsent += late[(r - j + n) % n] = *q != MPI_REQUEST_NULL;
+        tp->test(c, a->reqs, j - 1, &flag);
+        missing += miss[(r + j) % n] = tp->reqActive(a->reqs, j - 1);
+        tp->test(c, a->reqs, n - 1 + j - 1, &flag);
+        unsent += late[(r - j + n) % n] = tp->reqActive(a->reqs, n - 1 + j - 1);
     }
     zipcclRankList(list, sizeof list, missing ? miss : late, n);
     if (missing)
@@ -395,10 +395,7 @@ zipcclResult_t zipcclAgreeWait(struct zipcclComm* c) {
             if (c->timeoutS > 0 && waited > c->timeoutS) {
                 /* Withdraw our receives; our sends keep their buffers (coll.c
                  * breaks the communicator). */
-                for (int j = 0; j < c->nranks - 1; j++)
-                    zipcclMpiWithdrawRecv(&a->reqs[j]);
-                for (int j = c->nranks - 1; j < 2 * (c->nranks - 1); j++)
-                    if (a->reqs[j] != MPI_REQUEST_NULL) MPI_Request_free(&a->reqs[j]);
+                c->tp->abandon(c, a->reqs, c->nranks - 1, c->nranks - 1);
                 a->pending = 0;
                 a->result = zipcclSetError(zipcclTimeout,
                                            "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) waiting for %s",
@@ -419,23 +416,21 @@ zipcclResult_t zipcclAgreeWait(struct zipcclComm* c) {
 
 void zipcclAnswerPings(struct zipcclComm* c) {
     zipcclAgree* a = &c->agree;
-    if (c->isNccl || c->nranks == 1 || a->comm == MPI_COMM_NULL) return;
+    if (!(c->tp->caps & zipcclTpHostControl) || c->nranks == 1 || !a->reqs) return;
     double now = zipcclNow();
     if (now - a->lastAnswer < kAnswerEveryS) return;
     a->lastAnswer = now;
+    const zipcclTransport* tp = c->tp;
+    void* pongs = zipcclSlot(c, a->reqs, PONG(c));
     for (;;) {
-        int flag = 0;
-        MPI_Message msg;
-        MPI_Status st;
-        if (MPI_Improbe(MPI_ANY_SOURCE, TAG_PING, a->comm, &flag, &msg, &st) != MPI_SUCCESS || !flag) return;
-        const int p = st.MPI_SOURCE;
+        int p = -1;
         uint64_t q = 0;
-        MPI_Mrecv(&q, 1, MPI_UINT64_T, &msg, MPI_STATUS_IGNORE);
+        if (tp->poll(c, zipcclChanControl, TAG_PING, &q, sizeof q, &p) != zipcclSuccess || p < 0) return;
         int sent = 1;
-        if (a->pongReqs[p] != MPI_REQUEST_NULL) MPI_Test(&a->pongReqs[p], &sent, MPI_STATUS_IGNORE);
+        tp->test(c, pongs, p, &sent);
         if (!sent) continue; /* our last answer to it is still on its way */
         a->pongBuf[p] = q;
-        MPI_Isend(&a->pongBuf[p], 1, MPI_UINT64_T, p, TAG_PONG, a->comm, &a->pongReqs[p]);
+        tp->isend(c, zipcclChanControl, &a->pongBuf[p], sizeof q, p, TAG_PONG, pongs, p);
     }
 }
 
@@ -443,39 +438,39 @@ void zipcclQueryPeers(struct zipcclComm* c, char* out, size_t cap) {
     zipcclAgree* a = &c->agree;
     const int n = c->nranks, r = c->rank;
     out[0] = '\0';
-    if (c->isNccl || n == 1 || a->comm == MPI_COMM_NULL) return;
+    if (!(c->tp->caps & zipcclTpHostControl) || n == 1 || !a->reqs) return;
+    const zipcclTransport* tp = c->tp;
     const uint64_t id = ++a->queryNo;
-    MPI_Request rq[n], sq[n];
+    void* q = a->query; /* receives [0, n), sends [n, 2n) */
     char silent[n];
     for (int p = 0; p < n; p++) {
-        rq[p] = sq[p] = MPI_REQUEST_NULL;
         silent[p] = p != r;
         if (p == r) continue;
         a->pingBuf[2 * p] = id;
-        MPI_Irecv(&a->pingBuf[2 * p + 1], 1, MPI_UINT64_T, p, TAG_PONG, a->comm, &rq[p]);
-        MPI_Isend(&a->pingBuf[2 * p], 1, MPI_UINT64_T, p, TAG_PING, a->comm, &sq[p]);
+        tp->irecv(c, zipcclChanControl, &a->pingBuf[2 * p + 1], sizeof(uint64_t), p, TAG_PONG, q, p);
+        tp->isend(c, zipcclChanControl, &a->pingBuf[2 * p], sizeof(uint64_t), p, TAG_PING, q, n + p);
     }
     const double t0 = zipcclNow();
     int left = n - 1;
     while (left > 0 && zipcclNow() - t0 < kQueryS) {
         for (int p = 0; p < n; p++) {
             int flag = 0;
-            if (rq[p] == MPI_REQUEST_NULL) continue;
-            MPI_Test(&rq[p], &flag, MPI_STATUS_IGNORE);
+            if (!tp->reqActive(q, p)) continue;
+            tp->test(c, q, p, &flag);
             if (!flag) continue;
             if (a->pingBuf[2 * p + 1] == id) silent[p] = 0, left--;
-            else MPI_Irecv(&a->pingBuf[2 * p + 1], 1, MPI_UINT64_T, p, TAG_PONG, a->comm, &rq[p]); /* an old answer */
+            else /* an old answer */
+                tp->irecv(c, zipcclChanControl, &a->pingBuf[2 * p + 1], sizeof(uint64_t), p, TAG_PONG, q, p);
         }
         a->lastAnswer = 0; /* peers querying at the same time wait for us too */
         zipcclAnswerPings(c);
         sched_yield();
     }
-    for (int p = 0; p < n; p++) {
+    for (int p = 0; p < n; p++) { /* sends that completed are gone; the rest are forgotten */
         int flag = 0;
-        zipcclMpiWithdrawRecv(&rq[p]);
-        if (sq[p] != MPI_REQUEST_NULL) MPI_Test(&sq[p], &flag, MPI_STATUS_IGNORE);
-        if (sq[p] != MPI_REQUEST_NULL) MPI_Request_free(&sq[p]);
+        tp->test(c, q, n + p, &flag);
     }
+    tp->abandon(c, q, n, n);
     if (left == 0) {
         snprintf(out, cap, "every other rank answers on this communicator (all wait inside ZipCCL)");
         return;
@@ -486,3 +481,73 @@ void zipcclQueryPeers(struct zipcclComm* c, char* out, size_t cap) {
              left == 1 ? "does" : "do");
 }
 
+/* ---- waits of the transport's own collectives ----------------------------------- */
+
+void zipcclIdle(struct zipcclComm* c, double idleSeconds) {
+    zipcclAnswerPings(c); /* rate-limited: a look every 10 ms at most */
+    c->tp->idle(c, idleSeconds, -1);
+}
+
+zipcclResult_t zipcclWaitSlots(struct zipcclComm* c, void* reqs, int n, const char* what, double yieldS,
+                               double* waitSeconds) {
+    const zipcclTransport* tp = c->tp;
+    double t0 = zipcclNow(), note = zipcclFirstNote(c);
+    for (;;) {
+        int flag = 0;
+        zipcclResult_t res = tp->testAll(c, reqs, n, &flag);
+        if (res != zipcclSuccess) return zipcclPrefixError(res, "%s", what);
+        if (flag) break;
+        double waited = zipcclNow() - t0;
+        if (c->timeoutS > 0 && waited > c->timeoutS)
+            return zipcclSetError(zipcclTimeout,
+                                  "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) inside the "
+                                  "transport's own collective (which does not say for whom; the warnings "
+                                  "name the ranks that did not answer)",
+                                  what, c->rank, waited);
+        if (waited > note) {
+            char query[300];
+            zipcclQueryPeers(c, query, sizeof query);
+            fprintf(stderr, "zipccl: rank %d: %s still waiting after %.1f s (timeout %g s) inside the "
+                    "transport's own collective, which does not say for whom; %s\n",
+                    c->rank, what, waited, c->timeoutS, query);
+            note *= 2;
+        }
+        zipcclAnswerPings(c);
+        tp->idle(c, waited, yieldS);
+    }
+    if (waitSeconds) *waitSeconds += zipcclNow() - t0;
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclAgreedAllreduce(struct zipcclComm* c, const double* in, double* out, int n, zipcclTpOp op,
+                                     const char* what) {
+    ZIPCCL_TRY(zipcclAgreeWait(c));
+    ZIPCCL_TRY(c->tp->iallreduce(c, in, out, n, op, c->agree.ctl));
+    return zipcclWaitSlots(c, c->agree.ctl, 1, what, -1, NULL);
+}
+
+/* The barrier that starts each of the switcher's measuring calls, so that
+ * its time is measured as zipccl-bench (like nccl-tests) times calls: from
+ * MPI_Barrier.  How the ranks leave the barrier moves what is measured.
+ * AlltoAll(v) 4-64 KiB, 4 ranks, unthrottled emulated cluster, medians over
+ * 20 runs per point:
+ *   barrier before a measuring call   auto measured raw/native  auto settled on
+ *   MPI_Ibarrier, waited yielding     0.99-1.06x                native 78 of 120
+ *   MPI_Barrier                       0.85-0.93x                raw 96 of 120
+ * while the benchmark's own calls had raw at 0.84-0.94x native's time.  An
+ * Ibarrier waited by busy polling, or a dissemination barrier of our own,
+ * measured like the Ibarrier (6 runs each); the Ibarrier followed by
+ * MPI_Barrier, below, like MPI_Barrier (0.85-0.95x, raw 57 of 72; 12 runs).
+ * A blocking barrier cannot time out, so an ibarrier waited with the
+ * communicator's timeout comes first: once it completes on a rank, every
+ * rank has entered this function and goes on into the blocking one, which
+ * then waits for no rank that is elsewhere.  (A peer that dies in between
+ * ends the job, as in any MPI call; one whose own wait times out at that
+ * very moment breaks its communicator and returns the error.) */
+zipcclResult_t zipcclAgreedBarrier(struct zipcclComm* c, const char* what) {
+    ZIPCCL_TRY(zipcclAgreeWait(c));
+    ZIPCCL_TRY(c->tp->ibarrier(c, c->agree.ctl));
+    ZIPCCL_TRY(zipcclWaitSlots(c, c->agree.ctl, 1, what, -1, NULL));
+    zipcclResult_t res = c->tp->barrier(c);
+    return res == zipcclSuccess ? res : zipcclPrefixError(res, "%s", what);
+}

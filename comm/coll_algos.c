@@ -1,6 +1,8 @@
 /*
- * coll_algos.c — ZipCCL's own collective algorithms on host buffers over MPI
- * point-to-point.  One code path serves two strategies: "raw" sends the
+ * coll_algos.c — ZipCCL's own collective algorithms, each written once over
+ * the messages of the transport table (transport.h: post a send or a
+ * receive of a piece, test, withdraw), on host buffers with the CPU codec.
+ * One code path serves two strategies: "raw" sends the
  * elements as they are, "compressed" sends each piece as a codec frame.
  * Everything else (pieces, message order, reduction order) is shared, which
  * is why compressed == raw bit for bit: the codec is lossless and the sums
@@ -9,7 +11,7 @@
  *
  *   - Data moves in pieces (~4 ms of the link, 512 KiB-4 MiB, or
  *     ZIPCCL_PIECE_BYTES; coll.c sizeToLink); each piece is one
- *     MPI message (one frame when compressed).  A call's receives are posted
+ *     message (one frame when compressed).  A call's receives are posted
  *     together, each with the largest size the piece can have
  *     (zipcclCompressBound), so no size exchange is needed; the frame header
  *     (count, dtype) and the message tag (collective, piece index, last-piece
@@ -33,7 +35,8 @@
  *     and direct produce exactly this order, so they agree bit for bit.
  *
  * Left out: hierarchical (intra/inter node) variants, fused AllReduce
- * (it runs ReduceScatter then AllGather), device buffers (transport_nccl.c).
+ * (it runs ReduceScatter then AllGather), device buffers: NCCL runs designs
+ * of its own (transport_nccl.c) until its transport has message entries.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -93,12 +96,12 @@ enum { kSlotInput = 0, kSlotReqs, kSlotRecv, kSlotSend, kSlotAcc, kSlotBlock, kS
 
 /* Tags: collective kind in bits 20..22, last-piece flag in bit 19, piece (or
  * step*pieces+piece on the ring) in bits 0..18.  AlltoAllv's messages also
- * carry the sender's size word in bits 23..28 where MPI_TAG_UB allows
+ * carry the sender's size word in bits 23..28 where the tag bound allows
  * (c->tagSizes): 1 + the size bucket of all the bytes it sends in the call,
  * so every rank learns every rank's bucket from the messages it receives
  * anyway, and auto needs no extra collective to notice that the largest
  * one has moved (switcher.c, a2avTotal).  Open MPI's tag bound is 2^31-1;
- * coll.c checks MPI_TAG_UB at communicator creation. */
+ * the transport's init checks it. */
 #define TAG_LAST (1 << 19)
 #define TAG_SIZE_SHIFT 23
 #define TAG_CORE_MASK ((1 << TAG_SIZE_SHIFT) - 1)
@@ -126,11 +129,11 @@ typedef struct {
     int armed;      /* the receives are posted (the call agreement is in)   */
     /* Outstanding requests: receives first (all listed before any send),
      * then sends. */
-    MPI_Request* reqs;
+    void* reqs;     /* the transport's request slots                        */
     int nrecv, nsend, cap;
     int* peerOf;
     int* idx;
-    MPI_Status* stats;
+    zipcclTpStatus* stats;
     RecvRec* rec;
     /* The first data error (mismatch, corrupt frame).  The call carries on
      * with its sends and receives so no peer is left waiting on us, then
@@ -190,13 +193,15 @@ static zipcclResult_t ctxInit(Ctx* x, struct zipcclComm* c, const zipcclOp* op, 
     if (maxReqs > (size_t)1 << 28) return zipcclSetError(zipcclUnsupported, "%s: too many pieces", x->what);
     x->cap = (int)maxReqs;
     size_t m = maxReqs + 1;
-    size_t per = sizeof(RecvRec) + sizeof(MPI_Status) + sizeof(MPI_Request) + 2 * sizeof(int);
+    const size_t rsz = (c->tp->reqSize + 7) & ~(size_t)7; /* keeps what follows aligned */
+    size_t per = sizeof(RecvRec) + sizeof(zipcclTpStatus) + rsz + 2 * sizeof(int);
     char* mem = zipcclScratch(c, kSlotReqs, m * per);
     if (!mem) return oom(x);
     x->rec = (RecvRec*)mem;
-    x->stats = (MPI_Status*)(x->rec + m);
-    x->reqs = (MPI_Request*)(x->stats + m);
-    x->peerOf = (int*)(x->reqs + m);
+    x->stats = (zipcclTpStatus*)(x->rec + m);
+    x->reqs = x->stats + m;
+    x->peerOf = (int*)((char*)x->reqs + m * rsz);
+    c->tp->reqInit(x->reqs, (int)m);
     x->idx = x->peerOf + m;
     x->armed = !c->agree.pending;
     return zipcclSuccess;
@@ -211,10 +216,8 @@ static zipcclResult_t postRecv(Ctx* x, void* buf, size_t cap, int src, int tag, 
     int i = x->nrecv++;
     x->peerOf[i] = src;
     x->rec[i] = (RecvRec){buf, 0, src, step, piece, cap, tag};
-    x->reqs[i] = MPI_REQUEST_NULL;
     if (!x->armed) return zipcclSuccess;
-    int err = MPI_Irecv(buf, (int)cap, MPI_BYTE, src, tag, x->c->mpi, &x->reqs[i]);
-    return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, x->what);
+    return x->c->tp->irecv(x->c, zipcclChanData, buf, cap, src, tag, x->reqs, i);
 }
 
 /* The call agreement is in and every rank makes this call: post the listed
@@ -223,8 +226,7 @@ static zipcclResult_t armRecvs(Ctx* x) {
     x->armed = 1;
     for (int i = 0; i < x->nrecv; i++) {
         const RecvRec* rc = &x->rec[i];
-        int err = MPI_Irecv(rc->buf, (int)rc->cap, MPI_BYTE, rc->peer, rc->tag, x->c->mpi, &x->reqs[i]);
-        if (err != MPI_SUCCESS) return zipcclMpiError(err, x->what);
+        ZIPCCL_TRY(x->c->tp->irecv(x->c, zipcclChanData, rc->buf, rc->cap, rc->peer, rc->tag, x->reqs, i));
     }
     return zipcclSuccess;
 }
@@ -249,7 +251,7 @@ static void pendingPeers(Ctx* x, int from, int to, char* out, size_t cap) {
     char flags[n];
     memset(flags, 0, sizeof flags);
     for (int i = from; i < to; i++)
-        if (x->reqs[i] != MPI_REQUEST_NULL) flags[x->peerOf[i]] = 1;
+        if (x->c->tp->reqActive(x->reqs, i)) flags[x->peerOf[i]] = 1;
     zipcclRankList(out, cap, flags, n);
 }
 
@@ -258,9 +260,8 @@ static zipcclResult_t postSend(Ctx* x, const void* buf, size_t bytes, int dst, i
         return zipcclSetError(zipcclInternalError, "%s: request table full", x->what);
     int i = x->nrecv + x->nsend++;
     x->peerOf[i] = dst;
-    int err = MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, x->c->mpi, &x->reqs[i]);
     x->st->wireBytes += bytes;
-    return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, x->what);
+    return x->c->tp->isend(x->c, zipcclChanData, buf, bytes, dst, tag, x->reqs, i);
 }
 
 /* Complete some receives: with `block`, wait (up to the deadline) until at
@@ -273,36 +274,29 @@ static zipcclResult_t pollRecvs(Ctx* x, int block, int* n) {
     ZIPCCL_TRY(armWhenAgreed(x, block, &ready));
     if (!ready) return zipcclSuccess;
     for (;;) {
+        const zipcclTransport* tp = x->c->tp;
         int out = 0;
-        int err = MPI_Testsome(x->nrecv, x->reqs, &out, x->idx, x->stats);
-        if (err == MPI_ERR_IN_STATUS) {
+        ZIPCCL_TRY(tp->testSome(x->c, x->reqs, x->nrecv, &out, x->idx, x->stats));
+        if (out < 0) break; /* nothing left to receive */
+        int kept = 0;
+        for (int k = 0; k < out; k++) {
             /* A truncated message (a peer sent more than we expect) is a
              * data error: drop it from the completed list and carry on. */
-            int kept = 0;
-            err = MPI_SUCCESS;
-            for (int k = 0; k < out; k++) {
-                int e = x->stats[k].MPI_ERROR, cls = MPI_SUCCESS;
-                if (e != MPI_SUCCESS) MPI_Error_class(e, &cls);
-                if (e == MPI_SUCCESS) {
-                    x->idx[kept] = x->idx[k];
-                    x->stats[kept++] = x->stats[k];
-                } else if (cls == MPI_ERR_TRUNCATE) {
-                    softFail(x, zipcclMpiError(e, x->what));
-                    x->rec[x->idx[k]].bytes = (size_t)-1;
-                } else if (err == MPI_SUCCESS) {
-                    err = e;
-                }
+            if (x->stats[k].truncated) {
+                softFail(x, zipcclSetError(zipcclMismatch, "%s on rank %d: rank %d sent more data than this rank "
+                                           "expects (ranks disagree on counts, dtype or the collective called)",
+                                           x->what, x->c->rank, x->stats[k].peer));
+                x->rec[x->idx[k]].bytes = (size_t)-1;
+                continue;
             }
-            if (err == MPI_SUCCESS) {
-                if (!kept && block) continue;
-                out = kept;
-            }
+            x->idx[kept] = x->idx[k];
+            x->stats[kept++] = x->stats[k];
         }
-        if (err != MPI_SUCCESS) return zipcclMpiError(err, x->what);
-        if (out == MPI_UNDEFINED) break; /* nothing left to receive */
-        if (x->nsend) { /* lets MPI retire finished sends */
+        if (out > 0 && !kept && block) continue;
+        out = kept;
+        if (x->nsend) { /* lets the transport retire finished sends */
             int f;
-            MPI_Testall(x->nsend, x->reqs + x->nrecv, &f, MPI_STATUSES_IGNORE);
+            ZIPCCL_TRY(tp->testAll(x->c, zipcclSlot(x->c, x->reqs, x->nrecv), x->nsend, &f));
         }
         if (out > 0 || !block) { *n = out; break; }
         double now = zipcclNow(), waited = now - x->t0;
@@ -330,13 +324,13 @@ static zipcclResult_t pollRecvs(Ctx* x, int block, int* n) {
 }
 
 /* After a timeout: the peer of the first of our sends [from, nsend) still
- * incomplete, -1 if none is (MPI_Testall modifies no request when it
+ * incomplete, -1 if none is (testAll may complete none when it
  * returns false, so each is tested alone). */
 static int stuckSendPeer(Ctx* x, int from) {
     for (int i = x->nrecv + from; i < x->nrecv + x->nsend; i++) {
         int done = 0;
-        if (x->reqs[i] != MPI_REQUEST_NULL) MPI_Test(&x->reqs[i], &done, MPI_STATUS_IGNORE);
-        if (x->reqs[i] != MPI_REQUEST_NULL && !done) return x->peerOf[i];
+        x->c->tp->test(x->c, x->reqs, i, &done);
+        if (!done) return x->peerOf[i];
     }
     return -1;
 }
@@ -375,24 +369,10 @@ static zipcclResult_t finishSends(Ctx* x) {
  * buffers later.  Receives are cancelled; sends cannot be, so their buffers
  * (the communicator's scratch) are kept and coll.c marks the communicator
  * broken.  A receive that a stopped peer's message has already matched
- * cannot be cancelled either: they get a second together (as
- * zipcclMpiWithdrawRecv gives one), then MPI finishes them alone, so a
- * timeout is not prolonged until that peer resumes. */
-static void ctxAbandon(Ctx* x) {
-    for (int i = 0; i < x->nrecv; i++)
-        if (x->reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&x->reqs[i]);
-    int left = 0;
-    for (const double t0 = zipcclNow(); x->nrecv && zipcclNow() - t0 < 1.0;) {
-        if (MPI_Testsome(x->nrecv, x->reqs, &left, x->idx, MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
-            left == MPI_UNDEFINED)
-            break;
-        sched_yield();
-    }
-    for (int i = 0; i < x->nrecv; i++)
-        if (x->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&x->reqs[i]);
-    for (int i = x->nrecv; i < x->nrecv + x->nsend; i++)
-        if (x->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&x->reqs[i]);
-}
+ * cannot be cancelled either: they get a second together, then the
+ * transport finishes them alone, so a timeout is not prolonged until that
+ * peer resumes (transport_mpi.c, mpiAbandon). */
+static void ctxAbandon(Ctx* x) { x->c->tp->abandon(x->c, x->reqs, x->nrecv, x->nsend); }
 
 static zipcclResult_t encode(Ctx* x, const void* src, size_t count, zipcclDataType_t dt, void* dst,
                              size_t cap, size_t* size) {
@@ -444,8 +424,7 @@ static zipcclResult_t waitSends(Ctx* x, int lim, int* doneTo, int* got) {
     double w0 = zipcclNow(), note = zipcclFirstNote(c);
     while (lim > *doneTo) {
         int done = 0;
-        int err = MPI_Testall(lim - *doneTo, x->reqs + x->nrecv + *doneTo, &done, MPI_STATUSES_IGNORE);
-        if (err != MPI_SUCCESS) return zipcclMpiError(err, x->what);
+        ZIPCCL_TRY(c->tp->testAll(c, zipcclSlot(c, x->reqs, x->nrecv + *doneTo), lim - *doneTo, &done));
         if (done) {
             *doneTo = lim;
             break;
@@ -458,7 +437,7 @@ static zipcclResult_t waitSends(Ctx* x, int lim, int* doneTo, int* got) {
             char who[200], query[300];
             for (int i = x->nrecv + *doneTo; i < x->nrecv + lim; i++) { /* retire the done ones (Testall did not) */
                 int done = 0;
-                if (x->reqs[i] != MPI_REQUEST_NULL) MPI_Test(&x->reqs[i], &done, MPI_STATUS_IGNORE);
+                c->tp->test(c, x->reqs, i, &done);
             }
             pendingPeers(x, x->nrecv + *doneTo, x->nrecv + lim, who, sizeof who);
             zipcclQueryPeers(c, query, sizeof query);
@@ -479,34 +458,33 @@ static zipcclResult_t waitSends(Ctx* x, int lim, int* doneTo, int* got) {
  * it is still zipcclMismatch naming the peer, and the call completes its
  * protocol before reporting it. */
 static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclDataType_t dt) {
-    const MPI_Status* s = &x->stats[g];
+    const zipcclTpStatus* s = &x->stats[g];
     RecvRec* rc = &x->rec[x->idx[g]];
-    int bytes = 0;
-    MPI_Get_count(s, MPI_BYTE, &bytes);
-    rc->bytes = (size_t)bytes;
-    const int tag = s->MPI_TAG;
+    const size_t bytes = s->bytes;
+    rc->bytes = bytes;
+    const int tag = s->tag;
     if (tag != expectTag && (tag & TAG_LAST) && !(expectTag & TAG_LAST)) {
         /* The peer has no more pieces for us than this one: withdraw the
          * receives still waiting for it, or we would wait for the timeout. */
         for (int i = 0; i < x->nrecv; i++)
-            if (x->peerOf[i] == s->MPI_SOURCE) zipcclMpiWithdrawRecv(&x->reqs[i]);
+            if (x->peerOf[i] == s->peer) x->c->tp->abandon(x->c, zipcclSlot(x->c, x->reqs, i), 1, 0);
     }
     if (tag != expectTag && (tag & (int)TAG_BAD_INDEX) == (int)TAG_BAD_INDEX)
         return zipcclSetError(zipcclMismatch,
                               "%s on rank %d: rank %d passed on a piece that failed verification "
                               "upstream",
-                              x->what, x->c->rank, s->MPI_SOURCE);
+                              x->what, x->c->rank, s->peer);
     if (tag != expectTag)
         return zipcclSetError(zipcclMismatch,
                               "%s on rank %d: rank %d sent a message tagged 0x%x where 0x%x was "
                               "expected",
-                              x->what, x->c->rank, s->MPI_SOURCE, (unsigned)tag,
+                              x->what, x->c->rank, s->peer, (unsigned)tag,
                               (unsigned)expectTag);
-    if (!x->compressed && (size_t)bytes != count * zipcclTypeSize(dt))
+    if (!x->compressed && bytes != count * zipcclTypeSize(dt))
         return zipcclSetError(zipcclMismatch,
-                              "%s on rank %d: rank %d sent a piece of %d bytes where %zu bytes (%zu %s "
+                              "%s on rank %d: rank %d sent a piece of %zu bytes where %zu bytes (%zu %s "
                               "elements) were expected",
-                              x->what, x->c->rank, s->MPI_SOURCE, bytes, count * zipcclTypeSize(dt), count,
+                              x->what, x->c->rank, s->peer, bytes, count * zipcclTypeSize(dt), count,
                               zipcclTypeName(dt));
     return zipcclSuccess;
 }
@@ -594,7 +572,7 @@ static zipcclResult_t allGatherBody(Ctx* x, const void* mine, void* recvbuf, con
         for (size_t k = 0, K = numPieces(counts[b], P); k < K; k++) {
             size_t cap = wireCap(x, pieceLen(counts[b], P, k), dt);
             void* buf = x->compressed ? rstage + off : out + (displs[b] + k * P) * esz;
-            ZIPCCL_TRY(postRecv(x, buf, cap, left, MPI_ANY_TAG, s, k));
+            ZIPCCL_TRY(postRecv(x, buf, cap, left, ZIPCCL_ANY_TAG, s, k));
             if (x->compressed) off += cap;
         }
     }
@@ -681,9 +659,9 @@ static void alltoallTake(Ctx* x, int got, char* recvbuf, const size_t* recvcount
     const size_t esz = zipcclTypeSize(dt);
     for (int g = 0; g < got; g++) {
         const RecvRec* rc = &x->rec[x->idx[g]];
-        const int word = x->stats[g].MPI_TAG >> TAG_SIZE_SHIFT;
+        const int word = x->stats[g].tag >> TAG_SIZE_SHIFT;
         if (word > x->sizeWord) x->sizeWord = word;
-        x->stats[g].MPI_TAG &= TAG_CORE_MASK;
+        x->stats[g].tag &= TAG_CORE_MASK;
         size_t cnt = recvcounts[rc->peer], Ks = minOne && cnt == 0 ? 1 : numPieces(cnt, P);
         size_t pcs = pieceLen(cnt, P, rc->piece);
         if (softFail(x, verify(x, g, makeTag(x->op->kind, rc->piece, rc->piece + 1 == Ks), pcs, dt))) continue;
@@ -730,7 +708,7 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
         for (size_t k = 0, K = KOF(recvcounts[s]); k < K; k++) {
             size_t cap = wireCap(x, pieceLen(recvcounts[s], P, k), dt);
             void* buf = staged ? rstage + off : recvbuf + (rdispls[s] + k * P) * esz;
-            ZIPCCL_TRY(postRecv(x, buf, cap, s, MPI_ANY_TAG, j, k));
+            ZIPCCL_TRY(postRecv(x, buf, cap, s, ZIPCCL_ANY_TAG, j, k));
             if (staged) off += cap;
         }
     }
@@ -901,7 +879,7 @@ static zipcclResult_t rsDirectBody(Ctx* x, const char* sendbuf, const size_t* co
         for (size_t k = 0; k < K; k++) {
             size_t cap = wireCap(x, pieceLen(mine, P, k), dt);
             o.recIndex[(size_t)j * K + k] = x->nrecv;
-            ZIPCCL_TRY(postRecv(x, rstage + off, cap, s, MPI_ANY_TAG, j, k));
+            ZIPCCL_TRY(postRecv(x, rstage + off, cap, s, ZIPCCL_ANY_TAG, j, k));
             off += cap;
         }
     }
@@ -1119,7 +1097,7 @@ static zipcclResult_t oneShotBody(Ctx* x, const char* mine, size_t count, char* 
         for (size_t k = 0; k < K; k++) {
             size_t cap = wireCap(x, pieceLen(count, P, k), dt);
             char* buf = x->compressed ? rstage + off : land + (size_t)s * stride + k * P * esz;
-            ZIPCCL_TRY(postRecv(x, buf, cap, s, MPI_ANY_TAG, j, k));
+            ZIPCCL_TRY(postRecv(x, buf, cap, s, ZIPCCL_ANY_TAG, j, k));
             off += x->compressed ? cap : 0;
         }
     }
@@ -1173,7 +1151,7 @@ static zipcclResult_t oneShotCore(struct zipcclComm* c, const zipcclOp* op, zipc
 
 /* ---- dispatch --------------------------------------------------------------- */
 
-zipcclResult_t zipcclRunMpiAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
+zipcclResult_t zipcclRunAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
     const int n = c->nranks;
     const size_t esz = zipcclTypeSize(op->dtype);
     size_t counts[n], displs[n];

@@ -1,13 +1,13 @@
 /*
  * coll_internal.h — what the collective files of libzipccl share: the
- * communicator, the queued operation (which is also the request handle), the
- * transports' entry points and the switcher's model.  Not installed.
+ * communicator, the queued operation (which is also the request handle) and
+ * the switcher's model.  Not installed.
  *
- * Files: coll.c (API, validation, queue, counters), coll_agree.c (the call
- * agreement every MPI call starts with, and liveness queries), coll_algos.c
- * (our algorithms on host buffers over MPI point-to-point), transport_mpi.c
- * (MPI point-to-point engine + native MPI collectives), transport_nccl.c
- * (NCCL, only with ZIPCCL_HAVE_CUDA), switcher.c (the auto cost model).
+ * Files, top to bottom: coll.c (API, validation, queue, counters) decides
+ * with switcher.c (the auto cost model) and runs a design of coll_algos.c
+ * (our algorithms, written once over the transport table) after the call
+ * agreement of coll_agree.c; both reach the wire only through the table of
+ * transport.h, implemented by transport_mpi.c and transport_nccl.c.
  */
 #ifndef ZIPCCL_COLL_INTERNAL_H
 #define ZIPCCL_COLL_INTERNAL_H
@@ -16,8 +16,8 @@
 #include <stdint.h>
 
 #include <math.h>
-#include <mpi.h>
 
+#include "transport.h"
 #include "zipccl.h"
 #include "zipccl_tune.h"
 #include "zipccl_internal.h"
@@ -46,7 +46,7 @@ typedef struct zipcclRequest {
 } zipcclOp;
 
 /* What one executed call cost; folded into the counters and the switcher. */
-typedef struct {
+struct zipcclExecStats {
     zipcclStrategy_t strategy; /* native / raw / compressed as executed    */
     zipcclCodec_t codec;
     zipcclAlgo_t algo;
@@ -58,7 +58,7 @@ typedef struct {
      * largest size bucket (zipcclSizeBucket of a rank's bytes sent) of all
      * ranks, read from the message tags; 0 when not known. */
     int a2avSizeWord;
-} zipcclExecStats;
+};
 
 /* A size's bucket for auto's measurements: floor(log2 bytes), the last
  * bucket holding all larger sizes. */
@@ -127,7 +127,7 @@ typedef struct {
      * largest size, kept current by the size words in our designs' tags
      * and, for the others, by an agreement every few calls (switcher.c,
      * a2avTotal). */
-    MPI_Request a2avReq;           /* in flight, or MPI_REQUEST_NULL         */
+    void* a2avReq;                 /* one request slot: in flight, or empty  */
     double a2avMine, a2avMax;      /* its buffers                            */
     double a2avAgreed;             /* the size calls decide from             */
     int a2avKnown;                 /* a2avAgreed holds an agreed size        */
@@ -139,14 +139,13 @@ typedef struct {
 
 #define ZIPCCL_SCRATCH_SLOTS 8 /* see coll_algos.c for who uses which */
 
-/* The call agreement (coll_agree.c): every call on an MPI communicator of
- * several ranks starts by sending each peer a descriptor of the call
- * (ZIPCCL_DESC_WORDS words) on a communicator of its own, so that ranks
- * that disagree all learn it before any receive is posted.  The same
- * channel carries the liveness queries of a long wait. */
+/* The call agreement (coll_agree.c): every call on a communicator of
+ * several ranks whose transport has a control channel starts by sending each
+ * peer a descriptor of the call (ZIPCCL_DESC_WORDS words) on that channel,
+ * so that ranks that disagree all learn it before any receive is posted.
+ * The same channel carries the liveness queries of a long wait. */
 #define ZIPCCL_DESC_WORDS 5
 typedef struct {
-    MPI_Comm comm;       /* our second duplicate: descriptors and queries only */
     uint64_t seq;        /* agreements started (each one's tag)               */
     int pending;         /* this call's descriptors are in flight             */
     zipcclResult_t result; /* the last agreement's verdict, once complete     */
@@ -156,23 +155,22 @@ typedef struct {
     double t0;           /* when it started                                   */
     uint64_t* out;       /* (nranks, W): what we send each peer               */
     uint64_t* in;        /* (nranks, W): what each peer sent (ours at rank)    */
-    MPI_Request* reqs;   /* receives [0, n-1), sends [n-1, 2n-2); pongReqs after */
+    void* reqs;          /* slots: receives [0, n-1), sends [n-1, 2n-2), pongs [2n-2, 3n-2) */
     uint64_t* detailBuf; /* (5): a failed AlltoAllv's pair, sent to every peer */
     /* Liveness queries (zipcclQueryPeers) and their answers. */
     double lastAnswer;   /* when pings were last looked for                   */
     uint64_t queryNo;
     uint64_t* pingBuf;   /* (nranks, 2): ping sent / pong received, per peer   */
     uint64_t* pongBuf;   /* (nranks): the answer to each peer's last ping      */
-    MPI_Request* pongReqs; /* (nranks)                                         */
+    void* query;         /* slots: a query's or a failed AlltoAllv's receives [0, n), sends [n, 2n) */
+    void* ctl;           /* one slot: the small collectives, native calls       */
 } zipcclAgree;
 
 struct zipcclComm {
-    int isNccl;
+    const zipcclTransport* tp;
+    void* tpState;       /* the transport's own (its channels, device scratch) */
     int rank, nranks;
-    MPI_Comm mpi;        /* our duplicate (MPI communicators)                */
-    void* nccl;          /* ncclComm_t (not owned)                           */
-    void* ncclState;     /* transport_nccl.c private                         */
-    int ncclCodec;       /* the CUDA codec is usable on this communicator    */
+    int codecOk;         /* the codec for this transport's buffers is usable  */
     zipcclCallConfig_t defaults;
     double timeoutS;     /* 0 = wait forever                                 */
     size_t pieceBytes;   /* pipelining granularity of our algorithms         */
@@ -180,19 +178,21 @@ struct zipcclComm {
     int a2aInflight;     /* all-to-all exchanges (AlltoAll(v), direct
                           * ReduceScatter): piece sends in flight (0: no limit;
                           * -1 until sized to the link, sizeToLink)         */
-    int tagSizes;        /* MPI_TAG_UB leaves room for AlltoAllv's size word  */
+    int tagSizes;        /* the tag bound leaves room for AlltoAllv's size word */
     int broken;          /* a collective failed mid-flight: refuse new ones  */
     char brokenWhy[400];
-    zipcclAgree agree;   /* MPI communicators of several ranks               */
+    zipcclAgree agree;   /* its buffers and request slots exist on every communicator */
 
     /* Executor: one progress thread per communicator runs queued ops in
-     * issue order.  Without MPI_THREAD_MULTIPLE ops run eagerly at issue.  */
+     * issue order; ops run eagerly at issue where the transport cannot take
+     * a thread of its own (MPI below MPI_THREAD_MULTIPLE, NCCL).           */
     int threaded;
     pthread_t worker;
     pthread_mutex_t mu;
     pthread_cond_t cv;   /* queue non-empty / op done / shutting down        */
     zipcclOp *head, *tail;
     int stopping;
+    zipcclOp* freeOps;   /* requests to reuse (coll.c's pool), under mu      */
 
     /* Scratch buffers reused across calls (only the executor touches them). */
     void* scratch[ZIPCCL_SCRATCH_SLOTS];
@@ -205,22 +205,28 @@ struct zipcclComm {
 /* coll.c */
 void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes); /* NULL on OOM */
 double zipcclNow(void);
+/* Slot i of a request array of the communicator's transport. */
+static inline void* zipcclSlot(const struct zipcclComm* c, void* reqs, int i) {
+    return (char*)reqs + (size_t)i * c->tp->reqSize;
+}
 
-/* coll_algos.c: our algorithms over MPI point-to-point (host buffers). */
-zipcclResult_t zipcclRunMpiAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st);
+/* coll_algos.c: our designs (raw and compressed) over the transport's
+ * messages. */
+zipcclResult_t zipcclRunAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st);
 
 /* coll_agree.c */
-zipcclResult_t zipcclAgreeInit(struct zipcclComm* c); /* after MPI_Comm_dup of c->mpi */
+zipcclResult_t zipcclAgreeInit(struct zipcclComm* c); /* after the transport's init */
 void zipcclAgreeFree(struct zipcclComm* c);
-/* Post this call's descriptors (a no-op on NCCL and one-rank communicators). */
+/* Post this call's descriptors (a no-op without zipcclTpHostControl and on
+ * one-rank communicators). */
 zipcclResult_t zipcclAgreeStart(struct zipcclComm* c, const zipcclOp* op);
 /* *done = the agreement is complete (or none is in flight); returns its
  * verdict: zipcclMismatch when the ranks disagree, the same on every rank. */
 zipcclResult_t zipcclAgreeTest(struct zipcclComm* c, int* done);
 /* Wait for it, with the communicator's timeout (warnings name the ranks whose
- * descriptors are missing).  Every collective of ours on c->mpi (native, the
- * switcher's agreements and barriers) comes after this, so ranks that are in
- * different calls never meet in different MPI collectives. */
+ * descriptors are missing).  Every collective of the transport's (native,
+ * the switcher's agreements and barriers) comes after this, so ranks that
+ * are in different calls never meet in different collectives. */
 zipcclResult_t zipcclAgreeWait(struct zipcclComm* c);
 /* Answer the liveness queries of peers in a long wait (rate-limited; called
  * from every idle poll). */
@@ -233,31 +239,20 @@ void zipcclQueryPeers(struct zipcclComm* c, char* out, size_t cap);
 double zipcclFirstNote(const struct zipcclComm* c);
 /* "rank 3" / "ranks 1, 2, 5" from the ranks whose flag is set. */
 void zipcclRankList(char* out, size_t cap, const char* flags, int n);
-
-/* transport_mpi.c */
-zipcclResult_t zipcclMpiCheckThreads(int* multiple);
-zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st);
-/* Wait for `n` requests with the communicator's deadline; `what` names the
- * collective for error messages.  Returns zipcclTimeout / TransportError. */
-zipcclResult_t zipcclMpiWaitAll(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
-                                double* waitSeconds);
-zipcclResult_t zipcclMpiError(int mpiErr, const char* what);
-/* Cancel a receive after a failure, waiting for it a little at most. */
-void zipcclMpiWithdrawRecv(MPI_Request* req);
-/* Between empty polls; also answers peers' liveness queries. */
+/* Between empty polls of a wait: answer pings, then the transport's idle. */
 void zipcclIdle(struct zipcclComm* c, double idleSeconds);
-/* MPI_Allreduce that gives up after the communicator's timeout. */
-zipcclResult_t zipcclMpiAllreduceTimed(struct zipcclComm* c, const void* in, void* out, int n,
-                                      MPI_Datatype dt, MPI_Op op, const char* what);
-zipcclResult_t zipcclMpiBarrierTimed(struct zipcclComm* c, const char* what);
-/* Ping-pong between ranks 0 and 1: latency and bandwidth (rank-agreed). */
-zipcclResult_t zipcclMpiPingPong(struct zipcclComm* c, double* alpha, double* beta);
-
-/* transport_nccl.c (stubs returning zipcclUnsupported without CUDA). */
-zipcclResult_t zipcclNcclInit(struct zipcclComm* c);
-void zipcclNcclDestroy(struct zipcclComm* c);
-zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t strategy,
-                             zipcclExecStats* st);
+/* Wait for request slots [0, n) of a collective of the transport's own
+ * (which does not say whom it waits for) with the communicator's timeout;
+ * warnings name the peers that do not answer a liveness query.  `what`
+ * names the call; waitSeconds (may be NULL) accumulates the time. */
+zipcclResult_t zipcclWaitSlots(struct zipcclComm* c, void* reqs, int n, const char* what, double yieldS,
+                               double* waitSeconds);
+/* After the call agreement: in[0, n) reduced over the ranks into out (may
+ * be in), and a barrier (an ibarrier waited with the timeout, then the
+ * transport's blocking one), both with the communicator's timeout. */
+zipcclResult_t zipcclAgreedAllreduce(struct zipcclComm* c, const double* in, double* out, int n, zipcclTpOp op,
+                                     const char* what);
+zipcclResult_t zipcclAgreedBarrier(struct zipcclComm* c, const char* what);
 
 /* switcher.c */
 void zipcclModelDefaults(zipcclModel* m);

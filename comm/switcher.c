@@ -122,7 +122,7 @@ static const double kBetaMinBytes = 4 << 20;
  * 0.53-0.60x from 64 KiB. */
 static const double kOneShotArBytes = 64 << 10;
 static int oneShotFits(const struct zipcclComm* c, zipcclCollKind_t kind, double total) {
-    if (c->isNccl) return 0;
+    if (!(c->tp->caps & zipcclTpOneShot)) return 0;
     if (kind == zipcclCollAllGather) return total < kSmallBytes;
     return kind == zipcclCollAllReduce && total < kOneShotArBytes;
 }
@@ -211,7 +211,6 @@ void zipcclModelDefaults(zipcclModel* m) {
     const char* e = getenv("ZIPCCL_AUTO_EXPLORE");
     const char* link = getenv("ZIPCCL_LINK_GBPS");
     m->explore = e && *e ? strcmp(e, "0") != 0 : !(link && atof(link) > 0);
-    m->a2avReq = MPI_REQUEST_NULL;
 }
 
 static void applyEnv(zipcclModel* m) {
@@ -260,13 +259,28 @@ static zipcclResult_t measureCodec(struct zipcclComm* c, double out[2 * ZIPCCL_M
 
 static int measuring(const struct zipcclComm* c) {
     const char* s = getenv("ZIPCCL_CALIBRATE");
-    return !(s && !strcmp(s, "0")) && !c->isNccl;
+    return !(s && !strcmp(s, "0")) && (c->tp->caps & zipcclTpHostControl);
+}
+
+/* The transport's ping-pong between two ranks, then the maximum over all
+ * of its zeros and rank 0's measurement, so every rank models the same link. */
+static zipcclResult_t pingPong(struct zipcclComm* c, double* alpha, double* beta) {
+    ZIPCCL_TRY(zipcclAgreeWait(c));
+    double res[2] = {*alpha, *beta};
+    ZIPCCL_TRY(c->tp->pingPong(c, &res[0], &res[1]));
+    if (c->nranks >= 2) {
+        if (c->rank != 0) res[0] = res[1] = 0;
+        ZIPCCL_TRY(zipcclAgreedAllreduce(c, res, res, 2, zipcclTpMax, "calibration"));
+    }
+    *alpha = res[0];
+    *beta = res[1];
+    return zipcclSuccess;
 }
 
 zipcclResult_t zipcclModelLink(struct zipcclComm* c) {
     zipcclModel* m = &c->model;
     if (m->linkKnown) return zipcclSuccess;
-    if (measuring(c)) ZIPCCL_TRY(zipcclMpiPingPong(c, &m->alpha, &m->beta));
+    if (measuring(c)) ZIPCCL_TRY(pingPong(c, &m->alpha, &m->beta));
     applyEnv(m);
     m->linkKnown = 1;
     return zipcclSuccess;
@@ -280,8 +294,7 @@ zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c) {
         double thr[2 * ZIPCCL_MODEL_CODECS];
         ZIPCCL_TRY(measureCodec(c, thr));
         /* The slowest rank paces a pipelined collective; all ranks agree. */
-        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, MPI_IN_PLACE, thr, 2 * ZIPCCL_MODEL_CODECS, MPI_DOUBLE, MPI_MIN,
-                                           "calibration"));
+        ZIPCCL_TRY(zipcclAgreedAllreduce(c, thr, thr, 2 * ZIPCCL_MODEL_CODECS, zipcclTpMin, "calibration"));
         for (int k = 0; k < ZIPCCL_MODEL_CODECS; k++) m->enc[k] = thr[2 * k], m->dec[k] = thr[2 * k + 1];
     }
     m->calibrated = 1;
@@ -392,7 +405,7 @@ static int designId(const Design* d) {
 
 /* Does auto choose by measuring (tuneChoose), or by the model alone? */
 static int measuredSelection(const struct zipcclComm* c) {
-    return c->model.explore && !c->isNccl && c->nranks > 1;
+    return c->model.explore && (c->tp->caps & zipcclTpHostControl) && c->nranks > 1;
 }
 
 static zipcclTuneBucket* bucketAt(zipcclModel* m, zipcclCollKind_t kind, zipcclDataType_t dtype, double total) {
@@ -561,13 +574,12 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
     if (!m->probeAgree) return zipcclSuccess;
     if (exploring) {
         double all[ZIPCCL_TUNE_CANDS][ZIPCCL_TUNE_RUNS];
-        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, b->seen, all, b->n * ZIPCCL_TUNE_RUNS, MPI_DOUBLE, MPI_MAX,
-                                           "switcher (measured time agreement)"));
+        ZIPCCL_TRY(zipcclAgreedAllreduce(c, &b->seen[0][0], &all[0][0], b->n * ZIPCCL_TUNE_RUNS, zipcclTpMax,
+                                         "switcher (measured time agreement)"));
         memcpy(b->seen, all, (size_t)b->n * sizeof all[0]);
     } else {
         double all[ZIPCCL_TUNE_CANDS];
-        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, b->last, all, b->n, MPI_DOUBLE, MPI_MAX,
-                                           "switcher (measured time agreement)"));
+        ZIPCCL_TRY(zipcclAgreedAllreduce(c, b->last, all, b->n, zipcclTpMax, "switcher (measured time agreement)"));
         for (int q = 0; q < b->n; q++) {
             if (all[q] > 0) b->seen[q][(b->runs[q] - 1) % b->want[q]] = all[q];
             b->last[q] = 0;
@@ -609,12 +621,12 @@ static zipcclResult_t tuneRecord(struct zipcclComm* c, double seconds) {
  * taken at. */
 static zipcclResult_t a2avTotal(struct zipcclComm* c, const zipcclOp* op, double mine, double* total) {
     zipcclModel* m = &c->model;
-    if (m->a2avReq != MPI_REQUEST_NULL) {
-        ZIPCCL_TRY(zipcclMpiWaitAll(c, 1, &m->a2avReq, "AlltoAllv (auto: an earlier call's size agreement)", NULL));
+    if (c->tp->reqActive(m->a2avReq, 0)) {
+        ZIPCCL_TRY(zipcclWaitSlots(c, m->a2avReq, 1, "AlltoAllv (auto: an earlier call's size agreement)", -1, NULL));
         m->a2avAgreed = m->a2avMax, m->a2avKnown = 1;
     }
     if (!m->a2avKnown || m->a2avStale || (measuredSelection(c) && bucketMeasuresNext(tuneBucket(m, op, m->a2avAgreed)))) {
-        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, &mine, total, 1, MPI_DOUBLE, MPI_MAX, "AlltoAllv (auto size agreement)"));
+        ZIPCCL_TRY(zipcclAgreedAllreduce(c, &mine, total, 1, zipcclTpMax, "AlltoAllv (auto size agreement)"));
         m->a2avAgreed = *total, m->a2avKnown = 1, m->a2avStale = 0;
         m->a2avUntagged = 0; /* the next native call starts the next agreement */
     } else {
@@ -632,14 +644,14 @@ static zipcclResult_t a2avStartAgreement(struct zipcclComm* c, const zipcclCallC
         return zipcclSuccess;
     ZIPCCL_TRY(zipcclAgreeWait(c)); /* a collective: only once the ranks agree on the call */
     m->a2avMine = mine;
-    int err = MPI_Iallreduce(&m->a2avMine, &m->a2avMax, 1, MPI_DOUBLE, MPI_MAX, c->mpi, &m->a2avReq);
-    return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, "AlltoAllv (auto size agreement)");
+    zipcclResult_t res = c->tp->iallreduce(c, &m->a2avMine, &m->a2avMax, 1, zipcclTpMax, m->a2avReq);
+    return res == zipcclSuccess ? res : zipcclPrefixError(res, "AlltoAllv (auto size agreement)");
 }
 
 zipcclResult_t zipcclModelFinish(struct zipcclComm* c) {
     zipcclModel* m = &c->model;
-    if (m->a2avReq == MPI_REQUEST_NULL) return zipcclSuccess;
-    return zipcclMpiWaitAll(c, 1, &m->a2avReq, "communicator destroy (AlltoAllv size agreement)", NULL);
+    if (!m->a2avReq || !c->tp->reqActive(m->a2avReq, 0)) return zipcclSuccess;
+    return zipcclWaitSlots(c, m->a2avReq, 1, "communicator destroy (AlltoAllv size agreement)", -1, NULL);
 }
 
 zipcclResult_t zipcclAutoSettled(zipcclComm_t c, zipcclCollKind_t kind, zipcclDataType_t dtype, size_t bytes,
@@ -691,7 +703,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     case zipcclCollAlltoAll: total = (double)(op->count * esz * (size_t)c->nranks); break;
     case zipcclCollAlltoAllv: {
         total = mine = zipcclA2avSendBytes(op->sendcounts, c->nranks, esz);
-        if (c->isNccl && c->nranks > 1) { /* see "Left out" above */
+        if (!(c->tp->caps & zipcclTpHostControl) && c->nranks > 1) { /* see "Left out" above */
             out->strategy = zipcclStrategyNative;
             return zipcclSuccess;
         }
@@ -712,7 +724,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
      * training run. Data-movement collectives are bit-identical anyway. */
     for (int i = 0; i < kNumDesigns; i++) {
         if (kDesigns[i].strategy == zipcclStrategyNative && reduce) continue;
-        if (kDesigns[i].algo == zipcclAlgoRing && !(reduce && !c->isNccl)) continue;
+        if (kDesigns[i].algo == zipcclAlgoRing && !(reduce && (c->tp->caps & zipcclTpRing))) continue;
         if (kDesigns[i].algo == zipcclAlgoOneShot && !oneShotFits(c, op->kind, total)) continue;
         cand[nc++] = kDesigns[i];
     }
@@ -721,8 +733,9 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
         estimate(m, c, op->kind, op->dtype, total, &cand[i]);
         if (cand[i].t < cand[best].t) best = i;
     }
-    /* An NCCL communicator without the CUDA codec cannot compress. */
-    if (c->isNccl && !c->ncclCodec && cand[best].strategy == zipcclStrategyCompressed)
+    /* A communicator whose buffers' codec is not usable (NCCL without a
+     * device for the CUDA codec) cannot compress. */
+    if (!c->codecOk && cand[best].strategy == zipcclStrategyCompressed)
         for (best = 0; cand[best].strategy == zipcclStrategyCompressed; best++) {}
     const char* why = NULL;
     if (measuredSelection(c)) why = tuneChoose(m, op, total, cand, nc, &best);
@@ -765,7 +778,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     if (m->probeBucket) {
         char what[96];
         snprintf(what, sizeof what, "%s (auto: the barrier before a measuring call)", zipcclCollName(op->kind));
-        return zipcclMpiBarrierTimed(c, what);
+        return zipcclAgreedBarrier(c, what);
     }
     return zipcclSuccess;
 }
@@ -783,7 +796,7 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
     zipcclModel* m = &c->model;
     double* obs = m->obs;
     _Static_assert(sizeof m->obs == OBS_LEN * sizeof(double), "obs layout");
-    if (c->isNccl) return zipcclSuccess;
+    if (!(c->tp->caps & zipcclTpHostControl)) return zipcclSuccess;
     int di = dtypeIndex(op->dtype), ci = codecIndex(st->codec);
     if (st->strategy == zipcclStrategyCompressed && st->rawBytes) {
         double* o = obs + (((int)op->kind * 3 + di) * ZIPCCL_MODEL_CODECS + ci) * 2;
@@ -803,13 +816,12 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
     /* The largest AlltoAllv size moved to another bucket: agree on it at the
      * next call (the word is the same on every rank). */
     if (st->a2avSizeWord && st->a2avSizeWord - 1 != zipcclSizeBucket(m->a2avAgreed)) m->a2avStale = 1;
-    if (m->probeBucket) ZIPCCL_TRY(tuneRecord(c, st->runSeconds)); /* only on MPI communicators */
+    if (m->probeBucket) ZIPCCL_TRY(tuneRecord(c, st->runSeconds)); /* only with zipcclTpHostControl */
     if (++m->autoCalls % kAgreeEvery || m->agreeBytes < kAgreeBytes) return zipcclSuccess;
     m->agreeBytes = 0;
     /* Same call index on every rank: pool, then update the shared model. */
     double pooled[OBS_LEN];
-    ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, obs, pooled, OBS_LEN, MPI_DOUBLE, MPI_SUM,
-                                       "switcher (observation agreement)"));
+    ZIPCCL_TRY(zipcclAgreedAllreduce(c, obs, pooled, OBS_LEN, zipcclTpSum, "switcher (observation agreement)"));
     memset(obs, 0, sizeof m->obs);
     const double w = 0.3; /* EWMA weight of new evidence */
     for (int k = 0; k < zipcclNumCollKinds; k++)

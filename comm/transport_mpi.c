@@ -1,44 +1,55 @@
 /*
- * transport_mpi.c — the MPI side of ZipCCL: waiting on point-to-point
- * requests with a deadline (so no collective can hang), turning MPI errors
- * into zipcclResult_t, the native strategy (Open MPI's own non-blocking
- * collectives), and the ping-pong the switcher calibrates with.
+ * transport_mpi.c — ZipCCL's transport over Open MPI: the table of
+ * transport.h on host buffers.  Messages are MPI_Isend / MPI_Irecv of bytes
+ * on a duplicate of the caller's communicator (the data channel) and on a
+ * second duplicate (the control channel: call descriptors, liveness
+ * pings); request slots are MPI_Requests; the small collectives are
+ * MPI_Iallreduce / MPI_Ibarrier, waited by the caller with its deadline;
+ * native is Open MPI's own non-blocking collectives.
  *
  * Native numerics are MPI's: for bf16/fp16 sums MPI has no type, so we
  * register commutative user ops on MPI_UINT16_T that add two values in fp32
  * and round to the dtype at every combine (the pairwise rounding a user of
  * MPI would get); avg is the native sum divided by n afterwards, in fp32,
- * rounded once more.  Our own algorithms live in coll_algos.c.
+ * rounded once more.
  *
- * Every collective of ours on the communicator's MPI_Comm (native, the
- * switcher's agreements, barriers and ping-pong) first waits for the call
- * agreement (coll_agree.c): ranks that are in different calls, or disagree
- * on this one, then learn it there and never meet in different MPI
- * collectives (which Open MPI does not survive: a native AllGather whose
- * counts differ by one aborts the job from MPI_Testall, whatever the
- * communicator's error handler).
+ * Every collective on the data channel (native, the switcher's agreements
+ * and barriers) is started by the caller only after the call agreement
+ * (coll_agree.c): ranks in different calls must never meet in different MPI
+ * collectives, which Open MPI does not survive (a native AllGather whose
+ * counts differ by one aborts the job from MPI_Testall, whatever the error
+ * handler).
  *
  * Left out: MPI one-sided, persistent requests, counts above INT_MAX on the
  * native path (refused with zipcclUnsupported; raw/compressed handle them).
  */
 #include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "coll_internal.h"
 
-zipcclResult_t zipcclMpiCheckThreads(int* multiple) {
-    int inited = 0, level = MPI_THREAD_SINGLE;
-    MPI_Initialized(&inited);
-    if (!inited) return zipcclSetError(zipcclInvalidArgument, "MPI is not initialised");
-    MPI_Query_thread(&level);
-    *multiple = (level >= MPI_THREAD_MULTIPLE);
-    return zipcclSuccess;
-}
+typedef struct {
+    MPI_Comm data, control;  /* our two duplicates                            */
+    MPI_Status* stats;       /* testSome's statuses, grown as needed          */
+    int statsCap;
+    void* stage;             /* native in-place staging, grown as needed      */
+    size_t stageCap;
+    int* counts;             /* native AlltoAllv's int counts (4n)            */
+} MpiState;
 
-zipcclResult_t zipcclMpiError(int mpiErr, const char* what) {
+static MpiState* state(const struct zipcclComm* c) { return (MpiState*)c->tpState; }
+static MPI_Comm chanComm(const struct zipcclComm* c, int chan) {
+    return chan == zipcclChanControl ? state(c)->control : state(c)->data;
+}
+static MPI_Request* slot(void* reqs, int i) { return (MPI_Request*)reqs + i; }
+
+static zipcclResult_t mpiError(int mpiErr, const char* what) {
     char msg[MPI_MAX_ERROR_STRING] = "";
     int len = 0, cls = 0;
     MPI_Error_class(mpiErr, &cls);
@@ -49,6 +60,170 @@ zipcclResult_t zipcclMpiError(int mpiErr, const char* what) {
                               "on counts, dtype or the collective called): %s",
                               what, msg);
     return zipcclSetError(zipcclTransportError, "%s: MPI error: %s", what, msg);
+}
+#define MPI_TRY(call, what)                                   \
+    do {                                                      \
+        int mpi_try_err_ = (call);                            \
+        if (mpi_try_err_ != MPI_SUCCESS) return mpiError(mpi_try_err_, what); \
+    } while (0)
+
+static void* stageFor(MpiState* s, size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    if (s->stageCap < bytes) {
+        free(s->stage);
+        s->stage = malloc(bytes);
+        s->stageCap = s->stage ? bytes : 0;
+    }
+    return s->stage;
+}
+
+/* ---- lifetime ------------------------------------------------------------ */
+
+static zipcclResult_t mpiInit(struct zipcclComm* c, const void* handle) {
+    int inited = 0, level = MPI_THREAD_SINGLE;
+    MPI_Initialized(&inited);
+    if (!inited) return zipcclSetError(zipcclInvalidArgument, "MPI is not initialised");
+    MPI_Query_thread(&level);
+    c->threaded = level >= MPI_THREAD_MULTIPLE;
+    MpiState* s = calloc(1, sizeof *s);
+    if (!s) return zipcclSetError(zipcclSystemError, "zipcclCommInitMpi: out of memory");
+    s->data = s->control = MPI_COMM_NULL;
+    c->tpState = s;
+    MPI_TRY(MPI_Comm_dup(*(const MPI_Comm*)handle, &s->data), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(s->data, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(s->data, &c->rank);
+    MPI_Comm_size(s->data, &c->nranks);
+    /* The tag bound is the MPI library's, cached on MPI_COMM_WORLD only (a
+     * communicator split from it may carry no MPI_TAG_UB attribute). */
+    int* tagUb = NULL;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &flag);
+    if (!flag || *tagUb < (1 << 24) - 1)
+        return zipcclSetError(zipcclUnsupported, "MPI_TAG_UB %d is below the 2^24 ZipCCL tags need",
+                              flag ? *tagUb : -1);
+    /* AlltoAllv's tags carry the sender's size bucket in bits 23..28
+     * (coll_algos.c) where the bound allows; Open MPI's is 2^31-1. */
+    c->tagSizes = *tagUb >= (1 << 29) - 1;
+    MPI_TRY(MPI_Comm_dup(s->data, &s->control), "MPI_Comm_dup (control channel)");
+    MPI_Comm_set_errhandler(s->control, MPI_ERRORS_RETURN);
+    s->counts = malloc(sizeof(int) * 4 * (size_t)c->nranks);
+    if (!s->counts) return zipcclSetError(zipcclSystemError, "zipcclCommInitMpi: out of memory");
+    c->codecOk = 1;
+    return zipcclSuccess;
+}
+
+static void mpiDestroy(struct zipcclComm* c) {
+    MpiState* s = state(c);
+    if (!s) return;
+    if (s->control != MPI_COMM_NULL) MPI_Comm_free(&s->control);
+    if (s->data != MPI_COMM_NULL) MPI_Comm_free(&s->data);
+    free(s->stats);
+    if (!c->broken) free(s->stage); /* else an in-flight native send may read it */
+    free(s->counts);
+    free(s);
+    c->tpState = NULL;
+}
+
+/* ---- messages -------------------------------------------------------------- */
+
+static void mpiReqInit(void* reqs, int n) {
+    for (int i = 0; i < n; i++) *slot(reqs, i) = MPI_REQUEST_NULL;
+}
+static int mpiReqActive(const void* reqs, int i) { return ((const MPI_Request*)reqs)[i] != MPI_REQUEST_NULL; }
+
+static zipcclResult_t mpiIsend(struct zipcclComm* c, int chan, const void* buf, size_t bytes, int peer, int tag,
+                               void* reqs, int i) {
+    if (bytes > (size_t)INT_MAX) return zipcclSetError(zipcclUnsupported, "MPI: a %zu-byte message", bytes);
+    MPI_TRY(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, chanComm(c, chan), slot(reqs, i)), "MPI_Isend");
+    return zipcclSuccess;
+}
+
+static zipcclResult_t mpiIrecv(struct zipcclComm* c, int chan, void* buf, size_t cap, int peer, int tag,
+                               void* reqs, int i) {
+    if (cap > (size_t)INT_MAX) return zipcclSetError(zipcclUnsupported, "MPI: a %zu-byte receive", cap);
+    MPI_TRY(MPI_Irecv(buf, (int)cap, MPI_BYTE, peer, tag == ZIPCCL_ANY_TAG ? MPI_ANY_TAG : tag,
+                      chanComm(c, chan), slot(reqs, i)), "MPI_Irecv");
+    return zipcclSuccess;
+}
+
+/* A truncated message (a peer sent more than the receive holds) completes
+ * its slot with st.truncated; any other error is the call's. */
+static zipcclResult_t mpiTestSome(struct zipcclComm* c, void* reqs, int n, int* count, int* idx,
+                                  zipcclTpStatus* st) {
+    MpiState* s = state(c);
+    if (s->statsCap < n) {
+        MPI_Status* grown = realloc(s->stats, sizeof(MPI_Status) * (size_t)n);
+        if (!grown) return zipcclSetError(zipcclSystemError, "MPI: out of memory for %d statuses", n);
+        s->stats = grown, s->statsCap = n;
+    }
+    int out = 0;
+    int err = MPI_Testsome(n, (MPI_Request*)reqs, &out, idx, s->stats);
+    if (err != MPI_SUCCESS && err != MPI_ERR_IN_STATUS) return mpiError(err, "MPI_Testsome");
+    if (out == MPI_UNDEFINED) {
+        *count = -1;
+        return zipcclSuccess;
+    }
+    for (int k = 0; k < out; k++) {
+        const MPI_Status* m = &s->stats[k];
+        int e = err == MPI_ERR_IN_STATUS ? m->MPI_ERROR : MPI_SUCCESS, cls = MPI_SUCCESS;
+        if (e != MPI_SUCCESS) MPI_Error_class(e, &cls);
+        if (e != MPI_SUCCESS && cls != MPI_ERR_TRUNCATE) return mpiError(e, "MPI_Testsome");
+        int bytes = 0;
+        if (e == MPI_SUCCESS) MPI_Get_count(m, MPI_BYTE, &bytes);
+        st[k] = (zipcclTpStatus){m->MPI_SOURCE, m->MPI_TAG, (size_t)bytes, e != MPI_SUCCESS};
+    }
+    *count = out;
+    return zipcclSuccess;
+}
+
+static zipcclResult_t mpiTestAll(struct zipcclComm* c, void* reqs, int n, int* done) {
+    (void)c;
+    MPI_TRY(MPI_Testall(n, (MPI_Request*)reqs, done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    return zipcclSuccess;
+}
+
+static zipcclResult_t mpiTest(struct zipcclComm* c, void* reqs, int i, int* done) {
+    (void)c;
+    *done = 1;
+    if (*slot(reqs, i) == MPI_REQUEST_NULL) return zipcclSuccess;
+    MPI_TRY(MPI_Test(slot(reqs, i), done, MPI_STATUS_IGNORE), "MPI_Test");
+    return zipcclSuccess;
+}
+
+/* MPI_Cancel cannot withdraw a receive that a message has already matched:
+ * Open MPI then finishes it only with the sender's help (a large message
+ * from a stopped peer never does), so waiting for it after a timeout hung the
+ * call until that peer resumed.  Wait at most kWithdrawS, then let MPI
+ * finish it alone; its buffer may then still be written if that peer
+ * resumes (zipccl.h says so after zipcclTimeout).  Sends cannot be
+ * cancelled: their slots are freed and their buffers kept. */
+static const double kWithdrawS = 1.0;
+static void mpiAbandon(struct zipcclComm* c, void* reqs, int n, int nsend) {
+    (void)c;
+    MPI_Request* q = reqs;
+    for (int i = 0; i < n; i++)
+        if (q[i] != MPI_REQUEST_NULL) MPI_Cancel(&q[i]);
+    int left = 0;
+    const double t0 = zipcclNow();
+    while (n && zipcclNow() - t0 < kWithdrawS) {
+        int some[n];
+        if (MPI_Testsome(n, q, &left, some, MPI_STATUSES_IGNORE) != MPI_SUCCESS || left == MPI_UNDEFINED) break;
+        sched_yield();
+    }
+    for (int i = 0; i < n + nsend; i++)
+        if (q[i] != MPI_REQUEST_NULL) MPI_Request_free(&q[i]);
+}
+
+static zipcclResult_t mpiPoll(struct zipcclComm* c, int chan, int tag, void* buf, size_t bytes, int* peer) {
+    *peer = -1;
+    int flag = 0;
+    MPI_Message msg;
+    MPI_Status st;
+    MPI_TRY(MPI_Improbe(MPI_ANY_SOURCE, tag, chanComm(c, chan), &flag, &msg, &st), "MPI_Improbe");
+    if (!flag) return zipcclSuccess;
+    MPI_TRY(MPI_Mrecv(buf, (int)bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    *peer = st.MPI_SOURCE;
+    return zipcclSuccess;
 }
 
 /* Between polls that found nothing: yield the core while the wait (since
@@ -62,115 +237,38 @@ zipcclResult_t zipcclMpiError(int mpiErr, const char* what) {
  * cluster, 3 runs x 60 calls, medians): raw AllGather 1 MiB 2.57 -> 1.80 ms,
  * AllReduce 1 MiB 6.33 -> 5.16 ms, AlltoAll 4 MiB 7.99 -> 6.04 ms; at
  * 1 Gbit/s, 64 MiB compressed, and the `make run` training job, the same
- * within run-to-run noise (docs/bench/wait_yield_ab.jsonl,
- * docs/BENCHMARKS.md).  kNapSoonS: the one wait that naps early (native
- * ReduceScatter, zipcclRunMpiNative). */
+ * within run-to-run noise (docs/BENCHMARKS.md).  kNapSoonS: the one wait
+ * that naps early (native ReduceScatter, mpiNativeStart). */
 static const double kYieldS = 20e-3, kNapSoonS = 200e-6;
-static void idleFor(struct zipcclComm* c, double idleSeconds, double yieldSeconds) {
-    zipcclAnswerPings(c); /* rate-limited: a look every 10 ms at most */
-    if (idleSeconds < yieldSeconds) {
+static void mpiIdle(struct zipcclComm* c, double idleSeconds, double yieldSeconds) {
+    (void)c;
+    if (idleSeconds < (yieldSeconds < 0 ? kYieldS : yieldSeconds)) {
         sched_yield();
         return;
     }
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
 }
-void zipcclIdle(struct zipcclComm* c, double idleSeconds) { idleFor(c, idleSeconds, kYieldS); }
 
-/* Wait for reqs with the communicator's timeout, yielding the core for
- * the first yieldSeconds between polls (idleFor).  These are MPI's own
- * collectives, which do not say whom they wait for: a warning (if a peer
- * died, Open MPI ends the job right after, and it says where) asks the
- * peers whether they are inside ZipCCL and names those that do not answer. */
-static zipcclResult_t waitReqs(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
-                               double* waitSeconds, double yieldSeconds) {
-    double t0 = zipcclNow(), note = zipcclFirstNote(c);
-    for (;;) {
-        int flag = 0;
-        int err = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
-        if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
-        if (flag) break;
-        double waited = zipcclNow() - t0;
-        if (c->timeoutS > 0 && waited > c->timeoutS)
-            return zipcclSetError(zipcclTimeout,
-                                  "%s on rank %d: timed out after %.1f s (ZIPCCL_TIMEOUT_S) inside MPI's own "
-                                  "collective (which does not say for whom; the warnings name the ranks "
-                                  "that did not answer)",
-                                  what, c->rank, waited);
-        if (waited > note) {
-            char query[300];
-            zipcclQueryPeers(c, query, sizeof query);
-            fprintf(stderr, "zipccl: rank %d: %s still waiting after %.1f s (timeout %g s) inside MPI's own "
-                    "collective, which does not say for whom; %s\n",
-                    c->rank, what, waited, c->timeoutS, query);
-            note *= 2;
-        }
-        idleFor(c, waited, yieldSeconds);
-    }
-    if (waitSeconds) *waitSeconds += zipcclNow() - t0;
+/* ---- small collectives -------------------------------------------------------- */
+
+static MPI_Op mpiOpOf(zipcclTpOp op) { return op == zipcclTpMax ? MPI_MAX : op == zipcclTpMin ? MPI_MIN : MPI_SUM; }
+
+static zipcclResult_t mpiIallreduce(struct zipcclComm* c, const double* in, double* out, int n, zipcclTpOp op,
+                                    void* req) {
+    MPI_TRY(MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, n, MPI_DOUBLE, mpiOpOf(op), state(c)->data,
+                           slot(req, 0)), "MPI_Iallreduce");
     return zipcclSuccess;
 }
 
-/* MPI_Cancel cannot withdraw a receive that a message has already matched:
- * Open MPI then finishes it only with the sender's help (a large message
- * from a stopped peer never does), so waiting for it after a timeout hung the
- * call until that peer resumed.  Wait at most kWithdrawS, then let MPI
- * finish it alone; its buffer may then still be written if that peer
- * resumes (zipccl.h says so after zipcclTimeout). */
-static const double kWithdrawS = 1.0;
-void zipcclMpiWithdrawRecv(MPI_Request* req) {
-    if (*req == MPI_REQUEST_NULL) return;
-    MPI_Cancel(req);
-    const double t0 = zipcclNow();
-    int done = 0;
-    while (!done && zipcclNow() - t0 < kWithdrawS) {
-        MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (!done) sched_yield();
-    }
-    if (!done) MPI_Request_free(req);
+static zipcclResult_t mpiIbarrier(struct zipcclComm* c, void* req) {
+    MPI_TRY(MPI_Ibarrier(state(c)->data, slot(req, 0)), "MPI_Ibarrier");
+    return zipcclSuccess;
 }
 
-zipcclResult_t zipcclMpiWaitAll(struct zipcclComm* c, int n, MPI_Request* reqs, const char* what,
-                                double* waitSeconds) {
-    return waitReqs(c, n, reqs, what, waitSeconds, kYieldS);
-}
-
-zipcclResult_t zipcclMpiAllreduceTimed(struct zipcclComm* c, const void* in, void* out, int n,
-                                      MPI_Datatype dt, MPI_Op op, const char* what) {
-    ZIPCCL_TRY(zipcclAgreeWait(c));
-    MPI_Request req;
-    int err = MPI_Iallreduce(in, out, n, dt, op, c->mpi, &req);
-    if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
-    return zipcclMpiWaitAll(c, 1, &req, what, NULL);
-}
-
-/* The barrier that starts each of the switcher's measuring calls, so that
- * its time is measured as zipccl-bench (like nccl-tests) times calls: from
- * MPI_Barrier.  How the ranks leave the barrier moves what is measured.
- * AlltoAll(v) 4-64 KiB, 4 ranks, unthrottled emulated cluster, medians over
- * 20 runs per point (docs/bench/auto_barrier_variants.jsonl):
- *   barrier before a measuring call   auto measured raw/native  auto settled on
- *   MPI_Ibarrier, waited yielding     0.99-1.06x                native 78 of 120
- *   MPI_Barrier                       0.85-0.93x                raw 96 of 120
- * while the benchmark's own calls had raw at 0.84-0.94x native's time.  An
- * Ibarrier waited by busy polling, or a dissemination barrier of our own,
- * measured like the Ibarrier (6 runs each); the Ibarrier followed by
- * MPI_Barrier, below, like MPI_Barrier (0.85-0.95x, raw 57 of 72; 12 runs).
- * MPI_Barrier cannot time out, so an MPI_Ibarrier waited with the
- * communicator's timeout comes first: once it completes on a rank, every
- * rank has entered this function and goes on into the MPI_Barrier, which
- * then waits for no rank that is elsewhere.  (A peer that dies in between
- * ends the job, as in any MPI call; one whose own Ibarrier wait times out at
- * that very moment breaks its communicator and returns the error to the
- * application.) */
-zipcclResult_t zipcclMpiBarrierTimed(struct zipcclComm* c, const char* what) {
-    ZIPCCL_TRY(zipcclAgreeWait(c));
-    MPI_Request req;
-    int err = MPI_Ibarrier(c->mpi, &req);
-    if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
-    ZIPCCL_TRY(zipcclMpiWaitAll(c, 1, &req, what, NULL));
-    err = MPI_Barrier(c->mpi);
-    return err == MPI_SUCCESS ? zipcclSuccess : zipcclMpiError(err, what);
+static zipcclResult_t mpiBarrier(struct zipcclComm* c) {
+    MPI_TRY(MPI_Barrier(state(c)->data), "MPI_Barrier");
+    return zipcclSuccess;
 }
 
 /* ---- bf16 / fp16 sums for the native path -------------------------------- */
@@ -199,7 +297,7 @@ static zipcclResult_t sumOp(zipcclDataType_t dtype, MPI_Datatype* dt, MPI_Op* op
     if (opBf16 == MPI_OP_NULL) err = MPI_Op_create(sumBf16, 1, &opBf16);
     if (err == MPI_SUCCESS && opFp16 == MPI_OP_NULL) err = MPI_Op_create(sumFp16, 1, &opFp16);
     pthread_mutex_unlock(&opsMu);
-    if (err != MPI_SUCCESS) return zipcclMpiError(err, "MPI_Op_create");
+    if (err != MPI_SUCCESS) return mpiError(err, "MPI_Op_create");
     *dt = MPI_UINT16_T;
     *op = dtype == zipcclBfloat16 ? opBf16 : opFp16;
     return zipcclSuccess;
@@ -212,22 +310,25 @@ static void divideByN(void* buf, size_t count, zipcclDataType_t dtype, int n) {
 
 static int fitsInt(size_t v) { return v <= (size_t)INT_MAX; }
 
-zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
+/* Start the native collective into slot 0 of req; *yieldS is how long its
+ * waiter should yield between polls before napping. */
+static zipcclResult_t mpiNativeStart(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, void* reqSlot,
+                                     double* yieldS) {
+    MpiState* S = state(c);
+    MPI_Comm comm = S->data;
     const int n = c->nranks, r = c->rank;
     const size_t esz = zipcclTypeSize(op->dtype);
     const char* what = zipcclCollName(op->kind);
-    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Request* req = slot(reqSlot, 0);
     int err = MPI_SUCCESS;
     size_t nominal = 0; /* bytes this rank sends in a textbook algorithm */
-    size_t reduceCount = 0;
-    ZIPCCL_TRY(zipcclAgreeWait(c)); /* MPI's collectives cannot survive ranks that disagree */
 
     switch (op->kind) {
     case zipcclCollAllGather: {
         size_t bytes = op->count * esz;
         if (!fitsInt(bytes)) goto tooBig;
         const void* src = (op->sendbuf == (char*)op->recvbuf + r * bytes) ? MPI_IN_PLACE : op->sendbuf;
-        err = MPI_Iallgather(src, (int)bytes, MPI_BYTE, op->recvbuf, (int)bytes, MPI_BYTE, c->mpi, &req);
+        err = MPI_Iallgather(src, (int)bytes, MPI_BYTE, op->recvbuf, (int)bytes, MPI_BYTE, comm, req);
         nominal = bytes * (size_t)(n - 1);
         break;
     }
@@ -239,14 +340,13 @@ zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipc
         const void* src = op->sendbuf;
         if ((const char*)op->sendbuf + r * op->count * esz == (char*)op->recvbuf && n > 1) {
             /* MPI's in-place convention differs from ours: stage the input. */
-            void* tmp = zipcclScratch(c, 0, op->count * esz * n);
+            void* tmp = stageFor(S, op->count * esz * n);
             if (!tmp) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
             memcpy(tmp, op->sendbuf, op->count * esz * n);
             src = tmp;
         }
-        err = MPI_Ireduce_scatter_block(src, op->recvbuf, (int)op->count, dt, mop, c->mpi, &req);
+        err = MPI_Ireduce_scatter_block(src, op->recvbuf, (int)op->count, dt, mop, comm, req);
         nominal = op->count * esz * (size_t)(n - 1);
-        reduceCount = op->count;
         break;
     }
     case zipcclCollAllReduce: {
@@ -255,9 +355,8 @@ zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipc
         MPI_Op mop;
         ZIPCCL_TRY(sumOp(op->dtype, &dt, &mop));
         const void* src = op->sendbuf == op->recvbuf ? MPI_IN_PLACE : op->sendbuf;
-        err = MPI_Iallreduce(src, op->recvbuf, (int)op->count, dt, mop, c->mpi, &req);
+        err = MPI_Iallreduce(src, op->recvbuf, (int)op->count, dt, mop, comm, req);
         nominal = 2 * op->count * esz * (size_t)(n - 1) / (size_t)n;
-        reduceCount = op->count;
         break;
     }
     case zipcclCollAlltoAll: {
@@ -265,18 +364,17 @@ zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipc
         if (!fitsInt(bytes)) goto tooBig;
         const void* src = op->sendbuf;
         if (op->sendbuf == op->recvbuf) {
-            void* tmp = zipcclScratch(c, 0, bytes * n);
+            void* tmp = stageFor(S, bytes * n);
             if (!tmp) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
             memcpy(tmp, op->sendbuf, bytes * n);
             src = tmp;
         }
-        err = MPI_Ialltoall(src, (int)bytes, MPI_BYTE, op->recvbuf, (int)bytes, MPI_BYTE, c->mpi, &req);
+        err = MPI_Ialltoall(src, (int)bytes, MPI_BYTE, op->recvbuf, (int)bytes, MPI_BYTE, comm, req);
         nominal = bytes * (size_t)(n - 1);
         break;
     }
     case zipcclCollAlltoAllv: {
-        int* iv = zipcclScratch(c, 1, sizeof(int) * 4 * (size_t)n);
-        if (!iv) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
+        int* iv = S->counts;
         size_t sendExtent = 0;
         for (int i = 0; i < n; i++) {
             if (!fitsInt(op->sendcounts[i]) || !fitsInt(op->sdispls[i]) ||
@@ -292,33 +390,31 @@ zipcclResult_t zipcclRunMpiNative(struct zipcclComm* c, const zipcclOp* op, zipc
         }
         const void* src = op->sendbuf;
         if (op->sendbuf == op->recvbuf && sendExtent) {
-            void* tmp = zipcclScratch(c, 0, sendExtent * esz);
+            void* tmp = stageFor(S, sendExtent * esz);
             if (!tmp) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
             memcpy(tmp, op->sendbuf, sendExtent * esz);
             src = tmp;
         }
         MPI_Datatype dt = esz == 4 ? MPI_FLOAT : MPI_UINT16_T;
-        err = MPI_Ialltoallv(src, iv, iv + n, dt, op->recvbuf, iv + 2 * n, iv + 3 * n, dt, c->mpi,
-                             &req);
+        err = MPI_Ialltoallv(src, iv, iv + n, dt, op->recvbuf, iv + 2 * n, iv + 3 * n, dt, comm,
+                             req);
         break;
     }
     default: return zipcclSetError(zipcclInternalError, "native: unknown collective");
     }
-    if (err != MPI_SUCCESS) return zipcclMpiError(err, what);
-    /* Native calls yield like every wait (idleFor): napping after 200 us,
+    if (err != MPI_SUCCESS) return mpiError(err, what);
+    /* Native calls yield like every wait (mpiIdle): napping after 200 us,
      * as all waits did before, made native calls that crossed it bimodal
      * (16 KiB AlltoAll ~0.26 or ~0.52 ms from run to run).  Native medians,
      * 4 ranks unthrottled, 4 runs x 100 calls, napping -> yielding:
      * AllGather 64 KiB 0.54 -> 0.30 ms, AllReduce 4 KiB 0.94 -> 0.37 ms,
-     * AlltoAll 16 KiB 0.53 -> 0.26 ms, AlltoAllv 1 MiB 2.26 -> 1.84 ms
-     * (docs/bench/native_wait_ab.jsonl).  Except ReduceScatter, which still
-     * naps after 200 us: Open MPI's MPI_Ireduce_scatter_block reduces the
-     * whole buffer to one rank (a binomial tree), then scatters, and ranks
-     * that spin meanwhile take the shared cores from the one reducing
-     * (1 MiB: 14.3 ms napping, 22.2 ms yielding). */
-    const double yieldS = op->kind == zipcclCollReduceScatter ? kNapSoonS : kYieldS;
-    ZIPCCL_TRY(waitReqs(c, 1, &req, what, &st->wireSeconds, yieldS));
-    if (op->op == zipcclAvg && reduceCount) divideByN(op->recvbuf, reduceCount, op->dtype, n);
+     * AlltoAll 16 KiB 0.53 -> 0.26 ms, AlltoAllv 1 MiB 2.26 -> 1.84 ms.
+     * Except ReduceScatter, which still naps after 200 us: Open MPI's
+     * MPI_Ireduce_scatter_block reduces the whole buffer to one rank (a
+     * binomial tree), then scatters, and ranks that spin meanwhile take the
+     * shared cores from the one reducing (1 MiB: 14.3 ms napping, 22.2 ms
+     * yielding). */
+    *yieldS = op->kind == zipcclCollReduceScatter ? kNapSoonS : kYieldS;
     st->rawBytes = st->wireBytes = nominal;
     return zipcclSuccess;
 tooBig:
@@ -328,20 +424,27 @@ tooBig:
                           what);
 }
 
+/* After the native collective completed: avg is the sum divided by n. */
+static zipcclResult_t mpiNativeFinish(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
+    (void)st;
+    const size_t count = op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce ? op->count : 0;
+    if (op->op == zipcclAvg && count) divideByN(op->recvbuf, count, op->dtype, c->nranks);
+    return zipcclSuccess;
+}
+
 /* ---- calibration ---------------------------------------------------------- */
 
 /* Ranks 0 and n-1 (with ranks placed host by host, the pair most likely to
- * cross hosts) bounce a small and a 1 MiB message; everyone receives the
- * result by broadcast so the model inputs agree.  ~a few ms on shared
+ * cross hosts) bounce a small and a 1 MiB message; the others return zeros
+ * (the caller takes the maximum over the ranks, so every rank agrees).  ~a few ms on shared
  * memory, ~50 ms on a 1 Gbit/s link. */
-zipcclResult_t zipcclMpiPingPong(struct zipcclComm* c, double* alpha, double* beta) {
-    ZIPCCL_TRY(zipcclAgreeWait(c));
+static zipcclResult_t mpiPingPong(struct zipcclComm* c, double* alpha, double* beta) {
     double res[2] = {*alpha, *beta};
     const int last = c->nranks - 1;
     if (c->nranks >= 2 && (c->rank == 0 || c->rank == last)) {
         enum { kSmallReps = 20, kBigReps = 3 };
         const size_t big = 1 << 20;
-        char* buf = zipcclScratch(c, 0, big);
+        char* buf = stageFor(state(c), big);
         if (!buf) return zipcclSetError(zipcclSystemError, "calibration: out of memory");
         memset(buf, 0, big);
         int peer = c->rank == 0 ? last : 0, tag = 0x7FFF;
@@ -352,11 +455,11 @@ zipcclResult_t zipcclMpiPingPong(struct zipcclComm* c, double* alpha, double* be
             double t0 = zipcclNow();
             for (int i = 0; i < reps; i++) {
                 if (c->rank == 0) {
-                    MPI_Send(buf, (int)sz, MPI_BYTE, peer, tag, c->mpi);
-                    MPI_Recv(buf, (int)sz, MPI_BYTE, peer, tag, c->mpi, MPI_STATUS_IGNORE);
+                    MPI_Send(buf, (int)sz, MPI_BYTE, peer, tag, state(c)->data);
+                    MPI_Recv(buf, (int)sz, MPI_BYTE, peer, tag, state(c)->data, MPI_STATUS_IGNORE);
                 } else {
-                    MPI_Recv(buf, (int)sz, MPI_BYTE, peer, tag, c->mpi, MPI_STATUS_IGNORE);
-                    MPI_Send(buf, (int)sz, MPI_BYTE, peer, tag, c->mpi);
+                    MPI_Recv(buf, (int)sz, MPI_BYTE, peer, tag, state(c)->data, MPI_STATUS_IGNORE);
+                    MPI_Send(buf, (int)sz, MPI_BYTE, peer, tag, state(c)->data);
                 }
             }
             double t = (zipcclNow() - t0) / (2.0 * reps);
@@ -365,11 +468,33 @@ zipcclResult_t zipcclMpiPingPong(struct zipcclComm* c, double* alpha, double* be
         res[0] = tSmall;
         res[1] = tBig > tSmall ? (double)big / (tBig - tSmall) : 1e10;
     }
-    if (c->nranks >= 2) { /* rank 0's measurement for everyone (max of it and zeros) */
-        if (c->rank != 0) res[0] = res[1] = 0;
-        ZIPCCL_TRY(zipcclMpiAllreduceTimed(c, MPI_IN_PLACE, res, 2, MPI_DOUBLE, MPI_MAX, "calibration"));
-    }
     *alpha = res[0];
     *beta = res[1];
     return zipcclSuccess;
 }
+
+const zipcclTransport zipcclTransportMpi = {
+    .name = "mpi",
+    .caps = zipcclTpHostControl | zipcclTpRing | zipcclTpOneShot,
+    .device = 0,
+    .reqSize = sizeof(MPI_Request),
+    .init = mpiInit,
+    .destroy = mpiDestroy,
+    .reqInit = mpiReqInit,
+    .reqActive = mpiReqActive,
+    .isend = mpiIsend,
+    .irecv = mpiIrecv,
+    .testSome = mpiTestSome,
+    .testAll = mpiTestAll,
+    .test = mpiTest,
+    .abandon = mpiAbandon,
+    .poll = mpiPoll,
+    .idle = mpiIdle,
+    .iallreduce = mpiIallreduce,
+    .ibarrier = mpiIbarrier,
+    .barrier = mpiBarrier,
+    .pingPong = mpiPingPong,
+    .nativeStart = mpiNativeStart,
+    .nativeFinish = mpiNativeFinish,
+    .runOwn = NULL,
+};

@@ -1,11 +1,15 @@
 /*
- * transport_nccl.c — ZipCCL on NCCL communicators: device buffers, work
- * enqueued on the caller's CUDA stream.
+ * transport_nccl.c — ZipCCL's transport over NCCL (transport.h's table):
+ * device buffers, work enqueued on the caller's CUDA stream.
  *
  *   native      ncclAllGather / ncclReduceScatter / ncclAllReduce (NCCL's own
  *               numerics, ncclAvg for avg) and grouped ncclSend/ncclRecv for
  *               AlltoAll(v), which NCCL has no collective for.
- *   raw         our designs over grouped ncclSend/ncclRecv, uncompressed.
+ *   raw         designs of this transport's own (runOwn) over grouped
+ *               ncclSend/ncclRecv, uncompressed: NCCL's receives take
+ *               exactly the message's size and its work is stream-ordered,
+ *               so the table's message entries, which coll_algos.c's
+ *               designs run on, are not implemented here yet.
  *   compressed  the same designs with each block coded once on the device
  *               (zipcclCompressCuda), frame sizes exchanged first (8 bytes per
  *               pair: NCCL needs the size of a receive up front), frames
@@ -25,18 +29,45 @@
  * block inside NCCL.  Calls run at issue; the request completes when the
  * host part is done and the device work is ordered on the stream.
  */
+#include <string.h>
+
 #include "coll_internal.h"
+
+/* ---- the entries every transport shares here: no request slots ---------- */
+/* NCCL's work is ordered on the caller's stream, so a slot is never in
+ * flight: a native call leaves it empty and its wait returns at once. */
+static void ncclReqInit(void* reqs, int n) { memset(reqs, 0, sizeof(int) * (size_t)n); }
+static int ncclReqActive(const void* reqs, int i) { (void)reqs, (void)i; return 0; }
+static zipcclResult_t ncclTest(struct zipcclComm* c, void* reqs, int i, int* done) {
+    (void)c, (void)reqs, (void)i;
+    *done = 1;
+    return zipcclSuccess;
+}
+static zipcclResult_t ncclTestAll(struct zipcclComm* c, void* reqs, int n, int* done) {
+    (void)c, (void)reqs, (void)n;
+    *done = 1;
+    return zipcclSuccess;
+}
+static void ncclAbandon(struct zipcclComm* c, void* reqs, int n, int nsend) { (void)c, (void)reqs, (void)n, (void)nsend; }
+static void ncclIdle(struct zipcclComm* c, double idleSeconds, double yieldSeconds) {
+    (void)c, (void)idleSeconds, (void)yieldSeconds;
+}
 
 #ifndef ZIPCCL_HAVE_CUDA
 
-zipcclResult_t zipcclNcclInit(struct zipcclComm* c) {
-    (void)c;
+static zipcclResult_t ncclInit(struct zipcclComm* c, const void* handle) {
+    (void)c, (void)handle;
     return zipcclSetError(zipcclUnsupported,
                           "zipcclCommInitNccl: libzipccl was built without CUDA/NCCL (no nvcc)");
 }
-void zipcclNcclDestroy(struct zipcclComm* c) { (void)c; }
-zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t strategy,
-                             zipcclExecStats* st) {
+static void ncclDestroy(struct zipcclComm* c) { (void)c; }
+static zipcclResult_t ncclNativeStart(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, void* req,
+                                      double* yieldS) {
+    (void)c, (void)op, (void)st, (void)req, (void)yieldS;
+    return zipcclSetError(zipcclUnsupported, "NCCL transport: built without CUDA");
+}
+static zipcclResult_t ncclRunOwn(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t strategy,
+                                 zipcclExecStats* st) {
     (void)c, (void)op, (void)strategy, (void)st;
     return zipcclSetError(zipcclUnsupported, "NCCL transport: built without CUDA");
 }
@@ -55,6 +86,7 @@ int zipcclCudaFinalize(void* out, const float* acc, size_t n, int dtype, int avg
 
 enum { kDevSlots = 6 };
 typedef struct {
+    ncclComm_t nccl;      /* the caller's (not owned)                       */
     void* dev[kDevSlots]; /* 0 send frames, 1 recv frames, 2 acc, 3 tmp, 4 block, 5 codec workspace */
     size_t cap[kDevSlots];
     uint64_t* dSizes;     /* 2n sizes on the device for the size exchange */
@@ -71,7 +103,7 @@ static zipcclResult_t ncclOk(ncclResult_t e, const char* what) {
 }
 
 static zipcclResult_t devScratch(struct zipcclComm* c, int slot, size_t bytes, void** out) {
-    NcclState* s = c->ncclState;
+    NcclState* s = c->tpState;
     if (bytes == 0) bytes = 1;
     if (s->cap[slot] < bytes) {
         if (s->dev[slot]) cudaFree(s->dev[slot]);
@@ -88,30 +120,30 @@ static ncclDataType_t ncclType(zipcclDataType_t dt) {
     return dt == zipcclFloat32 ? ncclFloat32 : dt == zipcclFloat16 ? ncclFloat16 : ncclBfloat16;
 }
 
-zipcclResult_t zipcclNcclInit(struct zipcclComm* c) {
-    ncclComm_t nc = (ncclComm_t)c->nccl;
+static zipcclResult_t ncclInit(struct zipcclComm* c, const void* handle) {
+    ncclComm_t nc = (ncclComm_t)handle;
     ZIPCCL_TRY(ncclOk(ncclCommUserRank(nc, &c->rank), "ncclCommUserRank"));
     ZIPCCL_TRY(ncclOk(ncclCommCount(nc, &c->nranks), "ncclCommCount"));
     NcclState* s = calloc(1, sizeof *s);
     if (!s) return zipcclSetError(zipcclSystemError, "zipcclCommInitNccl: out of memory");
-    c->ncclState = s;
+    s->nccl = nc;
+    c->tpState = s;
     ZIPCCL_TRY(cudaOk(cudaMalloc((void**)&s->dSizes, 2 * sizeof(uint64_t) * (size_t)c->nranks), "size buffer"));
     ZIPCCL_TRY(cudaOk(cudaMallocHost((void**)&s->hSizes, 2 * sizeof(uint64_t) * (size_t)c->nranks), "size buffer"));
-    c->ncclCodec = zipcclCudaAvailable();
-    c->threaded = 0;
-    c->model.calibrated = 1; /* defaults + ZIPCCL_LINK_GBPS; no measuring on NCCL */
+    c->codecOk = zipcclCudaAvailable();
+    c->threaded = 0; /* calls run at issue: their work is stream-ordered */
     return zipcclSuccess;
 }
 
-void zipcclNcclDestroy(struct zipcclComm* c) {
-    NcclState* s = c->ncclState;
+static void ncclDestroy(struct zipcclComm* c) {
+    NcclState* s = c->tpState;
     if (!s) return;
     for (int i = 0; i < kDevSlots; i++)
         if (s->dev[i]) cudaFree(s->dev[i]);
     if (s->dSizes) cudaFree(s->dSizes);
     if (s->hSizes) cudaFreeHost(s->hSizes);
     free(s);
-    c->ncclState = NULL;
+    c->tpState = NULL;
 }
 
 /* ---- the exchange every design is built from -------------------------------- */
@@ -133,8 +165,8 @@ typedef struct {
 static zipcclResult_t exchange(Nx* x, void* const* sendPtr, const size_t* sendBytes,
                                void* const* recvPtr, size_t* recvBytes, const size_t* recvCap) {
     struct zipcclComm* c = x->c;
-    NcclState* s = c->ncclState;
-    ncclComm_t nc = (ncclComm_t)c->nccl;
+    NcclState* s = c->tpState;
+    ncclComm_t nc = ((NcclState*)c->tpState)->nccl;
     const int n = c->nranks;
     const char* what = zipcclCollName(x->op->kind);
     double t0 = zipcclNow();
@@ -327,8 +359,10 @@ static zipcclResult_t reduceScatterDev(Nx* x, const char* sendbuf, const size_t*
     return zipcclSuccess;
 }
 
-static zipcclResult_t runNative(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
-    ncclComm_t nc = (ncclComm_t)c->nccl;
+static zipcclResult_t ncclNativeStart(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, void* req,
+                                      double* yieldS) {
+    (void)req, (void)yieldS; /* stream-ordered: nothing for the caller to wait for */
+    ncclComm_t nc = ((NcclState*)c->tpState)->nccl;
     cudaStream_t s = (cudaStream_t)op->stream;
     const int n = c->nranks, r = c->rank;
     const size_t esz = zipcclTypeSize(op->dtype);
@@ -382,9 +416,8 @@ static zipcclResult_t runNative(struct zipcclComm* c, const zipcclOp* op, zipccl
     return zipcclSuccess;
 }
 
-zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t strategy,
-                             zipcclExecStats* st) {
-    if (strategy == zipcclStrategyNative) return runNative(c, op, st);
+static zipcclResult_t ncclRunOwn(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t strategy,
+                                 zipcclExecStats* st) {
     const char* what = zipcclCollName(op->kind);
     if ((op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce) && st->algo == zipcclAlgoRing)
         return zipcclSetError(zipcclUnsupported, "%s: the ring design is implemented for MPI communicators only; use direct", what);
@@ -413,7 +446,7 @@ zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStr
             if (op->recvcounts[i] > maxCount) maxCount = op->recvcounts[i];
         }
     if (x.compressed) {
-        if (!c->ncclCodec) return zipcclSetError(zipcclUnsupported, "%s: compressed strategy needs the CUDA codec, which is not usable here", what);
+        if (!c->codecOk) return zipcclSetError(zipcclUnsupported, "%s: compressed strategy needs the CUDA codec, which is not usable here", what);
         x.wsSize = zipcclCudaWorkspaceSize(maxCount, op->dtype);
         ZIPCCL_TRY(devScratch(c, 5, x.wsSize, &x.ws));
     }
@@ -442,3 +475,29 @@ zipcclResult_t zipcclRunNccl(struct zipcclComm* c, const zipcclOp* op, zipcclStr
 }
 
 #endif /* ZIPCCL_HAVE_CUDA */
+
+static zipcclResult_t ncclNativeFinish(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
+    (void)c, (void)op, (void)st; /* ncclAvg divides on the device */
+    return zipcclSuccess;
+}
+
+/* No message entries (NCCL's receives take exactly the message's size and
+ * order on streams; see transport.h), no host-side control: no call
+ * agreement, calibration or measured selection, and designs of its own. */
+const zipcclTransport zipcclTransportNccl = {
+    .name = "nccl",
+    .caps = 0,
+    .device = 1,
+    .reqSize = sizeof(int),
+    .init = ncclInit,
+    .destroy = ncclDestroy,
+    .reqInit = ncclReqInit,
+    .reqActive = ncclReqActive,
+    .testAll = ncclTestAll,
+    .test = ncclTest,
+    .abandon = ncclAbandon,
+    .idle = ncclIdle,
+    .nativeStart = ncclNativeStart,
+    .nativeFinish = ncclNativeFinish,
+    .runOwn = ncclRunOwn,
+};
