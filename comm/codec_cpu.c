@@ -519,15 +519,20 @@ static void zc_init_expand(void) {
 }
 
 /* The escape bytes esc[p..] spread over the set bits of m (32 elements).
- * Reads esc[p, p + popcount(m) + 8), which the caller guarantees. */
+ * Two 16-byte loads, one per 16 elements: the second quarter's pattern has
+ * its indices moved past the first quarter's bytes (0x80 + at most 8 keeps
+ * its high bit: still a zero), so one pshufb serves two quarters. Reads
+ * esc[0, min(popcount(m), 16) + 16), which the caller guarantees. */
 ZC_T256 static inline __m256i zc256_expand(const uint8_t* esc, uint32_t m) {
-    __m128i v[4];
-    for (int q = 0; q < 4; q++) {
-        uint32_t b = (m >> (8 * q)) & 0xFF;
-        v[q] = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i*)esc), _mm_cvtsi64_si128((long long)kExpand[b]));
-        esc += _mm_popcnt_u32(b);
-    }
-    return _mm256_set_m128i(_mm_unpacklo_epi64(v[2], v[3]), _mm_unpacklo_epi64(v[0], v[1]));
+    const uint64_t ones = 0x0101010101010101ull;
+    uint32_t b0 = m & 0xFF, b1 = (m >> 8) & 0xFF, b2 = (m >> 16) & 0xFF, b3 = m >> 24;
+    uint32_t c0 = (uint32_t)_mm_popcnt_u32(b0), c2 = (uint32_t)_mm_popcnt_u32(b2);
+    uint32_t c01 = (uint32_t)_mm_popcnt_u32(m & 0xFFFF);
+    __m128i lo = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)esc),
+                                  _mm_set_epi64x((long long)(kExpand[b1] + c0 * ones), (long long)kExpand[b0]));
+    __m128i hi = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(esc + c01)),
+                                  _mm_set_epi64x((long long)(kExpand[b3] + c2 * ones), (long long)kExpand[b2]));
+    return _mm256_set_m128i(hi, lo);
 }
 
 /* 32 bits -> 32 bytes, 0xFF where the bit is set. */
@@ -571,7 +576,7 @@ ZC_T256 static __attribute__((always_inline)) inline int merge_avx2_impl(int dt,
             if (m) {
                 uint32_t k = (uint32_t)_mm_popcnt_u32(m);
                 if (k > n_esc - p) return -1;
-                if (n_esc - p >= k + 8) { /* room for the 8-byte loads */
+                if (n_esc - p >= k + 16) { /* room for the 16-byte loads */
                     e = _mm256_blendv_epi8(e, zc256_expand(esc + p, m), zc256_bits(m));
                     p += k;
                 } else { /* the chunk's last few escapes */
@@ -865,7 +870,7 @@ ZC_T256 static void f2_unpack_avx2(const uint8_t* prim, const uint8_t* sec, size
     const __m256i one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2), three = _mm256_set1_epi8(3);
     size_t gend = g1 * 64 > n ? g1 - 1 : g1, k = *cur, h = k / 64;
     /* q bytes of secondary groups h and h + 1; zc256_expand reads at most
-     * 32 + 8 bytes past k - 64h < 64 */
+     * 32 bytes past k - 64h < 64 */
     uint8_t win[128];
     f2_sec_bytes256(sec, m, h, win);
     f2_sec_bytes256(sec, m, h + 1, win + 64);
@@ -906,7 +911,8 @@ ZC_T256 static void f2_unpack_avx2(const uint8_t* prim, const uint8_t* sec, size
  * bytes (0..7) become three plane words per 64 entries. Decoding walks the
  * tier-1 groups with a cursor into each lower tier: the codes of the next 64
  * entries of a tier come from two plane words shifted together, and go back
- * to their elements through vpexpandb (AVX-512) or a bit loop (scalar). */
+ * to their elements through vpexpandb (AVX-512), pshufb expansion (AVX2,
+ * below) or a bit loop (scalar). */
 
 /* One tier pass over m bytes (through lut if not NULL): plane words at
  * planes (16 bytes per 64 entries, padding bits 0), continuing entries'
@@ -1046,6 +1052,169 @@ ZC_T512 static void t_planes3_avx512(uint8_t* q, size_t m, uint8_t* out) {
     }
 }
 
+/* AVX2 tiers. Without vpcompressb, a tier pass compacts the continuing
+ * entries 8 at a time: a pshufb pattern per 8-bit mask (kCompress) gathers
+ * the selected bytes to the front and an 8-byte store lands them at the
+ * cursor, the next store overwriting what lies past them. Decoding spreads
+ * the next entries of a lower tier over the code-3 positions with
+ * zc256_expand, from a window holding that tier's current and next plane
+ * groups as bytes; the spread codes are zero elsewhere, so a rank is the
+ * sum p1 + p2 + p3 of what each tier put there. No pdep or pext: they are
+ * microcoded, hundreds of cycles, on the AMD Zen 2 cores this path serves. */
+
+/* kCompress[b]: pshufb pattern that gathers the bytes at the set bit
+ * positions of b to the front (what follows them is unspecified). */
+static uint64_t kCompress[256];
+static pthread_once_t kCompressOnce = PTHREAD_ONCE_INIT;
+static void zc_init_compress(void) {
+    for (int b = 0; b < 256; b++) {
+        uint64_t v = 0;
+        for (int j = 0, k = 0; j < 8; j++)
+            if (b >> j & 1) v |= (uint64_t)j << (8 * k++);
+        kCompress[b] = v;
+    }
+}
+
+/* Append the bytes of x (16 of them) at the set bits of mask (16 bits) to
+ * out + c; returns the new c. Writes up to 8 bytes past it. */
+ZC_T256 static inline size_t zc128_compact(__m128i x, uint32_t mask, uint8_t* out, size_t c) {
+    uint32_t lo = mask & 0xFF, hi = (mask >> 8) & 0xFF;
+    __m128i a = _mm_shuffle_epi8(x, _mm_cvtsi64_si128((long long)kCompress[lo]));
+    /* | 8: the same pattern on the upper 8 bytes */
+    __m128i b = _mm_shuffle_epi8(x, _mm_cvtsi64_si128((long long)(kCompress[hi] | 0x0808080808080808ull)));
+    _mm_storel_epi64((__m128i*)(out + c), a);
+    c += (size_t)_mm_popcnt_u32(lo);
+    _mm_storel_epi64((__m128i*)(out + c), b);
+    return c + (size_t)_mm_popcnt_u32(hi);
+}
+
+ZC_T256 static size_t t_pass_avx2(const uint8_t* in, size_t m, const uint8_t* lut, uint8_t* planes,
+                                  uint8_t* next) {
+    pthread_once(&kCompressOnce, zc_init_compress);
+    const __m256i three = _mm256_set1_epi8(3);
+    __m256i lv = _mm256_setzero_si256();
+    if (lut) lv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)lut));
+    size_t c = 0, full = m / 64;
+    for (size_t g = 0; g < full; g++) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i*)(in + 64 * g));
+        __m256i v1 = _mm256_loadu_si256((const __m256i*)(in + 64 * g + 32));
+        if (lut) { /* in <= 13: the index never has its high bit set */
+            v0 = _mm256_shuffle_epi8(lv, v0);
+            v1 = _mm256_shuffle_epi8(lv, v1);
+        }
+        __m256i p0 = _mm256_min_epu8(v0, three), p1 = _mm256_min_epu8(v1, three);
+        uint64_t w0 = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(p0, 7)) |
+                      (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(p1, 7)) << 32;
+        uint64_t w1 = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(p0, 6)) |
+                      (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(p1, 6)) << 32;
+        uint64_t t = w0 & w1;
+        zc_st64(planes + 16 * g, w0);
+        zc_st64(planes + 16 * g + 8, w1);
+        __m256i d0 = _mm256_sub_epi8(v0, three), d1 = _mm256_sub_epi8(v1, three);
+        c = zc128_compact(_mm256_castsi256_si128(d0), (uint32_t)t & 0xFFFF, next, c);
+        c = zc128_compact(_mm256_extracti128_si256(d0, 1), (uint32_t)(t >> 16) & 0xFFFF, next, c);
+        c = zc128_compact(_mm256_castsi256_si128(d1), (uint32_t)(t >> 32) & 0xFFFF, next, c);
+        c = zc128_compact(_mm256_extracti128_si256(d1, 1), (uint32_t)(t >> 48), next, c);
+    }
+    if (full * 64 < m) c = t_pass_group_scalar(in, m, full, lut, planes, next, c);
+    return c;
+}
+
+/* The last tier: m bytes (0..7; q has room for m + 64, zeroed here) as
+ * three plane words per 64 entries. */
+ZC_T256 static void t_planes3_avx2(uint8_t* q, size_t m, uint8_t* out) {
+    memset(q + m, 0, 64);
+    for (size_t h = 0; h < zc_groups(m); h++) {
+        __m256i lo = _mm256_loadu_si256((const __m256i*)(q + 64 * h));
+        __m256i hi = _mm256_loadu_si256((const __m256i*)(q + 64 * h + 32));
+        for (int k = 0; k < 3; k++)
+            zc_st64(out + 24 * h + 8 * k, f2_bit_mask256(lo, k) | (uint64_t)f2_bit_mask256(hi, k) << 32);
+    }
+}
+
+/* Plane group h of a tier with `words` plane words per group as 64 code
+ * bytes at out (zeros past its hn groups). */
+ZC_T256 static inline void t_group_bytes256(const uint8_t* planes, int words, size_t hn, size_t h, uint8_t* out) {
+    for (int half = 0; half < 2; half++) {
+        __m256i v = _mm256_setzero_si256();
+        if (h < hn)
+            for (int w = 0; w < words; w++) {
+                uint32_t b = (uint32_t)(zc_ld64(planes + 8 * (size_t)words * h + 8 * w) >> (32 * half));
+                v = _mm256_or_si256(v, _mm256_and_si256(zc256_bits(b), _mm256_set1_epi8((char)(1 << w))));
+            }
+        _mm256_storeu_si256((__m256i*)(out + 32 * half), v);
+    }
+}
+
+/* Entries [c, c + cnt) of a tier (hn plane groups) as code bytes: entry k
+ * at out[k - 64 * (c / 64)], followed by 32 zero bytes (what zc256_expand
+ * may read past the last entry). out holds cnt + 64 + 32 bytes. */
+ZC_T256 static void t_tier_bytes256(const uint8_t* planes, int words, size_t hn, size_t c, size_t cnt, uint8_t* out) {
+    size_t h0 = c / 64, h1 = cnt ? (c + cnt - 1) / 64 + 1 : h0;
+    for (size_t h = h0; h < h1; h++) t_group_bytes256(planes, words, hn, h, out + 64 * (h - h0));
+    _mm256_storeu_si256((__m256i*)(out + 64 * (h1 - h0)), _mm256_setzero_si256());
+}
+
+/* How many of tier-2 entries [c, c + cnt) have code 3 (continue to tier 3). */
+ZC_T256 static size_t t_count3(const uint8_t* t2, size_t c, size_t cnt) {
+    size_t total = 0, end = c + cnt;
+    for (size_t h = c / 64; 64 * h < end; h++) {
+        uint64_t w = zc_ld64(t2 + 16 * h) & zc_ld64(t2 + 16 * h + 8);
+        size_t lo = c > 64 * h ? c - 64 * h : 0, hi = end - 64 * h < 64 ? end - 64 * h : 64;
+        uint64_t keep = (hi == 64 ? ~0ull : (1ull << hi) - 1) & (~0ull << lo);
+        total += (size_t)_mm_popcnt_u64(w & keep);
+    }
+    return total;
+}
+
+ZC_T256 static void t_unpack_avx2(const uint8_t* t1, const uint8_t* t2, size_t h2, const uint8_t* t3, size_t h3,
+                                  const uint8_t* inv, size_t n, size_t g0, size_t g1, size_t* k2, size_t* k3,
+                                  uint8_t* sym) {
+    pthread_once(&kExpandOnce, zc_init_expand);
+    const __m256i one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2), three = _mm256_set1_epi8(3);
+    const __m256i iv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)inv));
+    size_t gend = g1 * 64 > n ? g1 - 1 : g1, c2 = *k2, c3 = *k3, m2 = 0;
+    /* The segment's tier-2 and tier-3 entries, counted from the planes, go
+     * to bytes before the main loop: its loads then never wait on a store
+     * just made (a window refilled as the cursor moves on did, once per 64
+     * entries). */
+    for (size_t g = g0; g < gend; g++) m2 += (size_t)_mm_popcnt_u64(zc_ld64(t1 + 16 * (g - g0)) & zc_ld64(t1 + 16 * (g - g0) + 8));
+    size_t m3 = t_count3(t2, c2, m2);
+    uint8_t b2[ZC_SEG + 128], b3[ZC_SEG + 128];
+    t_tier_bytes256(t2, 2, h2, c2, m2, b2);
+    t_tier_bytes256(t3, 3, h3, c3, m3, b3);
+    uint8_t* q2 = b2 + c2 % 64;
+    const uint8_t* q3 = b3 + c3 % 64;
+    /* tier 3 into tier 2 first, in the compact order of the tier-2
+     * entries: code 3 + p3 where p2 = 3, the rest as they are; entries past
+     * m2 (the next segment's) are left alone */
+    for (size_t k = 0; k < m2; k += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i*)(q2 + k));
+        uint32_t live = m2 - k >= 32 ? ~0u : (1u << (m2 - k)) - 1;
+        uint32_t u = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, three)) & live;
+        if (u) {
+            _mm256_storeu_si256((__m256i*)(q2 + k), _mm256_add_epi8(v, zc256_expand(q3, u)));
+            q3 += _mm_popcnt_u32(u);
+        }
+    }
+    for (size_t g = g0; g < gend; g++) {
+        const uint8_t* w = t1 + 16 * (g - g0);
+        uint64_t w0 = zc_ld64(w), w1 = zc_ld64(w + 8);
+        for (int half = 0; half < 2; half++) {
+            uint32_t b0 = (uint32_t)(w0 >> (32 * half)), b1 = (uint32_t)(w1 >> (32 * half)), t = b0 & b1;
+            __m256i r = _mm256_or_si256(_mm256_and_si256(zc256_bits(b0), one), _mm256_and_si256(zc256_bits(b1), two));
+            if (t) { /* p1 = 3 there: 3 + p2, or 6 + p3 */
+                r = _mm256_add_epi8(r, zc256_expand(q2, t));
+                q2 += _mm_popcnt_u32(t);
+            }
+            _mm256_storeu_si256((__m256i*)(sym + 64 * (g - g0) + 32 * half), _mm256_shuffle_epi8(iv, r));
+        }
+    }
+    *k2 = c2 + m2;
+    *k3 = c3 + m3;
+    if (gend < g1) t_unpack_scalar(t1 + 16 * (gend - g0), t2, h2, t3, h3, inv, n, gend, g1, k2, k3, sym + 64 * (gend - g0));
+}
+
 /* The shape's LUTs: window position -> rank (enc) and rank -> position (dec). */
 static void t_luts(uint32_t shape, uint8_t enc[16], uint8_t dec[16]) {
     for (uint32_t v = 0; v < 16; v++) {
@@ -1065,6 +1234,7 @@ typedef struct {
     zc_f2unpack_fn f2unpack;
     zc_tpass_fn tpass;
     zc_tunpack_fn tunpack;
+    void (*tplanes3)(uint8_t* q, size_t m, uint8_t* out); /* T's last tier -> planes */
     int rans512; /* rANS lanes in AVX-512 (gathers, scatters)  */
 } zc_kernels_t;
 
@@ -1100,9 +1270,9 @@ static zipcclResult_t zc_pick(const zipcclCodecParams_t* params, zc_kernels_t* k
     k->rans512 = s == zipcclSimdAvx512;
     k->f2pack = s == zipcclSimdAvx512 ? f2_pack_avx512 : s == zipcclSimdAvx2 ? f2_pack_avx2 : f2_pack_scalar;
     k->f2unpack = s == zipcclSimdAvx512 ? f2_unpack_avx512 : s == zipcclSimdAvx2 ? f2_unpack_avx2 : f2_unpack_scalar;
-    /* AVX2 has no byte compress/expand: its T tiers are the scalar ones */
-    k->tpass = s == zipcclSimdAvx512 ? t_pass_avx512 : t_pass_scalar;
-    k->tunpack = s == zipcclSimdAvx512 ? t_unpack_avx512 : t_unpack_scalar;
+    k->tpass = s == zipcclSimdAvx512 ? t_pass_avx512 : s == zipcclSimdAvx2 ? t_pass_avx2 : t_pass_scalar;
+    k->tunpack = s == zipcclSimdAvx512 ? t_unpack_avx512 : s == zipcclSimdAvx2 ? t_unpack_avx2 : t_unpack_scalar;
+    k->tplanes3 = s == zipcclSimdAvx512 ? t_planes3_avx512 : s == zipcclSimdAvx2 ? t_planes3_avx2 : f2_planes_scalar;
     if (s == zipcclSimdAvx512) { k->split = split_avx512; k->merge = merge_avx512; }
     else if (s == zipcclSimdAvx2) { k->split = split_avx2; k->merge = merge_avx2; }
     else { k->split = split_scalar; k->merge = merge_scalar; }
@@ -1437,8 +1607,7 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
             uint32_t nesc = K->split(dt, ZCF_MODE_T, n, src, top, out + ZCF_CHUNK_HEADER_SIZE, sym, esc);
             size_t m2 = K->tpass(sym, n, enc, out + ZCF_CHUNK_HEADER_SIZE + rest, q2);
             size_t m3 = K->tpass(q2, m2, NULL, p2, q3);
-            if (K->rans512) t_planes3_avx512(q3, m3, p3);
-            else f2_planes_scalar(q3, m3, p3);
+            K->tplanes3(q3, m3, p3);
             size_t H2 = zc_groups(m2), H3 = zc_groups(m3);
             size = fixed + 16 * H2 + 24 * H3 + nesc;
             if (size < raw && size <= avail) {
