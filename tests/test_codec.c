@@ -925,6 +925,201 @@ static void constant_chunks(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* T tiers on every path: shapes, heavy lower tiers, damaged frames          */
+/* ------------------------------------------------------------------------ */
+/* Gaussian data leaves most of T's decoder idle: shapes a, b <= 1, tier 3
+ * a few percent of the elements, escapes rarer still. These inputs give
+ * each 16384-element chunk its own exponent distribution (flat over the
+ * window, a heavy tail on either side, random weights over 16 exponents
+ * with some outside the window, near the ends of the exponent range), so
+ * the SIMD tier kernels see many shapes, full tier-2 halves, long tier-3
+ * runs and many escapes, and must match the reference byte for byte. */
+
+static uint8_t* make_tiered(zipcclDataType_t dt, size_t count) {
+    size_t es = esize(dt);
+    int M = dt == zipcclBfloat16 ? 7 : dt == zipcclFloat16 ? 10 : 23, emax = dt == zipcclFloat16 ? 31 : 255;
+    uint8_t* x = malloc(count * es + 1);
+    double w[16];
+    int k = 0, prof = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (i % 16384 == 0) { /* a new chunk, a new distribution */
+            prof = (int)(rnd() % 6);
+            k = 2 + (int)(rnd() % (uint64_t)(emax - 3));
+            for (int j = 0; j < 16; j++) {
+                double u = (double)(rnd() % 1000 + 1) / 1000.0;
+                w[j] = prof == 0 ? (j < 13 ? 1.0 : 0.0)              /* flat over the window */
+                     : prof == 1 ? pow(0.8, j)                        /* heavy tail, one side */
+                     : prof == 2 ? pow(0.8, 15 - j)                   /* and the other        */
+                     : prof == 3 ? u * u * u                          /* random weights       */
+                                 : exp(-(j - 6.0) * (j - 6.0) / 8.0); /* narrow, bell-shaped  */
+            }
+        }
+        double tot = 0, pick;
+        for (int j = 0; j < 16; j++) tot += w[j];
+        pick = tot * (double)(rnd() % 1000000) / 1000000.0;
+        int j = 0;
+        while (j < 15 && pick >= w[j]) pick -= w[j++];
+        /* runs: 64 elements near k, 64 seven exponents below, in turn: the
+         * second set goes to tier 2 or 3 whole, halves of all code 3 */
+        int e = prof == 5 ? k - ((i / 64) % 2 ? 7 : 0) + j % 3 : k - 8 + j;
+        e = e < 0 ? 0 : e > emax ? emax : e;
+        uint64_t r = rnd();
+        uint32_t v = (uint32_t)(r & ((1u << M) - 1)) | (uint32_t)e << M | (uint32_t)((r >> 40) & 1) << (es == 2 ? 15 : 31);
+        put_elem(x, i, (int)es, v);
+    }
+    return x;
+}
+
+/* Sizes of tier 2 and 3 (m2, m3) of T chunk c of n elements. */
+static void t_tiers(const uint8_t* c, size_t n, zipcclDataType_t dt, size_t* m2, size_t* m3) {
+    size_t G = (n + 63) / 64, rest = dt == zipcclBfloat16 ? n : dt == zipcclFloat16 ? n + 24 * G : 3 * n;
+    const uint8_t* t1 = c + 8 + rest;
+    *m2 = *m3 = 0;
+    for (size_t g = 0; g < G; g++)
+        for (int b = 0; b < 8; b++) *m2 += (size_t)__builtin_popcount(t1[16 * g + b] & t1[16 * g + 8 + b]);
+    const uint8_t* t2 = t1 + 16 * G;
+    for (size_t h = 0; h < (*m2 + 63) / 64; h++)
+        for (int b = 0; b < 8; b++) *m3 += (size_t)__builtin_popcount(t2[16 * h + b] & t2[16 * h + 8 + b]);
+}
+
+static void tier_heavy(void) {
+    zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const char* tags[3] = {"bf16", "fp16", "fp32"};
+    const size_t counts[] = {16384 * 24 + 1, 16384 * 3 - 31, 5 * 16384 + 16383, 16384 + 65, 1000, 97};
+    for (int di = 0; di < 3; di++) {
+        zipcclDataType_t dt = dts[di];
+        int ok = 1, shapes[32] = {0}, nshapes = 0;
+        double max3 = 0;
+        size_t halves_full = 0;
+        char why[400] = "", tn[96];
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && ok; ci++) {
+            size_t n = counts[ci], fs;
+            uint8_t* x = make_tiered(dt, n);
+            for (int mis = 0; mis < 2 && ok; mis++) {
+                char w[300];
+                if (!roundtrip(dt, zipcclCodecFast, mis, x, n, mis ? 5 : 0, &fs, w, sizeof w)) {
+                    snprintf(why, sizeof why, "count %zu checksum %d: %s", n, mis, w);
+                    ok = 0;
+                }
+            }
+            /* what the frames exercised (the reference's bytes, checked above) */
+            uint8_t* f = NULL;
+            size_t ffs = fast_frame(dt, x, n, 0, &f);
+            if (ffs && !(f[6] & 2)) {
+                size_t nc = (n + 16383) / 16384, at = 16 + 4 * nc;
+                for (size_t c = 0; c < nc; c++) {
+                    size_t cn = c + 1 < nc ? 16384 : n - 16384 * c;
+                    if (f[at] == 4) {
+                        size_t m2, m3;
+                        if (!shapes[f[at + 2]]++) nshapes++;
+                        t_tiers(f + at, cn, dt, &m2, &m3);
+                        if ((double)m3 / (double)cn > max3) max3 = (double)m3 / (double)cn;
+                        size_t rest = dt == zipcclBfloat16 ? cn : dt == zipcclFloat16 ? cn + 24 * ((cn + 63) / 64) : 3 * cn;
+                        const uint8_t* t1 = f + at + 8 + rest;
+                        for (size_t g = 0; g < cn / 64; g++)
+                            for (int hh = 0; hh < 2; hh++) {
+                                uint32_t a0, a1;
+                                memcpy(&a0, t1 + 16 * g + 4 * hh, 4);
+                                memcpy(&a1, t1 + 16 * g + 8 + 4 * hh, 4);
+                                halves_full += (a0 & a1) == 0xFFFFFFFFu;
+                            }
+                    }
+                    at += get32(f + 16 + 4 * c);
+                }
+            }
+            free(f);
+            free(x);
+        }
+        snprintf(tn, sizeof tn, "%s_t_tier_heavy_roundtrip_matches_reference", tags[di]);
+        CHECK(ok, tn, "%s", why);
+        printf("# %s tier-heavy: %d shapes, largest tier-3 share %.2f, %zu tier-1 halves all code 3\n", tags[di],
+               nshapes, max3, halves_full);
+        snprintf(tn, sizeof tn, "%s_t_tier_heavy_inputs_reach_the_lower_tiers", tags[di]);
+        CHECK(nshapes >= 12 && max3 > 0.4 && halves_full > 0, tn, "%d shapes, tier-3 share %.2f, %zu full halves",
+              nshapes, max3, halves_full);
+    }
+
+    /* Decoding in segments: a chunk_log2 20 frame of such data (written by
+     * the reference) on every path. */
+    for (int di = 0; di < 3; di++) {
+        zipcclDataType_t dt = dts[di];
+        size_t n = (1u << 20) + 777, es = esize(dt);
+        uint8_t* x = make_tiered(dt, n);
+        uint8_t* f = malloc(16 + 8 * (n / 1024 + 2) + 8 * n + 64 * (n / 1024 + 2));
+        uint8_t* out = malloc(n * es);
+        size_t fs = ref_frame_log2(dt, zipcclCodecFast, 0, x, n, f, 20);
+        int ok = 1;
+        for (int a = 0; a < npaths; a++) {
+            memset(out, 0xA5, n * es);
+            ok &= dec(f, fs, out, n * es, dt, paths[a]) == zipcclSuccess && !memcmp(out, x, n * es);
+        }
+        char tn[96];
+        snprintf(tn, sizeof tn, "%s_t_tier_heavy_chunk_log2_20_decodes_on_every_path", tags[di]);
+        CHECK(ok, tn, "a path failed or decoded other values");
+        free(x); free(f); free(out);
+    }
+
+    /* Damaged frames: every path answers with the same result code, and
+     * where the damage still decodes (a flipped rest bit, a tier code moved
+     * to another valid one), with the same values. Half the damage lands in
+     * the codes (tiers and escapes), where the kernels differ. */
+    for (int di = 0; di < 3; di++) {
+        zipcclDataType_t dt = dts[di];
+        size_t n = 2 * 16384 + 333, es = esize(dt);
+        for (int codec = 1; codec <= LAST_CODEC; codec++) {
+            if (codec == zipcclCodecStored) continue;
+            for (int data = 0; data < 2; data++) {
+                uint8_t* x = data ? make_tiered(dt, n) : make_gauss(dt, n, 0.3);
+                size_t bound = zipcclCompressBound(n, dt, 0), fs = 0;
+                uint8_t* f = malloc(bound);
+                zipcclCodecParams_t p = {(zipcclCodec_t)codec, 0, zipcclSimdAuto};
+                zipcclCompress(x, n, dt, f, bound, &fs, &p);
+                if (f[6] & 2) { /* stored (fp16 F2 of the tiered data): nothing coded to damage */
+                    free(f); free(x);
+                    continue;
+                }
+                uint8_t* m = malloc(fs);
+                uint8_t* out[3];
+                for (int a = 0; a < npaths; a++) out[a] = malloc(n * es);
+                size_t rest = dt == zipcclBfloat16 ? 16384 : dt == zipcclFloat16 ? 16384 + 24 * 256 : 3 * 16384;
+                int ok = 1, decoded = 0, rejected = 0, tries = codec == zipcclCodecFast || codec == zipcclCodecF2 ? 600 : 150;
+                char why[200] = "";
+                for (int t = 0; t < tries && ok; t++) {
+                    memcpy(m, f, fs);
+                    size_t at = rnd() % fs, c0 = 16 + 4 * 3;
+                    if (t % 2 && fs > c0 + 8 + rest + 1) /* past chunk 0's rest: its codes, escapes, later chunks */
+                        at = c0 + 8 + rest + rnd() % (fs - c0 - 8 - rest);
+                    if (t % 3 == 2) m[at] = (uint8_t)rnd();
+                    else m[at] ^= (uint8_t)(1u << (rnd() % 8));
+                    zipcclResult_t r0 = zipcclSuccess;
+                    for (int a = 0; a < npaths && ok; a++) {
+                        zipcclResult_t r = dec(m, fs, out[a], n * es, 0, paths[a]);
+                        if (a == 0) r0 = r;
+                        else if (r != r0) {
+                            snprintf(why, sizeof why, "byte %zu: %s says %s, %s says %s", at, simd_name(paths[0]),
+                                     zipcclGetErrorString(r0), simd_name(paths[a]), zipcclGetErrorString(r));
+                            ok = 0;
+                        } else if (r == zipcclSuccess && memcmp(out[a], out[0], n * es)) {
+                            snprintf(why, sizeof why, "byte %zu: %s decodes other values than %s", at,
+                                     simd_name(paths[a]), simd_name(paths[0]));
+                            ok = 0;
+                        }
+                    }
+                    decoded += r0 == zipcclSuccess;
+                    rejected += r0 == zipcclCorruptStream;
+                }
+                char tn[128];
+                snprintf(tn, sizeof tn, "%s_%s_%s_damage_same_answer_on_every_path", tags[di], codec_name(codec),
+                         data ? "tiered" : "gauss");
+                CHECK(ok && decoded > 0 && rejected > 0, tn, "%s (%d decoded, %d rejected)", why, decoded, rejected);
+                for (int a = 0; a < npaths; a++) free(out[a]);
+                free(m); free(f); free(x);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 
 int main(void) {
     paths[npaths++] = zipcclSimdScalar;
@@ -1197,5 +1392,6 @@ int main(void) {
     attacks();
     hostile();
     constant_chunks();
+    tier_heavy();
     return tu_exit();
 }
