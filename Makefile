@@ -55,6 +55,8 @@ LIBZIPCCL  := $(BUILD)/libzipccl.a
 LIBZRT     := $(BUILD)/libzrt.a
 
 BENCH_SRC  := $(wildcard comm/bench/*.c)
+# comm/bench/coll/*.c: one CollTest per collective, linked into zipccl-bench (not programs).
+BENCH_COLL := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard comm/bench/coll/*.c))
 PROGS      := $(patsubst comm/bench/%.c,$(BUILD)/zipccl-%,$(BENCH_SRC))
 PROGS      := $(subst zipccl-coll_bench,zipccl-bench,$(subst zipccl-codec_bench,zipccl-codec-bench,$(PROGS)))
 ifneq ($(wildcard runtime/train.c),)
@@ -106,7 +108,7 @@ LINK = $(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/zipccl-codec-bench: $(BUILD)/obj/comm/bench/codec_bench.o $(LIBZRT) $(LIBZIPCCL)
 	$(LINK)
-$(BUILD)/zipccl-bench: $(BUILD)/obj/comm/bench/coll_bench.o $(LIBZIPCCL)
+$(BUILD)/zipccl-bench: $(BUILD)/obj/comm/bench/coll_bench.o $(BENCH_COLL) $(LIBZIPCCL)
 	$(LINK)
 $(BUILD)/zipccl-%: $(BUILD)/obj/comm/bench/%.o $(LIBZIPCCL)
 	$(LINK)

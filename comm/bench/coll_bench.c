@@ -13,8 +13,16 @@
  * MPI's own collective).  The data are deterministic (a seeded generator or a
  * file), so every strategy sees the same input.
  *
+ * This file is the driver: options, data, the timing loop, the check and the
+ * report, the same for every collective.  What differs between collectives
+ * (buffer sizes, the call, the expected result, the busbw factor) is one
+ * CollTest each in coll/ (coll/coll.h), and the driver loops over the table
+ * kColls.  Read it top to bottom: the table, options, data, one size of one
+ * collective (check, report, timing), then the header and main.
+ *
  * What it leaves out: NCCL communicators and device buffers (this program
- * drives MPI host buffers only), in-place calls, and the non-blocking API.
+ * drives MPI host buffers only), in-place calls, and the non-blocking API
+ * (the entries can start a call with a request; the timed calls block).
  * It links libzipccl only; a .safetensors input is read as one flat array of
  * its data section (every tensor must have the requested dtype), which needs
  * no runtime library.
@@ -32,35 +40,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coll/coll.h"
 #include "zipccl.h"
-#include "zipccl_tune.h"
 #include "zipccl_float.h"
+#include "zipccl_tune.h"
 
 /* ------------------------------------------------------------------------ */
-/* Fatal checks (this is a program: failing loudly is its job)              */
+/* The collectives, in the order they run and print                         */
 /* ------------------------------------------------------------------------ */
 
-#define ZCHECK(call)                                                                       \
-    do {                                                                                   \
-        zipcclResult_t r_ = (call);                                                        \
-        if (r_ != zipcclSuccess) {                                                         \
-            fprintf(stderr, "zipccl-bench: %s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, \
-                    #call, zipcclGetErrorString(r_), zipcclGetLastErrorDetail());          \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                  \
-        }                                                                                  \
-    } while (0)
+static const CollTest* const kColls[] = {&allGatherTest, &reduceScatterTest, &allReduceTest,
+                                         &alltoAllTest, &alltoAllvTest};
+enum { NCOLLS = sizeof kColls / sizeof kColls[0] };
 
-#define MCHECK(call)                                                                     \
-    do {                                                                                 \
-        int r_ = (call);                                                                 \
-        if (r_ != MPI_SUCCESS) {                                                         \
-            fprintf(stderr, "zipccl-bench: %s:%d: %s failed (MPI error %d)\n", __FILE__, \
-                    __LINE__, #call, r_);                                                \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                \
-        }                                                                                \
-    } while (0)
-
-static void* xmalloc(size_t n) {
+/* ZCHECK and MCHECK (coll/coll.h) abort all ranks with file:line. */
+void* benchAlloc(size_t n) {
     void* p = malloc(n ? n : 1);
     if (!p) {
         fprintf(stderr, "zipccl-bench: out of memory allocating %zu bytes\n", n);
@@ -80,11 +74,11 @@ enum { DIST_GAUSSIAN, DIST_RANDOM };
  * library's count, for the size auto files the call under: AllGather's
  * per-rank input, for the others the bench's bytes); zipcclAutoSettled then
  * says whether close contenders still need runs. */
-static size_t autoBytes(zipcclCollKind_t kind, size_t bytes, int nranks) {
-    return kind == zipcclCollAllGather ? bytes / (size_t)nranks : bytes;
+static size_t autoBytes(const CollTest* coll, size_t bytes, int nranks) {
+    return coll->autoPerRank ? bytes / (size_t)nranks : bytes;
 }
-static int autoWarmup(zipcclCollKind_t kind, size_t bytes, int nranks) {
-    return zipcclAutoWarmupCalls(kind, autoBytes(kind, bytes, nranks));
+static int autoWarmup(const CollTest* coll, size_t bytes, int nranks) {
+    return zipcclAutoWarmupCalls(coll->kind, autoBytes(coll, bytes, nranks));
 }
 
 typedef struct {
@@ -95,7 +89,7 @@ typedef struct {
     int injectError; /* tests: corrupt one element of compressed results */
     zipcclRedOp_t op;
     zipcclDataType_t dtype;
-    int doColl[zipcclNumCollKinds];
+    int doColl[NCOLLS];     /* by index in kColls */
     zipcclStrategy_t strats[MAX_STRATS]; /* the entries of --strategy, in order      */
     zipcclAlgo_t algos[MAX_STRATS];      /* per entry: STRATEGY:ALGO, else --algo    */
     zipcclCodec_t codecs[MAX_STRATS];    /* per entry: compressed:CODEC, else --codec */
@@ -106,9 +100,6 @@ typedef struct {
     double sigma;
     int dist;
 } Options;
-
-static const char* const kCollArg[zipcclNumCollKinds] = {"allgather", "reducescatter", "allreduce",
-                                                         "alltoall", "alltoallv"};
 
 static void usage(FILE* f) {
     fprintf(f,
@@ -218,13 +209,18 @@ static void parseList(const char* list, const char* flag, void (*fn)(const char*
 }
 
 static void addColl(const char* name, Options* o) {
-    for (int k = 0; k < zipcclNumCollKinds; k++)
-        if (!strcmp(name, kCollArg[k])) {
+    char names[128] = "";
+    for (int k = 0; k < NCOLLS; k++) {
+        if (!strcmp(name, kColls[k]->name)) {
             o->doColl[k] = 1;
             return;
         }
-    badArg("unknown collective '%s' (allgather, reducescatter, allreduce, alltoall, alltoallv)",
-           name);
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
+                 kColls[k]->name);
+    }
+    char msg[192];
+    snprintf(msg, sizeof msg, "unknown collective '%%s' (%s)", names);
+    badArg(msg, name);
 }
 
 /* One --strategy entry: STRATEGY, then for raw and compressed optional
@@ -373,7 +369,7 @@ static void parseArgs(int argc, char** argv, Options* o) {
     if (o->maxBytes / zipcclTypeSize(o->dtype) > (size_t)INT_MAX)
         badArg("%s", "-e is too large (at most 2^31-1 elements)");
     if (!anyColl)
-        for (int k = 0; k < zipcclNumCollKinds; k++) o->doColl[k] = 1;
+        for (int k = 0; k < NCOLLS; k++) o->doColl[k] = 1;
     if (o->nstrats == 0) {
         const zipcclStrategy_t all[4] = {zipcclStrategyNative, zipcclStrategyRaw,
                                                   zipcclStrategyCompressed, zipcclStrategyAuto};
@@ -391,17 +387,6 @@ static uint64_t splitmix64(uint64_t x) {
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
-}
-
-static float toFloat(const void* p, size_t i, zipcclDataType_t dtype) {
-    if (dtype == zipcclFloat32) return ((const float*)p)[i];
-    uint16_t h = ((const uint16_t*)p)[i];
-    return dtype == zipcclBfloat16 ? zipcclBf16ToFloat(h) : zipcclFp16ToFloat(h);
-}
-
-static void storeFloat(void* p, size_t i, float v, zipcclDataType_t dtype) {
-    if (dtype == zipcclFloat32) ((float*)p)[i] = v;
-    else ((uint16_t*)p)[i] = dtype == zipcclBfloat16 ? zipcclFloatToBf16(v) : zipcclFloatToFp16(v);
 }
 
 /* Elements first..first+count-1 of a buffer whose element i depends only on
@@ -467,7 +452,7 @@ static void loadInput(const char* path, zipcclDataType_t dtype, Pool* pool) {
         for (int i = 7; i >= 0; i--) hl = (hl << 8) | len8[i];
         if (hl == 0 || hl > (uint64_t)sz - 8 || hl > (100u << 20))
             badArg("--input '%s': bad safetensors header length", path);
-        char* hdr = xmalloc(hl + 1);
+        char* hdr = benchAlloc(hl + 1);
         if (fread(hdr, 1, hl, f) != hl) badArg("--input '%s': truncated safetensors header", path);
         hdr[hl] = '\0';
         int tensors = 0;
@@ -485,19 +470,30 @@ static void loadInput(const char* path, zipcclDataType_t dtype, Pool* pool) {
     }
     size_t bytes = (size_t)sz - skip;
     if (bytes < es || bytes % es) badArg("--input '%s': data size is not a multiple of the dtype", path);
-    pool->data = xmalloc(bytes);
+    pool->data = benchAlloc(bytes);
     if (fread(pool->data, 1, bytes, f) != bytes) badArg("--input '%s': short read", path);
     fclose(f);
     pool->count = bytes / es;
 }
 
+/* The inputs every rank generates alike: the file's values, or the
+ * generator's parameters. */
+struct BenchData {
+    zipcclDataType_t dtype;
+    int dist;
+    double sigma;
+    const Pool* pool;
+};
+
 /* Elements first..first+count-1 of rank `rank`'s send buffer (of `total`
- * elements) for collective `stream`: from the file pool (cyclically, from a
+ * elements) for collective `kind`: from the file pool (cyclically, from a
  * rank-dependent start) or from the generator. */
-static void fillRange(void* dst, size_t first, size_t count, size_t total, const Options* o,
-                      const Pool* pool, int rank, int stream) {
+void benchFill(const CollEnv* e, zipcclCollKind_t kind, int rank, size_t first, size_t count,
+               size_t total, void* dst) {
+    const BenchData* d = e->data;
+    const Pool* pool = d->pool;
     if (pool->data) {
-        size_t es = zipcclTypeSize(o->dtype);
+        size_t es = zipcclTypeSize(d->dtype);
         size_t at = ((size_t)rank * total % pool->count + first % pool->count) % pool->count;
         for (size_t done = 0; done < count;) {
             size_t n = pool->count - at < count - done ? pool->count - at : count - done;
@@ -507,94 +503,13 @@ static void fillRange(void* dst, size_t first, size_t count, size_t total, const
         }
         return;
     }
-    uint64_t seed = splitmix64(0x5A1Bull * 1000003u + (uint64_t)rank * 7919u + (uint64_t)stream);
-    genSynthetic(dst, first, count, o->dtype, o->dist, o->sigma, seed);
+    uint64_t seed = splitmix64(0x5A1Bull * 1000003u + (uint64_t)rank * 7919u + (uint64_t)kind);
+    genSynthetic(dst, first, count, d->dtype, d->dist, d->sigma, seed);
 }
 
 /* ------------------------------------------------------------------------ */
 /* One collective at one size                                               */
 /* ------------------------------------------------------------------------ */
-
-typedef struct {
-    zipcclCollKind_t kind;
-    size_t count;      /* per-call count argument (per rank / per peer)       */
-    size_t sendElems, recvElems;
-    size_t bytes;      /* the nccl-tests 'bytes' of the table                 */
-    size_t *scounts, *sdispls, *rcounts, *rdispls; /* AlltoAllv only          */
-    int *iscounts, *isdispls, *ircounts, *irdispls; /* the same, for MPI      */
-} Shape;
-
-/* AlltoAllv block from rank i to rank j: base + base/2 * w[(j - i) mod n],
- * w = +1 for the first n/2 offsets, -1 for the last n/2, 0 in the middle.
- * Each row and each column of w sums to zero, so every rank sends and
- * receives exactly n * base elements while the blocks are uneven. */
-static size_t a2avBlock(size_t base, int i, int j, int n) {
-    int k = ((j - i) % n + n) % n;
-    size_t d = base / 2;
-    if (k < n / 2) return base + d;
-    if (k >= n - n / 2) return base - d;
-    return base;
-}
-
-static void makeShape(Shape* s, zipcclCollKind_t kind, size_t bytes, size_t es, int n, int rank) {
-    memset(s, 0, sizeof *s);
-    s->kind = kind;
-    size_t per = bytes / es;
-    switch (kind) {
-    case zipcclCollAllGather:
-        s->count = per / n ? per / n : 1;
-        s->sendElems = s->count;
-        s->recvElems = s->count * n;
-        s->bytes = s->recvElems * es;
-        break;
-    case zipcclCollReduceScatter:
-        s->count = per / n ? per / n : 1;
-        s->sendElems = s->count * n;
-        s->recvElems = s->count;
-        s->bytes = s->sendElems * es;
-        break;
-    case zipcclCollAllReduce:
-        s->count = per ? per : 1;
-        s->sendElems = s->recvElems = s->count;
-        s->bytes = s->count * es;
-        break;
-    case zipcclCollAlltoAll:
-    case zipcclCollAlltoAllv:
-        s->count = per / n ? per / n : 1;
-        s->sendElems = s->recvElems = s->count * n;
-        s->bytes = s->sendElems * es;
-        break;
-    default: break;
-    }
-    if (kind == zipcclCollAlltoAllv) {
-        s->scounts = xmalloc(4 * n * sizeof(size_t));
-        s->sdispls = s->scounts + n;
-        s->rcounts = s->scounts + 2 * n;
-        s->rdispls = s->scounts + 3 * n;
-        s->iscounts = xmalloc(4 * n * sizeof(int));
-        s->isdispls = s->iscounts + n;
-        s->ircounts = s->iscounts + 2 * n;
-        s->irdispls = s->iscounts + 3 * n;
-        size_t so = 0, ro = 0;
-        for (int j = 0; j < n; j++) {
-            s->scounts[j] = a2avBlock(s->count, rank, j, n);
-            s->rcounts[j] = a2avBlock(s->count, j, rank, n);
-            s->sdispls[j] = so;
-            s->rdispls[j] = ro;
-            so += s->scounts[j];
-            ro += s->rcounts[j];
-            s->iscounts[j] = (int)s->scounts[j];
-            s->isdispls[j] = (int)s->sdispls[j];
-            s->ircounts[j] = (int)s->rcounts[j];
-            s->irdispls[j] = (int)s->rdispls[j];
-        }
-    }
-}
-
-static void freeShape(Shape* s) {
-    free(s->scounts);
-    free(s->iscounts);
-}
 
 /* The call config of --strategy entry si: its own algorithm and codec,
  * else --algo's and --codec's. */
@@ -602,42 +517,6 @@ static zipcclCallConfig_t entryConfig(const Options* o, int si) {
     zipcclCallConfig_t cfg = {o->strats[si], o->codecs[si] != zipcclCodecDefault ? o->codecs[si] : o->codec,
                               o->algos[si] != zipcclAlgoDefault ? o->algos[si] : o->algo};
     return cfg;
-}
-
-static zipcclResult_t runColl(const Shape* s, const Options* o, const void* send, void* recv,
-                              zipcclComm_t comm, zipcclCallConfig_t cfg) {
-    switch (s->kind) {
-    case zipcclCollAllGather:
-        return zipcclAllGather(send, recv, s->count, o->dtype, comm, &cfg, NULL);
-    case zipcclCollReduceScatter:
-        return zipcclReduceScatter(send, recv, s->count, o->dtype, o->op, comm, &cfg, NULL);
-    case zipcclCollAllReduce:
-        return zipcclAllReduce(send, recv, s->count, o->dtype, o->op, comm, &cfg, NULL);
-    case zipcclCollAlltoAll:
-        return zipcclAlltoAll(send, recv, s->count, o->dtype, comm, &cfg, NULL);
-    case zipcclCollAlltoAllv:
-        return zipcclAlltoAllv(send, s->scounts, s->sdispls, recv, s->rcounts, s->rdispls,
-                               o->dtype, comm, &cfg, NULL);
-    default: return zipcclInvalidArgument;
-    }
-}
-
-/* MPI's own collective on the same bytes: the independent reference for the
- * data-movement collectives.  Elements travel as opaque es-byte records. */
-static void runMpiReference(const Shape* s, const void* send, void* recv, MPI_Datatype elem) {
-    switch (s->kind) {
-    case zipcclCollAllGather:
-        MCHECK(MPI_Allgather(send, (int)s->count, elem, recv, (int)s->count, elem, MPI_COMM_WORLD));
-        break;
-    case zipcclCollAlltoAll:
-        MCHECK(MPI_Alltoall(send, (int)s->count, elem, recv, (int)s->count, elem, MPI_COMM_WORLD));
-        break;
-    case zipcclCollAlltoAllv:
-        MCHECK(MPI_Alltoallv(send, s->iscounts, s->isdispls, elem, recv, s->ircounts,
-                             s->irdispls, elem, MPI_COMM_WORLD));
-        break;
-    default: break;
-    }
 }
 
 static long long countWrong(const void* a, const void* b, size_t n, size_t es) {
@@ -652,57 +531,14 @@ static long long countWrong(const void* a, const void* b, size_t n, size_t es) {
     return wrong;
 }
 
-/* The library's documented reduction (coll_algos.c): block b of the result is
- * the fp32 sum of the ranks' block-b inputs in the order b+1, ..., b+n-1, b
- * (mod n), divided by n for avg, rounded once to the dtype.  Blocks are the
- * ReduceScatter outputs, or for AllReduce count/n elements each with the first
- * count%n blocks one longer.  Recomputed here from regenerated inputs, so raw
- * is checked against arithmetic that never went over the wire.  Returns the
- * number of elements of this rank's result `got` that differ. */
-static long long checkReduction(const Shape* s, const Options* o, const Pool* pool, int rank,
-                                int n, const void* got) {
-    const size_t es = zipcclTypeSize(o->dtype), chunk = 1u << 18;
-    float* acc = xmalloc(chunk * sizeof(float));
-    unsigned char* tmp = xmalloc(chunk * es);
-    long long wrong = 0;
-    for (int b = 0; b < n; b++) {
-        size_t off, len, outOff;
-        if (s->kind == zipcclCollReduceScatter) {
-            if (b != rank) continue; /* our output is our block only */
-            off = (size_t)b * s->count, len = s->count, outOff = 0;
-        } else {
-            size_t base = s->count / n, extra = s->count % n;
-            off = (size_t)b * base + ((size_t)b < extra ? (size_t)b : extra);
-            len = base + ((size_t)b < extra);
-            outOff = off;
-        }
-        for (size_t c0 = 0; c0 < len; c0 += chunk) {
-            size_t m = len - c0 < chunk ? len - c0 : chunk;
-            for (int k = 1; k <= n; k++) {
-                int q = (b + k) % n;
-                fillRange(tmp, off + c0, m, s->sendElems, o, pool, q, (int)s->kind);
-                for (size_t i = 0; i < m; i++)
-                    acc[i] = k == 1 ? toFloat(tmp, i, o->dtype) : acc[i] + toFloat(tmp, i, o->dtype);
-            }
-            for (size_t i = 0; i < m; i++)
-                storeFloat(tmp, i, o->op == zipcclAvg ? acc[i] / (float)n : acc[i], o->dtype);
-            wrong += countWrong(tmp, (const char*)got + (outOff + c0) * es, m, es);
-        }
-    }
-    free(tmp);
-    free(acc);
-    return wrong;
-}
-
 static int cmpDouble(const void* a, const void* b) {
     double x = *(const double*)a, y = *(const double*)b;
     return (x > y) - (x < y);
 }
 
-static double busFactor(zipcclCollKind_t k, int n) {
+static double busFactor(const CollTest* coll, int n) {
     if (n <= 1) return 1.0;
-    if (k == zipcclCollAllReduce) return 2.0 * (n - 1) / n;
-    return (double)(n - 1) / n;
+    return coll->busFactor * (n - 1) / n;
 }
 
 /* Indices from..n-1 of the nonzero counts, most calls first (ties in index
@@ -740,7 +576,7 @@ static const char* algoName(int a) { return zipcclAlgoName((zipcclAlgo_t)a); }
  * "raw/oneshot".  The defaults (fast; the AllGather ring, the reductions'
  * direct design) add nothing, so a pick reads like the fixed strategy it
  * equals. */
-static void pickedName(zipcclCollKind_t kind, const zipcclCounters_t* k, char* out, size_t cap) {
+static void pickedName(const CollTest* coll, const zipcclCounters_t* k, char* out, size_t cap) {
     int order[8];
     _Static_assert(ZIPCCL_NCODECS <= 8 && ZIPCCL_NALGOS <= 8 && zipcclStrategyAuto < 8, "order[] size");
     out[0] = '\0';
@@ -752,30 +588,16 @@ static void pickedName(zipcclCollKind_t kind, const zipcclCounters_t* k, char* o
     }
     if (k->byCodec[zipcclCodecDense] || k->byCodec[zipcclCodecF3]) /* name every codec used */
         appendNames(out, cap, "/", order, byCount(k->byCodec, 0, ZIPCCL_NCODECS, order), codecName);
-    const zipcclAlgo_t own = kind == zipcclCollAllGather ? zipcclAlgoRing : zipcclAlgoDirect;
     int other = 0;
-    for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++) other |= a != (int)own && k->byAlgo[a];
+    for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++) other |= a != (int)coll->ownAlgo && k->byAlgo[a];
     if (other) appendNames(out, cap, "/", order, byCount(k->byAlgo, zipcclAlgoRing, ZIPCCL_NALGOS, order), algoName);
 }
 
 typedef struct {
-    int rank, nranks;
-    MPI_Datatype elem;
-    zipcclComm_t comm;
-    long long totalWrong;
-    int failed;
+    CollEnv env;          /* what the collectives see of the run */
+    long long totalWrong; /* over every row, all ranks           */
 } Ctx;
 
-/* Time and check every strategy for one collective at one size.
- *
- * The check: raw's result is the reference.  Raw itself is checked against
- * MPI's own collective (AllGather, AlltoAll, AlltoAllv) or against the
- * documented reduction recomputed locally (ReduceScatter, AllReduce); every
- * other strategy against raw.  Native reductions are the exception: MPI adds
- * pairwise in its own tree order and rounds at every combine (transport_mpi.c),
- * so they are not bit-comparable; their rows report #wrong as n/a and the
- * number of elements that differ from raw as "differ".  When auto picks native
- * for a reduction, its result is compared with native's. */
 /* Counters of one call: after - before, per field. */
 static void addDelta(zipcclCounters_t* sum, const zipcclCounters_t* a, const zipcclCounters_t* b) {
     sum->calls += b->calls - a->calls;
@@ -787,16 +609,25 @@ static void addDelta(zipcclCounters_t* sum, const zipcclCounters_t* a, const zip
     for (int k = 0; k < ZIPCCL_NALGOS; k++) sum->byAlgo[k] += b->byAlgo[k] - a->byAlgo[k];
 }
 
-/* Check the result in recv of strategy strat against the reference (see
- * above); sets *wrong (-1: not bit-comparable) and *differ (-1: not
- * reported), both summed over ranks. */
-static void checkResult(Ctx* c, const Options* o, const Shape* s, zipcclCollKind_t kind,
+/* Check the result in recv of strategy strat; sets *wrong (-1: not
+ * bit-comparable) and *differ (-1: not reported), both summed over ranks.
+ *
+ * The check: raw's result is the reference.  Raw itself is checked against
+ * the entry's expected result: MPI's own collective (AllGather, AlltoAll,
+ * AlltoAllv) or the documented reduction recomputed locally (ReduceScatter,
+ * AllReduce); every other strategy against raw.  Native reductions are the
+ * exception: MPI adds pairwise in its own tree order and rounds at every
+ * combine (transport_mpi.c), so they are not bit-comparable; their rows
+ * report #wrong as n/a and the number of elements that differ from raw as
+ * "differ".  When auto picks native for a reduction, its result is compared
+ * with native's. */
+static void checkResult(Ctx* c, const Options* o, const CollTest* coll, const CollShape* s,
                         zipcclStrategy_t strat, const char* picked, const void* send, const void* ref,
                         void* recv, long long refWrong, long long* wrong, long long* differ) {
     const size_t es = zipcclTypeSize(o->dtype);
-    const int reduction = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
+    const int reduction = coll->reduction;
     *wrong = -1, *differ = -1;
-    if (o->injectError && strat == zipcclStrategyCompressed && c->rank == 0)
+    if (o->injectError && strat == zipcclStrategyCompressed && c->env.rank == 0)
         ((unsigned char*)recv)[(s->recvElems / 2) * es] ^= 1u;
     if (!o->check) return;
     long long v[2] = {0, 0}; /* {wrong, differ} summed over ranks */
@@ -811,8 +642,9 @@ static void checkResult(Ctx* c, const Options* o, const Shape* s, zipcclCollKind
         v[1] = countWrong(ref, recv, s->recvElems, es);
     } else if (autoNative) {
         /* auto's result against native's own, computed once more now */
-        void* nat = xmalloc(s->recvElems * es);
-        ZCHECK(runColl(s, o, send, nat, c->comm, (zipcclCallConfig_t){zipcclStrategyNative, o->codec, zipcclAlgoDefault}));
+        void* nat = benchAlloc(s->recvElems * es);
+        const zipcclCallConfig_t native = {zipcclStrategyNative, o->codec, zipcclAlgoDefault};
+        ZCHECK(coll->run(send, nat, s, &c->env, &native, NULL));
         v[0] = countWrong(nat, recv, s->recvElems, es);
         v[1] = countWrong(ref, recv, s->recvElems, es);
         free(nat);
@@ -825,19 +657,19 @@ static void checkResult(Ctx* c, const Options* o, const Shape* s, zipcclCollKind
 }
 
 /* One result line (rank 0). */
-static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipcclCallConfig_t cfg,
+static void report(const Options* o, const CollShape* s, const CollTest* coll, zipcclCallConfig_t cfg,
                    int nranks, double t, double ratio, double codecUs, const char* picked,
                    long long wrong, long long differ) {
     const zipcclStrategy_t strat = cfg.strategy;
     const zipcclAlgo_t algo = cfg.algo;
-    double algbw = (double)s->bytes / t / 1e9, busbw = algbw * busFactor(kind, nranks);
+    double algbw = (double)s->bytes / t / 1e9, busbw = algbw * busFactor(coll, nranks);
     const char* sn = zipcclStrategyName(strat);
     int coded = strat == zipcclStrategyCompressed || strat == zipcclStrategyAuto;
     int algoed = strat != zipcclStrategyNative;
     if (o->json) {
         printf("{\"coll\":\"%s\",\"dtype\":\"%s\",\"bytes\":%zu,\"count\":%zu,"
                "\"nranks\":%d,\"strategy\":\"%s\",",
-               kCollArg[kind], zipcclTypeName(o->dtype), s->bytes, s->count, nranks, sn);
+               coll->name, zipcclTypeName(o->dtype), s->bytes, s->count, nranks, sn);
         if (coded) printf("\"codec\":\"%s\",", zipcclCodecName(cfg.codec));
         if (algoed) printf("\"algo\":\"%s\",", zipcclAlgoName(algo));
         if (strat == zipcclStrategyAuto) printf("\"picked\":\"%s\",", picked);
@@ -863,7 +695,7 @@ static void report(const Options* o, const Shape* s, zipcclCollKind_t kind, zipc
         if (algoed && algo != o->algo) snprintf(label + strlen(label), sizeof label - strlen(label), ":%s", zipcclAlgoName(algo));
         if (coded && cfg.codec != o->codec)
             snprintf(label + strlen(label), sizeof label - strlen(label), ":%s", zipcclCodecName(cfg.codec));
-        printf("%14s %12zu %12zu %6s %17s %12.1f %9.3f %9.3f %7.3f %10.1f %7s  %s\n", kCollArg[kind],
+        printf("%14s %12zu %12zu %6s %17s %12.1f %9.3f %9.3f %7.3f %10.1f %7s  %s\n", coll->name,
                s->bytes, s->count, zipcclTypeName(o->dtype), label, t * 1e6, algbw, busbw, ratio,
                codecUs, wbuf, note);
     }
@@ -899,35 +731,34 @@ static void roundOrder(int* perm, int ns, uint64_t round) {
  * each timed call, so ratio and codec time stay per strategy.  The check
  * runs on each strategy's last timed call, whose output buffer is poisoned
  * (outside the timing) so that a stale result cannot pass. */
-static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_t kind,
-                     size_t bytes) {
+static void benchOne(Ctx* c, const Options* o, const CollTest* coll, size_t bytes) {
+    const CollEnv* e = &c->env;
+    const zipcclCollKind_t kind = coll->kind;
     size_t es = zipcclTypeSize(o->dtype);
-    Shape s;
-    makeShape(&s, kind, bytes, es, c->nranks, c->rank);
-    void* send = xmalloc(s.sendElems * es);
-    void* recv = xmalloc(s.recvElems * es);
-    void* ref = o->check ? xmalloc(s.recvElems * es) : NULL;
-    fillRange(send, 0, s.sendElems, s.sendElems, o, pool, c->rank, (int)kind);
-    const int reduction = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
+    CollShape s = {0};
+    coll->shape(&s, bytes, e);
+    void* send = benchAlloc(s.sendElems * es);
+    void* recv = benchAlloc(s.recvElems * es);
+    void* ref = o->check ? benchAlloc(s.recvElems * es) : NULL;
+    coll->init(send, &s, e);
 
+    /* Raw's result is the reference, itself checked against the entry's
+     * expected result (computed into recv, poisoned first). */
     long long refWrong = 0;
     if (o->check) {
-        ZCHECK(runColl(&s, o, send, ref, c->comm, (zipcclCallConfig_t){zipcclStrategyRaw, o->codec, o->algo}));
-        if (reduction) {
-            refWrong = checkReduction(&s, o, pool, c->rank, c->nranks, ref);
-        } else {
-            memset(recv, 0xA5, s.recvElems * es);
-            runMpiReference(&s, send, recv, c->elem);
-            refWrong = countWrong(ref, recv, s.recvElems, es);
-        }
+        const zipcclCallConfig_t raw = {zipcclStrategyRaw, o->codec, o->algo};
+        ZCHECK(coll->run(send, ref, &s, e, &raw, NULL));
+        memset(recv, 0xA5, s.recvElems * es);
+        coll->expected(recv, send, &s, e);
+        refWrong = countWrong(ref, recv, s.recvElems, es);
     }
 
     /* The entries that apply to this collective (addStrat), by index. */
     int use[MAX_STRATS], ns = 0;
-    for (int e = 0; e < o->nstrats; e++)
-        if (o->algos[e] == zipcclAlgoDefault || zipcclAlgoRun(kind, o->algos[e]) == o->algos[e]) use[ns++] = e;
+    for (int k = 0; k < o->nstrats; k++)
+        if (o->algos[k] == zipcclAlgoDefault || zipcclAlgoRun(kind, o->algos[k]) == o->algos[k]) use[ns++] = k;
     const int iters = o->iters;
-    double* times = xmalloc((size_t)ns * iters * sizeof(double)); /* [strategy][iteration] */
+    double* times = benchAlloc((size_t)ns * iters * sizeof(double)); /* [strategy][iteration] */
     zipcclCounters_t sum[MAX_STRATS];
     long long wrong[MAX_STRATS], differ[MAX_STRATS];
     char picked[MAX_STRATS][64];
@@ -936,15 +767,15 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         /* auto spends its first calls in a size bucket measuring candidate
          * designs (comm/switcher.c); time it once it has settled. */
         zipcclStrategy_t strat = o->strats[use[si]];
-        int aw = autoWarmup(kind, bytes, c->nranks);
+        int aw = autoWarmup(coll, bytes, e->nranks);
         int warmup = strat == zipcclStrategyAuto && o->warmup < aw ? aw : o->warmup;
-        for (int it = 0; it < warmup; it++)
-            ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, use[si])));
+        const zipcclCallConfig_t cfg = entryConfig(o, use[si]);
+        for (int it = 0; it < warmup; it++) ZCHECK(coll->run(send, recv, &s, e, &cfg, NULL));
         /* Close contenders get extra runs, as many as the times call for. */
         for (int more = 0, settled = 0; strat == zipcclStrategyAuto && more < 4 * aw; more++) {
-            ZCHECK(zipcclAutoSettled(c->comm, kind, o->dtype, autoBytes(kind, bytes, c->nranks), &settled));
+            ZCHECK(zipcclAutoSettled(e->comm, kind, o->dtype, autoBytes(coll, bytes, e->nranks), &settled));
             if (settled) break;
-            ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, use[si])));
+            ZCHECK(coll->run(send, recv, &s, e, &cfg, NULL));
         }
     }
     int perm[MAX_STRATS];
@@ -958,23 +789,24 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
             si = perm[k % ns];
         }
         zipcclStrategy_t strat = o->strats[use[si]];
+        const zipcclCallConfig_t cfg = entryConfig(o, use[si]);
         const int last = it == iters - 1;
         if (last) memset(recv, 0xA5, s.recvElems * es); /* a stale result must not pass the check */
         zipcclCounters_t before, after;
-        ZCHECK(zipcclCommGetCounters(c->comm, kind, &before));
+        ZCHECK(zipcclCommGetCounters(e->comm, kind, &before));
         MCHECK(MPI_Barrier(MPI_COMM_WORLD));
         double t0 = MPI_Wtime();
-        ZCHECK(runColl(&s, o, send, recv, c->comm, entryConfig(o, use[si])));
+        ZCHECK(coll->run(send, recv, &s, e, &cfg, NULL));
         times[si * iters + it] = MPI_Wtime() - t0;
-        ZCHECK(zipcclCommGetCounters(c->comm, kind, &after));
+        ZCHECK(zipcclCommGetCounters(e->comm, kind, &after));
         addDelta(&sum[si], &before, &after);
         if (!last) continue;
         zipcclCounters_t all = sum[si];
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byStrategy, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byCodec, ZIPCCL_NCODECS, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byAlgo, ZIPCCL_NALGOS, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
-        pickedName(kind, &all, picked[si], sizeof picked[si]);
-        checkResult(c, o, &s, kind, strat, picked[si], send, ref, recv, refWrong, &wrong[si],
+        pickedName(coll, &all, picked[si], sizeof picked[si]);
+        checkResult(c, o, coll, &s, strat, picked[si], send, ref, recv, refWrong, &wrong[si],
                     &differ[si]);
     }
     for (int si = 0; si < ns; si++) {
@@ -986,16 +818,16 @@ static void benchOne(Ctx* c, const Options* o, const Pool* pool, zipcclCollKind_
         double sums[3] = {(double)sum[si].rawBytes, (double)sum[si].wireBytes, sum[si].codecSeconds};
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         double ratio = sums[1] > 0 ? sums[0] / sums[1] : 1.0;
-        double codecUs = sum[si].calls ? 1e6 * sums[2] / c->nranks / (double)sum[si].calls : 0.0;
-        if (c->rank == 0)
-            report(o, &s, kind, entryConfig(o, use[si]), c->nranks, t, ratio, codecUs, picked[si], wrong[si],
+        double codecUs = sum[si].calls ? 1e6 * sums[2] / e->nranks / (double)sum[si].calls : 0.0;
+        if (e->rank == 0)
+            report(o, &s, coll, entryConfig(o, use[si]), e->nranks, t, ratio, codecUs, picked[si], wrong[si],
                    differ[si]);
     }
     free(times);
     free(ref);
     free(recv);
     free(send);
-    freeShape(&s);
+    free(s.blocks);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1014,9 +846,9 @@ static void printHeader(const Ctx* c, const Options* o) {
         MPI_Get_processor_name(name, &len);
         snprintf(me, sizeof me, "%.63s", name);
     }
-    char* all = c->rank == 0 ? xmalloc((size_t)c->nranks * sizeof me) : NULL;
+    char* all = c->env.rank == 0 ? benchAlloc((size_t)c->env.nranks * sizeof me) : NULL;
     MCHECK(MPI_Gather(me, sizeof me, MPI_CHAR, all, sizeof me, MPI_CHAR, 0, MPI_COMM_WORLD));
-    if (c->rank != 0) return;
+    if (c->env.rank != 0) return;
 
     char date[64];
     time_t now = time(NULL);
@@ -1040,8 +872,8 @@ static void printHeader(const Ctx* c, const Options* o) {
 
     printf("# zipccl-bench  ZipCCL %d.%d (format %d)\n", ZIPCCL_VERSION_MAJOR,
            ZIPCCL_VERSION_MINOR, ZIPCCL_FORMAT_VERSION);
-    printf("# date %s  nranks %d\n# hosts", date, c->nranks);
-    for (int r = 0; r < c->nranks; r++) printf(" %d:%s", r, all + (size_t)r * sizeof me);
+    printf("# date %s  nranks %d\n# hosts", date, c->env.nranks);
+    for (int r = 0; r < c->env.nranks; r++) printf(" %d:%s", r, all + (size_t)r * sizeof me);
     printf("\n# machine %s %s %s, %s, %ld cpus, load %.2f %.2f %.2f\n", u.nodename, u.sysname,
            u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
     const char* btlFlags = getenv("OMPI_MCA_btl_tcp_flags"), *piece = getenv("ZIPCCL_PIECE_BYTES");
@@ -1067,32 +899,33 @@ int main(int argc, char** argv) {
     parseArgs(argc, argv, &o);
     Pool pool = {NULL, 0};
     if (o.input) loadInput(o.input, o.dtype, &pool);
+    const BenchData data = {o.dtype, o.dist, o.sigma, &pool};
 
     MCHECK(MPI_Init(&argc, &argv));
-    Ctx c = {0};
-    MCHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c.rank));
-    MCHECK(MPI_Comm_size(MPI_COMM_WORLD, &c.nranks));
-    MCHECK(MPI_Type_contiguous((int)zipcclTypeSize(o.dtype), MPI_BYTE, &c.elem));
-    MCHECK(MPI_Type_commit(&c.elem));
+    Ctx c = {{.dtype = o.dtype, .op = o.op, .data = &data}, 0};
+    MCHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c.env.rank));
+    MCHECK(MPI_Comm_size(MPI_COMM_WORLD, &c.env.nranks));
+    MCHECK(MPI_Type_contiguous((int)zipcclTypeSize(o.dtype), MPI_BYTE, &c.env.elem));
+    MCHECK(MPI_Type_commit(&c.env.elem));
     MPI_Comm world = MPI_COMM_WORLD;
-    ZCHECK(zipcclCommInitMpi(&c.comm, &world));
+    ZCHECK(zipcclCommInitMpi(&c.env.comm, &world));
 
     printHeader(&c, &o);
-    for (int k = 0; k < zipcclNumCollKinds; k++) {
+    for (int k = 0; k < NCOLLS; k++) {
         if (!o.doColl[k]) continue;
         size_t last = 0;
         for (double b = (double)o.minBytes; b <= (double)o.maxBytes * (1 + 1e-9); b *= o.factor) {
             size_t bytes = (size_t)(b + 0.5);
             if (bytes == last) continue; /* a small factor can round to the same size */
             last = bytes;
-            benchOne(&c, &o, &pool, (zipcclCollKind_t)k, bytes);
+            benchOne(&c, &o, kColls[k], bytes);
         }
     }
-    if (c.rank == 0 && o.check && !o.json)
+    if (c.env.rank == 0 && o.check && !o.json)
         printf("# total #wrong %lld%s\n", c.totalWrong, c.totalWrong ? "  (FAILED)" : "");
 
-    ZCHECK(zipcclCommDestroy(c.comm));
-    MPI_Type_free(&c.elem);
+    ZCHECK(zipcclCommDestroy(c.env.comm));
+    MPI_Type_free(&c.env.elem);
     free(pool.data);
     MPI_Finalize();
     return c.totalWrong ? 1 : 0;
