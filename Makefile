@@ -106,7 +106,7 @@ $(LIBZRT): $(RT_OBJ)
 
 LINK = $(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
 
-$(BUILD)/zipccl-codec-bench: $(BUILD)/obj/comm/bench/codec_bench.o $(LIBZRT) $(LIBZIPCCL)
+$(BUILD)/zipccl-codec-bench: $(BUILD)/obj/comm/bench/codec_bench.o $(LIBZIPCCL)
 	$(LINK)
 $(BUILD)/zipccl-bench: $(BUILD)/obj/comm/bench/coll_bench.o $(BENCH_COLL) $(LIBZIPCCL)
 	$(LINK)

@@ -22,9 +22,12 @@
  * together, and the fair baseline for an exponent coder.
  *
  * Left out: multi-threaded throughput (the codec's scaling belongs to the
- * collective benchmark) and GPU codecs (scripts/test_gpu.sh).
+ * collective benchmark), GPU codecs (scripts/test_gpu.sh), and the runtime:
+ * it links libzipccl alone and reads a .safetensors file itself (its JSON
+ * header through jansson), taking only what it measures from it.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <lz4.h>
 #include <math.h>
 #include <omp.h>
@@ -39,7 +42,6 @@
 #include <emmintrin.h>
 #endif
 
-#include "safetensors.h"
 #include "zipccl.h"
 #include "zipccl_float.h"
 
@@ -179,6 +181,117 @@ static double exponent_bound(const input_t* in) {
             h -= p * log2(p);
         }
     return bits / (bits - ebits + h);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Real tensors: a .safetensors file                                        */
+/* ------------------------------------------------------------------------ */
+
+/* A .safetensors file is a u64 little-endian header length N, N bytes of
+ * JSON ({"name": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [begin,
+ * end]}, ..., "__metadata__": {...}}), then the data, the offsets counted
+ * from its first byte.  The bench wants no more than each tensor's name,
+ * dtype tag, element count and bytes; it checks what it uses (offsets inside
+ * the file, shape x element size == bytes for the dtypes it measures) and
+ * leaves the rest of the format's rules to the runtime's reader. */
+typedef struct {
+    char name[256];
+    char dtype[16];      /* the file's tag: "BF16", "F16", "F32", "I64", ... */
+    uint64_t count;      /* product of the shape (1 for a scalar)             */
+    uint64_t begin, end; /* data_offsets, from the start of the data          */
+} st_entry;
+
+typedef struct {
+    FILE* fp;
+    uint64_t data_start; /* 8 + N */
+    st_entry* t;         /* in header order */
+    size_t n;
+} st_list;
+
+/* The dtypes measured; 0 for any other tag. */
+static int st_float_dtype(const char* tag, zipcclDataType_t* dtype) {
+    if (!strcmp(tag, "BF16")) *dtype = zipcclBfloat16;
+    else if (!strcmp(tag, "F16")) *dtype = zipcclFloat16;
+    else if (!strcmp(tag, "F32")) *dtype = zipcclFloat32;
+    else return 0;
+    return 1;
+}
+
+static void st_list_open(const char* path, st_list* st) {
+    memset(st, 0, sizeof *st);
+    st->fp = fopen(path, "rb");
+    benchCheck(st->fp, "cannot open '%s': %s", path, strerror(errno));
+    fseek(st->fp, 0, SEEK_END);
+    long size = ftell(st->fp);
+    fseek(st->fp, 0, SEEK_SET);
+    unsigned char len8[8];
+    benchCheck(size >= 8 && fread(len8, 1, 8, st->fp) == 8,
+               "'%s': %ld bytes, too short for the 8-byte header length", path, size);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | len8[i];
+    benchCheck(hl <= (uint64_t)size - 8 && hl <= 100u << 20,
+               "'%s': header length %llu does not fit the file (%ld bytes)", path,
+               (unsigned long long)hl, size);
+    char* hdr = malloc(hl ? hl : 1);
+    benchCheck(hdr && fread(hdr, 1, hl, st->fp) == hl, "short read of the header of '%s'", path);
+    json_error_t jerr;
+    json_t* root = json_loadb(hdr, hl, JSON_REJECT_DUPLICATES, &jerr);
+    free(hdr);
+    benchCheck(root, "'%s': header JSON, byte %d: %s", path, jerr.position, jerr.text);
+    benchCheck(json_is_object(root), "'%s': the header is not a JSON object", path);
+    st->data_start = 8 + hl;
+    const uint64_t data_size = (uint64_t)size - st->data_start;
+    st->t = calloc(json_object_size(root) + 1, sizeof *st->t);
+    benchCheck(st->t, "out of memory reading the header of '%s'", path);
+    const char* key;
+    json_t* v;
+    json_object_foreach(root, key, v) {
+        if (!strcmp(key, "__metadata__")) continue;
+        st_entry* t = &st->t[st->n++];
+        json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
+               *off = json_object_get(v, "data_offsets");
+        json_int_t b = json_integer_value(json_array_get(off, 0));
+        json_int_t e = json_integer_value(json_array_get(off, 1));
+        benchCheck(json_is_string(dt) && json_is_array(shape) && json_array_size(off) == 2 &&
+                       json_is_integer(json_array_get(off, 0)) &&
+                       json_is_integer(json_array_get(off, 1)) && 0 <= b && b <= e,
+                   "'%s': tensor '%s' needs a dtype, a shape and data_offsets [begin, end]", path, key);
+        snprintf(t->name, sizeof t->name, "%s", key);
+        snprintf(t->dtype, sizeof t->dtype, "%s", json_string_value(dt));
+        t->count = 1, t->begin = (uint64_t)b, t->end = (uint64_t)e;
+        size_t i;
+        json_t* d;
+        json_array_foreach(shape, i, d) {
+            json_int_t n = json_integer_value(d);
+            benchCheck(json_is_integer(d) && n >= 0 && (!n || t->count <= UINT64_MAX / (uint64_t)n),
+                       "'%s': tensor '%s': bad shape", path, key);
+            t->count *= (uint64_t)n;
+        }
+        benchCheck(t->end <= data_size,
+                   "'%s': tensor '%s': data_offsets [%lld, %lld] run past the end of the data "
+                   "(%llu bytes; file truncated?)", path, key, (long long)b, (long long)e,
+                   (unsigned long long)data_size);
+        zipcclDataType_t dtype;
+        benchCheck(!st_float_dtype(t->dtype, &dtype) ||
+                       (t->count <= (t->end - t->begin) / zipcclTypeSize(dtype) &&
+                        t->count * zipcclTypeSize(dtype) == t->end - t->begin),
+                   "'%s': tensor '%s': shape x %s size is not the %llu bytes data_offsets span",
+                   path, key, t->dtype, (unsigned long long)(t->end - t->begin));
+    }
+    json_decref(root);
+}
+
+/* Tensor t's bytes (t->end - t->begin) into dst. */
+static void st_list_read(const st_list* st, const st_entry* t, void* dst, const char* path) {
+    size_t n = (size_t)(t->end - t->begin);
+    benchCheck(!fseek(st->fp, (long)(st->data_start + t->begin), SEEK_SET) &&
+                   fread(dst, 1, n, st->fp) == n,
+               "'%s': short read of tensor '%s'", path, t->name);
+}
+
+static void st_list_close(st_list* st) {
+    fclose(st->fp);
+    free(st->t);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -442,7 +555,7 @@ static int measure(const codec_t* c, const input_t* in, bufs_t* b, const opts_t*
     return 0;
 }
 
-static void json_string(const char* s) {
+static void print_json_string(const char* s) {
     putchar('"');
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
@@ -483,7 +596,7 @@ static void report(const codec_t* c, const input_t* in, const result_t* r, const
            "\"decompress_gbps\":%.4f,\"bound\":%.6f,\"reps\":%d,\"clock\":\"%s\"",
            in->bytes, r->csize, ratio, cg, dg, in->bound, reps,
            g_clock == CLOCK_MONOTONIC ? "wall" : "cpu");
-    if (in->name[0]) printf(",\"name\":"), json_string(in->name);
+    if (in->name[0]) printf(",\"name\":"), print_json_string(in->name);
     printf("}\n");
     fflush(stdout);
 }
@@ -799,31 +912,27 @@ int main(int argc, char** argv) {
         const char* base = strrchr(input, '/') ? strrchr(input, '/') + 1 : input;
         print_table_header(&o, 1);
         if (is_st) {
-            char err[512];
-            st_file* f;
-            benchCheck(!st_open(input, &f, err, sizeof err), "%s", err);
+            st_list st;
+            st_list_open(input, &st);
             int measured = 0;
-            for (size_t t = 0; t < st_num_tensors(f); t++) {
-                const st_tensor* ti = st_tensor_at(f, t);
+            for (size_t k = 0; k < st.n; k++) {
+                const st_entry* t = &st.t[k];
                 input_t in = {.dist = "file", .sigma = 0};
-                if (!strcmp(ti->dtype, "BF16")) in.dtype = zipcclBfloat16;
-                else if (!strcmp(ti->dtype, "F16")) in.dtype = zipcclFloat16;
-                else if (!strcmp(ti->dtype, "F32")) in.dtype = zipcclFloat32;
-                else {
-                    fprintf(o.table, "  # %s: dtype %s, skipped\n", ti->name, ti->dtype);
+                if (!st_float_dtype(t->dtype, &in.dtype)) {
+                    fprintf(o.table, "  # %s: dtype %s, skipped\n", t->name, t->dtype);
                     continue;
                 }
-                if (!ti->numel) continue;
-                in.count = ti->numel, in.bytes = ti->bytes;
-                snprintf(in.name, sizeof in.name, "%s", ti->name);
+                if (!t->count) continue;
+                in.count = t->count, in.bytes = t->end - t->begin;
+                snprintf(in.name, sizeof in.name, "%s", t->name);
                 ENSURE_BUFFERS(&in);
                 in.data = alloc64(in.bytes);
-                benchCheck(!st_read(f, ti, in.data, in.bytes, err, sizeof err), "%s", err);
+                st_list_read(&st, t, in.data, input);
                 bad |= run_input(codecs, ncodecs, &in, &b, &o);
                 free(in.data);
                 measured++;
             }
-            st_close(f);
+            st_list_close(&st);
             benchCheck(measured, "%s holds no non-empty bf16/fp16/fp32 tensor", input);
         } else {
             if (!raw_dtype_s)
