@@ -171,6 +171,7 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
      * either fails, the communicator breaks below like after a failed run. */
     res = zipcclAgreeStart(c, op);
     if (res == zipcclSuccess) res = zipcclModelDecide(c, op, &cfg);
+    if (res == zipcclSuccess) res = zipcclExploreBeforeRun(c, op); /* a measured call starts together */
     st.strategy = cfg.strategy;
     st.codec = cfg.codec;
     st.algo = zipcclAlgoRun(op->kind, cfg.algo);
@@ -388,13 +389,13 @@ static zipcclResult_t sizeToLink(struct zipcclComm* c) {
     double t0 = zipcclNow();
     ZIPCCL_TRY(zipcclModelLink(c));
     if (!c->pieceBytes) {
-        double want = c->model.beta * kPieceSeconds;
+        double want = c->model.cost.beta * kPieceSeconds;
         c->pieceBytes = want >= (double)kMax ? kMax : want <= (double)kMin ? kMin : (size_t)want / kStep * kStep;
     }
-    if (c->a2aInflight < 0) c->a2aInflight = c->model.beta < kSlowLinkBps ? 1 : 0;
+    if (c->a2aInflight < 0) c->a2aInflight = c->model.cost.beta < kSlowLinkBps ? 1 : 0;
     if (c->model.log && c->rank == 0)
         fprintf(stderr, "zipccl: link %.0f MB/s (%.0f ms): pieces of %zu KiB, all-to-all pieces in flight: %d%s\n",
-                c->model.beta / 1e6, 1e3 * (zipcclNow() - t0), c->pieceBytes >> 10, c->a2aInflight,
+                c->model.cost.beta / 1e6, 1e3 * (zipcclNow() - t0), c->pieceBytes >> 10, c->a2aInflight,
                 c->a2aInflight ? "" : " (no limit)");
     return zipcclSuccess;
 }

@@ -18,6 +18,7 @@
 #include <math.h>
 
 #include "transport.h"
+#include "tune.h"
 #include "zipccl.h"
 #include "zipccl_tune.h"
 #include "zipccl_internal.h"
@@ -78,7 +79,7 @@ static inline double zipcclA2avSendBytes(const size_t* sendcounts, int nranks, s
     return bytes;
 }
 
-/* Measured selection (switcher.c): for one (collective, dtype, floor(log2
+/* Measured selection (tune_explore.c): for one (collective, dtype, floor(log2
  * bytes)) bucket, the candidate designs and their rank-agreed wall times. */
 #define ZIPCCL_TUNE_CANDS 6 /* the fixed strategies' designs, then the model's likeliest others */
 #define ZIPCCL_TUNE_RUNS 21 /* the most exploration runs per candidate */
@@ -100,18 +101,12 @@ typedef struct {
     int pairEvery;                     /* bucket calls from that pair to the next */
 } zipcclTuneBucket;
 
-/* Cost-model state (switcher.c).  Every field is identical on all ranks. */
-#define ZIPCCL_MODEL_CODECS 3 /* the codecs auto chooses among: fast, dense, f3 */
+/* Auto's state (switcher.c, tune_explore.c).  Every field is identical on
+ * all ranks. */
 typedef struct {
     int calibrated;
-    int linkKnown;       /* alpha/beta settled (zipcclModelLink)            */
-    double alpha;        /* seconds per message                             */
-    double beta;         /* link bytes per second                           */
-    /* Per codec auto may run (ZIPCCL_MODEL_CODECS: fast, dense, f3). */
-    double enc[ZIPCCL_MODEL_CODECS], dec[ZIPCCL_MODEL_CODECS]; /* codec raw bytes/second */
-    double memBw;        /* reduction / copy bytes per second               */
-    double ratio[zipcclNumCollKinds][3][ZIPCCL_MODEL_CODECS]; /* EWMA raw/wire by kind,
-                                                                 * dtype (bf16, fp16, fp32), codec */
+    int linkKnown;       /* cost.alpha/beta settled (zipcclModelLink)       */
+    zipcclTuneModel cost; /* the cost model's inputs (tune.h)               */
     /* Local observations since the last agreement (switcher.c lays it out). */
     double obs[zipcclNumCollKinds * 3 * ZIPCCL_MODEL_CODECS * 2 + 2 + 2 * ZIPCCL_MODEL_CODECS];
     uint64_t autoCalls;
@@ -136,6 +131,14 @@ typedef struct {
     zipcclCallConfig_t lastLogged; /* the last decision (log level 1 prints changes) */
     zipcclCollKind_t lastLoggedKind;
 } zipcclModel;
+
+/* AlltoAllv: an auto call in this many (switcher.c) that runs without size words
+ * (native) starts a size agreement (a2avTotal).  Every call did at first,
+ * which cost 20-30 us per call (4 ranks, 4-256 KiB, unthrottled emulated
+ * cluster, against 60-350 us calls); one call in 8 of every design still
+ * left auto 1.050x the best of native and raw there, size words 1.030x,
+ * and no agreement at all 1.021x (medians of 30 runs, docs/lab/auto_tuning.md). */
+#define ZIPCCL_A2AV_AGREE_EVERY 8
 
 #define ZIPCCL_SCRATCH_SLOTS 8 /* see coll_algos.c for who uses which */
 
@@ -254,6 +257,25 @@ zipcclResult_t zipcclAgreedAllreduce(struct zipcclComm* c, const double* in, dou
                                      const char* what);
 zipcclResult_t zipcclAgreedBarrier(struct zipcclComm* c, const char* what);
 
+/* tune_explore.c: the measured selection (off: zipcclExploreOn is 0). */
+int zipcclExploreOn(const struct zipcclComm* c);
+/* A settled bucket's call: *out is its fastest measured design (returns 1). */
+int zipcclExploreSettled(struct zipcclComm* c, const zipcclOp* op, double total, zipcclCallConfig_t* out);
+/* Pick among the model's candidates from the bucket's measurements (*best:
+ * an index into cand); sets model.probeBucket when this call is measured.
+ * Returns a word for the log.  Does not communicate. */
+const char* zipcclExploreChoose(zipcclModel* m, const zipcclOp* op, double total, const zipcclTuneDesign* cand,
+                                int nc, int* best);
+/* Before a measured call runs: the barrier that starts it on all ranks. */
+zipcclResult_t zipcclExploreBeforeRun(struct zipcclComm* c, const zipcclOp* op);
+/* After it ran: its time into the bucket, agreed over the ranks when the
+ * exploration or a re-measured pair is complete. */
+zipcclResult_t zipcclExploreRecord(struct zipcclComm* c, double seconds);
+zipcclTuneBucket* zipcclExploreBucket(zipcclModel* m, const zipcclOp* op, double total);
+double zipcclExploreRunsMedian(const zipcclTuneBucket* b, int i);
+/* Will the bucket's next auto call be measured? */
+int zipcclExploreMeasuresNext(const zipcclTuneBucket* b);
+
 /* switcher.c */
 void zipcclModelDefaults(zipcclModel* m);
 /* alpha and beta, once per communicator (collective): the ping-pong unless
@@ -262,8 +284,8 @@ void zipcclModelDefaults(zipcclModel* m);
 zipcclResult_t zipcclModelLink(struct zipcclComm* c);
 zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c);
 /* Resolve strategy/codec/algo for `op` (cfg->strategy may be auto), the
- * same on every rank.  A call it measures returns after a barrier, so the
- * caller times from there. */
+ * same on every rank.  A call it chose to measure has model.probeBucket
+ * set: the caller runs zipcclExploreBeforeRun and times from there. */
 zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcclCallConfig_t* out);
 /* Before the communicator is freed: complete the AlltoAllv size agreement
  * still in flight (it writes into the model).  Fails after the timeout. */

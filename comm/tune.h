@@ -1,0 +1,82 @@
+/*
+ * tune.h — auto's cost model, apart from everything that communicates: a
+ * pure function of (collective, dtype, bytes, ranks, piece size, the
+ * transport's designs, link, codec speeds, measured ratios), behind an
+ * interface in the spirit of NCCL's tuner plugin: init (defaults), decide
+ * (the designs that apply, each with its estimate, and the cheapest),
+ * observe (fold pooled observations in) and nothing to finalize.  The
+ * model is identical on every rank because its inputs are (switcher.c
+ * agrees them); tune_model.c implements it, tune_explore.c is the optional
+ * measured selection on top, switcher.c the glue a call goes through.
+ * Not installed.
+ */
+#ifndef ZIPCCL_TUNE_MODEL_H
+#define ZIPCCL_TUNE_MODEL_H
+
+#include <stddef.h>
+
+#include "zipccl.h"
+
+#define ZIPCCL_MODEL_CODECS 3 /* the codecs auto chooses among: fast, dense, f3 */
+#define ZIPCCL_TUNE_NDESIGNS 10
+
+/* The model's inputs that are not the call's. */
+typedef struct {
+    double alpha;  /* seconds per message                                    */
+    double beta;   /* link bytes per second                                  */
+    double enc[ZIPCCL_MODEL_CODECS], dec[ZIPCCL_MODEL_CODECS]; /* codec raw bytes/second */
+    double memBw;  /* reduction / copy bytes per second                      */
+    double ratio[zipcclNumCollKinds][3][ZIPCCL_MODEL_CODECS]; /* EWMA raw/wire by kind,
+                                                               * dtype (bf16, fp16, fp32), codec */
+} zipcclTuneModel;
+
+/* One call as the model sees it. */
+typedef struct {
+    zipcclCollKind_t kind;
+    zipcclDataType_t dtype;
+    double bytes;      /* the size auto files the call under (zipccl_tune.h)  */
+    int nranks;
+    size_t pieceBytes; /* the pipelining granularity of our designs           */
+    int caps;          /* the transport's zipcclTp* flags (transport.h)       */
+    int codecOk;       /* compressed designs can run                          */
+} zipcclTuneQuery;
+
+typedef struct {
+    zipcclStrategy_t strategy;
+    zipcclCodec_t codec;
+    zipcclAlgo_t algo;
+    const char* name; /* for the log */
+    double t;         /* the estimate, seconds */
+} zipcclTuneDesign;
+
+/* Every design auto may run, in a fixed order (the measured selection's
+ * tables store indices into it); the first three are the fixed strategies'
+ * (native, raw, compressed/fast direct). */
+extern const zipcclTuneDesign zipcclTuneDesigns[ZIPCCL_TUNE_NDESIGNS];
+int zipcclTuneDesignId(const zipcclTuneDesign* d); /* -1 if not in the table */
+
+/* The arrays' indices of a dtype (bf16, fp16, fp32) and a codec (fast,
+ * dense, f3), and the codecs in that order. */
+int zipcclTuneDtypeIndex(zipcclDataType_t dt);
+int zipcclTuneCodecIndex(zipcclCodec_t codec);
+extern const zipcclCodec_t zipcclTuneCodecs[ZIPCCL_MODEL_CODECS];
+
+/* Defaults: 5 us, 5 GB/s, codec speeds and Gaussian ratios (replaced by
+ * calibration and observations). */
+void zipcclTuneInit(zipcclTuneModel* m);
+/* The designs that apply to q into cand (their estimates in .t; *nc of
+ * them, at most ZIPCCL_TUNE_NDESIGNS); returns the index of the cheapest
+ * that can run.  Native reductions never apply (their order is not the
+ * canonical one). */
+int zipcclTuneDecide(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclTuneDesign* cand, int* nc);
+/* The estimate of one design (also stored in d->t). */
+double zipcclTuneEstimate(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclTuneDesign* d);
+
+/* Observations pooled over the ranks: [kind][dtype][codec] raw and wire
+ * bytes of compressed calls, then raw calls' link bytes and seconds, then
+ * per codec the codec's bytes and seconds. */
+#define ZIPCCL_OBS_RATIO (zipcclNumCollKinds * 3 * ZIPCCL_MODEL_CODECS * 2)
+#define ZIPCCL_OBS_LEN (ZIPCCL_OBS_RATIO + 2 + 2 * ZIPCCL_MODEL_CODECS)
+void zipcclTuneObserve(zipcclTuneModel* m, const double pooled[ZIPCCL_OBS_LEN]);
+
+#endif /* ZIPCCL_TUNE_MODEL_H */

@@ -1,0 +1,207 @@
+/*
+ * tune_model.c — auto's cost model (tune.h): per call, estimate the time
+ * of each design (native; raw direct, ring or one-shot; compressed
+ * fast/dense direct or ring, fast one-shot, f3 direct) with an
+ * alpha-beta-codec model, NCCL's tuner being the template:
+ *
+ *   t(design) = messages * alpha
+ *             + max(wireBytes / beta, codecBytes / codecThroughput)   (pipelined)
+ *             + one piece of codec work (the pipeline fill)
+ *             + reduction bytes / memory bandwidth                    (RS, AR)
+ *
+ * wireBytes for a compressed design is rawBytes / ratio, where the ratio is
+ * the last observed ratio for (collective, dtype, codec), starting from the
+ * Gaussian figures in DESIGN.md.  Pure functions of their arguments: no
+ * communicator, no environment, no communication.
+ *
+ * Left out: topology (every pair is assumed to have the same link).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "transport.h"
+#include "tune.h"
+
+/* Model constants per compressed frame: frame + chunk headers and chunk
+ * table (16 + 8 + 4 bytes for one chunk), and encode + decode overhead. */
+static const double kFrameHeaderBytes = 28, kFrameCodecS = 2e-6;
+
+int zipcclTuneDtypeIndex(zipcclDataType_t dt) {
+    return dt == zipcclBfloat16 ? 0 : dt == zipcclFloat16 ? 1 : 2;
+}
+/* The model's codecs, in its arrays' order. */
+const zipcclCodec_t zipcclTuneCodecs[ZIPCCL_MODEL_CODECS] = {zipcclCodecFast, zipcclCodecDense, zipcclCodecF3};
+int zipcclTuneCodecIndex(zipcclCodec_t codec) {
+    return codec == zipcclCodecDense ? 1 : codec == zipcclCodecF3 ? 2 : 0;
+}
+
+void zipcclTuneInit(zipcclTuneModel* m) {
+    memset(m, 0, sizeof *m);
+    m->alpha = 5e-6; /* shared memory-ish; calibration replaces these */
+    m->beta = 5e9;
+    static const double enc0[ZIPCCL_MODEL_CODECS] = {1.0e9, 0.3e9, 1.5e9};
+    static const double dec0[ZIPCCL_MODEL_CODECS] = {1.5e9, 0.4e9, 2.0e9};
+    memcpy(m->enc, enc0, sizeof enc0);
+    memcpy(m->dec, dec0, sizeof dec0);
+    m->memBw = 4e9;
+    /* raw/wire on Gaussian data (fast, dense, f3): DESIGN.md limits, a bit
+     * below the ideal; f3 below fast (docs/lab/collectives_history.md: 1.43 vs 1.47, bf16) */
+    static const double r0[3][ZIPCCL_MODEL_CODECS] = {{1.45, 1.48, 1.42}, {1.14, 1.16, 1.12}, {1.18, 1.19, 1.16}};
+    for (int k = 0; k < zipcclNumCollKinds; k++)
+        for (int d = 0; d < 3; d++)
+            for (int c = 0; c < ZIPCCL_MODEL_CODECS; c++) m->ratio[k][d][c] = r0[d][c];
+}
+
+/* The one-shot design (AllGather, AllReduce; MPI) saves latency steps for
+ * more bytes on the wire (AllReduce: n-1 whole buffers per rank) or more
+ * concurrent flows per link (AllGather), which only small messages win by.
+ * It is a candidate below kOneShotAgBytes of contribution per rank for
+ * AllGather, below kOneShotArBytes of buffer for AllReduce: in the repeated
+ * sweeps of docs/lab/auto_tuning.md (4 ranks, 10 Gbit/s and unthrottled) one-shot
+ * AllGather was 1.13-1.35x faster than every other design up to 1 MiB but at
+ * 256 KiB (0.98-1.00x), one-shot AllReduce 1.29-1.72x at 4 and 16 KiB and
+ * 0.53-0.60x from 64 KiB. */
+static const double kOneShotAgBytes = 1 << 20, kOneShotArBytes = 64 << 10;
+static int oneShotFits(const zipcclTuneQuery* q) {
+    const zipcclCollKind_t kind = q->kind;
+    const double total = q->bytes;
+    if (!(q->caps & zipcclTpOneShot)) return 0;
+    if (kind == zipcclCollAllGather) return total < kOneShotAgBytes;
+    return kind == zipcclCollAllReduce && total < kOneShotArBytes;
+}
+/* ---- the estimate ------------------------------------------------------------ */
+
+/* Bytes this rank sends (raw), encodes, decodes and reduces for one design.
+ * `block` = bytes of one rank's share, `total` = bytes of one rank's input. */
+double zipcclTuneEstimate(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclTuneDesign* d) {
+    const zipcclCollKind_t kind = q->kind;
+    const zipcclDataType_t dt = q->dtype;
+    const double total = q->bytes;
+    const int n = q->nranks;
+    const double n1 = n - 1, esz = (double)zipcclTypeSize(dt);
+    double block = kind == zipcclCollAllGather ? total : total / n;
+    double send = 0, enc = 0, dec = 0, red = 0, msgs = n1, pipeSteps = 1;
+    int ring = d->algo == zipcclAlgoRing, oneshot = d->algo == zipcclAlgoOneShot;
+    if (oneshot) msgs = 1; /* its n-1 messages go out together: one latency */
+    switch (kind) {
+    case zipcclCollAllGather: send = block * n1, enc = block, dec = block * n1; break;
+    case zipcclCollAlltoAll:
+    case zipcclCollAlltoAllv: send = total * n1 / n, enc = send, dec = send; break;
+    case zipcclCollReduceScatter:
+    case zipcclCollAllReduce:
+        if (oneshot) { /* AllReduce: the whole buffer to every peer, every rank reduces all of it */
+            block = total, send = total * n1, enc = total, dec = total * n1, red = total * n * (4 / esz) * 2;
+            break;
+        }
+        /* the ring carries fp32 partials after the first hop */
+        send = ring ? block * (1 + (n1 - 1) * 4 / esz) : block * n1;
+        enc = send, dec = send, red = block * n * (4 / esz) * 2;
+        if (ring) pipeSteps = n1;
+        if (kind == zipcclCollAllReduce) {
+            send += block * n1, enc += block, dec += block * n1, msgs *= 2;
+        }
+        break;
+    default: break;
+    }
+    double t;
+    if (d->strategy == zipcclStrategyNative) {
+        /* MPI's own algorithms: bandwidth-optimal for large messages,
+         * logarithmic in messages for small ones; bf16/fp16 sums pay for
+         * the user op's per-element conversions. */
+        t = ceil(log2((double)n)) * m->alpha + send / m->beta;
+        if (red > 0) t += red / m->memBw * (esz == 2 ? 2 : 1);
+    } else {
+        double piece = fmin((double)q->pieceBytes, block);
+        double pieces = ceil(block / fmax((double)q->pieceBytes, 1));
+        t = (msgs * fmax(pieces, 1)) * m->alpha + red / m->memBw;
+        if (d->strategy == zipcclStrategyRaw) {
+            t += send / m->beta + (pipeSteps - 1) * piece / m->beta;
+        } else {
+            const int ci = zipcclTuneCodecIndex(d->codec);
+            double ratio = m->ratio[kind][zipcclTuneDtypeIndex(dt)][ci], encBw = m->enc[ci], decBw = m->dec[ci];
+            /* plus per frame: its headers on the wire and a fixed codec cost
+             * (~1 us per encode or decode of a 4 KiB frame in zipccl-bench's
+             * codec_us), which is what keeps tiny messages raw */
+            double frames = msgs * fmax(pieces, 1);
+            double wire = (send / ratio + frames * kFrameHeaderBytes) / m->beta;
+            double codec = enc / encBw + dec / decBw + frames * kFrameCodecS;
+            if (ring) /* every hop waits for one piece to arrive, decode and re-encode */
+                t += fmax(wire, codec) + pipeSteps * piece * (1 / encBw + 1 / decBw + 1 / ratio / m->beta);
+            else /* two stages over P pieces: the slower one's whole, the faster one's 1/P */
+                t += fmax(wire, codec) + fmin(wire, codec) / fmax(pieces, 1);
+        }
+    }
+    d->t = t;
+    return t;
+}
+
+/* Every design auto may run; the bucket tables store indices into this. */
+const zipcclTuneDesign zipcclTuneDesigns[ZIPCCL_TUNE_NDESIGNS] = {
+    {zipcclStrategyNative, zipcclCodecFast, zipcclAlgoDirect, "native", 0},
+    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect, "raw", 0},
+    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect, "compressed/fast", 0},
+    {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoDirect, "compressed/dense", 0},
+    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoRing, "raw/ring", 0},
+    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing, "compressed/fast/ring", 0},
+    {zipcclStrategyCompressed, zipcclCodecDense, zipcclAlgoRing, "compressed/dense/ring", 0},
+    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoOneShot, "raw/oneshot", 0},
+    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoOneShot, "compressed/fast/oneshot", 0},
+    {zipcclStrategyCompressed, zipcclCodecF3, zipcclAlgoDirect, "compressed/f3", 0},
+};
+
+int zipcclTuneDesignId(const zipcclTuneDesign* d) {
+    for (int i = 0; i < ZIPCCL_TUNE_NDESIGNS; i++) {
+        const zipcclTuneDesign* k = &zipcclTuneDesigns[i];
+        if (k->strategy == d->strategy && k->codec == d->codec && k->algo == d->algo)
+            return i;
+    }
+    return -1;
+}
+
+
+int zipcclTuneDecide(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclTuneDesign* cand, int* nc) {
+    const int reduce = q->kind == zipcclCollReduceScatter || q->kind == zipcclCollAllReduce;
+    *nc = 0;
+    /* Native reductions sum in the transport's own order (and MPI rounds bf16
+     * at every pairwise combine), so auto never picks them: every design it
+     * chooses from for ReduceScatter/AllReduce gives the same bits (the
+     * canonical order, docs/COLLECTIVES.md), and switching never changes a
+     * training run. Data-movement collectives are bit-identical anyway. */
+    for (int i = 0; i < ZIPCCL_TUNE_NDESIGNS; i++) {
+        const zipcclTuneDesign* k = &zipcclTuneDesigns[i];
+        if (k->strategy == zipcclStrategyNative && reduce) continue;
+        if (k->algo == zipcclAlgoRing && !(reduce && (q->caps & zipcclTpRing))) continue;
+        if (k->algo == zipcclAlgoOneShot && !oneShotFits(q)) continue;
+        cand[(*nc)++] = *k;
+    }
+    int best = 0;
+    for (int i = 0; i < *nc; i++) {
+        zipcclTuneEstimate(m, q, &cand[i]);
+        if (cand[i].t < cand[best].t) best = i;
+    }
+    /* A communicator whose buffers' codec is not usable (NCCL without a
+     * device for the CUDA codec) cannot compress. */
+    if (!q->codecOk && cand[best].strategy == zipcclStrategyCompressed)
+        for (best = 0; cand[best].strategy == zipcclStrategyCompressed; best++) {}
+    return best;
+}
+
+void zipcclTuneObserve(zipcclTuneModel* m, const double pooled[ZIPCCL_OBS_LEN]) {
+    const double w = 0.3; /* EWMA weight of new evidence */
+    for (int k = 0; k < zipcclNumCollKinds; k++)
+        for (int d = 0; d < 3; d++)
+            for (int cc = 0; cc < ZIPCCL_MODEL_CODECS; cc++) {
+                const double* o = pooled + ((k * 3 + d) * ZIPCCL_MODEL_CODECS + cc) * 2;
+                if (o[1] > 0) m->ratio[k][d][cc] = (1 - w) * m->ratio[k][d][cc] + w * o[0] / o[1];
+            }
+    if (pooled[ZIPCCL_OBS_RATIO + 1] > 0 && pooled[ZIPCCL_OBS_RATIO] > 1e6)
+        m->beta = (1 - w) * m->beta + w * pooled[ZIPCCL_OBS_RATIO] / pooled[ZIPCCL_OBS_RATIO + 1];
+    for (int cc = 0; cc < ZIPCCL_MODEL_CODECS; cc++) {
+        double b = pooled[ZIPCCL_OBS_RATIO + 2 + 2 * cc], s = pooled[ZIPCCL_OBS_RATIO + 3 + 2 * cc];
+        if (s <= 0 || b < 1e6) continue;
+        /* observed bytes/s over encode+decode; split like the calibration did */
+        double predicted = 2.0 / (1 / m->enc[cc] + 1 / m->dec[cc]), scale = (b / s) / predicted;
+        m->enc[cc] *= (1 - w) + w * scale;
+        m->dec[cc] *= (1 - w) + w * scale;
+    }
+}
