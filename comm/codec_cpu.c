@@ -1556,6 +1556,60 @@ static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint
     }
 }
 
+/* The same choice on AVX-512 for a chunk larger than its sample: 16
+ * lattice indices at a time (each block of 16 is the last plus 16 * step mod
+ * n), gathered, their exponents summed and stored as bytes, the 27 bins
+ * then counted by byte compares. A 16-bit element is gathered as the dword
+ * that starts with it, or for the chunk's last element the dword that ends
+ * with it, so no read leaves the chunk. */
+ZC_T512 static int zc_t_choose_avx512(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape,
+                                      int* same) {
+    if (n <= ZCF_T_SAMPLE) return zc_t_choose(dt, src, n, top, shape, same);
+    int es = zcf_elem_size(dt), emax = (1 << zcf_exp_bits(dt)) - 1;
+    for (size_t b = 0; b < n * (size_t)es; b += 64) _mm_prefetch((const char*)src + b, _MM_HINT_T0);
+    size_t step = zc_sample_step(n, ZCF_T_SAMPLE);
+    uint32_t first[16];
+    for (size_t k = 0, i = 0; k < 16; k++, i = i + step >= n ? i + step - n : i + step) first[k] = (uint32_t)i;
+    __m512i I = _mm512_loadu_si512(first);
+    const __m512i d16 = _mm512_set1_epi32((int)((16 * step) % n)), nv = _mm512_set1_epi32((int)n);
+    const __m512i last = _mm512_set1_epi32((int)(n - 1)), em = _mm512_set1_epi32(emax);
+    const __m512i x0 = _mm512_set1_epi32((int)zc_ld_elem(src, es)), one = _mm512_set1_epi32(1);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF), sh16 = _mm512_set1_epi32(16), nm = _mm512_set1_epi32(emax - 1);
+    __m512i diff = _mm512_setzero_si512(), sum = _mm512_setzero_si512();
+    uint32_t cnt = 0;
+    uint8_t e8[ZCF_T_SAMPLE] __attribute__((aligned(64)));
+    for (int b = 0; b < ZCF_T_SAMPLE / 16; b++) {
+        __m512i x;
+        if (es == 4) {
+            x = _mm512_i32gather_epi32(I, src, 4);
+        } else {
+            __mmask16 end = _mm512_cmpeq_epi32_mask(I, last);
+            x = _mm512_i32gather_epi32(_mm512_mask_sub_epi32(I, end, I, one), src, 2);
+            x = _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_maskz_mov_epi32(end, sh16)), lo16);
+        }
+        diff = _mm512_or_si512(diff, _mm512_xor_si512(x, x0));
+        __m512i e = _mm512_and_si512(_mm512_srli_epi32(x, zcf_mant_bits(dt)), em);
+        __mmask16 normal = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(e, one), nm);
+        sum = _mm512_mask_add_epi32(sum, normal, sum, e);
+        cnt += (uint32_t)_mm_popcnt_u32(normal);
+        _mm_store_si128((__m128i*)(e8 + 16 * b), _mm512_cvtepi32_epi8(e));
+        I = _mm512_add_epi32(I, d16);
+        I = _mm512_mask_sub_epi32(I, _mm512_cmpge_epu32_mask(I, nv), I, nv);
+    }
+    *same = !_mm512_test_epi32_mask(diff, diff);
+    int kk = zcf_s8_of((uint32_t)_mm512_reduce_add_epi32(sum), cnt) / 8;
+    uint32_t h[ZCF_T_BINS];
+    for (int b = 0; b < ZCF_T_BINS; b++) {
+        int v = kk - 14 + b;
+        h[b] = 0;
+        if (v < 0 || v > emax) continue;
+        __m512i vv = _mm512_set1_epi8((char)v);
+        for (int j = 0; j < ZCF_T_SAMPLE / 64; j++)
+            h[b] += (uint32_t)_mm_popcnt_u64(_mm512_cmpeq_epi8_mask(_mm512_load_si512(e8 + 64 * j), vv));
+    }
+    return zcf_t_pick(h, kk, emax, top, shape);
+}
+
 /* Encode one chunk of n <= ZC_ENC_CHUNK elements into out (room: avail
  * bytes). Returns its size, or 0 if neither the encoding nor the raw chunk
  * fits. A chunk not smaller than raw is written raw. */
@@ -1591,7 +1645,8 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
     } else if (codec == zipcclCodecFast) { /* C if constant, else T */
         size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G, es = (size_t)zcf_elem_size(dt);
         uint32_t top = 0, shape = 0;
-        int same = 0, ok = zc_t_choose(dt, src, n, &top, &shape, &same);
+        int same = 0, ok = K->rans512 ? zc_t_choose_avx512(dt, src, n, &top, &shape, &same)
+                                      : zc_t_choose(dt, src, n, &top, &shape, &same);
         /* a constant sample is confirmed over the whole chunk: element i
          * equals element i + 1 for all i (memcmp stops at the first
          * difference); C (8 + es bytes) beats raw from n = 2 on */
