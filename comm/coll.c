@@ -41,74 +41,6 @@
 
 #include "coll_internal.h"
 
-double zipcclNow(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes) {
-    if (bytes == 0) bytes = 1;
-    if (c->scratchCap[slot] < bytes) {
-        free(c->scratch[slot]);
-        /* Grow by 1/8 more so slowly growing sizes do not reallocate each call. */
-        size_t cap = bytes + bytes / 8;
-        c->scratch[slot] = malloc(cap);
-        c->scratchCap[slot] = c->scratch[slot] ? cap : 0;
-    }
-    return c->scratch[slot];
-}
-
-/* ---- names ------------------------------------------------------------------- */
-
-const char* zipcclCollName(zipcclCollKind_t kind) {
-    static const char* const names[zipcclNumCollKinds] = {"AllGather", "ReduceScatter",
-                                                          "AllReduce", "AlltoAll", "AlltoAllv"};
-    return (int)kind >= 0 && kind < zipcclNumCollKinds ? names[kind] : "?";
-}
-
-const char* zipcclStrategyName(zipcclStrategy_t s) {
-    switch (s) {
-    case zipcclStrategyDefault: return "default";
-    case zipcclStrategyNative: return "native";
-    case zipcclStrategyRaw: return "raw";
-    case zipcclStrategyCompressed: return "compressed";
-    case zipcclStrategyAuto: return "auto";
-    }
-    return "?";
-}
-
-zipcclResult_t zipcclStrategyParse(const char* name, zipcclStrategy_t* out) {
-    if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclStrategyParse: null argument");
-    static const char* const names[] = {"native", "raw", "compressed", "auto"};
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(name, names[i])) { *out = (zipcclStrategy_t)(i + 1); return zipcclSuccess; }
-    return zipcclSetError(zipcclInvalidArgument,
-                          "unknown strategy '%s' (expected native, raw, compressed or auto)", name);
-}
-
-const char* zipcclAlgoName(zipcclAlgo_t a) {
-    static const char* const names[ZIPCCL_NALGOS] = {"default", "ring", "direct", "oneshot"};
-    return (int)a >= 0 && a < ZIPCCL_NALGOS ? names[a] : "?";
-}
-
-zipcclResult_t zipcclAlgoParse(const char* name, zipcclAlgo_t* out) {
-    if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclAlgoParse: null argument");
-    for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++)
-        if (!strcmp(name, zipcclAlgoName((zipcclAlgo_t)a))) { *out = (zipcclAlgo_t)a; return zipcclSuccess; }
-    return zipcclSetError(zipcclInvalidArgument, "algorithm '%s' (expected ring, direct or oneshot)", name);
-}
-
-zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out) {
-    if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclCodecParse: null argument");
-    if (!strcmp(name, "fast")) *out = zipcclCodecFast;
-    else if (!strcmp(name, "dense")) *out = zipcclCodecDense;
-    else if (!strcmp(name, "f3")) *out = zipcclCodecF3;
-    else if (!strcmp(name, "f2")) *out = zipcclCodecF2;
-    else return zipcclSetError(zipcclInvalidArgument, "codec '%s' (expected fast, dense, f3 or f2)", name);
-    return zipcclSuccess;
-}
-
 static zipcclResult_t checkConfig(const zipcclCallConfig_t* cfg) {
     if ((int)cfg->strategy < 0 || cfg->strategy > zipcclStrategyAuto)
         return zipcclSetError(zipcclInvalidArgument, "call config: strategy %d out of range", (int)cfg->strategy);
@@ -124,14 +56,6 @@ static zipcclResult_t checkConfig(const zipcclCallConfig_t* cfg) {
 
 /* ---- executor ------------------------------------------------------------------ */
 
-zipcclAlgo_t zipcclAlgoRun(zipcclCollKind_t kind, zipcclAlgo_t a) {
-    switch (kind) {
-    case zipcclCollAllGather: return a == zipcclAlgoOneShot ? a : zipcclAlgoRing;
-    case zipcclCollReduceScatter: return a == zipcclAlgoRing ? a : zipcclAlgoDirect;
-    case zipcclCollAllReduce: return a == zipcclAlgoDefault ? zipcclAlgoDirect : a;
-    default: return zipcclAlgoDefault; /* the All-to-Alls' pairwise exchange */
-    }
-}
 
 /* The decided design on the communicator's transport: its own collective
  * (native), or one of our designs over its messages (coll_algos.c), or, on

@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <math.h>
 
@@ -205,9 +206,19 @@ struct zipcclComm {
     zipcclModel model;   /* executor only                                   */
 };
 
-/* coll.c */
-void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes); /* NULL on OOM */
-double zipcclNow(void);
+/* A communicator's scratch buffer `slot`, at least `bytes` long (NULL on
+ * OOM); grown outside the steady state, by 1/8 more so slowly growing
+ * sizes do not reallocate each call.  Only the executor touches them. */
+static inline void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    if (c->scratchCap[slot] < bytes) {
+        free(c->scratch[slot]);
+        size_t cap = bytes + bytes / 8;
+        c->scratch[slot] = malloc(cap);
+        c->scratchCap[slot] = c->scratch[slot] ? cap : 0;
+    }
+    return c->scratch[slot];
+}
 /* Slot i of a request array of the communicator's transport. */
 static inline void* zipcclSlot(const struct zipcclComm* c, void* reqs, int i) {
     return (char*)reqs + (size_t)i * c->tp->reqSize;

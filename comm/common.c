@@ -1,6 +1,8 @@
 /*
- * common.c — result strings, per-thread error detail, dtype helpers and
- * element conversions by dtype.
+ * common.c — what every file of libzipccl may use and that depends on
+ * nothing else of it: result strings, per-thread error detail, dtype
+ * helpers, element conversions by dtype, the clock, and the names of the
+ * collectives' enums.
  *
  * Everything in libzipccl reports failure through zipcclResult_t; the
  * human-readable "what exactly" goes through zipcclSetError() into a
@@ -10,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "zipccl.h"
 #include "zipccl_internal.h"
@@ -134,4 +137,69 @@ float zipcclToFloat(const void* p, size_t i, zipcclDataType_t dtype) {
 void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype) {
     if (dtype == zipcclFloat32) ((float*)p)[i] = v;
     else ((uint16_t*)p)[i] = dtype == zipcclBfloat16 ? zipcclFloatToBf16(v) : zipcclFloatToFp16(v);
+}
+
+double zipcclNow(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- names of the collectives' enums ----------------------------------------- */
+
+const char* zipcclCollName(zipcclCollKind_t kind) {
+    static const char* const names[zipcclNumCollKinds] = {"AllGather", "ReduceScatter",
+                                                          "AllReduce", "AlltoAll", "AlltoAllv"};
+    return (int)kind >= 0 && kind < zipcclNumCollKinds ? names[kind] : "?";
+}
+
+const char* zipcclStrategyName(zipcclStrategy_t s) {
+    switch (s) {
+    case zipcclStrategyDefault: return "default";
+    case zipcclStrategyNative: return "native";
+    case zipcclStrategyRaw: return "raw";
+    case zipcclStrategyCompressed: return "compressed";
+    case zipcclStrategyAuto: return "auto";
+    }
+    return "?";
+}
+
+zipcclResult_t zipcclStrategyParse(const char* name, zipcclStrategy_t* out) {
+    if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclStrategyParse: null argument");
+    static const char* const names[] = {"native", "raw", "compressed", "auto"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, names[i])) { *out = (zipcclStrategy_t)(i + 1); return zipcclSuccess; }
+    return zipcclSetError(zipcclInvalidArgument,
+                          "unknown strategy '%s' (expected native, raw, compressed or auto)", name);
+}
+
+const char* zipcclAlgoName(zipcclAlgo_t a) {
+    static const char* const names[ZIPCCL_NALGOS] = {"default", "ring", "direct", "oneshot"};
+    return (int)a >= 0 && a < ZIPCCL_NALGOS ? names[a] : "?";
+}
+
+zipcclResult_t zipcclAlgoParse(const char* name, zipcclAlgo_t* out) {
+    if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclAlgoParse: null argument");
+    for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++)
+        if (!strcmp(name, zipcclAlgoName((zipcclAlgo_t)a))) { *out = (zipcclAlgo_t)a; return zipcclSuccess; }
+    return zipcclSetError(zipcclInvalidArgument, "algorithm '%s' (expected ring, direct or oneshot)", name);
+}
+
+zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out) {
+    if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclCodecParse: null argument");
+    if (!strcmp(name, "fast")) *out = zipcclCodecFast;
+    else if (!strcmp(name, "dense")) *out = zipcclCodecDense;
+    else if (!strcmp(name, "f3")) *out = zipcclCodecF3;
+    else if (!strcmp(name, "f2")) *out = zipcclCodecF2;
+    else return zipcclSetError(zipcclInvalidArgument, "codec '%s' (expected fast, dense, f3 or f2)", name);
+    return zipcclSuccess;
+}
+
+zipcclAlgo_t zipcclAlgoRun(zipcclCollKind_t kind, zipcclAlgo_t a) {
+    switch (kind) {
+    case zipcclCollAllGather: return a == zipcclAlgoOneShot ? a : zipcclAlgoRing;
+    case zipcclCollReduceScatter: return a == zipcclAlgoRing ? a : zipcclAlgoDirect;
+    case zipcclCollAllReduce: return a == zipcclAlgoDefault ? zipcclAlgoDirect : a;
+    default: return zipcclAlgoDefault; /* the All-to-Alls' pairwise exchange */
+    }
 }

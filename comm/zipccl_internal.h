@@ -24,6 +24,9 @@ void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype);
 /* fp16 bits -> fp32, all 65536 (built on first use; fetch once per loop). */
 const float* zipcclFp16Table(void);
 
+/* Seconds on the monotonic clock (common.c). */
+double zipcclNow(void);
+
 /* Propagate a non-success result. */
 #define ZIPCCL_TRY(call)                                  \
     do {                                                  \
