@@ -1,8 +1,9 @@
 /*
  * safetensors.h — read and write the safetensors file format.
  *
- * Used for checkpoints and tensor dumps (the trainer) and for measuring the
- * codec on real tensors (zipccl-codec-bench --input).  A file is
+ * Used for checkpoints and tensor dumps (the trainer); zipccl-codec-bench,
+ * which links libzipccl alone, reads the dumps with a short reader of its
+ * own.  A file is
  *
  *   u64 LE  N                 length of the JSON header
  *   N bytes JSON              {"name": {"dtype": "BF16", "shape": [2, 3],
