@@ -1235,6 +1235,7 @@ typedef struct {
     zc_tpass_fn tpass;
     zc_tunpack_fn tunpack;
     void (*tplanes3)(uint8_t* q, size_t m, uint8_t* out); /* T's last tier -> planes */
+    int (*tchoose)(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
     int rans512; /* rANS lanes in AVX-512 (gathers, scatters)  */
 } zc_kernels_t;
 
@@ -1259,6 +1260,11 @@ zipcclSimd_t zipcclSimdDetect(void) {
     return zipcclSimdScalar;
 }
 
+/* The T encoder's sample and choice (section 5). */
+static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
+ZC_T512 static int zc_t_choose_avx512(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
+ZC_T256 static int zc_t_choose_avx2(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
+
 static zipcclResult_t zc_pick(const zipcclCodecParams_t* params, zc_kernels_t* k) {
     zipcclSimd_t s = params ? params->simd : zipcclSimdAuto;
     if (s == zipcclSimdAuto) s = zipcclSimdDetect();
@@ -1273,6 +1279,7 @@ static zipcclResult_t zc_pick(const zipcclCodecParams_t* params, zc_kernels_t* k
     k->tpass = s == zipcclSimdAvx512 ? t_pass_avx512 : s == zipcclSimdAvx2 ? t_pass_avx2 : t_pass_scalar;
     k->tunpack = s == zipcclSimdAvx512 ? t_unpack_avx512 : s == zipcclSimdAvx2 ? t_unpack_avx2 : t_unpack_scalar;
     k->tplanes3 = s == zipcclSimdAvx512 ? t_planes3_avx512 : s == zipcclSimdAvx2 ? t_planes3_avx2 : f2_planes_scalar;
+    k->tchoose = s == zipcclSimdAvx512 ? zc_t_choose_avx512 : s == zipcclSimdAvx2 ? zc_t_choose_avx2 : zc_t_choose;
     if (s == zipcclSimdAvx512) { k->split = split_avx512; k->merge = merge_avx512; }
     else if (s == zipcclSimdAvx2) { k->split = split_avx2; k->merge = merge_avx2; }
     else { k->split = split_scalar; k->merge = merge_scalar; }
@@ -1610,6 +1617,64 @@ ZC_T512 static int zc_t_choose_avx512(int dt, const uint8_t* src, size_t n, uint
     return zcf_t_pick(h, kk, emax, top, shape);
 }
 
+/* The same on AVX2, 8 lanes a time, the bins counted from the stored
+ * exponent bytes by a scalar loop (byte compares would take 27 passes). */
+ZC_T256 static int zc_t_choose_avx2(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape,
+                                    int* same) {
+    if (n <= ZCF_T_SAMPLE) return zc_t_choose(dt, src, n, top, shape, same);
+    int es = zcf_elem_size(dt), emax = (1 << zcf_exp_bits(dt)) - 1;
+    for (size_t b = 0; b < n * (size_t)es; b += 64) _mm_prefetch((const char*)src + b, _MM_HINT_T0);
+    size_t step = zc_sample_step(n, ZCF_T_SAMPLE);
+    uint32_t first[8];
+    for (size_t k = 0, i = 0; k < 8; k++, i = i + step >= n ? i + step - n : i + step) first[k] = (uint32_t)i;
+    __m256i I = _mm256_loadu_si256((const __m256i*)first);
+    /* unsigned compares through the sign flip: indices < n < 2^31 */
+    const __m256i d8 = _mm256_set1_epi32((int)((8 * step) % n)), nv = _mm256_set1_epi32((int)n);
+    const __m256i last = _mm256_set1_epi32((int)(n - 1)), em = _mm256_set1_epi32(emax);
+    const __m256i x0 = _mm256_set1_epi32((int)zc_ld_elem(src, es));
+    const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+    const __m256i pack = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256i diff = _mm256_setzero_si256(), sum = _mm256_setzero_si256(), cnt = _mm256_setzero_si256();
+    uint8_t e8[ZCF_T_SAMPLE];
+    for (int b = 0; b < ZCF_T_SAMPLE / 8; b++) {
+        __m256i x;
+        if (es == 4) {
+            x = _mm256_i32gather_epi32((const int*)src, I, 4);
+        } else {
+            __m256i end = _mm256_cmpeq_epi32(I, last); /* -1 there: one element back, upper half */
+            x = _mm256_i32gather_epi32((const int*)src, _mm256_add_epi32(I, end), 2);
+            x = _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_and_si256(end, _mm256_set1_epi32(16))), lo16);
+        }
+        diff = _mm256_or_si256(diff, _mm256_xor_si256(x, x0));
+        __m256i e = _mm256_and_si256(_mm256_srli_epi32(x, zcf_mant_bits(dt)), em);
+        __m256i normal = _mm256_and_si256(_mm256_cmpgt_epi32(e, _mm256_setzero_si256()), _mm256_cmpgt_epi32(em, e));
+        sum = _mm256_add_epi32(sum, _mm256_and_si256(normal, e));
+        cnt = _mm256_sub_epi32(cnt, normal);
+        __m256i eb = _mm256_shuffle_epi8(e, pack);
+        uint32_t w0 = (uint32_t)_mm256_extract_epi32(eb, 0), w1 = (uint32_t)_mm256_extract_epi32(eb, 4);
+        memcpy(e8 + 8 * b, &w0, 4);
+        memcpy(e8 + 8 * b + 4, &w1, 4);
+        I = _mm256_add_epi32(I, d8);
+        I = _mm256_sub_epi32(I, _mm256_andnot_si256(_mm256_cmpgt_epi32(nv, I), nv)); /* I >= n: - n */
+    }
+    *same = _mm256_testz_si256(diff, diff);
+    uint32_t sv[8], cv[8], tsum = 0, tcnt = 0;
+    _mm256_storeu_si256((__m256i*)sv, sum);
+    _mm256_storeu_si256((__m256i*)cv, cnt);
+    for (int l = 0; l < 8; l++) { tsum += sv[l]; tcnt += cv[l]; }
+    int kk = zcf_s8_of(tsum, tcnt) / 8;
+    uint16_t hist[2][256];
+    memset(hist, 0, sizeof hist);
+    for (int k = 0; k < ZCF_T_SAMPLE; k++) hist[k & 1][e8[k]]++;
+    uint32_t h[ZCF_T_BINS];
+    for (int b = 0; b < ZCF_T_BINS; b++) {
+        int v = kk - 14 + b;
+        h[b] = v >= 0 && v <= emax ? (uint32_t)hist[0][v] + hist[1][v] : 0;
+    }
+    return zcf_t_pick(h, kk, emax, top, shape);
+}
+
 /* Encode one chunk of n <= ZC_ENC_CHUNK elements into out (room: avail
  * bytes). Returns its size, or 0 if neither the encoding nor the raw chunk
  * fits. A chunk not smaller than raw is written raw. */
@@ -1645,8 +1710,7 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
     } else if (codec == zipcclCodecFast) { /* C if constant, else T */
         size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G, es = (size_t)zcf_elem_size(dt);
         uint32_t top = 0, shape = 0;
-        int same = 0, ok = K->rans512 ? zc_t_choose_avx512(dt, src, n, &top, &shape, &same)
-                                      : zc_t_choose(dt, src, n, &top, &shape, &same);
+        int same = 0, ok = K->tchoose(dt, src, n, &top, &shape, &same);
         /* a constant sample is confirmed over the whole chunk: element i
          * equals element i + 1 for all i (memcmp stops at the first
          * difference); C (8 + es bytes) beats raw from n = 2 on */
