@@ -29,7 +29,6 @@ static const char* const kResultStrings[zipcclNumResults] = {
     [zipcclTransportError] = "transport (MPI/NCCL) error",
     [zipcclMismatch] = "ranks disagree on the call's arguments",
     [zipcclTimeout] = "timed out",
-    [zipcclInProgress] = "operation in progress",
     [zipcclInternalError] = "internal error",
     [zipcclCommBroken] = "communicator broken by an earlier failure",
 };

@@ -60,7 +60,8 @@ typedef enum {
                                  * size, AlltoAllv counts): every rank gets it
                                  * (MPI communicators; see below)           */
     zipcclTimeout = 9,          /* collective did not complete in time       */
-    zipcclInProgress = 10,      /* non-blocking request not finished yet     */
+    /* 10 was zipcclInProgress, never returned (zipcclTest reports an
+     * unfinished request through its flag); the number stays retired. */
     zipcclInternalError = 11,
     zipcclCommBroken = 12,      /* an earlier call on this communicator failed
                                  * mid-flight (timeout, mismatch, transport

@@ -49,6 +49,30 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&initS, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) CHECK(worst < 5.0, "eager_calibration_quick", "comm init took %.2f s", worst);
 
+    /* The communicator's rank and size are MPI's; new defaults apply to the
+     * calls that take them (cfg NULL) and show in the counters. */
+    int zr = -1, zn = -1;
+    ok = zipcclCommRank(a, &zr) == zipcclSuccess && zipcclCommSize(a, &zn) == zipcclSuccess && zr == rank &&
+         zn == nranks;
+    ok = agree(ok);
+    if (rank == 0) CHECK(ok, "eager_comm_rank_size", "rank %d size %d, MPI says %d of %d", zr, zn, rank, nranks);
+    {
+        zipcclCallConfig_t raw = {zipcclStrategyRaw, zipcclCodecDefault, zipcclAlgoDefault}, bad = raw;
+        bad.strategy = (zipcclStrategy_t)9;
+        uint16_t v[64], out[64 * 8];
+        fillBf16(v, 64, 5 + rank);
+        zipcclCounters_t k0, k1;
+        zipcclCommGetCounters(b, zipcclCollAllGather, &k0);
+        ok = zipcclCommSetDefaults(b, &raw) == zipcclSuccess && zipcclCommSetDefaults(b, &bad) == zipcclInvalidArgument &&
+             nranks <= 8 && zipcclAllGather(v, out, 64, zipcclBfloat16, b, NULL, NULL) == zipcclSuccess;
+        zipcclCommGetCounters(b, zipcclCollAllGather, &k1);
+        ok = ok && k1.byStrategy[zipcclStrategyRaw] == k0.byStrategy[zipcclStrategyRaw] + 1;
+        zipcclCallConfig_t back = {zipcclStrategyAuto, zipcclCodecDefault, zipcclAlgoDefault};
+        ok = ok && zipcclCommSetDefaults(b, &back) == zipcclSuccess;
+        ok = agree(ok);
+        if (rank == 0) CHECK(ok, "eager_set_defaults", "a NULL-config call did not run the new default (raw)");
+    }
+
     const size_t n = 100001;
     uint16_t* in = malloc(n * 2);
     uint16_t* grad = malloc(n * 2 * nranks);
