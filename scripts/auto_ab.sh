@@ -12,7 +12,7 @@
 #   --runs N        runs per build (default 12)
 #   --coll LIST     zipccl-bench --coll (default alltoall,alltoallv)
 #   --strategy LIST zipccl-bench --strategy (default native,raw,auto)
-#   -b, -e, -n      sizes and timed calls (default 4K, 64K, 400)
+#   -b, -e, -f, -n  sizes, their step factor and timed calls (default 4K, 64K, 4, 400)
 #   --out FILE      the rows as JSON lines (default docs/bench/auto_ab.jsonl):
 #                   {"version","run","coll","bytes","strategy","time_us","picked","wrong"},
 #                   strategy naming an entry's own codec or algorithm ("compressed/f3")
@@ -27,7 +27,7 @@
 set -u
 cd "$(dirname "$0")/.."
 ARGS="$*"
-RATE=none HOSTS=4 RUNS=12 COLLS=alltoall,alltoallv STRATS=native,raw,auto MINB=4K MAXB=64K ITERS=400
+RATE=none HOSTS=4 RUNS=12 COLLS=alltoall,alltoallv STRATS=native,raw,auto MINB=4K MAXB=64K STEP=4 ITERS=400
 OUT=docs/bench/auto_ab.jsonl UP=1
 usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 builds=()
@@ -41,6 +41,7 @@ while [ $# -gt 0 ]; do
     --strategy) STRATS=$2; shift 2 ;;
     -b) MINB=$2; shift 2 ;;
     -e) MAXB=$2; shift 2 ;;
+    -f) STEP=$2; shift 2 ;;
     -n) ITERS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     -h|--help) usage ;;
@@ -70,7 +71,7 @@ for ((r = 1; r <= RUNS; r++)); do
       IFS=: read -r -a kv <<<"${rest#*:}"
       for e in "${kv[@]}"; do envs+=(-x "$e"); done
     fi
-    scripts/cluster.sh run "${envs[@]}" "$bin" -b "$MINB" -e "$MAXB" -f 4 -n "$ITERS" -w 1 -c 1 -d bf16 \
+    scripts/cluster.sh run "${envs[@]}" "$bin" -b "$MINB" -e "$MAXB" -f "$STEP" -n "$ITERS" -w 1 -c 1 -d bf16 \
       --dist gaussian --sigma 0.02 --json --coll "$COLLS" --strategy "$STRATS" \
       >"$logs/$label.$r" 2>"$logs/$label.$r.err" ||
       { echo "auto_ab.sh: run $r of $label failed:" >&2; tail -5 "$logs/$label.$r.err" >&2; exit 1; }
