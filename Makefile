@@ -9,7 +9,8 @@
 #   make test-gpu    GPU tests + GPU benchmarks (needs a CUDA device)
 #   make bench       CPU codec benchmark
 #
-# Layout: comm/ (libzipccl), kernels/ models/ runtime/ (libzrt), programs in
+# Layout: comm/ (libzipccl: public headers at its top, then core/ transport/
+# algo/ tune/ codec/), kernels/ models/ runtime/ (libzrt), programs in
 # comm/bench/*.c and runtime/train.c, tests in tests/test_*.{c,sh,py}.
 
 BUILD      ?= build
@@ -27,7 +28,8 @@ MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 SUBMAKE    := $(MAKE) --no-print-directory
 
-CPPFLAGS   := -Icomm -Ikernels -Imodels -Iruntime -D_GNU_SOURCE $(MPI_CFLAGS)
+COMM_DIRS  := comm/core comm/transport comm/algo comm/tune comm/codec
+CPPFLAGS   := -Icomm $(addprefix -I,$(COMM_DIRS)) -Ikernels -Imodels -Iruntime -D_GNU_SOURCE $(MPI_CFLAGS)
 CFLAGS     ?= -O2 -g
 override CFLAGS += -std=c11 -Wall -Wextra -Werror -fopenmp -pthread $(SAN)
 LDLIBS     := $(MPI_LIBS) -lopenblas -lyaml -ljansson -lzstd -llz4 -lxxhash -lm -lpthread -fopenmp
@@ -41,13 +43,13 @@ endif
 ifdef HAVE_CUDA
 CPPFLAGS   += -DZIPCCL_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 NVCCFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC
-CU_SRC     := $(wildcard comm/*.cu kernels/*.cu)
+CU_SRC     := $(wildcard $(addsuffix /*.cu,$(COMM_DIRS)) kernels/*.cu)
 CU_OBJ     := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC))
 LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
               -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lnccl -lstdc++
 endif
 
-COMM_SRC   := $(wildcard comm/*.c)
+COMM_SRC   := $(wildcard $(addsuffix /*.c,$(COMM_DIRS)))
 RT_SRC     := $(filter-out runtime/train.c runtime/export_hf.c,$(wildcard kernels/*.c models/*.c runtime/*.c))
 COMM_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMM_SRC)) $(filter $(BUILD)/obj/comm/%,$(CU_OBJ))
 RT_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC)) $(filter $(BUILD)/obj/kernels/%,$(CU_OBJ))
@@ -128,7 +130,7 @@ $(filter-out $(COMM_TESTS),$(TESTS)): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $
 $(BUILD)/tests/replay_%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/replay_main.o $(LIBZIPCCL)
 	@mkdir -p $(dir $@)
 	$(LINK)
-$(BUILD)/gpu/%: tests/gpu/%.cc comm/codec_cuda.cu $(wildcard tests/gpu/*.h) $(LIBZIPCCL)
+$(BUILD)/gpu/%: tests/gpu/%.cc comm/codec/codec_cuda.cu $(wildcard tests/gpu/*.h) $(LIBZIPCCL)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) -O2 -g -std=c++17 -Wall -Wextra -Werror $< $(LIBZIPCCL) $(LDLIBS) -o $@
 $(BUILD)/gpu/%: tests/gpu/%.cu $(wildcard tests/gpu/*.h) $(LIBZIPCCL)

@@ -9,7 +9,7 @@ timed median of the design the rule picks over the fastest timed candidate.
 
   scripts/auto_rank_check.py [FILE] [--json]
 
-Rules compared (comm/switcher.c uses the lower median):
+Rules compared (comm/tune/switcher.c uses the lower median):
   lower-median   each candidate's lower median of its runs
   paired         most pairwise wins, a win = median of per-round ratios < 1
   round-norm     median of each run over its round's median
@@ -17,7 +17,7 @@ Rules compared (comm/switcher.c uses the lower median):
 Then the lower median over 3, 5, 7, 11 and 21 consecutive rounds (the runs
 per candidate auto takes by size), and auto's own timed median over the timed
 median of the design the lower median picks (what auto's calls cost beyond
-the design they run).  Last, the close-contender rule of comm/switcher.c
+the design they run).  Last, the close-contender rule of comm/tune/switcher.c
 (k rounds, then as many again for every candidate within 5, 10 or 15% of the
 fastest when there are two or more) beside k rounds and 2k rounds for every
 candidate, on the same disjoint windows of 2k rounds, with the extra calls

@@ -5,7 +5,7 @@
 # and trim them before committing). Builds into build-fuzz/ with clang, which
 # it installs if missing. A crash leaves its input in build-fuzz/ and fails.
 #
-# Only the codec sources are compiled in (comm/codec_cpu.c, comm/common.c):
+# Only the codec sources are compiled in (comm/codec/codec_cpu.c, comm/core/common.c):
 # the targets exercise the codec, not the transports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,12 +18,12 @@ if ! command -v clang >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/l
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
 fi
 mkdir -p "$OUT"
-CFLAGS="-O1 -g -std=c11 -D_GNU_SOURCE -Icomm -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+CFLAGS="-O1 -g -std=c11 -D_GNU_SOURCE -Icomm -Icomm/core -Icomm/codec -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 status=0
 for src in tests/fuzz/fuzz_*.c; do
   name=$(basename "$src" .c)
   echo "== $name: building"
-  clang $CFLAGS "$src" comm/codec_cpu.c comm/common.c -lxxhash -lpthread -o "$OUT/$name"
+  clang $CFLAGS "$src" comm/codec/codec_cpu.c comm/core/common.c -lxxhash -lpthread -o "$OUT/$name"
   corpus=tests/fuzz/corpus/$name
   mkdir -p "$corpus" "$OUT/$name.crashes"
   before=$(ls "$corpus" | wc -l)

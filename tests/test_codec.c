@@ -4,7 +4,7 @@
  *
  * The independent reference is a small encoder written here straight from
  * FORMAT.md (§2–§4 and the §7 choices, plain loops and plain division, no
- * code shared with comm/codec_cpu.c): every frame the library writes, on
+ * code shared with comm/codec/codec_cpu.c): every frame the library writes, on
  * every SIMD path, must equal the reference bytes, and must decode back to
  * the input bit for bit. Then the decoder is attacked: truncations, bit
  * flips, hostile headers and chunks, and it must answer with an error code.

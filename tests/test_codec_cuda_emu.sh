@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test: timeout=600 asan=no
-# test_codec_cuda_emu.sh — the CUDA codec (comm/codec_cuda.cu) on machines
+# test_codec_cuda_emu.sh — the CUDA codec (comm/codec/codec_cuda.cu) on machines
 # without a GPU: its kernels run on the host under the warp emulator of
 # tests/gpu/cuda_emu.cc and must emit the CPU codec's frames byte for byte,
 # decode the CPU's frames, and refuse damaged ones. Built by `make` as

@@ -2,14 +2,14 @@
 # test: timeout=60
 # test_codec_tables.sh — the rANS tables exist three times: the generator
 # (scripts/gen_rans_tables.py), the C header the codecs compile
-# (comm/codec_tables.h) and the normative Markdown table (docs/FORMAT.md §5).
+# (comm/codec/codec_tables.h) and the normative Markdown table (docs/FORMAT.md §5).
 # Regenerate both outputs and require them to match byte for byte.
 set -u
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 if python3 scripts/gen_rans_tables.py >"$tmp/h" 2>"$tmp/err"; then
-  if cmp -s "$tmp/h" comm/codec_tables.h; then echo "PASS rans_tables_header_matches_generator"
-  else echo "FAIL rans_tables_header_matches_generator: $(diff "$tmp/h" comm/codec_tables.h | head -3 | tr '\n' ' ')"; fi
+  if cmp -s "$tmp/h" comm/codec/codec_tables.h; then echo "PASS rans_tables_header_matches_generator"
+  else echo "FAIL rans_tables_header_matches_generator: $(diff "$tmp/h" comm/codec/codec_tables.h | head -3 | tr '\n' ' ')"; fi
 else
   echo "FAIL rans_tables_header_matches_generator: generator failed: $(head -3 "$tmp/err")"
 fi
@@ -24,7 +24,7 @@ fi
 # the header's tables must be probability distributions over 4096 slots
 python3 - <<'PY'
 import re
-txt = open("comm/codec_tables.h").read()
+txt = open("comm/codec/codec_tables.h").read()
 rows = re.findall(r"\{([\d,\s]+)\}", txt)
 ok = len(rows) == 8 and all(len(r.split(",")) == 16 and sum(map(int, r.split(","))) == 4096
                             and min(map(int, r.split(","))) >= 1 for r in rows)

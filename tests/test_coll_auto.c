@@ -1,6 +1,6 @@
 // test: ranks=2,4 timeout=240
 /*
- * test_coll_auto.c — strategy auto's measured selection (comm/switcher.c,
+ * test_coll_auto.c — strategy auto's measured selection (comm/tune/switcher.c,
  * docs/COLLECTIVES.md §7) on real MPI ranks.  For AllGather bf16 and
  * ReduceScatter fp32 at a small and a large size, 24 auto calls:
  *   - every auto call's result equals the reference bit for bit (MPI_Allgather

@@ -334,7 +334,7 @@ PYEOF
 v=$?
 echo "# pairs: $msg"; check auto_pairs_challenge_every_candidate $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/pairs.err" | tr '\n' ' ')"
 
-# 4d. Close contenders (comm/switcher.c): once a bucket's candidates have their
+# 4d. Close contenders (comm/tune/switcher.c): once a bucket's candidates have their
 #     runs (7 per design from 128 KiB, 5 from 1 MiB), those whose agreed time
 #     is within ZIPCCL_AUTO_CONTEND percent (10 by default) of the fastest,
 #     the fastest included, get as many runs again, when there are two or

@@ -765,7 +765,7 @@ static void benchOne(Ctx* c, const Options* o, const CollTest* coll, size_t byte
     memset(sum, 0, sizeof sum);
     for (int si = 0; si < ns; si++) {
         /* auto spends its first calls in a size bucket measuring candidate
-         * designs (comm/switcher.c); time it once it has settled. */
+         * designs (comm/tune/switcher.c); time it once it has settled. */
         zipcclStrategy_t strat = o->strats[use[si]];
         int aw = autoWarmup(coll, bytes, e->nranks);
         int warmup = strat == zipcclStrategyAuto && o->warmup < aw ? aw : o->warmup;

@@ -2,7 +2,7 @@
  * cuda_emu.cc — runs the CUDA codec's kernels on the host, under a small
  * deterministic warp emulator, and checks them against the CPU codec.
  *
- * Why: machines without a GPU cannot run comm/codec_cuda.cu, yet it must be
+ * Why: machines without a GPU cannot run comm/codec/codec_cuda.cu, yet it must be
  * right the first time it meets one. This program includes that file with
  * ZIPCCL_CUDA_EMU defined, so the very same kernel bodies and host-side
  * launch sequence run here, with device memory replaced by host memory.
@@ -142,7 +142,7 @@ static void emu_launch(uint64_t grid, unsigned block, size_t smem, const std::fu
 }
 
 #define ZIPCCL_CUDA_EMU 1
-#include "../../comm/codec_cuda.cu"
+#include "../../comm/codec/codec_cuda.cu"
 
 #include <xxhash.h>
 
