@@ -997,49 +997,6 @@ static void t_unpack_scalar(const uint8_t* t1, const uint8_t* t2, size_t h2, con
     *k3 = c3;
 }
 
-/* The codes of entries k .. k+63 of a tier as bytes (0 past its h groups). */
-ZC_T512 static inline __m512i t_fetch512(const uint8_t* planes, int words, size_t h, size_t k) {
-    size_t g = k / 64, b = k % 64;
-    __m512i v = _mm512_setzero_si512();
-    for (int w = 0; w < words; w++) {
-        uint64_t lo = g < h ? zc_ld64(planes + 8 * (size_t)words * g + 8 * w) : 0;
-        uint64_t hi = b && g + 1 < h ? zc_ld64(planes + 8 * (size_t)words * (g + 1) + 8 * w) : 0;
-        uint64_t x = b ? (lo >> b) | (hi << (64 - b)) : lo;
-        v = _mm512_or_si512(v, _mm512_maskz_mov_epi8(x, _mm512_set1_epi8((char)(1 << w))));
-    }
-    return v;
-}
-
-ZC_T512 static void t_unpack_avx512(const uint8_t* t1, const uint8_t* t2, size_t h2, const uint8_t* t3,
-                                    size_t h3, const uint8_t* inv, size_t n, size_t g0, size_t g1, size_t* k2,
-                                    size_t* k3, uint8_t* sym) {
-    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2), three = _mm512_set1_epi8(3);
-    const __m512i iv = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)inv));
-    size_t gend = g1 * 64 > n ? g1 - 1 : g1, c2 = *k2, c3 = *k3;
-    for (size_t g = g0; g < gend; g++) {
-        const uint8_t* w = t1 + 16 * (g - g0);
-        __mmask64 w0 = zc_ld64(w), w1 = zc_ld64(w + 8), t = w0 & w1;
-        __m512i r = _mm512_or_si512(_mm512_maskz_mov_epi8(w0, one), _mm512_maskz_mov_epi8(w1, two));
-        if (t) {
-            size_t cnt = (size_t)_mm_popcnt_u64(t);
-            __m512i v2 = t_fetch512(t2, 2, h2, c2);
-            __mmask64 live = cnt == 64 ? ~0ull : (1ull << cnt) - 1;
-            __mmask64 u = _mm512_cmpeq_epi8_mask(v2, three) & live;
-            if (u) {
-                __m512i v3 = t_fetch512(t3, 3, h3, c3);
-                v2 = _mm512_mask_expand_epi8(v2, u, _mm512_add_epi8(v3, three));
-                c3 += (size_t)_mm_popcnt_u64(u);
-            }
-            r = _mm512_mask_expand_epi8(r, t, _mm512_add_epi8(v2, three));
-            c2 += cnt;
-        }
-        _mm512_storeu_si512(sym + 64 * (g - g0), _mm512_permutexvar_epi8(r, iv));
-    }
-    *k2 = c2;
-    *k3 = c3;
-    if (gend < g1) t_unpack_scalar(t1 + 16 * (gend - g0), t2, h2, t3, h3, inv, n, gend, g1, k2, k3, sym + 64 * (gend - g0));
-}
-
 /* The last tier: m bytes (0..7; q has room for m + 64, zeroed here) as
  * three plane words per 64 entries. */
 ZC_T512 static void t_planes3_avx512(uint8_t* q, size_t m, uint8_t* out) {
@@ -1209,6 +1166,72 @@ ZC_T256 static void t_unpack_avx2(const uint8_t* t1, const uint8_t* t2, size_t h
             }
             _mm256_storeu_si256((__m256i*)(sym + 64 * (g - g0) + 32 * half), _mm256_shuffle_epi8(iv, r));
         }
+    }
+    *k2 = c2 + m2;
+    *k3 = c3 + m3;
+    if (gend < g1) t_unpack_scalar(t1 + 16 * (gend - g0), t2, h2, t3, h3, inv, n, gend, g1, k2, k3, sym + 64 * (gend - g0));
+}
+
+/* AVX-512 tiers, decoding as the AVX2 kernel above does: the segment's
+ * tier-2 and tier-3 entries go to bytes first (ranks: 3 + p2, 6 + p3), tier
+ * 3 is folded into tier 2, and the main loop takes one vpexpandb per 64
+ * elements, its only serial dependence the cursor's popcount. */
+
+/* Entries [c, c + cnt) of a tier (hn plane groups) as base + code bytes:
+ * entry k at out[k - 64 * (c / 64)], followed by 64 zero bytes. out holds
+ * cnt + 64 + 64 bytes. */
+ZC_T512 static inline void t_tier_bytes512(const uint8_t* planes, int words, size_t hn, size_t c, size_t cnt,
+                                           char base, uint8_t* out) {
+    size_t h0 = c / 64, h1 = cnt ? (c + cnt - 1) / 64 + 1 : h0;
+    const __m512i bv = _mm512_set1_epi8(base);
+    for (size_t h = h0; h < h1; h++) {
+        __m512i v = bv;
+        if (h < hn) {
+            const uint8_t* w = planes + 8 * (size_t)words * h;
+            v = _mm512_mask_add_epi8(v, zc_ld64(w), v, _mm512_set1_epi8(1));
+            v = _mm512_mask_add_epi8(v, zc_ld64(w + 8), v, _mm512_set1_epi8(2));
+            if (words == 3) v = _mm512_mask_add_epi8(v, zc_ld64(w + 16), v, _mm512_set1_epi8(4));
+        }
+        _mm512_storeu_si512(out + 64 * (h - h0), v);
+    }
+    _mm512_storeu_si512(out + 64 * (h1 - h0), _mm512_setzero_si512());
+}
+
+ZC_T512 static void t_unpack_avx512(const uint8_t* t1, const uint8_t* t2, size_t h2, const uint8_t* t3,
+                                    size_t h3, const uint8_t* inv, size_t n, size_t g0, size_t g1, size_t* k2,
+                                    size_t* k3, uint8_t* sym) {
+    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2), six = _mm512_set1_epi8(6);
+    const __m512i iv = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)inv));
+    size_t gend = g1 * 64 > n ? g1 - 1 : g1, c2 = *k2, c3 = *k3, m2 = 0;
+    for (size_t g = g0; g < gend; g++)
+        m2 += (size_t)_mm_popcnt_u64(zc_ld64(t1 + 16 * (g - g0)) & zc_ld64(t1 + 16 * (g - g0) + 8));
+    size_t m3 = t_count3(t2, c2, m2);
+    uint8_t b2[ZC_SEG + 128], b3[ZC_SEG + 128];
+    t_tier_bytes512(t2, 2, h2, c2, m2, 3, b2);
+    t_tier_bytes512(t3, 3, h3, c3, m3, 6, b3);
+    uint8_t* q2 = b2 + c2 % 64;
+    const uint8_t* q3 = b3 + c3 % 64;
+    /* tier 3 into tier 2: rank 6 + p3 where 3 + p2 = 6; entries past m2
+     * (the next segment's) are left alone */
+    for (size_t k = 0; k < m2; k += 64) {
+        __m512i v = _mm512_loadu_si512(q2 + k);
+        __mmask64 live = m2 - k >= 64 ? ~0ull : (1ull << (m2 - k)) - 1;
+        __mmask64 u = _mm512_mask_cmpeq_epi8_mask(live, v, six);
+        if (u) {
+            _mm512_storeu_si512(q2 + k, _mm512_mask_expand_epi8(v, u, _mm512_loadu_si512(q3)));
+            q3 += _mm_popcnt_u64(u);
+        }
+    }
+    for (size_t g = g0; g < gend; g++) {
+        const uint8_t* w = t1 + 16 * (g - g0);
+        __mmask64 w0 = zc_ld64(w), w1 = zc_ld64(w + 8), t = w0 & w1;
+        __m512i r = _mm512_maskz_mov_epi8(w0, one);
+        r = _mm512_mask_add_epi8(r, w1, r, two);
+        if (t) { /* p1 = 3 there: the folded rank */
+            r = _mm512_mask_expand_epi8(r, t, _mm512_loadu_si512(q2));
+            q2 += _mm_popcnt_u64(t);
+        }
+        _mm512_storeu_si512(sym + 64 * (g - g0), _mm512_permutexvar_epi8(r, iv));
     }
     *k2 = c2 + m2;
     *k3 = c3 + m3;
