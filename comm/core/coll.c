@@ -522,13 +522,11 @@ static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcc
     if (r.strategy == zipcclStrategyDefault) r.strategy = c->defaults.strategy;
     if (r.codec == zipcclCodecDefault) r.codec = c->defaults.codec;
     if (r.algo == zipcclAlgoDefault) r.algo = c->defaults.algo;
+    zipcclOp* op = opTake(c);
     pthread_mutex_unlock(&c->mu);
     tmpl->cfg = r;
 
     const int n = c->nranks;
-    pthread_mutex_lock(&c->mu);
-    zipcclOp* op = opTake(c);
-    pthread_mutex_unlock(&c->mu);
     if (!op) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
     *op = *tmpl;
     if (tmpl->kind == zipcclCollAlltoAllv) { /* the caller may reuse its arrays at once */

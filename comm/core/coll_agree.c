@@ -158,7 +158,7 @@ zipcclResult_t zipcclAgreeStart(struct zipcclComm* c, const zipcclOp* op) {
     a->pending = 0;
     a->result = zipcclSuccess;
     a->detail[0] = '\0';
-    if (!(c->tp->caps & zipcclTpHostControl) || c->nranks == 1) return zipcclSuccess;
+    if (!zipcclHostControl(c) || c->nranks == 1) return zipcclSuccess;
     const int n = c->nranks, r = c->rank, tag = (int)(++a->seq & TAG_SEQ_MASK);
     const int a2av = op->kind == zipcclCollAlltoAllv;
     uint64_t digest = 0;
@@ -416,7 +416,7 @@ zipcclResult_t zipcclAgreeWait(struct zipcclComm* c) {
 
 void zipcclAnswerPings(struct zipcclComm* c) {
     zipcclAgree* a = &c->agree;
-    if (!(c->tp->caps & zipcclTpHostControl) || c->nranks == 1 || !a->reqs) return;
+    if (!zipcclHostControl(c) || c->nranks == 1 || !a->reqs) return;
     double now = zipcclNow();
     if (now - a->lastAnswer < kAnswerEveryS) return;
     a->lastAnswer = now;
@@ -438,7 +438,7 @@ void zipcclQueryPeers(struct zipcclComm* c, char* out, size_t cap) {
     zipcclAgree* a = &c->agree;
     const int n = c->nranks, r = c->rank;
     out[0] = '\0';
-    if (!(c->tp->caps & zipcclTpHostControl) || n == 1 || !a->reqs) return;
+    if (!zipcclHostControl(c) || n == 1 || !a->reqs) return;
     const zipcclTransport* tp = c->tp;
     const uint64_t id = ++a->queryNo;
     void* q = a->query; /* receives [0, n), sends [n, 2n) */

@@ -219,6 +219,11 @@ static inline void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes) 
     }
     return c->scratch[slot];
 }
+/* The communicator's transport has host-side control: a control channel,
+ * the small collectives, so the call agreement, calibration and measured
+ * selection run on it (MPI; not NCCL). */
+static inline int zipcclHostControl(const struct zipcclComm* c) { return (c->tp->caps & zipcclTpHostControl) != 0; }
+
 /* Slot i of a request array of the communicator's transport. */
 static inline void* zipcclSlot(const struct zipcclComm* c, void* reqs, int i) {
     return (char*)reqs + (size_t)i * c->tp->reqSize;

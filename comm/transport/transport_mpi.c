@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "coll_internal.h"
+#include "zipccl_float.h"
 
 typedef struct {
     MPI_Comm data, control;  /* our two duplicates                            */
@@ -275,16 +276,16 @@ static zipcclResult_t mpiBarrier(struct zipcclComm* c) {
 
 static void sumBf16(void* in, void* inout, int* len, MPI_Datatype* dt) {
     (void)dt;
-    for (int i = 0; i < *len; i++)
-        zipcclFromFloat(inout, i,
-                        zipcclToFloat(in, i, zipcclBfloat16) + zipcclToFloat(inout, i, zipcclBfloat16),
-                        zipcclBfloat16);
+    const uint16_t* a = in;
+    uint16_t* b = inout;
+    for (int i = 0; i < *len; i++) b[i] = zipcclFloatToBf16(zipcclBf16ToFloat(a[i]) + zipcclBf16ToFloat(b[i]));
 }
 static void sumFp16(void* in, void* inout, int* len, MPI_Datatype* dt) {
     (void)dt;
     const float* t = zipcclFp16Table();
-    const uint16_t *a = in, *b = inout;
-    for (int i = 0; i < *len; i++) zipcclFromFloat(inout, i, t[a[i]] + t[b[i]], zipcclFloat16);
+    const uint16_t* a = in;
+    uint16_t* b = inout;
+    for (int i = 0; i < *len; i++) b[i] = zipcclFloatToFp16(t[a[i]] + t[b[i]]);
 }
 
 static pthread_mutex_t opsMu = PTHREAD_MUTEX_INITIALIZER;

@@ -99,7 +99,7 @@ static zipcclResult_t measureCodec(struct zipcclComm* c, double out[2 * ZIPCCL_M
 
 static int measuring(const struct zipcclComm* c) {
     const char* s = getenv("ZIPCCL_CALIBRATE");
-    return !(s && !strcmp(s, "0")) && (c->tp->caps & zipcclTpHostControl);
+    return !(s && !strcmp(s, "0")) && zipcclHostControl(c);
 }
 
 /* The transport's ping-pong between two ranks, then the maximum over all
@@ -220,7 +220,7 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     case zipcclCollAlltoAll: total = (double)(op->count * esz * (size_t)c->nranks); break;
     case zipcclCollAlltoAllv: {
         total = mine = zipcclA2avSendBytes(op->sendcounts, c->nranks, esz);
-        if (!(c->tp->caps & zipcclTpHostControl) && c->nranks > 1) { /* see "Left out" above */
+        if (!zipcclHostControl(c) && c->nranks > 1) { /* see "Left out" above */
             out->strategy = zipcclStrategyNative;
             return zipcclSuccess;
         }
@@ -282,7 +282,7 @@ zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
     zipcclModel* m = &c->model;
     double* obs = m->obs;
     _Static_assert(sizeof m->obs == OBS_LEN * sizeof(double), "obs layout");
-    if (!(c->tp->caps & zipcclTpHostControl)) return zipcclSuccess;
+    if (!zipcclHostControl(c)) return zipcclSuccess;
     int di = zipcclTuneDtypeIndex(op->dtype), ci = zipcclTuneCodecIndex(st->codec);
     if (st->strategy == zipcclStrategyCompressed && st->rawBytes) {
         double* o = obs + (((int)op->kind * 3 + di) * ZIPCCL_MODEL_CODECS + ci) * 2;

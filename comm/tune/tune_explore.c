@@ -123,7 +123,7 @@ static const double kPlausible = 2.0;
 
 /* Does auto choose by measuring (zipcclExploreChoose), or by the model alone? */
 int zipcclExploreOn(const struct zipcclComm* c) {
-    return c->model.explore && (c->tp->caps & zipcclTpHostControl) && c->nranks > 1;
+    return c->model.explore && zipcclHostControl(c) && c->nranks > 1;
 }
 
 static zipcclTuneBucket* bucketAt(zipcclModel* m, zipcclCollKind_t kind, zipcclDataType_t dtype, double total) {
