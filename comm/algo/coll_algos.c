@@ -1,7 +1,8 @@
 /*
  * coll_algos.c — ZipCCL's own collective algorithms, each written once over
  * the messages of the transport table (transport.h: post a send or a
- * receive of a piece, test, withdraw), on host buffers with the CPU codec.
+ * receive of a piece, test, withdraw), on host buffers, coding pieces with
+ * the communicator's codec table (codec_ops.h; the CPU codec on them).
  * One code path serves two strategies: "raw" sends the
  * elements as they are, "compressed" sends each piece as a codec frame.
  * Everything else (pieces, message order, reduction order) is shared, which
@@ -13,7 +14,7 @@
  *     ZIPCCL_PIECE_BYTES; coll.c sizeToLink); each piece is one
  *     message (one frame when compressed).  A call's receives are posted
  *     together, each with the largest size the piece can have
- *     (zipcclCompressBound), so no size exchange is needed; the frame header
+ *     (the codec's bound), so no size exchange is needed; the frame header
  *     (count, dtype) and the message tag (collective, piece index, last-piece
  *     flag) let the receiver verify what arrived.  Sends go out as soon as a
  *     piece is encoded and arrivals are decoded between encodes: the codec
@@ -123,6 +124,8 @@ typedef struct {
     zipcclExecStats* st;
     const char* what;
     int compressed; /* our messages are codec frames                        */
+    const zipcclCodecOps* codec; /* the communicator's (c->codec)            */
+    zipcclCodecCtx codecCtx;     /* what a device codec needs; unused on the CPU */
     int sizeWord;   /* AlltoAllv: the largest size word seen (ours included) */
     zipcclCodecParams_t params;
     double t0;
@@ -165,7 +168,7 @@ static int makeTag(zipcclCollKind_t kind, size_t index, int last) {
     return ((int)kind << 20) | (last ? TAG_LAST : 0) | (int)index;
 }
 static size_t wireCap(const Ctx* x, size_t count, zipcclDataType_t dt) {
-    return x->compressed ? zipcclCompressBound(count, dt, 0) : count * zipcclTypeSize(dt);
+    return x->compressed ? x->codec->bound(count, dt, 0) : count * zipcclTypeSize(dt);
 }
 /* Bytes needed to stage all pieces of `count` elements. */
 static size_t stageFor(const Ctx* x, size_t count, size_t P, zipcclDataType_t dt) {
@@ -186,6 +189,8 @@ static zipcclResult_t ctxInit(Ctx* x, struct zipcclComm* c, const zipcclOp* op, 
     x->st = st;
     x->what = zipcclCollName(op->kind);
     x->compressed = st->strategy == zipcclStrategyCompressed;
+    x->codec = c->codec;
+    x->codecCtx.stream = op->stream;
     zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
     p.codec = st->codec;
     x->params = p;
@@ -377,7 +382,7 @@ static void ctxAbandon(Ctx* x) { x->c->tp->abandon(x->c, x->reqs, x->nrecv, x->n
 static zipcclResult_t encode(Ctx* x, const void* src, size_t count, zipcclDataType_t dt, void* dst,
                              size_t cap, size_t* size) {
     double t0 = zipcclNow();
-    zipcclResult_t r = zipcclCompress(src, count, dt, dst, cap, size, &x->params);
+    zipcclResult_t r = x->codec->compress(&x->codecCtx, src, count, dt, dst, cap, size, &x->params);
     x->st->codecSeconds += zipcclNow() - t0;
     if (r != zipcclSuccess) return zipcclPrefixError(r, "%s on rank %d: compressing a piece of %zu %s elements",
                                                      x->what, x->c->rank, count, zipcclTypeName(dt));
@@ -393,7 +398,7 @@ static zipcclResult_t stagePiece(Ctx* x, const void** src, size_t count, zipcclD
     *bytes = count * zipcclTypeSize(dt);
     x->st->rawBytes += *bytes;
     if (!x->compressed) return zipcclSuccess;
-    size_t cap = zipcclCompressBound(count, dt, 0);
+    size_t cap = x->codec->bound(count, dt, 0);
     ZIPCCL_TRY(encode(x, *src, count, dt, stage + *stageOff, cap, bytes));
     *src = stage + *stageOff;
     *stageOff += cap;
@@ -489,8 +494,11 @@ static zipcclResult_t verify(Ctx* x, int g, int expectTag, size_t count, zipcclD
     return zipcclSuccess;
 }
 
-/* Decode an arrived message into dst (compressed: decompress and check the
- * frame's count/dtype; raw: copy unless it already landed at dst). */
+/* Decode an arrived message into dst (compressed: check the frame's
+ * count/dtype, then decompress; raw: copy unless it already landed at dst).
+ * The header is read here on the host; a device codec's frames are in
+ * device memory, and there the decoder's own checks (the dtype, the
+ * capacity, the count it returns) stand in for it. */
 static zipcclResult_t decode(Ctx* x, const RecvRec* rc, void* dst, size_t count,
                              zipcclDataType_t dt) {
     size_t esz = zipcclTypeSize(dt);
@@ -498,22 +506,28 @@ static zipcclResult_t decode(Ctx* x, const RecvRec* rc, void* dst, size_t count,
         if (rc->buf != dst && count) memcpy(dst, rc->buf, count * esz);
         return zipcclSuccess;
     }
-    zipcclFrameInfo_t fi;
-    memset(&fi, 0, sizeof fi);
-    zipcclResult_t r = zipcclGetFrameInfo(rc->buf, rc->bytes, &fi);
-    if (r == zipcclSuccess && (fi.count != count || fi.dtype != dt))
-        return zipcclSetError(zipcclMismatch,
-                              "%s on rank %d: rank %d sent a frame of %llu %s elements where %zu %s "
-                              "elements were expected",
-                              x->what, x->c->rank, rc->peer, (unsigned long long)fi.count,
-                              zipcclTypeName(fi.dtype), count, zipcclTypeName(dt));
+    zipcclResult_t r = zipcclSuccess;
+    if (!x->codec->device) {
+        zipcclFrameInfo_t fi;
+        memset(&fi, 0, sizeof fi);
+        r = zipcclGetFrameInfo(rc->buf, rc->bytes, &fi);
+        if (r == zipcclSuccess && (fi.count != count || fi.dtype != dt))
+            return zipcclSetError(zipcclMismatch,
+                                  "%s on rank %d: rank %d sent a frame of %llu %s elements where %zu %s "
+                                  "elements were expected",
+                                  x->what, x->c->rank, rc->peer, (unsigned long long)fi.count,
+                                  zipcclTypeName(fi.dtype), count, zipcclTypeName(dt));
+    }
     double t0 = zipcclNow();
     size_t got = 0;
-    if (r == zipcclSuccess) r = zipcclDecompress(rc->buf, rc->bytes, dst, count * esz, &got, dt, NULL);
+    if (r == zipcclSuccess) r = x->codec->decompress(&x->codecCtx, rc->buf, rc->bytes, dst, count * esz, &got, dt, NULL);
     x->st->codecSeconds += zipcclNow() - t0;
     if (r != zipcclSuccess)
         return zipcclPrefixError(r, "%s on rank %d: the %zu-byte frame from rank %d", x->what, x->c->rank,
                                  rc->bytes, rc->peer);
+    if (got != count) /* a device frame of fewer elements (the header check catches it on the host) */
+        return zipcclSetError(zipcclMismatch, "%s on rank %d: rank %d sent a frame of %zu elements where %zu "
+                              "were expected", x->what, x->c->rank, rc->peer, got, count);
     return zipcclSuccess;
 }
 
@@ -999,8 +1013,8 @@ static zipcclResult_t rsRingBody(Ctx* x, const char* sendbuf, const size_t* coun
                 size_t bytes = pc * 4;
                 x->st->rawBytes += bytes;
                 if (x->compressed) {
-                    size_t cap = zipcclCompressBound(pc, zipcclFloat32, 0);
-                    char* dst = sstage + sendOff[s + 1] + kk * zipcclCompressBound(P, zipcclFloat32, 0);
+                    size_t cap = x->codec->bound(pc, zipcclFloat32, 0);
+                    char* dst = sstage + sendOff[s + 1] + kk * x->codec->bound(P, zipcclFloat32, 0);
                     ZIPCCL_TRY(encode(x, part, pc, zipcclFloat32, dst, cap, &bytes));
                     src = dst;
                 }
@@ -1107,7 +1121,7 @@ static zipcclResult_t oneShotBody(Ctx* x, const char* mine, size_t count, char* 
             size_t pc = pieceLen(count, P, k), bytes = pc * esz;
             const char* src = mine + k * P * esz;
             if (x->compressed) {
-                size_t cap = zipcclCompressBound(pc, dt, 0);
+                size_t cap = x->codec->bound(pc, dt, 0);
                 ZIPCCL_TRY(encode(x, src, pc, dt, sstage + soff, cap, &bytes));
                 src = sstage + soff;
                 soff += cap;

@@ -240,6 +240,7 @@ static struct zipcclComm* commAlloc(const zipcclTransport* tp) {
     struct zipcclComm* c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->tp = tp;
+    c->codec = zipcclCodecOpsFor(tp->device); /* where its buffers live */
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     zipcclModelDefaults(&c->model);
@@ -330,7 +331,8 @@ static zipcclResult_t sizeToLink(struct zipcclComm* c) {
 enum { kOpPoolInit = 8 };
 
 /* Creation on any transport: the environment, the transport's own init,
- * the agreement's buffers, sizing to the link (transports with host-side
+ * whether the codec for its buffers (c->codec, commAlloc) can run, the
+ * agreement's buffers, sizing to the link (transports with host-side
  * control, which can measure it) and the progress thread. */
 static zipcclResult_t commInit(zipcclComm_t* comm, const zipcclTransport* tp, const void* handle,
                                const char* what) {
@@ -339,6 +341,7 @@ static zipcclResult_t commInit(zipcclComm_t* comm, const zipcclTransport* tp, co
     if (!c) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
     zipcclResult_t res = readEnv(c);
     if (res == zipcclSuccess) res = tp->init(c, handle);
+    if (res == zipcclSuccess) c->codecOk = c->codec->available(); /* CUDA: a device is usable */
     if (res == zipcclSuccess) res = zipcclAgreeInit(c);
     if (res == zipcclSuccess && !(c->model.a2avReq = malloc(tp->reqSize)))
         res = zipcclSetError(zipcclSystemError, "%s: out of memory", what);

@@ -7,7 +7,9 @@
  * with switcher.c (the auto cost model) and runs a design of coll_algos.c
  * (our algorithms, written once over the transport table) after the call
  * agreement of coll_agree.c; both reach the wire only through the table of
- * transport.h, implemented by transport_mpi.c and transport_nccl.c.
+ * transport.h, implemented by transport_mpi.c and transport_nccl.c, and the
+ * codec only through the table of codec_ops.h (CPU or CUDA, as the
+ * transport's buffers live).
  */
 #ifndef ZIPCCL_COLL_INTERNAL_H
 #define ZIPCCL_COLL_INTERNAL_H
@@ -18,6 +20,7 @@
 
 #include <math.h>
 
+#include "codec_ops.h"
 #include "transport.h"
 #include "tune.h"
 #include "zipccl.h"
@@ -174,7 +177,9 @@ struct zipcclComm {
     const zipcclTransport* tp;
     void* tpState;       /* the transport's own (its channels, device scratch) */
     int rank, nranks;
-    int codecOk;         /* the codec for this transport's buffers is usable  */
+    const zipcclCodecOps* codec; /* the codec for the transport's buffers (CPU:
+                          * host, CUDA: device; zipcclCodecOpsFor(tp->device)) */
+    int codecOk;         /* codec->available(), asked once at creation        */
     zipcclCallConfig_t defaults;
     double timeoutS;     /* 0 = wait forever                                 */
     size_t pieceBytes;   /* pipelining granularity of our algorithms         */

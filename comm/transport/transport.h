@@ -67,7 +67,8 @@ typedef struct zipcclExecStats zipcclExecStats;
 typedef struct zipcclTransport {
     const char* name; /* "mpi", "nccl" */
     int caps;         /* zipcclTp* flags                                    */
-    int device;       /* buffers are device memory (codec: CUDA)            */
+    int device;       /* buffers are device memory: the communicator codes
+                       * with the CUDA table of codec_ops.h, else the CPU's  */
     size_t reqSize;   /* bytes of one request handle                        */
 
     /* Rank, size, channels and the tag bound (c->tagSizes) from the

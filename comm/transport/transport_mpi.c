@@ -109,7 +109,6 @@ static zipcclResult_t mpiInit(struct zipcclComm* c, const void* handle) {
     MPI_Comm_set_errhandler(s->control, MPI_ERRORS_RETURN);
     s->counts = malloc(sizeof(int) * 4 * (size_t)c->nranks);
     if (!s->counts) return zipcclSetError(zipcclSystemError, "zipcclCommInitMpi: out of memory");
-    c->codecOk = 1;
     return zipcclSuccess;
 }
 

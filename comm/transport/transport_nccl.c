@@ -11,11 +11,12 @@
  *               so the table's message entries, which coll_algos.c's
  *               designs run on, are not implemented here yet.
  *   compressed  the same designs with each block coded once on the device
- *               (zipcclCompressCuda), frame sizes exchanged first (8 bytes per
+ *               (the communicator's codec table, c->codec: the CUDA codec,
+ *               codec_ops.h), frame sizes exchanged first (8 bytes per
  *               pair: NCCL needs the size of a receive up front), frames
- *               exchanged, decoded on the device (zipcclDecompressCuda), whose
- *               frame header carries count and dtype so a receiver detects a
- *               peer that disagrees on counts.
+ *               exchanged, decoded on the device, whose frame header carries
+ *               count and dtype so a receiver detects a peer that disagrees
+ *               on counts.
  *
  * Every exchange includes the rank itself (a self send/receive), so a
  * single-GPU communicator still runs the whole compressed path.  Reductions
@@ -130,7 +131,6 @@ static zipcclResult_t ncclInit(struct zipcclComm* c, const void* handle) {
     c->tpState = s;
     ZIPCCL_TRY(cudaOk(cudaMalloc((void**)&s->dSizes, 2 * sizeof(uint64_t) * (size_t)c->nranks), "size buffer"));
     ZIPCCL_TRY(cudaOk(cudaMallocHost((void**)&s->hSizes, 2 * sizeof(uint64_t) * (size_t)c->nranks), "size buffer"));
-    c->codecOk = zipcclCudaAvailable();
     c->threaded = 0; /* calls run at issue: their work is stream-ordered */
     return zipcclSuccess;
 }
@@ -155,8 +155,7 @@ typedef struct {
     cudaStream_t stream;
     int compressed;
     zipcclCodecParams_t params;
-    void* ws;
-    size_t wsSize;
+    zipcclCodecCtx codec; /* the device workspace and the stream */
 } Nx;
 
 /* Send sendBytes[p] bytes at sendPtr[p] to every p and receive from every p
@@ -203,8 +202,7 @@ static zipcclResult_t exchange(Nx* x, void* const* sendPtr, const size_t* sendBy
 
 static zipcclResult_t encodeDev(Nx* x, const void* src, size_t count, void* dst, size_t cap, size_t* size) {
     double t0 = zipcclNow();
-    zipcclResult_t r = zipcclCompressCuda(src, count, x->op->dtype, dst, cap, size, &x->params, x->ws,
-                                          x->wsSize, x->stream);
+    zipcclResult_t r = x->c->codec->compress(&x->codec, src, count, x->op->dtype, dst, cap, size, &x->params);
     x->st->codecSeconds += zipcclNow() - t0;
     return r;
 }
@@ -212,8 +210,8 @@ static zipcclResult_t encodeDev(Nx* x, const void* src, size_t count, void* dst,
 static zipcclResult_t decodeDev(Nx* x, const void* src, size_t size, void* dst, size_t count, int peer) {
     double t0 = zipcclNow();
     size_t got = 0;
-    zipcclResult_t r = zipcclDecompressCuda(src, size, dst, count * zipcclTypeSize(x->op->dtype), &got,
-                                            x->op->dtype, x->ws, x->wsSize, x->stream);
+    zipcclResult_t r = x->c->codec->decompress(&x->codec, src, size, dst, count * zipcclTypeSize(x->op->dtype), &got,
+                                               x->op->dtype, NULL);
     x->st->codecSeconds += zipcclNow() - t0;
     if (r == zipcclSuccess && got != count)
         r = zipcclSetError(zipcclMismatch, "%s on rank %d: rank %d sent %zu elements, expected %zu",
@@ -246,7 +244,7 @@ static zipcclResult_t gatherDev(Nx* x, const void* mine, void* recvbuf, const si
         x->st->rawBytes += counts[r] * esz * (size_t)(n - 1);
         return exchange(x, sp, sb, rp, rb, NULL);
     }
-    for (int p = 0; p < n; p++) rcap[p] = zipcclCompressBound(counts[p], x->op->dtype, 0), off += rcap[p];
+    for (int p = 0; p < n; p++) rcap[p] = c->codec->bound(counts[p], x->op->dtype, 0), off += rcap[p];
     void *frame, *stage;
     ZIPCCL_TRY(devScratch(c, 0, rcap[r], &frame));
     ZIPCCL_TRY(devScratch(c, 1, off, &stage));
@@ -291,15 +289,15 @@ static zipcclResult_t alltoallDev(Nx* x, const char* sendbuf, const size_t* sc, 
         return exchange(x, sp, sb, rp, rb, NULL);
     }
     for (int p = 0; p < n; p++) {
-        scap += zipcclCompressBound(sc[p], dt, 0);
-        rcap[p] = zipcclCompressBound(rc[p], dt, 0), rtot += rcap[p];
+        scap += c->codec->bound(sc[p], dt, 0);
+        rcap[p] = c->codec->bound(rc[p], dt, 0), rtot += rcap[p];
     }
     void *frames, *stage;
     ZIPCCL_TRY(devScratch(c, 0, scap, &frames));
     ZIPCCL_TRY(devScratch(c, 1, rtot, &stage));
     size_t so = 0, ro = 0;
     for (int p = 0; p < n; p++) {
-        size_t cap = zipcclCompressBound(sc[p], dt, 0);
+        size_t cap = c->codec->bound(sc[p], dt, 0);
         sp[p] = (char*)frames + so;
         ZIPCCL_TRY(encodeDev(x, sendbuf + sd[p] * esz, sc[p], sp[p], cap, &sb[p]));
         so += cap;
@@ -325,8 +323,8 @@ static zipcclResult_t reduceScatterDev(Nx* x, const char* sendbuf, const size_t*
     ZIPCCL_TRY(devScratch(c, 2, mine * sizeof(float), &acc));
     ZIPCCL_TRY(devScratch(c, 3, mine * esz, &tmp));
     for (int p = 0; p < n; p++) {
-        rcap[p] = x->compressed ? zipcclCompressBound(mine, dt, 0) : mine * esz, rtot += rcap[p];
-        scap += x->compressed ? zipcclCompressBound(counts[p], dt, 0) : 0;
+        rcap[p] = x->compressed ? c->codec->bound(mine, dt, 0) : mine * esz, rtot += rcap[p];
+        scap += x->compressed ? c->codec->bound(counts[p], dt, 0) : 0;
         if (p != r) x->st->rawBytes += counts[p] * esz;
     }
     ZIPCCL_TRY(devScratch(c, 1, rtot, &stage));
@@ -335,7 +333,7 @@ static zipcclResult_t reduceScatterDev(Nx* x, const char* sendbuf, const size_t*
     for (int p = 0; p < n; p++) {
         const char* blk = sendbuf + displs[p] * esz;
         if (x->compressed) {
-            size_t cap = zipcclCompressBound(counts[p], dt, 0);
+            size_t cap = c->codec->bound(counts[p], dt, 0);
             sp[p] = (char*)frames + so, so += cap;
             ZIPCCL_TRY(encodeDev(x, blk, counts[p], sp[p], cap, &sb[p]));
         } else {
@@ -447,8 +445,9 @@ static zipcclResult_t ncclRunOwn(struct zipcclComm* c, const zipcclOp* op, zipcc
         }
     if (x.compressed) {
         if (!c->codecOk) return zipcclSetError(zipcclUnsupported, "%s: compressed strategy needs the CUDA codec, which is not usable here", what);
-        x.wsSize = zipcclCudaWorkspaceSize(maxCount, op->dtype);
-        ZIPCCL_TRY(devScratch(c, 5, x.wsSize, &x.ws));
+        x.codec.workspaceSize = c->codec->workspace(maxCount, op->dtype);
+        x.codec.stream = op->stream;
+        ZIPCCL_TRY(devScratch(c, 5, x.codec.workspaceSize, &x.codec.workspace));
     }
     switch (op->kind) {
     case zipcclCollAllGather:

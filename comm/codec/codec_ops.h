@@ -1,0 +1,68 @@
+/*
+ * codec_ops.h — the codec as a table of function pointers, one per place
+ * buffers live: zipcclCodecOpsCpu (host memory: codec_cpu.c) and
+ * zipcclCodecOpsCuda (device memory: codec_cuda.cu, or its stub in a build
+ * without CUDA).  Both write the one byte format of docs/FORMAT.md, so a
+ * frame from either decodes with the other.
+ *
+ * A communicator holds the table for its transport's buffers
+ * (zipcclCodecOpsFor(transport->device), set at creation by coll.c), and the
+ * designs reach the codec only through it, so a design written once runs
+ * with either codec: coll_algos.c (host buffers) and transport_nccl.c
+ * (device buffers) call c->codec->compress / decompress / bound.
+ *
+ * What a CUDA call needs beyond the buffers (its device workspace and the
+ * stream it enqueues on) travels in a zipcclCodecCtx the caller fills per
+ * call; the CPU entries ignore it.  The entries never allocate: the caller
+ * owns every buffer, sized by `bound` and `workspace`.
+ *
+ * "Codec" here is the implementation (CPU or CUDA); which code a frame uses
+ * (fast, dense, f3, f2) is zipcclCodecParams_t.codec, as in zipccl.h.
+ * Not installed.  Left out: a per-communicator codec state (neither codec
+ * keeps one; the workspace is the caller's scratch).
+ */
+#ifndef ZIPCCL_CODEC_OPS_H
+#define ZIPCCL_CODEC_OPS_H
+
+#include <stddef.h>
+
+#include "zipccl.h"
+
+/* One call's context: the CUDA codec's device workspace (`workspace`
+ * bytes as the table's `workspace` entry sizes it) and its cudaStream_t. */
+typedef struct {
+    void* workspace;
+    size_t workspaceSize;
+    void* stream;
+} zipcclCodecCtx;
+
+typedef struct zipcclCodecOps {
+    const char* name; /* "cpu", "cuda" */
+    int device;       /* its buffers are device memory                       */
+
+    /* 1 if the codec can run here (CUDA: built with it and a device is
+     * usable); the communicator asks once, at creation. */
+    int (*available)(void);
+    /* The largest frame of `count` elements (zipcclCompressBound: one
+     * format, one bound). */
+    size_t (*bound)(size_t count, zipcclDataType_t dtype, int checksum);
+    /* Device workspace bytes one call on up to `count` elements needs (0 on
+     * the CPU). */
+    size_t (*workspace)(size_t count, zipcclDataType_t dtype);
+    /* zipcclCompress / zipcclDecompress (zipccl.h) on this codec's memory;
+     * the CUDA entries block until the frame size (the count) is known on
+     * the host.  params may be NULL (defaults). */
+    zipcclResult_t (*compress)(const zipcclCodecCtx* ctx, const void* src, size_t count, zipcclDataType_t dtype,
+                               void* dst, size_t dstCapacity, size_t* dstSize, const zipcclCodecParams_t* params);
+    zipcclResult_t (*decompress)(const zipcclCodecCtx* ctx, const void* src, size_t srcSize, void* dst,
+                                 size_t dstCapacity, size_t* count, zipcclDataType_t expectDtype,
+                                 const zipcclCodecParams_t* params);
+} zipcclCodecOps;
+
+extern const zipcclCodecOps zipcclCodecOpsCpu;
+extern const zipcclCodecOps zipcclCodecOpsCuda;
+
+/* The table for buffers in device memory (device != 0) or host memory. */
+const zipcclCodecOps* zipcclCodecOpsFor(int device);
+
+#endif /* ZIPCCL_CODEC_OPS_H */
