@@ -261,6 +261,7 @@ static void commFree(struct zipcclComm* c) {
     zipcclAgreeFree(c);
     c->tp->destroy(c);
     free(c->model.a2avReq);
+    zipcclTuneFinalize(&c->model.cost);
     freeOps(c->freeOps);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);

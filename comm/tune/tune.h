@@ -2,10 +2,20 @@
  * tune.h — auto's cost model, apart from everything that communicates: a
  * pure function of (collective, dtype, bytes, ranks, piece size, the
  * transport's designs, link, codec speeds, measured ratios), behind an
- * interface in the spirit of NCCL's tuner plugin: init (defaults), decide
- * (the designs that apply, each with its estimate, and the cheapest),
- * observe (fold pooled observations in) and nothing to finalize.  The
- * model is identical on every rank because its inputs are (switcher.c
+ * interface in the spirit of NCCL's tuner plugin (init, getCollInfo,
+ * finalize), four calls and one to end with:
+ *
+ *   zipcclTuneInit      the defaults, before calibration replaces them
+ *                       (the communicator's creation, zipcclModelDefaults)
+ *   zipcclTuneDecide    per auto call: the designs that apply, each with its
+ *                       estimate, and the cheapest that can run
+ *   zipcclTuneEstimate  the estimate of one design (Decide's, and the
+ *                       measured selection's candidates)
+ *   zipcclTuneObserve   fold observations pooled over the ranks in
+ *   zipcclTuneFinalize  at the communicator's destroy: release what the
+ *                       model holds (nothing on the heap today: it is reset)
+ *
+ * The model is identical on every rank because its inputs are (switcher.c
  * agrees them); tune_model.c implements it, tune_explore.c is the optional
  * measured selection on top, switcher.c the glue a call goes through.
  * Not installed.
@@ -78,5 +88,8 @@ double zipcclTuneEstimate(const zipcclTuneModel* m, const zipcclTuneQuery* q, zi
 #define ZIPCCL_OBS_RATIO (zipcclNumCollKinds * 3 * ZIPCCL_MODEL_CODECS * 2)
 #define ZIPCCL_OBS_LEN (ZIPCCL_OBS_RATIO + 2 + 2 * ZIPCCL_MODEL_CODECS)
 void zipcclTuneObserve(zipcclTuneModel* m, const double pooled[ZIPCCL_OBS_LEN]);
+/* Release what the model holds; it is all zeros afterwards (Init it again
+ * before another use).  Called by the communicator's destroy. */
+void zipcclTuneFinalize(zipcclTuneModel* m);
 
 #endif /* ZIPCCL_TUNE_MODEL_H */

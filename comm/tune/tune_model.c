@@ -205,3 +205,7 @@ void zipcclTuneObserve(zipcclTuneModel* m, const double pooled[ZIPCCL_OBS_LEN]) 
         m->dec[cc] *= (1 - w) + w * scale;
     }
 }
+
+/* The model is a value (no heap, no handles): finalizing it only clears it,
+ * so a finalized model is never taken for a calibrated one. */
+void zipcclTuneFinalize(zipcclTuneModel* m) { memset(m, 0, sizeof *m); }
