@@ -331,6 +331,16 @@ static void regroup(const Expert* x, const int* split, const int* local, const f
         }
 }
 
+/* ZRT_EP_SYNC=1: wait for the EP group before an exchange, so that the time
+ * a rank spends for its peers' experts is counted apart (sync_s). */
+static void ep_barrier(Expert* x) {
+    const double ts = zrt_now();
+    MPI_Barrier(*(MPI_Comm*)x->mpi_ep);
+    const double dt = zrt_now() - ts;
+    x->sync_s += dt;
+    x->blocked_s += dt;
+}
+
 static ExpertLayer* in_flight(Expert* x, int layer, int phase, int chunk, const char* what) {
     if (layer < 0 || layer >= x->n_layers || !x->layer[layer].valid ||
         x->scratch->layer != layer || x->scratch->phase != phase) {
@@ -359,12 +369,7 @@ int expert_dispatch_begin(Expert* x, int layer, int phase, const float* rows, co
         send[q] = 0;
         for (int j = 0; j < El; j++) send[q] += counts[q * El + j];
     }
-    if (x->sync) {
-        const double ts = zrt_now();
-        MPI_Barrier(*(MPI_Comm*)x->mpi_ep);
-        x->sync_s += zrt_now() - ts;
-        x->blocked_s += zrt_now() - ts;
-    }
+    if (x->sync) ep_barrier(x);
     if (phase == 0) {
         const double t0 = zrt_now();
         int rc = MPI_Alltoall(counts, El, MPI_INT, L->split, El, MPI_INT, *(MPI_Comm*)x->mpi_ep);
@@ -461,6 +466,7 @@ int expert_combine_issue(Expert* x, int layer, int phase, int chunk, const float
     struct ExpertScratch* b = x->scratch;
     const int P = x->ep, El = x->E_local, C = L->C;
     if (b->out && b->out != rows) return fail(layer, phase, "combine into two buffers", 0);
+    if (x->sync) ep_barrier(x); /* the peers' experts may still be computing */
     b->out = rows;
     // expert-major -> rank-major, then the reverse exchange: what came from
     // rank s goes back to it, into the rows its dispatch sent from

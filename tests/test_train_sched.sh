@@ -136,6 +136,13 @@ for cfg in "2 2 2 fp32 0" "2 2 7 fp32 0" "4 2 3 bf16 0" "4 4 2 fp32 0" "4 4 4 fp
     neutral "$name" "$np" "$tmp/moe.yaml" "$ref" "${args[@]}"
   else fail "${name}_off" "run failed"; fi
 done
+# ZRT_EP_SYNC=1 (the benchmarks' barrier before every dispatch and combine,
+# runtime/expert.h) changes no bit either: chunks 2, 4 ranks, EP 4, overlap on
+# against the chunked reference with overlap off
+ref="$tmp/moe_chunks4_np4_ep4_fp32_cf1.0_off.jsonl"
+ZRT_EP_SYNC=1 neutral moe_ep_sync_barriers_np4_ep4 4 "$tmp/moe.yaml" "$ref" --set parallelism.ep=4 \
+  --set data.batch_size=1 --set moe.overlap_chunks=4 --set comm.alltoall_dtype=fp32 \
+  --set model.capacity_factor=1.0
 # the capacity case dropped pairs (so it tested the drops, not a no-op)
 name="moe_chunks_capacity_drops_pairs"
 if python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if "\"final\"" not in l]; sys.exit(0 if r and r[0].get("dropped_pairs",0)>0 else 1)' \
