@@ -125,6 +125,17 @@ rc=$?
 msg=$(python3 "$tmp/validate.py" "$tmp/seq.out" 2 bf16 16 compress); v=$?
 [ "$(grep -c '"order":"sequential"' "$tmp/seq.out")" = 16 ]
 check bench_order_sequential $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/seq.err" | tr '\n' ' ')"
+# --gap MS: every rank idles MS before each timed call. 2 strategies x 4
+# timed calls of one size, 150 ms each, must take at least 1.2 s (the rows
+# carry gap_ms; the results are still exact).
+t0=$(date +%s.%N)
+mpi 2 "$BIN" -b 16K -e 16K -n 4 -w 0 --coll allgather --strategy raw,compressed --gap 150 --json \
+  >"$tmp/gap.out" 2>"$tmp/gap.err"
+rc=$?
+t1=$(date +%s.%N)
+msg=$(python3 "$tmp/validate.py" "$tmp/gap.out" 2 bf16 2); v=$?
+[ "$(grep -c '"gap_ms":150' "$tmp/gap.out")" = 2 ] && python3 -c "import sys; sys.exit(0 if $t1 - $t0 >= 1.2 else 1)"
+check bench_gap_idles_before_calls $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/gap.err" | tr '\n' ' ')"
 
 # 2. Other dtypes, ops, codec and algorithm choices (3 ranks: uneven splits).
 mpi 3 "$BIN" -b 4K -e 64K -f 4 -n 2 -w 0 -d fp32 -o avg --coll reducescatter,allreduce \
@@ -428,6 +439,7 @@ bad_case bad_size "bad size" -b 12Q
 bad_case min_gt_max "larger" -b 1M -e 1K
 bad_case bad_coll "unknown collective" --coll allgather,broadcast
 bad_case bad_strategy "unknown strategy" --strategy fastest
+bad_case bad_gap "bad gap" --gap -5
 bad_case bad_dtype "bad dtype" -d int8
 bad_case bad_iters "iteration" -n 0
 bad_case bad_factor "step factor" -f 1

@@ -86,6 +86,7 @@ typedef struct {
     double factor;
     int iters, warmup, check, json;
     int sequential; /* --order sequential: each strategy's timed calls back to back */
+    int gapMs;      /* --gap: every rank idles this long before each timed call */
     int injectError; /* tests: corrupt one element of compressed results */
     zipcclRedOp_t op;
     zipcclDataType_t dtype;
@@ -129,6 +130,9 @@ static void usage(FILE* f) {
         "  --order interleaved|sequential   timed calls round by round, each strategy once per\n"
         "                          round in a shuffled order (default), or each strategy's\n"
         "                          calls back to back as nccl-tests does\n"
+        "  --gap MS                every rank sleeps MS milliseconds before each timed call\n"
+        "                          (default 0: calls back to back); a call issued after idle\n"
+        "                          time, as training issues its collectives between computes\n"
         "  --json                  one JSON object per result line instead of the table\n"
         "  --inject-error          (tests) flip one bit of rank 0's compressed result before\n"
         "                          the check, to prove #wrong counts\n"
@@ -300,6 +304,9 @@ static void parseArgs(int argc, char** argv, Options* o) {
             if (!strcmp(v, "interleaved")) o->sequential = 0;
             else if (!strcmp(v, "sequential")) o->sequential = 1;
             else badArg("bad order '%s' (interleaved, sequential)", v);
+        } else if (IS("--gap", "--gap")) {
+            const char* v = VALUE();
+            if (!parseInt(v, 0, 10000, &o->gapMs)) badArg("bad gap '%s' (milliseconds, 0..10000)", v);
         } else if (IS("--inject-error", "--inject-error")) {
             o->injectError = 1;
         } else if (IS("-b", "--minbytes")) {
@@ -674,10 +681,10 @@ static void report(const Options* o, const CollShape* s, const CollTest* coll, z
         if (algoed) printf("\"algo\":\"%s\",", zipcclAlgoName(algo));
         if (strat == zipcclStrategyAuto) printf("\"picked\":\"%s\",", picked);
         printf("\"op\":\"%s\",\"dist\":\"%s\",\"time_us\":%.3f,\"algbw_gbps\":%.4f,"
-               "\"busbw_gbps\":%.4f,\"ratio\":%.4f,\"codec_us\":%.2f,\"iters\":%d,\"order\":\"%s\",",
+               "\"busbw_gbps\":%.4f,\"ratio\":%.4f,\"codec_us\":%.2f,\"iters\":%d,\"order\":\"%s\",\"gap_ms\":%d,",
                o->op == zipcclAvg ? "avg" : "sum",
                o->input ? "file" : o->dist == DIST_RANDOM ? "random" : "gaussian", t * 1e6, algbw,
-               busbw, ratio, codecUs, o->iters, o->sequential ? "sequential" : "interleaved");
+               busbw, ratio, codecUs, o->iters, o->sequential ? "sequential" : "interleaved", o->gapMs);
         if (differ >= 0) printf("\"differ\":%lld,", differ);
         if (wrong >= 0) printf("\"wrong\":%lld}\n", wrong);
         else printf("\"wrong\":null}\n");
@@ -794,6 +801,10 @@ static void benchOne(Ctx* c, const Options* o, const CollTest* coll, size_t byte
         if (last) memset(recv, 0xA5, s.recvElems * es); /* a stale result must not pass the check */
         zipcclCounters_t before, after;
         ZCHECK(zipcclCommGetCounters(e->comm, kind, &before));
+        if (o->gapMs) {
+            const struct timespec gap = {o->gapMs / 1000, (long)(o->gapMs % 1000) * 1000000L};
+            nanosleep(&gap, NULL);
+        }
         MCHECK(MPI_Barrier(MPI_COMM_WORLD));
         double t0 = MPI_Wtime();
         ZCHECK(coll->run(send, recv, &s, e, &cfg, NULL));
@@ -882,8 +893,9 @@ static void printHeader(const Ctx* c, const Options* o) {
     printf("# dtype %s  op %s  data %s", zipcclTypeName(o->dtype), o->op == zipcclAvg ? "avg" : "sum",
            o->input ? o->input : o->dist == DIST_RANDOM ? "random bits" : "gaussian");
     if (!o->input && o->dist == DIST_GAUSSIAN) printf(" sigma %g", o->sigma);
-    printf("  iters %d  warmup %d  check %d  codec %s  algo %s  order %s\n", o->iters, o->warmup,
-           o->check, zipcclCodecName(o->codec), zipcclAlgoName(o->algo), o->sequential ? "sequential" : "interleaved");
+    printf("  iters %d  warmup %d  check %d  codec %s  algo %s  order %s  gap %d ms\n", o->iters,
+           o->warmup, o->check, zipcclCodecName(o->codec), zipcclAlgoName(o->algo),
+           o->sequential ? "sequential" : "interleaved", o->gapMs);
     if (!o->json)
         printf("#\n# %12s %12s %12s %6s %17s %12s %9s %9s %7s %10s %7s  %s\n"
                "# %12s %12s %12s %6s %17s %12s %9s %9s %7s %10s %7s\n",
