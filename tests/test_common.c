@@ -152,7 +152,33 @@ static void testBf16Rounding(void) {
     CHECK(wbad == 0, "bf16_widen_all", "%d of 65536 differ", wbad);
 }
 
+/* zipcclHostAlloc: small blocks as asked, large ones 2 MiB-aligned and
+ * rounded up to whole 2 MiB pages, all writable to their end and freed by
+ * free() (the sanitizer build checks both). */
+static void testHostAlloc(void) {
+    const size_t huge = (size_t)2 << 20;
+    size_t small = 1000;
+    char* p = zipcclHostAlloc(&small);
+    CHECK(p && small == 1000, "hostalloc_small", "p %p bytes %zu", (void*)p, small);
+    if (p) memset(p, 1, small);
+    free(p);
+    size_t sizes[] = {huge, huge + 1, 5 * huge - 3};
+    size_t want[] = {huge, 2 * huge, 5 * huge};
+    for (int i = 0; i < 3; i++) {
+        size_t n = sizes[i];
+        char* q = zipcclHostAlloc(&n);
+        CHECK(q && n == want[i] && (uintptr_t)q % huge == 0, "hostalloc_huge_aligned",
+              "asked %zu: p %p bytes %zu (want %zu, 2 MiB-aligned)", sizes[i], (void*)q, n, want[i]);
+        if (q) {
+            memset(q, 7, n);
+            CHECK(q[0] == 7 && q[n - 1] == 7, "hostalloc_huge_writable", "asked %zu", sizes[i]);
+        }
+        free(q);
+    }
+}
+
 int main(void) {
+    testHostAlloc();
     testFp16Rounding();
     testBf16Rounding();
     testFp16Widening();

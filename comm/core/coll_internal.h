@@ -219,7 +219,7 @@ static inline void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes) 
     if (c->scratchCap[slot] < bytes) {
         free(c->scratch[slot]);
         size_t cap = bytes + bytes / 8;
-        c->scratch[slot] = malloc(cap);
+        c->scratch[slot] = zipcclHostAlloc(&cap);
         c->scratchCap[slot] = c->scratch[slot] ? cap : 0;
     }
     return c->scratch[slot];

@@ -11,7 +11,9 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "zipccl.h"
@@ -142,6 +144,21 @@ double zipcclNow(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- staging memory ---------------------------------------------------------- */
+
+void* zipcclHostAlloc(size_t* bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (*bytes < huge) return malloc(*bytes ? *bytes : 1);
+    const size_t n = (*bytes + huge - 1) / huge * huge;
+    void* p = NULL;
+    if (posix_memalign(&p, huge, n) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n, MADV_HUGEPAGE); /* a hint; its failure changes nothing */
+#endif
+    *bytes = n;
+    return p;
 }
 
 /* ---- names of the collectives' enums ----------------------------------------- */

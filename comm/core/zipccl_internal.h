@@ -27,6 +27,15 @@ const float* zipcclFp16Table(void);
 /* Seconds on the monotonic clock (common.c). */
 double zipcclNow(void);
 
+/* Host memory for the communicators' staging buffers (common.c): *bytes or
+ * more, released with free(). From 2 MiB up the block is 2 MiB-aligned, its
+ * size rounded up to whole 2 MiB pages (*bytes says how much) and Linux is
+ * asked to back it with transparent huge pages (madvise MADV_HUGEPAGE; a
+ * hint: where the system refuses, it stays 4 KiB pages): one TLB entry per
+ * 2 MiB instead of 512 for buffers the codec and the transport sweep on every
+ * call. NULL when out of memory. */
+void* zipcclHostAlloc(size_t* bytes);
+
 /* Propagate a non-success result. */
 #define ZIPCCL_TRY(call)                                  \
     do {                                                  \
