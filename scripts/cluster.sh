@@ -34,6 +34,13 @@
 # carries MPI traffic and the out-of-band channel, restricted to the cluster
 # subnet.
 #
+# The token bucket holds 256 KB (ZCL_BURST; a real 1 Gbit/s switch port
+# buffers more): with a 64 KB bucket this VM's timers refill it too late
+# once several flows share a host's link, so four concurrent flows got ~42
+# MB/s each against ~79 MB/s with 256 KB, and the comm-bound training step
+# took 1.7 s instead of 0.9 s, while one bulk stream gets ~119 MB/s with
+# either (docs/lab/collectives_history.md; docs/BENCHMARKS.md, End-to-end).
+#
 # Environment: ZCL_PREFIX (default zcl) and ZCL_SUBNET (default 10.77.0; a /24
 # as three octets) let a test run its own cluster next to a benchmark's.
 # ZCL_MPIRUN_ARGS adds mpirun options to `run`; ZCL_BTL_TCP_FLAGS sets Open
@@ -125,9 +132,9 @@ cmd_up() {
     ip -n "$ns" addr add "$(host_ip "$i")/24" dev "$hv"
     ip -n "$ns" link set "$hv" up
     if [ "$rate" != none ]; then
-      ip netns exec "$ns" tc qdisc add dev "$hv" root tbf rate "$rate" burst "${ZCL_BURST:-64kb}" latency "$lat"
+      ip netns exec "$ns" tc qdisc add dev "$hv" root tbf rate "$rate" burst "${ZCL_BURST:-256kb}" latency "$lat"
       if [ "${ZCL_SHAPE:-both}" = both ]; then
-        ip netns exec "$BR_NS" tc qdisc add dev "$bv" root tbf rate "$rate" burst "${ZCL_BURST:-64kb}" latency "$lat"
+        ip netns exec "$BR_NS" tc qdisc add dev "$bv" root tbf rate "$rate" burst "${ZCL_BURST:-256kb}" latency "$lat"
       fi
     fi
   done
