@@ -1524,6 +1524,22 @@ static void zc_put_chunk_header(uint8_t* p, int mode, uint32_t top, uint32_t tab
 static inline size_t zc_sample_step(size_t n, size_t s) {
     return n <= s ? 1 : (size_t)((uint32_t)(((uint64_t)n * 0x9E3779B9u) >> 32) | 1u);
 }
+/* The lattice index after i: i + step mod n, for i < n and step < n. */
+static inline size_t zc_lattice_next(size_t i, size_t step, size_t n) {
+    return i + step >= n ? i + step - n : i + step;
+}
+
+/* The first `lanes` lattice indices, for the vector samplers. */
+static inline void zc_lattice_first(uint32_t* first, int lanes, size_t step, size_t n) {
+    for (size_t k = 0, i = 0; k < (size_t)lanes; k++, i = zc_lattice_next(i, step, n)) first[k] = (uint32_t)i;
+}
+
+/* The lattice touches most cache lines of a chunk in no order the hardware
+ * prefetchers follow: ask for them in order first, or the sample waits on
+ * one miss after another. */
+static inline void zc_prefetch_chunk(const uint8_t* src, size_t bytes) {
+    for (size_t b = 0; b < bytes; b += 64) _mm_prefetch((const char*)src + b, _MM_HINT_T0);
+}
 
 /* Reference scale estimate of FORMAT.md §7 on an unaligned chunk: gather the
  * sample into an aligned array, which codec_format.h then reads in order. */
@@ -1531,12 +1547,23 @@ static int zc_estimate(int dt, const uint8_t* src, size_t n) {
     size_t s = n < ZCF_SAMPLE ? n : ZCF_SAMPLE, step = zc_sample_step(n, s), i = 0;
     if (dt == ZCF_DT_FP32) {
         uint32_t v[ZCF_SAMPLE];
-        for (size_t k = 0; k < s; k++, i = i + step >= n ? i + step - n : i + step) v[k] = zcf_ld32(src + 4 * i);
+        for (size_t k = 0; k < s; k++, i = zc_lattice_next(i, step, n)) v[k] = zcf_ld32(src + 4 * i);
         return zcf_estimate_s8_u32(v, s);
     }
     uint16_t v[ZCF_SAMPLE];
-    for (size_t k = 0; k < s; k++, i = i + step >= n ? i + step - n : i + step) v[k] = zcf_ld16(src + 2 * i);
+    for (size_t k = 0; k < s; k++, i = zc_lattice_next(i, step, n)) v[k] = zcf_ld16(src + 2 * i);
     return zcf_estimate_s8_u16(dt, v, s);
+}
+
+/* T's bins from two histograms of the sampled exponents (alternate
+ * samples): the ZCF_T_BINS values from kk - 14 up, then zcf_t_pick. */
+static inline int zc_t_pick_hist(uint16_t hist[2][256], int kk, int emax, uint32_t* top, uint32_t* shape) {
+    uint32_t h[ZCF_T_BINS];
+    for (int b = 0; b < ZCF_T_BINS; b++) {
+        int v = kk - 14 + b;
+        h[b] = v >= 0 && v <= emax ? (uint32_t)hist[0][v] + hist[1][v] : 0;
+    }
+    return zcf_t_pick(h, kk, emax, top, shape);
 }
 
 /* The T choice of FORMAT.md §7.2: a sample of up to 1024 exponents gives
@@ -1555,12 +1582,9 @@ static inline __attribute__((always_inline)) int zc_t_choose_impl(int dt, const 
     memset(hist, 0, sizeof hist);
     uint32_t sum = 0, cnt = 0; /* < 1024 * 255 */
     uint32_t x0 = n ? zc_ld_elem(src, es) : 0, diff = 0;
-    /* The lattice touches most cache lines of the chunk in no order the
-     * hardware prefetchers follow: ask for them in order first, or the
-     * sample waits on one miss after another. */
-    for (size_t b = 0; b < n * (size_t)es; b += 64) _mm_prefetch((const char*)src + b, _MM_HINT_T0);
+    zc_prefetch_chunk(src, n * (size_t)es);
     size_t step = zc_sample_step(n, S), i = 0;
-    for (size_t k = 0; k < S; k++, i = i + step >= n ? i + step - n : i + step) {
+    for (size_t k = 0; k < S; k++, i = zc_lattice_next(i, step, n)) {
         uint32_t x = zc_ld_elem(src + (size_t)es * i, es);
         diff |= x ^ x0;
         uint32_t e = zcf_exponent(dt, x), normal = e - 1 < (uint32_t)emax - 1;
@@ -1570,12 +1594,7 @@ static inline __attribute__((always_inline)) int zc_t_choose_impl(int dt, const 
     }
     *same = diff == 0;
     int kk = zcf_s8_of(sum, cnt) / 8;
-    uint32_t h[ZCF_T_BINS];
-    for (int b = 0; b < ZCF_T_BINS; b++) {
-        int v = kk - 14 + b;
-        h[b] = v >= 0 && v <= emax ? (uint32_t)hist[0][v] + hist[1][v] : 0;
-    }
-    return zcf_t_pick(h, kk, emax, top, shape);
+    return zc_t_pick_hist(hist, kk, emax, top, shape);
 }
 
 static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same) {
@@ -1596,10 +1615,10 @@ ZC_T512 static int zc_t_choose_avx512(int dt, const uint8_t* src, size_t n, uint
                                       int* same) {
     if (n <= ZCF_T_SAMPLE) return zc_t_choose(dt, src, n, top, shape, same);
     int es = zcf_elem_size(dt), emax = (1 << zcf_exp_bits(dt)) - 1;
-    for (size_t b = 0; b < n * (size_t)es; b += 64) _mm_prefetch((const char*)src + b, _MM_HINT_T0);
+    zc_prefetch_chunk(src, n * (size_t)es);
     size_t step = zc_sample_step(n, ZCF_T_SAMPLE);
     uint32_t first[16];
-    for (size_t k = 0, i = 0; k < 16; k++, i = i + step >= n ? i + step - n : i + step) first[k] = (uint32_t)i;
+    zc_lattice_first(first, 16, step, n);
     __m512i I = _mm512_loadu_si512(first);
     const __m512i d16 = _mm512_set1_epi32((int)((16 * step) % n)), nv = _mm512_set1_epi32((int)n);
     const __m512i last = _mm512_set1_epi32((int)(n - 1)), em = _mm512_set1_epi32(emax);
@@ -1646,10 +1665,10 @@ ZC_T256 static int zc_t_choose_avx2(int dt, const uint8_t* src, size_t n, uint32
                                     int* same) {
     if (n <= ZCF_T_SAMPLE) return zc_t_choose(dt, src, n, top, shape, same);
     int es = zcf_elem_size(dt), emax = (1 << zcf_exp_bits(dt)) - 1;
-    for (size_t b = 0; b < n * (size_t)es; b += 64) _mm_prefetch((const char*)src + b, _MM_HINT_T0);
+    zc_prefetch_chunk(src, n * (size_t)es);
     size_t step = zc_sample_step(n, ZCF_T_SAMPLE);
     uint32_t first[8];
-    for (size_t k = 0, i = 0; k < 8; k++, i = i + step >= n ? i + step - n : i + step) first[k] = (uint32_t)i;
+    zc_lattice_first(first, 8, step, n);
     __m256i I = _mm256_loadu_si256((const __m256i*)first);
     /* unsigned compares through the sign flip: indices < n < 2^31 */
     const __m256i d8 = _mm256_set1_epi32((int)((8 * step) % n)), nv = _mm256_set1_epi32((int)n);
@@ -1690,12 +1709,7 @@ ZC_T256 static int zc_t_choose_avx2(int dt, const uint8_t* src, size_t n, uint32
     uint16_t hist[2][256];
     memset(hist, 0, sizeof hist);
     for (int k = 0; k < ZCF_T_SAMPLE; k++) hist[k & 1][e8[k]]++;
-    uint32_t h[ZCF_T_BINS];
-    for (int b = 0; b < ZCF_T_BINS; b++) {
-        int v = kk - 14 + b;
-        h[b] = v >= 0 && v <= emax ? (uint32_t)hist[0][v] + hist[1][v] : 0;
-    }
-    return zcf_t_pick(h, kk, emax, top, shape);
+    return zc_t_pick_hist(hist, kk, emax, top, shape);
 }
 
 /* Encode one chunk of n <= ZC_ENC_CHUNK elements into out (room: avail
