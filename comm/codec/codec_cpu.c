@@ -1260,6 +1260,7 @@ typedef struct {
     void (*tplanes3)(uint8_t* q, size_t m, uint8_t* out); /* T's last tier -> planes */
     int (*tchoose)(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
     int rans512; /* rANS lanes in AVX-512 (gathers, scatters)  */
+    size_t (*count3)(const uint8_t* planes, size_t groups); /* entries of code 3 in 2-plane groups */
 } zc_kernels_t;
 
 static int zc_cpu_has(zipcclSimd_t s) {
@@ -1283,6 +1284,22 @@ zipcclSimd_t zipcclSimdDetect(void) {
     return zipcclSimdScalar;
 }
 
+/* How many entries of `groups` 2-plane groups (16 bytes each: low plane,
+ * high plane) have code 3, both bits set: a T chunk's tier-2 (or tier-3)
+ * length from its tier 1 (tier 2), an F2 chunk's secondary length. The
+ * decoder counts this for every chunk; the scalar copy calls libgcc's
+ * popcount on a baseline x86-64 build, the other the instruction. */
+static size_t zc_count3_scalar(const uint8_t* planes, size_t groups) {
+    size_t m = 0;
+    for (size_t g = 0; g < groups; g++) m += (size_t)__builtin_popcountll(zc_ld64(planes + 16 * g) & zc_ld64(planes + 16 * g + 8));
+    return m;
+}
+ZC_T256 static size_t zc_count3_popcnt(const uint8_t* planes, size_t groups) {
+    size_t m = 0;
+    for (size_t g = 0; g < groups; g++) m += (size_t)_mm_popcnt_u64(zc_ld64(planes + 16 * g) & zc_ld64(planes + 16 * g + 8));
+    return m;
+}
+
 /* The T encoder's sample and choice (section 5). */
 static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
 ZC_T512 static int zc_t_choose_avx512(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
@@ -1297,6 +1314,7 @@ static zipcclResult_t zc_pick(const zipcclCodecParams_t* params, zc_kernels_t* k
         return zipcclSetError(zipcclUnsupported, "this CPU lacks the %s instructions",
                               s == zipcclSimdAvx2 ? "AVX2" : "AVX-512 (F/BW/VL/VBMI/VBMI2)");
     k->rans512 = s == zipcclSimdAvx512;
+    k->count3 = s == zipcclSimdScalar ? zc_count3_scalar : zc_count3_popcnt;
     k->f2pack = s == zipcclSimdAvx512 ? f2_pack_avx512 : s == zipcclSimdAvx2 ? f2_pack_avx2 : f2_pack_scalar;
     k->f2unpack = s == zipcclSimdAvx512 ? f2_unpack_avx512 : s == zipcclSimdAvx2 ? f2_unpack_avx2 : f2_unpack_scalar;
     k->tpass = s == zipcclSimdAvx512 ? t_pass_avx512 : s == zipcclSimdAvx2 ? t_pass_avx2 : t_pass_scalar;
@@ -1880,13 +1898,12 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, int version, s
         const uint8_t* r = c + ZCF_CHUNK_HEADER_SIZE;
         const uint8_t* t1 = r + rest;
         if (!zc_pad_ok(t1, n, 2)) return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last tier-1 group", ci);
-        size_t m2 = 0, m3 = 0;
-        for (size_t g = 0; g < G; g++) m2 += (size_t)__builtin_popcountll(zc_ld64(t1 + 16 * g) & zc_ld64(t1 + 16 * g + 8));
+        size_t m2 = K->count3(t1, G), m3;
         size_t H2 = zc_groups(m2);
         if (size < fixed + 16 * H2 + n_esc) return ZC_CORRUPT("chunk %zu: T chunk of %zu bytes is too short for its tiers", ci, size);
         const uint8_t* t2 = t1 + 16 * G;
         if (!zc_pad_ok(t2, m2, 2)) return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last tier-2 group", ci);
-        for (size_t g = 0; g < H2; g++) m3 += (size_t)__builtin_popcountll(zc_ld64(t2 + 16 * g) & zc_ld64(t2 + 16 * g + 8));
+        m3 = K->count3(t2, H2);
         size_t H3 = zc_groups(m3), want = fixed + 16 * H2 + 24 * H3 + n_esc;
         if (size != want) return ZC_CORRUPT("chunk %zu: T chunk of %zu bytes, expected %zu", ci, size, want);
         const uint8_t* t3 = t2 + 16 * H2;
@@ -1913,8 +1930,7 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, int version, s
         const uint8_t* r = c + ZCF_CHUNK_HEADER_SIZE;
         const uint8_t* prim = r + rest;
         if (!zc_pad_ok(prim, n, 2)) return ZC_CORRUPT("chunk %zu: nonzero padding bits in the last primary group", ci);
-        size_t m = 0;
-        for (size_t g = 0; g < G; g++) m += (size_t)__builtin_popcountll(zc_ld64(prim + 16 * g) & zc_ld64(prim + 16 * g + 8));
+        size_t m = K->count3(prim, G);
         size_t H = zc_groups(m), want = fixed + 24 * H + n_esc;
         if (size != want) return ZC_CORRUPT("chunk %zu: F2 chunk of %zu bytes, expected %zu", ci, size, want);
         const uint8_t* sec = prim + 16 * G;
