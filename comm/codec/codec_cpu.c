@@ -33,6 +33,7 @@
  */
 #include <immintrin.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -1677,6 +1678,23 @@ ZC_T512 static int zc_t_choose_avx512(int dt, const uint8_t* src, size_t n, uint
     return zcf_t_pick(h, kk, emax, top, shape);
 }
 
+/* A full chunk's T sample in increasing index order. The histogram, the
+ * sum and the constant test do not depend on the order the sample is read
+ * in, and read in order the gathers follow the chunk's prefetch stream
+ * instead of stalling on lines it has not reached yet (the chunk's first
+ * touch from memory). */
+static uint32_t kFullSample[ZCF_T_SAMPLE];
+static pthread_once_t kFullSampleOnce = PTHREAD_ONCE_INIT;
+static int zc_cmp_u32(const void* a, const void* b) {
+    uint32_t x = *(const uint32_t*)a, y = *(const uint32_t*)b;
+    return (x > y) - (x < y);
+}
+static void zc_init_full_sample(void) {
+    size_t step = zc_sample_step(ZC_ENC_CHUNK, ZCF_T_SAMPLE), i = 0;
+    for (size_t k = 0; k < ZCF_T_SAMPLE; k++, i = zc_lattice_next(i, step, ZC_ENC_CHUNK)) kFullSample[k] = (uint32_t)i;
+    qsort(kFullSample, ZCF_T_SAMPLE, sizeof kFullSample[0], zc_cmp_u32);
+}
+
 /* The same on AVX2, 8 lanes a time, the bins counted from the stored
  * exponent bytes by a scalar loop (byte compares would take 27 passes). */
 ZC_T256 static int zc_t_choose_avx2(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape,
@@ -1697,8 +1715,11 @@ ZC_T256 static int zc_t_choose_avx2(int dt, const uint8_t* src, size_t n, uint32
                                           0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
     __m256i diff = _mm256_setzero_si256(), sum = _mm256_setzero_si256(), cnt = _mm256_setzero_si256();
     uint8_t e8[ZCF_T_SAMPLE];
+    pthread_once(&kFullSampleOnce, zc_init_full_sample);
+    const uint32_t* sorted = n == ZC_ENC_CHUNK ? kFullSample : NULL;
     for (int b = 0; b < ZCF_T_SAMPLE / 8; b++) {
         __m256i x;
+        if (sorted) I = _mm256_loadu_si256((const __m256i*)(sorted + 8 * b));
         if (es == 4) {
             x = _mm256_i32gather_epi32((const int*)src, I, 4);
         } else {
