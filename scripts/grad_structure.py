@@ -21,11 +21,13 @@ unit's first norm weight; w_down is [dim, count/dim], every other matrix
 
 usage: scripts/grad_structure.py DUMP.safetensors UNIT [UNIT ...]
 """
-import json
-import struct
+import os
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_real_tensors import load_safetensors  # noqa: E402
 
 try:
     import zstandard
@@ -41,21 +43,16 @@ def entropy(x):
     return float(-(p * np.log2(p)).sum())
 
 
-def load(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    return json.loads(b[8:8 + n]), b, 8 + n
-
-
-def tensors(header, blob, base, unit):
-    info = header[unit]
-    if info["dtype"] != "BF16":
-        sys.exit(f"grad_structure: unit {unit} is {info['dtype']}, not BF16")
-    o = info["data_offsets"]
-    raw = np.frombuffer(blob[base + o[0]:base + o[1]], dtype=np.uint16)
-    for spec in header["__metadata__"]["tensors." + unit].split(","):
+def unit_tensors(tensors, meta, unit):
+    """The tensors of one unit of a dump (load_safetensors' output), by the
+    layout in its metadata, as bf16 bit patterns."""
+    dt, raw = tensors[unit]
+    if dt != "BF16":
+        sys.exit(f"grad_structure: unit {unit} is {dt}, not BF16")
+    flat = np.frombuffer(raw, dtype=np.uint16)
+    for spec in meta["tensors." + unit].split(","):
         name, off, cnt = spec.rsplit(":", 2)
-        yield name, raw[int(off):int(off) + int(cnt)]
+        yield name, flat[int(off):int(off) + int(cnt)]
 
 
 def row_predicted_bits(m):
@@ -72,11 +69,11 @@ def row_predicted_bits(m):
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
-    header, blob, base = load(sys.argv[1])
+    tensors, meta = load_safetensors(sys.argv[1])
     cz = zstandard.ZstdCompressor(level=1) if zstandard else None
     print(f"{'tensor':24s} {'elements':>9s} {'exp-only':>8s} {'row-pred':>8s} {'zstd-bg':>8s} {'rank1':>6s}")
     for unit in sys.argv[2:]:
-        ts = list(tensors(header, blob, base, unit))
+        ts = list(unit_tensors(tensors, meta, unit))
         dim = next((len(t) for name, t in ts if name.endswith("norm")), None)
         for name, t in ts:
             if name.endswith("norm") or dim is None or len(t) % dim:

@@ -16,9 +16,7 @@ whose answers are known by construction.
     (w_down [dim, count/dim], the others [count/dim, dim]).
 """
 import io
-import json
 import os
-import struct
 import sys
 import tempfile
 from contextlib import redirect_stdout
@@ -27,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import grad_structure as gs  # noqa: E402
+import plot_real_tensors as prt  # noqa: E402
 from pycheck import check, failed  # noqa: E402
 
 
@@ -58,15 +57,11 @@ k2, sign2 = rng.integers(-6, 7, size=dim), rng.choice([-1.0, 1.0], size=dim)
 w_down = bf16((sign2 * np.exp2(k2))[:, None].astype(np.float32) * v2[None, :]).reshape(dim, rows)
 flat = np.concatenate([norm, rank1.ravel(), w_down.ravel()])
 layout = f"u.attn_norm:0:{dim},u.wq:{dim}:{rows * dim},u.w_down:{dim + rows * dim}:{rows * dim}"
-header = {"__metadata__": {"kind": "grads", "tensors.u": layout},
-          "u": {"dtype": "BF16", "shape": [len(flat)], "data_offsets": [0, 2 * len(flat)]}}
-hb = json.dumps(header).encode()
 with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "dump.safetensors")
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb + flat.tobytes())
-    h, blob, base = gs.load(path)
-    got = dict(gs.tensors(h, blob, base, "u"))
+    prt.write_safetensors(path, [("u", ("BF16", flat.tobytes()))], {"kind": "grads", "tensors.u": layout})
+    tensors, meta = prt.load_safetensors(path)
+    got = dict(gs.unit_tensors(tensors, meta, "u"))
     check(sorted(got) == ["u.attn_norm", "u.w_down", "u.wq"], "dump_reader_names", str(sorted(got)))
     check(np.array_equal(got["u.wq"], rank1.ravel()), "dump_reader_bytes")
     out = io.StringIO()
