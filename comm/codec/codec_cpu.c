@@ -406,6 +406,22 @@ ZC_T512 static __attribute__((always_inline)) inline int merge_avx512_impl(int d
 
 #define ZC_T256 __attribute__((target("avx2,bmi,bmi2,popcnt")))
 
+/* How many entries of `groups` 2-plane groups (16 bytes each: low plane,
+ * high plane) have code 3, both bits set: a T chunk's tier-2 (or tier-3)
+ * length from its tier 1 (tier 2), an F2 chunk's secondary length. The
+ * decoder counts this for every chunk; the scalar copy calls libgcc's
+ * popcount on a baseline x86-64 build, the other the instruction. */
+static size_t zc_count3_scalar(const uint8_t* planes, size_t groups) {
+    size_t m = 0;
+    for (size_t g = 0; g < groups; g++) m += (size_t)__builtin_popcountll(zc_ld64(planes + 16 * g) & zc_ld64(planes + 16 * g + 8));
+    return m;
+}
+ZC_T256 static size_t zc_count3_popcnt(const uint8_t* planes, size_t groups) {
+    size_t m = 0;
+    for (size_t g = 0; g < groups; g++) m += (size_t)_mm_popcnt_u64(zc_ld64(planes + 16 * g) & zc_ld64(planes + 16 * g + 8));
+    return m;
+}
+
 ZC_T256 static inline __m256i zc256_fix(__m256i packed) { /* undo packus lane interleave */
     return _mm256_permute4x64_epi64(packed, 0xD8);
 }
@@ -1131,12 +1147,12 @@ ZC_T256 static void t_unpack_avx2(const uint8_t* t1, const uint8_t* t2, size_t h
     pthread_once(&kExpandOnce, zc_init_expand);
     const __m256i one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2), three = _mm256_set1_epi8(3);
     const __m256i iv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)inv));
-    size_t gend = g1 * 64 > n ? g1 - 1 : g1, c2 = *k2, c3 = *k3, m2 = 0;
+    size_t gend = g1 * 64 > n ? g1 - 1 : g1, c2 = *k2, c3 = *k3;
     /* The segment's tier-2 and tier-3 entries, counted from the planes, go
      * to bytes before the main loop: its loads then never wait on a store
      * just made (a window refilled as the cursor moves on did, once per 64
      * entries). */
-    for (size_t g = g0; g < gend; g++) m2 += (size_t)_mm_popcnt_u64(zc_ld64(t1 + 16 * (g - g0)) & zc_ld64(t1 + 16 * (g - g0) + 8));
+    size_t m2 = zc_count3_popcnt(t1, gend - g0);
     size_t m3 = t_count3(t2, c2, m2);
     uint8_t b2[ZC_SEG + 128], b3[ZC_SEG + 128];
     t_tier_bytes256(t2, 2, h2, c2, m2, b2);
@@ -1203,9 +1219,8 @@ ZC_T512 static void t_unpack_avx512(const uint8_t* t1, const uint8_t* t2, size_t
                                     size_t* k3, uint8_t* sym) {
     const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2), six = _mm512_set1_epi8(6);
     const __m512i iv = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)inv));
-    size_t gend = g1 * 64 > n ? g1 - 1 : g1, c2 = *k2, c3 = *k3, m2 = 0;
-    for (size_t g = g0; g < gend; g++)
-        m2 += (size_t)_mm_popcnt_u64(zc_ld64(t1 + 16 * (g - g0)) & zc_ld64(t1 + 16 * (g - g0) + 8));
+    size_t gend = g1 * 64 > n ? g1 - 1 : g1, c2 = *k2, c3 = *k3;
+    size_t m2 = zc_count3_popcnt(t1, gend - g0);
     size_t m3 = t_count3(t2, c2, m2);
     uint8_t b2[ZC_SEG + 128], b3[ZC_SEG + 128];
     t_tier_bytes512(t2, 2, h2, c2, m2, 3, b2);
@@ -1283,22 +1298,6 @@ zipcclSimd_t zipcclSimdDetect(void) {
     if (zc_cpu_has(zipcclSimdAvx512)) return zipcclSimdAvx512;
     if (zc_cpu_has(zipcclSimdAvx2)) return zipcclSimdAvx2;
     return zipcclSimdScalar;
-}
-
-/* How many entries of `groups` 2-plane groups (16 bytes each: low plane,
- * high plane) have code 3, both bits set: a T chunk's tier-2 (or tier-3)
- * length from its tier 1 (tier 2), an F2 chunk's secondary length. The
- * decoder counts this for every chunk; the scalar copy calls libgcc's
- * popcount on a baseline x86-64 build, the other the instruction. */
-static size_t zc_count3_scalar(const uint8_t* planes, size_t groups) {
-    size_t m = 0;
-    for (size_t g = 0; g < groups; g++) m += (size_t)__builtin_popcountll(zc_ld64(planes + 16 * g) & zc_ld64(planes + 16 * g + 8));
-    return m;
-}
-ZC_T256 static size_t zc_count3_popcnt(const uint8_t* planes, size_t groups) {
-    size_t m = 0;
-    for (size_t g = 0; g < groups; g++) m += (size_t)_mm_popcnt_u64(zc_ld64(planes + 16 * g) & zc_ld64(planes + 16 * g + 8));
-    return m;
 }
 
 /* The T encoder's sample and choice (section 5). */
@@ -1736,8 +1735,10 @@ ZC_T256 static int zc_t_choose_avx2(int dt, const uint8_t* src, size_t n, uint32
         uint32_t w0 = (uint32_t)_mm256_extract_epi32(eb, 0), w1 = (uint32_t)_mm256_extract_epi32(eb, 4);
         memcpy(e8 + 8 * b, &w0, 4);
         memcpy(e8 + 8 * b + 4, &w1, 4);
-        I = _mm256_add_epi32(I, d8);
-        I = _mm256_sub_epi32(I, _mm256_andnot_si256(_mm256_cmpgt_epi32(nv, I), nv)); /* I >= n: - n */
+        if (!sorted) {
+            I = _mm256_add_epi32(I, d8);
+            I = _mm256_sub_epi32(I, _mm256_andnot_si256(_mm256_cmpgt_epi32(nv, I), nv)); /* I >= n: - n */
+        }
     }
     *same = _mm256_testz_si256(diff, diff);
     uint32_t sv[8], cv[8], tsum = 0, tcnt = 0;
