@@ -47,7 +47,8 @@ typedef struct {
     const char* sets[MAX_SETS];
     int n_sets;
     const char* log_json;
-    int dump_step;
+    int dump_steps[16]; /* --dump-tensors STEP[,STEP...]: ascending */
+    int n_dump_steps;
     const char* dump_dir;
     const char* resume;
     const char* trace_data;
@@ -62,13 +63,14 @@ static FILE* g_trace;  /* its file, open on rank 0 */
 static void usage(FILE* f) {
     fprintf(f,
             "usage: build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]\n"
-            "                   [--dump-tensors STEP DIR] [--resume DIR] [--init-from DIR]\n"
+            "                   [--dump-tensors STEPS DIR] [--resume DIR] [--init-from DIR]\n"
             "                   [--trace-data FILE] [--trace FILE]\n"
             "  --set key=value        override a config key (dotted: train.steps=20,\n"
             "                         comm.strategy=raw|native|compressed|auto, ...)\n"
             "  --log-json FILE        one JSON object per step, last line the param hash\n"
-            "  --dump-tensors STEP D  write the tensors the collectives send at STEP to D, and\n"
-            "                         the first micro-batch's tokens, targets and logits\n"
+            "  --dump-tensors STEPS D write the tensors the collectives send at each step of\n"
+            "                         STEPS (one or a comma list: 2,20,100) to D, and the\n"
+            "                         first micro-batch's tokens, targets and logits\n"
             "  --resume DIR           continue from a checkpoint (step dir or root)\n"
             "  --init-from DIR        start from a Hugging Face model directory (config.json,\n"
             "                         safetensors): --set model.init_from=DIR\n"
@@ -108,7 +110,7 @@ static void agree_or_fail(int bad, const char* msg) {
 
 static void parse_args(int argc, char** argv, Args* a) {
     memset(a, 0, sizeof *a);
-    a->dump_step = -1;
+    a->n_dump_steps = 0;
     for (int i = 1; i < argc; i++) {
         const char* s = argv[i];
         char msg[600];
@@ -122,12 +124,24 @@ static void parse_args(int argc, char** argv, Args* a) {
         } else if (!strcmp(s, "--log-json") && i + 1 < argc) {
             a->log_json = argv[++i];
         } else if (!strcmp(s, "--dump-tensors") && i + 2 < argc) {
-            char* end;
-            a->dump_step = (int)strtol(argv[++i], &end, 10);
-            if (*end || a->dump_step < 1) {
-                snprintf(msg, sizeof msg, "--dump-tensors: STEP must be a step number >= 1, got '%s'",
-                         argv[i]);
-                config_fail(msg);
+            const char* list = argv[++i];
+            const char* q = list;
+            a->n_dump_steps = 0;
+            for (;;) {
+                char* end;
+                long v = strtol(q, &end, 10);
+                const int prev = a->n_dump_steps ? a->dump_steps[a->n_dump_steps - 1] : 0;
+                if (end == q || (*end && *end != ',') || v <= prev || v > 1000000000 ||
+                    a->n_dump_steps == (int)(sizeof a->dump_steps / sizeof a->dump_steps[0])) {
+                    snprintf(msg, sizeof msg,
+                             "--dump-tensors: STEPS must be ascending step numbers >= 1, comma-separated "
+                             "(at most %d), got '%s'",
+                             (int)(sizeof a->dump_steps / sizeof a->dump_steps[0]), list);
+                    config_fail(msg);
+                }
+                a->dump_steps[a->n_dump_steps++] = (int)v;
+                if (!*end) break;
+                q = end + 1;
             }
             a->dump_dir = argv[++i];
         } else if (!strcmp(s, "--resume") && i + 1 < argc) {
@@ -622,6 +636,8 @@ int main(int argc, char** argv) {
     }
     for (int step = st.step; step < cfg.train.steps; step++) {
         const int step_no = step + 1; /* 1-based: the step being computed */
+        int dump_now = 0;
+        for (int k = 0; k < args.n_dump_steps; k++) dump_now |= args.dump_steps[k] == step_no;
         zipcclCounters_t c0[3], c1[3];
         const zipcclCollKind_t kinds[3] = {zipcclCollAllGather, zipcclCollReduceScatter,
                                            zipcclCollAlltoAllv};
@@ -630,7 +646,7 @@ int main(int argc, char** argv) {
         fsdp_check_compression_begin(&fsdp, chk);
         const double blocked0 = fsdp.blocked_s;
         const double t0 = zrt_now();
-        if (args.dump_step == step_no) fsdp_dump_arm(&fsdp);
+        if (dump_now) fsdp_dump_arm(&fsdp);
 
         double x0[SCHED_NX], x1[SCHED_NX];
         sched_exposed(sched, x0);
@@ -649,7 +665,7 @@ int main(int argc, char** argv) {
             sched_trace_span(sched, "data", td, zrt_now());
             sched_begin_micro(sched);
             /* --dump-tensors: the first micro-batch's logits too */
-            float* logits = args.dump_step == step_no && a == 0 ? dump_logits : NULL;
+            float* logits = dump_now && a == 0 ? dump_logits : NULL;
             const float l = llama_step(mc, acts, tok, tgt, B, T, &hooks, 1, logits);
             if (logits) dump_batch(args.dump_dir, step_no, tok, tgt, logits, B, T, mc->vocab_size, l);
             loss_sum += l;
@@ -720,7 +736,7 @@ int main(int argc, char** argv) {
         const double dt = zrt_now() - t0;
         sched_exposed(sched, x1);
 
-        if (args.dump_step == step_no) {
+        if (dump_now) {
             fsdp_dump_write(&fsdp, args.dump_dir, step_no);
             if (g_rank == 0) printf("# dumped the step %d tensors to %s\n", step_no, args.dump_dir);
         }

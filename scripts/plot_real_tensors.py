@@ -13,6 +13,9 @@
   plot_real_tensors.py --split DUMP.safetensors OUT.safetensors
       cut every unit of a dump into its tensors, as the dump's metadata
       ("tensors.<unit>": name:offset:count,...) lays them out.
+  plot_real_tensors.py --to-bf16 DUMP.safetensors OUT.safetensors
+      the dump's F32 tensors rounded to bf16 (nearest even, NaN kept NaN),
+      as the trainer rounds a gradient for reduce_dtype bf16.
   plot_real_tensors.py --sample OUT.safetensors DUMP:TENSOR:OFFSET:COUNT:NAME ...
       copy slices of the dumps' tensors into one small file (the suite's
       sample, tests/real_tensors/sample.safetensors).
@@ -64,6 +67,21 @@ def split(src, dst):
             name, off, cnt = item.rsplit(":", 2)
             out.append((name, (dt, raw[int(off) * es:(int(off) + int(cnt)) * es])))
     write_safetensors(dst, out, {"kind": meta.get("kind", "")})
+
+
+def to_bf16(src, dst):
+    import numpy as np
+    tensors, meta = load_safetensors(src)
+    out = []
+    for name, (dt, raw) in tensors.items():
+        if dt == "F32":
+            u = np.frombuffer(raw, dtype="<u4")
+            r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
+            nan = (u & 0x7FFFFFFF) > 0x7F800000
+            r[nan] = ((u[nan] >> 16) | 0x40).astype("<u2")
+            raw, dt = r.tobytes(), "BF16"
+        out.append((name, (dt, raw)))
+    write_safetensors(dst, out, meta)
 
 
 def sample(dst, specs):
@@ -171,6 +189,8 @@ def main():
     a = sys.argv[1:]
     if a[:1] == ["--split"] and len(a) == 3:
         split(a[1], a[2])
+    elif a[:1] == ["--to-bf16"] and len(a) == 3:
+        to_bf16(a[1], a[2])
     elif a[:1] == ["--sample"] and len(a) >= 3:
         sample(a[1], a[2:])
     elif len(a) == 2:

@@ -11,9 +11,14 @@
 #   CONFIGS="a.yaml b.yaml"  configs (default: llama-tiny, llama-100m,
 #              qwen3-moe-tiny)
 #   STEPS="a b c"  dump steps for every config (default: 10 150 300; the
-#              100M config: 2 only, a step takes ~90 s on 2 cores); each is
-#              its own run to that step (training is deterministic, so the
-#              runs of one config share one trajectory)
+#              100M config: 2 20 50 100, ~20 s a step on 2 cores); one run
+#              per config and dtype pair trains to the last of them and dumps
+#              at each (one trajectory, one learning-rate schedule)
+#   DTYPES="p/r ..."  param/reduce dtype pairs, a run each (default: bf16/bf16
+#              fp32/fp32; the 100M config: bf16/fp32, its own setting, and
+#              its bf16 gradients are the fp32 ones rounded to nearest even,
+#              which is what reduce_dtype bf16 sends on that trajectory:
+#              directory reduce_bf16_rounded, made in the bench phase)
 #   OUT=dir    corpus root (default runs/corpus; one directory per config)
 #   BUILD=dir  build directory (default build)
 #   REPS=n     benchmark repetitions (default 3)
@@ -38,25 +43,33 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 steps_of() {
   if [ -n "${STEPS:-}" ]; then echo "$STEPS"
-  elif [ "$(basename "$1" .yaml)" = llama-100m ]; then echo 2
+  elif [ "$(basename "$1" .yaml)" = llama-100m ]; then echo 2 20 50 100
   else echo 10 150 300; fi
+}
+dtypes_of() {
+  if [ -n "${DTYPES:-}" ]; then echo "$DTYPES"
+  elif [ "$(basename "$1" .yaml)" = llama-100m ]; then echo bf16/fp32
+  else echo bf16/bf16 fp32/fp32; fi
 }
 
 if [ "$PHASE" != bench ]; then
   for cfg in $CONFIGS; do
     name=$(basename "$cfg" .yaml)
-    for step in $(steps_of "$cfg"); do
-      for dt in bf16 fp32; do
-        dir="$ROOT/$name/param_$dt-reduce_$dt"
-        [ -f "$dir/step${step}_rank0_grads.safetensors" ] && continue
-        mkdir -p "$dir"
-        echo "corpus: $name step $step param/reduce $dt"
-        mpirun --oversubscribe --bind-to none -n 4 "$BUILD/train" "$cfg" \
-          --set comm.strategy=compressed --set train.steps="$step" \
-          --set comm.param_dtype="$dt" --set comm.reduce_dtype="$dt" \
-          --dump-tensors "$step" "$dir" > "$dir/step$step.log" 2>&1
-        rm -f "$dir"/step*_rank[1-9]_*.safetensors "$dir"/*_batch.safetensors
-      done
+    steps=$(steps_of "$cfg")
+    last=${steps##* }
+    for pr in $(dtypes_of "$cfg"); do
+      p=${pr%/*} r=${pr#*/}
+      dir="$ROOT/$name/param_$p-reduce_$r"
+      todo=0
+      for step in $steps; do [ -f "$dir/step${step}_rank0_grads.safetensors" ] || todo=1; done
+      [ $todo = 1 ] || continue
+      mkdir -p "$dir"
+      echo "corpus: $name steps $steps param $p reduce $r"
+      mpirun --oversubscribe --bind-to none -n 4 "$BUILD/train" "$cfg" \
+        --set comm.strategy=compressed --set train.steps="$last" \
+        --set comm.param_dtype="$p" --set comm.reduce_dtype="$r" --log-json "$dir/run.jsonl" \
+        --dump-tensors "$(echo $steps | tr ' ' ,)" "$dir" > "$dir/run.log" 2>&1
+      rm -f "$dir"/step*_rank[1-9]_*.safetensors "$dir"/*_batch.safetensors
     done
   done
 fi
@@ -89,7 +102,15 @@ json="$ROOT/bench.jsonl"
 : > "$ROOT/bench.log"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for f in "$ROOT"/*/param_*/step*_rank0_*.safetensors; do
+# bf16 gradients of a run that reduced in fp32 (the 100M config): rounded here
+for f in "$ROOT"/*/param_bf16-reduce_fp32/step*_rank0_grads.safetensors; do
+  [ -f "$f" ] || continue
+  d=$(dirname "$(dirname "$f")")/reduce_bf16_rounded
+  mkdir -p "$d"
+  [ -f "$d/$(basename "$f")" ] || python3 scripts/plot_real_tensors.py --to-bf16 "$f" "$d/$(basename "$f")"
+done
+for f in "$ROOT"/*/param_*/step*_rank0_*.safetensors "$ROOT"/*/reduce_bf16_rounded/step*_rank0_grads.safetensors; do
+  [ -f "$f" ] || continue
   split="$tmp/split.safetensors"
   python3 scripts/plot_real_tensors.py --split "$f" "$split"
   for g in "$f" "$split"; do

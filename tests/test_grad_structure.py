@@ -13,7 +13,11 @@ whose answers are known by construction.
   - the dump reader: a unit written the way `train --dump-tensors` writes
     it (one BF16 tensor per unit, the layout in the metadata) comes back as
     its tensors, and the shapes are inferred from the norm weight's length
-    (w_down [dim, count/dim], the others [count/dim, dim]).
+    (w_down [dim, count/dim], the others [count/dim, dim]);
+  - plot_real_tensors.py --to-bf16 (the 100M corpus's bf16 gradients, made
+    from its fp32 ones) rounds as torch's float32 -> bfloat16 does (nearest
+    even; ties, the largest finite values, infinities, subnormals), keeps
+    a NaN a NaN and the layout metadata as it was.
 """
 import io
 import os
@@ -75,5 +79,28 @@ with tempfile.TemporaryDirectory() as tmp:
     for name in ("u.wq", "u.w_down"):
         row_pred, share = float(lines[name][3]), float(lines[name][5])
         check(abs(row_pred - 7.0) < 0.005 and share > 0.999, f"shape_inferred_{name}", " ".join(lines[name]))
+
+# --to-bf16 against torch's rounding
+import torch  # noqa: E402
+u = np.concatenate([rng.integers(0, 2**32, size=20000, dtype=np.uint64).astype(np.uint32),
+                    np.array([0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000,
+                              0x7F800000, 0xFF800000, 0x00000001, 0x80008000, 0, 0x80000000], dtype=np.uint32)])
+nan = (u & 0x7FFFFFFF) > 0x7F800000
+with tempfile.TemporaryDirectory() as tmp:
+    src, dst = os.path.join(tmp, "f32.safetensors"), os.path.join(tmp, "bf16.safetensors")
+    meta = {"kind": "grads", "tensors.u": f"u.w:0:{len(u)}"}
+    prt.write_safetensors(src, [("u", ("F32", u.astype("<u4").tobytes()))], meta)
+    prt.to_bf16(src, dst)
+    got, meta2 = prt.load_safetensors(dst)
+    dt, raw = got["u"]
+    r = np.frombuffer(raw, dtype="<u2")
+    want = torch.from_numpy(u.view(np.float32).copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    bad = np.flatnonzero((r != want) & ~nan)
+    check(dt == "BF16" and len(r) == len(u) and bad.size == 0, "to_bf16_rounds_as_torch",
+          f"{dt}, {bad.size} of {len(u)} differ" + (f", first {u[bad[0]]:#010x} -> {r[bad[0]]:#06x} "
+                                                     f"(torch {want[bad[0]]:#06x})" if bad.size else ""))
+    rn = r[nan]
+    check(nan.any() and bool(np.all(((rn & 0x7F80) == 0x7F80) & ((rn & 0x7F) != 0))), "to_bf16_keeps_nan_nan")
+    check(meta2 == meta, "to_bf16_keeps_the_layout", str(meta2))
 
 sys.exit(1 if failed() else 0)

@@ -8,7 +8,9 @@
 #        the resumed losses match the 2-rank run within 1e-5 relative.
 #   (c4) --dump-tensors: every rank's gathered parameters are byte-identical
 #        (they are one all-gather's result), gradients differ per rank (each
-#        rank's own data), and zipccl-codec-bench round-trips the dump.
+#        rank's own data), and zipccl-codec-bench round-trips the dump; a
+#        step list (--dump-tensors 1,2) dumps at each step in one run, the
+#        same bytes as the single-step dump, and one out of order is refused.
 #   (c3) the checkpoint files: model.safetensors read by the independent
 #        Python `safetensors` package holds every tensor with the model's
 #        shapes; a corrupted file is refused by the manifest check.
@@ -182,4 +184,22 @@ PY
 else
   fail "$name" "run failed"
 fi
+# a step list dumps at each of its steps, in one run, the same bytes as a run
+# that dumps at one of them; a list out of order is refused before step 1
+name="dump_tensors_step_list"
+if run 2 "$tmp/dumpl.log" --set train.steps=3 --dump-tensors 1,2 "$tmp/dumpl"; then
+  miss=""
+  for s in 1 2; do for k in params grads batch; do
+    [ -f "$tmp/dumpl/step${s}_rank0_$k.safetensors" ] || miss="$miss step${s}_$k"; done; done
+  if [ -n "$miss" ]; then fail "$name" "missing:$miss"
+  elif ! cmp -s "$tmp/dumpl/step2_rank0_grads.safetensors" "$tmp/dump/step2_rank0_grads.safetensors"; then
+    fail "$name" "step 2's gradients differ from the single-step dump's"
+  else pass "$name"; fi
+else fail "$name" "run failed"; fi
+name="dump_tensors_bad_step_list"
+run 2 "$tmp/dumpb.log" --set train.steps=3 --dump-tensors 2,1 "$tmp/dumpb" >/dev/null
+rc=$?
+if [ $rc -eq 2 ] && grep -q "must be ascending step numbers" "$tmp/dumpb.log" && ! grep -q "^step " "$tmp/dumpb.log"; then
+  pass "$name"
+else fail "$name" "exit $rc: $(tail -2 "$tmp/dumpb.log")"; fi
 exit $((fails > 0))
