@@ -96,7 +96,8 @@ typedef enum {
     zipcclCodecDefault = 0, /* fast                                          */
     zipcclCodecFast = 1,    /* three tiers of 2, 2 and 3 bits with a tail
                              * shape chosen per chunk (T; format 2)         */
-    zipcclCodecDense = 2,   /* rANS with Gaussian-model tables (R)           */
+    zipcclCodecDense = 2,   /* rANS with Gaussian and scale-mixture tables
+                             * (R; format 4), constant chunks as fast (C)   */
     zipcclCodecStored = 3,  /* no compression: a stored frame                */
     zipcclCodecF3 = 4,      /* fixed 3-bit exponent window (F3): what fast
                              * wrote before F2; a little faster, ~4% larger  */

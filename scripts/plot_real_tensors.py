@@ -16,6 +16,11 @@
   plot_real_tensors.py --to-bf16 DUMP.safetensors OUT.safetensors
       the dump's F32 tensors rounded to bf16 (nearest even, NaN kept NaN),
       as the trainer rounds a gradient for reduce_dtype bf16.
+  plot_real_tensors.py --steps OUT.png RUN.jsonl ...
+      the trainer's own per-step wire ratio (all-gather, reduce-scatter,
+      all of a step's collectives) and loss over each corpus run
+      (`--log-json` of scripts/real_tensor_corpus.sh's runs): a Markdown
+      table at a few steps on stdout, the curves in OUT.png.
   plot_real_tensors.py --sample OUT.safetensors DUMP:TENSOR:OFFSET:COUNT:NAME ...
       copy slices of the dumps' tensors into one small file (the suite's
       sample, tests/real_tensors/sample.safetensors).
@@ -185,10 +190,59 @@ def summarise(bench, png):
     fig.savefig(png, dpi=110)
 
 
+def run_label(path):
+    """config param/reduce of runs/corpus/<config>/param_p-reduce_r/run.jsonl"""
+    parts = path.split("/")
+    m = re.match(r"param_(\w+)-reduce_(\w+)", parts[-2])
+    return parts[-3], m.group(1), m.group(2)
+
+
+def steps(png, runs):
+    series = []
+    for path in runs:
+        rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+        rows = [r for r in rows if "step" in r and "comm_ratio" in r]
+        series.append((run_label(path), rows))
+    print("| config | param / reduce | step | loss | all-gather | reduce-scatter | step total |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for (cfg, p, r), rows in series:
+        n = len(rows)
+        for i in sorted({0, 1, n // 10, n // 4, n // 2, n - 1}):
+            if 0 <= i < n:
+                x = rows[i]
+                print("| %s | %s / %s | %d | %.3f | %.4f | %.4f | %.4f |" % (
+                    cfg, p, r, x["step"], x["loss"], x["allgather_ratio"], x["reducescatter_ratio"], x["comm_ratio"]))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for (cfg, p, r), rows in series:
+        st = [x["step"] for x in rows]
+        lbl = "%s %s/%s" % (cfg, p, r)
+        axes[0].plot(st, [x["reducescatter_ratio"] for x in rows], label=lbl + " reduce-scatter")
+        axes[0].plot(st, [x["allgather_ratio"] for x in rows], "--", label=lbl + " all-gather")
+        axes[1].plot(st, [x["loss"] for x in rows], label=lbl)
+    axes[0].set_xlabel("step")
+    axes[0].set_ylabel("wire ratio (raw / wire bytes)")
+    axes[0].set_title("The trainer's per-step wire ratio (codec fast)")
+    axes[0].legend(fontsize=7)
+    axes[1].set_xlabel("step")
+    axes[1].set_ylabel("training loss")
+    axes[1].set_yscale("log")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 def main():
     a = sys.argv[1:]
     if a[:1] == ["--split"] and len(a) == 3:
         split(a[1], a[2])
+    elif a[:1] == ["--steps"] and len(a) >= 3:
+        steps(a[1], a[2:])
     elif a[:1] == ["--to-bf16"] and len(a) == 3:
         to_bf16(a[1], a[2])
     elif a[:1] == ["--sample"] and len(a) >= 3:

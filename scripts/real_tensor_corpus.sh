@@ -120,3 +120,5 @@ for f in "$ROOT"/*/param_*/step*_rank0_*.safetensors "$ROOT"/*/reduce_bf16_round
   rm -f "$split"
 done
 python3 scripts/plot_real_tensors.py "$json" "$ROOT/real_tensors.png"
+ls "$ROOT"/*/param_*/run.jsonl >/dev/null 2>&1 &&
+  python3 scripts/plot_real_tensors.py --steps "$ROOT/wire_ratio_per_step.png" "$ROOT"/*/param_*/run.jsonl

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <xxhash.h>
 
+#include "codec_tables.h" /* the normative rANS tables of FORMAT.md §5 */
 #include "testutil.h"
 #include "zipccl.h"
 
@@ -66,7 +67,13 @@ static uint8_t* make_gauss(zipcclDataType_t dt, size_t count, double sigma) {
 /* Reference encoder, from FORMAT.md only                                    */
 /* ------------------------------------------------------------------------ */
 
-static const uint16_t REF_F[8][16] = { /* FORMAT.md §5 table */
+/* The frequency tables are the normative ones of FORMAT.md §5 (the header
+ * the codecs compile; tests/test_codec_tables.sh holds it to the generator
+ * and the document). Tables 0..7, those of version 1-3 frames, as they were
+ * written before the tail classes: check_v1_tables holds the header to them,
+ * so old frames decode as they did. */
+#define REF_F zipccl_rans_freq
+static const uint16_t REF_F_V1[8][16] = {
     {1, 227, 1158, 1195, 732, 385, 195, 98, 49, 24, 12, 6, 3, 2, 1, 8},
     {2, 322, 1224, 1150, 678, 354, 179, 90, 45, 22, 11, 6, 3, 1, 1, 8},
     {5, 434, 1276, 1092, 628, 325, 164, 82, 41, 21, 10, 5, 3, 1, 1, 8},
@@ -124,17 +131,26 @@ static int ref_t_rank(int a, int b, int d) {
 }
 static const int REF_T_LEN[14] = {2, 2, 2, 4, 4, 4, 7, 7, 7, 7, 7, 7, 7, 15};
 
+/* The sample of FORMAT.md §7 item 3: its S = min(n, 1024) exponents into
+ * e (caller frees), its s8 (from the normal ones) into *s8. */
+static size_t ref_sample_exps(const uint8_t* x, size_t n, int es, int M, int emax, int** e, int* s8) {
+    size_t S = n < 1024 ? n : 1024;
+    uint64_t sum = 0, cnt = 0;
+    *e = malloc(sizeof(int) * (S + 1));
+    for (size_t k = 0; k < S; k++) {
+        (*e)[k] = (int)((ref_get(x, ref_sample(k, n, S), es) >> M) & (uint32_t)emax);
+        if ((*e)[k] > 0 && (*e)[k] < emax) { sum += (uint64_t)(*e)[k]; cnt++; }
+    }
+    *s8 = cnt ? (int)((8 * sum + cnt / 2) / cnt) + 11 : 40;
+    return S;
+}
+
 /* FORMAT.md §7.2 by brute force: every candidate's code length summed over
  * the sample element by element. Returns 0 if no candidate is valid. */
 static int ref_t_choose(const uint8_t* x, size_t n, int es, int M, int emax, int* top, int* shape) {
-    size_t S = n < 1024 ? n : 1024;
-    uint64_t sum = 0, cnt = 0;
-    int* e = malloc(sizeof(int) * (S + 1));
-    for (size_t k = 0; k < S; k++) {
-        e[k] = (int)((ref_get(x, ref_sample(k, n, S), es) >> M) & (uint32_t)emax);
-        if (e[k] > 0 && e[k] < emax) { sum += (uint64_t)e[k]; cnt++; }
-    }
-    int s8 = cnt ? (int)((8 * sum + cnt / 2) / cnt) + 11 : 40, kk = s8 / 8, found = 0;
+    int *e, s8;
+    size_t S = ref_sample_exps(x, n, es, M, emax, &e, &s8);
+    int kk = s8 / 8, found = 0;
     long best = 0;
     for (int c = kk - 2; c <= kk + 2; c++)
         for (int j = 0; j < 32; j++) {
@@ -146,6 +162,33 @@ static int ref_t_choose(const uint8_t* x, size_t n, int es, int M, int emax, int
         }
     free(e);
     return found;
+}
+
+/* FORMAT.md §7 item 2 by brute force: over tail classes c (window tops k + 2 +
+ * o[c], o = 0, 1, 2, 3, 3), tables 8c + t and tops one either side, every
+ * candidate's code length summed over the 1024-element sample element by
+ * element, with code lengths round(256 log2(4096 / f)) (+ 8 bits for an
+ * escape) from the normative frequency tables. */
+static void ref_r_choose(const uint8_t* x, size_t n, int es, int M, int emax, int* top, int* table) {
+    static const int off[5] = {0, 1, 2, 3, 3};
+    int *e, s8;
+    size_t S = ref_sample_exps(x, n, es, M, emax, &e, &s8);
+    int kk = s8 / 8, found = 0;
+    long best = 0;
+    for (int c = 0; c < 5; c++)
+        for (int t = 0; t < 8; t++)
+            for (int dt = -1; dt <= 1; dt++) {
+                int tp = kk + 2 + off[c] + dt, tb = 8 * c + t;
+                if (tp < 0 || tp > emax) continue;
+                long bits = 0;
+                for (size_t k = 0; k < S; k++) {
+                    int d = tp - e[k], sym = d >= 0 && d <= 14 ? d : 15;
+                    bits += lround(256.0 * log2(4096.0 / zipccl_rans_freq[tb][sym])) + (sym == 15 ? 2048 : 0);
+                }
+                if (!found || bits < best) { found = 1; best = bits; *top = tp; *table = tb; }
+            }
+    if (!found) { *top = kk + 2 > emax ? emax : kk + 2; *table = s8 % 8; }
+    free(e);
 }
 
 /* Planes of `w` words per 64 entries from m values v (bit k of v[i] at
@@ -179,6 +222,7 @@ static size_t ref_chunk(ref_dt_t d, int mode, const uint8_t* x, size_t n, uint8_
         traw = !ref_t_choose(x, n, d.es, d.M, (int)emax, &top, &tshape);
         table = tshape;
     }
+    if (mode == 2) ref_r_choose(x, n, d.es, d.M, (int)emax, &top, &table);
     size_t G = (n + 63) / 64, pos = 8;
     uint8_t* rest = malloc(3 * n + 24 * G + 1);
     uint8_t* esc = malloc(n + 1);
@@ -305,13 +349,14 @@ static size_t ref_frame_log2(zipcclDataType_t dtype, int codec, int checksum, co
     memcpy(out, "ZCC1", 4); out[4] = 1; out[5] = (uint8_t)d.code;
     out[7] = (uint8_t)chunk_log2; put64(out + 8, count);
     if (codec == zipcclCodecFast && count) out[4] = 2; /* version 2: T chunks (FORMAT.md §2) */
+    if (codec == zipcclCodecDense && count) out[4] = 4; /* version 4: R tail tables (FORMAT.md §2) */
     if (codec != zipcclCodecStored && count) {
         out[6] = (uint8_t)(checksum ? 1 : 0);
         size_t pos = 16 + 4 * nc + cs;
         for (size_t k = 0; k < nc; k++) {
             size_t n = count - k * C < C ? count - k * C : C;
-            size_t sz = codec == zipcclCodecFast ? ref_c_chunk(d, x + k * C * d.es, n, out + pos) : 0;
-            if (sz) out[4] = 3; /* version 3: C chunks (FORMAT.md §2) */
+            size_t sz = codec == zipcclCodecFast || codec == zipcclCodecDense ? ref_c_chunk(d, x + k * C * d.es, n, out + pos) : 0;
+            if (sz) { if (out[4] < 3) out[4] = 3; } /* version 3: C chunks (FORMAT.md §2); dense frames are 4 */
             else sz = ref_chunk(d, mode_of(codec), x + k * C * d.es, n, out + pos);
             put32(out + 16 + 4 * k, (uint32_t)sz);
             pos += sz;
@@ -550,7 +595,7 @@ static void hostile(void) {
         const char* cn = codec_name(codec);
         char tn[128];
         struct { const char* what; size_t at; uint8_t val; } cases[] = {
-            {"magic", 0, 'X'}, {"version", 4, 4}, {"dtype0", 5, 0}, {"dtype4", 5, 4}, {"flags_unknown", 6, 4},
+            {"magic", 0, 'X'}, {"version", 4, 5}, {"dtype0", 5, 0}, {"dtype4", 5, 4}, {"flags_unknown", 6, 4},
             {"flags_stored", 6, 2}, {"flags_checksum", 6, 1}, {"chunk_log2_9", 7, 9}, {"chunk_log2_21", 7, 21},
             {"count_high", 15, 0x40}, {"count_low", 8, (uint8_t)(1000 - 1)},
             {"chunk_size", 16, 0}, {"mode_9", 20, 9}, {"mode_raw", 20, 0}, {"top_256_bf16_ok_but_wrong", 21, 2},
@@ -597,6 +642,15 @@ static void hostile(void) {
                 }
                 free(g);
             }
+            /* tables 8 .. 39 (tail classes) are version 4's: the chunk's
+             * table in a version 1 frame, and table 40 anywhere, are refused */
+            CHECK(f[4] == 4, "hostile_dense_writes_version_4", "version %u", f[4]);
+            memcpy(m, f, fs); m[4] = 1; m[22] = 8;
+            r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
+            CHECK(r == zipcclCorruptStream, "hostile_dense_tail_table_in_version_1_rejected", "got %s", zipcclGetErrorString(r));
+            memcpy(m, f, fs); m[22] = 40;
+            r = dec(m, fs, out, sizeof out, 0, zipcclSimdAuto);
+            CHECK(r == zipcclCorruptStream, "hostile_dense_table_40_rejected", "got %s", zipcclGetErrorString(r));
             /* a different (valid-looking) initial state: final state != L */
             {
                 size_t lane0 = 16 + 4 + 8 + 64 + 1000;
@@ -854,7 +908,7 @@ static void constant_chunks(void) {
             struct { const char* what; size_t at; uint8_t val; zipcclResult_t want; } cases[] = {
                 {"version_2_claiming_mode_5", 4, 2, zipcclCorruptStream},
                 {"version_1_claiming_mode_5", 4, 1, zipcclCorruptStream},
-                {"version_4_unsupported", 4, 4, zipcclUnsupported},
+                {"version_5_unsupported", 4, 5, zipcclUnsupported},
                 {"top_nonzero", c1 + 1, 1, zipcclCorruptStream},
                 {"table_nonzero", c1 + 2, 1, zipcclCorruptStream},
                 {"reserved_nonzero", c1 + 3, 1, zipcclCorruptStream},
@@ -1134,6 +1188,9 @@ int main(void) {
               zipcclCompressBound(16385, zipcclFloat32, 1) == 16 + 4 * 16385 + 4 + 8 &&
               zipcclCompressBound(10, (zipcclDataType_t)3, 0) == 0,
           "compress_bound_values", "wrong bound");
+
+    CHECK(ZIPCCL_RANS_NTABLES_V1 == 8 && !memcmp(zipccl_rans_freq, REF_F_V1, sizeof REF_F_V1), "rans_v1_tables_unchanged",
+          "tables 0..7 differ from those of version 1-3 frames");
 
     /* exhaustive 16-bit */
     exhaustive16(zipcclBfloat16, "bf16");

@@ -1274,7 +1274,8 @@ typedef struct {
     zc_tpass_fn tpass;
     zc_tunpack_fn tunpack;
     void (*tplanes3)(uint8_t* q, size_t m, uint8_t* out); /* T's last tier -> planes */
-    int (*tchoose)(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
+    /* the 1024-element sample of T and R: returns s8, fills the bins around s8 / 8 */
+    int (*sample)(int dt, const uint8_t* src, size_t n, uint32_t h[ZCF_T_BINS], int* same);
     int rans512; /* rANS lanes in AVX-512 (gathers, scatters)  */
     size_t (*count3)(const uint8_t* planes, size_t groups); /* entries of code 3 in 2-plane groups */
 } zc_kernels_t;
@@ -1300,10 +1301,10 @@ zipcclSimd_t zipcclSimdDetect(void) {
     return zipcclSimdScalar;
 }
 
-/* The T encoder's sample and choice (section 5). */
-static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
-ZC_T512 static int zc_t_choose_avx512(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
-ZC_T256 static int zc_t_choose_avx2(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same);
+/* The T and R encoders' sample (FORMAT.md §7 items 2 and 3). */
+static int zc_sample(int dt, const uint8_t* src, size_t n, uint32_t h[ZCF_T_BINS], int* same);
+ZC_T512 static int zc_sample_avx512(int dt, const uint8_t* src, size_t n, uint32_t h[ZCF_T_BINS], int* same);
+ZC_T256 static int zc_sample_avx2(int dt, const uint8_t* src, size_t n, uint32_t h[ZCF_T_BINS], int* same);
 
 static zipcclResult_t zc_pick(const zipcclCodecParams_t* params, zc_kernels_t* k) {
     zipcclSimd_t s = params ? params->simd : zipcclSimdAuto;
@@ -1320,7 +1321,7 @@ static zipcclResult_t zc_pick(const zipcclCodecParams_t* params, zc_kernels_t* k
     k->tpass = s == zipcclSimdAvx512 ? t_pass_avx512 : s == zipcclSimdAvx2 ? t_pass_avx2 : t_pass_scalar;
     k->tunpack = s == zipcclSimdAvx512 ? t_unpack_avx512 : s == zipcclSimdAvx2 ? t_unpack_avx2 : t_unpack_scalar;
     k->tplanes3 = s == zipcclSimdAvx512 ? t_planes3_avx512 : s == zipcclSimdAvx2 ? t_planes3_avx2 : f2_planes_scalar;
-    k->tchoose = s == zipcclSimdAvx512 ? zc_t_choose_avx512 : s == zipcclSimdAvx2 ? zc_t_choose_avx2 : zc_t_choose;
+    k->sample = s == zipcclSimdAvx512 ? zc_sample_avx512 : s == zipcclSimdAvx2 ? zc_sample_avx2 : zc_sample;
     if (s == zipcclSimdAvx512) { k->split = split_avx512; k->merge = merge_avx512; }
     else if (s == zipcclSimdAvx2) { k->split = split_avx2; k->merge = merge_avx2; }
     else { k->split = split_scalar; k->merge = merge_scalar; }
@@ -1573,31 +1574,26 @@ static int zc_estimate(int dt, const uint8_t* src, size_t n) {
     return zcf_estimate_s8_u16(dt, v, s);
 }
 
-/* T's bins from two histograms of the sampled exponents (alternate
- * samples): the ZCF_T_BINS values from kk - 14 up, then zcf_t_pick. */
-static inline int zc_t_pick_hist(uint16_t hist[2][256], int kk, int emax, uint32_t* top, uint32_t* shape) {
-    uint32_t h[ZCF_T_BINS];
+/* The ZCF_T_BINS bins of T and R (exponents kk - 14 up) from two
+ * histograms of the sampled exponents (alternate samples). */
+static inline void zc_bins(uint16_t hist[2][256], int kk, int emax, uint32_t h[ZCF_T_BINS]) {
     for (int b = 0; b < ZCF_T_BINS; b++) {
         int v = kk - 14 + b;
         h[b] = v >= 0 && v <= emax ? (uint32_t)hist[0][v] + hist[1][v] : 0;
     }
-    return zcf_t_pick(h, kk, emax, top, shape);
 }
 
-/* The T choice of FORMAT.md §7.2: a sample of up to 1024 exponents gives
- * s8 (as §7.1 does from 256) and a histogram around k = s8 / 8, from which
- * zcf_t_pick chooses top and shape. Returns 0 if no candidate is valid.
+/* The sample of FORMAT.md §7.2 (up to 1024 elements): returns s8 (as §7.1
+ * computes it from 256) and fills hist (two histograms of every exponent
+ * value, alternate samples: a run of one value, and most samples fall in
+ * three, then increments two counters in turn instead of waiting on one).
  * *same: whether every sampled element has the bits of element 0 (the
  * first sampled), the cheap half of the constant-chunk test (§7.4). */
-static inline __attribute__((always_inline)) int zc_t_choose_impl(int dt, const uint8_t* src, size_t n, uint32_t* top,
-                                                                 uint32_t* shape, int* same) {
+static inline __attribute__((always_inline)) int zc_sample_impl(int dt, const uint8_t* src, size_t n,
+                                                               uint16_t hist[2][256], int* same) {
     size_t S = n < ZCF_T_SAMPLE ? n : ZCF_T_SAMPLE;
     int es = zcf_elem_size(dt), emax = (1 << zcf_exp_bits(dt)) - 1;
-    /* two histograms of every exponent value, alternate samples: a run of
-     * one value (most samples fall in three) then increments two counters
-     * in turn instead of waiting on one */
-    uint16_t hist[2][256];
-    memset(hist, 0, sizeof hist);
+    memset(hist, 0, 2 * 256 * sizeof(uint16_t));
     uint32_t sum = 0, cnt = 0; /* < 1024 * 255 */
     uint32_t x0 = n ? zc_ld_elem(src, es) : 0, diff = 0;
     zc_prefetch_chunk(src, n * (size_t)es);
@@ -1611,27 +1607,33 @@ static inline __attribute__((always_inline)) int zc_t_choose_impl(int dt, const 
         cnt += normal;
     }
     *same = diff == 0;
-    int kk = zcf_s8_of(sum, cnt) / 8;
-    return zc_t_pick_hist(hist, kk, emax, top, shape);
+    return zcf_s8_of(sum, cnt);
 }
 
-static int zc_t_choose(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape, int* same) {
-    switch (dt) { /* a constant dtype per copy: no per-sample branches on it */
-    case ZCF_DT_BF16: return zc_t_choose_impl(ZCF_DT_BF16, src, n, top, shape, same);
-    case ZCF_DT_FP16: return zc_t_choose_impl(ZCF_DT_FP16, src, n, top, shape, same);
-    default: return zc_t_choose_impl(ZCF_DT_FP32, src, n, top, shape, same);
+/* The sample's s8 and bins, one copy per dtype (no per-sample branches on it). */
+static inline __attribute__((always_inline)) int zc_sample_bins(int dt, const uint8_t* src, size_t n,
+                                                               uint32_t h[ZCF_T_BINS], int* same) {
+    uint16_t hist[2][256];
+    int s8 = zc_sample_impl(dt, src, n, hist, same);
+    zc_bins(hist, s8 / 8, (1 << zcf_exp_bits(dt)) - 1, h);
+    return s8;
+}
+static int zc_sample(int dt, const uint8_t* src, size_t n, uint32_t h[ZCF_T_BINS], int* same) {
+    switch (dt) {
+    case ZCF_DT_BF16: return zc_sample_bins(ZCF_DT_BF16, src, n, h, same);
+    case ZCF_DT_FP16: return zc_sample_bins(ZCF_DT_FP16, src, n, h, same);
+    default: return zc_sample_bins(ZCF_DT_FP32, src, n, h, same);
     }
 }
 
-/* The same choice on AVX-512 for a chunk larger than its sample: 16
+/* The same sample on AVX-512 for a chunk larger than it: 16
  * lattice indices at a time (each block of 16 is the last plus 16 * step mod
  * n), gathered, their exponents summed and stored as bytes, the 27 bins
  * then counted by byte compares. A 16-bit element is gathered as the dword
  * that starts with it, or for the chunk's last element the dword that ends
  * with it, so no read leaves the chunk. */
-ZC_T512 static int zc_t_choose_avx512(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape,
-                                      int* same) {
-    if (n <= ZCF_T_SAMPLE) return zc_t_choose(dt, src, n, top, shape, same);
+ZC_T512 static int zc_sample_avx512(int dt, const uint8_t* src, size_t n, uint32_t h[ZCF_T_BINS], int* same) {
+    if (n <= ZCF_T_SAMPLE) return zc_sample(dt, src, n, h, same);
     int es = zcf_elem_size(dt), emax = (1 << zcf_exp_bits(dt)) - 1;
     zc_prefetch_chunk(src, n * (size_t)es);
     size_t step = zc_sample_step(n, ZCF_T_SAMPLE);
@@ -1664,8 +1666,7 @@ ZC_T512 static int zc_t_choose_avx512(int dt, const uint8_t* src, size_t n, uint
         I = _mm512_mask_sub_epi32(I, _mm512_cmpge_epu32_mask(I, nv), I, nv);
     }
     *same = !_mm512_test_epi32_mask(diff, diff);
-    int kk = zcf_s8_of((uint32_t)_mm512_reduce_add_epi32(sum), cnt) / 8;
-    uint32_t h[ZCF_T_BINS];
+    int s8 = zcf_s8_of((uint32_t)_mm512_reduce_add_epi32(sum), cnt), kk = s8 / 8;
     for (int b = 0; b < ZCF_T_BINS; b++) {
         int v = kk - 14 + b;
         h[b] = 0;
@@ -1674,7 +1675,7 @@ ZC_T512 static int zc_t_choose_avx512(int dt, const uint8_t* src, size_t n, uint
         for (int j = 0; j < ZCF_T_SAMPLE / 64; j++)
             h[b] += (uint32_t)_mm_popcnt_u64(_mm512_cmpeq_epi8_mask(_mm512_load_si512(e8 + 64 * j), vv));
     }
-    return zcf_t_pick(h, kk, emax, top, shape);
+    return s8;
 }
 
 /* A full chunk's T sample in increasing index order. The histogram, the
@@ -1696,9 +1697,8 @@ static void zc_init_full_sample(void) {
 
 /* The same on AVX2, 8 lanes a time, the bins counted from the stored
  * exponent bytes by a scalar loop (byte compares would take 27 passes). */
-ZC_T256 static int zc_t_choose_avx2(int dt, const uint8_t* src, size_t n, uint32_t* top, uint32_t* shape,
-                                    int* same) {
-    if (n <= ZCF_T_SAMPLE) return zc_t_choose(dt, src, n, top, shape, same);
+ZC_T256 static int zc_sample_avx2(int dt, const uint8_t* src, size_t n, uint32_t h[ZCF_T_BINS], int* same) {
+    if (n <= ZCF_T_SAMPLE) return zc_sample(dt, src, n, h, same);
     int es = zcf_elem_size(dt), emax = (1 << zcf_exp_bits(dt)) - 1;
     zc_prefetch_chunk(src, n * (size_t)es);
     size_t step = zc_sample_step(n, ZCF_T_SAMPLE);
@@ -1745,11 +1745,12 @@ ZC_T256 static int zc_t_choose_avx2(int dt, const uint8_t* src, size_t n, uint32
     _mm256_storeu_si256((__m256i*)sv, sum);
     _mm256_storeu_si256((__m256i*)cv, cnt);
     for (int l = 0; l < 8; l++) { tsum += sv[l]; tcnt += cv[l]; }
-    int kk = zcf_s8_of(tsum, tcnt) / 8;
+    int s8 = zcf_s8_of(tsum, tcnt);
     uint16_t hist[2][256];
     memset(hist, 0, sizeof hist);
     for (int k = 0; k < ZCF_T_SAMPLE; k++) hist[k & 1][e8[k]]++;
-    return zc_t_pick_hist(hist, kk, emax, top, shape);
+    zc_bins(hist, s8 / 8, emax, h);
+    return s8;
 }
 
 /* Encode one chunk of n <= ZC_ENC_CHUNK elements into out (room: avail
@@ -1759,7 +1760,20 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
                            uint8_t* out, size_t avail) {
     size_t raw = zc_raw_chunk_size(dt, n), rest = zcf_rest_size(dt, n), G = zc_groups(n);
     uint8_t esc[ZC_ENC_CHUNK + 64];
-    int s8 = codec == zipcclCodecFast ? 0 : zc_estimate(dt, src, n); /* T takes its own sample */
+    /* T and R take the larger sample of FORMAT.md §7 item 3, which also
+     * tells whether the chunk may be constant; F3 and F2 the small one */
+    uint32_t h[ZCF_T_BINS];
+    const int big = codec == zipcclCodecFast || codec == zipcclCodecDense, es = zcf_elem_size(dt);
+    int same = 0, s8 = big ? K->sample(dt, src, n, h, &same) : zc_estimate(dt, src, n);
+    /* C (codecs fast and dense): a constant sample is confirmed over the
+     * whole chunk, element i against element i + 1 for all i (memcmp stops
+     * at the first difference); C (8 + es bytes) beats raw from n = 2 on */
+    if (big && same && n >= 2 && ZCF_CHUNK_HEADER_SIZE + (size_t)es <= avail &&
+        !memcmp(src, src + es, (n - 1) * (size_t)es)) {
+        zc_put_chunk_header(out, ZCF_MODE_C, 0, 0, 0);
+        memcpy(out + ZCF_CHUNK_HEADER_SIZE, src, (size_t)es);
+        return ZCF_CHUNK_HEADER_SIZE + (size_t)es;
+    }
     size_t size = 0;
     if (codec == zipcclCodecDense) {
         uint8_t sym[ZC_ENC_CHUNK];
@@ -1767,7 +1781,9 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
         uint32_t lsize[ZCF_R_LANES];
         size_t fixed = ZCF_CHUNK_HEADER_SIZE + 2 * ZCF_R_LANES + rest;
         if (fixed < avail && fixed < raw) {
-            uint32_t top = zcf_r_top(dt, s8), t = zcf_r_table(s8);
+            uint32_t top = 0, t = 0;
+            zcf_r_pick(h, (uint32_t)(n < ZCF_T_SAMPLE ? n : ZCF_T_SAMPLE), s8, (1 << zcf_exp_bits(dt)) - 1,
+                       zipccl_rans_cost, zipccl_rans_top_off, &top, &t);
             uint32_t nesc = K->split(dt, ZCF_MODE_R, n, src, top, out + fixed - rest, sym, esc);
             rans_encode(sym, n, (int)t, K->rans512, lane, lsize);
             size = fixed + nesc;
@@ -1784,18 +1800,10 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
                 return size;
             }
         }
-    } else if (codec == zipcclCodecFast) { /* C if constant, else T */
-        size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G, es = (size_t)zcf_elem_size(dt);
+    } else if (codec == zipcclCodecFast) {
+        size_t fixed = ZCF_CHUNK_HEADER_SIZE + rest + 16 * G;
         uint32_t top = 0, shape = 0;
-        int same = 0, ok = K->tchoose(dt, src, n, &top, &shape, &same);
-        /* a constant sample is confirmed over the whole chunk: element i
-         * equals element i + 1 for all i (memcmp stops at the first
-         * difference); C (8 + es bytes) beats raw from n = 2 on */
-        if (same && n >= 2 && ZCF_CHUNK_HEADER_SIZE + es <= avail && !memcmp(src, src + es, (n - 1) * es)) {
-            zc_put_chunk_header(out, ZCF_MODE_C, 0, 0, 0);
-            memcpy(out + ZCF_CHUNK_HEADER_SIZE, src, es);
-            return ZCF_CHUNK_HEADER_SIZE + es;
-        }
+        int ok = zcf_t_pick(h, s8 / 8, (1 << zcf_exp_bits(dt)) - 1, &top, &shape);
         if (fixed < avail && fixed < raw && ok) {
             uint8_t sym[ZC_ENC_CHUNK + 64], q2[ZC_ENC_CHUNK + 64], q3[ZC_ENC_CHUNK + 64];
             uint8_t p2[16 * (ZC_ENC_CHUNK / 64)], p3[24 * (ZC_ENC_CHUNK / 64)], enc[16], dec[16];
@@ -1972,7 +1980,8 @@ static zipcclResult_t decode_chunk(const zc_kernels_t* K, int dt, int version, s
         return zipcclSuccess;
     }
     /* R chunk */
-    if (table >= ZIPCCL_RANS_NTABLES) return ZC_CORRUPT("chunk %zu: rANS table %u out of range", ci, table);
+    if (table >= (version >= ZCF_VERSION_R ? ZIPCCL_RANS_NTABLES : ZIPCCL_RANS_NTABLES_V1))
+        return ZC_CORRUPT("chunk %zu: rANS table %u out of range for a version %d frame", ci, table, version);
     size_t fixed = ZCF_CHUNK_HEADER_SIZE + 2 * ZCF_R_LANES + rest;
     if (size < fixed + n_esc) return ZC_CORRUPT("chunk %zu: R chunk of %zu bytes is too short", ci, size);
     const uint8_t* lp = c + fixed;
@@ -2099,9 +2108,13 @@ zipcclResult_t zipcclCompress(const void* src, size_t count, zipcclDataType_t dt
             off += sz;
         }
         if (ok) {
-            /* version 3 only for frames with a C chunk, 2 where T chunks may
-             * be: every other frame stays readable by older decoders */
-            int version = codec != zipcclCodecFast ? ZCF_VERSION_MIN : any_c ? ZCF_VERSION : ZCF_VERSION_T;
+            /* version 4 for R frames (tail tables, C chunks too), 3 for T
+             * frames with a C chunk, 2 where T chunks may be: every other
+             * frame stays readable by older decoders */
+            int version = codec == zipcclCodecDense ? ZCF_VERSION_R
+                          : codec != zipcclCodecFast ? ZCF_VERSION_MIN
+                          : any_c                    ? ZCF_VERSION_C
+                                                     : ZCF_VERSION_T;
             zc_put_header(d, version, dt, checksum ? ZCF_FLAG_CHECKSUM : 0, count);
             if (checksum) {
                 zcf_st32(d + table, XXH32(d, table, 0));

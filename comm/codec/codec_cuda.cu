@@ -261,7 +261,9 @@ ZK uint32_t zk_select(uint32_t b, uint32_t t) {
 /* ------------------------------------------------------------------------ */
 
 typedef struct {
-    uint16_t f[ZIPCCL_RANS_NTABLES][ZIPCCL_RANS_NSYM]; /* FORMAT.md §5, by value */
+    uint16_t f[ZIPCCL_RANS_NTABLES][ZIPCCL_RANS_NSYM];    /* FORMAT.md §5, by value     */
+    uint16_t cost[ZIPCCL_RANS_NTABLES][ZIPCCL_RANS_NSYM]; /* §7 item 2: code lengths  */
+    uint8_t top_off[ZIPCCL_RANS_NCLASSES];                /* §7 item 2: window tops    */
 } ZkTables;
 
 typedef struct {
@@ -528,13 +530,13 @@ ZK void zk_tier_add(uint8_t* sp, uint64_t* pend, uint32_t m, uint32_t b, uint32_
     }
 }
 
-/* FORMAT.md §7.2 with the 1024-element sample spread over the lanes: s8
- * from the normal exponents, then the 27-bin histogram around k, bin by bin
- * (every lane ends with the same counts), then zcf_t_pick on every lane.
- * *same (every lane): whether every sampled element has element 0's bits,
- * the first half of the constant-chunk test (FORMAT.md §7.4). */
-ZK int zk_t_choose(const uint8_t* in, uint32_t n, int dt, int es, int al, uint32_t lane, uint32_t* top,
-                   uint32_t* shape, int* same) {
+/* FORMAT.md §7.2's sample, 1024 elements spread over the lanes: returns
+ * s8 from the normal exponents and fills the 27-bin histogram around k =
+ * s8 / 8, bin by bin (every lane ends with the same counts). *same (every
+ * lane): whether every sampled element has element 0's bits, the first
+ * half of the constant-chunk test (FORMAT.md §7.4). */
+ZK int zk_sample(const uint8_t* in, uint32_t n, int dt, int es, int al, uint32_t lane, uint32_t h[ZCF_T_BINS],
+                 int* same) {
     uint32_t S = n < (uint32_t)ZCF_T_SAMPLE ? n : (uint32_t)ZCF_T_SAMPLE, emax = (1u << zcf_exp_bits(dt)) - 1u;
     uint32_t e[ZCF_T_SAMPLE / 32], sum = 0, cnt = 0; /* sum <= 1024 * 254 < 2^32 */
     uint32_t x0 = zk_ld_elem(in, es, al), diff = 0; /* n >= 1 */
@@ -547,15 +549,22 @@ ZK int zk_t_choose(const uint8_t* in, uint32_t n, int dt, int es, int al, uint32
     }
     *same = ZK_BALLOT(diff != 0) == 0;
     for (uint32_t m = 16; m; m >>= 1) { sum += ZK_SHFL(sum, lane ^ m); cnt += ZK_SHFL(cnt, lane ^ m); }
-    int kk = zcf_s8_of(sum, cnt) / 8;
-    uint32_t h[ZCF_T_BINS];
+    int s8 = zcf_s8_of(sum, cnt), kk = s8 / 8;
     for (int i = 0; i < ZCF_T_BINS; i++) {
         uint32_t c = 0, want = (uint32_t)(kk - 14 + i); /* a negative exponent wraps: no element has it */
         for (uint32_t r = 0; r < ZCF_T_SAMPLE / 32; r++) c += e[r] == want;
         for (uint32_t m = 16; m; m >>= 1) c += ZK_SHFL(c, lane ^ m);
         h[i] = c;
     }
-    return zcf_t_pick(h, kk, (int)emax, top, shape);
+    return s8;
+}
+
+/* FORMAT.md §7.2: T's top and shape from the sample, on every lane. */
+ZK int zk_t_choose(const uint8_t* in, uint32_t n, int dt, int es, int al, uint32_t lane, uint32_t* top,
+                   uint32_t* shape, int* same) {
+    uint32_t h[ZCF_T_BINS];
+    int kk = zk_sample(in, n, dt, es, al, lane, h, same) / 8;
+    return zcf_t_pick(h, kk, (1 << zcf_exp_bits(dt)) - 1, top, shape);
 }
 
 /* Whether all n elements have element 0's bits (the CPU: memcmp of the
@@ -569,6 +578,18 @@ ZK int zk_chunk_constant(const uint8_t* in, uint32_t n, int es, int al, uint32_t
             if (b + j < n) diff |= zk_ld_elem(in + (size_t)(b + j) * es, es, al) ^ x0;
         if (ZK_BALLOT(diff != 0)) return 0;
     }
+    return 1;
+}
+
+/* Chunk c as a C chunk (FORMAT.md §4.7, §7 item 4) if its sample was
+ * constant (same) and the whole chunk is: returns 1 once written. */
+ZK int zk_try_c_chunk(const EncArgs& a, uint64_t c, const uint8_t* in, uint32_t n, int es, int al, int same,
+                      uint8_t* out, uint32_t lane) {
+    if (!same || n < 2 || !zk_chunk_constant(in, n, es, al, lane)) return 0; /* 8 + es < raw */
+    if (lane < 8) out[lane] = lane == 0 ? (uint8_t)ZCF_MODE_C : 0; /* top, table, n_esc 0 */
+    if (lane < (uint32_t)es) out[8 + lane] = in[lane];
+    if (lane == 0) ZK_ATOMIC_OR(a.cflag, 1u);
+    zk_finish_chunk(a, c, out, 8 + es, lane);
     return 1;
 }
 
@@ -586,13 +607,7 @@ ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
     uint32_t top = 0, shape = 0;
     int same = 0, ok = zk_t_choose(in, n, dt, es, al, lane, &top, &shape, &same);
-    if (same && n >= 2 && zk_chunk_constant(in, n, es, al, lane)) { /* 8 + es < raw */
-        if (lane < 8) out[lane] = lane == 0 ? (uint8_t)ZCF_MODE_C : 0; /* top, table, n_esc 0 */
-        if (lane < (uint32_t)es) out[8 + lane] = in[lane];
-        if (lane == 0) ZK_ATOMIC_OR(a.cflag, 1u);
-        zk_finish_chunk(a, c, out, 8 + es, lane);
-        return;
-    }
+    if (zk_try_c_chunk(a, c, in, n, es, al, same, out, lane)) return;
     uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
     uint32_t base = 8 + rest + 16 * G, size = raw; /* base: the tier-2 planes */
     if (ok && base < raw) {
@@ -663,7 +678,13 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
     uint8_t* out;
     int s8;
     const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
-    uint32_t top = zcf_r_top(dt, s8), tbl = zcf_r_table(s8);
+    /* FORMAT.md §7 item 2: tail class, table and top from T's larger sample */
+    uint32_t top = 0, tbl = 0, h[ZCF_T_BINS];
+    int same;
+    const int s8r = zk_sample(in, n, dt, es, al, lane, h, &same);
+    if (zk_try_c_chunk(a, c, in, n, es, al, same, out, lane)) return;
+    zcf_r_pick(h, n < (uint32_t)ZCF_T_SAMPLE ? n : (uint32_t)ZCF_T_SAMPLE, s8r, (1 << zcf_exp_bits(dt)) - 1, a.tab.cost,
+               a.tab.top_off, &top, &tbl);
     uint32_t* fq = (uint32_t*)smem;
     uint32_t* cm = fq + 16;
     uint16_t* words = (uint16_t*)(smem + 128);
@@ -855,7 +876,7 @@ typedef struct {
     const uint32_t* sizes;
     const uint32_t* sums;
     const uint64_t* offs;
-    const uint32_t* cflag; /* nonzero: a C chunk, the frame is version 3    */
+    const uint32_t* cflag; /* nonzero: a C chunk, the frame is version 3 (4: R) */
     uint8_t* dst;
     uint64_t n_chunks, slot_bytes, prefix; /* prefix: header + table + sums */
     uint64_t bound, cap; /* write only a frame < bound that fits in cap    */
@@ -895,7 +916,7 @@ ZK void assemble_body(const AsmArgs& a) {
         zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * c, len);
         if (a.checksum) zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * a.n_chunks + 4 + 4 * c, a.sums[c]);
     }
-    if (c == 0 && t < 16) a.dst[t] = t == 4 && *a.cflag ? (uint8_t)ZCF_VERSION : a.header[t];
+    if (c == 0 && t < 16) a.dst[t] = t == 4 && *a.cflag && a.header[4] < ZCF_VERSION_C ? (uint8_t)ZCF_VERSION_C : a.header[t];
 }
 
 ZK void hsum_body(const AsmArgs& a) { /* one warp, after k_assemble: the header checksum */
@@ -1183,7 +1204,7 @@ ZK int zk_decode_r(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t* 
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.dst_aligned;
     const uint32_t n = k.n, top = k.top, tbl = k.tbl, nesc = k.nesc, emax = k.emax;
     const uint8_t *p = k.p, *rp = k.rp;
-    if (tbl >= ZIPCCL_RANS_NTABLES) return 1;
+    if (tbl >= (a.version >= ZCF_VERSION_R ? ZIPCCL_RANS_NTABLES : ZIPCCL_RANS_NTABLES_V1)) return 1;
     uint64_t S0 = 8 + 2 * ZCF_R_LANES + k.rest;
     if (k.size < S0 + nesc) return 1;
     if (dt == ZCF_DT_FP16 && zk_pad_bad(rp + n, n, 3)) return 1;
@@ -1442,6 +1463,8 @@ static void zk_put_header(uint8_t* h, int version, int dt, int flags, uint64_t c
 static ZkTables zk_tables(void) {
     ZkTables t;
     memcpy(t.f, zipccl_rans_freq, sizeof t.f);
+    memcpy(t.cost, zipccl_rans_cost, sizeof t.cost);
+    memcpy(t.top_off, zipccl_rans_top_off, sizeof t.top_off);
     return t;
 }
 
@@ -1564,10 +1587,13 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     as.bound = bound;
     as.cap = cap;
     as.checksum = cs;
-    /* version 2 only where T chunks may be, 3 (set by k_assemble) where a C
-     * chunk is, as the CPU codec writes */
-    zk_put_header(as.header, codec == zipcclCodecFast ? ZCF_VERSION_T : ZCF_VERSION_MIN, dt, cs ? ZCF_FLAG_CHECKSUM : 0,
-                  count);
+    /* version 4 for R frames, 2 only where T chunks may be, 3 (set by
+     * k_assemble) where a C chunk is, as the CPU codec writes */
+    zk_put_header(as.header,
+                  codec == zipcclCodecDense  ? ZCF_VERSION_R
+                  : codec == zipcclCodecFast ? ZCF_VERSION_T
+                                             : ZCF_VERSION_MIN,
+                  dt, cs ? ZCF_FLAG_CHECKSUM : 0, count);
     ZIPCCL_TRY(ZK_LAUNCH(assemble, nc, ZK_COPY_THREADS, 0, stream, as));
     if (cs) ZIPCCL_TRY(ZK_LAUNCH(hsum, 1, 32, 0, stream, as));
     uint64_t total = 0;

@@ -20,7 +20,9 @@
 
 enum {
     ZCF_MAGIC = 0x3143435Au, /* "ZCC1" little-endian                      */
-    ZCF_VERSION = 3,     /* the newest this build reads: C chunks (mode 5) */
+    ZCF_VERSION = 4,     /* the newest this build reads: R tail tables 8.. */
+    ZCF_VERSION_R = 4,   /* codec dense frames (R tables 8 .. 39)          */
+    ZCF_VERSION_C = 3,   /* codec fast frames with a C chunk (mode 5)      */
     ZCF_VERSION_T = 2,   /* codec fast frames without a C chunk            */
     ZCF_VERSION_MIN = 1, /* F3, R and F2 frames are still written as 1    */
     ZCF_HEADER_SIZE = 16,
@@ -133,8 +135,6 @@ ZIPCCL_HD uint32_t zcf_f2_top(int dt, int s8) {
 ZIPCCL_HD uint32_t zcf_f2_primary(uint32_t s) { return s >= 1 && s <= 3 ? s - 1 : 3; }
 ZIPCCL_HD uint32_t zcf_f2_secondary(uint32_t s) { return s == 0 ? 0 : s - 3; }
 ZIPCCL_HD uint32_t zcf_f2_symbol(uint32_t p, uint32_t q) { return p < 3 ? p + 1 : q == 0 ? 0 : q + 3; }
-ZIPCCL_HD uint32_t zcf_r_top(int dt, int s8) { return zcf_clamp_top(dt, s8 / 8 + 2); }
-ZIPCCL_HD uint32_t zcf_r_table(int s8) { return (uint32_t)(s8 & 7); }
 
 /* T (FORMAT.md 4.6): window position d (0..12, 13 = escape) <-> rank r
  * (0..2 tier 1, 3..5 tier 2, 6..12 tier 3, 13 escape) for shape 8a + b:
@@ -190,6 +190,47 @@ ZIPCCL_HD int zcf_t_pick(const uint32_t* h, int k, int emax, uint32_t* top, uint
             if (!found || save > best) { found = 1; best = save; *top = (uint32_t)t; *shape = (uint32_t)j; }
         }
     return found;
+}
+
+/* The reference encoders' R choice (FORMAT.md §7 item 2), from T's sample
+ * histogram h (bins k-14 .. k+12, k = s8 / 8): over tail classes c = 0..4,
+ * tables t = 0..7 (table 8c + t) and tops k + 2 + off[c] + dt, dt = -1, 0,
+ * 1, in that order, the first with the fewest code bits on the sample wins
+ * (cost: zipccl_rans_cost, 1/256 bits, off: zipccl_rans_top_off, passed in
+ * so that device code reads its own copies; off[c] + 2 + dt must lie in
+ * 1..6). Every window lies inside the bins, so the S - sum(h) sampled
+ * exponents outside them escape whatever is chosen, at the candidate
+ * table's escape cost. Tops outside
+ * 0 .. emax are skipped; if none is left, the version 1 rule (top k + 2
+ * clamped, table s8 mod 8). */
+ZIPCCL_HD void zcf_r_pick(const uint32_t* h, uint32_t S, int s8, int emax, const uint16_t (*cost)[ZIPCCL_RANS_NSYM],
+                          const uint8_t* off, uint32_t* top, uint32_t* table) {
+    const int k = s8 / 8;
+    /* A top tp = k + j (j = 1..6) puts exponent k - 14 + i at symbol
+     * d = j + 14 - i: its window is bins j .. j + 14. w[j][d] counts the
+     * sampled exponents of symbol d, w[j][15] the escapes (all others), so a
+     * candidate's code bits are one 16-term dot product. */
+    uint32_t w[7][ZIPCCL_RANS_NSYM];
+    for (int j = 1; j <= 6; j++) {
+        uint32_t in = 0;
+        for (int d = 0; d < 15; d++) in += w[j][d] = h[j + 14 - d];
+        w[j][15] = S - in;
+    }
+    int found = 0;
+    uint32_t best = 0;
+    for (int c = 0; c < ZIPCCL_RANS_NCLASSES; c++)
+        for (int t = 0; t < 8; t++)
+            for (int dt = -1; dt <= 1; dt++) {
+                const int j = 2 + off[c] + dt, tp = k + j, tb = 8 * c + t;
+                if (tp < 0 || tp > emax) continue;
+                uint32_t score = 0;
+                for (int s = 0; s < ZIPCCL_RANS_NSYM; s++) score += w[j][s] * cost[tb][s];
+                if (!found || score < best) { found = 1; best = score; *top = (uint32_t)tp; *table = (uint32_t)tb; }
+            }
+    if (!found) {
+        *top = (uint32_t)(k + 2 < 0 ? 0 : k + 2 > emax ? emax : k + 2);
+        *table = (uint32_t)(s8 & 7);
+    }
 }
 
 /* Little-endian loads/stores that never assume alignment. */

@@ -227,14 +227,16 @@ static std::vector<uint8_t> cc_roundtrip_data(const Backend* b, zipcclDataType_t
         int bad = -1;
         int any_c = 0;
         for (size_t at : cc_chunk_offsets(gf)) {
-            int c_ok = codec == zipcclCodecFast && gf[at] == 5; /* C chunks: codec fast only */
+            int c_ok = (codec == zipcclCodecFast || codec == zipcclCodecDense) && gf[at] == 5; /* C: fast, dense */
             if (gf[at] != 0 && gf[at] != cc_mode_of(codec) && !c_ok) bad = gf[at];
             any_c |= gf[at] == 5;
         }
         snprintf(n2, sizeof n2, "%s/chunk_modes", name);
         CHECK(bad < 0, n2, "a chunk of mode %d", bad);
-        /* FORMAT.md §2: version 3 exactly for frames with a C chunk */
-        int want = (gf.size() >= 16 && (gf[6] & 2)) || codec != zipcclCodecFast ? 1 : any_c ? 3 : 2;
+        /* FORMAT.md §2: version 3 exactly for frames with a C chunk, 4 for
+         * R frames (tail tables), 1 for stored ones */
+        int stored = gf.size() >= 16 && (gf[6] & 2);
+        int want = stored ? 1 : codec == zipcclCodecDense ? 4 : codec != zipcclCodecFast ? 1 : any_c ? 3 : 2;
         snprintf(n2, sizeof n2, "%s/version", name);
         CHECK(gf.size() >= 16 && gf[4] == want, n2, "version %d, expected %d", gf.size() >= 16 ? gf[4] : -1, want);
     }
@@ -282,7 +284,7 @@ static void cc_corruption(const Backend* b, zipcclDataType_t dt, zipcclCodec_t c
     }
     guards &= guard_ok;
     /* header fields */
-    struct { size_t at; uint8_t v; } hdr[] = {{0, 0x5B}, {4, 4}, {5, 0}, {5, 4}, {6, 4}, {7, 9}, {7, 21}, {15, 0x40}};
+    struct { size_t at; uint8_t v; } hdr[] = {{0, 0x5B}, {4, 5}, {5, 0}, {5, 4}, {6, 4}, {7, 9}, {7, 21}, {15, 0x40}};
     for (size_t k = 0; k < sizeof hdr / sizeof hdr[0]; k++) {
         std::vector<uint8_t> g(f);
         g[hdr[k].at] = hdr[k].v;
@@ -537,6 +539,42 @@ static void cc_put(std::vector<uint8_t>& v, size_t i, size_t es, uint32_t bits) 
     for (size_t b = 0; b < es; b++) v[i * es + b] = (uint8_t)(bits >> (8 * b));
 }
 
+/* R's tail classes (FORMAT.md §5, tables 8..39, version 4): Gaussian
+ * elements whose log2 scale spreads by tau = 0, 1 and 2 (one chunk each,
+ * twice), as a gradient's rows and columns do. Both encoders must pick the
+ * same tables (the frames are compared byte for byte), the spread chunks
+ * must take a tail table and the plain Gaussian ones class 0. */
+static void cc_tail_tables(const Backend* b) {
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const double taus[] = {0.0, 1.0, 2.0};
+    const size_t n = 6 * 16384;
+    for (int d = 0; d < 3; d++) {
+        size_t es = cc_es(dts[d]);
+        std::vector<uint8_t> src(n * es);
+        for (size_t i = 0; i < n; i++) {
+            double tau = taus[(i >> 14) % 3], scale = dts[d] == zipcclFloat16 ? 1e-2 : 1.0;
+            uint32_t bits = cc_from_float(dts[d], (float)(scale * cc_gauss() * exp2(tau * cc_gauss())));
+            for (size_t k = 0; k < es; k++) src[i * es + k] = (uint8_t)(bits >> (8 * k));
+        }
+        for (int cs = 0; cs < 2; cs++) {
+            std::vector<uint8_t> f = cc_roundtrip_data(b, dts[d], zipcclCodecDense, cs, "tail_classes", src, n);
+            std::vector<size_t> at = cc_chunk_offsets(f);
+            int ok = at.size() == 6;
+            char why[160] = "";
+            for (size_t k = 0; ok && k < at.size(); k++) {
+                int mode = f[at[k]], table = f[at[k] + 2], want_tail = (k % 3) != 0;
+                if (mode != 2 || (table >= 8) != want_tail) {
+                    ok = 0;
+                    snprintf(why, sizeof why, "chunk %zu (tau %.0f): mode %d, table %d", k, taus[k % 3], mode, table);
+                }
+            }
+            char name[128];
+            snprintf(name, sizeof name, "%s/%s/dense/cs%d/tail_classes_chosen", b->name, cc_dt_name(dts[d]), cs);
+            CHECK(ok, name, "%s", why);
+        }
+    }
+}
+
 /* Constant chunks, zero and not, in every dtype and with partial last
  * chunks, mixed with T chunks and with near-constant ones: the backend's
  * frame equals the CPU's byte for byte (cc_roundtrip_data), and the chunk
@@ -618,7 +656,7 @@ static void cc_constant_damage(const Backend* b, zipcclDataType_t dt) {
     };
     cases.push_back({"version_2_claiming_mode_5", zipcclCorruptStream, with(4, 2)});
     cases.push_back({"version_1_claiming_mode_5", zipcclCorruptStream, with(4, 1)});
-    cases.push_back({"version_4", zipcclUnsupported, with(4, 4)});
+    cases.push_back({"version_5", zipcclUnsupported, with(4, 5)});
     cases.push_back({"top_nonzero", zipcclCorruptStream, with(c1 + 1, 1)});
     cases.push_back({"table_nonzero", zipcclCorruptStream, with(c1 + 2, 1)});
     cases.push_back({"reserved_nonzero", zipcclCorruptStream, with(c1 + 3, 1)});

@@ -294,6 +294,7 @@ int main(int argc, char** argv) {
     cc_chunk_log2(&kEmu);
     cc_small_chunks(&kEmu);
     cc_f2_shapes(&kEmu);
+    cc_tail_tables(&kEmu);
     cc_constant(&kEmu);
     cc_constant_damage(&kEmu, zipcclBfloat16);
     cc_constant_damage(&kEmu, zipcclFloat16);
@@ -324,7 +325,8 @@ int main(int argc, char** argv) {
     g_misalign = 1;
     for (int d = 0; d < 3; d++)
         for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kEmu, dts[d], codecs[c], 1, D_SPECIAL, 16500);
-    for (int d = 0; d < 3; d++) cc_roundtrip(&kEmu, dts[d], zipcclCodecFast, 1, D_ZERO, 16500); /* C chunks */
+    for (int d = 0; d < 3; d++) /* C chunks */
+        for (int c = 0; c < 2; c++) cc_roundtrip(&kEmu, dts[d], c ? zipcclCodecDense : zipcclCodecFast, 1, D_ZERO, 16500);
     g_misalign = 0;
     /* damaged frames */
     for (int d = 0; d < 3; d++)

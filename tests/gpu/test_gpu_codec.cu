@@ -98,6 +98,7 @@ static int run_tests(void) {
     cc_chunk_log2(&kDev);
     cc_small_chunks(&kDev);
     cc_f2_shapes(&kDev);
+    cc_tail_tables(&kDev);
     cc_constant(&kDev);
     cc_constant_damage(&kDev, zipcclBfloat16);
     cc_constant_damage(&kDev, zipcclFloat16);
@@ -126,7 +127,8 @@ static int run_tests(void) {
     g_misalign = 1; /* odd addresses: the unaligned load/store paths */
     for (int d = 0; d < 3; d++)
         for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kDev, dts[d], codecs[c], 1, D_SPECIAL, 40000);
-    for (int d = 0; d < 3; d++) cc_roundtrip(&kDev, dts[d], zipcclCodecFast, 1, D_ZERO, 40000); /* C chunks */
+    for (int d = 0; d < 3; d++) /* C chunks */
+        for (int c = 0; c < 2; c++) cc_roundtrip(&kDev, dts[d], c ? zipcclCodecDense : zipcclCodecFast, 1, D_ZERO, 40000);
     g_misalign = 0;
     for (int d = 0; d < 3; d++)
         for (int c = 0; c < CC_NCODECS; c++)
