@@ -110,7 +110,6 @@ static void agree_or_fail(int bad, const char* msg) {
 
 static void parse_args(int argc, char** argv, Args* a) {
     memset(a, 0, sizeof *a);
-    a->n_dump_steps = 0;
     for (int i = 1; i < argc; i++) {
         const char* s = argv[i];
         char msg[600];

@@ -1782,8 +1782,7 @@ static size_t encode_chunk(const zc_kernels_t* K, int dt, int codec, const uint8
         size_t fixed = ZCF_CHUNK_HEADER_SIZE + 2 * ZCF_R_LANES + rest;
         if (fixed < avail && fixed < raw) {
             uint32_t top = 0, t = 0;
-            zcf_r_pick(h, (uint32_t)(n < ZCF_T_SAMPLE ? n : ZCF_T_SAMPLE), s8, (1 << zcf_exp_bits(dt)) - 1,
-                       zipccl_rans_cost, zipccl_rans_top_off, &top, &t);
+            zcf_r_pick(h, n, s8, dt, zipccl_rans_cost, zipccl_rans_top_off, &top, &t);
             uint32_t nesc = K->split(dt, ZCF_MODE_R, n, src, top, out + fixed - rest, sym, esc);
             rans_encode(sym, n, (int)t, K->rans512, lane, lsize);
             size = fixed + nesc;

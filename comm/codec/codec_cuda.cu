@@ -317,14 +317,15 @@ ZK void zk_finish_chunk(const EncArgs& a, uint64_t c, const uint8_t* out, uint32
 #define ZK_R_BATCH 8   /* rANS steps whose loads are issued together */
 
 /* Chunk c of the input: returns its element count; *in: its elements,
- * *out: its output slot, *s8: its scale estimate (FORMAT.md §7). */
+ * *out: its output slot, *s8 (F3, F2; NULL for T and R, which take the
+ * larger sample of their own): its scale estimate (FORMAT.md §7). */
 ZK uint32_t zk_enc_chunk(const EncArgs& a, uint64_t c, int dt, int es, uint32_t lane, const uint8_t** in,
                          uint8_t** out, int* s8) {
     uint64_t first = c << ZCF_CHUNK_LOG2;
     *in = a.src + first * es;
     *out = a.slots + c * a.slot_bytes;
     const uint32_t n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
-    *s8 = zk_estimate_s8(*in, n, dt, es, a.src_aligned, lane);
+    if (s8) *s8 = zk_estimate_s8(*in, n, dt, es, a.src_aligned, lane);
     return n;
 }
 
@@ -603,8 +604,7 @@ ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
     const uint8_t* in;
     uint8_t* out;
-    int s8;
-    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, NULL);
     uint32_t top = 0, shape = 0;
     int same = 0, ok = zk_t_choose(in, n, dt, es, al, lane, &top, &shape, &same);
     if (zk_try_c_chunk(a, c, in, n, es, al, same, out, lane)) return;
@@ -676,15 +676,13 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
     const int dt = a.dt, es = a.es, al = a.src_aligned;
     const uint8_t* in;
     uint8_t* out;
-    int s8;
-    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, NULL);
     /* FORMAT.md §7 item 2: tail class, table and top from T's larger sample */
     uint32_t top = 0, tbl = 0, h[ZCF_T_BINS];
     int same;
-    const int s8r = zk_sample(in, n, dt, es, al, lane, h, &same);
+    const int s8 = zk_sample(in, n, dt, es, al, lane, h, &same);
     if (zk_try_c_chunk(a, c, in, n, es, al, same, out, lane)) return;
-    zcf_r_pick(h, n < (uint32_t)ZCF_T_SAMPLE ? n : (uint32_t)ZCF_T_SAMPLE, s8r, (1 << zcf_exp_bits(dt)) - 1, a.tab.cost,
-               a.tab.top_off, &top, &tbl);
+    zcf_r_pick(h, n, s8, dt, a.tab.cost, a.tab.top_off, &top, &tbl);
     uint32_t* fq = (uint32_t*)smem;
     uint32_t* cm = fq + 16;
     uint16_t* words = (uint16_t*)(smem + 128);

@@ -24,7 +24,7 @@ enum {
     ZCF_VERSION_R = 4,   /* codec dense frames (R tables 8 .. 39)          */
     ZCF_VERSION_C = 3,   /* codec fast frames with a C chunk (mode 5)      */
     ZCF_VERSION_T = 2,   /* codec fast frames without a C chunk            */
-    ZCF_VERSION_MIN = 1, /* F3, R and F2 frames are still written as 1    */
+    ZCF_VERSION_MIN = 1, /* F3 and F2 frames are still written as 1       */
     ZCF_HEADER_SIZE = 16,
     ZCF_CHUNK_LOG2 = 14, /* version 1 encoders                          */
     ZCF_CHUNK_LOG2_MIN = 10,
@@ -199,13 +199,14 @@ ZIPCCL_HD int zcf_t_pick(const uint32_t* h, int k, int emax, uint32_t* top, uint
  * (cost: zipccl_rans_cost, 1/256 bits, off: zipccl_rans_top_off, passed in
  * so that device code reads its own copies; off[c] + 2 + dt must lie in
  * 1..6). Every window lies inside the bins, so the S - sum(h) sampled
- * exponents outside them escape whatever is chosen, at the candidate
- * table's escape cost. Tops outside
- * 0 .. emax are skipped; if none is left, the version 1 rule (top k + 2
- * clamped, table s8 mod 8). */
-ZIPCCL_HD void zcf_r_pick(const uint32_t* h, uint32_t S, int s8, int emax, const uint16_t (*cost)[ZIPCCL_RANS_NSYM],
+ * exponents outside them (S = min(n, ZCF_T_SAMPLE) for a chunk of n)
+ * escape whatever is chosen, at the candidate table's escape cost. Tops
+ * outside 0 .. 2^E - 1 are skipped; if none is left, the version 1 rule
+ * (top k + 2 clamped, table s8 mod 8). */
+ZIPCCL_HD void zcf_r_pick(const uint32_t* h, size_t n, int s8, int dt, const uint16_t (*cost)[ZIPCCL_RANS_NSYM],
                           const uint8_t* off, uint32_t* top, uint32_t* table) {
-    const int k = s8 / 8;
+    const int k = s8 / 8, emax = (1 << zcf_exp_bits(dt)) - 1;
+    const uint32_t S = (uint32_t)(n < (size_t)ZCF_T_SAMPLE ? n : (size_t)ZCF_T_SAMPLE);
     /* A top tp = k + j (j = 1..6) puts exponent k - 14 + i at symbol
      * d = j + 14 - i: its window is bins j .. j + 14. w[j][d] counts the
      * sampled exponents of symbol d, w[j][15] the escapes (all others), so a
@@ -228,7 +229,7 @@ ZIPCCL_HD void zcf_r_pick(const uint32_t* h, uint32_t S, int s8, int emax, const
                 if (!found || score < best) { found = 1; best = score; *top = (uint32_t)tp; *table = (uint32_t)tb; }
             }
     if (!found) {
-        *top = (uint32_t)(k + 2 < 0 ? 0 : k + 2 > emax ? emax : k + 2);
+        *top = zcf_clamp_top(dt, k + 2);
         *table = (uint32_t)(s8 & 7);
     }
 }
