@@ -7,6 +7,7 @@
 #   make run-moe     train a tiny Qwen3-MoE (8 experts, top-2, 4 ranks, EP 2)
 #   make fuzz        run the codec fuzzers for FUZZ_SECONDS each (libFuzzer)
 #   make test-gpu    GPU tests + GPU benchmarks (needs a CUDA device)
+#   make gpu-bundle  pack them for a GPU machine without our packages
 #   make bench       CPU codec benchmark
 #
 # Layout: comm/ (libzipccl: public headers at its top, then core/ transport/
@@ -83,7 +84,7 @@ endif
 # make would delete them after the suite and print that as its last line.
 .SECONDARY:
 
-.PHONY: all deps test test-asan test-long run run-moe fuzz test-gpu bench clean
+.PHONY: all deps test test-asan test-long run run-moe fuzz test-gpu gpu-bundle bench clean
 all: $(LIBZIPCCL) $(LIBZRT) $(PROGS) $(TESTS) $(REPLAYS) $(GPU_PROGS)
 
 DEPS ?= scripts/deps.sh
@@ -169,6 +170,12 @@ fuzz: deps
 
 test-gpu: all
 	@scripts/test_gpu.sh
+
+# The same checks on a GPU machine without our Debian packages: pack the
+# programs and libraries built here (BUILD/gpu-bundle.tar.xz), then run
+# `scripts/test_gpu.sh --bundle BUILD/gpu-bundle.tar.xz` there.
+gpu-bundle: all
+	@scripts/gpu_bundle.sh $(BUILD)
 
 bench: all
 	$(BUILD)/zipccl-codec-bench

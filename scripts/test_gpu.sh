@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
-# test_gpu.sh — every GPU check in one short call (`make test-gpu`): build,
-# then run the CUDA codec tests, the GPU codec benchmark and every other GPU
-# test program, writing all output to one folder ($OUT if set, else
-# BUILD/gpu-out) and to stdout. Ends with "N passed, N failed".
+# test_gpu.sh — every GPU check in one short call (`make test-gpu`): the CUDA
+# codec tests, the GPU codec benchmark, the NCCL collectives at one rank, the
+# CUDA kernel table against the CPU table, and every other GPU test program,
+# writing all output to one folder ($OUT if set, else BUILD/gpu-out) and to
+# stdout. Ends with "N passed, N failed".
 #
-# Convention for everyone adding GPU tests: any executable BUILD/gpu/test_*
-# is a GPU test and is run here (the Makefile builds tests/gpu/test_*.cu into
-# BUILD/gpu/test_* when nvcc exists; add your own rule for anything else).
-# It must print "PASS name" / "FAIL name: why" lines, exit non-zero on
-# failure, and finish in under a minute: this whole script has ~5 minutes on
-# an H200 machine with 16 cores, and each step is time-limited.
+#   scripts/test_gpu.sh                 build here (make -j16), then run
+#   scripts/test_gpu.sh --bundle FILE   run the programs of a bundle made by
+#                                       scripts/gpu_bundle.sh (`make gpu-bundle`)
+#                                       on a machine that has CUDA, cuBLAS and
+#                                       NCCL but not our Debian packages
 #
-# Files written to the output folder (at most a handful, so a remote run can
-# bring them all back): test_gpu.log (everything), build.log, nvidia-smi.txt,
-# gpu_codec_bench.jsonl (one JSON line per codec x dtype).
+# Convention for everyone adding GPU tests: any executable gpu/test_* is a
+# GPU test and is run here (the Makefile builds tests/gpu/test_*.cu into
+# BUILD/gpu/test_* when nvcc exists). It must print "PASS name" /
+# "FAIL name: why" lines, exit non-zero on failure, and finish in under a
+# minute: this whole script has ~5 minutes on an H200 machine with 16 cores,
+# and each step is time-limited. A step that prints no PASS and no FAIL
+# counts as a failure: nothing passes that did not run.
+#
+# Files written to the output folder (at most 8, so a remote run can bring
+# them all back): test_gpu.log (everything), build.log, nvidia-smi.txt,
+# gpu_codec_bench.jsonl (one JSON line per codec x dtype x size).
 #
 # Without a CUDA device (no nvidia-smi, or no usable device) it prints
 # "no CUDA device: skipped" and exits 0.
@@ -26,6 +34,11 @@ LOG="$OUT_DIR/test_gpu.log"
 : >"$LOG"
 say() { echo "$*" | tee -a "$LOG"; }
 
+BUNDLE=
+if [ "${1:-}" = "--bundle" ]; then
+  BUNDLE=${2:?--bundle needs the archive made by scripts/gpu_bundle.sh}
+fi
+
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   say "no CUDA device: skipped"
   exit 0
@@ -33,28 +46,67 @@ fi
 nvidia-smi >"$OUT_DIR/nvidia-smi.txt" 2>&1 || true
 say "== $(date -u '+%F %T') UTC on $(nvidia-smi -L | head -1)"
 
-# the GPU programs first, so an unrelated broken target cannot starve them
-gpu_targets=$(for f in tests/gpu/*.cu; do [ -f "$f" ] && echo "$BUILD/gpu/$(basename "$f" .cu)"; done)
-say "== build: make -k -j16 BUILD=$BUILD" $gpu_targets "all"
 t0=$SECONDS
-timeout 150 make -k -j16 BUILD="$BUILD" $gpu_targets >"$OUT_DIR/build.log" 2>&1
-if ! timeout 120 make -k -j16 BUILD="$BUILD" all >>"$OUT_DIR/build.log" 2>&1; then
-  say "build had errors (see build.log); running what was built:"
-  grep -E 'error|Error' "$OUT_DIR/build.log" | head -20 | tee -a "$LOG"
+if [ -n "$BUNDLE" ]; then
+  # the programs and libraries built on a Debian machine; cuBLAS and NCCL
+  # from this machine (its CUDA toolkit, or the pip packages of its PyTorch)
+  U=${TMPDIR:-/tmp}/zipccl-gpu
+  rm -rf "$U" && mkdir -p "$U"
+  if ! tar -C "$U" -xJf "$BUNDLE" 2>>"$LOG"; then
+    python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$BUNDLE" "$U" \
+      || { say "FAIL bundle: cannot unpack $BUNDLE"; say "0 passed, 1 failed"; exit 1; }
+  fi
+  B=$U/gpu-bundle
+  cudalibs=
+  for name in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+    d=$(find /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/lib/x86_64-linux-gnu /opt /usr/local/lib \
+          -name "$name" -print -quit 2>/dev/null)
+    [ -n "$d" ] || d=$(find / -xdev -name "$name" -print -quit 2>/dev/null)
+    if [ -n "$d" ]; then
+      cudalibs=$cudalibs:$(dirname "$d")
+      say "   $name: $d"
+    else
+      say "   $name: not found on this machine"
+    fi
+  done
+  export LD_LIBRARY_PATH=$B/lib$cudalibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export OPAL_PREFIX=$B/ompi PATH=$B/ompi/bin:$PATH
+  export OMPI_MCA_mca_base_component_show_load_errors=0 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+  export OMPI_MCA_osc=^ucx OMPI_MCA_mtl=^ofi,psm,psm2 OMPI_MCA_ess_singleton_isolated=1
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+  mkdir -p data && cp -n "$B/data/fortunes.txt" data/ 2>/dev/null
+  BIN_GPU=$B/bin BIN_TESTS=$B/bin BIN=$B/bin
+  say "   unpacked $BUNDLE in $((SECONDS - t0))s"
+  # the relocated Open MPI: two CPU ranks of the trainer, two steps
+  mp=$(timeout 60 mpirun -n 2 "$BIN/train" configs/llama-tiny.yaml --set train.steps=2 2>&1 | tail -1)
+  say "   mpirun -n 2 train (CPU, 2 steps): ${mp:-no output}"
+else
+  # the GPU programs first, so an unrelated broken target cannot starve them
+  gpu_targets=$(for f in tests/gpu/*.cu; do [ -f "$f" ] && echo "$BUILD/gpu/$(basename "$f" .cu)"; done)
+  say "== build: make -k -j16 BUILD=$BUILD" $gpu_targets "all"
+  timeout 150 make -k -j16 BUILD="$BUILD" $gpu_targets >"$OUT_DIR/build.log" 2>&1
+  if ! timeout 120 make -k -j16 BUILD="$BUILD" all >>"$OUT_DIR/build.log" 2>&1; then
+    say "build had errors (see build.log); running what was built:"
+    grep -E 'error|Error' "$OUT_DIR/build.log" | head -20 | tee -a "$LOG"
+  fi
+  say "   build took $((SECONDS - t0))s"
+  BIN_GPU=$BUILD/gpu BIN_TESTS=$BUILD/tests BIN=$BUILD
 fi
-say "   build took $((SECONDS - t0))s"
 
-codec="$BUILD/gpu/test_gpu_codec"
+codec="$BIN_GPU/test_gpu_codec"
 if [ ! -x "$codec" ]; then
   say "FAIL gpu: $codec was not built"
   say "0 passed, 1 failed"
   exit 1
 fi
 probe=$("$codec" --probe 2>&1)
-if [ $? -eq 2 ]; then
+if [ $? -ne 0 ]; then
   say "$probe"
-  say "   (nvidia-smi sees: $(nvidia-smi -L 2>&1 | head -2 | tr '\n' ' '); a driver older than the toolkit looks like this)"
-  exit 0
+  say "FAIL gpu: nvidia-smi sees $(nvidia-smi -L 2>&1 | head -2 | tr '\n' ' ') but CUDA cannot use it"
+  say "   (a driver older than the toolkit, or a missing library, looks like this)"
+  say "0 passed, 1 failed"
+  exit 1
 fi
 
 pass=0
@@ -83,12 +135,16 @@ run_step() { # run_step NAME TIMEOUT CMD...
 }
 
 run_step gpu_codec_tests 150 "$codec"
-run_step gpu_codec_bench 120 "$codec" --bench --json "$OUT_DIR/gpu_codec_bench.jsonl"
-for t in "$BUILD"/gpu/test_*; do
+run_step gpu_kernels 60 "$BIN_TESTS/test_model" --cuda
+for t in "$BIN_GPU"/test_gpu_*; do
   [ -x "$t" ] && [ -f "$t" ] || continue
   [ "$t" = "$codec" ] && continue
   run_step "$(basename "$t")" 90 "$t"
 done
+if [ -x scripts/test_train_gpu.sh ]; then
+  run_step train_gpu 240 env BIN="$BIN" OUT_DIR="$OUT_DIR" scripts/test_train_gpu.sh
+fi
+run_step gpu_codec_bench 180 "$codec" --bench --json "$OUT_DIR/gpu_codec_bench.jsonl"
 rm -f "$step_out"
 say "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

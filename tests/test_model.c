@@ -1390,6 +1390,14 @@ int main(int argc, char** argv) {
     if (argc >= 3 && !strcmp(argv[1], "--dump")) return dump(argv[2], 0, argc, argv);
     if (argc >= 3 && !strcmp(argv[1], "--dump-train")) return dump(argv[2], 1, argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "--bench")) return bench(argc, argv, core);
+    if (argc >= 2 && !strcmp(argv[1], "--cuda")) { // scripts/test_gpu.sh: the GPU checks only
+        if (!zrt_kernels_cuda()) {
+            printf("FAIL cuda: no usable CUDA device (or a build without CUDA)\n");
+            return 1;
+        }
+        check_cuda_kernels();
+        return tu_exit();
+    }
     if (argc >= 2 && !strcmp(argv[1], "--threads")) { // tests/test_blas_cores.sh
         printf("openblas core %s\n", openblas_get_corename());
         check_matmul_thread_invariance();

@@ -10,9 +10,11 @@
  *                             get the CPU decoder's verdict without writes
  *                             past the output.
  *   test_gpu_codec --bench [--json FILE]
- *                             throughput on device-resident Gaussian data
- *                             (cudaEvent timing, median of 10 after warm-up,
- *                             input already on the device).
+ *                             throughput on device-resident Gaussian data,
+ *                             bf16/fp16/fp32, every codec, 1 MiB to 1 GiB,
+ *                             the device-to-device copy beside it (cudaEvent
+ *                             timing, median after a warm-up); each frame
+ *                             checked against the CPU codec's bytes.
  *   test_gpu_codec --probe    exit 0 if a CUDA device is usable, else 2.
  *
  * Run by scripts/test_gpu.sh (make test-gpu). Prints "PASS name" /
@@ -162,106 +164,143 @@ static double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
+/* Time fn() with events on g_stream: one warm-up call, then repeats until 7
+ * runs or 1.5 s of device time; the median in ms, or -1 when fn failed. */
+template <class F> static double time_median(F fn, zipcclResult_t* r) {
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    std::vector<double> t;
+    double total = 0;
+    *r = fn();
+    CUDA_OK(cudaStreamSynchronize(g_stream));
+    while (*r == zipcclSuccess && t.size() < 7 && total < 1500.0) {
+        CUDA_OK(cudaEventRecord(e0, g_stream));
+        *r = fn();
+        CUDA_OK(cudaEventRecord(e1, g_stream));
+        CUDA_OK(cudaEventSynchronize(e1));
+        float ms;
+        CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms);
+        total += ms;
+    }
+    CUDA_OK(cudaEventDestroy(e0));
+    CUDA_OK(cudaEventDestroy(e1));
+    return *r == zipcclSuccess ? median(t) : -1.0;
+}
+
+/* FNV-1a 64 of a byte range: the frames' identity in the JSON rows */
+static uint64_t fnv1a(const uint8_t* p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The sweep: every dtype and codec from 1 MiB to 1 GiB of Gaussian data
+ * already on the device; the device-to-device copy of the same bytes in the
+ * same run is the ceiling. Each frame is checked against the CPU codec's
+ * bytes (and its hash printed) and the round trip against the input. */
 static int run_bench(const char* json_path) {
     FILE* js = json_path ? fopen(json_path, "w") : NULL;
     cudaDeviceProp prop;
     int dev = 0;
     CUDA_OK(cudaGetDevice(&dev));
     CUDA_OK(cudaGetDeviceProperties(&prop, dev));
-    struct { zipcclDataType_t dt; int code; size_t bytes; } sets[] = {
-        {zipcclBfloat16, 1, 256u << 20}, {zipcclFloat16, 2, 64u << 20}, {zipcclFloat32, 3, 64u << 20}};
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const int codes[] = {1, 2, 3};
+    const size_t mibs[] = {1, 4, 16, 64, 256, 1024};
     const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecF3, zipcclCodecDense, zipcclCodecF2};
-    printf("GPU codec benchmark on %s: Gaussian sigma=1, median of 10 after 2 warm-up runs\n", prop.name);
-    printf("%-6s %-6s %10s %8s %14s %16s\n", "codec", "dtype", "MiB", "ratio", "compress GB/s", "decompress GB/s");
-    int bad = 0;
-    for (auto& s : sets) {
-        size_t es = zipcclTypeSize(s.dt), count = s.bytes / es;
-        size_t cap = zipcclCompressBound(count, s.dt, 0), wsz = zipcclCudaWorkspaceSize(count, s.dt);
-        uint8_t *d_in, *d_frame, *d_out, *d_ws;
-        CUDA_OK(cudaMalloc(&d_in, s.bytes));
-        CUDA_OK(cudaMalloc(&d_frame, cap));
-        CUDA_OK(cudaMalloc(&d_out, s.bytes));
-        CUDA_OK(cudaMalloc(&d_ws, wsz));
-        bench_gauss<<<1024, 256, 0, g_stream>>>(d_in, count, s.code, 1.0f, 12345);
-        CUDA_OK(cudaStreamSynchronize(g_stream));
-        cudaEvent_t e0, e1;
-        CUDA_OK(cudaEventCreate(&e0));
-        CUDA_OK(cudaEventCreate(&e1));
-        { /* copy baseline: what moving the bytes once costs */
-            std::vector<double> t;
-            for (int it = 0; it < 12; it++) {
-                CUDA_OK(cudaEventRecord(e0, g_stream));
-                CUDA_OK(cudaMemcpyAsync(d_out, d_in, s.bytes, cudaMemcpyDeviceToDevice, g_stream));
-                CUDA_OK(cudaEventRecord(e1, g_stream));
-                CUDA_OK(cudaEventSynchronize(e1));
-                float ms;
-                CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-                if (it >= 2) t.push_back(ms);
-            }
-            double gbps = s.bytes / (median(t) * 1e-3) / 1e9;
-            printf("%-6s %-6s %10zu %8.4f %14.1f %16.1f\n", "memcpy", zipcclTypeName(s.dt), s.bytes >> 20, 1.0, gbps, gbps);
-        }
-        for (zipcclCodec_t codec : codecs) {
-            zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
-            p.codec = codec;
-            size_t fsize = 0, got = 0;
-            std::vector<double> tc, td;
-            zipcclResult_t r = zipcclSuccess;
-            for (int it = 0; it < 12 && r == zipcclSuccess; it++) {
-                CUDA_OK(cudaEventRecord(e0, g_stream));
-                r = zipcclCompressCuda(d_in, count, s.dt, d_frame, cap, &fsize, &p, d_ws, wsz, g_stream);
-                CUDA_OK(cudaEventRecord(e1, g_stream));
-                CUDA_OK(cudaEventSynchronize(e1));
-                float ms;
-                CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-                if (it >= 2) tc.push_back(ms);
-            }
-            for (int it = 0; it < 12 && r == zipcclSuccess; it++) {
-                CUDA_OK(cudaEventRecord(e0, g_stream));
-                r = zipcclDecompressCuda(d_frame, fsize, d_out, s.bytes, &got, s.dt, d_ws, wsz, g_stream);
-                CUDA_OK(cudaEventRecord(e1, g_stream));
-                CUDA_OK(cudaEventSynchronize(e1));
-                float ms;
-                CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-                if (it >= 2) td.push_back(ms);
-            }
-            char name[96];
-            snprintf(name, sizeof name, "bench/%s/%s/ran", cc_codec_name(codec), zipcclTypeName(s.dt));
-            if (!CHECK(r == zipcclSuccess, name, "result %d: %s", r, zipcclGetLastErrorDetail())) {
-                bad++;
-                continue;
-            }
-            /* the round trip is exact, and the frame is the CPU codec's */
-            std::vector<uint8_t> in(s.bytes), out(s.bytes), frame(fsize), cpu(cap);
-            CUDA_OK(cudaMemcpy(in.data(), d_in, s.bytes, cudaMemcpyDeviceToHost));
-            CUDA_OK(cudaMemcpy(out.data(), d_out, s.bytes, cudaMemcpyDeviceToHost));
-            CUDA_OK(cudaMemcpy(frame.data(), d_frame, fsize, cudaMemcpyDeviceToHost));
-            size_t csize = 0;
-            zipcclResult_t rc = zipcclCompress(in.data(), count, s.dt, cpu.data(), cap, &csize, &p);
-            snprintf(name, sizeof name, "bench/%s/%s/roundtrip_and_cpu_identical", cc_codec_name(codec),
-                     zipcclTypeName(s.dt));
-            CHECK(in == out && rc == zipcclSuccess && csize == fsize && !memcmp(cpu.data(), frame.data(), fsize), name,
-                  "round trip %s, cpu frame %zu bytes vs %zu %s", in == out ? "exact" : "DIFFERS", csize, fsize,
-                  csize == fsize && !memcmp(cpu.data(), frame.data(), fsize) ? "(same)" : "(different)");
-            double ratio = (double)s.bytes / fsize;
-            double cg = s.bytes / (median(tc) * 1e-3) / 1e9, dg = s.bytes / (median(td) * 1e-3) / 1e9;
-            printf("%-6s %-6s %10zu %8.4f %14.1f %16.1f\n", cc_codec_name(codec), zipcclTypeName(s.dt), s.bytes >> 20,
-                   ratio, cg, dg);
-            char line[512];
-            snprintf(line, sizeof line,
-                     "{\"codec\":\"%s\",\"dtype\":\"%s\",\"dist\":\"gauss\",\"sigma\":1,\"bytes\":%zu,\"ratio\":%.5f,"
-                     "\"compress_gbps\":%.1f,\"decompress_gbps\":%.1f,\"device\":\"%s\"}",
-                     cc_codec_name(codec), zipcclTypeName(s.dt), s.bytes, ratio, cg, dg, prop.name);
-            printf("%s\n", line);
-            if (js) fprintf(js, "%s\n", line);
-        }
-        CUDA_OK(cudaEventDestroy(e0));
-        CUDA_OK(cudaEventDestroy(e1));
-        CUDA_OK(cudaFree(d_in));
-        CUDA_OK(cudaFree(d_frame));
-        CUDA_OK(cudaFree(d_out));
-        CUDA_OK(cudaFree(d_ws));
+    printf("GPU codec benchmark on %s (%d SMs): Gaussian sigma=1, device-resident, median of up to 7 "
+           "timed runs after a warm-up\n", prop.name, prop.multiProcessorCount);
+    printf("%-6s %-6s %6s %8s %10s %10s %7s %18s\n", "codec", "dtype", "MiB", "ratio", "comp GB/s", "decomp GB/s",
+           "cpu==", "frame fnv1a");
+    const size_t max_bytes = (size_t)1024 << 20;
+    uint8_t *d_in, *d_frame, *d_out, *d_ws;
+    size_t cap_max = 0, ws_max = 0;
+    for (zipcclDataType_t dt : dts) {
+        cap_max = std::max(cap_max, zipcclCompressBound(max_bytes / zipcclTypeSize(dt), dt, 0));
+        ws_max = std::max(ws_max, zipcclCudaWorkspaceSize(max_bytes / zipcclTypeSize(dt), dt));
     }
+    CUDA_OK(cudaMalloc(&d_in, max_bytes));
+    CUDA_OK(cudaMalloc(&d_frame, cap_max));
+    CUDA_OK(cudaMalloc(&d_out, max_bytes));
+    CUDA_OK(cudaMalloc(&d_ws, ws_max));
+    std::vector<uint8_t> in(max_bytes), out(max_bytes), frame(cap_max), cpu(cap_max);
+    int bad = 0;
+    for (int di = 0; di < 3; di++) {
+        const zipcclDataType_t dt = dts[di];
+        const size_t es = zipcclTypeSize(dt);
+        for (size_t mib : mibs) {
+            const size_t bytes = mib << 20, count = bytes / es;
+            const size_t cap = zipcclCompressBound(count, dt, 0), wsz = zipcclCudaWorkspaceSize(count, dt);
+            bench_gauss<<<1024, 256, 0, g_stream>>>(d_in, count, codes[di], 1.0f, 12345 + mib);
+            CUDA_OK(cudaGetLastError());
+            CUDA_OK(cudaStreamSynchronize(g_stream));
+            CUDA_OK(cudaMemcpy(in.data(), d_in, bytes, cudaMemcpyDeviceToHost));
+            zipcclResult_t r;
+            const double tcopy = time_median(
+                [&] {
+                    return cudaMemcpyAsync(d_out, d_in, bytes, cudaMemcpyDeviceToDevice, g_stream) == cudaSuccess
+                               ? zipcclSuccess
+                               : zipcclInternalError;
+                },
+                &r);
+            const double copy_gbps = bytes / (tcopy * 1e-3) / 1e9;
+            printf("%-6s %-6s %6zu %8.4f %10.1f %10.1f %7s %18s\n", "memcpy", zipcclTypeName(dt), mib, 1.0, copy_gbps,
+                   copy_gbps, "-", "-");
+            if (js)
+                fprintf(js, "{\"codec\":\"memcpy\",\"dtype\":\"%s\",\"bytes\":%zu,\"gbps\":%.1f,\"device\":\"%s\"}\n",
+                        zipcclTypeName(dt), bytes, copy_gbps, prop.name);
+            for (zipcclCodec_t codec : codecs) {
+                zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+                p.codec = codec;
+                size_t fsize = 0, got = 0;
+                const double tc = time_median(
+                    [&] { return zipcclCompressCuda(d_in, count, dt, d_frame, cap, &fsize, &p, d_ws, wsz, g_stream); },
+                    &r);
+                double td = -1;
+                if (r == zipcclSuccess) {
+                    CUDA_OK(cudaMemsetAsync(d_out, 0xA5, bytes, g_stream));
+                    td = time_median(
+                        [&] { return zipcclDecompressCuda(d_frame, fsize, d_out, bytes, &got, dt, d_ws, wsz, g_stream); },
+                        &r);
+                }
+                char name[96];
+                snprintf(name, sizeof name, "bench/%s/%s/%zuMiB/ran", cc_codec_name(codec), zipcclTypeName(dt), mib);
+                if (!CHECK(r == zipcclSuccess, name, "result %d: %s", r, zipcclGetLastErrorDetail())) {
+                    bad++;
+                    continue;
+                }
+                CUDA_OK(cudaMemcpy(out.data(), d_out, bytes, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(frame.data(), d_frame, fsize, cudaMemcpyDeviceToHost));
+                size_t csize = 0;
+                zipcclResult_t rc = zipcclCompress(in.data(), count, dt, cpu.data(), cap, &csize, &p);
+                const int same = rc == zipcclSuccess && csize == fsize && !memcmp(cpu.data(), frame.data(), fsize);
+                const int exact = got == count && !memcmp(in.data(), out.data(), bytes);
+                snprintf(name, sizeof name, "bench/%s/%s/%zuMiB/roundtrip_and_cpu_identical", cc_codec_name(codec),
+                         zipcclTypeName(dt), mib);
+                CHECK(exact && same, name, "round trip %s, cpu frame %zu bytes vs %zu %s", exact ? "exact" : "DIFFERS",
+                      csize, fsize, same ? "(same)" : "(different)");
+                const uint64_t h = fnv1a(frame.data(), fsize);
+                const double ratio = (double)bytes / fsize;
+                const double cg = bytes / (tc * 1e-3) / 1e9, dg = bytes / (td * 1e-3) / 1e9;
+                printf("%-6s %-6s %6zu %8.4f %10.1f %10.1f %7s %016llx\n", cc_codec_name(codec), zipcclTypeName(dt), mib,
+                       ratio, cg, dg, same ? "yes" : "NO", (unsigned long long)h);
+                if (js)
+                    fprintf(js,
+                            "{\"codec\":\"%s\",\"dtype\":\"%s\",\"dist\":\"gauss\",\"sigma\":1,\"bytes\":%zu,"
+                            "\"ratio\":%.5f,\"compress_gbps\":%.1f,\"decompress_gbps\":%.1f,\"memcpy_gbps\":%.1f,"
+                            "\"cpu_identical\":%s,\"frame_fnv1a\":\"%016llx\",\"device\":\"%s\"}\n",
+                            cc_codec_name(codec), zipcclTypeName(dt), bytes, ratio, cg, dg, copy_gbps,
+                            same ? "true" : "false", (unsigned long long)h, prop.name);
+            }
+            fflush(stdout);
+        }
+    }
+    CUDA_OK(cudaFree(d_in));
+    CUDA_OK(cudaFree(d_frame));
+    CUDA_OK(cudaFree(d_out));
+    CUDA_OK(cudaFree(d_ws));
     if (js) fclose(js);
     printf("%d passed, %d failed\n", tu_passes, tu_failures);
     return bad || tu_failures ? 1 : 0;

@@ -47,8 +47,8 @@ static void fillGauss(void* buf, size_t n, zipcclDataType_t dt, uint64_t seed) {
 int main(void) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("PASS gpu_coll_skipped_no_device\n");
-        return 0;
+        printf("no CUDA device: nothing checked\n"); /* no PASS for a check that did not run */
+        return 2;
     }
     ncclComm_t nc;
     int dev = 0;
