@@ -97,7 +97,7 @@ $(BUILD)/obj/%.o: %.c
 
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(filter-out $(MPI_CFLAGS),$(CPPFLAGS)) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(filter-out $(MPI_CFLAGS),$(CPPFLAGS)) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIBZIPCCL): $(COMM_OBJ)
 	@mkdir -p $(dir $@)

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -187,7 +188,8 @@ static void cpu_rope_backward(float* dx, const float* cos_sin, int B, int T, int
 
 /* ------------------------------------------------------------- attention */
 
-static size_t cpu_attention_scratch_floats(int B, int T, int KV) {
+static size_t cpu_attention_scratch_floats(int B, int T, int H, int KV, int hd) {
+    (void)H, (void)hd;
     return (size_t)B * KV * T * T; // one (T, T) dP/dS tile per (batch, kv head)
 }
 
@@ -395,10 +397,189 @@ static void cpu_round_bf16_inplace(float* x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = zipcclBf16ToFloat(zipcclFloatToBf16(x[i]));
 }
 
+/* ---- bf16 compute (model.compute: bf16): the linear layers' products of
+ * bf16-rounded operands, summed in fp32: what a tensor-core GEMM with bf16
+ * inputs and fp32 accumulation computes (each product of two bf16 values is
+ * exact in fp32), so the CPU is the reference of the CUDA bf16 table. The
+ * rounded copies live in per-thread buffers that grow. */
+static float* bf16_copy(int slot, const float* x, size_t n) {
+    static _Thread_local float* buf[3];
+    static _Thread_local size_t cap[3];
+    if (n > cap[slot]) {
+        free(buf[slot]);
+        buf[slot] = malloc(n * sizeof(float));
+        cap[slot] = buf[slot] ? n : 0;
+        if (!buf[slot]) {
+            fprintf(stderr, "zrt cpu kernels: out of memory for a bf16 operand (%zu floats)\n", n);
+            abort();
+        }
+    }
+    float* b = buf[slot]; /* the team's threads have buffers of their own: share this one */
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) b[i] = zipcclBf16ToFloat(zipcclFloatToBf16(x[i]));
+    return b;
+}
+
+static void cpu_matmul_forward_bf16(float* out, const float* inp, const float* weight, int N,
+                                    int IC, int OC) {
+    const float* a = bf16_copy(0, inp, (size_t)N * IC);
+    const float* w = bf16_copy(1, weight, (size_t)OC * IC);
+    cpu_matmul_forward(out, a, w, N, IC, OC);
+}
+
+static void cpu_matmul_backward_bf16(float* dinp, float* dweight, const float* dout,
+                                     const float* inp, const float* weight, int N, int IC, int OC,
+                                     int accumulate) {
+    const float* g = bf16_copy(0, dout, (size_t)N * OC);
+    const float* w = dinp ? bf16_copy(1, weight, (size_t)OC * IC) : NULL;
+    const float* a = dweight ? bf16_copy(2, inp, (size_t)N * IC) : NULL;
+    cpu_matmul_backward(dinp, dweight, g, a, w, N, IC, OC, accumulate);
+}
+
+/* ------------------------------------------------------ mixture of experts */
+
+static void cpu_moe_route(float* probs, int* sel_all, float* w_all, const float* logits, int N,
+                          int E, int k, int norm_topk) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* l = logits + (size_t)n * E;
+        float* p = probs + (size_t)n * E;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+        for (int e = 0; e < E; e++) sum += p[e] = expf(l[e] - mx);
+        const float inv = 1.0f / sum;
+        for (int e = 0; e < E; e++) p[e] *= inv;
+        int* sel = sel_all + (size_t)n * k;
+        float* w = w_all + (size_t)n * k;
+        float wsum = 0.0f;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j; i++) taken |= sel[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[j] = best;
+            wsum += w[j] = p[best];
+        }
+        if (norm_topk)
+            for (int j = 0; j < k; j++) w[j] /= wsum;
+    }
+}
+
+static void cpu_moe_prob_sum(double* acc, const float* probs, int N, int E) {
+    for (size_t n = 0; n < (size_t)N; n++)
+        for (size_t e = 0; e < (size_t)E; e++) acc[e] += probs[n * E + e];
+}
+
+static void cpu_moe_gather(float* xs, const float* x, const int* pos, int N, int k, int C) {
+    for (size_t i = 0; i < (size_t)N * k; i++)
+        if (pos[i] >= 0) memcpy(xs + (size_t)pos[i] * C, x + i / k * C, (size_t)C * sizeof(float));
+}
+
+static void cpu_moe_combine(float* out, const float* ys, const float* w, const int* pos, int N,
+                            int k, int C) {
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < (size_t)N; n++) {
+        float* o = out + n * C;
+        memset(o, 0, (size_t)C * sizeof(float));
+        for (size_t j = 0; j < (size_t)k; j++) {
+            if (pos[n * k + j] < 0) continue; // dropped: no expert output
+            const float* y = ys + (size_t)pos[n * k + j] * C;
+            if (w) {
+                const float wj = w[n * k + j];
+                for (size_t c = 0; c < (size_t)C; c++) o[c] += wj * y[c];
+            } else {
+                for (size_t c = 0; c < (size_t)C; c++) o[c] += y[c];
+            }
+        }
+    }
+}
+
+static void cpu_moe_combine_backward(float* dw, float* dys, const float* dout, const float* ys,
+                                     const float* w, const int* pos, int N, int k, int C) {
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < (size_t)N; n++) {
+        const float* g = dout + n * C;
+        for (size_t j = 0; j < (size_t)k; j++) {
+            if (pos[n * k + j] < 0) { // dropped: the weight had no output to scale
+                dw[n * k + j] = 0.0f;
+                continue;
+            }
+            const size_t r = (size_t)pos[n * k + j];
+            const float *y = ys + r * C, wj = w[n * k + j];
+            float* dy = dys + r * C;
+            float dot = 0.0f;
+            for (size_t c = 0; c < (size_t)C; c++) {
+                dot += g[c] * y[c];
+                dy[c] = wj * g[c];
+            }
+            dw[n * k + j] = dot;
+        }
+    }
+}
+
+static void cpu_moe_router_backward(float* dlogits, const float* probs, const int* sel_all,
+                                    const float* w_all, const float* dw_all, const float* aux,
+                                    int N, int E, int k, int norm_topk) {
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < (size_t)N; n++) {
+        const float* pr = probs + n * E;
+        const int* sel = sel_all + n * k;
+        const float *w = w_all + n * k, *dw = dw_all + n * k;
+        float* dl = dlogits + n * E;
+        for (size_t e = 0; e < (size_t)E; e++) dl[e] = aux[e];
+        if (norm_topk) {
+            float s = 0.0f, dot = 0.0f;
+            for (size_t j = 0; j < (size_t)k; j++) {
+                s += pr[sel[j]];
+                dot += dw[j] * w[j];
+            }
+            for (size_t j = 0; j < (size_t)k; j++) dl[sel[j]] += (dw[j] - dot) / s;
+        } else {
+            for (size_t j = 0; j < (size_t)k; j++) dl[sel[j]] += dw[j];
+        }
+        float dp = 0.0f;
+        for (size_t e = 0; e < (size_t)E; e++) dp += dl[e] * pr[e];
+        for (size_t e = 0; e < (size_t)E; e++) dl[e] = pr[e] * (dl[e] - dp);
+    }
+}
+
+/* --------------------------------------------------------------- memory */
+
+/* 64-byte aligned like the activation arena always was; size rounded up so
+ * aligned_alloc's contract holds */
+static void* cpu_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 63) & ~(size_t)63); }
+static void cpu_free(void* p) { free(p); }
+static void* cpu_host_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
+static void cpu_memcpy(void* dst, const void* src, size_t bytes) {
+    if (bytes) memcpy(dst, src, bytes);
+}
+static void cpu_memset0(void* p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+}
+static void cpu_synchronize(void) {}
+static int cpu_mem_info(size_t* free_bytes, size_t* total_bytes) {
+    (void)free_bytes;
+    (void)total_bytes;
+    return -1; /* host memory: the trainer's estimate reads /proc itself */
+}
+
 /* ---------------------------------------------------------------- table */
 
 static const ZrtKernels cpu_kernels = {
     .name = "cpu",
+    .host_memory = 1,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .memset0 = cpu_memset0,
+    .synchronize = cpu_synchronize,
+    .mem_info = cpu_mem_info,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward,
@@ -416,12 +597,32 @@ static const ZrtKernels cpu_kernels = {
     .crossentropy_forward_backward = cpu_crossentropy_forward_backward,
     .add = cpu_add,
     .zero = cpu_zero,
+    .moe_route = cpu_moe_route,
+    .moe_prob_sum = cpu_moe_prob_sum,
+    .moe_gather = cpu_moe_gather,
+    .moe_combine = cpu_moe_combine,
+    .moe_combine_backward = cpu_moe_combine_backward,
+    .moe_router_backward = cpu_moe_router_backward,
     .round_to_bf16 = cpu_round_to_bf16,
     .bf16_to_float = cpu_bf16_to_float,
     .round_bf16_inplace = cpu_round_bf16_inplace,
 };
 
 const ZrtKernels* zrt_kernels_cpu(void) { return &cpu_kernels; }
+
+static ZrtKernels cpu_bf16_kernels;
+static void cpu_bf16_init(void) {
+    cpu_bf16_kernels = cpu_kernels;
+    cpu_bf16_kernels.name = "cpu_bf16";
+    cpu_bf16_kernels.matmul_forward = cpu_matmul_forward_bf16;
+    cpu_bf16_kernels.matmul_backward = cpu_matmul_backward_bf16;
+}
+
+const ZrtKernels* zrt_kernels_cpu_bf16(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, cpu_bf16_init);
+    return &cpu_bf16_kernels;
+}
 
 const char* zrt_blas_select_core(char** argv) {
     const char* core = openblas_get_corename();
@@ -446,4 +647,12 @@ const char* zrt_blas_select_core(char** argv) {
  * with CUDA, kernels/cuda.cu defines this. */
 #ifndef ZIPCCL_HAVE_CUDA
 const ZrtKernels* zrt_kernels_cuda(void) { return NULL; }
+const ZrtKernels* zrt_kernels_cuda_bf16(void) { return NULL; }
+int zrt_cuda_bind(int local_rank) {
+    (void)local_rank;
+    return -1;
+}
+const char* zrt_cuda_error(void) { return "this build has no CUDA (built with NO_CUDA=1 or without nvcc)"; }
+const char* zrt_cuda_device_name(void) { return ""; }
+int zrt_cuda_device(void) { return -1; }
 #endif

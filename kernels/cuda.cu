@@ -4,10 +4,9 @@
  * the rest. Every pointer is a device pointer; everything runs on the
  * default stream of the calling thread's current device.
  *
- * Status: compiled here (no GPU on the build machines), not yet run. The
- * model (models/llama.c) still drives the CPU table and memcpy's logits, so
- * nothing in the runtime calls this table yet; it is the seam a GPU trainer
- * plugs into, written to the same conventions:
+ * The trainer runs the model on this table with runtime.device: cuda
+ * (runtime/train.c); tests/test_model.c --cuda checks every entry against
+ * the CPU table on a GPU (scripts/test_gpu.sh). Conventions:
  *   - row-major fp32; cuBLAS is column-major, so a row-major C = A B is
  *     computed as the column-major C^T = B^T A^T (operands swapped);
  *   - parameter gradients accumulate (beta = 1);
@@ -15,14 +14,28 @@
  *     gradients use one thread per channel walking rows in order, GQA sums a
  *     group's heads in head order, the loss is summed on the host in row order.
  *
- * Leaves out: fused kernels, flash-style attention, tensor-core math (cuBLAS
- * runs in CUBLAS_DEFAULT_MATH, true fp32), streams and events.
+ * Every CUDA call and launch is checked; a failure is fatal (zk_fail: file,
+ * line, CUDA's message, exit 1), since the training state after a failed
+ * kernel is undefined and the trainer has no way to go on.
+ *
+ * Two tables: fp32 (cuBLAS in CUBLAS_DEFAULT_MATH with reduced-precision
+ * reductions disallowed: true fp32, TF32 off, the CPU-matching mode) and
+ * bf16 compute (zrt_kernels_cuda_bf16: the linear layers through
+ * cublasGemmEx with bf16 operands converted on the fly and fp32
+ * accumulation, on tensor cores; everything else the fp32 table's).
+ * ZRT_CUDA_PROFILE=1 prints the device time of every entry at exit.
+ *
+ * Leaves out: fused kernels, flash-style attention (attention stores the
+ * T x T probabilities and runs its products in fp32), bf16 storage, streams
+ * and events beyond the default stream.
  */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "kernels.h"
@@ -30,14 +43,31 @@ extern "C" {
 
 namespace {
 
-cublasHandle_t handle() {
-    static cublasHandle_t h = nullptr;
-    if (!h && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "zrt cuda kernels: cublasCreate failed\n");
-        h = nullptr;
-    }
-    return h;
+char g_err[256];
+char g_name[320];
+int g_bound = -1; // the device this process uses, -1 before zrt_cuda_bind / first use
+cublasHandle_t g_handle = nullptr;
+
+[[noreturn]] void zk_fail(const char* what, const char* why, const char* file, int line) {
+    fprintf(stderr, "zrt cuda kernels: %s failed at %s:%d: %s\n", what, file, line, why);
+    fflush(stderr);
+    exit(1);
 }
+#define CK(call)                                                                          \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) zk_fail(#call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+    } while (0)
+#define CKB(call)                                                                        \
+    do {                                                                                 \
+        cublasStatus_t s_ = (call);                                                      \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
+            zk_fail(#call, cublasGetStatusString(s_), __FILE__, __LINE__);               \
+    } while (0)
+/* after every <<<...>>>: a bad launch configuration shows here */
+#define CKL(name) CK((cudaGetLastError()))
+
+cublasHandle_t handle() { return g_handle; }
 
 inline int blocks_for(size_t n, int threads) { return (int)((n + threads - 1) / threads); }
 
@@ -45,8 +75,8 @@ inline int blocks_for(size_t n, int threads) { return (int)((n + threads - 1) / 
  * column-major identity C^T = op(B)^T op(A)^T. */
 void gemm_rm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda,
              const float* B, int ldb, float beta, float* C, int ldc) {
-    cublasSgemm(handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
-                N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc);
+    CKB(cublasSgemm(handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
 }
 
 /* strided-batched version of gemm_rm: `batch` products, operand i at
@@ -54,9 +84,19 @@ void gemm_rm(bool transA, bool transB, int M, int N, int K, float alpha, const f
 void gemm_rm_batched(bool transA, bool transB, int M, int N, int K, float alpha, const float* A,
                      int lda, long long sA, const float* B, int ldb, long long sB, float beta,
                      float* C, int ldc, long long sC, int batch) {
-    cublasSgemmStridedBatched(handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sB, A,
-                              lda, sA, &beta, C, ldc, sC, batch);
+    CKB(cublasSgemmStridedBatched(handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sB,
+                                  A, lda, sA, &beta, C, ldc, sC, batch));
+}
+
+/* bf16 compute: row-major C (M, N) = alpha op(A) op(B) + beta C with A and B
+ * already bf16, fp32 accumulation and output (tensor cores) */
+void gemm_rm_bf16(bool transA, bool transB, int M, int N, int K, float alpha,
+                  const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float beta,
+                  float* C, int ldc) {
+    CKB(cublasGemmEx(handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, CUDA_R_32F,
+                     ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /* ------------------------------------------------------------- kernels */
@@ -111,12 +151,24 @@ __global__ void k_rmsnorm_bwd_x(float* dinp, const float* dout, const float* inp
         dinp[row + c] += r * w[c] * dout[row + c] - inp[row + c] * k;
 }
 
-__global__ void k_rmsnorm_bwd_w(float* dw, const float* dout, const float* inp, const float* rstd,
-                                int N, int C) {
+/* The weight gradient in two deterministic passes: partial sums over fixed
+ * chunks of RN_ROWS rows (one thread per column and chunk), then the chunks
+ * summed in order (one thread per column). The chunking depends on N alone. */
+constexpr int RN_ROWS = 128;
+__global__ void k_rmsnorm_bwd_w_part(float* part, const float* dout, const float* inp,
+                                     const float* rstd, int N, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int n0 = blockIdx.y * RN_ROWS, n1 = min(N, n0 + RN_ROWS);
+    float acc = 0.0f;
+    for (int n = n0; n < n1; n++) acc += dout[(size_t)n * C + c] * inp[(size_t)n * C + c] * rstd[n];
+    part[(size_t)blockIdx.y * C + c] = acc;
+}
+__global__ void k_rmsnorm_bwd_w_sum(float* dw, const float* part, int chunks, int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float acc = 0.0f;
-    for (int n = 0; n < N; n++) acc += dout[(size_t)n * C + c] * inp[(size_t)n * C + c] * rstd[n];
+    for (int i = 0; i < chunks; i++) acc += part[(size_t)i * C + c];
     dw[c] += acc;
 }
 
@@ -212,6 +264,131 @@ __global__ void k_crossentropy(float* dlogits, float* losses, const float* logit
     }
 }
 
+/* ---- mixture of experts: one thread per row for the routing (E and k are
+ * small), one block per row or pair for the rows of C */
+
+__global__ void k_moe_route(float* probs, int* sel_all, float* w_all, const float* logits, int N,
+                            int E, int k, int norm_topk) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    const float* l = logits + (size_t)n * E;
+    float* p = probs + (size_t)n * E;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int e = 0; e < E; e++) mx = fmaxf(mx, l[e]);
+    for (int e = 0; e < E; e++) sum += p[e] = expf(l[e] - mx);
+    const float inv = 1.0f / sum;
+    for (int e = 0; e < E; e++) p[e] *= inv;
+    int* sel = sel_all + (size_t)n * k;
+    float* w = w_all + (size_t)n * k;
+    float wsum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int i = 0; i < j; i++) taken |= sel[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[j] = best;
+        wsum += w[j] = p[best];
+    }
+    if (norm_topk)
+        for (int j = 0; j < k; j++) w[j] /= wsum;
+}
+
+/* one thread per expert, rows in order, in double: the CPU's order */
+__global__ void k_moe_prob_sum(double* acc, const float* probs, int N, int E) {
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= E) return;
+    double a = acc[e];
+    for (int n = 0; n < N; n++) a += (double)probs[(size_t)n * E + e];
+    acc[e] = a;
+}
+
+__global__ void k_moe_gather(float* xs, const float* x, const int* pos, int k, int C) {
+    const int i = blockIdx.x, r = pos[i];
+    if (r < 0) return;
+    const float* src = x + (size_t)(i / k) * C;
+    float* dst = xs + (size_t)r * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] = src[c];
+}
+
+__global__ void k_moe_combine(float* out, const float* ys, const float* w, const int* pos, int k,
+                              int C) {
+    const int n = blockIdx.x;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float o = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int r = pos[n * k + j];
+            if (r < 0) continue;
+            o += (w ? w[n * k + j] : 1.0f) * ys[(size_t)r * C + c];
+        }
+        out[(size_t)n * C + c] = o;
+    }
+}
+
+/* one block per pair: dys row and the dot product (a fixed block tree) */
+__global__ void k_moe_combine_bwd(float* dw, float* dys, const float* dout, const float* ys,
+                                  const float* w, const int* pos, int k, int C) {
+    __shared__ float sh[32];
+    const int i = blockIdx.x, r = pos[i];
+    if (r < 0) {
+        if (threadIdx.x == 0) dw[i] = 0.0f;
+        return;
+    }
+    const float* g = dout + (size_t)(i / k) * C;
+    const float* y = ys + (size_t)r * C;
+    float* dy = dys + (size_t)r * C;
+    const float wj = w[i];
+    float dot = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        dot += g[c] * y[c];
+        dy[c] = wj * g[c];
+    }
+    dot = block_sum(dot, sh);
+    if (threadIdx.x == 0) dw[i] = dot;
+}
+
+__global__ void k_moe_router_bwd(float* dlogits, const float* probs, const int* sel_all,
+                                 const float* w_all, const float* dw_all, const float* aux, int N,
+                                 int E, int k, int norm_topk) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    const float* pr = probs + (size_t)n * E;
+    const int* sel = sel_all + (size_t)n * k;
+    const float *w = w_all + (size_t)n * k, *dw = dw_all + (size_t)n * k;
+    float* dl = dlogits + (size_t)n * E;
+    for (int e = 0; e < E; e++) dl[e] = aux[e];
+    if (norm_topk) {
+        float s = 0.0f, dot = 0.0f;
+        for (int j = 0; j < k; j++) {
+            s += pr[sel[j]];
+            dot += dw[j] * w[j];
+        }
+        for (int j = 0; j < k; j++) dl[sel[j]] += (dw[j] - dot) / s;
+    } else {
+        for (int j = 0; j < k; j++) dl[sel[j]] += dw[j];
+    }
+    float dp = 0.0f;
+    for (int e = 0; e < E; e++) dp += dl[e] * pr[e];
+    for (int e = 0; e < E; e++) dl[e] = pr[e] * (dl[e] - dp);
+}
+
+/* (B, T, H, hd) <-> (B, H, T, hd), one thread per element */
+__global__ void k_bthd_to_bhtd(float* dst, const float* src, int B, int T, int H, int hd) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * T * H * hd) return;
+    const size_t d = i % hd, h = (i / hd) % H, t = (i / ((size_t)hd * H)) % T,
+                 b = i / ((size_t)hd * H * T);
+    dst[((b * H + h) * T + t) * hd + d] = src[i];
+}
+__global__ void k_bhtd_to_bthd(float* dst, const float* src, int B, int T, int H, int hd) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * T * H * hd) return;
+    const size_t d = i % hd, h = (i / hd) % H, t = (i / ((size_t)hd * H)) % T,
+                 b = i / ((size_t)hd * H * T);
+    dst[i] = src[((b * H + h) * T + t) * hd + d];
+}
+
 __global__ void k_add(float* out, const float* a, const float* b, size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i];
@@ -227,65 +404,211 @@ __global__ void k_from_bf16(float* out, const uint16_t* in, size_t n) {
     if (i < n) out[i] = zipcclBf16ToFloat(in[i]);
 }
 
+__global__ void k_to_nv_bf16(__nv_bfloat16* out, const float* in, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __ushort_as_bfloat16(zipcclFloatToBf16(in[i]));
+}
+
 __global__ void k_round_bf16(float* x, size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = zipcclBf16ToFloat(zipcclFloatToBf16(x[i]));
 }
 
+/* ---- ZRT_CUDA_PROFILE=1: the device time of every table entry (events
+ * around each call, synchronized: it serializes the device, so it is a
+ * diagnostic, not a mode to train in), printed at exit to stderr. */
+#define ZK_PROF_ENTRIES(X) X(matmul_forward) X(matmul_backward) X(rmsnorm_forward) \
+    X(rmsnorm_backward) X(rope_table) X(rope_forward) X(rope_backward) X(attention_forward) \
+    X(attention_backward) X(swiglu_forward) X(swiglu_backward) X(embedding_forward) \
+    X(embedding_backward) X(crossentropy_forward_backward) X(moe_route) X(moe_prob_sum) \
+    X(moe_gather) X(moe_combine) X(moe_combine_backward) X(moe_router_backward) X(add) X(zero) \
+    X(upload) X(download) X(copy) X(memset0) X(round_to_bf16) X(bf16_to_float) \
+    X(round_bf16_inplace)
+enum ProfId {
+#define ZK_PROF_ID(n) P_##n,
+    ZK_PROF_ENTRIES(ZK_PROF_ID)
+#undef ZK_PROF_ID
+    P_N
+};
+const char* const kProfName[P_N] = {
+#define ZK_PROF_NAME(n) #n,
+    ZK_PROF_ENTRIES(ZK_PROF_NAME)
+#undef ZK_PROF_NAME
+};
+struct Prof {
+    int on;
+    cudaEvent_t a, b;
+    double ms[P_N];
+    long long calls[P_N];
+} g_prof;
+
+void prof_print() {
+    double total = 0;
+    for (int i = 0; i < P_N; i++) total += g_prof.ms[i];
+    fprintf(stderr, "zrt cuda profile (ZRT_CUDA_PROFILE=1): %.1f ms of device time in table calls\n",
+            total);
+    int order[P_N];
+    for (int i = 0; i < P_N; i++) order[i] = i;
+    for (int i = 0; i < P_N; i++)
+        for (int j = i + 1; j < P_N; j++)
+            if (g_prof.ms[order[j]] > g_prof.ms[order[i]]) {
+                const int t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+    for (int r = 0; r < P_N; r++) {
+        const int i = order[r];
+        if (!g_prof.calls[i]) continue;
+        fprintf(stderr, "  %-30s %9lld calls %10.1f ms %5.1f%%\n", kProfName[i], g_prof.calls[i],
+                g_prof.ms[i], total > 0 ? 100.0 * g_prof.ms[i] / total : 0.0);
+    }
+}
+
+void prof_start() {
+    const char* e = getenv("ZRT_CUDA_PROFILE");
+    if (!e || !*e || !strcmp(e, "0")) return;
+    CK(cudaEventCreate(&g_prof.a));
+    CK(cudaEventCreate(&g_prof.b));
+    g_prof.on = 1;
+    atexit(prof_print);
+}
+
+struct ProfScope {
+    int id;
+    explicit ProfScope(int i) : id(i) {
+        if (g_prof.on) CK(cudaEventRecord(g_prof.a, 0));
+    }
+    ~ProfScope() {
+        if (!g_prof.on) return;
+        float ms = 0;
+        CK(cudaEventRecord(g_prof.b, 0));
+        CK(cudaEventSynchronize(g_prof.b));
+        CK(cudaEventElapsedTime(&ms, g_prof.a, g_prof.b));
+        g_prof.ms[id] += ms;
+        g_prof.calls[id]++;
+    }
+};
+#define PROF(name) ProfScope prof_scope_(P_##name)
+
 /* ------------------------------------------------------- table entries */
 
 void cu_matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC) {
+    PROF(matmul_forward);
     gemm_rm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);
 }
 
 void cu_matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                         const float* weight, int N, int IC, int OC, int accumulate) {
+    PROF(matmul_backward);
     if (dinp)
         gemm_rm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, accumulate ? 1.0f : 0.0f,
                 dinp, IC);
     if (dweight) gemm_rm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
 }
 
+/* bf16 copies of the operands, in three device buffers that grow */
+const __nv_bfloat16* bf16_operand(int slot, const float* x, size_t n) {
+    static __nv_bfloat16* buf[3];
+    static size_t cap[3];
+    if (n > cap[slot]) {
+        if (buf[slot]) CK(cudaFree(buf[slot]));
+        CK(cudaMalloc(&buf[slot], n * sizeof(__nv_bfloat16)));
+        cap[slot] = n;
+    }
+    k_to_nv_bf16<<<blocks_for(n, 256), 256>>>(buf[slot], x, n);
+    CKL(k_to_nv_bf16);
+    return buf[slot];
+}
+
+void cu_matmul_forward_bf16(float* out, const float* inp, const float* weight, int N, int IC,
+                            int OC) {
+    PROF(matmul_forward);
+    const __nv_bfloat16* a = bf16_operand(0, inp, (size_t)N * IC);
+    const __nv_bfloat16* w = bf16_operand(1, weight, (size_t)OC * IC);
+    gemm_rm_bf16(false, true, N, OC, IC, 1.0f, a, IC, w, IC, 0.0f, out, OC);
+}
+
+void cu_matmul_backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
+                             const float* weight, int N, int IC, int OC, int accumulate) {
+    PROF(matmul_backward);
+    const __nv_bfloat16* g = bf16_operand(0, dout, (size_t)N * OC);
+    if (dinp) {
+        const __nv_bfloat16* w = bf16_operand(1, weight, (size_t)OC * IC);
+        gemm_rm_bf16(false, false, N, IC, OC, 1.0f, g, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp,
+                     IC);
+    }
+    if (dweight) {
+        const __nv_bfloat16* a = bf16_operand(2, inp, (size_t)N * IC);
+        gemm_rm_bf16(true, false, OC, IC, N, 1.0f, g, OC, a, IC, 1.0f, dweight, IC);
+    }
+}
+
 void cu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                         int C, float eps) {
+    PROF(rmsnorm_forward);
     k_rmsnorm_fwd<<<N, 256>>>(out, rstd, inp, weight, C, eps);
+    CKL(k_rmsnorm_fwd);
 }
 
 void cu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                          const float* weight, const float* rstd, int N, int C) {
+    PROF(rmsnorm_backward);
     k_rmsnorm_bwd_x<<<N, 256>>>(dinp, dout, inp, weight, rstd, C);
-    k_rmsnorm_bwd_w<<<blocks_for(C, 256), 256>>>(dweight, dout, inp, rstd, N, C);
+    CKL(k_rmsnorm_bwd_x);
+    static float* part = nullptr; // grows, kept for the process (a few hundred KB)
+    static size_t part_cap = 0;
+    const int chunks = (N + RN_ROWS - 1) / RN_ROWS;
+    if (chunks > 65535) zk_fail("rmsnorm_backward", "more than 65535 * 128 rows", __FILE__, __LINE__);
+    if ((size_t)chunks * C > part_cap) {
+        if (part) CK(cudaFree(part));
+        part_cap = (size_t)chunks * C;
+        CK(cudaMalloc(&part, part_cap * sizeof(float)));
+    }
+    k_rmsnorm_bwd_w_part<<<dim3(blocks_for(C, 64), chunks), 64>>>(part, dout, inp, rstd, N, C);
+    CKL(k_rmsnorm_bwd_w_part);
+    k_rmsnorm_bwd_w_sum<<<blocks_for(C, 128), 128>>>(dweight, part, chunks, C);
+    CKL(k_rmsnorm_bwd_w_sum);
 }
 
 void cu_rope_table(float* cos_sin, int T, int hd, float theta) {
+    PROF(rope_table);
     // tiny: computed on the host in double, like the CPU table, then copied
     const size_t n = (size_t)T * hd;
     float* h = (float*)malloc(n * sizeof(float));
-    if (!h) return;
+    if (!h) zk_fail("rope_table", "out of host memory", __FILE__, __LINE__);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < hd / 2; i++) {
             const double a = (double)t * pow((double)theta, -2.0 * i / (double)hd);
             h[((size_t)t * (hd / 2) + i) * 2] = (float)cos(a);
             h[((size_t)t * (hd / 2) + i) * 2 + 1] = (float)sin(a);
         }
-    cudaMemcpy(cos_sin, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    CK(cudaMemcpy(cos_sin, h, n * sizeof(float), cudaMemcpyHostToDevice));
     free(h);
 }
 
 void cu_rope_forward(float* x, const float* cs, int B, int T, int NH, int hd) {
+    PROF(rope_forward);
     const size_t n = (size_t)B * T * NH * (hd / 2);
     k_rope<<<blocks_for(n, 256), 256>>>(x, cs, B, T, NH, hd, 1.0f);
+    CKL(k_rope);
 }
 
 void cu_rope_backward(float* dx, const float* cs, int B, int T, int NH, int hd) {
+    PROF(rope_backward);
     const size_t n = (size_t)B * T * NH * (hd / 2);
     k_rope<<<blocks_for(n, 256), 256>>>(dx, cs, B, T, NH, hd, -1.0f);
+    CKL(k_rope);
 }
 
-size_t cu_attention_scratch_floats(int B, int T, int KV) { return (size_t)B * KV * T * T; }
+/* dS (B, H, T, T) | dO, Q and dQ head-major (B, H, T, hd) each */
+size_t cu_attention_scratch_floats(int B, int T, int H, int KV, int hd) {
+    (void)KV;
+    return (size_t)B * H * T * T + 3 * (size_t)B * H * T * hd;
+}
 
 void cu_attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
                           int B, int T, int H, int KV, int hd, float* scratch) {
+    PROF(attention_forward);
     (void)scratch;
     const int rep = H / KV, ldq = H * hd, ldkv = KV * hd;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -300,6 +623,7 @@ void cu_attention_forward(float* out, float* att, const float* q, const float* k
                             (long long)T * T, rep);
         }
     k_causal_softmax<<<B * H * T, 128>>>(att, T);
+    CKL(k_causal_softmax);
     for (int b = 0; b < B; b++)
         for (int g = 0; g < KV; g++) {
             const float* vg = v + (size_t)b * T * ldkv + (size_t)g * hd;
@@ -310,97 +634,241 @@ void cu_attention_forward(float* out, float* att, const float* q, const float* k
         }
 }
 
+/* The backward per (batch, kv group) as whole-group GEMMs: with dO and Q
+ * head-major, the rep query heads of group g are one (rep*T, hd) matrix, so
+ *   dP_g (rep*T, T) = dO_g V_g^T          dQ_g (rep*T, hd) = dS_g K_g
+ *   dV_g (T, hd)    = P_g^T dO_g          dK_g (T, hd)     = dS_g^T Q_g
+ * are four GEMMs (strided-batched over the KV groups of a batch element),
+ * the sums over a group's heads inside cuBLAS's own fixed order. */
 void cu_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
                            const float* q, const float* k, const float* v, int B, int T, int H,
                            int KV, int hd, float* scratch) {
-    const int rep = H / KV, ldq = H * hd, ldkv = KV * hd;
+    PROF(attention_backward);
+    const int rep = H / KV, ldkv = KV * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int b = 0; b < B; b++)
-        for (int g = 0; g < KV; g++) {
-            const size_t bq = (size_t)b * T * ldq, bkv = (size_t)b * T * ldkv + (size_t)g * hd;
-            float* ds = scratch + ((size_t)b * KV + g) * T * T;
-            for (int r = 0; r < rep; r++) { // head order: a fixed sum order for dK, dV
-                const int h = g * rep + r;
-                const float beta = r == 0 ? 0.0f : 1.0f;
-                const float* p = att + ((size_t)b * H + h) * T * T;
-                const float* doh = dout + bq + (size_t)h * hd;
-                gemm_rm(true, false, T, hd, T, 1.0f, p, T, doh, ldq, beta, dv + bkv, ldkv);
-                gemm_rm(false, true, T, T, hd, 1.0f, doh, ldq, v + bkv, ldkv, 0.0f, ds, T);
-                k_softmax_bwd<<<T, 128>>>(ds, p, T, scale);
-                gemm_rm(false, false, T, hd, T, 1.0f, ds, T, k + bkv, ldkv, 0.0f,
-                        dq + bq + (size_t)h * hd, ldq);
-                gemm_rm(true, false, T, hd, T, 1.0f, ds, T, q + bq + (size_t)h * hd, ldq, beta,
-                        dk + bkv, ldkv);
-            }
-        }
+    const size_t TT = (size_t)T * T, Thd = (size_t)T * hd, n = (size_t)B * T * H * hd;
+    float* dS = scratch;                       // (B, H, T, T)
+    float* dOh = dS + (size_t)B * H * TT;      // (B, H, T, hd)
+    float* Qh = dOh + n;
+    float* dQh = Qh + n;
+    k_bthd_to_bhtd<<<blocks_for(n, 256), 256>>>(dOh, dout, B, T, H, hd);
+    CKL(k_bthd_to_bhtd);
+    k_bthd_to_bhtd<<<blocks_for(n, 256), 256>>>(Qh, q, B, T, H, hd);
+    CKL(k_bthd_to_bhtd);
+    for (int b = 0; b < B; b++) { // dP for every group of batch element b
+        const size_t bh = (size_t)b * H;
+        gemm_rm_batched(false, true, rep * T, T, hd, 1.0f, dOh + bh * Thd, hd, (long long)rep * Thd,
+                        v + (size_t)b * T * ldkv, ldkv, hd, 0.0f, dS + bh * TT, T,
+                        (long long)rep * TT, KV);
+    }
+    k_softmax_bwd<<<B * H * T, 128>>>(dS, att, T, scale);
+    CKL(k_softmax_bwd);
+    for (int b = 0; b < B; b++) {
+        const size_t bh = (size_t)b * H, bkv = (size_t)b * T * ldkv;
+        gemm_rm_batched(false, false, rep * T, hd, T, 1.0f, dS + bh * TT, T, (long long)rep * TT,
+                        k + bkv, ldkv, hd, 0.0f, dQh + bh * Thd, hd, (long long)rep * Thd, KV);
+        gemm_rm_batched(true, false, T, hd, rep * T, 1.0f, att + bh * TT, T, (long long)rep * TT,
+                        dOh + bh * Thd, hd, (long long)rep * Thd, 0.0f, dv + bkv, ldkv, hd, KV);
+        gemm_rm_batched(true, false, T, hd, rep * T, 1.0f, dS + bh * TT, T, (long long)rep * TT,
+                        Qh + bh * Thd, hd, (long long)rep * Thd, 0.0f, dk + bkv, ldkv, hd, KV);
+    }
+    k_bhtd_to_bthd<<<blocks_for(n, 256), 256>>>(dq, dQh, B, T, H, hd);
+    CKL(k_bhtd_to_bthd);
 }
 
 void cu_swiglu_forward(float* h, const float* gate, const float* up, int N, int F) {
+    PROF(swiglu_forward);
     const size_t n = (size_t)N * F;
     k_swiglu_fwd<<<blocks_for(n, 256), 256>>>(h, gate, up, n);
+    CKL(k_swiglu_fwd);
 }
 
 void cu_swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
                         const float* up, int N, int F) {
+    PROF(swiglu_backward);
     const size_t n = (size_t)N * F;
     k_swiglu_bwd<<<blocks_for(n, 256), 256>>>(dgate, dup, dh, gate, up, n);
+    CKL(k_swiglu_bwd);
 }
 
 void cu_embedding_forward(float* out, const int* tokens, const float* table, int N, int C) {
+    PROF(embedding_forward);
     k_embedding_fwd<<<blocks_for((size_t)N * C, 256), 256>>>(out, tokens, table, N, C);
+    CKL(k_embedding_fwd);
 }
 
 void cu_embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C) {
+    PROF(embedding_backward);
     k_embedding_bwd<<<blocks_for(C, 128), 128>>>(dtable, dout, tokens, N, C);
+    CKL(k_embedding_bwd);
 }
 
 double cu_crossentropy_forward_backward(float* dlogits, float* losses, const float* logits,
                                         const int* targets, int N, int V, float dscale,
                                         int* count) {
+    PROF(crossentropy_forward_backward);
     k_crossentropy<<<N, 256>>>(dlogits, losses, logits, targets, V, dscale);
+    CKL(k_crossentropy);
     // the sum in row order on the host, like the CPU backend
     float* hl = (float*)malloc((size_t)N * sizeof(float));
     int* ht = (int*)malloc((size_t)N * sizeof(int));
+    if (!hl || !ht) zk_fail("crossentropy", "out of host memory", __FILE__, __LINE__);
+    CK(cudaMemcpy(hl, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ht, targets, (size_t)N * sizeof(int), cudaMemcpyDeviceToHost));
     double total = 0.0;
     int counted = 0;
-    if (hl && ht && cudaMemcpy(hl, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost) ==
-                        cudaSuccess &&
-        cudaMemcpy(ht, targets, (size_t)N * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess) {
-        for (int n = 0; n < N; n++)
-            if (ht[n] >= 0) {
-                total += hl[n];
-                counted++;
-            }
-    } else {
-        total = NAN;
-    }
+    for (int n = 0; n < N; n++)
+        if (ht[n] >= 0) {
+            total += hl[n];
+            counted++;
+        }
     free(hl);
     free(ht);
     *count = counted;
     return total;
 }
 
-void cu_add(float* out, const float* a, const float* b, size_t n) {
-    k_add<<<blocks_for(n, 256), 256>>>(out, a, b, n);
+void cu_moe_route(float* probs, int* sel, float* w, const float* logits, int N, int E, int k,
+                  int norm_topk) {
+    PROF(moe_route);
+    if (N <= 0) return;
+    k_moe_route<<<blocks_for(N, 128), 128>>>(probs, sel, w, logits, N, E, k, norm_topk);
+    CKL(k_moe_route);
 }
 
-void cu_zero(float* x, size_t n) { cudaMemset(x, 0, n * sizeof(float)); }
+void cu_moe_prob_sum(double* acc, const float* probs, int N, int E) {
+    PROF(moe_prob_sum);
+    // acc is host memory: up, add in the CPU's order, down
+    double* d = nullptr;
+    CK(cudaMalloc(&d, (size_t)E * sizeof(double)));
+    CK(cudaMemcpy(d, acc, (size_t)E * sizeof(double), cudaMemcpyHostToDevice));
+    k_moe_prob_sum<<<blocks_for(E, 128), 128>>>(d, probs, N, E);
+    CKL(k_moe_prob_sum);
+    CK(cudaMemcpy(acc, d, (size_t)E * sizeof(double), cudaMemcpyDeviceToHost));
+    CK(cudaFree(d));
+}
+
+void cu_moe_gather(float* xs, const float* x, const int* pos, int N, int k, int C) {
+    PROF(moe_gather);
+    if (N <= 0) return;
+    k_moe_gather<<<N * k, 128>>>(xs, x, pos, k, C);
+    CKL(k_moe_gather);
+}
+
+void cu_moe_combine(float* out, const float* ys, const float* w, const int* pos, int N, int k,
+                    int C) {
+    PROF(moe_combine);
+    if (N <= 0) return;
+    k_moe_combine<<<N, 128>>>(out, ys, w, pos, k, C);
+    CKL(k_moe_combine);
+}
+
+void cu_moe_combine_backward(float* dw, float* dys, const float* dout, const float* ys,
+                             const float* w, const int* pos, int N, int k, int C) {
+    PROF(moe_combine_backward);
+    if (N <= 0) return;
+    k_moe_combine_bwd<<<N * k, 128>>>(dw, dys, dout, ys, w, pos, k, C);
+    CKL(k_moe_combine_bwd);
+}
+
+void cu_moe_router_backward(float* dlogits, const float* probs, const int* sel, const float* w,
+                            const float* dw, const float* aux, int N, int E, int k,
+                            int norm_topk) {
+    PROF(moe_router_backward);
+    if (N <= 0) return;
+    k_moe_router_bwd<<<blocks_for(N, 128), 128>>>(dlogits, probs, sel, w, dw, aux, N, E, k,
+                                                  norm_topk);
+    CKL(k_moe_router_bwd);
+}
+
+void cu_add(float* out, const float* a, const float* b, size_t n) {
+    PROF(add);
+    k_add<<<blocks_for(n, 256), 256>>>(out, a, b, n);
+    CKL(k_add);
+}
+
+void cu_zero(float* x, size_t n) {
+    PROF(zero);
+    if (n) CK(cudaMemset(x, 0, n * sizeof(float)));
+}
+
+/* ------------------------------------------------------------- memory */
+
+void* cu_alloc(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError(); // out of memory is the caller's to report, not sticky
+        return nullptr;
+    }
+    return p;
+}
+void cu_free(void* p) {
+    if (p) CK(cudaFree(p));
+}
+void* cu_host_alloc(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return nullptr;
+    }
+    return p;
+}
+void cu_host_free(void* p) {
+    if (p) CK(cudaFreeHost(p));
+}
+void cu_upload(void* dst, const void* src, size_t bytes) {
+    PROF(upload);
+    if (bytes) CK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+void cu_download(void* dst, const void* src, size_t bytes) {
+    PROF(download);
+    if (bytes) CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+void cu_copy(void* dst, const void* src, size_t bytes) {
+    PROF(copy);
+    if (bytes) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+}
+void cu_memset0(void* p, size_t bytes) {
+    PROF(memset0);
+    if (bytes) CK(cudaMemsetAsync(p, 0, bytes, 0));
+}
+void cu_synchronize(void) { CK(cudaDeviceSynchronize()); }
+int cu_mem_info(size_t* free_bytes, size_t* total_bytes) {
+    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? 0 : -1;
+}
 
 void cu_round_to_bf16(uint16_t* out, const float* in, size_t n) {
+    PROF(round_to_bf16);
     k_to_bf16<<<blocks_for(n, 256), 256>>>(out, in, n);
+    CKL(k_to_bf16);
 }
 
 void cu_bf16_to_float(float* out, const uint16_t* in, size_t n) {
+    PROF(bf16_to_float);
     k_from_bf16<<<blocks_for(n, 256), 256>>>(out, in, n);
+    CKL(k_from_bf16);
 }
 
 void cu_round_bf16_inplace(float* x, size_t n) {
+    PROF(round_bf16_inplace);
     k_round_bf16<<<blocks_for(n, 256), 256>>>(x, n);
+    CKL(k_round_bf16);
 }
 
 ZrtKernels make_table() {
     ZrtKernels t;
     t.name = "cuda";
+    t.host_memory = 0;
+    t.alloc = cu_alloc;
+    t.free = cu_free;
+    t.host_alloc = cu_host_alloc;
+    t.host_free = cu_host_free;
+    t.upload = cu_upload;
+    t.download = cu_download;
+    t.copy = cu_copy;
+    t.memset0 = cu_memset0;
+    t.synchronize = cu_synchronize;
+    t.mem_info = cu_mem_info;
     t.matmul_forward = cu_matmul_forward;
     t.matmul_backward = cu_matmul_backward;
     t.rmsnorm_forward = cu_rmsnorm_forward;
@@ -416,6 +884,12 @@ ZrtKernels make_table() {
     t.embedding_forward = cu_embedding_forward;
     t.embedding_backward = cu_embedding_backward;
     t.crossentropy_forward_backward = cu_crossentropy_forward_backward;
+    t.moe_route = cu_moe_route;
+    t.moe_prob_sum = cu_moe_prob_sum;
+    t.moe_gather = cu_moe_gather;
+    t.moe_combine = cu_moe_combine;
+    t.moe_combine_backward = cu_moe_combine_backward;
+    t.moe_router_backward = cu_moe_router_backward;
     t.add = cu_add;
     t.zero = cu_zero;
     t.round_to_bf16 = cu_round_to_bf16;
@@ -426,11 +900,60 @@ ZrtKernels make_table() {
 
 const ZrtKernels cuda_table = make_table();
 
+ZrtKernels make_table_bf16() {
+    ZrtKernels t = make_table();
+    t.name = "cuda_bf16";
+    t.matmul_forward = cu_matmul_forward_bf16;
+    t.matmul_backward = cu_matmul_backward_bf16;
+    return t;
+}
+const ZrtKernels cuda_table_bf16 = make_table_bf16();
+
 } // namespace
 
-/* NULL when no device is visible, so a caller can fall back to the CPU. */
-extern "C" const ZrtKernels* zrt_kernels_cuda(void) {
+extern "C" int zrt_cuda_bind(int local_rank) {
+    if (g_bound >= 0) return 0;
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return NULL;
-    return handle() ? &cuda_table : NULL;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(g_err, sizeof g_err, "no usable CUDA device (cudaGetDeviceCount: %s, %d devices)",
+                 cudaGetErrorString(e), n);
+        return -1;
+    }
+    const int dev = (local_rank < 0 ? 0 : local_rank) % n;
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
+        snprintf(g_err, sizeof g_err, "CUDA device %d of %d: %s", dev, n, cudaGetErrorString(e));
+        return -1;
+    }
+    cublasStatus_t st = cublasCreate(&g_handle);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        snprintf(g_err, sizeof g_err, "cublasCreate on device %d: %s", dev,
+                 cublasGetStatusString(st));
+        g_handle = nullptr;
+        return -1;
+    }
+    // true fp32: no TF32, no reduced-precision reductions (the CPU-matching mode)
+    cublasSetMathMode(g_handle, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                               CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    snprintf(g_name, sizeof g_name, "%s (device %d of %d)", prop.name, dev, n);
+    prof_start();
+    g_bound = dev;
+    g_err[0] = 0;
+    return 0;
 }
+
+/* NULL when no device is usable, with the reason in zrt_cuda_error(). */
+extern "C" const ZrtKernels* zrt_kernels_cuda(void) {
+    if (g_bound < 0 && zrt_cuda_bind(0)) return NULL;
+    return &cuda_table;
+}
+
+extern "C" const ZrtKernels* zrt_kernels_cuda_bf16(void) {
+    return zrt_kernels_cuda() ? &cuda_table_bf16 : NULL;
+}
+
+extern "C" const char* zrt_cuda_error(void) { return g_err; }
+extern "C" const char* zrt_cuda_device_name(void) { return g_bound >= 0 ? g_name : ""; }
+extern "C" int zrt_cuda_device(void) { return g_bound; }

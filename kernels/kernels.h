@@ -2,9 +2,14 @@
  * kernels.h — the compute kernels the models call, as a backend table.
  *
  * A backend is a struct of function pointers (ggml-style): the model code
- * calls kernels through zrt_kernels_cpu() today and a CUDA table can slot in
- * with the same signatures, so models/ never branches on the device. Every
- * pointer argument is a device pointer of that backend (host memory for CPU).
+ * calls every kernel through the table it was given (CPU, guarded CPU or
+ * CUDA), so models/ never branches on the device. Every pointer argument is
+ * a pointer of that backend's memory, which models/ and runtime/ obtain and
+ * move only through the table's memory entries (alloc, upload, download,
+ * ...): the host reads backend memory only at the edges (the batch in; the
+ * loss, logits for checks, gradients and parameters to the host side of
+ * FSDP out). The guarded CPU backend (zrt_kernels_cpu_guarded) makes that a
+ * rule the tests enforce: outside a table call its memory cannot be touched.
  *
  * Conventions (shared by every backend):
  *   - fp32 everywhere; N = number of token rows (B*T), row-major tensors.
@@ -22,8 +27,9 @@
  *     theta^(-2i/hd) and position t = index within the sequence.
  *
  * What this leaves out: no bias terms, no dropout, no fused kernels beyond
- * softmax+cross-entropy, no KV cache (training only), no half-precision
- * compute (bf16 is only a storage format here: see the rounding helpers).
+ * softmax+cross-entropy, no KV cache (training only), no bf16 storage of
+ * activations or weights (bf16 compute tables below round the linear
+ * layers' operands on the fly).
  */
 #ifndef KERNELS_KERNELS_H
 #define KERNELS_KERNELS_H
@@ -32,8 +38,26 @@
 
 #include "zipccl_float.h"
 
-typedef struct {
-    const char* name; /* "cpu", "cuda" */
+typedef struct ZrtKernels_ {
+    const char* name; /* "cpu", "cpu_guarded", "cuda" */
+
+    /* ---- memory. A backend pointer is touched only through these entries
+     * and the kernels below. Copies and memsets are ordered with the kernels
+     * (one stream); download and synchronize return when the data is there. */
+    int host_memory; /* 1: backend memory is plain host memory (the CPU table) */
+    void* (*alloc)(size_t bytes);                               /* NULL: out of memory */
+    void (*free)(void* p);                                      /* NULL: nothing */
+    /* Host memory the backend copies to and from fastest (pinned, for CUDA);
+     * plain malloc for the CPU tables. */
+    void* (*host_alloc)(size_t bytes);
+    void (*host_free)(void* p);
+    void (*upload)(void* dst, const void* src, size_t bytes);   /* host -> backend */
+    void (*download)(void* dst, const void* src, size_t bytes); /* backend -> host */
+    void (*copy)(void* dst, const void* src, size_t bytes);     /* backend -> backend */
+    void (*memset0)(void* p, size_t bytes);                     /* p[0..bytes) = 0 */
+    void (*synchronize)(void);
+    /* Free and total bytes of the backend's memory; 0, or -1 when unknown. */
+    int (*mem_info)(size_t* free_bytes, size_t* total_bytes);
 
     /* out (N, OC) = inp (N, IC) @ weight (OC, IC)^T */
     void (*matmul_forward)(float* out, const float* inp, const float* weight, int N, int IC,
@@ -60,14 +84,14 @@ typedef struct {
      * q (B, T, H, hd), k, v (B, T, KV, hd); head h reads kv head h / (H/KV).
      * out (B, T, H, hd); att (B, H, T, T) receives the probabilities (the
      * upper triangle is written as 0) and is all the backward needs.
-     * scratch: attention_scratch_floats(B, T, KV) floats. */
+     * scratch: attention_scratch_floats(B, T, H, KV, hd) floats. */
     void (*attention_forward)(float* out, float* att, const float* q, const float* k,
                               const float* v, int B, int T, int H, int KV, int hd, float* scratch);
     /* dq (B, T, H, hd), dk, dv (B, T, KV, hd) are overwritten. */
     void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout,
                                const float* att, const float* q, const float* k, const float* v,
                                int B, int T, int H, int KV, int hd, float* scratch);
-    size_t (*attention_scratch_floats)(int B, int T, int KV);
+    size_t (*attention_scratch_floats)(int B, int T, int H, int KV, int hd);
 
     /* h (N, F) = silu(gate) * up */
     void (*swiglu_forward)(float* h, const float* gate, const float* up, int N, int F);
@@ -95,6 +119,34 @@ typedef struct {
     void (*add)(float* out, const float* a, const float* b, size_t n);
     void (*zero)(float* x, size_t n);
 
+    /* ---- mixture of experts (models/moe.c). A "pair" is (token n, slot j),
+     * i = n * k + j; pos (N*k) is each pair's row in the expert-major order,
+     * -1 for a pair the capacity limit dropped. */
+    /* probs (N, E) = softmax(logits) per row (fp32); sel (N, k) the k most
+     * probable experts, descending, ties to the lower index; w (N, k) their
+     * probabilities, divided by their sum when norm_topk. */
+    void (*moe_route)(float* probs, int* sel, float* w, const float* logits, int N, int E, int k,
+                      int norm_topk);
+    /* acc (E) is HOST memory: acc[e] += sum over rows of probs[n, e], in
+     * double, rows in order (the load-balancing statistics). */
+    void (*moe_prob_sum)(double* acc, const float* probs, int N, int E);
+    /* xs (rows, C): xs[pos[i]] = x[i / k] for every kept pair. */
+    void (*moe_gather)(float* xs, const float* x, const int* pos, int N, int k, int C);
+    /* out (N, C) = sum over kept slots j, in order, of w[n, j] * ys[pos[n, j]]
+     * (w NULL: weight 1, the sum the backward needs). */
+    void (*moe_combine)(float* out, const float* ys, const float* w, const int* pos, int N, int k,
+                        int C);
+    /* The combine's backward: dw (N, k) = <dout[n], ys[pos]> (0 for a
+     * dropped pair), dys[pos] = w[n, j] * dout[n]. */
+    void (*moe_combine_backward)(float* dw, float* dys, const float* dout, const float* ys,
+                                 const float* w, const int* pos, int N, int k, int C);
+    /* dlogits (N, E): the router's softmax backward from dw (N, k) through
+     * the top-k weights (renormalised or not), plus the load-balancing
+     * term aux (E) on every row (models/moe.c has the formula). */
+    void (*moe_router_backward)(float* dlogits, const float* probs, const int* sel, const float* w,
+                                const float* dw, const float* aux, int N, int E, int k,
+                                int norm_topk);
+
     /* Round fp32 -> bf16 (round to nearest, ties to even; NaN stays NaN). */
     void (*round_to_bf16)(uint16_t* out, const float* in, size_t n);
     void (*bf16_to_float)(float* out, const uint16_t* in, size_t n);
@@ -119,8 +171,44 @@ const ZrtKernels* zrt_kernels_cpu(void);
  * re-exec happened or it failed) the OpenBLAS core name in use. */
 const char* zrt_blas_select_core(char** argv);
 
-/* The CUDA backend, or NULL when the build has no CUDA. */
+/* The guarded CPU backend: the CPU kernels, with memory the host cannot
+ * touch outside a table call. Every allocation is its own mapping, kept
+ * PROT_NONE except while a table call runs, so a host dereference of
+ * "device" memory anywhere in models/ or runtime/ dies with SIGSEGV on a
+ * machine without a GPU, as it would (later, and less clearly) on a GPU.
+ * Same kernels, same bits as zrt_kernels_cpu(). Not thread-safe: one
+ * compute thread calls it (the trainer's). */
+const ZrtKernels* zrt_kernels_cpu_guarded(void);
+/* The same guard over another host table (cpu or cpu_bf16); one base per
+ * process. NULL when base is not host memory. */
+const ZrtKernels* zrt_kernels_guarded(const ZrtKernels* base);
+
+/* bf16 compute (model.compute: bf16): the linear layers (matmul_forward /
+ * matmul_backward) multiply bf16 operands with fp32 accumulation and fp32
+ * outputs; every other entry is the fp32 table's. The CPU twin rounds the
+ * operands to bf16 and runs SGEMM (each product of bf16 values is exact in
+ * fp32), the reference of the CUDA table's tensor-core GEMMs (cublasGemmEx,
+ * bf16 in, fp32 compute). Attention's own products stay fp32. */
+const ZrtKernels* zrt_kernels_cpu_bf16(void);
+const ZrtKernels* zrt_kernels_cuda_bf16(void); /* NULL as zrt_kernels_cuda */
+
+/* The CUDA backend, or NULL when the build has no CUDA or no device is
+ * usable (why: zrt_cuda_error()). The first call binds the calling
+ * process to device `local_rank % device count` (zrt_cuda_bind, which a
+ * trainer calls first with its node-local rank; 0 otherwise). Kernels run
+ * on one stream of that device; a failed CUDA call or launch inside a
+ * kernel entry is fatal (file, line and CUDA's message on stderr, exit 1),
+ * as a failed kernel would leave the training state undefined. */
 const ZrtKernels* zrt_kernels_cuda(void);
+/* Choose the device for this process: local_rank % count. Returns 0, or -1
+ * with the reason in zrt_cuda_error(). Call before zrt_kernels_cuda(). */
+int zrt_cuda_bind(int local_rank);
+/* Why the last zrt_cuda_bind or zrt_kernels_cuda failed ("" if it did not;
+ * "built without CUDA" in such builds). */
+const char* zrt_cuda_error(void);
+/* The bound device's name ("" without one) and index (-1 without one). */
+const char* zrt_cuda_device_name(void);
+int zrt_cuda_device(void);
 
 /* The bf16 <-> fp32 helpers the backends must match bit for bit are
  * zipcclFloatToBf16 / zipcclBf16ToFloat (comm/zipccl_float.h, host and device). */

@@ -14,9 +14,14 @@
  * backward re-acquires each unit with phase 1 and never holds a parameter
  * pointer across release(). Backward recomputes nothing.
  *
+ * Backend memory (kernels.h): the arena, the tokens and every parameter and
+ * gradient pointer the hooks hand over belong to the table the activations
+ * were allocated on (llama_acts_alloc_on); this file touches them only
+ * through that table, and so does moe.c.
+ *
  * Leaves out: KV cache / inference, dropout, biases, sequence packing
  * (every row of the batch is one sequence starting at position 0), and
- * non-fp32 compute. Host memory only for now (logits_out is memcpy'd).
+ * non-fp32 compute.
  */
 #include "llama.h"
 
@@ -375,14 +380,17 @@ typedef struct {
     float* dgate;     // (N, F)
     float* dup;       // (N, F)
     float* dhid;      // (N, F)
-    float* att_scratch; // attention_scratch_floats(B, T, KV)
+    float* att_scratch; // attention_scratch_floats(B, T, H, KV, hd)
 } ActPtrs;
 
 struct LlamaActs {
     LlamaConfig cfg;
+    const ZrtKernels* K; // the backend that owns mem, tok and tgt
     int B, T;     // capacity this arena was sized for
     size_t bytes; // of mem, plus the MoE activations
-    float* mem;
+    float* mem;   // backend memory: the activation arena
+    int* tok;     // (B*T) backend copy of the step's tokens
+    int* tgt;     // (B*T) backend copy of the step's targets
     MoeActs* moe; // the MoE blocks' activations (NULL for a dense model)
 };
 
@@ -400,8 +408,8 @@ static int dense_index(const LlamaConfig* cfg, int layer) {
 
 /* Lays the tensors out from offset 0, each on a 64-byte boundary; with
  * base == NULL only counts. Returns the number of floats. */
-static size_t acts_layout(const LlamaConfig* cfg, int B, int T, float* base, ActPtrs* p) {
-    const ZrtKernels* K = zrt_kernels_cpu();
+static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, int B, int T, float* base,
+                          ActPtrs* p) {
     const size_t L = cfg->n_layers, N = (size_t)B * T, C = cfg->dim, H = cfg->n_heads,
                  hd = llama_head_dim(cfg), KV = cfg->n_kv_heads, F = cfg->ffn_hidden,
                  V = cfg->vocab_size, Ld = L - n_moe_layers(cfg), qn = cfg->qk_norm ? 1 : 0;
@@ -425,7 +433,7 @@ static size_t acts_layout(const LlamaConfig* cfg, int B, int T, float* base, Act
                             N * C,               N * H * hd,         N * KV * hd,
                             qn * N * H * hd,     qn * N * KV * hd,   N * KV * hd,
                             N * H * hd,          N * Fd,             N * Fd,
-                            N * Fd,              K->attention_scratch_floats(B, T, (int)KV)};
+                            N * Fd,              K->attention_scratch_floats(B, T, (int)H, (int)KV, (int)hd)};
     _Static_assert(sizeof slots / sizeof slots[0] == sizeof sizes / sizeof sizes[0],
                    "one size per activation tensor");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -436,8 +444,13 @@ static size_t acts_layout(const LlamaConfig* cfg, int B, int T, float* base, Act
 }
 
 size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T) {
+    return llama_acts_bytes_on(cfg, B, T, zrt_kernels_cpu());
+}
+
+size_t llama_acts_bytes_on(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K) {
     ActPtrs p;
-    size_t bytes = acts_layout(cfg, B, T, NULL, &p) * sizeof(float);
+    size_t bytes = acts_layout(cfg, K, B, T, NULL, &p) * sizeof(float) +
+                   2 * (size_t)B * T * sizeof(int);
     if (cfg->n_experts > 0) {
         const MoeDims d = moe_dims(cfg, B * T);
         bytes += moe_acts_bytes(&d, n_moe_layers(cfg));
@@ -446,21 +459,29 @@ size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T) {
 }
 
 LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T) {
-    if (llama_config_check(cfg, NULL, 0) || B <= 0 || T <= 0 || T > cfg->max_seq_len) return NULL;
+    return llama_acts_alloc_on(cfg, B, T, zrt_kernels_cpu());
+}
+
+LlamaActs* llama_acts_alloc_on(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K) {
+    if (llama_config_check(cfg, NULL, 0) || B <= 0 || T <= 0 || T > cfg->max_seq_len || !K)
+        return NULL;
     LlamaActs* a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->cfg = *cfg;
+    a->K = K;
     a->B = B;
     a->T = T;
-    a->bytes = llama_acts_bytes(cfg, B, T);
+    a->bytes = llama_acts_bytes_on(cfg, B, T, K);
     ActPtrs p;
-    const size_t arena = acts_layout(cfg, B, T, NULL, &p) * sizeof(float);
-    a->mem = aligned_alloc(64, (arena + 63) & ~(size_t)63);
+    const size_t arena = acts_layout(cfg, K, B, T, NULL, &p) * sizeof(float);
+    a->mem = K->alloc(arena);
+    a->tok = K->alloc((size_t)B * T * sizeof(int));
+    a->tgt = K->alloc((size_t)B * T * sizeof(int));
     if (a->mem && cfg->n_experts > 0) {
         const MoeDims d = moe_dims(cfg, B * T);
-        a->moe = moe_acts_alloc(&d, n_moe_layers(cfg));
+        a->moe = moe_acts_alloc(&d, n_moe_layers(cfg), K);
     }
-    if (!a->mem || (cfg->n_experts > 0 && !a->moe)) {
+    if (!a->mem || !a->tok || !a->tgt || (cfg->n_experts > 0 && !a->moe)) {
         llama_acts_free(a);
         return NULL;
     }
@@ -470,7 +491,11 @@ LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T) {
 void llama_acts_free(LlamaActs* acts) {
     if (!acts) return;
     moe_acts_free(acts->moe);
-    free(acts->mem);
+    if (acts->K) {
+        acts->K->free(acts->mem);
+        acts->K->free(acts->tok);
+        acts->K->free(acts->tgt);
+    }
     free(acts);
 }
 
@@ -483,7 +508,7 @@ const long long* llama_acts_expert_tokens(const LlamaActs* acts) {
 int llama_acts_routing(const LlamaActs* acts, int i, LlamaMoeRouting* out) {
     if (!acts || !acts->moe || i < 0 || i >= acts->moe->n_layers || !out) return -1;
     const MoeLayer* L = &acts->moe->layer[i];
-    *out = (LlamaMoeRouting){L->sel, L->routed, L->dropped};
+    *out = (LlamaMoeRouting){L->sel_host, L->routed, L->dropped};
     return 0;
 }
 
@@ -663,9 +688,13 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
         }
     }
 
-    const ZrtKernels* K = zrt_kernels_cpu();
+    const ZrtKernels* K = acts->K;
     ActPtrs a;
-    acts_layout(cfg, B, T, acts->mem, &a);
+    acts_layout(cfg, K, B, T, acts->mem, &a);
+    // the batch in: the one upload of a step (targets stay on the host too,
+    // for the count below)
+    K->upload(acts->tok, tokens, (size_t)N * sizeof(int));
+    K->upload(acts->tgt, targets, (size_t)N * sizeof(int));
     const int L = cfg->n_layers;
     const Dims d = {cfg,           K,           B, T, N, cfg->dim, cfg->n_heads, cfg->n_kv_heads,
                     llama_head_dim(cfg), cfg->ffn_hidden, acts->moe, hooks};
@@ -677,7 +706,7 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     // forward: unit 0 (embedding), blocks 1..L, unit 0 again (head)
     const float* p = hooks->acquire(hooks->ctx, 0, 0);
     if (!p) return step_error("acquire(0, forward) returned NULL");
-    K->embedding_forward(a.resid, tokens, p, N, d.C); // resid[0] (N, C)
+    K->embedding_forward(a.resid, acts->tok, p, N, d.C); // resid[0] (N, C)
     hooks->release(hooks->ctx, 0, 0);
     for (int l = 0; l < L; l++) {
         p = hooks->acquire(hooks->ctx, 1 + l, 0);
@@ -693,14 +722,14 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
                        cfg->norm_eps);
     K->matmul_forward(a.logits, a.lnf, p + head_off, N, d.C, V); // (N, V)
     hooks->release(hooks->ctx, 0, 0);
-    if (logits_out) memcpy(logits_out, a.logits, (size_t)N * V * sizeof(float));
+    if (logits_out) K->download(logits_out, a.logits, (size_t)N * V * sizeof(float));
     // loss; with backward, dlogits overwrite the logits in place. The mean
     // is over counted targets, so each counted row's gradient is 1/count.
     int count = 0;
     for (int n = 0; n < N; n++) count += targets[n] >= 0;
     const float dscale = count ? 1.0f / (float)count : 0.0f;
     double sum = K->crossentropy_forward_backward(backward ? a.logits : NULL, a.losses, a.logits,
-                                                  targets, N, V, dscale, &count);
+                                                  acts->tgt, N, V, dscale, &count);
     const float loss = count ? (float)(sum / count) : 0.0f;
     if (!backward) return loss;
 
@@ -723,7 +752,7 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     }
     // the embedding backward reads no parameters: no acquire, only the grads
     g = hooks->grad_buffer(hooks->ctx, 0);
-    K->embedding_backward(g, a.dresid, tokens, N, d.C);
+    K->embedding_backward(g, a.dresid, acts->tok, N, d.C);
     hooks->grads_ready(hooks->ctx, 0);
     return loss;
 }

@@ -114,11 +114,21 @@ void llama_unit_init(const LlamaConfig* cfg, int unit, unsigned long long seed, 
 /* FLOPs of one training step (forward + backward) per token, for MFU. */
 double llama_flops_per_token(const LlamaConfig* cfg, int seq_len);
 
-/* Bytes of activation memory llama_acts_alloc() needs for (B, T). */
+/* Bytes of activation memory llama_acts_alloc() needs for (B, T), and
+ * llama_acts_alloc_on() on backend K (its attention scratch differs). */
 size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T);
+struct ZrtKernels_;
+size_t llama_acts_bytes_on(const LlamaConfig* cfg, int B, int T, const struct ZrtKernels_* K);
 
 typedef struct LlamaActs LlamaActs; /* opaque, model-owned activations */
-LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T); /* NULL on OOM */
+/* On the CPU table (host memory). NULL on OOM. */
+LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T);
+/* On backend K (kernels.h): the step runs every kernel on K, and the hooks
+ * must hand over parameters and gradient buffers in K's memory (and, with
+ * the expert-exchange hooks, rows in K's memory). NULL on OOM. */
+struct ZrtKernels_;
+LlamaActs* llama_acts_alloc_on(const LlamaConfig* cfg, int B, int T,
+                               const struct ZrtKernels_* K);
 void llama_acts_free(LlamaActs* acts);
 /* The load-balancing loss of the last llama_step on these activations
  * (before its coefficient; 0 for dense models), and the tokens routed to

@@ -32,7 +32,7 @@
 
 static size_t layer_fixed_floats(const MoeDims* d) {
     const size_t N = d->N, E = d->E, k = d->k, C = d->C;
-    // probs, sel, w, pos, counts, routed, xs, ys
+    // probs, sel, w, pos, counts, routed, xs, ys (the estimate's count)
     return N * E + 3 * N * k + 2 * E + 2 * N * k * C;
 }
 
@@ -47,21 +47,22 @@ size_t moe_acts_bytes(const MoeDims* d, int n_layers) {
 /* The rows an expert side can hold (with_x: also a copy of its input rows);
  * grows the buffers, whose contents are not kept (this runs before they are
  * written). */
-static int layer_reserve(MoeLayer* L, const MoeDims* d, int rows, int with_x) {
+static int layer_reserve(const ZrtKernels* K, MoeLayer* L, const MoeDims* d, int rows,
+                         int with_x) {
     const size_t C = d->C, Fe = d->Fe;
     if (rows > L->cap) {
-        float* mem = malloc((size_t)rows * 3 * Fe * sizeof(float));
+        float* mem = K->alloc((size_t)rows * 3 * Fe * sizeof(float));
         if (!mem) return -1;
-        free(L->gate);
+        K->free(L->gate);
         L->gate = mem;
         L->up = mem + (size_t)rows * Fe;
         L->hid = L->up + (size_t)rows * Fe;
         L->cap = rows;
     }
     if (with_x && rows > L->xl_cap) {
-        float* x = malloc((size_t)rows * C * sizeof(float) + 1);
+        float* x = K->alloc((size_t)rows * C * sizeof(float) + 1);
         if (!x) return -1;
-        free(L->xl);
+        K->free(L->xl);
         L->xl = x;
         L->xl_cap = rows;
     }
@@ -69,7 +70,7 @@ static int layer_reserve(MoeLayer* L, const MoeDims* d, int rows, int with_x) {
 }
 
 /* Room for the layout of n_chunks chunks of n_local experts (contents not
- * kept). */
+ * kept; host memory). */
 static int chunks_reserve(MoeLayer* L, int n_chunks, int n_local) {
     const long long need = (long long)n_chunks * n_local + n_chunks + 1;
     if (need <= L->chunk_cap) return 0;
@@ -85,9 +86,9 @@ static int chunks_reserve(MoeLayer* L, int n_chunks, int n_local) {
 static int scratch_reserve(MoeActs* m, int rows) {
     if (rows <= m->cap) return 0;
     const size_t C = m->d.C, Fe = m->d.Fe;
-    float* mem = malloc((size_t)rows * (2 * C + 3 * Fe) * sizeof(float));
+    float* mem = m->K->alloc((size_t)rows * (2 * C + 3 * Fe) * sizeof(float));
     if (!mem) return -1;
-    free(m->yl);
+    m->K->free(m->yl);
     m->yl = mem;
     m->dxl = mem + (size_t)rows * C;
     m->dgate = m->dxl + (size_t)rows * C;
@@ -97,27 +98,35 @@ static int scratch_reserve(MoeActs* m, int rows) {
     return 0;
 }
 
-MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers) {
+MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K) {
     MoeActs* m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->d = *d;
+    m->K = K;
     m->n_layers = n_layers;
     m->layer = calloc((size_t)n_layers, sizeof *m->layer);
     const size_t N = d->N, E = d->E, k = d->k, C = d->C;
-    m->logits = malloc((N * E + N * k + 2 * N * k * C) * sizeof(float));
+    m->logits = K->alloc((N * E + N * k + 2 * N * k * C + E) * sizeof(float));
     m->tokens_per_expert = calloc(E, sizeof(long long));
     m->prob_sum = calloc(E, sizeof(double));
-    int ok = m->layer && m->logits && m->tokens_per_expert && m->prob_sum &&
+    m->aux_host = calloc(E, sizeof(float));
+    int ok = m->layer && m->logits && m->tokens_per_expert && m->prob_sum && m->aux_host &&
              !scratch_reserve(m, d->N * d->k);
     if (ok) {
         m->dw = m->logits + N * E;
         m->dys = m->dw + N * k;
         m->dxs = m->dys + N * k * C;
+        m->aux_dev = m->dxs + N * k * C;
     }
     for (int i = 0; ok && i < n_layers; i++) {
         MoeLayer* L = &m->layer[i];
-        float* f = malloc(layer_fixed_floats(d) * sizeof(float));
-        if (!f) {
+        // backend: probs (N, E) | sel (N, k) | w (N, k) | pos (N, k) | xs | ys
+        float* f = K->alloc((N * E + 3 * N * k + 2 * N * k * C) * sizeof(float));
+        // host: sel, pos (N, k) | counts, routed (E)
+        int* h = malloc((2 * N * k + 2 * E) * sizeof(int));
+        if (!f || !h) {
+            K->free(f);
+            free(h);
             ok = 0;
             break;
         }
@@ -125,11 +134,13 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers) {
         L->sel = (int*)f, f += N * k;
         L->w = f, f += N * k;
         L->pos = (int*)f, f += N * k;
-        L->counts = (int*)f, f += E;
-        L->routed = (int*)f, f += E;
         L->xs = f, f += N * k * C;
         L->ys = f;
-        ok = !layer_reserve(L, d, d->N * d->k, 0) && !chunks_reserve(L, 1, d->E);
+        L->sel_host = h, h += N * k;
+        L->pos_host = h, h += N * k;
+        L->counts = h, h += E;
+        L->routed = h;
+        ok = !layer_reserve(K, L, d, d->N * d->k, 0) && !chunks_reserve(L, 1, d->E);
     }
     if (!ok) {
         moe_acts_free(m);
@@ -140,18 +151,21 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers) {
 
 void moe_acts_free(MoeActs* m) {
     if (!m) return;
+    const ZrtKernels* K = m->K;
     for (int i = 0; m->layer && i < m->n_layers; i++) {
         MoeLayer* L = &m->layer[i];
-        free(L->xl);
-        free(L->gate);
-        free(L->probs);
+        K->free(L->xl);
+        K->free(L->gate);
+        K->free(L->probs);
+        free(L->sel_host);
         free(L->chunk_counts);
     }
     free(m->layer);
-    free(m->logits);
-    free(m->yl);
+    K->free(m->logits);
+    K->free(m->yl);
     free(m->tokens_per_expert);
     free(m->prob_sum);
+    free(m->aux_host);
     free(m);
 }
 
@@ -165,43 +179,21 @@ void moe_begin_step(MoeActs* m, int N) {
 
 /* --------------------------------------------------------------- routing */
 
-/* probs (N, E) = softmax(logits) per row, then the k largest per row (ties
- * to the lower expert index, descending order), their weights, the pair
- * counts per expert and each pair's row in the expert-major order. */
-static void route(const MoeDims* d, MoeLayer* L, const float* logits) {
+/* probs, the top-k choices and their weights on the backend (moe_route);
+ * then on the host, from one download of the choices: the pair counts per
+ * expert and each pair's row in the expert-major order, uploaded for the
+ * gather and the combine. */
+static void route(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, const float* logits) {
     const int N = d->N, E = d->E, k = d->k;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float* l = logits + (size_t)n * E;
-        float* p = L->probs + (size_t)n * E;
-        float mx = -INFINITY, sum = 0.0f;
-        for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
-        for (int e = 0; e < E; e++) sum += p[e] = expf(l[e] - mx);
-        const float inv = 1.0f / sum;
-        for (int e = 0; e < E; e++) p[e] *= inv;
-        int* sel = L->sel + (size_t)n * k;
-        float* w = L->w + (size_t)n * k;
-        float wsum = 0.0f;
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int i = 0; i < j; i++) taken |= sel[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[j] = best;
-            wsum += w[j] = p[best];
-        }
-        if (d->norm_topk)
-            for (int j = 0; j < k; j++) w[j] /= wsum;
-    }
+    K->moe_route(L->probs, L->sel, L->w, logits, N, E, k, d->norm_topk);
+    K->download(L->sel_host, L->sel, (size_t)N * k * sizeof(int));
     // stable counting sort of the pairs (n, j) by expert; past an expert's
     // capacity a pair is dropped (pos -1), so earlier tokens keep their slots
     const long long cap = d->capacity_factor > 0
                               ? (long long)ceil((double)d->capacity_factor * N * k / E)
                               : (long long)N * k;
     memset(L->routed, 0, (size_t)E * sizeof(int));
-    for (int i = 0; i < N * k; i++) L->routed[L->sel[i]]++;
+    for (int i = 0; i < N * k; i++) L->routed[L->sel_host[i]]++;
     L->dropped = 0;
     for (int e = 0; e < E; e++) {
         L->counts[e] = L->routed[e] < cap ? L->routed[e] : (int)cap;
@@ -214,9 +206,10 @@ static void route(const MoeDims* d, MoeLayer* L, const float* logits) {
         o += L->counts[e];
     }
     for (int i = 0; i < N * k; i++) {
-        const int e = L->sel[i];
-        L->pos[i] = seen[e]++ < L->counts[e] ? next[e]++ : -1;
+        const int e = L->sel_host[i];
+        L->pos_host[i] = seen[e]++ < L->counts[e] ? next[e]++ : -1;
     }
+    K->upload(L->pos, L->pos_host, (size_t)N * k * sizeof(int));
 }
 
 /* ---------------------------------------------------------------- experts */
@@ -304,7 +297,7 @@ static int exchange_begin(MoeActs* m, MoeLayer* L, const LlamaParamHooks* hooks,
         first + n_local > d->E)
         return moe_error("dispatch returned an inconsistent layout", layer);
     if (phase == 0) {
-        if (layer_reserve(L, d, n_recv, 1) || scratch_reserve(m, n_recv) ||
+        if (layer_reserve(m->K, L, d, n_recv, 1) || scratch_reserve(m, n_recv) ||
             chunks_reserve(L, n_chunks, n_local))
             return moe_error("out of memory for the dispatched rows", layer);
         L->n_recv = n_recv;
@@ -324,8 +317,9 @@ static int exchange_begin(MoeActs* m, MoeLayer* L, const LlamaParamHooks* hooks,
 /* Chunk c of the dispatched rows: *recv (rows of c, C). Phase 0 records the
  * chunk's layout and copies its rows into xl (the backward reads them);
  * phase 1 checks the layout is the forward's. */
-static int exchange_chunk(MoeLayer* L, const MoeDims* d, const LlamaParamHooks* hooks,
-                          int layer, int phase, int chunk, const float** recv) {
+static int exchange_chunk(MoeLayer* L, const MoeDims* d, const ZrtKernels* K,
+                          const LlamaParamHooks* hooks, int layer, int phase, int chunk,
+                          const float** recv) {
     int n = 0;
     const int* rc = NULL;
     if (hooks->dispatch_wait(hooks->ctx, layer, phase, chunk, recv, &n, &rc))
@@ -345,7 +339,7 @@ static int exchange_chunk(MoeLayer* L, const MoeDims* d, const LlamaParamHooks* 
     if (phase == 0) {
         memcpy(cc, rc, (size_t)L->n_local * sizeof(int));
         L->chunk_off[chunk + 1] = o + n;
-        if (n) memcpy(L->xl + (size_t)o * d->C, *recv, (size_t)n * d->C * sizeof(float));
+        if (n) K->copy(L->xl + (size_t)o * d->C, *recv, (size_t)n * d->C * sizeof(float));
     } else if (o + n != L->chunk_off[chunk + 1] ||
                memcmp(rc, cc, (size_t)L->n_local * sizeof(int))) {
         return moe_error("the backward dispatch received another layout than the forward", layer);
@@ -359,17 +353,13 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, con
                 float* out, const LlamaParamHooks* hooks, int layer, int expert_unit) {
     const MoeDims* d = &m->d;
     MoeLayer* L = &m->layer[i];
-    const size_t N = d->N, C = d->C, E = d->E, k = d->k;
+    const size_t C = d->C, E = d->E;
     K->matmul_forward(m->logits, x, router, d->N, d->C, d->E); // (N, E)
-    route(d, L, m->logits);
-    for (size_t n = 0; n < N; n++)
-        for (size_t j = 0; j < k; j++)
-            if (L->pos[n * k + j] >= 0)
-                memcpy(L->xs + (size_t)L->pos[n * k + j] * C, x + n * C, C * sizeof(float));
+    route(d, L, K, m->logits);
+    K->moe_gather(L->xs, x, L->pos, d->N, d->k, d->C);
     for (size_t e = 0; e < E; e++) m->tokens_per_expert[e] += L->routed[e];
     m->dropped += L->dropped;
-    for (size_t n = 0; n < N; n++)
-        for (size_t e = 0; e < E; e++) m->prob_sum[e] += L->probs[n * E + e];
+    K->moe_prob_sum(m->prob_sum, L->probs, d->N, d->E);
 
     // the exchange, chunk by chunk: while the experts compute chunk c the
     // runtime may already move chunk c+1 in and chunk c-1 out
@@ -379,7 +369,7 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, con
     float* yl = hooks->dispatch ? m->yl : L->ys;
     for (int c = 0; c < L->n_chunks; c++) {
         const float* recv;
-        if (hooks->dispatch && exchange_chunk(L, d, hooks, layer, 0, c, &recv)) return -1;
+        if (hooks->dispatch && exchange_chunk(L, d, K, hooks, layer, 0, c, &recv)) return -1;
         experts_forward(d, L, K, p, yl, c);
         if (hooks->dispatch &&
             hooks->combine_send(hooks->ctx, layer, 0, c, yl + (size_t)L->chunk_off[c] * C, L->ys))
@@ -390,17 +380,7 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, con
         return moe_error("combine failed", layer);
 
     // out[n] = sum_j w[n, j] * y(n, j), slots in order
-#pragma omp parallel for schedule(static)
-    for (size_t n = 0; n < N; n++) {
-        float* o = out + n * C;
-        memset(o, 0, C * sizeof(float));
-        for (size_t j = 0; j < k; j++) {
-            if (L->pos[n * k + j] < 0) continue; // dropped: no expert output
-            const float w = L->w[n * k + j];
-            const float* y = L->ys + (size_t)L->pos[n * k + j] * C;
-            for (size_t c = 0; c < C; c++) o[c] += w * y[c];
-        }
-    }
+    K->moe_combine(out, L->ys, L->w, L->pos, d->N, d->k, d->C);
     return 0;
 }
 
@@ -419,28 +399,10 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, co
                  const LlamaParamHooks* hooks, int layer, int expert_unit) {
     const MoeDims* d = &m->d;
     MoeLayer* L = &m->layer[i];
-    const size_t N = d->N, C = d->C, E = d->E, k = d->k;
+    const size_t C = d->C, E = d->E;
 
     // the weighted sum: dw[n, j] = <dout[n], y(n, j)>, dy(n, j) = w[n, j] dout[n]
-#pragma omp parallel for schedule(static)
-    for (size_t n = 0; n < N; n++) {
-        const float* g = dout + n * C;
-        for (size_t j = 0; j < k; j++) {
-            if (L->pos[n * k + j] < 0) { // dropped: the weight had no output to scale
-                m->dw[n * k + j] = 0.0f;
-                continue;
-            }
-            const size_t r = (size_t)L->pos[n * k + j];
-            const float *y = L->ys + r * C, w = L->w[n * k + j];
-            float* dy = m->dys + r * C;
-            float dot = 0.0f;
-            for (size_t c = 0; c < C; c++) {
-                dot += g[c] * y[c];
-                dy[c] = w * g[c];
-            }
-            m->dw[n * k + j] = dot;
-        }
-    }
+    K->moe_combine_backward(m->dw, m->dys, dout, L->ys, L->w, L->pos, d->N, d->k, d->C);
 
     if (exchange_begin(m, L, hooks, layer, 1, m->dys)) return -1;
     const float* p = hooks->acquire(hooks->ctx, expert_unit, 1);
@@ -449,7 +411,7 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, co
     float* dxl = hooks->dispatch ? m->dxl : m->dxs;
     for (int c = 0; c < L->n_chunks; c++) {
         const float* dyl = m->dys; // no hooks: one chunk, in place
-        if (hooks->dispatch && exchange_chunk(L, d, hooks, layer, 1, c, &dyl)) return -1;
+        if (hooks->dispatch && exchange_chunk(L, d, K, hooks, layer, 1, c, &dyl)) return -1;
         experts_backward(d, L, m, K, p, g, dyl, dxl, c);
         if (hooks->dispatch &&
             hooks->combine_send(hooks->ctx, layer, 1, c, dxl + (size_t)L->chunk_off[c] * C, m->dxs))
@@ -460,38 +422,16 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, co
     if (hooks->dispatch && hooks->combine(hooks->ctx, layer, 1, m->dxs))
         return moe_error("combine failed", layer);
 
-    // dx[n] = sum_j dx(n, j), slots in order; then the router
+    // dx[n] = sum_j dx(n, j), slots in order; then the router, whose
+    // load-balancing term is the same for every row
+    K->moe_combine(dx, m->dxs, NULL, L->pos, d->N, d->k, d->C);
     const double R = (double)d->N * m->n_layers;
+    for (size_t e = 0; e < E; e++)
+        m->aux_host[e] = (float)(aux_coef * (double)E * (double)m->tokens_per_expert[e] / (R * R));
+    K->upload(m->aux_dev, m->aux_host, E * sizeof(float));
     float* dlogits = m->logits; // (N, E), free again after the forward
-#pragma omp parallel for schedule(static)
-    for (size_t n = 0; n < N; n++) {
-        float* o = dx + n * C;
-        memset(o, 0, C * sizeof(float));
-        for (size_t j = 0; j < k; j++) {
-            if (L->pos[n * k + j] < 0) continue;
-            const float* s = m->dxs + (size_t)L->pos[n * k + j] * C;
-            for (size_t c = 0; c < C; c++) o[c] += s[c];
-        }
-        const float* pr = L->probs + n * E;
-        const int* sel = L->sel + n * k;
-        const float *w = L->w + n * k, *dw = m->dw + n * k;
-        float* dl = dlogits + n * E;
-        for (size_t e = 0; e < E; e++)
-            dl[e] = (float)(aux_coef * (double)E * (double)m->tokens_per_expert[e] / (R * R));
-        if (d->norm_topk) {
-            float s = 0.0f, dot = 0.0f;
-            for (size_t j = 0; j < k; j++) {
-                s += pr[sel[j]];
-                dot += dw[j] * w[j];
-            }
-            for (size_t j = 0; j < k; j++) dl[sel[j]] += (dw[j] - dot) / s;
-        } else {
-            for (size_t j = 0; j < k; j++) dl[sel[j]] += dw[j];
-        }
-        float dp = 0.0f;
-        for (size_t e = 0; e < E; e++) dp += dl[e] * pr[e];
-        for (size_t e = 0; e < E; e++) dl[e] = pr[e] * (dl[e] - dp);
-    }
+    K->moe_router_backward(dlogits, L->probs, L->sel, L->w, m->dw, m->aux_dev, d->N, d->E,
+                           d->k, d->norm_topk);
     K->matmul_backward(dx, drouter, dlogits, x, router, d->N, d->C, d->E, 1);
     return 0;
 }

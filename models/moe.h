@@ -35,15 +35,23 @@ typedef struct {
     float capacity_factor; /* 0: dropless (llama.h) */
 } MoeDims;
 
-/* What one MoE block's forward saves for its backward. */
+/* What one MoE block's forward saves for its backward. Float arrays and
+ * sel / pos are backend memory (the kernel table the activations were
+ * allocated on); the _host arrays, counts and routed are host memory: the
+ * grouping of the pairs by expert is a counting sort on the host, after
+ * one download of sel per block (the host must know the rows per expert to
+ * size each expert's GEMMs and the exchange anyway: TorchTitan and Megatron
+ * make the same one device-to-host sync for their splits). */
 typedef struct {
     float* probs;     /* (N, E) softmax of the router logits */
     int* sel;         /* (N, k) chosen experts, by descending probability */
     float* w;         /* (N, k) routing weights of the chosen experts */
     int* pos;         /* (N, k) row of pair (n, j) in the expert-major order,
                        * -1 when the capacity limit dropped it */
-    int* counts;      /* (E) pairs each expert computes */
-    int* routed;      /* (E) pairs each expert was chosen for (>= counts) */
+    int* sel_host;    /* (N, k) host copies of sel and pos */
+    int* pos_host;
+    int* counts;      /* (E) pairs each expert computes (host) */
+    int* routed;      /* (E) pairs each expert was chosen for (>= counts; host) */
     long long dropped;/* pairs dropped, sum of routed - counts */
     float* xs;        /* (N*k, C) the input rows, expert-major (what dispatch sends) */
     float* ys;        /* (N*k, C) the expert outputs, expert-major (what combine returns) */
@@ -51,7 +59,7 @@ typedef struct {
      * a dispatch hook (the buffers grow; their capacity is cap rows), in
      * n_chunks chunks (1 at EP = 1; the runtime's choice with the hooks),
      * chunk c at rows [chunk_off[c], chunk_off[c+1]), grouped by local
-     * expert inside the chunk. */
+     * expert inside the chunk (host arrays). */
     int n_recv, n_local, first_expert, cap, xl_cap;
     int n_chunks, chunk_cap;
     int* chunk_counts; /* (n_chunks, n_local) rows per chunk and local expert */
@@ -66,23 +74,26 @@ typedef struct {
 /* Every MoE block's saved tensors plus the scratch they share. */
 typedef struct {
     MoeDims d;
+    const ZrtKernels* K; /* the backend of every float array below */
     int n_layers;    /* MoE blocks */
     MoeLayer* layer; /* (n_layers) */
     /* scratch: logits/dlogits (N, E), dw (N, k), dys/dxs (N*k, C), and the
-     * expert side's yl/dyl/dxl (cap, C), dgate/dup/dhid (cap, Fe) */
-    float *logits, *dw, *dys, *dxs;
+     * expert side's yl/dyl/dxl (cap, C), dgate/dup/dhid (cap, Fe); aux_dev
+     * (E) the load-balancing term of the router gradient */
+    float *logits, *dw, *dys, *dxs, *aux_dev;
     int cap;
     float *yl, *dxl, *dgate, *dup, *dhid;
-    /* pooled over the MoE blocks of the last step, for the aux loss */
+    /* pooled over the MoE blocks of the last step, for the aux loss (host) */
     long long* tokens_per_expert; /* (E) (token, slot) pairs */
     double* prob_sum;             /* (E) sum of router probabilities over rows */
+    float* aux_host;              /* (E) scratch for aux_dev */
     float aux;                    /* E * sum_e f_e P_e of the last forward */
     long long dropped;            /* pairs the capacity dropped, all blocks */
 } MoeActs;
 
 size_t moe_acts_bytes(const MoeDims* d, int n_layers);
-/* NULL on OOM. */
-MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers);
+/* On backend K (kernels.h). NULL on OOM. */
+MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K);
 void moe_acts_free(MoeActs* m);
 /* Set N for this step (<= the N allocated for) and clear the pooled stats. */
 void moe_begin_step(MoeActs* m, int N);

@@ -160,6 +160,10 @@ static const KeyDesc kKeys[] = {
     {"checkpoint.hf", K_BOOL, OFF(ckpt.hf), 0, 1, 0,
      "also write each checkpoint as a Hugging Face directory (step_N/hf)", R_FREE},
     {"checkpoint.hf_dtype", K_DTYPE, OFF(ckpt.hf_dtype), 0, 1, 0, "fp32|bf16|fp16", R_FREE},
+    {"model.compute", K_STR, OFF(runtime.compute), 0, 0, SZ(runtime.compute),
+     "fp32|bf16: the linear layers' products (bf16: tensor cores, fp32 accumulation)", R_ASK},
+    {"runtime.device", K_STR, OFF(runtime.device), 0, 0, SZ(runtime.device),
+     "cpu|cuda|cpu_guarded: where the model computes", R_FREE},
     {"checkpoint.hf_shard_bytes", K_I64, OFF(ckpt.hf_shard_bytes), 1, 9e18, 0,
      "largest safetensors file of the HF directory", R_FREE},
 };
@@ -168,7 +172,7 @@ _Static_assert(N_KEYS <= CFG_MAX_KEYS, "TrainConfig.origin needs room for every 
 
 static const char* const kSections[] = {"model",       "data", "train",   "optimizer",
                                         "schedule",    "parallelism", "moe",  "comm",
-                                        "logging",     "checkpoint"};
+                                        "logging",     "checkpoint", "runtime"};
 
 void config_defaults(TrainConfig* c) {
     memset(c, 0, sizeof *c);
@@ -219,6 +223,8 @@ void config_defaults(TrainConfig* c) {
     c->ckpt.keep = 2;
     c->ckpt.hf_dtype = zipcclFloat32;
     c->ckpt.hf_shard_bytes = 5000000000ll; /* HF's "5GB" */
+    snprintf(c->runtime.device, sizeof c->runtime.device, "cpu");
+    snprintf(c->runtime.compute, sizeof c->runtime.compute, "fp32");
 }
 
 
@@ -778,6 +784,21 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
         return zrt_errf(err, errlen,
                         "%s: key 'data.tokenizer': unknown tokenizer '%s' (byte|bpe|u16|i32)",
                         config_where(c, "data.tokenizer", w1, sizeof w1), c->data.tokenizer);
+    if (strcmp(c->runtime.device, "cpu") && strcmp(c->runtime.device, "cuda") &&
+        strcmp(c->runtime.device, "cpu_guarded"))
+        return zrt_errf(err, errlen,
+                        "%s: key 'runtime.device': unknown device '%s' (cpu|cuda|cpu_guarded)",
+                        config_where(c, "runtime.device", w1, sizeof w1), c->runtime.device);
+    if (strcmp(c->runtime.compute, "fp32") && strcmp(c->runtime.compute, "bf16"))
+        return zrt_errf(err, errlen, "%s: key 'model.compute': unknown mode '%s' (fp32|bf16)",
+                        config_where(c, "model.compute", w1, sizeof w1), c->runtime.compute);
+    if (strcmp(c->runtime.device, "cpu") && c->model.n_experts > 0 && c->parallel.ep > 1)
+        return zrt_errf(err, errlen,
+                        "%s: key 'runtime.device': %s: expert parallelism (parallelism.ep %d, %s) "
+                        "moves host rows so far; on a device the MoE model runs at "
+                        "parallelism.ep 1",
+                        config_where(c, "runtime.device", w1, sizeof w1), c->runtime.device,
+                        c->parallel.ep, config_where(c, "parallelism.ep", w2, sizeof w2));
     if (!strcmp(c->data.tokenizer, "bpe") && c->model.vocab_size < 256 + c->data.bpe_merges)
         return zrt_errf(err, errlen,
                         "%s: key 'model.vocab_size': %d is too small for the bpe tokenizer with %d "

@@ -2,7 +2,7 @@
  * config.h — the trainer's configuration: one struct, read from YAML.
  *
  * A config file has the sections model, data, train, optimizer, schedule,
- * parallelism, comm, logging and checkpoint (see configs/llama-tiny.yaml and
+ * parallelism, comm, logging, checkpoint and runtime (see configs/llama-tiny.yaml and
  * docs/RUNTIME.md). Every key is described once, in a table in config.c, with
  * its type and allowed range; the YAML reader and the command line's
  * `--set dotted.key=value` both go through that table, so both refuse an
@@ -110,6 +110,12 @@ typedef struct {
         long long hf_shard_bytes;  /* a file holds at most this (one bigger tensor
                                     * has a file of its own), as HF's max_shard_size */
     } ckpt;
+    struct {
+        char device[16]; /* "cpu" | "cuda" | "cpu_guarded" (the tests' guarded CPU
+                          * device, kernels.h): where the model computes */
+        char compute[8]; /* key model.compute: "fp32" | "bf16" (the linear
+                          * layers' products in bf16, fp32 accumulation) */
+    } runtime;
     char source[CFG_PATH_MAX]; /* the file it came from */
     /* Where each key's value came from, by its place in config.c's table:
      * `set` the --set assignment, else `ext` another file that supplied it

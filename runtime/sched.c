@@ -73,6 +73,7 @@
 #include <string.h>
 
 #include "expert.h"
+#include "kernels.h"
 #include "log.h"
 
 /* ---- the model's order ---------------------------------------------------- */
@@ -372,6 +373,9 @@ typedef struct {
 typedef struct {
     PoolBuf* b;
     int n, cap;
+    const ZrtKernels* K; /* set: that backend's memory (the device pool) */
+    const ZrtKernels* H; /* set: host memory from that backend's host_alloc
+                          * (pinned for CUDA: the host pool beside a device) */
 } Pool;
 
 static PoolBuf* pool_find(Pool* pl, const void* p) {
@@ -395,12 +399,19 @@ static void* pool_get(Pool* pl, size_t bytes, int zero) {
             trainCheck(nb, "out of memory for the buffer pool");
             pl->b = nb;
         }
+        void* p = pl->K   ? pl->K->alloc(bytes)
+                  : pl->H ? pl->H->host_alloc(bytes)
+                          : zrt_malloc(bytes, "scheduler buffer");
+        trainCheck(p, "out of %s memory: %zu bytes for a gathered unit or a gradient "
+                      "(runtime.device: see the memory estimate at start)",
+                   pl->K ? pl->K->name : pl->H ? "pinned host" : "host", bytes);
         best = &pl->b[pl->n++];
-        *best = (PoolBuf){.p = zrt_malloc(bytes, "scheduler buffer"), .cap = bytes};
+        *best = (PoolBuf){.p = p, .cap = bytes};
     }
     best->used = 1;
     best->busy = 0;
-    if (zero) memset(best->p, 0, bytes);
+    if (zero && pl->K) pl->K->memset0(best->p, bytes);
+    else if (zero) memset(best->p, 0, bytes);
     return best->p;
 }
 
@@ -420,7 +431,11 @@ static void pool_put(Pool* pl, void* p, const char* what, const char* unit) {
 }
 
 static void pool_free(Pool* pl) {
-    for (int i = 0; i < pl->n; i++) free(pl->b[i].p);
+    for (int i = 0; i < pl->n; i++) {
+        if (pl->K) pl->K->free(pl->b[i].p);
+        else if (pl->H) pl->H->host_free(pl->b[i].p);
+        else free(pl->b[i].p);
+    }
     free(pl->b);
     memset(pl, 0, sizeof *pl);
 }
@@ -458,6 +473,10 @@ typedef struct {
     zipcclRequest_t req;
     int rec;
     float* gbuf;
+    /* with a device backend (sched_set_backend): the model's copies of the
+     * gathered unit and of its gradient, in the device pool */
+    float* dfull;
+    float* dgbuf;
     double t_acq;
 } SUnit;
 
@@ -478,6 +497,7 @@ struct Sched {
     SUnit* u;
     SReduce* rs;
     Pool pool;
+    Pool dpool; /* device buffers (dpool.K set): the model's side of each unit */
     double* gb;
     double* rb;
     double live, max_bytes;
@@ -742,9 +762,14 @@ static const float* hook_acquire(void* ctx, int u, int phase) {
     /* the invariant: nothing reads a unit whose gather has not completed */
     trainCheck(U->state == 2, "scheduler: %s read before its gather completed",
                s->f->units[u].name);
+    if (s->dpool.K && !U->dfull) { /* the gathered unit goes to the device once */
+        const FsdpUnit* F = &s->f->units[u];
+        U->dfull = pool_get(&s->dpool, F->padded * sizeof(float), 0);
+        s->dpool.K->upload(U->dfull, U->full, F->padded * sizeof(float));
+    }
     U->t_acq = zrt_now();
     done(s, e);
-    return U->full;
+    return s->dpool.K ? U->dfull : U->full;
 }
 
 static void hook_release(void* ctx, int u, int phase) {
@@ -758,7 +783,8 @@ static void hook_release(void* ctx, int u, int phase) {
                 (zrt_now() - U->t_acq) * 1e6, s->micro);
     if (e->drop) {
         pool_put(&s->pool, U->full, "the gathered unit", s->f->units[u].name);
-        U->full = NULL;
+        pool_put(&s->dpool, U->dfull, "the device copy of the gathered unit", s->f->units[u].name);
+        U->full = U->dfull = NULL;
         U->state = 0;
         s->live -= s->gb[u];
     }
@@ -771,11 +797,15 @@ static float* hook_grad_buffer(void* ctx, int u) {
     SUnit* U = &s->u[u];
     if (e->gbuf_new) {
         trainCheck(!U->gbuf, "scheduler: a second gradient buffer for %s", s->f->units[u].name);
-        U->gbuf = pool_get(&s->pool, s->f->units[u].padded * sizeof(float), 1);
+        const size_t bytes = s->f->units[u].padded * sizeof(float);
+        /* with a device, the model accumulates on the device and the host
+         * buffer only receives the finished gradient (grads_ready) */
+        U->gbuf = pool_get(&s->pool, bytes, !s->dpool.K);
+        if (s->dpool.K) U->dgbuf = pool_get(&s->dpool, bytes, 1);
         s->live += s->rb[u];
     }
     trainCheck(U->gbuf, "scheduler: no gradient buffer for %s", s->f->units[u].name);
-    float* g = U->gbuf;
+    float* g = s->dpool.K ? U->dgbuf : U->gbuf;
     done(s, e);
     return g;
 }
@@ -788,6 +818,11 @@ static void hook_grads_ready(void* ctx, int u) {
     const FsdpUnit* F = &f->units[u];
     trainCheck(U->gbuf, "grads_ready(%d) before any gradient was written", u);
     trainCheck(e->rs == s->rs_issued, "scheduler: reduce-scatter %d issued out of order", e->rs);
+    if (s->dpool.K) { /* the finished gradient comes to the host side of FSDP */
+        s->dpool.K->download(U->gbuf, U->dgbuf, F->padded * sizeof(float));
+        pool_put(&s->dpool, U->dgbuf, "the device gradient", F->name);
+        U->dgbuf = NULL;
+    }
     SReduce* r = &s->rs[s->rs_issued++];
     const int r16 = f->reduce_dtype == zipcclBfloat16;
     *r = (SReduce){.unit = u, .gfull = U->gbuf};
@@ -989,6 +1024,13 @@ Sched* sched_create(Fsdp* f, const TrainConfig* cfg, int trace) {
     return s;
 }
 
+void sched_set_backend(Sched* s, const ZrtKernels* K) {
+    trainCheck(!s->p && s->dpool.n == 0 && s->pool.n == 0,
+               "scheduler: the backend is set before the first step");
+    s->dpool.K = K && !K->host_memory ? K : NULL;
+    s->pool.H = s->dpool.K; /* the host side of the staging: pinned */
+}
+
 void sched_destroy(Sched* s) {
     if (!s) return;
     for (int k = 0; k < NSLOTS; k++) free(s->slot[k].q);
@@ -996,6 +1038,7 @@ void sched_destroy(Sched* s) {
         if (s->u[u].req) zipcclWait(s->u[u].req);
     }
     pool_free(&s->pool);
+    pool_free(&s->dpool);
     sched_plan_free(&s->train);
     sched_plan_free(&s->eval);
     free(s->u);
@@ -1077,7 +1120,9 @@ void sched_end_step(Sched* s) {
                    s->f->units[u].name);
         if (U->state == 2) {
             pool_put(&s->pool, U->full, "the gathered unit", s->f->units[u].name);
-            U->full = NULL;
+            pool_put(&s->dpool, U->dfull, "the device copy of the gathered unit",
+                     s->f->units[u].name);
+            U->full = U->dfull = NULL;
             U->state = 0;
             s->live -= s->gb[u];
         }

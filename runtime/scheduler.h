@@ -112,6 +112,16 @@ enum { SCHED_X_AG = 0, SCHED_X_RS, SCHED_X_A2A, SCHED_X_MISC, SCHED_NX };
 
 Sched* sched_create(Fsdp* f, const TrainConfig* cfg, int trace);
 void sched_destroy(Sched* s);
+/* The model's backend (kernels.h), before the first step. With a backend
+ * whose memory is not host memory (cuda, cpu_guarded), acquire uploads each
+ * gathered unit once into a device buffer and hands that to the model,
+ * grad_buffer hands a zeroed device buffer, and grads_ready downloads the
+ * finished gradient before the reduce-scatter: FSDP's shards, collectives
+ * and optimizer stay on the host (part 1 of the GPU path; docs/RUNTIME.md).
+ * The host buffers of the steps then come from K->host_alloc (pinned).
+ * NULL or the CPU table: the model reads the host buffers themselves. */
+struct ZrtKernels_;
+void sched_set_backend(Sched* s, const struct ZrtKernels_* K);
 LlamaParamHooks sched_hooks(Sched* s);
 
 /* A training step of cfg->data.grad_accum micro-batches, or one forward-only

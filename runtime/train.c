@@ -16,8 +16,11 @@
  *          -> mean over the global batch, global-norm clip, AdamW on shards
  *          -> one log line (rank 0), checkpoints, validation.
  *
- * Left out: GPU execution (the model runs on the CPU kernels), MoE, the
- * overlap scheduler of a later issue (only a one-unit prefetch here).
+ * runtime.device: cpu | cuda | cpu_guarded picks the kernel table the model
+ * computes on; FSDP's shards, the collectives and AdamW stay on the host
+ * (the scheduler stages each gathered unit to the device and each finished
+ * gradient back). Left out: MoE on a device, FSDP and the optimizer on
+ * device buffers (the GPU issues' part 2).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -170,8 +173,56 @@ static void parse_args(int argc, char** argv, Args* a) {
     }
 }
 
-/* Refuse at start a model that cannot fit, with the estimate. */
-static void check_memory(const TrainConfig* cfg, double inflight) {
+/* The backend the model computes on (runtime.device), every rank bound to
+ * the GPU of its node-local rank for cuda. A device that cannot be used
+ * is an error naming the key, agreed by every rank. */
+static const ZrtKernels* select_backend(const TrainConfig* cfg, int local_rank) {
+    const char* dev = cfg->runtime.device;
+    const int bf16 = !strcmp(cfg->runtime.compute, "bf16");
+    const ZrtKernels* host = bf16 ? zrt_kernels_cpu_bf16() : zrt_kernels_cpu();
+    if (!strcmp(dev, "cpu")) return host;
+    if (!strcmp(dev, "cpu_guarded")) return zrt_kernels_guarded(host);
+    char msg[800], w[400];
+    const int bad = zrt_cuda_bind(local_rank) != 0 || !zrt_kernels_cuda();
+    snprintf(msg, sizeof msg, "%s: key 'runtime.device': cuda: %s",
+             config_where(cfg, "runtime.device", w, sizeof w), zrt_cuda_error());
+    agree_or_fail(bad, msg);
+    return bf16 ? zrt_kernels_cuda_bf16() : zrt_kernels_cuda();
+}
+
+/* What the backend's matmul reaches on this rank (FLOP/s), for MFU on a
+ * device: a few 2048^3 products through the table, timed after a warm-up. */
+static double backend_matmul_peak(const ZrtKernels* K) {
+    const int n = 2048;
+    const size_t bytes = (size_t)n * n * sizeof(float);
+    float* h = zrt_malloc(bytes, "matmul probe");
+    for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)(i % 17) * 0.01f;
+    float *a = K->alloc(bytes), *b = K->alloc(bytes), *c = K->alloc(bytes);
+    trainCheck(a && b && c, "out of %s memory for the matmul probe", K->name);
+    K->upload(a, h, bytes);
+    K->upload(b, h, bytes);
+    K->matmul_forward(c, a, b, n, n, n);
+    K->synchronize();
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = zrt_now();
+        for (int i = 0; i < 4; i++) K->matmul_forward(c, a, b, n, n, n);
+        K->synchronize();
+        const double f = 4 * 2.0 * n * (double)n * n / (zrt_now() - t0);
+        best = f > best ? f : best;
+    }
+    K->free(a);
+    K->free(b);
+    K->free(c);
+    free(h);
+    return best;
+}
+
+/* Refuse at start a model that cannot fit, with the estimate. With a
+ * device backend the activations and the device copies of the gathered
+ * units and gradients in flight live in device memory, and the ranks
+ * sharing a device share its free memory. */
+static void check_memory(const TrainConfig* cfg, double inflight, const ZrtKernels* K) {
     const LlamaConfig* m = &cfg->model;
     const int N = g_nranks, EP = m->n_experts > 0 ? cfg->parallel.ep : 1;
     double shards = 0;
@@ -187,7 +238,7 @@ static void check_memory(const TrainConfig* cfg, double inflight) {
     double params = shards * f32, grads = shards * f32, optim = 2 * shards * f32;
     /* gathered units + full gradients in flight: the schedule's peak (sched.c) */
     double gathered = inflight, gradfull = 0;
-    double acts = (double)llama_acts_bytes(m, cfg->data.batch_size, cfg->data.seq_len);
+    double acts = (double)llama_acts_bytes_on(m, cfg->data.batch_size, cfg->data.seq_len, K);
     double per_rank = params + grads + optim + gathered + gradfull + acts;
 
     /* Ranks on this host share its memory. */
@@ -198,6 +249,49 @@ static void check_memory(const TrainConfig* cfg, double inflight) {
     MPI_Comm_free(&node);
     double avail = (double)zrt_mem_available();
     double need = per_rank * local;
+    size_t dfree = 0, dtotal = 0;
+    int dev_bad = 0;
+    if (!K->host_memory) {
+        /* device: activations and the model's copies of the units and
+         * gradients in flight; the host keeps everything else */
+        per_rank -= acts;
+        need = per_rank * local;
+        const double dneed = acts + gathered;
+        int sharing = 1;
+        if (K->mem_info(&dfree, &dtotal) == 0) {
+            MPI_Comm dc;
+            MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+            MPI_Comm_split(node, zrt_cuda_device(), 0, &dc);
+            MPI_Comm_size(dc, &sharing);
+            MPI_Comm_free(&dc);
+            MPI_Comm_free(&node);
+            dev_bad = dneed * sharing > 0.9 * (double)dfree;
+        }
+        if (g_rank == 0) {
+            char b[5][32];
+            printf("# device memory per rank (%s): activations %s + gathered units and "
+                   "gradients in flight %s = %s; x %d rank%s on the device = %s of %s free\n",
+                   K->name, zrt_fmt_bytes(acts, b[0], 32), zrt_fmt_bytes(gathered, b[1], 32),
+                   zrt_fmt_bytes(dneed, b[2], 32), sharing, sharing > 1 ? "s" : "",
+                   zrt_fmt_bytes(dneed * sharing, b[3], 32),
+                   dfree ? zrt_fmt_bytes((double)dfree, b[4], 32) : "(unknown)");
+        }
+        int any = 0;
+        MPI_Allreduce(&dev_bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (any) {
+            char msg[1024], b[3][32], w[400];
+            snprintf(msg, sizeof msg,
+                     "%s: key 'runtime.device': the model does not fit on the device: "
+                     "activations %s + gathered units and gradients in flight %s per rank, x %d "
+                     "rank%s on one device, but %s is free. Hint: a smaller data.batch_size / "
+                     "seq_len, or more devices.",
+                     config_where(cfg, "runtime.device", w, sizeof w),
+                     zrt_fmt_bytes(acts, b[0], 32), zrt_fmt_bytes(gathered, b[1], 32), sharing,
+                     sharing > 1 ? "s" : "", zrt_fmt_bytes((double)dfree, b[2], 32));
+            config_fail(msg);
+        }
+        acts = 0; /* not in host memory */
+    }
     if (g_rank == 0) {
         char b[9][32];
         printf("# memory per rank: params %s + grads %s + optimizer %s + gathered units and full "
@@ -480,7 +574,23 @@ int main(int argc, char** argv) {
      * a bad rule or bound stops the run here, before any work. */
     double inflight = 0;
     if (sched_check_config(&cfg, g_nranks, &inflight, err, sizeof err)) config_fail(err);
-    check_memory(&cfg, inflight);
+    int local_rank = 0;
+    {
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &local_rank);
+        MPI_Comm_free(&node);
+    }
+    const ZrtKernels* K = select_backend(&cfg, local_rank);
+    if (g_rank == 0 && !K->host_memory)
+        printf("# device: %s%s%s; the model computes there, FSDP's shards, collectives and "
+               "optimizer stay on the host\n",
+               K->name, strncmp(K->name, "cuda", 4) ? "" : ", ", zrt_cuda_device_name());
+    if (g_rank == 0 && strcmp(cfg.runtime.compute, "fp32"))
+        printf("# compute: %s (kernel table %s): the linear layers multiply bf16 operands, fp32 "
+               "accumulation; attention, norms and the loss stay fp32\n",
+               cfg.runtime.compute, K->name);
+    check_memory(&cfg, inflight, K);
 
     /* ---- data ---- */
     Dataset ds;
@@ -528,17 +638,19 @@ int main(int argc, char** argv) {
                "ranks) but the validation split has %zu: windows repeat (weighted more)\n",
                val_windows, cfg.data.val_batches, B, g_nranks, ds.n_windows[1]);
 
-    /* ---- the SGEMM peak for MFU: every rank at once, summed ---- */
-    double peak_rank = zrt_sgemm_peak(0.3);
+    /* ---- the matmul peak for MFU: every rank at once, summed (the host's
+     * SGEMM, or the device's through the kernel table) ---- */
+    double peak_rank = K->host_memory ? zrt_sgemm_peak(0.3) : backend_matmul_peak(K);
 
     /* ---- model + FSDP ---- */
     Fsdp fsdp;
     fsdp_init(&fsdp, &cfg);
     double peak = fsdp_mean_over_ranks(&fsdp, peak_rank) * g_nranks;
-    LlamaActs* acts = llama_acts_alloc(mc, B, T);
-    trainCheck(acts, "cannot allocate %zu bytes of activations for B=%d T=%d",
-               llama_acts_bytes(mc, B, T), B, T);
+    LlamaActs* acts = llama_acts_alloc_on(mc, B, T, K);
+    trainCheck(acts, "cannot allocate %zu bytes of activations for B=%d T=%d on %s",
+               llama_acts_bytes_on(mc, B, T, K), B, T, K->name);
     Sched* sched = sched_create(&fsdp, &cfg, args.trace != NULL);
+    sched_set_backend(sched, K);
     LlamaParamHooks hooks = sched_hooks(sched);
     int* tok = zrt_malloc((size_t)B * T * sizeof(int), "tokens");
     int* tgt = zrt_malloc((size_t)B * T * sizeof(int), "targets");
@@ -570,9 +682,9 @@ int main(int argc, char** argv) {
         trainCheck(jl, "cannot open the JSON log %s: %s", cfg.log.json, strerror(errno));
     }
     if (g_rank == 0) {
-        printf("# sgemm peak %.2f GFLOP/s (all ranks); strategies: allgather %s, reducescatter "
+        printf("# %s peak %.2f GFLOP/s (all ranks); strategies: allgather %s, reducescatter "
                "%s",
-               peak / 1e9, zipcclStrategyName(fsdp.units[1 % fsdp.n_units].ag_cfg.strategy),
+               K->host_memory ? "sgemm" : "matmul", peak / 1e9, zipcclStrategyName(fsdp.units[1 % fsdp.n_units].ag_cfg.strategy),
                zipcclStrategyName(fsdp.units[1 % fsdp.n_units].rs_cfg.strategy));
         if (fsdp.ep > 1)
             printf(", alltoall %s",
@@ -651,7 +763,7 @@ int main(int argc, char** argv) {
         sched_exposed(sched, x0);
         fsdp_zero_grads(&fsdp);
         sched_begin_step(sched, 1);
-        double loss_sum = 0, aux_sum = 0;
+        double loss_sum = 0, aux_sum = 0, data_s = 0, model_s = 0;
         const double a2a_blocked0 = fsdp.ep > 1 ? fsdp.expert.blocked_s : 0;
         const double a2a_sync0 = fsdp.ep > 1 ? fsdp.expert.sync_s : 0;
         if (moe) memset(expert_load, 0, (size_t)(n_moe + 1) * mc->n_experts * sizeof *expert_load);
@@ -662,10 +774,13 @@ int main(int argc, char** argv) {
             data_batch(&ds, 0, st.samples, g_rank, g_nranks, B, tok, tgt, windows);
             trace_batch(step_no, a, "train", st.samples, B, windows, tok, T);
             sched_trace_span(sched, "data", td, zrt_now());
+            data_s += zrt_now() - td;
             sched_begin_micro(sched);
             /* --dump-tensors: the first micro-batch's logits too */
             float* logits = dump_now && a == 0 ? dump_logits : NULL;
+            const double tm = zrt_now();
             const float l = llama_step(mc, acts, tok, tgt, B, T, &hooks, 1, logits);
+            model_s += zrt_now() - tm;
             if (logits) dump_batch(args.dump_dir, step_no, tok, tgt, logits, B, T, mc->vocab_size, l);
             loss_sum += l;
             if (moe) { /* per MoE block: pairs routed to each expert; then the drops */
@@ -726,6 +841,7 @@ int main(int argc, char** argv) {
         const float lr = adamw_lr(&oc, step);
         optimizer_step(&fsdp, &oc, step_no, lr);
         sched_trace_span(sched, "loss, norm, clip, AdamW", t_opt, zrt_now());
+        const double opt_ms = (zrt_now() - t_opt) * 1e3, tail_ms = (t_opt - t_rs) * 1e3;
         {
             char sn[32];
             snprintf(sn, sizeof sn, "step %d", step_no);
@@ -825,9 +941,11 @@ int main(int argc, char** argv) {
                         ", \"exposed_allgather_ms\": %.9g, \"exposed_reducescatter_ms\": %.9g, "
                         "\"exposed_alltoall_ms\": %.9g, \"exposed_misc_ms\": %.9g, "
                         "\"comm_allgather_ms\": %.9g, \"comm_reducescatter_ms\": %.9g, "
-                        "\"comm_alltoall_ms\": %.9g, \"overlap\": %.9g",
+                        "\"comm_alltoall_ms\": %.9g, \"overlap\": %.9g, \"data_ms\": %.9g, "
+                        "\"model_ms\": %.9g, \"last_reduce_ms\": %.9g, \"optimizer_ms\": %.9g",
                         xms[SCHED_X_AG], xms[SCHED_X_RS], xms[SCHED_X_A2A], xms[SCHED_X_MISC],
-                        comm_ms[0], comm_ms[1], comm_ms[2], overlap_frac);
+                        comm_ms[0], comm_ms[1], comm_ms[2], overlap_frac, data_s * 1e3,
+                        model_s * 1e3, tail_ms, opt_ms);
                 if (moe) {
                     fprintf(jl,
                             ", \"aux_loss\": %.9g, \"expert_maxvio\": %.9g, "

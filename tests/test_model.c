@@ -24,9 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels.h"
 #include "llama.h"
@@ -748,7 +751,7 @@ static void check_attention_thread_invariance(void) {
     const ZrtKernels* k = zrt_kernels_cpu();
     const int B = 3, T = 40, H = 4, KV = 2, hd = 16;
     const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd,
-                 na = (size_t)B * H * T * T, ns = k->attention_scratch_floats(B, T, KV);
+                 na = (size_t)B * H * T * T, ns = k->attention_scratch_floats(B, T, H, KV, hd);
     float *q = rand_floats(nq, 4), *kk = rand_floats(nkv, 5), *v = rand_floats(nkv, 6),
           *dd = rand_floats(nq, 7);
     float* r[2][5] = {{0}};
@@ -943,6 +946,250 @@ static void check_bf16(void) {
     CHECK(same, "bf16/inplace_matches", "in-place rounding differs from round trip");
 }
 
+/* ------------------------------------------------- the guarded CPU device */
+
+/* Does reading (write = 0) or writing p in a child process kill it with
+ * SIGSEGV? The child restores the default handler first (a sanitizer's
+ * would turn the fault into an exit code). */
+static int child_faults(float* p, int write) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL);
+        if (write) *(volatile float*)p = 1.0f;
+        else (void)*(volatile float*)p;
+        _exit(0);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) return 0;
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV;
+}
+
+/* The guarded table's memory: reachable through the table, a fault for the
+ * host outside it (before and after kernel calls), and the kernels' results
+ * are the CPU table's. */
+static void check_guarded_device(void) {
+    const ZrtKernels* G = zrt_kernels_cpu_guarded();
+    const ZrtKernels* K = zrt_kernels_cpu();
+    enum { n = 3000 };
+    static float a[n], b[n], out[n], ref[n];
+    for (int i = 0; i < n; i++) a[i] = 0.25f * (float)(i % 13) - 1.0f, b[i] = (float)i / 7.0f;
+    float* da = G->alloc(n * sizeof(float));
+    float* db = G->alloc(n * sizeof(float));
+    CHECK(da && db && !G->host_memory && K->host_memory, "guarded/alloc", "allocation failed");
+    if (!da || !db) return;
+    G->upload(da, a, sizeof a);
+    G->upload(db, b, sizeof b);
+    CHECK(child_faults(da, 0) && child_faults(db, 1), "guarded/host_access_faults",
+          "the host read or wrote guarded memory outside a table call without a fault");
+    G->add(da, da, db, n);
+    K->add(ref, a, b, n);
+    CHECK(child_faults(da, 0), "guarded/closed_after_a_kernel",
+          "guarded memory stayed open after a kernel call");
+    G->download(out, da, sizeof out);
+    CHECK(!memcmp(out, ref, sizeof out), "guarded/kernel_matches_cpu",
+          "the guarded add differs from the CPU add");
+    G->memset0(db, sizeof b);
+    G->download(out, db, sizeof out);
+    int zero = 1;
+    for (int i = 0; i < n; i++) zero &= out[i] == 0.0f;
+    CHECK(zero, "guarded/memset0", "memset0 left non-zero values");
+    G->free(da);
+    G->free(db);
+}
+
+/* upload -> copy -> download returns the bytes; memset0 zeroes a range;
+ * mem_info answers or says it cannot */
+static void check_memory_entries(const ZrtKernels* G, const char* name) {
+    enum { n = 5000 };
+    static float a[n], b[n];
+    for (int i = 0; i < n; i++) a[i] = (float)i * 0.5f - 7.0f;
+    float *x = G->alloc(sizeof a), *y = G->alloc(sizeof a);
+    char what[96];
+    snprintf(what, sizeof what, "%s/memory_alloc", name);
+    if (!CHECK(x && y, what, "alloc failed")) return;
+    snprintf(what, sizeof what, "%s/memory_round_trip", name);
+    G->upload(x, a, sizeof a);
+    G->copy(y, x, sizeof a);
+    G->memset0(x + 100, 50 * sizeof(float));
+    G->download(b, y, sizeof b);
+    int ok = !memcmp(a, b, sizeof a);
+    G->download(b, x, sizeof b);
+    for (int i = 0; i < n; i++) ok &= b[i] == (i >= 100 && i < 150 ? 0.0f : a[i]);
+    G->synchronize();
+    size_t fr = 0, tot = 0;
+    const int mi = G->mem_info(&fr, &tot);
+    CHECK(ok && (mi == -1 || (mi == 0 && fr > 0 && fr <= tot)), what,
+          "bytes %s, mem_info %d (%zu of %zu)", ok ? "same" : "DIFFER", mi, fr, tot);
+    G->free(x);
+    G->free(y);
+}
+
+/* ---------------------------------------------- a whole step on a backend */
+
+/* Hooks over per-unit buffers in a backend's memory (what the scheduler
+ * hands the model with runtime.device: cuda or cpu_guarded). */
+typedef struct {
+    const ZrtKernels* K;
+    int nunits;
+    float* p[MAX_UNITS];
+    float* g[MAX_UNITS];
+} DevModel;
+static const float* d_acquire(void* ctx, int u, int phase) {
+    (void)phase;
+    return ((DevModel*)ctx)->p[u];
+}
+static void d_release(void* ctx, int u, int phase) { (void)ctx, (void)u, (void)phase; }
+static float* d_grad_buffer(void* ctx, int u) { return ((DevModel*)ctx)->g[u]; }
+static void d_grads_ready(void* ctx, int u) { (void)ctx, (void)u; }
+
+/* Two micro-batches (gradients accumulate) of tiny_config's model, untied,
+ * with QK-norm and odd shapes, on backend G against the CPU table: the
+ * losses, logits and every unit's gradient within tol relative to the
+ * largest value (tol 0: bit for bit). */
+static LlamaConfig moe_config(int variant);
+static void check_step_of(const ZrtKernels* G, const ZrtKernels* R, const char* name, double tol,
+                          const LlamaConfig* cfg_in) {
+    LlamaConfig cfg = *cfg_in;
+    enum { B = 2, T = 7 };
+    Model m;
+    DevModel d = {.K = G};
+    LlamaActs* ac = llama_acts_alloc_on(&cfg, B, T, R);
+    LlamaActs* ad = llama_acts_alloc_on(&cfg, B, T, G);
+    char what[96];
+    snprintf(what, sizeof what, "%s/step_setup", name);
+    if (!CHECK(!model_init(&m, &cfg, 11) && ac && ad, what, "allocation failed")) return;
+    model_randomize(&m, 5, 0.3f);
+    d.nunits = m.nunits;
+    for (int u = 0; u < m.nunits; u++) {
+        const size_t bytes = llama_unit_numel(&cfg, u) * sizeof(float);
+        d.p[u] = G->alloc(bytes);
+        d.g[u] = G->alloc(bytes);
+        G->upload(d.p[u], m.params[u], bytes);
+        G->memset0(d.g[u], bytes);
+    }
+    const LlamaParamHooks hc = model_hooks(&m);
+    const LlamaParamHooks hd = {.ctx = &d, .acquire = d_acquire, .release = d_release,
+                                .grad_buffer = d_grad_buffer, .grads_ready = d_grads_ready};
+    const int V = cfg.vocab_size;
+    int tok[B * T], tgt[B * T];
+    static float lc[B * T * 512], ld[B * T * 512];
+    double worst_loss = 0, worst_logit = 0;
+    for (int mb = 0; mb < 2; mb++) {
+        for (int i = 0; i < B * T; i++) tok[i] = (i * 7 + mb * 3) % V, tgt[i] = i % 6 ? (i * 5 + mb) % V : -1;
+        const float a = llama_step(&cfg, ac, tok, tgt, B, T, &hc, 1, lc);
+        const float b = llama_step(&cfg, ad, tok, tgt, B, T, &hd, 1, ld);
+        const double dl = fabs((double)a - b) / fabs((double)a);
+        worst_loss = dl > worst_loss ? dl : worst_loss;
+        double md = 0, mx = 0;
+        for (int i = 0; i < B * T * V; i++) {
+            md = fmax(md, fabs((double)lc[i] - ld[i]));
+            mx = fmax(mx, fabs((double)lc[i]));
+        }
+        worst_logit = fmax(worst_logit, md / mx);
+    }
+    snprintf(what, sizeof what, "%s/step_loss_and_logits", name);
+    CHECK(worst_loss <= tol && worst_logit <= tol, what, "loss %.3g, logits %.3g relative (bound %g)",
+          worst_loss, worst_logit, tol);
+    double worst_grad = 0;
+    int worst_unit = 0;
+    for (int u = 0; u < m.nunits; u++) {
+        const size_t n = llama_unit_numel(&cfg, u);
+        float* h = malloc(n * sizeof(float));
+        G->download(h, d.g[u], n * sizeof(float));
+        double md = 0, mx = 0;
+        for (size_t i = 0; i < n; i++) {
+            md = fmax(md, fabs((double)h[i] - m.grads[u][i]));
+            mx = fmax(mx, fabs((double)m.grads[u][i]));
+        }
+        if (md / (mx + 1e-30) > worst_grad) worst_grad = md / (mx + 1e-30), worst_unit = u;
+        free(h);
+        G->free(d.p[u]);
+        G->free(d.g[u]);
+    }
+    snprintf(what, sizeof what, "%s/step_gradients", name);
+    CHECK(worst_grad <= tol, what, "unit %d differs by %.3g relative (bound %g)", worst_unit,
+          worst_grad, tol);
+    if (cfg.n_experts > 0) { // the routing statistics the host reads
+        LlamaMoeRouting rc, rd;
+        int same = 1;
+        for (int i = 0; llama_acts_routing(ac, i, &rc) == 0; i++) {
+            same &= llama_acts_routing(ad, i, &rd) == 0 && rc.dropped == rd.dropped &&
+                    !memcmp(rc.choices, rd.choices, (size_t)B * T * cfg.n_experts_per_tok * sizeof(int)) &&
+                    !memcmp(rc.routed, rd.routed, (size_t)cfg.n_experts * sizeof(int));
+        }
+        const double xa = llama_acts_aux_loss(ac), xd = llama_acts_aux_loss(ad);
+        snprintf(what, sizeof what, "%s/step_routing_and_aux", name);
+        CHECK(same && fabs(xa - xd) <= tol * fabs(xa), what, "routing %s, aux %.9g vs %.9g",
+              same ? "same" : "DIFFERS", xa, xd);
+    }
+    llama_acts_free(ac);
+    llama_acts_free(ad);
+    model_free(&m);
+}
+
+/* The dense model (QK-norm, untied), the MoE model (top-2 renormalised,
+ * top-1, and with a capacity that drops pairs) on backend G against the
+ * host table R (R's memory is host memory: the model reads it directly). */
+static void check_step_on(const ZrtKernels* G, const ZrtKernels* R, const char* name, double tol) {
+    char n2[64];
+    LlamaConfig c = tiny_config(0);
+    c.qk_norm = 1;
+    check_step_of(G, R, name, tol, &c);
+    for (int v = 0; v < 3; v++) {
+        c = moe_config(v == 1);
+        if (v == 2) c.capacity_factor = 0.75f;
+        snprintf(n2, sizeof n2, "%s/moe%d", name, v);
+        check_step_of(G, R, n2, tol, &c);
+    }
+}
+
+/* The bf16 linear layers: on the same inputs, backend G's bf16 matmuls
+ * equal the CPU twin's within tol (both round the operands the same way;
+ * only the fp32 summation order may differ), and they differ from the fp32
+ * product by a bf16-sized amount (the rounding happened). */
+static void check_matmul_bf16(const ZrtKernels* G, const char* name, double tol) {
+    const ZrtKernels* R = zrt_kernels_cpu_bf16();
+    const ZrtKernels* F = zrt_kernels_cpu();
+    enum { N = 37, IC = 48, OC = 40 };
+    static float x[N * IC], w[OC * IC], y[N * OC], dy[N * OC], out[N * OC], ref[N * OC], f32[N * OC],
+        dx[N * IC], rdx[N * IC], dw[OC * IC], rdw[OC * IC];
+    srand(77);
+    for (int i = 0; i < N * IC; i++) x[i] = ((float)rand() / RAND_MAX - 0.5f) * 3.0f;
+    for (int i = 0; i < OC * IC; i++) w[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.4f;
+    for (int i = 0; i < N * OC; i++) dy[i] = ((float)rand() / RAND_MAX - 0.5f);
+    float *dX = G->alloc(sizeof x), *dW = G->alloc(sizeof w), *dY = G->alloc(sizeof y),
+          *dDY = G->alloc(sizeof dy), *dDX = G->alloc(sizeof dx), *dDW = G->alloc(sizeof dw);
+    G->upload(dX, x, sizeof x);
+    G->upload(dW, w, sizeof w);
+    G->upload(dDY, dy, sizeof dy);
+    G->memset0(dDW, sizeof dw);
+    memset(rdw, 0, sizeof rdw);
+    G->matmul_forward(dY, dX, dW, N, IC, OC);
+    R->matmul_forward(ref, x, w, N, IC, OC);
+    F->matmul_forward(f32, x, w, N, IC, OC);
+    G->matmul_backward(dDX, dDW, dDY, dX, dW, N, IC, OC, 0);
+    R->matmul_backward(rdx, rdw, dy, x, w, N, IC, OC, 0);
+    G->download(out, dY, sizeof out);
+    G->download(dx, dDX, sizeof dx);
+    G->download(dw, dDW, sizeof dw);
+    double e = 0, m = 0, ef = 0;
+    for (int i = 0; i < N * OC; i++) {
+        e = fmax(e, fabs((double)out[i] - ref[i]));
+        ef = fmax(ef, fabs((double)f32[i] - ref[i]));
+        m = fmax(m, fabs((double)ref[i]));
+    }
+    double eb = 0, mb = 0;
+    for (int i = 0; i < N * IC; i++) eb = fmax(eb, fabs((double)dx[i] - rdx[i])), mb = fmax(mb, fabs((double)rdx[i]));
+    for (int i = 0; i < OC * IC; i++) eb = fmax(eb, fabs((double)dw[i] - rdw[i]) * mb / fmax(1e-30, fabs((double)rdw[i]) + mb));
+    char what[96];
+    snprintf(what, sizeof what, "%s/matmul_bf16", name);
+    CHECK(e / m <= tol && eb / mb <= tol && ef / m > 1e-4, what,
+          "fwd %.3g bwd %.3g relative to the CPU twin (bound %g); fp32 vs bf16 %.3g (must be > 1e-4)",
+          e / m, eb / mb, tol, ef / m);
+    G->free(dX), G->free(dW), G->free(dY), G->free(dDY), G->free(dDX), G->free(dDW);
+}
+
 /* ------------------------------------- CUDA table vs CPU table (with a GPU) */
 
 #ifdef ZIPCCL_HAVE_CUDA
@@ -1025,7 +1272,8 @@ static void check_cuda_kernels(void) {
     randf(v, sizeof v / 4, 1.0f);
     float *dQ = dev_copy(q, sizeof q), *dK = dev_copy(k, sizeof k), *dV = dev_copy(v, sizeof v),
           *dCS = dev_copy(NULL, sizeof cs), *dATT = dev_copy(NULL, sizeof att),
-          *dO = dev_copy(NULL, sizeof o), *dS = dev_copy(NULL, sizeof scratch),
+          *dO = dev_copy(NULL, sizeof o),
+          *dS = dev_copy(NULL, G->attention_scratch_floats(B, T, H, KV, hd) * sizeof(float)),
           *dDQ = dev_copy(NULL, sizeof dq), *dDK = dev_copy(NULL, sizeof dk),
           *dDV = dev_copy(NULL, sizeof dv);
     K->rope_table(cs, T, hd, 10000.0f);
@@ -1396,6 +1644,12 @@ int main(int argc, char** argv) {
             return 1;
         }
         check_cuda_kernels();
+        check_memory_entries(zrt_kernels_cuda(), "cuda");
+        check_step_on(zrt_kernels_cuda(), zrt_kernels_cpu(), "cuda", 1e-5);
+        check_matmul_bf16(zrt_kernels_cuda_bf16(), "cuda", 1e-5);
+        // a whole step in bf16: a value that lands a hair apart on the two
+        // sides may round to a neighbouring bf16, so the bound is bf16's
+        check_step_on(zrt_kernels_cuda_bf16(), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-2);
         return tu_exit();
     }
     if (argc >= 2 && !strcmp(argv[1], "--threads")) { // tests/test_blas_cores.sh
@@ -1424,6 +1678,11 @@ int main(int argc, char** argv) {
     check_thread_invariance();
     check_optim();
     check_bf16();
+    check_guarded_device();
+    check_memory_entries(zrt_kernels_cpu(), "cpu");
+    check_memory_entries(zrt_kernels_cpu_guarded(), "guarded");
+    check_step_on(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
+    check_matmul_bf16(zrt_kernels_cpu_bf16(), "cpu", 0.0); /* the twin itself: it rounds */
     check_cuda_kernels();
     return tu_exit();
 }

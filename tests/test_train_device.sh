@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# test: timeout=600
+# test_train_device.sh — runtime.device: the model on a backend whose memory
+# the host cannot touch, proven without a GPU.
+#   (a) runtime.device=cpu_guarded (kernels/cpu_guarded.c: every backend
+#       allocation PROT_NONE outside a kernel-table call) trains exactly as
+#       runtime.device=cpu: every step's loss, norm and lr and the final
+#       parameter hash, at 1 and 2 ranks, with gradient accumulation,
+#       validation passes, units kept gathered between forward and backward,
+#       bf16 and fp32 gathers, and the tensor dump (which reads the logits
+#       back from the device). A host read of device memory anywhere in
+#       models/ or runtime/ would kill these runs with SIGSEGV.
+#   (b) a checkpoint written by a guarded run resumes on the CPU table and
+#       ends with the uninterrupted run's hash.
+#   (c) bad requests are refused by name: runtime.device=cuda on a machine
+#       without a usable GPU (or a build without CUDA), an unknown device,
+#       expert parallelism on a device.
+# The MoE model runs on the guarded device too (EP 1), with the same bits,
+# and so does model.compute: bf16 (within 2% of fp32, not equal to it).
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+
+cat README.md docs/*.md runtime/*.c models/*.c >"$tmp/corpus.txt"
+cat >"$tmp/tiny.yaml" <<YAML
+model: {vocab_size: 256, dim: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64,
+        max_seq_len: 32, rope_theta: 10000, norm_eps: 1.0e-5, tie_embeddings: false}
+data: {path: $tmp/corpus.txt, tokenizer: byte, seq_len: 32, batch_size: 2, grad_accum: 2,
+       val_fraction: 0.05, val_every: 4, val_batches: 2, seed: 7}
+train: {steps: 8, seed: 3}
+optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {warmup_steps: 2}
+comm: {strategy: compressed, param_dtype: bf16, reduce_dtype: fp32}
+YAML
+
+run() { # run NP OUT [args...]
+  local np=$1 out=$2; shift 2
+  if [ "$np" = 1 ]; then
+    "$TRAIN" "$tmp/tiny.yaml" --log-json "$out" "$@" >"$out.log" 2>&1
+  else
+    mpirun --oversubscribe --bind-to none -n "$np" "$TRAIN" "$tmp/tiny.yaml" --log-json "$out" \
+      "$@" >"$out.log" 2>&1
+  fi
+  local rc=$?
+  [ $rc -eq 0 ] || { echo "--- $out.log (exit $rc)"; tail -5 "$out.log"; }
+  return $rc
+}
+same() { python3 tests/compare_runs.py "$1" "$2" exact --same-steps >/dev/null; }
+
+[ -x "$TRAIN" ] || { echo "FAIL train_device: $TRAIN not built"; exit 1; }
+
+# (a) guarded == cpu, bit for bit
+for np in 1 2; do
+  for variant in "bf16" "fp32 --set comm.param_dtype=fp32 --set parallelism.reshard_after_forward=false"; do
+    name=${variant%% *}
+    extra=${variant#"$name"}
+    # shellcheck disable=SC2086
+    if run "$np" "$tmp/cpu_$np$name.jsonl" --set runtime.device=cpu $extra \
+         --dump-tensors 3 "$tmp/dump_cpu_$np$name" &&
+       run "$np" "$tmp/grd_$np$name.jsonl" --set runtime.device=cpu_guarded $extra \
+         --dump-tensors 3 "$tmp/dump_grd_$np$name"; then
+      if ! grep -q "^# device: cpu_guarded" "$tmp/grd_$np$name.jsonl.log"; then
+        fail "guarded_${np}ranks_$name" "the run did not say it computes on cpu_guarded"
+      elif same "$tmp/cpu_$np$name.jsonl" "$tmp/grd_$np$name.jsonl"; then
+        d=0
+        for f in "$tmp/dump_cpu_$np$name"/*; do
+          cmp -s "$f" "$tmp/dump_grd_$np$name/$(basename "$f")" || d=1
+        done
+        if [ $d = 0 ] && [ -n "$(ls "$tmp/dump_cpu_$np$name")" ]; then
+          pass "guarded_equals_cpu_${np}ranks_$name"
+        else
+          fail "guarded_${np}ranks_$name" "the tensor dumps differ"
+        fi
+      else
+        fail "guarded_${np}ranks_$name" "$(python3 tests/compare_runs.py "$tmp/cpu_$np$name.jsonl" \
+              "$tmp/grd_$np$name.jsonl" exact --same-steps 2>&1 | tail -2)"
+      fi
+    else
+      fail "guarded_${np}ranks_$name" "a run failed"
+    fi
+  done
+done
+
+# (a') the MoE model (top-2 of 4 experts, one dense block, a capacity that
+# drops pairs, the aux loss) at EP 1: guarded == cpu at 1 and 2 ranks
+M="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_hidden=16
+   --set model.mlp_only_layers=1 --set model.norm_topk_prob=true --set model.capacity_factor=1.0
+   --set model.router_aux_loss_coef=0.01 --set model.qk_norm=true"
+for np in 1 2; do
+  # shellcheck disable=SC2086
+  if run "$np" "$tmp/moe_cpu_$np.jsonl" --set runtime.device=cpu $M &&
+     run "$np" "$tmp/moe_grd_$np.jsonl" --set runtime.device=cpu_guarded $M; then
+    if same "$tmp/moe_cpu_$np.jsonl" "$tmp/moe_grd_$np.jsonl"; then
+      pass "guarded_equals_cpu_moe_${np}ranks"
+    else
+      fail "guarded_equals_cpu_moe_${np}ranks" "$(python3 tests/compare_runs.py \
+            "$tmp/moe_cpu_$np.jsonl" "$tmp/moe_grd_$np.jsonl" exact --same-steps 2>&1 | tail -2)"
+    fi
+  else
+    fail "guarded_equals_cpu_moe_${np}ranks" "a run failed"
+  fi
+done
+
+# (a'') model.compute: bf16 (the linear layers' operands rounded to bf16,
+# fp32 sums): the guarded device equals the CPU bit for bit, and the loss
+# stays within 2% of the fp32 run (at 2 ranks, the (a) fp32 run's steps)
+for np in 1 2; do
+  if run "$np" "$tmp/b16_cpu_$np.jsonl" --set runtime.device=cpu --set model.compute=bf16 &&
+     run "$np" "$tmp/b16_grd_$np.jsonl" --set runtime.device=cpu_guarded --set model.compute=bf16; then
+    if same "$tmp/b16_cpu_$np.jsonl" "$tmp/b16_grd_$np.jsonl"; then pass "guarded_equals_cpu_bf16_compute_${np}ranks"
+    else fail "guarded_equals_cpu_bf16_compute_${np}ranks" "the runs differ"; fi
+  else
+    fail "guarded_equals_cpu_bf16_compute_${np}ranks" "a run failed"
+  fi
+done
+r=$(python3 tests/compare_runs.py "$tmp/cpu_2bf16.jsonl" "$tmp/b16_cpu_2.jsonl" close 0.02 --same-steps 2>&1 | tail -1)
+if python3 tests/compare_runs.py "$tmp/cpu_2bf16.jsonl" "$tmp/b16_cpu_2.jsonl" close 0.02 --same-steps >/dev/null &&
+   ! python3 tests/compare_runs.py "$tmp/cpu_2bf16.jsonl" "$tmp/b16_cpu_2.jsonl" exact --same-steps >/dev/null; then
+  pass "bf16_compute_within_2pct_of_fp32 ($r)"
+else
+  fail bf16_compute_within_2pct_of_fp32 "$r (or the runs are identical: bf16 compute did nothing)"
+fi
+
+# (b) a guarded run's checkpoint resumes on the CPU table, same final hash
+if run 2 "$tmp/ck_a.jsonl" --set runtime.device=cpu_guarded --set train.steps=4 --set schedule.total_steps=8 \
+     --set checkpoint.dir="$tmp/ck" --set checkpoint.every=4 &&
+   run 2 "$tmp/ck_b.jsonl" --set runtime.device=cpu --set schedule.total_steps=8 --resume "$tmp/ck"; then
+  h1=$(tail -1 "$tmp/cpu_2bf16.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["param_hash"])')
+  h2=$(tail -1 "$tmp/ck_b.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["param_hash"])')
+  if [ "$h1" = "$h2" ]; then pass "guarded_checkpoint_resumes_on_cpu"
+  else fail "guarded_checkpoint_resumes_on_cpu" "hash $h2, uninterrupted $h1"; fi
+else
+  fail "guarded_checkpoint_resumes_on_cpu" "a run failed"
+fi
+
+# (c) refusals, named
+expect_error() { # expect_error NAME PATTERN [args...]
+  local name=$1 pat=$2; shift 2
+  "$TRAIN" "$tmp/tiny.yaml" "$@" >"$tmp/err.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 2 ] && grep -q -- "$pat" "$tmp/err.log"; then pass "$name"
+  else fail "$name" "exit $rc, wanted 2 and '$pat': $(tail -2 "$tmp/err.log" | tr '\n' ' ')"; fi
+}
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "note: a GPU is visible here; runtime.device=cuda is checked by make test-gpu instead"
+else
+  expect_error cuda_without_a_device_is_refused "key 'runtime.device': cuda: " \
+    --set runtime.device=cuda
+fi
+expect_error unknown_device_is_refused "key 'runtime.device': unknown device 'tpu'" \
+  --set runtime.device=tpu
+expect_error unknown_compute_is_refused "key 'model.compute': unknown mode 'fp8'" \
+  --set model.compute=fp8
+if mpirun --oversubscribe --bind-to none -n 2 "$TRAIN" "$tmp/tiny.yaml" --set runtime.device=cpu_guarded \
+     --set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_hidden=16 \
+     --set parallelism.ep=2 >"$tmp/err.log" 2>&1; then
+  fail expert_parallel_on_a_device_is_refused "the run started"
+elif grep -q "key 'runtime.device': cpu_guarded: expert parallelism (parallelism.ep 2" "$tmp/err.log"; then
+  pass expert_parallel_on_a_device_is_refused
+else
+  fail expert_parallel_on_a_device_is_refused "$(grep error "$tmp/err.log" | head -2)"
+fi
+
+echo "train_device: $fails failure(s)"
+[ "$fails" -eq 0 ]
