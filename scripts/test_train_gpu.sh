@@ -56,21 +56,24 @@ runc() { # runc NP NAME CONFIG [args...]
   [ $rc -eq 0 ] || echo "   ($name exited $rc; see train_gpu.log)"
   return $rc
 }
-cmp_runs() { python3 tests/compare_runs.py "$@" --same-steps 2>&1 | tail -1; }
+# expect NAME A B exact|close TOL [compare_runs options]: one PASS or FAIL
+# line, carrying compare_runs.py's verdict (the worst difference)
+expect() {
+  local name=$1 a=$2 b=$3
+  shift 3
+  local r
+  r=$(python3 tests/compare_runs.py "$T/$a.jsonl" "$T/$b.jsonl" "$@" --same-steps 2>&1)
+  if [ $? -eq 0 ]; then pass "$name ($(echo "$r" | tail -1))"
+  else fail "$name" "$(echo "$r" | tail -1)"; fi
+}
 
 # fp32 everywhere (gathers too): the reference mode of the issue's 1e-5
 S="--set train.steps=20 --set comm.param_dtype=fp32"
 if run 1 cpu1 $S --set runtime.device=cpu && run 1 gpu1a $S --set runtime.device=$DEV &&
    run 1 gpu1b $S --set runtime.device=$DEV; then
   grep -m1 '^# device' "$LOG"
-  r=$(cmp_runs "$T/cpu1.jsonl" "$T/gpu1a.jsonl" close 1e-5)
-  if python3 tests/compare_runs.py "$T/cpu1.jsonl" "$T/gpu1a.jsonl" close 1e-5 --same-steps >/dev/null
-  then pass "gpu_fp32_matches_cpu_1rank_20steps ($r)"
-  else fail gpu_fp32_matches_cpu_1rank_20steps "$r"; fi
-  r=$(cmp_runs "$T/gpu1a.jsonl" "$T/gpu1b.jsonl" exact)
-  if python3 tests/compare_runs.py "$T/gpu1a.jsonl" "$T/gpu1b.jsonl" exact --same-steps >/dev/null
-  then pass "gpu_two_runs_same_bits"
-  else fail gpu_two_runs_same_bits "$r"; fi
+  expect gpu_fp32_matches_cpu_1rank_20steps cpu1 gpu1a close 1e-5
+  expect gpu_two_runs_same_bits gpu1a gpu1b exact
 else
   fail gpu_1rank "a run failed (train_gpu.log)"
 fi
@@ -80,24 +83,15 @@ fi
 # equivalence test's bf16 one (tests/test_train_equiv.sh)
 if run 1 cpu1h --set train.steps=20 --set runtime.device=cpu &&
    run 1 gpu1h --set train.steps=20 --set runtime.device=$DEV; then
-  r=$(cmp_runs "$T/cpu1h.jsonl" "$T/gpu1h.jsonl" close 1e-4)
-  if python3 tests/compare_runs.py "$T/cpu1h.jsonl" "$T/gpu1h.jsonl" close 1e-4 --same-steps >/dev/null
-  then pass "gpu_bf16_gathers_match_cpu_1rank_20steps ($r)"
-  else fail gpu_bf16_gathers_match_cpu_1rank_20steps "$r"; fi
+  expect gpu_bf16_gathers_match_cpu_1rank_20steps cpu1h gpu1h close 1e-4
 else
   fail gpu_1rank_bf16_gathers "a run failed (train_gpu.log)"
 fi
 
 if run 2 cpu2 $S --set runtime.device=cpu && run 2 gpu2c $S --set runtime.device=$DEV \
      --set comm.strategy=compressed && run 2 gpu2r $S --set runtime.device=$DEV --set comm.strategy=raw; then
-  r=$(cmp_runs "$T/gpu2c.jsonl" "$T/gpu2r.jsonl" exact)
-  if python3 tests/compare_runs.py "$T/gpu2c.jsonl" "$T/gpu2r.jsonl" exact --same-steps >/dev/null
-  then pass "gpu_2ranks_compressed_equals_raw"
-  else fail gpu_2ranks_compressed_equals_raw "$r"; fi
-  r=$(cmp_runs "$T/cpu2.jsonl" "$T/gpu2c.jsonl" close 1e-5)
-  if python3 tests/compare_runs.py "$T/cpu2.jsonl" "$T/gpu2c.jsonl" close 1e-5 --same-steps >/dev/null
-  then pass "gpu_fp32_matches_cpu_2ranks_20steps ($r)"
-  else fail gpu_fp32_matches_cpu_2ranks_20steps "$r"; fi
+  expect gpu_2ranks_compressed_equals_raw gpu2c gpu2r exact
+  expect gpu_fp32_matches_cpu_2ranks_20steps cpu2 gpu2c close 1e-5
 else
   fail gpu_2ranks "a run failed (train_gpu.log)"
 fi
@@ -113,24 +107,14 @@ if runc 1 moe_cpu configs/qwen3-moe-tiny.yaml $MO --set runtime.device=cpu &&
   # choice is a near tie can route elsewhere after a few steps of fp32
   # differences, a discrete jump no smooth bound holds (seen: 2.8e-5 at
   # step 20 in one build, 5e-6 in another); step 1 must agree to 1e-6
-  r=$(cmp_runs "$T/moe_cpu.jsonl" "$T/moe_gpua.jsonl" close 1e-4 --first-tol 1e-6)
-  if python3 tests/compare_runs.py "$T/moe_cpu.jsonl" "$T/moe_gpua.jsonl" close 1e-4 --same-steps \
-       --first-tol 1e-6 >/dev/null
-  then pass "gpu_moe_fp32_matches_cpu_1rank_20steps ($r)"
-  else fail gpu_moe_fp32_matches_cpu_1rank_20steps "$r"; fi
-  r=$(cmp_runs "$T/moe_gpua.jsonl" "$T/moe_gpub.jsonl" exact)
-  if python3 tests/compare_runs.py "$T/moe_gpua.jsonl" "$T/moe_gpub.jsonl" exact --same-steps >/dev/null
-  then pass "gpu_moe_two_runs_same_bits"
-  else fail gpu_moe_two_runs_same_bits "$r"; fi
+  expect gpu_moe_fp32_matches_cpu_1rank_20steps moe_cpu moe_gpua close 1e-4 --first-tol 1e-6
+  expect gpu_moe_two_runs_same_bits moe_gpua moe_gpub exact
 else
   fail gpu_moe_1rank "a run failed (train_gpu.log)"
 fi
 if runc 2 moe_gpu2c configs/qwen3-moe-tiny.yaml $MO --set runtime.device=$DEV --set comm.strategy=compressed &&
    runc 2 moe_gpu2r configs/qwen3-moe-tiny.yaml $MO --set runtime.device=$DEV --set comm.strategy=raw; then
-  r=$(cmp_runs "$T/moe_gpu2c.jsonl" "$T/moe_gpu2r.jsonl" exact)
-  if python3 tests/compare_runs.py "$T/moe_gpu2c.jsonl" "$T/moe_gpu2r.jsonl" exact --same-steps >/dev/null
-  then pass "gpu_moe_2ranks_compressed_equals_raw"
-  else fail gpu_moe_2ranks_compressed_equals_raw "$r"; fi
+  expect gpu_moe_2ranks_compressed_equals_raw moe_gpu2c moe_gpu2r exact
 else
   fail gpu_moe_2ranks "a run failed (train_gpu.log)"
 fi
@@ -162,10 +146,7 @@ PY
     ok*) pass "gpu_bf16_compute_within_2pct_of_fp32_100steps (${r#ok })" ;;
     *) fail gpu_bf16_compute_within_2pct_of_fp32_100steps "$r" ;;
   esac
-  r=$(cmp_runs "$T/b16_100a.jsonl" "$T/b16_100b.jsonl" exact)
-  if python3 tests/compare_runs.py "$T/b16_100a.jsonl" "$T/b16_100b.jsonl" exact --same-steps >/dev/null
-  then pass "gpu_bf16_compute_two_runs_same_bits"
-  else fail gpu_bf16_compute_two_runs_same_bits "$r"; fi
+  expect gpu_bf16_compute_two_runs_same_bits b16_100a b16_100b exact
 else
   fail gpu_bf16_compute "a run failed (train_gpu.log)"
 fi
