@@ -33,6 +33,7 @@ for core in Prescott Haswell Zen SkylakeX Cooperlake; do
     continue
   fi
   out=$(OPENBLAS_CORETYPE=$core OMP_NUM_THREADS=1 "$bin" --threads 2>&1)
+  rc=$?
   got=$(sed -n 's/^openblas core //p' <<<"$out")
   if [ "${got,,}" != "${core,,}" ]; then
     fail "blas_cores/$core" "OPENBLAS_CORETYPE=$core ran core '${got:-?}' instead"
@@ -41,6 +42,9 @@ for core in Prescott Haswell Zen SkylakeX Cooperlake; do
   ran=$((ran + 1))
   grep -E '^(PASS|FAIL) ' <<<"$out" | sed "s#^\(PASS\|FAIL\) #\1 blas_cores/$core/#"
   grep -q '^FAIL ' <<<"$out" && fails=$((fails + 1))
+  # a child that crashed or exited non-zero after some PASS lines fails here
+  # (its PASS lines above stay, this line says the run did not finish)
+  [ "$rc" -eq 0 ] || fail "blas_cores/$core/exit" "test_model --threads exited $rc: $(tail -2 <<<"$out" | tr '\n' ' ')"
 done
 out=$(OMP_NUM_THREADS=1 "$bin" --threads 2>&1)
 echo "note: OpenBLAS's own choice on this CPU: $(sed -n 's/^openblas core //p' <<<"$out")"

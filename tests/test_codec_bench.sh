@@ -15,8 +15,13 @@ BENCH=$BUILD/zipccl-codec-bench
 tmp=$(mktemp -d /tmp/test_codec_bench.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
+fails=0
 pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
+fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+# a Python block that raised stopped its remaining checks: that is a failure
+pyblock_done() { # pyblock_done RC NAME
+  [ "$1" -eq 0 ] || fail "$2" "the Python checks stopped with exit status $1 (traceback above)"
+}
 
 if [ ! -x "$BENCH" ]; then
   fail bench_built "$BENCH is missing (make BUILD=$BUILD $BENCH)"
@@ -74,6 +79,7 @@ check(fast and min(fast) > 1.3, "zipccl_fast_bf16_sigma1_ratio_gt_1.3", f"{fast}
 above = [r for r in rows if r["codec"].startswith("zipccl") and r["ratio"] > r["bound"] + 1e-3]
 check(not above, "zipccl_ratio_not_above_bound", f"{above[:1]}")
 EOF
+pyblock_done $? python_block_1
 
 # 2. Real tensors: a .safetensors file with bf16, fp16, fp32 and an int tensor.
 python3 - "$tmp" <<'EOF'
@@ -95,6 +101,7 @@ h = json.dumps(hdr).encode()
 open(f"{tmp}/t.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + data)
 open(f"{tmp}/raw.bin", "wb").write(f32.tobytes())
 EOF
+pyblock_done $? python_block_2
 "$BENCH" --quick -c zipccl-fast,zstd-1-bg,memcpy --input "$tmp/t.safetensors" --json \
   >"$tmp/st.jsonl" 2>"$tmp/st.err"
 rc=$?
@@ -134,6 +141,7 @@ check(ok and all(r["name"] == "raw.bin" and r["bytes"] == raw.nbytes and r["cloc
                  and abs(r["bound"] - ref) < 1e-4 for r in rows),
       "input_raw_bound_matches_python", f"rc={rc2} rows={rows} python bound {ref:.6f}")
 EOF
+pyblock_done $? python_block_3
 
 # 3. Bad usage: exit status 2 and a message naming the problem.
 bad_usage() { # LABEL EXPECT ARGS...
@@ -169,4 +177,4 @@ printf 'garbage' >"$tmp/broken.safetensors"
 rc=$?
 if [ $rc -eq 1 ] && grep -q "too short" "$tmp/broken.err"; then pass broken_input_clean_error
 else fail broken_input_clean_error "exit $rc: $(head -c 200 "$tmp/broken.err")"; fi
-exit 0
+exit $((fails > 0))

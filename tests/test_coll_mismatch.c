@@ -222,7 +222,8 @@ int main(int argc, char** argv) {
                                                   "chunk count 0 is out of range"),
               "detail_prefix_keeps_reason", "%s", zipcclGetLastErrorDetail());
     if (nranks < 2) {
-        if (rank == 0) CHECK(1, "mismatch_needs_two_ranks", "%s", "");
+        /* not a PASS: nothing was checked (run_tests.sh lists the skip) */
+        if (rank == 0) printf("SKIP mismatch_cases: need two ranks (running %d)\n", nranks);
     } else {
         const char* only = getenv("ZIPCCL_TEST_CASE"); /* one case, to look at it alone */
         for (size_t i = 0; i < sizeof kCases / sizeof kCases[0]; i++)

@@ -159,7 +159,10 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&same, &allSame, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allgather(&me, sizeof me, MPI_BYTE, pids, sizeof me, MPI_BYTE, MPI_COMM_WORLD);
     if (nranks < 2 || !allSame) {
-        if (rank == 0) CHECK(1, "stop_needs_two_ranks_on_one_host", "%s", "");
+        /* not a PASS: nothing was checked (run_tests.sh lists the skip) */
+        if (rank == 0)
+            printf("SKIP stopped_rank_named: need two ranks on one host (%d rank%s, %s)\n", nranks,
+                   nranks > 1 ? "s" : "", allSame ? "one host" : "several hosts");
     } else {
         const zipcclCallConfig_t raw = {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDefault};
         stopCase("stopped_rank_named", &raw, pids);

@@ -33,6 +33,7 @@
 
 #include "kernels.h"
 #include "llama.h"
+#include "moe.h"
 #include "optim.h"
 #include "testutil.h"
 
@@ -545,6 +546,48 @@ static void check_moe_hooks(void) {
 
 /* The capacity limit: ceil(cf * N * k / E) pairs per expert, the first in
  * token order, the rest dropped; the routing accessors say so. */
+/* Which pairs a full expert drops: the latest in token order (the earlier
+ * tokens keep their slots, moe.h). A hand-built routing: two experts, top-1,
+ * C = 2, token n's input one-hot on the expert it must pick, the router the
+ * identity times 5; tokens 0, 1, 3, 4, 6, 7 pick expert 0 and 2, 5 pick
+ * expert 1; capacity_factor 1 gives ceil(8 * 1 / 2) = 4 rows per expert, so
+ * expert 0 keeps tokens 0, 1, 3, 4 (rows 0-3) and drops 6 and 7, expert 1
+ * keeps 2 and 5 (rows 4, 5). A dropped token's output is 0 (its only slot). */
+static const float* cap_acquire(void* ctx, int unit, int phase) {
+    (void)unit, (void)phase;
+    return ctx;
+}
+static void cap_release(void* ctx, int unit, int phase) { (void)ctx, (void)unit, (void)phase; }
+static void check_moe_capacity_order(void) {
+    enum { N = 8, C = 2, E = 2, k = 1, Fe = 3 };
+    const MoeDims d = {N, C, E, k, Fe, 0, 1.0f};
+    MoeActs* m = moe_acts_alloc(&d, 1, zrt_kernels_cpu());
+    if (!CHECK(m != NULL, "moe/capacity_order_setup", "allocation failed")) return;
+    const int pick[N] = {0, 0, 1, 0, 0, 1, 0, 0};
+    float x[N * C], router[E * C] = {5, 0, 0, 5}, out[N * C], experts[E * 3 * Fe * C];
+    for (int n = 0; n < N; n++) x[n * C] = pick[n] == 0, x[n * C + 1] = pick[n] == 1;
+    for (int i = 0; i < E * 3 * Fe * C; i++) experts[i] = 0.1f + 0.01f * (float)i;
+    LlamaParamHooks h = {.ctx = experts, .acquire = cap_acquire, .release = cap_release};
+    moe_begin_step(m, N);
+    const int rc = moe_forward(m, 0, zrt_kernels_cpu(), router, x, out, &h, 0, 1);
+    const int want_pos[N] = {0, 1, 4, 2, 3, 5, -1, -1};
+    int same = rc == 0 && m->layer[0].dropped == 2;
+    for (int n = 0; n < N; n++) same &= m->layer[0].pos_host[n] == want_pos[n];
+    int zero = 1, nonzero = 1;
+    for (int n = 0; n < N; n++) {
+        const int z = out[n * C] == 0.0f && out[n * C + 1] == 0.0f;
+        if (want_pos[n] < 0) zero &= z;
+        else nonzero &= !z;
+    }
+    CHECK(same && zero && nonzero, "moe/capacity_drops_the_latest_tokens",
+          "pos %d %d %d %d %d %d %d %d (want 0 1 4 2 3 5 -1 -1), dropped %lld, dropped rows zero %d, "
+          "kept rows nonzero %d",
+          m->layer[0].pos_host[0], m->layer[0].pos_host[1], m->layer[0].pos_host[2],
+          m->layer[0].pos_host[3], m->layer[0].pos_host[4], m->layer[0].pos_host[5],
+          m->layer[0].pos_host[6], m->layer[0].pos_host[7], m->layer[0].dropped, zero, nonzero);
+    moe_acts_free(m);
+}
+
 static void check_moe_capacity(const LlamaConfig* c) {
     const int B = 2, T = 7, N = B * T;
     LlamaConfig cfg = *c;
@@ -1671,6 +1714,7 @@ int main(int argc, char** argv) {
     moe2.capacity_factor = 0.75f; // 14 tokens x 2 / 4 experts x 0.75: 6 pairs each, some dropped
     check_gradients_of(&moe2, "moe_capacity", 3e-3f);
     check_moe_capacity(&moe2);
+    check_moe_capacity_order();
     check_moe_hooks();
     check_hooks_and_loss();
     check_matmul_thread_invariance();

@@ -142,7 +142,7 @@ expect_error() { # expect_error NAME PATTERN [args...]
   else fail "$name" "exit $rc, wanted 2 and '$pat': $(tail -2 "$tmp/err.log" | tr '\n' ' ')"; fi
 }
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  echo "note: a GPU is visible here; runtime.device=cuda is checked by make test-gpu instead"
+  echo "SKIP cuda_without_a_device_is_refused: a GPU is visible here (make test-gpu checks runtime.device=cuda)"
 else
   expect_error cuda_without_a_device_is_refused "key 'runtime.device': cuda: " \
     --set runtime.device=cuda
