@@ -40,7 +40,10 @@ extern "C" {
 
 #define ZIPCCL_VERSION_MAJOR 0
 #define ZIPCCL_VERSION_MINOR 1
-#define ZIPCCL_FORMAT_VERSION 3 /* docs/FORMAT.md; version 1 and 2 frames still decode */
+/* The newest frame version this library reads and writes (docs/FORMAT.md);
+ * it reads every older one (1, 2, 3) and writes the lowest that fits a frame
+ * (FORMAT.md §2). tests/test_codec.c holds it to the codec's own. */
+#define ZIPCCL_FORMAT_VERSION 4
 
 /* ------------------------------------------------------------------------ */
 /* Result codes                                                             */

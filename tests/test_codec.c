@@ -18,6 +18,7 @@
 #include <math.h>
 #include <xxhash.h>
 
+#include "codec_format.h" /* ZCF_VERSION: the newest version the codec reads */
 #include "codec_tables.h" /* the normative rANS tables of FORMAT.md §5 */
 #include "testutil.h"
 #include "zipccl.h"
@@ -1175,6 +1176,97 @@ static void tier_heavy(void) {
 
 /* ------------------------------------------------------------------------ */
 
+/* docs/FORMAT.md's worked examples, read from the document itself (so the
+ * spec and the library cannot drift apart): every code block after a line
+ * that starts "Worked example", its hex bytes (the leading two-digit tokens of
+ * each line, the rest a comment). Returns the number of blocks (at most max). */
+typedef struct {
+    uint8_t b[256];
+    size_t n;
+} DocBytes;
+static int read_worked_examples(DocBytes* out, int max) {
+    FILE* f = fopen("docs/FORMAT.md", "r");
+    if (!f) return -1;
+    char line[512];
+    int n = 0, state = 0; /* 0: prose, 1: after "Worked example", 2: in its block */
+    while (fgets(line, sizeof line, f)) {
+        if (state == 0 && !strncmp(line, "Worked example", 14)) state = 1;
+        else if (state == 1 && !strncmp(line, "```", 3)) {
+            if (n == max) break;
+            out[n].n = 0;
+            state = 2;
+        } else if (state == 2 && !strncmp(line, "```", 3)) {
+            n++;
+            state = 0;
+        } else if (state == 2) { /* bytes, then three spaces and a comment */
+            char* gap = strstr(line, "   ");
+            if (gap) *gap = 0;
+            for (char* t = strtok(line, " \n"); t; t = strtok(NULL, " \n")) {
+                unsigned v;
+                if (strlen(t) != 2 || sscanf(t, "%2x", &v) != 1 || out[n].n == sizeof out[n].b) break;
+                out[n].b[out[n].n++] = (uint8_t)v;
+            }
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+/* The worked examples decode to their inputs and the reference encoder
+ * writes exactly their bytes; the version byte of a document's frame means
+ * what §2 says. */
+static void check_worked_examples(void) {
+    DocBytes ex[4];
+    const int n = read_worked_examples(ex, 4);
+    if (!CHECK(n == 2, "format_doc_worked_examples_found", "read %d worked examples from docs/FORMAT.md (want 2)", n))
+        return;
+    zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+    uint8_t frame[512];
+    size_t size = 0, cnt = 0;
+    /* §3: a stored frame with checksums */
+    const uint16_t small[3] = {0x3F80, 0xC000, 0x3F00};
+    uint16_t back[3] = {0};
+    p.checksum = 1;
+    zipcclResult_t rc = zipcclCompress(small, 3, zipcclBfloat16, frame, sizeof frame, &size, &p);
+    zipcclResult_t rd = zipcclDecompress(ex[0].b, ex[0].n, back, sizeof back, &cnt, zipcclBfloat16, NULL);
+    CHECK(rc == zipcclSuccess && size == ex[0].n && !memcmp(frame, ex[0].b, size) && rd == zipcclSuccess &&
+              cnt == 3 && !memcmp(back, small, sizeof small),
+          "format_doc_example_stored_frame", "encoder %d, %zu bytes vs the document's %zu, %s; decoder %d",
+          (int)rc, size, ex[0].n, size == ex[0].n && !memcmp(frame, ex[0].b, size) ? "same" : "DIFFERENT",
+          (int)rd);
+    /* §4.7: two C chunks, version 3 */
+    enum { N = 17384 };
+    static uint16_t big[N], dec[N];
+    for (int i = 0; i < N; i++) big[i] = i < 16384 ? 0x0000 : 0x3F80;
+    p.checksum = 0;
+    p.codec = zipcclCodecFast;
+    rc = zipcclCompress(big, N, zipcclBfloat16, frame, sizeof frame, &size, &p);
+    rd = zipcclDecompress(ex[1].b, ex[1].n, dec, sizeof dec, &cnt, zipcclBfloat16, NULL);
+    CHECK(rc == zipcclSuccess && size == ex[1].n && !memcmp(frame, ex[1].b, size) && rd == zipcclSuccess &&
+              cnt == N && !memcmp(dec, big, sizeof big),
+          "format_doc_example_constant_chunks", "encoder %d, %zu bytes vs the document's %zu; decoder %d",
+          (int)rc, size, ex[1].n, (int)rd);
+    ex[1].b[4] = 2; /* the same bytes as a version 2 frame: mode 5 is unknown there */
+    rd = zipcclDecompress(ex[1].b, ex[1].n, dec, sizeof dec, &cnt, zipcclBfloat16, NULL);
+    ex[1].b[4] = 5; /* a version this library does not know: unsupported, whatever follows */
+    zipcclResult_t ru = zipcclDecompress(ex[1].b, ex[1].n, dec, sizeof dec, &cnt, zipcclBfloat16, NULL);
+    CHECK(rd == zipcclCorruptStream && ru == zipcclUnsupported, "format_doc_example_versions",
+          "as version 2: %d (want corrupt), as version 5: %d (want unsupported)", (int)rd, (int)ru);
+    /* the header's constant is the codec's newest version, and codec dense writes it */
+    const uint16_t g[4] = {0x3F80, 0xBF80, 0x4000, 0x3E00};
+    static uint16_t gauss[4096];
+    for (int i = 0; i < 4096; i++) gauss[i] = g[i % 4] ^ (uint16_t)((i * 37) & 0x7F);
+    p.codec = zipcclCodecDense;
+    uint8_t* big_frame = malloc(zipcclCompressBound(4096, zipcclBfloat16, 0));
+    rc = zipcclCompress(gauss, 4096, zipcclBfloat16, big_frame, zipcclCompressBound(4096, zipcclBfloat16, 0),
+                        &size, &p);
+    CHECK(ZIPCCL_FORMAT_VERSION == ZCF_VERSION && rc == zipcclSuccess && !(big_frame[6] & 2) &&
+              big_frame[4] == ZIPCCL_FORMAT_VERSION,
+          "format_version_constant", "ZIPCCL_FORMAT_VERSION %d, the codec's %d, a dense frame's %d (%s)",
+          ZIPCCL_FORMAT_VERSION, ZCF_VERSION, big_frame[4], big_frame[6] & 2 ? "stored" : "compressed");
+    free(big_frame);
+}
+
 int main(void) {
     paths[npaths++] = zipcclSimdScalar;
     zipcclSimd_t best = zipcclSimdDetect();
@@ -1191,6 +1283,7 @@ int main(void) {
 
     CHECK(ZIPCCL_RANS_NTABLES_V1 == 8 && !memcmp(zipccl_rans_freq, REF_F_V1, sizeof REF_F_V1), "rans_v1_tables_unchanged",
           "tables 0..7 differ from those of version 1-3 frames");
+    check_worked_examples();
 
     /* exhaustive 16-bit */
     exhaustive16(zipcclBfloat16, "bf16");
