@@ -274,7 +274,12 @@ typedef struct {
  * communicators have no agreement (NCCL itself hangs on such calls).
  * After a call fails mid-flight (timeout, mismatch, transport error) the
  * communicator answers every further call with zipcclCommBroken, naming the
- * failure: destroy it.  Reductions sum in the canonical order of
+ * failure: destroy it, and create a fresh one over the same MPI
+ * communicator (every rank; the skipping or late rank of the failure too):
+ * it works (tests/test_coll_recover.c).  zipcclCommDestroy does not free the
+ * MPI communicators it duplicated, since a peer may still have traffic for
+ * them from a call it abandoned: two of MPI's context ids per communicator
+ * stay in use for the life of the process.  Reductions sum in the canonical order of
  * docs/COLLECTIVES.md §3 (block b: ranks b+1, ..., b-1, b, in fp32, one
  * rounding), identical for raw/compressed and ring/direct.                 */
 zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm);

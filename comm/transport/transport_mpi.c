@@ -112,11 +112,20 @@ static zipcclResult_t mpiInit(struct zipcclComm* c, const void* handle) {
     return zipcclSuccess;
 }
 
+/* The MPI communicators this communicator duplicated are not freed: a peer
+ * may still have traffic for them that can never complete, a non-blocking
+ * all-reduce or barrier of a call agreement this rank never joined, or
+ * joined and abandoned at a timeout (Open MPI cannot cancel those), and sends
+ * nobody will receive. Freed, their context ids go back to MPI, and the next
+ * communicator over the same MPI communicator hung in its MPI_Comm_dup: at
+ * 2, 3 and 5 ranks after a call one rank skipped or entered after the
+ * others timed out, also when only the skipping rank (which saw no error)
+ * freed its copies. Kept, that traffic stays on communicators nobody
+ * reuses; the cost is two of MPI's context ids and a few hundred bytes per
+ * communicator, for the life of the process (zipccl.h, zipcclCommDestroy). */
 static void mpiDestroy(struct zipcclComm* c) {
     MpiState* s = state(c);
     if (!s) return;
-    if (s->control != MPI_COMM_NULL) MPI_Comm_free(&s->control);
-    if (s->data != MPI_COMM_NULL) MPI_Comm_free(&s->data);
     free(s->stats);
     if (!c->broken) free(s->stage); /* else an in-flight native send may read it */
     free(s->counts);
