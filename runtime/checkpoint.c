@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -89,6 +90,28 @@ static void prune(const char* root, int keep) {
         }
         free(names[i]);
     }
+}
+
+static int verify_manifest(const char* dir, char* err, size_t errlen);
+
+/* A small text file written in full or a clear error: a full disk shows up
+ * at fflush / fclose as often as at fprintf, and a file cut short there
+ * would be hashed into the manifest as if whole. */
+static void close_checked(FILE* fp, const char* path) {
+    const int bad = ferror(fp) || fflush(fp) != 0 || fsync(fileno(fp)) != 0;
+    const int e = errno;
+    trainCheck(fclose(fp) == 0 && !bad, "checkpoint: writing %s failed: %s", path,
+               strerror(bad ? e : errno));
+}
+
+/* Data of path (a file or a directory's entries) on the disk before what
+ * depends on it is written: the manifest after the files it hashes, `latest`
+ * after the manifest, so a crash never leaves `latest` naming a checkpoint
+ * whose bytes were still in the page cache. */
+static void sync_path(const char* path) {
+    int fd = open(path, O_RDONLY);
+    trainCheck(fd >= 0 && fsync(fd) == 0, "checkpoint: cannot sync %s: %s", path, strerror(errno));
+    close(fd);
 }
 
 void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
@@ -177,12 +200,12 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
                 "{\"step\": %d, \"samples\": %lld, \"nranks\": %d, \"data_seed\": %lld, "
                 "\"train_seed\": %lld, \"data_fnv1a64\": \"%016" PRIx64 "\"}\n",
                 st->step, st->samples, f->nranks, cfg->data.seed, cfg->train.seed, st->data_hash);
-        fclose(fp);
+        close_checked(fp, path);
         snprintf(path, sizeof path, "%s/config.yaml", dir);
         fp = fopen(path, "w");
         trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
         config_print(cfg, fp);
-        fclose(fp);
+        close_checked(fp, path);
 
         static const char* files[] = {"model.safetensors", "optim.safetensors", "state.json",
                                       "config.yaml"};
@@ -195,6 +218,7 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
             char fpth[1300];
             size_t bytes;
             snprintf(fpth, sizeof fpth, "%s/%s", dir, files[i]);
+            sync_path(fpth);
             uint64_t h;
             trainCheck(!zrt_file_fnv1a64(fpth, &h, &bytes), "checkpoint: cannot read %s: %s", fpth,
                        strerror(errno));
@@ -202,19 +226,27 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
                     i ? ", " : "", files[i], bytes, h);
         }
         fprintf(fp, "]}\n");
-        fclose(fp);
+        close_checked(fp, path);
         char final[1200];
         snprintf(final, sizeof final, "%s/manifest.json", dir);
         trainCheck(rename(path, final) == 0, "checkpoint: rename %s: %s", path, strerror(errno));
+        sync_path(dir);
+        /* read back against the manifest before anything points at it */
+        char verr[1600];
+        trainCheck(!verify_manifest(dir, verr, sizeof verr),
+                   "checkpoint: %s was written but does not read back (%s); %s/latest still names "
+                   "the previous checkpoint",
+                   dir, verr, cfg->ckpt.dir);
 
         /* `latest` last: a reader that finds it finds a complete checkpoint. */
         snprintf(path, sizeof path, "%s/latest.tmp", cfg->ckpt.dir);
         fp = fopen(path, "w");
         trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
         fprintf(fp, "step_%08d\n", st->step);
-        fclose(fp);
+        close_checked(fp, path);
         snprintf(final, sizeof final, "%s/latest", cfg->ckpt.dir);
         trainCheck(rename(path, final) == 0, "checkpoint: rename %s: %s", path, strerror(errno));
+        sync_path(cfg->ckpt.dir);
         prune(cfg->ckpt.dir, cfg->ckpt.keep);
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -43,8 +43,11 @@ typedef struct {
     TrainConfig cfg;             /* its config.yaml */
 } CheckpointInfo;
 
-/* Collective: gathers every unit to rank 0, which writes DIR/step_%08d and
- * prunes old ones beyond cfg->ckpt.keep. */
+/* Collective: gathers every unit to rank 0, which writes DIR/step_%08d,
+ * syncs it, reads it back against its manifest, then points DIR/latest at
+ * it and prunes old ones beyond cfg->ckpt.keep. A failed write (a full disk)
+ * or a read-back mismatch is fatal with the file and the cause, and leaves
+ * DIR/latest naming the previous checkpoint. */
 void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st);
 
 /* path is a step directory or a checkpoint root (then its `latest`).
