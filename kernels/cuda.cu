@@ -738,14 +738,19 @@ void cu_moe_route(float* probs, int* sel, float* w, const float* logits, int N, 
 
 void cu_moe_prob_sum(double* acc, const float* probs, int N, int E) {
     PROF(moe_prob_sum);
-    // acc is host memory: up, add in the CPU's order, down
-    double* d = nullptr;
-    CK(cudaMalloc(&d, (size_t)E * sizeof(double)));
+    // acc is host memory: up, add in the CPU's order, down (through a
+    // buffer kept for the process, not one allocation per MoE block)
+    static double* d = nullptr;
+    static int cap = 0;
+    if (E > cap) {
+        if (d) CK(cudaFree(d));
+        CK(cudaMalloc(&d, (size_t)E * sizeof(double)));
+        cap = E;
+    }
     CK(cudaMemcpy(d, acc, (size_t)E * sizeof(double), cudaMemcpyHostToDevice));
     k_moe_prob_sum<<<blocks_for(E, 128), 128>>>(d, probs, N, E);
     CKL(k_moe_prob_sum);
     CK(cudaMemcpy(acc, d, (size_t)E * sizeof(double), cudaMemcpyDeviceToHost));
-    CK(cudaFree(d));
 }
 
 void cu_moe_gather(float* xs, const float* x, const int* pos, int N, int k, int C) {

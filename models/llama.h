@@ -126,7 +126,6 @@ LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T);
 /* On backend K (kernels.h): the step runs every kernel on K, and the hooks
  * must hand over parameters and gradient buffers in K's memory (and, with
  * the expert-exchange hooks, rows in K's memory). NULL on OOM. */
-struct ZrtKernels_;
 LlamaActs* llama_acts_alloc_on(const LlamaConfig* cfg, int B, int T,
                                const struct ZrtKernels_* K);
 void llama_acts_free(LlamaActs* acts);

@@ -222,7 +222,8 @@ static double backend_matmul_peak(const ZrtKernels* K) {
  * device backend the activations and the device copies of the gathered
  * units and gradients in flight live in device memory, and the ranks
  * sharing a device share its free memory. */
-static void check_memory(const TrainConfig* cfg, double inflight, const ZrtKernels* K) {
+static void check_memory(const TrainConfig* cfg, double inflight, const ZrtKernels* K,
+                         MPI_Comm node) {
     const LlamaConfig* m = &cfg->model;
     const int N = g_nranks, EP = m->n_experts > 0 ? cfg->parallel.ep : 1;
     double shards = 0;
@@ -241,12 +242,9 @@ static void check_memory(const TrainConfig* cfg, double inflight, const ZrtKerne
     double acts = (double)llama_acts_bytes_on(m, cfg->data.batch_size, cfg->data.seq_len, K);
     double per_rank = params + grads + optim + gathered + gradfull + acts;
 
-    /* Ranks on this host share its memory. */
-    MPI_Comm node;
+    /* Ranks on this host (node: their communicator) share its memory. */
     int local = 1;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_size(node, &local);
-    MPI_Comm_free(&node);
     double avail = (double)zrt_mem_available();
     double need = per_rank * local;
     size_t dfree = 0, dtotal = 0;
@@ -259,12 +257,10 @@ static void check_memory(const TrainConfig* cfg, double inflight, const ZrtKerne
         const double dneed = acts + gathered;
         int sharing = 1;
         if (K->mem_info(&dfree, &dtotal) == 0) {
-            MPI_Comm dc;
-            MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+            MPI_Comm dc; /* the ranks of this host on this device */
             MPI_Comm_split(node, zrt_cuda_device(), 0, &dc);
             MPI_Comm_size(dc, &sharing);
             MPI_Comm_free(&dc);
-            MPI_Comm_free(&node);
             dev_bad = dneed * sharing > 0.9 * (double)dfree;
         }
         if (g_rank == 0) {
@@ -574,13 +570,10 @@ int main(int argc, char** argv) {
      * a bad rule or bound stops the run here, before any work. */
     double inflight = 0;
     if (sched_check_config(&cfg, g_nranks, &inflight, err, sizeof err)) config_fail(err);
+    MPI_Comm node; /* the ranks on this host: device binding and memory */
     int local_rank = 0;
-    {
-        MPI_Comm node;
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-        MPI_Comm_rank(node, &local_rank);
-        MPI_Comm_free(&node);
-    }
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local_rank);
     const ZrtKernels* K = select_backend(&cfg, local_rank);
     if (g_rank == 0 && !K->host_memory)
         printf("# device: %s%s%s; the model computes there, FSDP's shards, collectives and "
@@ -590,7 +583,8 @@ int main(int argc, char** argv) {
         printf("# compute: %s (kernel table %s): the linear layers multiply bf16 operands, fp32 "
                "accumulation; attention, norms and the loss stay fp32\n",
                cfg.runtime.compute, K->name);
-    check_memory(&cfg, inflight, K);
+    check_memory(&cfg, inflight, K, node);
+    MPI_Comm_free(&node);
 
     /* ---- data ---- */
     Dataset ds;

@@ -11,17 +11,7 @@ set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
 
-cat README.md docs/*.md runtime/*.c models/*.c >"$tmp/corpus.txt"
-cat >"$tmp/tiny.yaml" <<YAML
-model: {vocab_size: 256, dim: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64,
-        max_seq_len: 32, rope_theta: 10000, norm_eps: 1.0e-5, tie_embeddings: false}
-data: {path: $tmp/corpus.txt, tokenizer: byte, seq_len: 32, batch_size: 2, grad_accum: 1,
-       val_fraction: 0.05, val_every: 0, val_batches: 2, seed: 7}
-train: {steps: 6, seed: 3}
-optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, weight_decay: 0.1, grad_clip: 1.0}
-schedule: {warmup_steps: 2}
-comm: {strategy: compressed, param_dtype: bf16, reduce_dtype: fp32}
-YAML
+tiny_yaml 6 1 0 2
 [ -x "$TRAIN" ] || { echo "FAIL ckpt_disk: $TRAIN not built"; exit 1; }
 
 full=$tmp/full
@@ -33,17 +23,16 @@ fi
 trap 'umount "$full" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 np=2
-mpirun --oversubscribe --bind-to none -n $np "$TRAIN" "$tmp/tiny.yaml" --log-json "$tmp/ref.jsonl" \
-  >"$tmp/ref.log" 2>&1 || fail uninterrupted_run "exit $?: $(tail -3 "$tmp/ref.log")"
+run $np "$tmp/ref.jsonl" || fail uninterrupted_run "see above"
 
-mpirun --oversubscribe --bind-to none -n $np "$TRAIN" "$tmp/tiny.yaml" \
-  --set checkpoint.dir="$full" --set checkpoint.every=2 --set checkpoint.keep=2 >"$tmp/full.log" 2>&1
+run $np "$tmp/fullrun.jsonl" --set checkpoint.dir="$full" --set checkpoint.every=2 \
+  --set checkpoint.keep=2 >/dev/null
 rc=$?
-if [ $rc -ne 0 ] && grep -q "No space left on device" "$tmp/full.log" &&
-   grep -qE "checkpoint: .*(step_00000004|latest)" "$tmp/full.log"; then
+if [ $rc -ne 0 ] && grep -q "No space left on device" "$tmp/fullrun.jsonl.log" &&
+   grep -qE "checkpoint: .*(step_00000004|latest)" "$tmp/fullrun.jsonl.log"; then
   pass full_disk_is_a_clear_error
 else
-  fail full_disk_is_a_clear_error "exit $rc: $(grep -m2 -E 'error|checkpoint' "$tmp/full.log" | tr '\n' ' ')"
+  fail full_disk_is_a_clear_error "exit $rc: $(grep -m2 -E 'error|checkpoint' "$tmp/fullrun.jsonl.log" | tr '\n' ' ')"
 fi
 latest=$(cat "$full/latest" 2>/dev/null)
 if [ "$latest" = step_00000002 ]; then pass latest_names_the_previous_checkpoint
@@ -51,13 +40,12 @@ else fail latest_names_the_previous_checkpoint "latest is '$latest'"; fi
 
 # the previous checkpoint is whole: it resumes (its manifest is checked) and
 # the run ends where the uninterrupted one did
-mpirun --oversubscribe --bind-to none -n $np "$TRAIN" "$tmp/tiny.yaml" --resume "$full" \
-  --set checkpoint.dir="$tmp/ck2" --log-json "$tmp/res.jsonl" >"$tmp/res.log" 2>&1
+run $np "$tmp/res.jsonl" --resume "$full" --set checkpoint.dir="$tmp/ck2"
 rc=$?
 h1=$(tail -1 "$tmp/ref.jsonl" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["param_hash"])' 2>/dev/null)
 h2=$(tail -1 "$tmp/res.jsonl" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["param_hash"])' 2>/dev/null)
 if [ $rc -eq 0 ] && [ -n "$h1" ] && [ "$h1" = "$h2" ]; then pass previous_checkpoint_resumes_bitwise
-else fail previous_checkpoint_resumes_bitwise "exit $rc, hash '$h2' vs uninterrupted '$h1': $(tail -2 "$tmp/res.log" | tr '\n' ' ')"; fi
+else fail previous_checkpoint_resumes_bitwise "exit $rc, hash '$h2' vs uninterrupted '$h1': $(tail -2 "$tmp/res.jsonl.log" | tr '\n' ' ')"; fi
 
 echo "ckpt_disk: $fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -21,30 +21,7 @@ set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
 
-cat README.md docs/*.md runtime/*.c models/*.c >"$tmp/corpus.txt"
-cat >"$tmp/tiny.yaml" <<YAML
-model: {vocab_size: 256, dim: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64,
-        max_seq_len: 32, rope_theta: 10000, norm_eps: 1.0e-5, tie_embeddings: false}
-data: {path: $tmp/corpus.txt, tokenizer: byte, seq_len: 32, batch_size: 2, grad_accum: 2,
-       val_fraction: 0.05, val_every: 4, val_batches: 2, seed: 7}
-train: {steps: 8, seed: 3}
-optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, weight_decay: 0.1, grad_clip: 1.0}
-schedule: {warmup_steps: 2}
-comm: {strategy: compressed, param_dtype: bf16, reduce_dtype: fp32}
-YAML
-
-run() { # run NP OUT [args...]
-  local np=$1 out=$2; shift 2
-  if [ "$np" = 1 ]; then
-    "$TRAIN" "$tmp/tiny.yaml" --log-json "$out" "$@" >"$out.log" 2>&1
-  else
-    mpirun --oversubscribe --bind-to none -n "$np" "$TRAIN" "$tmp/tiny.yaml" --log-json "$out" \
-      "$@" >"$out.log" 2>&1
-  fi
-  local rc=$?
-  [ $rc -eq 0 ] || { echo "--- $out.log (exit $rc)"; tail -5 "$out.log"; }
-  return $rc
-}
+tiny_yaml 8 2 4 2
 same() { python3 tests/compare_runs.py "$1" "$2" exact --same-steps >/dev/null; }
 
 [ -x "$TRAIN" ] || { echo "FAIL train_device: $TRAIN not built"; exit 1; }

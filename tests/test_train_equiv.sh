@@ -22,32 +22,8 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 
 # A small corpus from the tree itself and a model that runs 20 steps in a
-# second or two.
-cat README.md docs/*.md runtime/*.c models/*.c >"$tmp/corpus.txt"
-cat >"$tmp/tiny.yaml" <<YAML
-model: {vocab_size: 256, dim: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_hidden: 64,
-        max_seq_len: 32, rope_theta: 10000, norm_eps: 1.0e-5, tie_embeddings: false}
-data: {path: $tmp/corpus.txt, tokenizer: byte, seq_len: 32, batch_size: 2, grad_accum: 2,
-       val_fraction: 0.05, val_every: 10, val_batches: 2, seed: 7}
-train: {steps: 20, seed: 3}
-optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, weight_decay: 0.1, grad_clip: 1.0}
-schedule: {warmup_steps: 5}
-comm: {strategy: compressed, param_dtype: bf16, reduce_dtype: fp32}
-YAML
-
-
-run() { # run NP OUT [--set ...]
-  local np=$1 out=$2; shift 2
-  if [ "$np" = 1 ]; then
-    "$TRAIN" "$tmp/tiny.yaml" --log-json "$out" "$@" >"$out.log" 2>&1
-  else
-    mpirun --oversubscribe --bind-to none -n "$np" "$TRAIN" "$tmp/tiny.yaml" --log-json "$out" \
-      "$@" >"$out.log" 2>&1
-  fi
-  local rc=$?
-  [ $rc -eq 0 ] || { echo "--- $out.log (exit $rc)"; tail -5 "$out.log"; }
-  return $rc
-}
+# second or two (tests/lib.sh).
+tiny_yaml 20 2 10 5
 
 # compare A B exact|close [TOL]: tests/compare_runs.py over the same steps;
 # close allows TOL relative on the loss, 1e-6 at step 1.
