@@ -129,6 +129,9 @@ static const KeyDesc kKeys[] = {
      "all-gathers issued ahead of the unit computing", R_FREE},
     {"parallelism.max_inflight_bytes", K_I64, OFF(parallel.max_inflight_bytes), 0, 9e18, 0,
      "gathered parameters + full gradients alive at once, 0: no bound", R_FREE},
+    {"parallelism.max_reduces_in_flight", K_INT, OFF(parallel.max_reduces_in_flight), 0, 1024, 0,
+     "full gradients being reduce-scattered at once (oldest retired first), 0: no bound",
+     R_FREE},
     {"parallelism.overlap", K_BOOL, OFF(parallel.overlap), 0, 1, 0,
      "false: every collective waited at issue", R_FREE},
     {"parallelism.ep", K_INT, OFF(parallel.ep), 1, 65536, 0,
@@ -205,6 +208,7 @@ void config_defaults(TrainConfig* c) {
     c->parallel.prefetch = 1;
     c->parallel.prefetch_depth = 1;
     c->parallel.max_inflight_bytes = 0;
+    c->parallel.max_reduces_in_flight = 2;
     c->parallel.overlap = 1;
     c->parallel.ep = 1;
     c->moe.overlap_chunks = 1;

@@ -77,6 +77,8 @@ typedef struct {
         int prefetch_depth;        /* all-gathers issued ahead of the unit computing */
         long long max_inflight_bytes; /* gathered parameters + full gradients alive at
                                        * once (0: no bound) */
+        int max_reduces_in_flight; /* reduce-scatters alive at once, oldest retired
+                                    * first (0: no bound, retired at the step's end) */
         int overlap;               /* false: every collective waited at issue */
         int ep;                    /* expert parallelism: ranks an expert group spans */
     } parallel;

@@ -27,8 +27,11 @@
  *     `max_inflight_bytes`;
  *   - reduce-scatters are issued at grads_ready (the moment a unit's
  *     gradient is final) and retired (waited, added into the shard, their
- *     buffers freed) in issue order: when the bound needs room, else at the
- *     end of the step. Issue-order retirement keeps the fp32 sums into each
+ *     buffers freed) in issue order: once more than
+ *     `max_reduces_in_flight` are in flight (the oldest first), when the
+ *     byte bound needs room, else at the end of the step. Without the
+ *     count bound, gradient accumulation would keep every micro-batch's
+ *     full gradients alive until the step's end. Issue-order retirement keeps the fp32 sums into each
  *     shard in micro-batch order whatever the timing.
  *
  * Waits sit just before first use: an acquisition waits for its own gather
@@ -185,6 +188,10 @@ static double simulate(SchedPlan* p, const SchedParams* sp, const double* during
         e->rs_pre = retired;
         if (mem > peak) peak = mem;
         if (e->type == EV_GRDY) rs_bytes += sp->rbytes[p->rs_unit[rs_issued++]];
+        /* the count bound: the oldest reduce-scatters retire (in issue
+         * order) once more than max_rs are in flight */
+        while (overlap && sp->max_rs > 0 && rs_issued - retired > sp->max_rs)
+            rs_bytes -= sp->rbytes[p->rs_unit[retired++]];
         if (!overlap) {
             rs_bytes = 0;
             retired = rs_issued;
@@ -316,6 +323,7 @@ static void params_for(SchedParams* sp, const TrainConfig* cfg, int backward) {
     sp->backward = backward;
     sp->depth = cfg->parallel.prefetch ? cfg->parallel.prefetch_depth : 0;
     sp->max_bytes = (double)cfg->parallel.max_inflight_bytes;
+    sp->max_rs = cfg->parallel.max_reduces_in_flight;
     sp->overlap = cfg->parallel.overlap;
     sp->reshard = cfg->parallel.reshard_after_forward;
 }

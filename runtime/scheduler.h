@@ -77,6 +77,7 @@ typedef struct {
     int backward;         /* 0: forward only (validation)                      */
     int depth;            /* prefetch depth: gathers issued ahead               */
     double max_bytes;     /* in-flight bound, 0: none                           */
+    int max_rs;           /* reduce-scatters in flight at once, 0: no bound     */
     int overlap;          /* 0: nothing ahead, every reduce-scatter waited at once */
     int reshard;          /* reshard_after_forward                              */
 } SchedParams;

@@ -288,6 +288,43 @@ static void prefetch_happens(void) {
     if (ok) sched_plan_free(&p);
 }
 
+/* Gradient accumulation must not keep every micro-batch's full gradients:
+ * with the reduce-scatter count bound the peak is the same at 2 and 8
+ * micro-batches; without it, it grows with them (the old behaviour, kept as
+ * max_rs = 0). */
+static void reduce_bound_keeps_peak_flat(void) {
+    LlamaConfig m = tiny(0);
+    const int nu = llama_num_units(&m);
+    double gb[64], rb[64];
+    for (int u = 0; u < nu; u++) gb[u] = rb[u] = 1;
+    double peak[2][2] = {{0}}; /* [bounded][micro 2, 8] */
+    int ok = 1;
+    for (int bounded = 0; bounded < 2; bounded++)
+        for (int i = 0; i < 2; i++) {
+            SchedParams sp = {.model = &m, .n_units = nu, .gbytes = gb, .rbytes = rb,
+                              .micro = i ? 8 : 2, .backward = 1, .depth = 1, .overlap = 1,
+                              .reshard = 1, .max_rs = bounded ? 2 : 0};
+            SchedPlan p;
+            char why[256];
+            if (sched_plan_build(&p, &sp, why, sizeof why)) {
+                ok = 0;
+                continue;
+            }
+            peak[bounded][i] = p.peak_bytes;
+            /* the executor's view: never more than max_rs issued and not retired */
+            for (int t = 0; bounded && t < p.n_ev; t++) {
+                int issued = 0;
+                for (int t2 = 0; t2 <= t; t2++) issued += p.ev[t2].type == EV_GRDY;
+                ok &= issued - p.ev[t].rs_post <= 2;
+            }
+            sched_plan_free(&p);
+        }
+    CHECK(ok && peak[1][0] == peak[1][1] && peak[0][1] >= peak[0][0] + 6 * nu,
+          "reduce_bound_keeps_peak_flat",
+          "bounded peaks %.0f (2 micro) %.0f (8), unbounded %.0f %.0f", peak[1][0], peak[1][1],
+          peak[0][0], peak[0][1]);
+}
+
 static void bad_input(void) {
     LlamaConfig m = tiny(0);
     const int nu = llama_num_units(&m);
@@ -357,6 +394,7 @@ int main(void) {
     plan_grid("plan_invariants_dense", 0);
     plan_grid("plan_invariants_moe", 1);
     prefetch_happens();
+    reduce_bound_keeps_peak_flat();
     bad_input();
     return tu_exit();
 }

@@ -88,6 +88,12 @@ for np in 1 2 4; do
     [ "$np" = 4 ] && [ "$red" = bf16 ] && continue # the suite's time: 4 ranks, fp32 reduce only
     neutral "depth3_np${np}_$red" "$np" "$tmp/tiny.yaml" "$ref" --set data.batch_size=$b \
       --set comm.reduce_dtype=$red --set parallelism.prefetch_depth=3
+    if [ "$np" = 2 ]; then # the reduce-scatter count bound: tightest, and none (retired at the end)
+      neutral "reduces_in_flight1_np${np}_$red" "$np" "$tmp/tiny.yaml" "$ref" --set data.batch_size=$b \
+        --set comm.reduce_dtype=$red --set parallelism.max_reduces_in_flight=1
+      neutral "reduces_unbounded_np${np}_$red" "$np" "$tmp/tiny.yaml" "$ref" --set data.batch_size=$b \
+        --set comm.reduce_dtype=$red --set parallelism.max_reduces_in_flight=0
+    fi
     neutral "depth0_keep_gathered_np${np}_$red" "$np" "$tmp/tiny.yaml" "$ref" --set data.batch_size=$b \
       --set comm.reduce_dtype=$red --set parallelism.prefetch_depth=0 \
       --set parallelism.reshard_after_forward=false
