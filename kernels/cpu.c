@@ -4,17 +4,16 @@
  * element-wise and row-wise loops.
  *
  * Performance comes from the GEMMs: every FLOP-heavy operation is one
- * cblas_sgemm call, including attention, where each (batch, kv-head) group
- * runs QK^T and PV as strided GEMMs straight out of the (B, T, H, hd) layout
- * (no transposes, no copies). The causal mask is applied after a full T x T
- * product, so attention spends 2x the causal minimum; at the sequence
- * lengths this trainer runs on CPU that is a few percent of a step.
+ * cblas_sgemm call, including attention, which runs tiled (FlashAttention-2:
+ * QK^T and PV per (query block, key block) tile straight out of the
+ * (B, T, H, hd) layout, no transposes, no tile above the diagonal, and only
+ * the (B, H, T) log-sum-exp kept for the backward).
  *
  * Determinism: every loop either writes disjoint outputs per iteration or
  * reduces in a fixed order (the embedding backward splits channels, not
  * tokens, across threads; GQA sums the heads of a group in head order).
  *
- * Leaves out: fused kernels, causal-block skipping, low-precision compute.
+ * Leaves out: fused kernels beyond attention's tiles, low-precision compute.
  */
 #include <cblas.h>
 #include <math.h>
@@ -188,95 +187,185 @@ static void cpu_rope_backward(float* dx, const float* cos_sin, int B, int T, int
 
 /* ------------------------------------------------------------- attention */
 
+/* Tiled causal attention: the FlashAttention-2 algorithm with SGEMM tiles.
+ *
+ * Forward, per (batch, head, block of ATT_BR query rows): walk the key
+ * blocks of ATT_BC columns up to the diagonal, S = scale Q_i K_j^T, keep a
+ * running row max m and sum l (the online softmax: when the max grows, the
+ * sum and the output rows so far are rescaled by exp(m_old - m_new)), and
+ * O_i += exp(S - m) V_j; at the end O_i /= l and the log-sum-exp
+ * lse = m + log l is all the backward keeps: (B, H, T) floats instead of
+ * the (B, H, T, T) probabilities, and no key block above the diagonal is
+ * computed.
+ *
+ * Backward, per (batch, kv head): for each query head of the group, query
+ * block and key block up to the diagonal, recompute P = exp(S - lse), then
+ *   dV_j += P^T dO_i,  dP = dO_i V_j^T,  dS = scale P (dP - D),
+ *   dQ_i += dS K_j,    dK_j += dS^T Q_i,   D (rows) = rowsum(dO_i * O_i).
+ * One thread owns a kv head's dK, dV and its heads' dQ, and walks heads,
+ * query blocks and key blocks in a fixed order: the sums do not depend on
+ * the thread count. The tiles are each thread's own (malloc'd in the
+ * parallel region, a few hundred KiB), so the table's scratch is empty. */
+enum { ATT_BR = 64, ATT_BC = 128 };
+
 static size_t cpu_attention_scratch_floats(int B, int T, int H, int KV, int hd) {
-    (void)H, (void)hd;
-    return (size_t)B * KV * T * T; // one (T, T) dP/dS tile per (batch, kv head)
+    (void)B, (void)T, (void)H, (void)KV, (void)hd;
+    return 0;
 }
 
-static void cpu_attention_forward(float* out, float* att, const float* q, const float* k,
+/* Keys s of the block starting at j0 (width bc) that query row t sees. */
+static int att_visible(int t, int j0, int bc) {
+    const int n = t - j0 + 1;
+    return n < 0 ? 0 : n > bc ? bc : n;
+}
+
+static void* att_tile(size_t floats) {
+    void* p = malloc(floats * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "cpu attention: out of memory for a %zu-float tile\n", floats);
+        exit(1);
+    }
+    return p;
+}
+
+static void cpu_attention_forward(float* out, float* lse, const float* q, const float* k,
                                   const float* v, int B, int T, int H, int KV, int hd,
                                   float* scratch) {
     (void)scratch;
-    blas_single_threaded(); // one sgemm per (batch, head), inside the team
-    const int rep = H / KV;
+    blas_single_threaded(); // one sgemm per tile, inside the team
+    const int rep = H / KV, nqb = (T + ATT_BR - 1) / ATT_BR;
     const float scale = 1.0f / sqrtf((float)hd);
     const int ldq = H * hd, ldkv = KV * hd;
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * H; bh++) {
-        const int b = bh / H, h = bh % H, g = h / rep;
-        const float* qh = q + (size_t)b * T * ldq + (size_t)h * hd;    // (T, hd), ld H*hd
-        const float* kg = k + (size_t)b * T * ldkv + (size_t)g * hd;   // (T, hd), ld KV*hd
-        const float* vg = v + (size_t)b * T * ldkv + (size_t)g * hd;   // (T, hd), ld KV*hd
-        float* p = att + (size_t)bh * T * T;                           // (T, T)
-        float* oh = out + (size_t)b * T * ldq + (size_t)h * hd;        // (T, hd), ld H*hd
-        // S = scale * Q K^T, full square; the mask is applied in the softmax
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, qh, ldq, kg, ldkv,
-                    0.0f, p, T);
-        for (int t = 0; t < T; t++) {
-            float* row = p + (size_t)t * T;
-            float mx = -INFINITY;
-            for (int s = 0; s <= t; s++) mx = row[s] > mx ? row[s] : mx;
-            float sum = 0.0f;
-            for (int s = 0; s <= t; s++) {
-                row[s] = expf(row[s] - mx);
-                sum += row[s];
+#pragma omp parallel
+    {
+        float* S = att_tile((size_t)ATT_BR * ATT_BC + 2 * ATT_BR); // (BR, BC) | m | l
+        float *m = S + (size_t)ATT_BR * ATT_BC, *l = m + ATT_BR;
+#pragma omp for schedule(static)
+        for (int task = 0; task < B * H * nqb; task++) {
+            const int b = task / (H * nqb), h = task / nqb % H, g = h / rep;
+            const int i0 = task % nqb * ATT_BR, br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
+            const float* qi = q + ((size_t)b * T + i0) * ldq + (size_t)h * hd; // (br, hd), ld H*hd
+            const float* kb = k + (size_t)b * T * ldkv + (size_t)g * hd;      // (T, hd), ld KV*hd
+            const float* vb = v + (size_t)b * T * ldkv + (size_t)g * hd;
+            float* oi = out + ((size_t)b * T + i0) * ldq + (size_t)h * hd;    // (br, hd), ld H*hd
+            for (int r = 0; r < br; r++) {
+                m[r] = -INFINITY;
+                l[r] = 0.0f;
+                memset(oi + (size_t)r * ldq, 0, (size_t)hd * sizeof(float));
             }
-            float inv = 1.0f / sum;
-            for (int s = 0; s <= t; s++) row[s] *= inv;
-            for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+            for (int j0 = 0; j0 < i0 + br; j0 += ATT_BC) {
+                const int bc = i0 + br - j0 < ATT_BC ? i0 + br - j0 : ATT_BC;
+                // S (br, bc) = scale Q_i K_j^T
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, hd, scale, qi, ldq,
+                            kb + (size_t)j0 * ldkv, ldkv, 0.0f, S, ATT_BC);
+                for (int r = 0; r < br; r++) {
+                    float* row = S + (size_t)r * ATT_BC;
+                    const int n = att_visible(i0 + r, j0, bc);
+                    float mx = m[r];
+                    for (int s = 0; s < n; s++) mx = row[s] > mx ? row[s] : mx;
+                    float sum = 0.0f;
+                    for (int s = 0; s < n; s++) {
+                        row[s] = expf(row[s] - mx);
+                        sum += row[s];
+                    }
+                    for (int s = n; s < bc; s++) row[s] = 0.0f;
+                    if (n && mx != m[r]) { // the max grew: rescale what is summed so far
+                        const float corr = expf(m[r] - mx); // 0 for the first block
+                        float* o = oi + (size_t)r * ldq;
+                        for (int c = 0; c < hd; c++) o[c] *= corr;
+                        l[r] *= corr;
+                        m[r] = mx;
+                    }
+                    l[r] += sum;
+                }
+                // O_i (br, hd) += P (br, bc) V_j (bc, hd)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, br, hd, bc, 1.0f, S,
+                            ATT_BC, vb + (size_t)j0 * ldkv, ldkv, 1.0f, oi, ldq);
+            }
+            float* lrow = lse + ((size_t)b * H + h) * T + i0; // (br) of (B, H, T)
+            for (int r = 0; r < br; r++) {
+                const float inv = 1.0f / l[r];
+                float* o = oi + (size_t)r * ldq;
+                for (int c = 0; c < hd; c++) o[c] *= inv;
+                lrow[r] = m[r] + logf(l[r]);
+            }
         }
-        // O = P V
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, p, T, vg, ldkv,
-                    0.0f, oh, ldq);
+        free(S);
     }
 }
 
 static void cpu_attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                   const float* att, const float* q, const float* k,
-                                   const float* v, int B, int T, int H, int KV, int hd,
-                                   float* scratch) {
+                                   const float* out, const float* lse, const float* q,
+                                   const float* k, const float* v, int B, int T, int H, int KV,
+                                   int hd, float* scratch) {
+    (void)scratch;
     blas_single_threaded();
     const int rep = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int ldq = H * hd, ldkv = KV * hd;
-    // one iteration per (batch, kv head): the heads sharing a kv head add
-    // their dK, dV contributions in head order, inside one thread
-#pragma omp parallel for schedule(static)
-    for (int bg = 0; bg < B * KV; bg++) {
-        const int b = bg / KV, g = bg % KV;
-        const float* kg = k + (size_t)b * T * ldkv + (size_t)g * hd;
-        const float* vg = v + (size_t)b * T * ldkv + (size_t)g * hd;
-        float* dkg = dk + (size_t)b * T * ldkv + (size_t)g * hd;
-        float* dvg = dv + (size_t)b * T * ldkv + (size_t)g * hd;
-        float* ds = scratch + (size_t)bg * T * T; // (T, T): dP, then dS in place
-        for (int r = 0; r < rep; r++) {
-            const int h = g * rep + r;
-            const float beta = r == 0 ? 0.0f : 1.0f;
-            const float* p = att + ((size_t)b * H + h) * T * T;
-            const float* qh = q + (size_t)b * T * ldq + (size_t)h * hd;
-            const float* doh = dout + (size_t)b * T * ldq + (size_t)h * hd;
-            float* dqh = dq + (size_t)b * T * ldq + (size_t)h * hd;
-            // dV += P^T dO
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, p, T, doh, ldq,
-                        beta, dvg, ldkv);
-            // dP = dO V^T
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, doh, ldq, vg,
-                        ldkv, 0.0f, ds, T);
-            // dS = scale * P * (dP - rowsum(P * dP)); zero above the diagonal
+#pragma omp parallel
+    {
+        float* P = att_tile(2 * (size_t)ATT_BR * ATT_BC + ATT_BR); // P | dP (BR, BC) | D (BR)
+        float *dP = P + (size_t)ATT_BR * ATT_BC, *D = dP + (size_t)ATT_BR * ATT_BC;
+#pragma omp for schedule(static)
+        for (int bg = 0; bg < B * KV; bg++) {
+            const int b = bg / KV, g = bg % KV;
+            const float* kb = k + (size_t)b * T * ldkv + (size_t)g * hd; // (T, hd), ld KV*hd
+            const float* vb = v + (size_t)b * T * ldkv + (size_t)g * hd;
+            float* dkb = dk + (size_t)b * T * ldkv + (size_t)g * hd;
+            float* dvb = dv + (size_t)b * T * ldkv + (size_t)g * hd;
             for (int t = 0; t < T; t++) {
-                const float* pr = p + (size_t)t * T;
-                float* dr = ds + (size_t)t * T;
-                float dot = 0.0f;
-                for (int s = 0; s <= t; s++) dot += pr[s] * dr[s];
-                for (int s = 0; s <= t; s++) dr[s] = scale * pr[s] * (dr[s] - dot);
-                for (int s = t + 1; s < T; s++) dr[s] = 0.0f;
+                memset(dkb + (size_t)t * ldkv, 0, (size_t)hd * sizeof(float));
+                memset(dvb + (size_t)t * ldkv, 0, (size_t)hd * sizeof(float));
             }
-            // dQ = dS K ; dK += dS^T Q
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, ds, T, kg, ldkv,
-                        0.0f, dqh, ldq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, ds, T, qh, ldq,
-                        beta, dkg, ldkv);
+            for (int r = 0; r < rep; r++) {
+                const int h = g * rep + r;
+                for (int i0 = 0; i0 < T; i0 += ATT_BR) {
+                    const int br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
+                    const size_t row0 = ((size_t)b * T + i0) * ldq + (size_t)h * hd;
+                    const float *qi = q + row0, *doi = dout + row0, *oi = out + row0;
+                    const float* lrow = lse + ((size_t)b * H + h) * T + i0;
+                    float* dqi = dq + row0; // (br, hd), ld H*hd
+                    for (int x = 0; x < br; x++) {
+                        float d = 0.0f;
+                        for (int c = 0; c < hd; c++)
+                            d += doi[(size_t)x * ldq + c] * oi[(size_t)x * ldq + c];
+                        D[x] = d;
+                        memset(dqi + (size_t)x * ldq, 0, (size_t)hd * sizeof(float));
+                    }
+                    for (int j0 = 0; j0 < i0 + br; j0 += ATT_BC) {
+                        const int bc = i0 + br - j0 < ATT_BC ? i0 + br - j0 : ATT_BC;
+                        const float *kj = kb + (size_t)j0 * ldkv, *vj = vb + (size_t)j0 * ldkv;
+                        // P (br, bc) = exp(scale Q_i K_j^T - lse), 0 where masked
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, hd, scale, qi,
+                                    ldq, kj, ldkv, 0.0f, P, ATT_BC);
+                        for (int x = 0; x < br; x++) {
+                            float* row = P + (size_t)x * ATT_BC;
+                            const int n = att_visible(i0 + x, j0, bc);
+                            for (int s = 0; s < n; s++) row[s] = expf(row[s] - lrow[x]);
+                            for (int s = n; s < bc; s++) row[s] = 0.0f;
+                        }
+                        // dV_j (bc, hd) += P^T dO_i
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bc, hd, br, 1.0f, P,
+                                    ATT_BC, doi, ldq, 1.0f, dvb + (size_t)j0 * ldkv, ldkv);
+                        // dP (br, bc) = dO_i V_j^T, then dS = scale P (dP - D) in place
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, hd, 1.0f, doi,
+                                    ldq, vj, ldkv, 0.0f, dP, ATT_BC);
+                        for (int x = 0; x < br; x++) {
+                            const float* pr = P + (size_t)x * ATT_BC;
+                            float* dr = dP + (size_t)x * ATT_BC;
+                            for (int s = 0; s < bc; s++) dr[s] = scale * pr[s] * (dr[s] - D[x]);
+                        }
+                        // dQ_i (br, hd) += dS K_j ; dK_j (bc, hd) += dS^T Q_i
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, br, hd, bc, 1.0f,
+                                    dP, ATT_BC, kj, ldkv, 1.0f, dqi, ldq);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bc, hd, br, 1.0f, dP,
+                                    ATT_BC, qi, ldq, 1.0f, dkb + (size_t)j0 * ldkv, ldkv);
+                    }
+                }
+            }
         }
+        free(P);
     }
 }
 

@@ -147,15 +147,16 @@ static void g_rope_forward(float* x, const float* cs, int B, int T, int NH, int 
 static void g_rope_backward(float* dx, const float* cs, int B, int T, int NH, int hd) {
     GUARD(C()->rope_backward(dx, cs, B, T, NH, hd));
 }
-static void g_attention_forward(float* out, float* att, const float* q, const float* k,
+static void g_attention_forward(float* out, float* lse, const float* q, const float* k,
                                 const float* v, int B, int T, int H, int KV, int hd,
                                 float* scratch) {
-    GUARD(C()->attention_forward(out, att, q, k, v, B, T, H, KV, hd, scratch));
+    GUARD(C()->attention_forward(out, lse, q, k, v, B, T, H, KV, hd, scratch));
 }
 static void g_attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                 const float* att, const float* q, const float* k, const float* v,
-                                 int B, int T, int H, int KV, int hd, float* scratch) {
-    GUARD(C()->attention_backward(dq, dk, dv, dout, att, q, k, v, B, T, H, KV, hd, scratch));
+                                 const float* out, const float* lse, const float* q,
+                                 const float* k, const float* v, int B, int T, int H, int KV,
+                                 int hd, float* scratch) {
+    GUARD(C()->attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, scratch));
 }
 static size_t g_attention_scratch_floats(int B, int T, int H, int KV, int hd) {
     return C()->attention_scratch_floats(B, T, H, KV, hd);

@@ -25,8 +25,9 @@
  * accumulation, on tensor cores; everything else the fp32 table's).
  * ZRT_CUDA_PROFILE=1 prints the device time of every entry at exit.
  *
- * Leaves out: fused kernels, flash-style attention (attention stores the
- * T x T probabilities and runs its products in fp32), bf16 storage, streams
+ * Leaves out: fused kernels, tiled (flash-style) attention: one call holds
+ * its (B, H, T, T) probabilities in the scratch, and the backward recomputes
+ * them instead of keeping them per layer (products in fp32), bf16 storage, streams
  * and events beyond the default stream.
  */
 #include <cublas_v2.h>
@@ -184,8 +185,9 @@ __global__ void k_rope(float* x, const float* cs, int B, int T, int NH, int hd, 
     v[1] = x0 * s + x1 * c;
 }
 
-/* one block per (b, h, t) row: causal softmax in place over s <= t */
-__global__ void k_causal_softmax(float* att, int T) {
+/* one block per (b, h, t) row: causal softmax in place over s <= t; lse
+ * (one per row, may be NULL) gets max + log(sum) */
+__global__ void k_causal_softmax(float* att, float* lse, int T) {
     __shared__ float sh[32];
     const int t = blockIdx.x % T;
     float* row = att + (size_t)blockIdx.x * T;
@@ -201,6 +203,7 @@ __global__ void k_causal_softmax(float* att, int T) {
     sum = block_sum(sum, sh);
     const float inv = 1.0f / sum;
     for (int s = threadIdx.x; s < T; s += blockDim.x) row[s] = s <= t ? row[s] * inv : 0.0f;
+    if (lse && threadIdx.x == 0) lse[blockIdx.x] = mx + logf(sum);
 }
 
 /* dS = scale * P * (dP - rowsum(P * dP)), zero above the diagonal */
@@ -600,16 +603,19 @@ void cu_rope_backward(float* dx, const float* cs, int B, int T, int NH, int hd) 
     CKL(k_rope);
 }
 
-/* dS (B, H, T, T) | dO, Q and dQ head-major (B, H, T, hd) each */
+/* P (B, H, T, T) | dS (B, H, T, T) | dO, Q and dQ head-major (B, H, T, hd)
+ * each. The probabilities live in the scratch for one call only: the
+ * backward recomputes them (the forward's GEMM and softmax, the same bits),
+ * so no layer keeps a (T, T) tensor between its forward and backward. */
 size_t cu_attention_scratch_floats(int B, int T, int H, int KV, int hd) {
     (void)KV;
-    return (size_t)B * H * T * T + 3 * (size_t)B * H * T * hd;
+    return 2 * (size_t)B * H * T * T + 3 * (size_t)B * H * T * hd;
 }
 
-void cu_attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
-                          int B, int T, int H, int KV, int hd, float* scratch) {
-    PROF(attention_forward);
-    (void)scratch;
+/* P (B, H, T, T) = causal softmax(scale Q K^T), lse (B, H, T) its rows'
+ * log-sum-exp (NULL: not written) */
+static void cu_attention_probs(float* att, float* lse, const float* q, const float* k, int B,
+                               int T, int H, int KV, int hd) {
     const int rep = H / KV, ldq = H * hd, ldkv = KV * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     // per (batch, kv head): the rep query heads are a strided batch (stride
@@ -622,8 +628,16 @@ void cu_attention_forward(float* out, float* att, const float* q, const float* k
             gemm_rm_batched(false, true, T, T, hd, scale, qg, ldq, hd, kg, ldkv, 0, 0.0f, pg, T,
                             (long long)T * T, rep);
         }
-    k_causal_softmax<<<B * H * T, 128>>>(att, T);
+    k_causal_softmax<<<B * H * T, 128>>>(att, lse, T);
     CKL(k_causal_softmax);
+}
+
+void cu_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                          int B, int T, int H, int KV, int hd, float* scratch) {
+    PROF(attention_forward);
+    const int rep = H / KV, ldq = H * hd, ldkv = KV * hd;
+    float* att = scratch; // (B, H, T, T)
+    cu_attention_probs(att, lse, q, k, B, T, H, KV, hd);
     for (int b = 0; b < B; b++)
         for (int g = 0; g < KV; g++) {
             const float* vg = v + (size_t)b * T * ldkv + (size_t)g * hd;
@@ -639,18 +653,22 @@ void cu_attention_forward(float* out, float* att, const float* q, const float* k
  *   dP_g (rep*T, T) = dO_g V_g^T          dQ_g (rep*T, hd) = dS_g K_g
  *   dV_g (T, hd)    = P_g^T dO_g          dK_g (T, hd)     = dS_g^T Q_g
  * are four GEMMs (strided-batched over the KV groups of a batch element),
- * the sums over a group's heads inside cuBLAS's own fixed order. */
-void cu_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
-                           const float* q, const float* k, const float* v, int B, int T, int H,
-                           int KV, int hd, float* scratch) {
+ * the sums over a group's heads inside cuBLAS's own fixed order. P comes
+ * from recomputing the forward's (out and lse are not needed). */
+void cu_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                           const float* lse, const float* q, const float* k, const float* v,
+                           int B, int T, int H, int KV, int hd, float* scratch) {
     PROF(attention_backward);
+    (void)out, (void)lse;
     const int rep = H / KV, ldkv = KV * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t TT = (size_t)T * T, Thd = (size_t)T * hd, n = (size_t)B * T * H * hd;
-    float* dS = scratch;                       // (B, H, T, T)
+    float* att = scratch;                      // (B, H, T, T)
+    float* dS = att + (size_t)B * H * TT;      // (B, H, T, T)
     float* dOh = dS + (size_t)B * H * TT;      // (B, H, T, hd)
     float* Qh = dOh + n;
     float* dQh = Qh + n;
+    cu_attention_probs(att, NULL, q, k, B, T, H, KV, hd);
     k_bthd_to_bhtd<<<blocks_for(n, 256), 256>>>(dOh, dout, B, T, H, hd);
     CKL(k_bthd_to_bhtd);
     k_bthd_to_bhtd<<<blocks_for(n, 256), 256>>>(Qh, q, B, T, H, hd);

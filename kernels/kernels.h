@@ -82,15 +82,20 @@ typedef struct ZrtKernels_ {
 
     /* Causal grouped-query attention, softmax scale 1/sqrt(hd).
      * q (B, T, H, hd), k, v (B, T, KV, hd); head h reads kv head h / (H/KV).
-     * out (B, T, H, hd); att (B, H, T, T) receives the probabilities (the
-     * upper triangle is written as 0) and is all the backward needs.
+     * out (B, T, H, hd); lse (B, H, T) receives each row's log-sum-exp of
+     * the scaled scores, which with out is all the backward needs: no
+     * (T, T) probabilities outlive a call (the CPU table is tiled,
+     * FlashAttention-2 style; the CUDA table recomputes one call's
+     * probabilities in its scratch).
      * scratch: attention_scratch_floats(B, T, H, KV, hd) floats. */
-    void (*attention_forward)(float* out, float* att, const float* q, const float* k,
+    void (*attention_forward)(float* out, float* lse, const float* q, const float* k,
                               const float* v, int B, int T, int H, int KV, int hd, float* scratch);
-    /* dq (B, T, H, hd), dk, dv (B, T, KV, hd) are overwritten. */
+    /* dq (B, T, H, hd), dk, dv (B, T, KV, hd) are overwritten; out and lse
+     * are the forward's. */
     void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout,
-                               const float* att, const float* q, const float* k, const float* v,
-                               int B, int T, int H, int KV, int hd, float* scratch);
+                               const float* out, const float* lse, const float* q, const float* k,
+                               const float* v, int B, int T, int H, int KV, int hd,
+                               float* scratch);
     size_t (*attention_scratch_floats)(int B, int T, int H, int KV, int hd);
 
     /* h (N, F) = silu(gate) * up */

@@ -10,9 +10,16 @@
  * MoE MLP lives in moe.c.
  *
  * Memory discipline (FSDP frees gathered parameters between passes): the
- * forward keeps every activation the backward reads and nothing else; the
+ * forward keeps every activation the backward reads and nothing else, or,
+ * with recomputation (LlamaMemOpts.recompute), only each block's input:
+ * the backward then runs the block's forward again into one block's worth
+ * of buffers before its backward (a MoE block's expert MLP keeps its
+ * activations: recomputing it would repeat the expert exchange). Attention
+ * keeps its (B, H, T) log-sum-exp, never (T, T) probabilities, and the
+ * output layer computes logits, loss and dlogits a chunk of token rows at
+ * a time, in the backward's hold of unit 0 (no (N, V) tensor). The
  * backward re-acquires each unit with phase 1 and never holds a parameter
- * pointer across release(). Backward recomputes nothing.
+ * pointer across release().
  *
  * Backend memory (kernels.h): the arena, the tokens and every parameter and
  * gradient pointer the hooks hand over belong to the table the activations
@@ -20,8 +27,8 @@
  * through that table, and so does moe.c.
  *
  * Leaves out: KV cache / inference, dropout, biases, sequence packing
- * (every row of the batch is one sequence starting at position 0), and
- * non-fp32 compute.
+ * (every row of the batch is one sequence starting at position 0),
+ * non-fp32 compute, and recomputing part of a block (selective).
  */
 #include "llama.h"
 
@@ -343,7 +350,10 @@ double llama_flops_per_token(const LlamaConfig* cfg, int seq_len) {
 /* ----------------------------------------------------------- activations */
 
 /* Every tensor the forward saves for the backward, plus the backward's
- * scratch; N = B*T. Filled per step from the actual (B, T). */
+ * scratch; N = B*T. Filled per step from the actual (B, T). With
+ * recomputation the per-block tensors below resid have one block's slot
+ * (L and Ld read 1), which every block's forward and recompute reuse; R is
+ * the output layer's chunk of rows. */
 typedef struct {
     float* resid;     // (L+1, N, C) residual stream: [0] embeddings, [l+1] block l out
     float* ln1;       // (L, N, C) attn_norm output
@@ -355,7 +365,7 @@ typedef struct {
     float* q_rstd;    // (L, N*H) QK-norm 1/rms per head
     float* k_rstd;    // (L, N*KV)
     float* v;         // (L, N, KV*hd)
-    float* att;       // (L, B, H, T, T) softmax probabilities
+    float* lse;       // (L, B, H, T) attention log-sum-exp per query row
     float* atty;      // (L, N, H*hd) attention output, input of wo
     float* resid_mid; // (L, N, C) residual after attention
     float* ln2;       // (L, N, C) mlp_norm output
@@ -365,7 +375,7 @@ typedef struct {
     float* hid;       // (Ld, N, F) silu(gate) * up, input of w_down
     float* lnf;       // (N, C) final_norm output
     float* lnf_rstd;  // (N)
-    float* logits;    // (N, V) logits; dlogits in place during backward
+    float* logits;    // (R, V) one chunk of logits; dlogits in place during backward
     float* losses;    // (N) per-token loss
     float* rope;      // (T, hd/2, 2) cos, sin
     // backward / scratch, shared by all layers
@@ -386,6 +396,7 @@ typedef struct {
 struct LlamaActs {
     LlamaConfig cfg;
     const ZrtKernels* K; // the backend that owns mem, tok and tgt
+    LlamaMemOpts opts;   // recompute, and logits_rows resolved for (B, T)
     int B, T;     // capacity this arena was sized for
     size_t bytes; // of mem, plus the MoE activations
     float* mem;   // backend memory: the activation arena
@@ -408,27 +419,30 @@ static int dense_index(const LlamaConfig* cfg, int layer) {
 
 /* Lays the tensors out from offset 0, each on a 64-byte boundary; with
  * base == NULL only counts. Returns the number of floats. */
-static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, int B, int T, float* base,
-                          ActPtrs* p) {
-    const size_t L = cfg->n_layers, N = (size_t)B * T, C = cfg->dim, H = cfg->n_heads,
+static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const LlamaMemOpts* mo,
+                          int B, int T, float* base, ActPtrs* p) {
+    const size_t Lall = cfg->n_layers, N = (size_t)B * T, C = cfg->dim, H = cfg->n_heads,
                  hd = llama_head_dim(cfg), KV = cfg->n_kv_heads, F = cfg->ffn_hidden,
-                 V = cfg->vocab_size, Ld = L - n_moe_layers(cfg), qn = cfg->qk_norm ? 1 : 0;
-    const size_t Fd = Ld ? F : 0; // dense-MLP backward scratch only with dense blocks
+                 V = cfg->vocab_size, Ldall = Lall - n_moe_layers(cfg), qn = cfg->qk_norm ? 1 : 0;
+    const size_t Fd = Ldall ? F : 0; // dense-MLP backward scratch only with dense blocks
+    // saved per block, or one block's slot with recomputation
+    const size_t L = mo->recompute ? 1 : Lall, Ld = mo->recompute ? (Ldall ? 1 : 0) : Ldall;
+    const size_t R = (size_t)mo->logits_rows;
     size_t o = 0;
     float** slots[] = {&p->resid,  &p->ln1,    &p->ln1_rstd,  &p->q,        &p->k,
                        &p->q_raw,  &p->k_raw,  &p->q_rstd,    &p->k_rstd,   &p->v,
-                       &p->att,    &p->atty,   &p->resid_mid, &p->ln2,      &p->ln2_rstd,
+                       &p->lse,    &p->atty,   &p->resid_mid, &p->ln2,      &p->ln2_rstd,
                        &p->gate,   &p->up,     &p->hid,       &p->lnf,      &p->lnf_rstd,
                        &p->logits, &p->losses, &p->rope,      &p->dresid,   &p->dln,
                        &p->dq,     &p->dk,     &p->dq_raw,    &p->dk_raw,   &p->dv,
                        &p->datty,  &p->dgate,  &p->dup,       &p->dhid,     &p->att_scratch};
-    const size_t sizes[] = {(L + 1) * N * C,     L * N * C,          L * N,
+    const size_t sizes[] = {(Lall + 1) * N * C,  L * N * C,          L * N,
                             L * N * H * hd,      L * N * KV * hd,    qn * L * N * H * hd,
                             qn * L * N * KV * hd, qn * L * N * H,    qn * L * N * KV,
-                            L * N * KV * hd,     L * B * H * T * T,  L * N * H * hd,
+                            L * N * KV * hd,     L * B * H * T,      L * N * H * hd,
                             L * N * C,           L * N * C,          L * N,
                             Ld * N * F,          Ld * N * F,         Ld * N * F,
-                            N * C,               N,                  N * V,
+                            N * C,               N,                  R * V,
                             N,                   T * hd,             N * C,
                             N * C,               N * H * hd,         N * KV * hd,
                             qn * N * H * hd,     qn * N * KV * hd,   N * KV * hd,
@@ -443,13 +457,33 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, int B, in
     return o;
 }
 
+/* The options with logits_rows resolved for N rows: at most LOGITS_FLOATS
+ * floats of logits at once, whole when they fit (one chunk: the bits of an
+ * unchunked output layer). */
+enum { LOGITS_FLOATS = 32 << 20 }; /* 128 MiB of fp32 logits */
+static LlamaMemOpts resolve_opts(const LlamaConfig* cfg, int N, const LlamaMemOpts* o) {
+    LlamaMemOpts r = o ? *o : (LlamaMemOpts){0, 0};
+    if (r.logits_rows <= 0) {
+        const long long fit = LOGITS_FLOATS / cfg->vocab_size;
+        r.logits_rows = fit < 1 ? 1 : (int)fit;
+    }
+    if (r.logits_rows > N) r.logits_rows = N;
+    return r;
+}
+
 size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T) {
-    return llama_acts_bytes_on(cfg, B, T, zrt_kernels_cpu());
+    return llama_acts_bytes_opts(cfg, B, T, zrt_kernels_cpu(), NULL);
 }
 
 size_t llama_acts_bytes_on(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K) {
+    return llama_acts_bytes_opts(cfg, B, T, K, NULL);
+}
+
+size_t llama_acts_bytes_opts(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K,
+                             const LlamaMemOpts* opts) {
     ActPtrs p;
-    size_t bytes = acts_layout(cfg, K, B, T, NULL, &p) * sizeof(float) +
+    const LlamaMemOpts o = resolve_opts(cfg, B * T, opts);
+    size_t bytes = acts_layout(cfg, K, &o, B, T, NULL, &p) * sizeof(float) +
                    2 * (size_t)B * T * sizeof(int);
     if (cfg->n_experts > 0) {
         const MoeDims d = moe_dims(cfg, B * T);
@@ -459,21 +493,28 @@ size_t llama_acts_bytes_on(const LlamaConfig* cfg, int B, int T, const ZrtKernel
 }
 
 LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T) {
-    return llama_acts_alloc_on(cfg, B, T, zrt_kernels_cpu());
+    return llama_acts_alloc_opts(cfg, B, T, zrt_kernels_cpu(), NULL);
 }
 
 LlamaActs* llama_acts_alloc_on(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K) {
-    if (llama_config_check(cfg, NULL, 0) || B <= 0 || T <= 0 || T > cfg->max_seq_len || !K)
+    return llama_acts_alloc_opts(cfg, B, T, K, NULL);
+}
+
+LlamaActs* llama_acts_alloc_opts(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K,
+                                 const LlamaMemOpts* opts) {
+    if (llama_config_check(cfg, NULL, 0) || B <= 0 || T <= 0 || T > cfg->max_seq_len || !K ||
+        (opts && opts->recompute != 0 && opts->recompute != 1))
         return NULL;
     LlamaActs* a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->cfg = *cfg;
     a->K = K;
+    a->opts = resolve_opts(cfg, B * T, opts);
     a->B = B;
     a->T = T;
-    a->bytes = llama_acts_bytes_on(cfg, B, T, K);
+    a->bytes = llama_acts_bytes_opts(cfg, B, T, K, opts);
     ActPtrs p;
-    const size_t arena = acts_layout(cfg, K, B, T, NULL, &p) * sizeof(float);
+    const size_t arena = acts_layout(cfg, K, &a->opts, B, T, NULL, &p) * sizeof(float);
     a->mem = K->alloc(arena);
     a->tok = K->alloc((size_t)B * T * sizeof(int));
     a->tgt = K->alloc((size_t)B * T * sizeof(int));
@@ -518,43 +559,55 @@ typedef struct {
     const LlamaConfig* cfg;
     const ZrtKernels* K;
     int B, T, N, C, H, KV, hd, F;
+    int recompute;                // 1: per-block tensors in slot 0 (LlamaMemOpts)
     MoeActs* moe;                 // NULL for a dense model
     const LlamaParamHooks* hooks; // for the experts of MoE blocks
 } Dims;
 
+/* Where block l's saved tensors live: its own slot, or with recomputation
+ * the one slot every block shares. */
+static size_t slot(const Dims* d, int l) { return d->recompute ? 0 : (size_t)l; }
+static size_t dense_slot(const Dims* d, int l) {
+    return d->recompute ? 0 : (size_t)dense_index(d->cfg, l);
+}
+
 /* One block forward: reads resid[l], writes resid[l+1] and the block's
- * saved activations. p: the block's unit parameters. Returns 0, or -1 (a MoE
- * hook failed; moe.c said why). */
-static int block_forward(const Dims* d, const ActPtrs* a, int l, const float* p) {
+ * saved activations. p: the block's unit parameters. again = 1 is the
+ * backward's recomputation: the same kernels on the same inputs (the same
+ * bits) refill what the block's backward reads, and resid[l+1], which it
+ * does not read, is left alone (nor is a MoE block's expert MLP run again:
+ * moe.c keeps its activations per block). Returns 0, or -1 (a MoE hook
+ * failed; moe.c said why). */
+static int block_forward(const Dims* d, const ActPtrs* a, int l, const float* p, int again) {
     const ZrtKernels* K = d->K;
     const BlockLayout w = block_layout(d->cfg, l);
     const size_t N = d->N, C = d->C, QD = (size_t)d->H * d->hd, KVD = (size_t)d->KV * d->hd,
-                 F = d->F, ld = dense_index(d->cfg, l);
+                 F = d->F, ld = dense_slot(d, l), sl = slot(d, l);
     const int qkn = d->cfg->qk_norm, moe = llama_layer_is_moe(d->cfg, l);
     const float eps = d->cfg->norm_eps;
     const float* x = a->resid + l * N * C;           // (N, C)
     float* out = a->resid + (l + 1) * N * C;         // (N, C)
-    float* ln1 = a->ln1 + l * N * C;                 // (N, C)
-    float* ln1_rstd = a->ln1_rstd + l * N;           // (N)
-    float* q = a->q + l * N * QD;                    // (N, H*hd)
-    float* k = a->k + l * N * KVD;                   // (N, KV*hd)
-    float* v = a->v + l * N * KVD;                   // (N, KV*hd)
-    float* att = a->att + l * (size_t)d->B * d->H * d->T * d->T; // (B, H, T, T)
-    float* atty = a->atty + l * N * QD;              // (N, H*hd)
-    float* mid = a->resid_mid + l * N * C;           // (N, C)
-    float* ln2 = a->ln2 + l * N * C;                 // (N, C)
-    float* ln2_rstd = a->ln2_rstd + l * N;           // (N)
+    float* ln1 = a->ln1 + sl * N * C;                // (N, C)
+    float* ln1_rstd = a->ln1_rstd + sl * N;          // (N)
+    float* q = a->q + sl * N * QD;                   // (N, H*hd)
+    float* k = a->k + sl * N * KVD;                  // (N, KV*hd)
+    float* v = a->v + sl * N * KVD;                  // (N, KV*hd)
+    float* lse = a->lse + sl * N * d->H;             // (B, H, T)
+    float* atty = a->atty + sl * N * QD;             // (N, H*hd)
+    float* mid = a->resid_mid + sl * N * C;          // (N, C)
+    float* ln2 = a->ln2 + sl * N * C;                // (N, C)
+    float* ln2_rstd = a->ln2_rstd + sl * N;          // (N)
     float* tmp = a->dln;                             // (N, C) scratch
 
     K->rmsnorm_forward(ln1, ln1_rstd, x, p + w.attn_norm, d->N, d->C, eps);
     if (qkn) { // project into q_raw/k_raw, then an RMSNorm per head into q/k
-        float* q_raw = a->q_raw + l * N * QD;       // (N, H*hd)
-        float* k_raw = a->k_raw + l * N * KVD;      // (N, KV*hd)
+        float* q_raw = a->q_raw + sl * N * QD;      // (N, H*hd)
+        float* k_raw = a->k_raw + sl * N * KVD;     // (N, KV*hd)
         K->matmul_forward(q_raw, ln1, p + w.wq, d->N, d->C, (int)QD);
         K->matmul_forward(k_raw, ln1, p + w.wk, d->N, d->C, (int)KVD);
-        K->rmsnorm_forward(q, a->q_rstd + l * N * d->H, q_raw, p + w.q_norm, d->N * d->H,
+        K->rmsnorm_forward(q, a->q_rstd + sl * N * d->H, q_raw, p + w.q_norm, d->N * d->H,
                            d->hd, eps);
-        K->rmsnorm_forward(k, a->k_rstd + l * N * d->KV, k_raw, p + w.k_norm, d->N * d->KV,
+        K->rmsnorm_forward(k, a->k_rstd + sl * N * d->KV, k_raw, p + w.k_norm, d->N * d->KV,
                            d->hd, eps);
     } else {
         K->matmul_forward(q, ln1, p + w.wq, d->N, d->C, (int)QD);
@@ -563,11 +616,12 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const float* p)
     K->matmul_forward(v, ln1, p + w.wv, d->N, d->C, (int)KVD);
     K->rope_forward(q, a->rope, d->B, d->T, d->H, d->hd);
     K->rope_forward(k, a->rope, d->B, d->T, d->KV, d->hd);
-    K->attention_forward(atty, att, q, k, v, d->B, d->T, d->H, d->KV, d->hd, a->att_scratch);
+    K->attention_forward(atty, lse, q, k, v, d->B, d->T, d->H, d->KV, d->hd, a->att_scratch);
     K->matmul_forward(tmp, atty, p + w.wo, d->N, (int)QD, d->C);
     K->add(mid, x, tmp, N * C);
 
     K->rmsnorm_forward(ln2, ln2_rstd, mid, p + w.mlp_norm, d->N, d->C, eps);
+    if (again && moe) return 0; // the experts' activations are kept (moe.c)
     if (moe) {
         const int eu = llama_expert_unit(d->cfg, l);
         if (moe_forward(d->moe, eu - 1 - d->cfg->n_layers, K, p + w.router, ln2, tmp, d->hooks, l,
@@ -580,6 +634,7 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const float* p)
         K->matmul_forward(gate, ln2, p + w.w_gate, d->N, d->C, d->F);
         K->matmul_forward(up, ln2, p + w.w_up, d->N, d->C, d->F);
         K->swiglu_forward(hid, gate, up, d->N, d->F);
+        if (again) return 0; // the backward reads hid, not the block's output
         K->matmul_forward(tmp, hid, p + w.w_down, d->N, d->F, d->C);
     }
     K->add(out, mid, tmp, N * C);
@@ -593,19 +648,20 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const float* p
     const ZrtKernels* K = d->K;
     const BlockLayout w = block_layout(d->cfg, l);
     const size_t N = d->N, C = d->C, QD = (size_t)d->H * d->hd, KVD = (size_t)d->KV * d->hd,
-                 F = d->F, ld = dense_index(d->cfg, l);
+                 F = d->F, ld = dense_slot(d, l), sl = slot(d, l);
     const int qkn = d->cfg->qk_norm, moe = llama_layer_is_moe(d->cfg, l);
+    if (d->recompute && block_forward(d, a, l, p, 1)) return -1;
     const float* x = a->resid + l * N * C;
-    const float* ln1 = a->ln1 + l * N * C;
-    const float* ln1_rstd = a->ln1_rstd + l * N;
-    const float* q = a->q + l * N * QD;
-    const float* k = a->k + l * N * KVD;
-    const float* v = a->v + l * N * KVD;
-    const float* att = a->att + l * (size_t)d->B * d->H * d->T * d->T;
-    const float* atty = a->atty + l * N * QD;
-    const float* mid = a->resid_mid + l * N * C;
-    const float* ln2 = a->ln2 + l * N * C;
-    const float* ln2_rstd = a->ln2_rstd + l * N;
+    const float* ln1 = a->ln1 + sl * N * C;
+    const float* ln1_rstd = a->ln1_rstd + sl * N;
+    const float* q = a->q + sl * N * QD;
+    const float* k = a->k + sl * N * KVD;
+    const float* v = a->v + sl * N * KVD;
+    const float* lse = a->lse + sl * N * d->H;
+    const float* atty = a->atty + sl * N * QD;
+    const float* mid = a->resid_mid + sl * N * C;
+    const float* ln2 = a->ln2 + sl * N * C;
+    const float* ln2_rstd = a->ln2_rstd + sl * N;
     float* dresid = a->dresid; // (N, C)
     float* dln = a->dln;       // (N, C)
 
@@ -628,18 +684,18 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const float* p
 
     // attention: mid = x + atty W_o^T
     K->matmul_backward(a->datty, g + w.wo, dresid, atty, p + w.wo, d->N, (int)QD, d->C, 0);
-    K->attention_backward(a->dq, a->dk, a->dv, a->datty, att, q, k, v, d->B, d->T, d->H, d->KV,
-                          d->hd, a->att_scratch);
+    K->attention_backward(a->dq, a->dk, a->dv, a->datty, atty, lse, q, k, v, d->B, d->T, d->H,
+                          d->KV, d->hd, a->att_scratch);
     K->rope_backward(a->dq, a->rope, d->B, d->T, d->H, d->hd);
     K->rope_backward(a->dk, a->rope, d->B, d->T, d->KV, d->hd);
     const float *dq = a->dq, *dk = a->dk;
     if (qkn) { // back through the per-head RMSNorm (its kernel accumulates dinp)
         K->zero(a->dq_raw, N * QD);
         K->zero(a->dk_raw, N * KVD);
-        K->rmsnorm_backward(a->dq_raw, g + w.q_norm, a->dq, a->q_raw + l * N * QD, p + w.q_norm,
-                            a->q_rstd + l * N * d->H, d->N * d->H, d->hd);
-        K->rmsnorm_backward(a->dk_raw, g + w.k_norm, a->dk, a->k_raw + l * N * KVD, p + w.k_norm,
-                            a->k_rstd + l * N * d->KV, d->N * d->KV, d->hd);
+        K->rmsnorm_backward(a->dq_raw, g + w.q_norm, a->dq, a->q_raw + sl * N * QD, p + w.q_norm,
+                            a->q_rstd + sl * N * d->H, d->N * d->H, d->hd);
+        K->rmsnorm_backward(a->dk_raw, g + w.k_norm, a->dk, a->k_raw + sl * N * KVD, p + w.k_norm,
+                            a->k_rstd + sl * N * d->KV, d->N * d->KV, d->hd);
         dq = a->dq_raw;
         dk = a->dk_raw;
     }
@@ -651,6 +707,31 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const float* p
 }
 
 /* ------------------------------------------------------------------ step */
+
+/* The output layer and the loss, opts.logits_rows token rows at a time:
+ * logits (R, V) = lnf W^T, the rows' cross-entropy, and with gW (backward)
+ * dlogits in place, dln (rows) = dlogits W and gW += dlogits^T lnf. Returns
+ * the summed loss of the counted rows. One chunk (the rows fit in
+ * LOGITS_FLOATS) makes the same calls as an output layer without chunks. */
+static double head_chunks(const Dims* d, const ActPtrs* a, const LlamaActs* acts, const float* W,
+                          float* gW, float* logits_out, float dscale) {
+    const ZrtKernels* K = d->K;
+    const int N = d->N, C = d->C, V = d->cfg->vocab_size, R = acts->opts.logits_rows;
+    double sum = 0;
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int rows = N - r0 < R ? N - r0 : R;
+        const float* lnf = a->lnf + (size_t)r0 * C; // (rows, C)
+        K->matmul_forward(a->logits, lnf, W, rows, C, V);  // (rows, V)
+        if (logits_out)
+            K->download(logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * sizeof(float));
+        int cnt = 0;
+        sum += K->crossentropy_forward_backward(gW ? a->logits : NULL, a->losses + r0, a->logits,
+                                                acts->tgt + r0, rows, V, dscale, &cnt);
+        if (gW)
+            K->matmul_backward(a->dln + (size_t)r0 * C, gW, a->logits, lnf, W, rows, C, V, 0);
+    }
+    return sum;
+}
 
 static float step_error(const char* why) {
     fprintf(stderr, "llama_step: %s\n", why);
@@ -690,14 +771,14 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
 
     const ZrtKernels* K = acts->K;
     ActPtrs a;
-    acts_layout(cfg, K, B, T, acts->mem, &a);
+    acts_layout(cfg, K, &acts->opts, B, T, acts->mem, &a);
     // the batch in: the one upload of a step (targets stay on the host too,
     // for the count below)
     K->upload(acts->tok, tokens, (size_t)N * sizeof(int));
     K->upload(acts->tgt, targets, (size_t)N * sizeof(int));
     const int L = cfg->n_layers;
-    const Dims d = {cfg,           K,           B, T, N, cfg->dim, cfg->n_heads, cfg->n_kv_heads,
-                    llama_head_dim(cfg), cfg->ffn_hidden, acts->moe, hooks};
+    const Dims d = {cfg, K, B, T, N, cfg->dim, cfg->n_heads, cfg->n_kv_heads, llama_head_dim(cfg),
+                    cfg->ffn_hidden, acts->opts.recompute, acts->moe, hooks};
     if (acts->moe) moe_begin_step(acts->moe, N);
     const size_t C = cfg->dim;
     const size_t head_off = cfg->tie_embeddings ? 0 : unit0_lm_head(cfg);
@@ -711,33 +792,34 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     for (int l = 0; l < L; l++) {
         p = hooks->acquire(hooks->ctx, 1 + l, 0);
         if (!p) return step_error("acquire(block, forward) returned NULL");
-        if (block_forward(&d, &a, l, p)) return step_error("a MoE block failed (forward)");
+        if (block_forward(&d, &a, l, p, 0)) return step_error("a MoE block failed (forward)");
         hooks->release(hooks->ctx, 1 + l, 0);
     }
     if (acts->moe) moe_aux_loss(acts->moe);
+    // the head: the final norm in the forward's hold of unit 0; the logits
+    // and the loss there too when there is no backward, else in the
+    // backward's hold, where each chunk's dlogits go straight into the
+    // head's gradients (head_chunks)
     p = hooks->acquire(hooks->ctx, 0, 0);
     if (!p) return step_error("acquire(0, forward) returned NULL");
     const float* resid_L = a.resid + (size_t)L * N * C;
     K->rmsnorm_forward(a.lnf, a.lnf_rstd, resid_L, p + unit0_final_norm(cfg), N, d.C,
                        cfg->norm_eps);
-    K->matmul_forward(a.logits, a.lnf, p + head_off, N, d.C, V); // (N, V)
-    hooks->release(hooks->ctx, 0, 0);
-    if (logits_out) K->download(logits_out, a.logits, (size_t)N * V * sizeof(float));
-    // loss; with backward, dlogits overwrite the logits in place. The mean
-    // is over counted targets, so each counted row's gradient is 1/count.
+    // the mean is over counted targets, so each counted row's gradient is 1/count
     int count = 0;
     for (int n = 0; n < N; n++) count += targets[n] >= 0;
     const float dscale = count ? 1.0f / (float)count : 0.0f;
-    double sum = K->crossentropy_forward_backward(backward ? a.logits : NULL, a.losses, a.logits,
-                                                  acts->tgt, N, V, dscale, &count);
-    const float loss = count ? (float)(sum / count) : 0.0f;
-    if (!backward) return loss;
+    double sum = 0;
+    if (!backward) sum = head_chunks(&d, &a, acts, p + head_off, NULL, logits_out, dscale);
+    hooks->release(hooks->ctx, 0, 0);
+    if (!backward) return count ? (float)(sum / count) : 0.0f;
 
     // backward: unit 0 (head and final norm), blocks L..1, unit 0 (embedding)
     p = hooks->acquire(hooks->ctx, 0, 1);
     if (!p) return step_error("acquire(0, backward) returned NULL");
     float* g = hooks->grad_buffer(hooks->ctx, 0);
-    K->matmul_backward(a.dln, g + head_off, a.logits, a.lnf, p + head_off, N, d.C, V, 0);
+    sum = head_chunks(&d, &a, acts, p + head_off, g + head_off, logits_out, dscale);
+    const float loss = count ? (float)(sum / count) : 0.0f;
     K->zero(a.dresid, (size_t)N * C);
     K->rmsnorm_backward(a.dresid, g + unit0_final_norm(cfg), a.dln, resid_L,
                         p + unit0_final_norm(cfg), a.lnf_rstd, N, d.C);

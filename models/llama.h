@@ -114,11 +114,30 @@ void llama_unit_init(const LlamaConfig* cfg, int unit, unsigned long long seed, 
 /* FLOPs of one training step (forward + backward) per token, for MFU. */
 double llama_flops_per_token(const LlamaConfig* cfg, int seq_len);
 
+/* How the activations trade memory for compute (train.recompute, and the
+ * output layer's chunk). Zero-initialised: keep everything, chunk by size. */
+typedef struct {
+    int recompute;   /* 0: the forward keeps every tensor the backward reads;
+                      * 1 (full): a block keeps only its input, and its
+                      * backward first runs its forward again (same kernels,
+                      * same inputs: the same bits). A MoE block's expert MLP
+                      * keeps its activations (recomputing it would repeat
+                      * the expert exchange); its attention and router input
+                      * are recomputed. */
+    int logits_rows; /* token rows of the output layer at once; 0: as many as
+                      * fit 128 MiB of logits (all of them in small models:
+                      * the bits of an unchunked layer). Logits, loss and
+                      * dlogits never exist for more rows than this. */
+} LlamaMemOpts;
+
 /* Bytes of activation memory llama_acts_alloc() needs for (B, T), and
- * llama_acts_alloc_on() on backend K (its attention scratch differs). */
+ * llama_acts_alloc_on() on backend K (its attention scratch differs), and
+ * with options (NULL: the defaults). */
 size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T);
 struct ZrtKernels_;
 size_t llama_acts_bytes_on(const LlamaConfig* cfg, int B, int T, const struct ZrtKernels_* K);
+size_t llama_acts_bytes_opts(const LlamaConfig* cfg, int B, int T, const struct ZrtKernels_* K,
+                             const LlamaMemOpts* opts);
 
 typedef struct LlamaActs LlamaActs; /* opaque, model-owned activations */
 /* On the CPU table (host memory). NULL on OOM. */
@@ -128,6 +147,9 @@ LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T);
  * the expert-exchange hooks, rows in K's memory). NULL on OOM. */
 LlamaActs* llama_acts_alloc_on(const LlamaConfig* cfg, int B, int T,
                                const struct ZrtKernels_* K);
+/* With options (NULL: the defaults; recompute other than 0 or 1: NULL). */
+LlamaActs* llama_acts_alloc_opts(const LlamaConfig* cfg, int B, int T,
+                                 const struct ZrtKernels_* K, const LlamaMemOpts* opts);
 void llama_acts_free(LlamaActs* acts);
 /* The load-balancing loss of the last llama_step on these activations
  * (before its coefficient; 0 for dense models), and the tokens routed to
@@ -191,7 +213,7 @@ typedef struct {
 /* One micro-batch: forward, loss, and (if backward) backward.
  * tokens, targets: (B, T) int32; targets < 0 are ignored (no loss).
  * Returns the mean cross-entropy over counted targets. If logits_out is not
- * NULL it receives (B, T, V) logits (for reference checks).
+ * NULL (host memory) it receives (B, T, V) logits (for reference checks).
  * Unit order: forward acquires 0, 1..L, then 0 again for the head;
  * backward walks 0 (head), L..1, 0 (embedding), calling grads_ready(unit) as
  * soon as a unit's gradients are final for this micro-batch. A MoE block

@@ -109,6 +109,11 @@ static const KeyDesc kKeys[] = {
     {"data.seed", K_I64, OFF(data.seed), 0, 9e18, 0, "", R_NEVER},
     {"train.steps", K_INT, OFF(train.steps), 1, INT_MAX, 0, "optimizer steps", R_FREE},
     {"train.seed", K_I64, OFF(train.seed), 0, 9e18, 0, "parameter init seed", R_NEVER},
+    {"train.recompute", K_STR, OFF(train.recompute), 0, 0, SZ(train.recompute),
+     "none|full: full keeps each block's input only and recomputes its forward in the "
+     "backward (same bits)", R_FREE},
+    {"train.logits_rows", K_INT, OFF(train.logits_rows), 0, INT_MAX, 0,
+     "token rows of the output layer at once, 0: as many as 128 MiB of logits hold", R_FREE},
     {"optimizer.lr", K_FLOAT, OFF(optim.lr), 0, 10, 0, "peak learning rate", R_ASK},
     {"optimizer.min_lr", K_FLOAT, OFF(optim.min_lr), 0, 10, 0,
      "lr at the end of the cosine", R_ASK},
@@ -229,6 +234,7 @@ void config_defaults(TrainConfig* c) {
     c->ckpt.hf_shard_bytes = 5000000000ll; /* HF's "5GB" */
     snprintf(c->runtime.device, sizeof c->runtime.device, "cpu");
     snprintf(c->runtime.compute, sizeof c->runtime.compute, "fp32");
+    snprintf(c->train.recompute, sizeof c->train.recompute, "none");
 }
 
 
@@ -793,6 +799,9 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
         return zrt_errf(err, errlen,
                         "%s: key 'runtime.device': unknown device '%s' (cpu|cuda|cpu_guarded)",
                         config_where(c, "runtime.device", w1, sizeof w1), c->runtime.device);
+    if (strcmp(c->train.recompute, "none") && strcmp(c->train.recompute, "full"))
+        return zrt_errf(err, errlen, "%s: key 'train.recompute': unknown mode '%s' (none|full)",
+                        config_where(c, "train.recompute", w1, sizeof w1), c->train.recompute);
     if (strcmp(c->runtime.compute, "fp32") && strcmp(c->runtime.compute, "bf16"))
         return zrt_errf(err, errlen, "%s: key 'model.compute': unknown mode '%s' (fp32|bf16)",
                         config_where(c, "model.compute", w1, sizeof w1), c->runtime.compute);

@@ -62,6 +62,9 @@ typedef struct {
     struct {
         int steps;               /* optimizer steps to run (end step) */
         long long seed;          /* parameter init */
+        char recompute[8];       /* "none" | "full": a block keeps only its input and
+                                  * its backward runs its forward again (llama.h) */
+        int logits_rows;         /* output-layer rows at once, 0: by size (llama.h) */
     } train;
     struct {
         double lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;

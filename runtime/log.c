@@ -126,6 +126,27 @@ size_t zrt_mem_available(void) {
     return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
 }
 
+/* A "Name:   N kB" line of /proc/self/status, in bytes (0 if absent). */
+static size_t proc_status_bytes(const char* name) {
+    FILE* f = fopen("/proc/self/status", "r");
+    size_t bytes = 0;
+    if (f) {
+        char line[256];
+        const size_t n = strlen(name);
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, name, n) && sscanf(line + n, ": %llu kB", &kb) == 1) {
+                bytes = (size_t)kb * 1024;
+                break;
+            }
+        fclose(f);
+    }
+    return bytes;
+}
+
+size_t zrt_rss_peak(void) { return proc_status_bytes("VmHWM"); }
+size_t zrt_rss_now(void) { return proc_status_bytes("VmRSS"); }
+
 const char* zrt_fmt_bytes(double bytes, char* buf, size_t n) {
     const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;

@@ -58,6 +58,10 @@ double zrt_sgemm_peak(double seconds);
 
 /* MemAvailable from /proc/meminfo (sysconf fallback), bytes. */
 size_t zrt_mem_available(void);
+/* This process's resident set: its high-water mark (VmHWM) and now (VmRSS),
+ * in bytes; 0 where /proc does not say. */
+size_t zrt_rss_peak(void);
+size_t zrt_rss_now(void);
 
 /* "1.23 GiB" into buf. */
 const char* zrt_fmt_bytes(double bytes, char* buf, size_t n);

@@ -28,8 +28,9 @@
  *   - reduce-scatters are issued at grads_ready (the moment a unit's
  *     gradient is final) and retired (waited, added into the shard, their
  *     buffers freed) in issue order: once more than
- *     `max_reduces_in_flight` are in flight (the oldest first), when the
- *     byte bound needs room, else at the end of the step. Without the
+ *     `max_reduces_in_flight` are in flight (the oldest first), before the
+ *     same unit's next gradient buffer (the next micro-batch's) is made,
+ *     when the byte bound needs room, else at the end of the step. Without the
  *     count bound, gradient accumulation would keep every micro-batch's
  *     full gradients alive until the step's end. Issue-order retirement keeps the fp32 sums into each
  *     shard in micro-batch order whatever the timing.
@@ -179,6 +180,15 @@ static double simulate(SchedPlan* p, const SchedParams* sp, const double* during
             }
             needed = e->gather + 1;
         }
+        /* a unit's new gradient buffer waits for the reduce-scatter of its
+         * previous one (the micro-batch before): two full gradients of one
+         * unit are never alive at once */
+        if (e->type == EV_GBUF && e->gbuf_new)
+            for (int j = rs_issued - 1; j >= retired; j--)
+                if (p->rs_unit[j] == e->unit) {
+                    while (retired <= j) rs_bytes -= sp->rbytes[p->rs_unit[retired++]];
+                    break;
+                }
         double mem = during[t] + ahead_at(p, sp, needed, issued, t) + rs_bytes;
         while (M > 0 && mem > M && retired < rs_issued) {
             rs_bytes -= sp->rbytes[p->rs_unit[retired]];

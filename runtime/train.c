@@ -39,6 +39,7 @@
 #include "kernels.h"
 #include "llama.h"
 #include "log.h"
+#include "memplan.h"
 #include "optim.h"
 #include "safetensors.h"
 #include "scheduler.h"
@@ -54,6 +55,7 @@ typedef struct {
     int n_dump_steps;
     const char* dump_dir;
     const char* resume;
+    int plan; /* --plan N: print the memory plan at N ranks and exit */
     const char* trace_data;
     const char* trace; /* --trace FILE: Chrome trace-event JSON of the steps */
     char init_from[CFG_PATH_MAX + 32]; /* --init-from DIR, as the --set it stands for */
@@ -67,7 +69,7 @@ static void usage(FILE* f) {
     fprintf(f,
             "usage: build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]\n"
             "                   [--dump-tensors STEPS DIR] [--resume DIR] [--init-from DIR]\n"
-            "                   [--trace-data FILE] [--trace FILE]\n"
+            "                   [--trace-data FILE] [--trace FILE] [--plan NRANKS]\n"
             "  --set key=value        override a config key (dotted: train.steps=20,\n"
             "                         comm.strategy=raw|native|compressed|auto, ...)\n"
             "  --log-json FILE        one JSON object per step, last line the param hash\n"
@@ -80,7 +82,9 @@ static void usage(FILE* f) {
             "  --trace-data FILE      one JSON line per rank and micro-batch: the windows read\n"
             "  --trace FILE           Chrome trace-event JSON (Perfetto, chrome://tracing): every\n"
             "                         rank's compute and collectives, per unit; plot one step\n"
-            "                         with scripts/plot_trace.py\n");
+            "                         with scripts/plot_trace.py\n"
+            "  --plan NRANKS          print the memory plan per rank at NRANKS ranks (shards,\n"
+            "                         units in flight, activations, ...) and exit\n");
 }
 
 /* Errors every rank sees alike (bad arguments, bad config): rank 0 says
@@ -146,6 +150,11 @@ static void parse_args(int argc, char** argv, Args* a) {
                 q = end + 1;
             }
             a->dump_dir = argv[++i];
+        } else if (!strcmp(s, "--plan") && i + 1 < argc) {
+            char* end;
+            const long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > 1 << 20) config_fail("--plan: a rank count from 1 up");
+            a->plan = (int)v;
         } else if (!strcmp(s, "--resume") && i + 1 < argc) {
             a->resume = argv[++i];
         } else if (!strcmp(s, "--init-from") && i + 1 < argc) {
@@ -218,59 +227,52 @@ static double backend_matmul_peak(const ZrtKernels* K) {
     return best;
 }
 
-/* Refuse at start a model that cannot fit, with the estimate. With a
- * device backend the activations and the device copies of the gathered
+/* The activations' memory options from the config (train.recompute,
+ * train.logits_rows). */
+static LlamaMemOpts train_mem_opts(const TrainConfig* cfg) {
+    return (LlamaMemOpts){.recompute = !strcmp(cfg->train.recompute, "full"),
+                          .logits_rows = cfg->train.logits_rows};
+}
+
+/* Bytes the training tokens take in memory once read (int32 per token:
+ * the file itself for i32 token files, 4 per byte for the byte tokenizer,
+ * the file's size as an estimate for BPE text); 0 when it is missing. */
+static double data_bytes(const TrainConfig* cfg) {
+    struct stat st;
+    if (stat(cfg->data.path, &st)) return 0;
+    return (double)st.st_size * (!strcmp(cfg->data.tokenizer, "byte") ? 4 : 1);
+}
+
+/* Refuse at start a model that cannot fit, with the plan (memplan.h). With
+ * a device backend the activations and the device copies of the gathered
  * units and gradients in flight live in device memory, and the ranks
  * sharing a device share its free memory. */
-static void check_memory(const TrainConfig* cfg, double inflight, const ZrtKernels* K,
-                         MPI_Comm node) {
-    const LlamaConfig* m = &cfg->model;
-    const int N = g_nranks, EP = m->n_experts > 0 ? cfg->parallel.ep : 1;
-    double shards = 0;
-    for (int u = 0; u < llama_num_units(m); u++) {
-        // an expert unit holds E/EP experts, sharded over N/EP ranks
-        const int experts = llama_unit_is_experts(m, u);
-        const size_t G = (size_t)(experts ? N / EP : N);
-        const size_t numel = llama_unit_numel(m, u) / (experts ? (size_t)EP : 1);
-        double padded = (double)((numel + G - 1) / G * G);
-        shards += padded / (double)G;
-    }
-    const double f32 = 4;
-    double params = shards * f32, grads = shards * f32, optim = 2 * shards * f32;
-    /* gathered units + full gradients in flight: the schedule's peak (sched.c) */
-    double gathered = inflight, gradfull = 0;
-    double acts = (double)llama_acts_bytes_on(m, cfg->data.batch_size, cfg->data.seq_len, K);
-    double per_rank = params + grads + optim + gathered + gradfull + acts;
-
+static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm node,
+                         MemPlan* mp) {
+    char err[1024];
+    if (memplan_build(cfg, g_nranks, K, data_bytes(cfg), (double)zrt_rss_now(), mp, err,
+                      sizeof err))
+        config_fail(err);
+    if (g_rank == 0) memplan_print(mp, cfg, K, stdout);
     /* Ranks on this host (node: their communicator) share its memory. */
     int local = 1;
     MPI_Comm_size(node, &local);
-    double avail = (double)zrt_mem_available();
-    double need = per_rank * local;
-    size_t dfree = 0, dtotal = 0;
-    int dev_bad = 0;
+    const double avail = (double)zrt_mem_available(), need = mp->host * local;
     if (!K->host_memory) {
-        /* device: activations and the model's copies of the units and
-         * gradients in flight; the host keeps everything else */
-        per_rank -= acts;
-        need = per_rank * local;
-        const double dneed = acts + gathered;
-        int sharing = 1;
+        size_t dfree = 0, dtotal = 0;
+        int sharing = 1, dev_bad = 0;
         if (K->mem_info(&dfree, &dtotal) == 0) {
             MPI_Comm dc; /* the ranks of this host on this device */
             MPI_Comm_split(node, zrt_cuda_device(), 0, &dc);
             MPI_Comm_size(dc, &sharing);
             MPI_Comm_free(&dc);
-            dev_bad = dneed * sharing > 0.9 * (double)dfree;
+            dev_bad = mp->device * sharing > 0.9 * (double)dfree;
         }
         if (g_rank == 0) {
-            char b[5][32];
-            printf("# device memory per rank (%s): activations %s + gathered units and "
-                   "gradients in flight %s = %s; x %d rank%s on the device = %s of %s free\n",
-                   K->name, zrt_fmt_bytes(acts, b[0], 32), zrt_fmt_bytes(gathered, b[1], 32),
-                   zrt_fmt_bytes(dneed, b[2], 32), sharing, sharing > 1 ? "s" : "",
-                   zrt_fmt_bytes(dneed * sharing, b[3], 32),
-                   dfree ? zrt_fmt_bytes((double)dfree, b[4], 32) : "(unknown)");
+            char b[2][32];
+            printf("# device memory: %d rank%s on the device need %s of %s free\n", sharing,
+                   sharing > 1 ? "s" : "", zrt_fmt_bytes(mp->device * sharing, b[0], 32),
+                   dfree ? zrt_fmt_bytes((double)dfree, b[1], 32) : "(unknown)");
         }
         int any = 0;
         MPI_Allreduce(&dev_bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -279,43 +281,38 @@ static void check_memory(const TrainConfig* cfg, double inflight, const ZrtKerne
             snprintf(msg, sizeof msg,
                      "%s: key 'runtime.device': the model does not fit on the device: "
                      "activations %s + gathered units and gradients in flight %s per rank, x %d "
-                     "rank%s on one device, but %s is free. Hint: a smaller data.batch_size / "
-                     "seq_len, or more devices.",
+                     "rank%s on one device, but %s is free. Hint: train.recompute: full, a "
+                     "smaller data.batch_size / seq_len, or more devices.",
                      config_where(cfg, "runtime.device", w, sizeof w),
-                     zrt_fmt_bytes(acts, b[0], 32), zrt_fmt_bytes(gathered, b[1], 32), sharing,
-                     sharing > 1 ? "s" : "", zrt_fmt_bytes((double)dfree, b[2], 32));
+                     zrt_fmt_bytes(mp->acts, b[0], 32), zrt_fmt_bytes(mp->inflight, b[1], 32),
+                     sharing, sharing > 1 ? "s" : "", zrt_fmt_bytes((double)dfree, b[2], 32));
             config_fail(msg);
         }
-        acts = 0; /* not in host memory */
     }
-    if (g_rank == 0) {
-        char b[9][32];
-        printf("# memory per rank: params %s + grads %s + optimizer %s + gathered units and full "
-               "grads in flight %s (the schedule's peak) + activations %s = %s; x %d ranks on "
-               "this host = %s of %s available\n",
-               zrt_fmt_bytes(params, b[0], 32), zrt_fmt_bytes(grads, b[1], 32),
-               zrt_fmt_bytes(optim, b[2], 32), zrt_fmt_bytes(gathered, b[3], 32),
-               zrt_fmt_bytes(acts, b[5], 32),
-               zrt_fmt_bytes(per_rank, b[6], 32), local, zrt_fmt_bytes(need, b[7], 32),
-               zrt_fmt_bytes(avail, b[8], 32));
-    }
+    if (g_rank == 0)
+        printf("# host memory: %d rank%s on this host need %s of %s available\n", local,
+               local > 1 ? "s" : "", zrt_fmt_bytes(need, (char[32]){0}, 32),
+               zrt_fmt_bytes(avail, (char[32]){0}, 32));
     /* Decide together: a rank that stopped alone would leave the others
      * waiting in their first collective. */
     int bad = avail > 0 && need > 0.9 * avail, any_bad = 0;
     MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (any_bad) {
-        char b[4][32], msg[2048];
-        char g1[32], g2[32], g3[32], g4[32];
+        char b[8][32], msg[2048];
         snprintf(msg, sizeof msg,
-                 "%s: the model does not fit: %.3g B parameters need %s per rank (params %s, "
-                 "grads %s, AdamW m+v %s, gathered units + full grads %s, activations %s); %d "
-                 "ranks on this host need %s but only %s is available. Hint: more hosts, a "
-                 "smaller model, or a smaller data.batch_size / seq_len.",
-                 cfg->source, (double)llama_num_params(m) / 1e9,
-                 zrt_fmt_bytes(per_rank, b[0], 32), zrt_fmt_bytes(params, b[1], 32),
-                 zrt_fmt_bytes(grads, b[2], 32), zrt_fmt_bytes(optim, b[3], 32),
-                 zrt_fmt_bytes(gathered + gradfull, g1, 32), zrt_fmt_bytes(acts, g2, 32), local,
-                 zrt_fmt_bytes(need, g3, 32), zrt_fmt_bytes(avail, g4, 32));
+                 "%s: the model does not fit: %.3g B parameters need %s per rank (shards %s, "
+                 "gathered units + gradients in flight %s, activations %s, comm %s, data %s, "
+                 "process %s); %d ranks on this host need %s but only %s is available. Hint: "
+                 "more hosts, train.recompute: full, a smaller model, or a smaller "
+                 "data.batch_size / seq_len.",
+                 cfg->source, (double)llama_num_params(&cfg->model) / 1e9,
+                 zrt_fmt_bytes(mp->host, b[0], 32),
+                 zrt_fmt_bytes(mp->params + mp->grads + mp->optim + mp->send16, b[1], 32),
+                 zrt_fmt_bytes(mp->inflight, b[2], 32),
+                 zrt_fmt_bytes(K->host_memory ? mp->acts : 0, b[3], 32),
+                 zrt_fmt_bytes(mp->comm, b[4], 32), zrt_fmt_bytes(mp->data, b[5], 32),
+                 zrt_fmt_bytes(mp->base, b[6], 32), local, zrt_fmt_bytes(need, b[7], 32),
+                 zrt_fmt_bytes(avail, (char[32]){0}, 32));
         config_fail(msg);
     }
 }
@@ -560,7 +557,7 @@ int main(int argc, char** argv) {
         }
         fflush(stdout);
     }
-    if (mc->n_experts > 0 && g_nranks % cfg.parallel.ep) {
+    if (!args.plan && mc->n_experts > 0 && g_nranks % cfg.parallel.ep) {
         char msg[600], w[400];
         snprintf(msg, sizeof msg, "%s: key 'parallelism.ep': %d does not divide the %d ranks",
                  config_where(&cfg, "parallelism.ep", w, sizeof w), cfg.parallel.ep, g_nranks);
@@ -569,7 +566,21 @@ int main(int argc, char** argv) {
     /* The communication plan and the step's schedule, from the config alone:
      * a bad rule or bound stops the run here, before any work. */
     double inflight = 0;
-    if (sched_check_config(&cfg, g_nranks, &inflight, err, sizeof err)) config_fail(err);
+    if (!args.plan && sched_check_config(&cfg, g_nranks, &inflight, err, sizeof err))
+        config_fail(err);
+    if (args.plan) { /* the plan at args.plan ranks, and nothing else */
+        if (g_rank == 0) {
+            const ZrtKernels* PK = zrt_kernels_cpu();
+            if (!strcmp(cfg.runtime.device, "cuda") && zrt_kernels_cuda()) PK = zrt_kernels_cuda();
+            MemPlan mp;
+            if (memplan_build(&cfg, args.plan, PK, data_bytes(&cfg), (double)zrt_rss_now(), &mp,
+                              err, sizeof err))
+                config_fail(err);
+            memplan_print(&mp, &cfg, PK, stdout);
+        }
+        MPI_Finalize();
+        return 0;
+    }
     MPI_Comm node; /* the ranks on this host: device binding and memory */
     int local_rank = 0;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -583,7 +594,8 @@ int main(int argc, char** argv) {
         printf("# compute: %s (kernel table %s): the linear layers multiply bf16 operands, fp32 "
                "accumulation; attention, norms and the loss stay fp32\n",
                cfg.runtime.compute, K->name);
-    check_memory(&cfg, inflight, K, node);
+    MemPlan mplan;
+    check_memory(&cfg, K, node, &mplan);
     MPI_Comm_free(&node);
 
     /* ---- data ---- */
@@ -640,9 +652,10 @@ int main(int argc, char** argv) {
     Fsdp fsdp;
     fsdp_init(&fsdp, &cfg);
     double peak = fsdp_mean_over_ranks(&fsdp, peak_rank) * g_nranks;
-    LlamaActs* acts = llama_acts_alloc_on(mc, B, T, K);
+    const LlamaMemOpts mopts = train_mem_opts(&cfg);
+    LlamaActs* acts = llama_acts_alloc_opts(mc, B, T, K, &mopts);
     trainCheck(acts, "cannot allocate %zu bytes of activations for B=%d T=%d on %s",
-               llama_acts_bytes_on(mc, B, T, K), B, T, K->name);
+               llama_acts_bytes_opts(mc, B, T, K, &mopts), B, T, K->name);
     Sched* sched = sched_create(&fsdp, &cfg, args.trace != NULL);
     sched_set_backend(sched, K);
     LlamaParamHooks hooks = sched_hooks(sched);
@@ -985,6 +998,11 @@ int main(int argc, char** argv) {
         if (g_rank == 0) printf("# trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", args.trace);
     }
     const uint64_t hash = fsdp_param_hash(&fsdp);
+    /* The measured peak against the plan: the largest resident-set
+     * high-water mark of the ranks (checkpoints add rank 0's gather of
+     * whole units on top, which the plan leaves out). */
+    double rss_peak = (double)zrt_rss_peak(), rss_max = 0;
+    MPI_Allreduce(&rss_peak, &rss_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     /* Expert parallelism: what the exchanges of each MoE block compressed to,
      * all ranks' traffic over the run, activations and gradients apart. */
     char a2a_json[4096] = "";
@@ -1020,11 +1038,19 @@ int main(int argc, char** argv) {
         free(b);
     }
     if (g_rank == 0) {
+        char b[2][32];
+        printf("# memory: peak resident set %s per rank (the largest of the ranks), the plan "
+               "%s (%+.1f%%)\n",
+               zrt_fmt_bytes(rss_max, b[0], 32), zrt_fmt_bytes(mplan.host, b[1], 32),
+               mplan.host > 0 ? 100 * (rss_max / mplan.host - 1) : 0.0);
         printf("# done: %d steps, %.1f s, final param hash %016" PRIx64 "\n",
                st.step - first_step, zrt_now() - t_start, hash);
         if (jl) {
-            fprintf(jl, "{\"final\": true, \"step\": %d, \"param_hash\": \"%016" PRIx64 "\"%s}\n",
-                    st.step, hash, a2a_json);
+            fprintf(jl,
+                    "{\"final\": true, \"step\": %d, \"param_hash\": \"%016" PRIx64 "\", "
+                    "\"rss_peak_bytes\": %.0f, \"plan_host_bytes\": %.0f, "
+                    "\"plan_device_bytes\": %.0f%s}\n",
+                    st.step, hash, rss_max, mplan.host, mplan.device, a2a_json);
             fclose(jl);
         }
     }

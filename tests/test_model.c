@@ -794,7 +794,7 @@ static void check_attention_thread_invariance(void) {
     const ZrtKernels* k = zrt_kernels_cpu();
     const int B = 3, T = 40, H = 4, KV = 2, hd = 16;
     const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd,
-                 na = (size_t)B * H * T * T, ns = k->attention_scratch_floats(B, T, H, KV, hd);
+                 na = (size_t)B * H * T, ns = k->attention_scratch_floats(B, T, H, KV, hd);
     float *q = rand_floats(nq, 4), *kk = rand_floats(nkv, 5), *v = rand_floats(nkv, 6),
           *dd = rand_floats(nq, 7);
     float* r[2][5] = {{0}};
@@ -803,11 +803,11 @@ static void check_attention_thread_invariance(void) {
     for (int t = 0; t < 2 && q && kk && v && dd; t++) {
         omp_set_num_threads(t ? 3 : 1);
         for (int j = 0; j < 5; j++) r[t][j] = calloc(len[j], sizeof(float));
-        float* scratch = calloc(ns, sizeof(float));
+        float* scratch = calloc(ns + 1, sizeof(float));
         if (scratch && r[t][0] && r[t][1] && r[t][2] && r[t][3] && r[t][4]) {
             k->attention_forward(r[t][0], r[t][1], q, kk, v, B, T, H, KV, hd, scratch);
-            k->attention_backward(r[t][2], r[t][3], r[t][4], dd, r[t][1], q, kk, v, B, T, H, KV,
-                                  hd, scratch);
+            k->attention_backward(r[t][2], r[t][3], r[t][4], dd, r[t][0], r[t][1], q, kk, v, B, T,
+                                  H, KV, hd, scratch);
         }
         free(scratch);
     }
@@ -816,13 +816,140 @@ static void check_attention_thread_invariance(void) {
     for (int j = 0; j < 5; j++)
         same &= r[0][j] && r[1][j] && !memcmp(r[0][j], r[1][j], len[j] * sizeof(float));
     CHECK(same, "attention/thread_count_invariant",
-          "out, probabilities, dq, dk or dv differ between 1 and 3 threads");
+          "out, log-sum-exp, dq, dk or dv differ between 1 and 3 threads");
     for (int t = 0; t < 2; t++)
         for (int j = 0; j < 5; j++) free(r[t][j]);
     free(q);
     free(kk);
     free(v);
     free(dd);
+}
+
+/* The attention the tiled kernel replaced, in double: the whole (T, T)
+ * probability matrix per head, P = softmax(scale Q K^T) under the causal
+ * mask, O = P V; dV = P^T dO, dP = dO V^T, dS = scale P (dP - rowsum(P dP)),
+ * dQ = dS K, dK = dS^T Q; the heads of a group add into their kv head. */
+static void attention_reference(double* o, double* lse, double* dq, double* dk, double* dv,
+                                const float* q, const float* k, const float* v, const float* dout,
+                                int B, int T, int H, int KV, int hd) {
+    const int rep = H / KV;
+    const double scale = 1.0 / sqrt((double)hd);
+    double* p = malloc((size_t)T * T * sizeof(double));
+    double* ds = malloc((size_t)T * T * sizeof(double));
+    if (!p || !ds) abort();
+    memset(dk, 0, (size_t)B * T * KV * hd * sizeof(double));
+    memset(dv, 0, (size_t)B * T * KV * hd * sizeof(double));
+#define Q_(b, t, h, c) q[(((size_t)(b) * T + (t)) * H + (h)) * hd + (c)]
+#define DO_(b, t, h, c) dout[(((size_t)(b) * T + (t)) * H + (h)) * hd + (c)]
+#define KV_(x, b, t, g, c) x[(((size_t)(b) * T + (t)) * KV + (g)) * hd + (c)]
+#define P_(t, s) p[(size_t)(t) * T + (s)]
+#define DS_(t, s) ds[(size_t)(t) * T + (s)]
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const int g = h / rep;
+            for (int t = 0; t < T; t++) {
+                double mx = -INFINITY, sum = 0;
+                for (int s = 0; s <= t; s++) {
+                    double x = 0;
+                    for (int c = 0; c < hd; c++) x += (double)Q_(b, t, h, c) * KV_(k, b, s, g, c);
+                    P_(t, s) = x * scale;
+                    mx = fmax(mx, x * scale);
+                }
+                for (int s = 0; s <= t; s++) sum += exp(P_(t, s) - mx);
+                for (int s = 0; s <= t; s++) P_(t, s) = exp(P_(t, s) - mx) / sum;
+                lse[((size_t)b * H + h) * T + t] = mx + log(sum);
+                for (int c = 0; c < hd; c++) {
+                    double x = 0;
+                    for (int s = 0; s <= t; s++) x += P_(t, s) * KV_(v, b, s, g, c);
+                    o[(((size_t)b * T + t) * H + h) * hd + c] = x;
+                }
+            }
+            for (int t = 0; t < T; t++) {
+                double dot = 0;
+                for (int s = 0; s <= t; s++) {
+                    double x = 0;
+                    for (int c = 0; c < hd; c++) x += (double)DO_(b, t, h, c) * KV_(v, b, s, g, c);
+                    DS_(t, s) = x;
+                    dot += x * P_(t, s);
+                }
+                for (int s = 0; s <= t; s++) DS_(t, s) = scale * P_(t, s) * (DS_(t, s) - dot);
+            }
+            for (int t = 0; t < T; t++)
+                for (int c = 0; c < hd; c++) {
+                    double x = 0;
+                    for (int s = 0; s <= t; s++) x += DS_(t, s) * KV_(k, b, s, g, c);
+                    dq[(((size_t)b * T + t) * H + h) * hd + c] = x;
+                }
+            for (int s = 0; s < T; s++)
+                for (int c = 0; c < hd; c++) {
+                    double xk = 0, xv = 0;
+                    for (int t = s; t < T; t++) {
+                        xk += DS_(t, s) * Q_(b, t, h, c);
+                        xv += P_(t, s) * DO_(b, t, h, c);
+                    }
+                    KV_(dk, b, s, g, c) += xk;
+                    KV_(dv, b, s, g, c) += xv;
+                }
+        }
+#undef Q_
+#undef DO_
+#undef KV_
+#undef P_
+#undef DS_
+    free(p);
+    free(ds);
+}
+
+/* max |x - ref| / max |ref| */
+static double rel_err_d(const float* x, const double* ref, size_t n) {
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        e = fmax(e, fabs((double)x[i] - ref[i]));
+        m = fmax(m, fabs(ref[i]));
+    }
+    return m > 0 ? e / m : e;
+}
+
+/* The tiled attention (only the log-sum-exp kept, tiles of 64 queries x
+ * 128 keys) against the stored-probability attention it replaced, in
+ * double: within 1e-6 of each tensor's largest value, on shapes with one
+ * tile, a ragged last tile, several key blocks, grouped heads and T = 1. */
+static void check_attention_reference(void) {
+    const ZrtKernels* K = zrt_kernels_cpu();
+    const int shapes[][5] = {{2, 1, 2, 1, 8}, {2, 40, 4, 2, 16}, {1, 200, 4, 1, 16},
+                             {1, 300, 2, 2, 32}, {2, 129, 6, 3, 8}};
+    double worst[2] = {0, 0};
+    int ok = 1;
+    for (unsigned i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int B = shapes[i][0], T = shapes[i][1], H = shapes[i][2], KV = shapes[i][3],
+                  hd = shapes[i][4];
+        const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd,
+                     nl = (size_t)B * H * T;
+        float *q = rand_floats(nq, 11 + i), *k = rand_floats(nkv, 21 + i),
+              *v = rand_floats(nkv, 31 + i), *dout = rand_floats(nq, 41 + i);
+        for (size_t j = 0; q && j < nq; j++) q[j] *= 4.0f; // peaked softmax rows too
+        float *o = malloc(nq * 4), *lse = malloc(nl * 4), *dq = malloc(nq * 4),
+              *dk = malloc(nkv * 4), *dv = malloc(nkv * 4),
+              *scr = malloc((K->attention_scratch_floats(B, T, H, KV, hd) + 1) * 4);
+        double *ro = malloc(nq * 8), *rl = malloc(nl * 8), *rq = malloc(nq * 8),
+               *rk = malloc(nkv * 8), *rv = malloc(nkv * 8);
+        if (!q || !k || !v || !dout || !o || !lse || !dq || !dk || !dv || !scr || !ro || !rl ||
+            !rq || !rk || !rv) {
+            ok = 0;
+        } else {
+            K->attention_forward(o, lse, q, k, v, B, T, H, KV, hd, scr);
+            K->attention_backward(dq, dk, dv, dout, o, lse, q, k, v, B, T, H, KV, hd, scr);
+            attention_reference(ro, rl, rq, rk, rv, q, k, v, dout, B, T, H, KV, hd);
+            worst[0] = fmax(worst[0], fmax(rel_err_d(o, ro, nq), rel_err_d(lse, rl, nl)));
+            worst[1] = fmax(worst[1], fmax(rel_err_d(dq, rq, nq),
+                                           fmax(rel_err_d(dk, rk, nkv), rel_err_d(dv, rv, nkv))));
+        }
+        free(q), free(k), free(v), free(dout), free(o), free(lse), free(dq), free(dk), free(dv);
+        free(scr), free(ro), free(rl), free(rq), free(rk), free(rv);
+    }
+    CHECK(ok && worst[0] < 1e-6 && worst[1] < 1e-6, "attention/tiled_matches_reference",
+          "forward (out, lse) %.3g, backward (dq, dk, dv) %.3g of the largest value", worst[0],
+          worst[1]);
 }
 
 static LlamaConfig moe_config(int variant);
@@ -1278,7 +1405,7 @@ static void check_cuda_kernels(void) {
     srand(21);
     // dy serves as (N, F), (N, C) and (N, H*hd) upstream gradient: C = H*hd >= F
     static float x[N * C], w[F * C], y[N * F], dy[N * C], r[N], cs[T * hd], g[F * C], dx[N * C];
-    static float q[N * H * hd], k[N * KV * hd], v[N * KV * hd], att[B * H * T * T], o[N * H * hd];
+    static float q[N * H * hd], k[N * KV * hd], v[N * KV * hd], att[B * H * T], o[N * H * hd];
     static float dq[N * H * hd], dk[N * KV * hd], dv[N * KV * hd], scratch[B * KV * T * T];
     static float logits[N * V], dl[N * V], losses[N];
     int tok[N], tgt[N];
@@ -1333,8 +1460,8 @@ static void check_cuda_kernels(void) {
     G->attention_forward(dO, dATT, dQ, dK, dV, B, T, H, KV, hd, dS);
     e1 = fmax(rel_diff_dev(dO, o, sizeof o / 4), rel_diff_dev(dATT, att, sizeof att / 4));
     float* dDO = dev_copy(dy, sizeof o);
-    K->attention_backward(dq, dk, dv, dy, att, q, k, v, B, T, H, KV, hd, scratch);
-    G->attention_backward(dDQ, dDK, dDV, dDO, dATT, dQ, dK, dV, B, T, H, KV, hd, dS);
+    K->attention_backward(dq, dk, dv, dy, o, att, q, k, v, B, T, H, KV, hd, scratch);
+    G->attention_backward(dDQ, dDK, dDV, dDO, dO, dATT, dQ, dK, dV, B, T, H, KV, hd, dS);
     e2 = fmax(rel_diff_dev(dDQ, dq, sizeof dq / 4),
               fmax(rel_diff_dev(dDK, dk, sizeof dk / 4), rel_diff_dev(dDV, dv, sizeof dv / 4)));
     CHECK(e1 < 1e-5 && e2 < 1e-5, "cuda/attention", "fwd %.3g bwd %.3g", e1, e2);
@@ -1700,6 +1827,7 @@ int main(int argc, char** argv) {
         printf("openblas core %s\n", openblas_get_corename());
         check_matmul_thread_invariance();
         check_attention_thread_invariance();
+        check_attention_reference();
         check_thread_invariance();
         return tu_exit();
     }
@@ -1720,6 +1848,7 @@ int main(int argc, char** argv) {
     check_hooks_and_loss();
     check_matmul_thread_invariance();
     check_attention_thread_invariance();
+        check_attention_reference();
     check_thread_invariance();
     check_optim();
     check_bf16();

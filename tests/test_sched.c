@@ -289,9 +289,10 @@ static void prefetch_happens(void) {
 }
 
 /* Gradient accumulation must not keep every micro-batch's full gradients:
- * with the reduce-scatter count bound the peak is the same at 2 and 8
- * micro-batches; without it, it grows with them (the old behaviour, kept as
- * max_rs = 0). */
+ * a unit's reduce-scatter retires before the unit's next gradient buffer
+ * is made, so the peak is the same at 2 and 8 micro-batches, with or
+ * without the count bound; the count bound (max_rs 2) keeps at most two
+ * issued and not retired, and lowers the peak below the unbounded one. */
 static void reduce_bound_keeps_peak_flat(void) {
     LlamaConfig m = tiny(0);
     const int nu = llama_num_units(&m);
@@ -319,7 +320,7 @@ static void reduce_bound_keeps_peak_flat(void) {
             }
             sched_plan_free(&p);
         }
-    CHECK(ok && peak[1][0] == peak[1][1] && peak[0][1] >= peak[0][0] + 6 * nu,
+    CHECK(ok && peak[1][0] == peak[1][1] && peak[0][0] == peak[0][1] && peak[0][0] > peak[1][0],
           "reduce_bound_keeps_peak_flat",
           "bounded peaks %.0f (2 micro) %.0f (8), unbounded %.0f %.0f", peak[1][0], peak[1][1],
           peak[0][0], peak[0][1]);

@@ -1,0 +1,78 @@
+/*
+ * memplan.c — the memory plan of memplan.h: the per-rank breakdown from the
+ * config, the schedule's simulated peak and the model's activation layout.
+ */
+#include "memplan.h"
+
+#include <string.h>
+
+#include "llama.h"
+#include "log.h"
+#include "scheduler.h"
+
+int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, double data_bytes,
+                  double base, MemPlan* mp, char* err, size_t errlen) {
+    memset(mp, 0, sizeof *mp);
+    const LlamaConfig* m = &cfg->model;
+    const int EP = m->n_experts > 0 ? cfg->parallel.ep : 1;
+    if (nranks < 1 || nranks % EP)
+        return zrt_errf(err, errlen, "key 'parallelism.ep': %d does not divide the %d ranks", EP,
+                        nranks);
+    mp->nranks = nranks;
+    double shards = 0, largest = 0;
+    for (int u = 0; u < llama_num_units(m); u++) {
+        double gb, rb;
+        sched_unit_bytes(cfg, nranks, u, &gb, &rb);
+        const int experts = llama_unit_is_experts(m, u) && EP > 1;
+        const size_t G = (size_t)(experts ? nranks / EP : nranks);
+        const size_t numel = llama_unit_numel(m, u) / (experts ? (size_t)EP : 1);
+        const double padded = (double)((numel + G - 1) / G * G);
+        shards += padded / (double)G;
+        if (padded > largest) largest = padded;
+    }
+    mp->params = mp->grads = 4 * shards;
+    mp->optim = 8 * shards;
+    mp->send16 = cfg->comm.param_dtype == zipcclBfloat16 ? 2 * shards : 0;
+    if (sched_check_config(cfg, nranks, &mp->inflight, err, errlen)) return -1;
+    const int B = cfg->data.batch_size, T = cfg->data.seq_len;
+    LlamaMemOpts o = {.recompute = !strcmp(cfg->train.recompute, "full"),
+                      .logits_rows = cfg->train.logits_rows};
+    mp->acts = (double)llama_acts_bytes_opts(m, B, T, K, &o);
+    o.recompute = 0;
+    mp->acts_none = (double)llama_acts_bytes_opts(m, B, T, K, &o);
+    o.recompute = 1;
+    mp->acts_full = (double)llama_acts_bytes_opts(m, B, T, K, &o);
+    /* the largest unit's message in flight both ways, at its wire dtype */
+    const double wire = cfg->comm.param_dtype == zipcclBfloat16 ? 2 : 4;
+    mp->comm = 2 * largest * wire;
+    mp->data = data_bytes;
+    mp->base = base;
+    const double shard_total = mp->params + mp->grads + mp->optim + mp->send16;
+    mp->host = mp->base + mp->data + shard_total + mp->inflight + mp->comm;
+    if (K->host_memory)
+        mp->host += mp->acts;
+    else
+        mp->device = mp->acts + mp->inflight;
+    return 0;
+}
+
+void memplan_print(const MemPlan* mp, const TrainConfig* cfg, const ZrtKernels* K, FILE* f) {
+    char b[14][32];
+    const int dev = !K->host_memory;
+    fprintf(f,
+            "# memory plan per rank at %d rank%s (%s): shards %s (params %s, grads %s, AdamW m+v "
+            "%s, bf16 send %s) + gathered units and gradients in flight %s (the schedule's peak) "
+            "+ activations %s%s (recompute %s; none %s, full %s) + comm %s + data %s + process "
+            "%s = host %s",
+            mp->nranks, mp->nranks > 1 ? "s" : "", K->name,
+            zrt_fmt_bytes(mp->params + mp->grads + mp->optim + mp->send16, b[0], 32),
+            zrt_fmt_bytes(mp->params, b[1], 32), zrt_fmt_bytes(mp->grads, b[2], 32),
+            zrt_fmt_bytes(mp->optim, b[3], 32), zrt_fmt_bytes(mp->send16, b[4], 32),
+            zrt_fmt_bytes(mp->inflight, b[5], 32), zrt_fmt_bytes(mp->acts, b[6], 32),
+            dev ? " on the device" : "", cfg->train.recompute,
+            zrt_fmt_bytes(mp->acts_none, b[7], 32), zrt_fmt_bytes(mp->acts_full, b[8], 32),
+            zrt_fmt_bytes(mp->comm, b[9], 32), zrt_fmt_bytes(mp->data, b[10], 32),
+            zrt_fmt_bytes(mp->base, b[11], 32), zrt_fmt_bytes(mp->host, b[12], 32));
+    if (dev) fprintf(f, ", device %s", zrt_fmt_bytes(mp->device, b[13], 32));
+    fprintf(f, "\n");
+}

@@ -1,0 +1,59 @@
+/*
+ * memplan.h — the memory plan of a run: per rank, what each part of
+ * training holds at its peak, on the host and on the device, from the
+ * config alone (before anything is allocated), so a run that cannot fit is
+ * refused with the breakdown, and `build/train CONFIG --plan N` answers
+ * "how much per rank at N ranks?" without N ranks.
+ *
+ * The parts (bytes per rank):
+ *   shards     parameters, gradients, AdamW m and v: fp32 shards of every
+ *              unit (an expert unit over its EP group's data-parallel
+ *              ranks), plus the bf16 copy of the parameter shard a bf16
+ *              all-gather sends
+ *   inflight   gathered units and full gradients in flight at the step's
+ *              peak (the schedule's own simulation, runtime/sched.c): set
+ *              by prefetch depth, max_reduces_in_flight and the largest
+ *              units, not by the model's size
+ *   acts       activations for (batch_size, seq_len) with the run's
+ *              train.recompute and train.logits_rows (models/llama.h);
+ *              acts_none / acts_full: the same without and with
+ *              recomputation, for comparison
+ *   comm       ZipCCL's and the scheduler's staging: the compressed frames
+ *              of the largest unit's gather and reduce-scatter
+ *   data       the training tokens, read whole into memory (int32 each)
+ *   base       the process before the model (libraries, MPI, OpenBLAS):
+ *              measured, not modelled (the caller's resident set at start)
+ * With a device backend the activations and the device copies of the
+ * units and gradients in flight are device memory; the host keeps the rest.
+ *
+ * What it leaves out: allocator fragmentation and the OS page cache; the
+ * MoE exchange's receive buffers beyond the activations' own (small next to
+ * them at the configs here). docs/BENCHMARKS.md "Memory plan" compares the
+ * plan with measured peaks.
+ */
+#ifndef RUNTIME_MEMPLAN_H
+#define RUNTIME_MEMPLAN_H
+#include <stdio.h>
+
+#include "config.h"
+#include "kernels.h"
+
+typedef struct {
+    int nranks;
+    double params, grads, optim, send16; /* the shards */
+    double inflight;
+    double acts, acts_none, acts_full;
+    double comm, data, base;
+    double host, device; /* totals: per rank; device 0 on a host backend */
+} MemPlan;
+
+/* The plan of cfg at nranks ranks on backend K (its activations and
+ * attention scratch), data_bytes of tokens, base bytes measured. Returns 0,
+ * or -1 with the reason in err (the schedule's refusals, naming the key). */
+int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, double data_bytes,
+                  double base, MemPlan* mp, char* err, size_t errlen);
+
+/* The breakdown, one "# memory ..." line per part, to f. */
+void memplan_print(const MemPlan* mp, const TrainConfig* cfg, const ZrtKernels* K, FILE* f);
+
+#endif
