@@ -17,7 +17,7 @@
  * activations: recomputing it would repeat the expert exchange). Attention
  * keeps its (B, H, T) log-sum-exp, never (T, T) probabilities, and the
  * output layer computes logits, loss and dlogits a chunk of token rows at
- * a time, in the backward's hold of unit 0 (no (N, V) tensor). The
+ * a time, in the backward's hold of the head (no (N, V) tensor). The
  * backward re-acquires each unit with phase 1 and never holds a parameter
  * pointer across release().
  *
@@ -131,7 +131,13 @@ static int n_moe_layers(const LlamaConfig* cfg) {
     return n;
 }
 
-int llama_num_units(const LlamaConfig* cfg) { return 1 + cfg->n_layers + n_moe_layers(cfg); }
+int llama_num_units(const LlamaConfig* cfg) {
+    return 1 + cfg->n_layers + n_moe_layers(cfg) + !cfg->tie_embeddings;
+}
+
+int llama_head_unit(const LlamaConfig* cfg) {
+    return cfg->tie_embeddings ? 0 : 1 + cfg->n_layers + n_moe_layers(cfg);
+}
 
 int llama_expert_unit(const LlamaConfig* cfg, int layer) {
     if (!llama_layer_is_moe(cfg, layer)) return -1;
@@ -141,7 +147,7 @@ int llama_expert_unit(const LlamaConfig* cfg, int layer) {
 }
 
 int llama_unit_is_experts(const LlamaConfig* cfg, int unit) {
-    return unit > cfg->n_layers && unit < llama_num_units(cfg);
+    return unit > cfg->n_layers && unit < 1 + cfg->n_layers + n_moe_layers(cfg);
 }
 
 int llama_unit_layer(const LlamaConfig* cfg, int unit) {
@@ -181,12 +187,14 @@ static BlockLayout block_layout(const LlamaConfig* cfg, int layer) {
     return b;
 }
 
-/* unit 0: tok_emb (V, C) | final_norm (C) | lm_head (V, C) if untied */
-static size_t unit0_final_norm(const LlamaConfig* cfg) {
-    return (size_t)cfg->vocab_size * cfg->dim;
+/* Offsets inside the head unit (llama_head_unit). Tied: unit 0 is
+ * tok_emb (V, C) | final_norm (C) and the head's weights are tok_emb;
+ * untied: the head unit is final_norm (C) | lm_head (V, C). */
+static size_t head_final_norm(const LlamaConfig* cfg) {
+    return cfg->tie_embeddings ? (size_t)cfg->vocab_size * cfg->dim : 0;
 }
-static size_t unit0_lm_head(const LlamaConfig* cfg) {
-    return cfg->tie_embeddings ? 0 : unit0_final_norm(cfg) + (size_t)cfg->dim;
+static size_t head_lm_head(const LlamaConfig* cfg) {
+    return cfg->tie_embeddings ? 0 : (size_t)cfg->dim;
 }
 
 size_t llama_expert_numel(const LlamaConfig* cfg) {
@@ -196,9 +204,10 @@ size_t llama_expert_numel(const LlamaConfig* cfg) {
 size_t llama_unit_numel(const LlamaConfig* cfg, int unit) {
     if (unit < 0 || unit >= llama_num_units(cfg)) return 0;
     if (llama_unit_is_experts(cfg, unit)) return (size_t)cfg->n_experts * llama_expert_numel(cfg);
-    if (unit > 0) return block_layout(cfg, unit - 1).total;
     const size_t VC = (size_t)cfg->vocab_size * cfg->dim;
-    return VC + (size_t)cfg->dim + (cfg->tie_embeddings ? 0 : VC);
+    if (unit > 0 && unit == llama_head_unit(cfg)) return (size_t)cfg->dim + VC;
+    if (unit > 0) return block_layout(cfg, unit - 1).total;
+    return VC + (cfg->tie_embeddings ? (size_t)cfg->dim : 0);
 }
 
 size_t llama_num_params(const LlamaConfig* cfg) {
@@ -232,8 +241,12 @@ int llama_unit_tensors(const LlamaConfig* cfg, int unit, char names[][64], size_
     if (unit < 0 || unit >= llama_num_units(cfg)) return 0;
     if (unit == 0) {
         ADD(V, C, "tok_emb");
+        if (cfg->tie_embeddings) ADD(C, 1, "final_norm");
+        return n;
+    }
+    if (unit == llama_head_unit(cfg)) {
         ADD(C, 1, "final_norm");
-        if (!cfg->tie_embeddings) ADD(V, C, "lm_head");
+        ADD(V, C, "lm_head");
         return n;
     }
     const int l = llama_unit_layer(cfg, unit);
@@ -294,14 +307,20 @@ static void fill_ones(float* x, size_t n) {
 
 void llama_unit_init(const LlamaConfig* cfg, int unit, unsigned long long seed, float* params) {
     const float std = 0.02f, std_resid = 0.02f / sqrtf(2.0f * (float)cfg->n_layers);
-    // each tensor gets its own stream: seed, unit and tensor index mixed
-    uint64_t base = (uint64_t)seed * 0x100000001b3ull ^ ((uint64_t)unit << 32);
+    // each tensor gets its own stream: seed, unit and tensor index mixed (the
+    // head's tensors keep unit 0's streams, where they lived before it split)
+    const int head = unit > 0 && unit == llama_head_unit(cfg);
+    uint64_t base = (uint64_t)seed * 0x100000001b3ull ^ ((uint64_t)(head ? 0 : unit) << 32);
 #define STREAM(i) (base + 0x9e3779b97f4a7c15ull * (uint64_t)((i) + 1))
+    const size_t VC = (size_t)cfg->vocab_size * cfg->dim;
     if (unit == 0) {
-        const size_t VC = (size_t)cfg->vocab_size * cfg->dim;
         fill_normal(params, VC, std, STREAM(0));
-        fill_ones(params + unit0_final_norm(cfg), (size_t)cfg->dim);
-        if (!cfg->tie_embeddings) fill_normal(params + unit0_lm_head(cfg), VC, std, STREAM(2));
+        if (cfg->tie_embeddings) fill_ones(params + head_final_norm(cfg), (size_t)cfg->dim);
+        return;
+    }
+    if (head) {
+        fill_ones(params + head_final_norm(cfg), (size_t)cfg->dim);
+        fill_normal(params + head_lm_head(cfg), VC, std, STREAM(2));
         return;
     }
     if (llama_unit_is_experts(cfg, unit)) {
@@ -781,10 +800,11 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
                     cfg->ffn_hidden, acts->opts.recompute, acts->moe, hooks};
     if (acts->moe) moe_begin_step(acts->moe, N);
     const size_t C = cfg->dim;
-    const size_t head_off = cfg->tie_embeddings ? 0 : unit0_lm_head(cfg);
+    const int hu = llama_head_unit(cfg);
     K->rope_table(a.rope, T, d.hd, cfg->rope_theta);
 
-    // forward: unit 0 (embedding), blocks 1..L, unit 0 again (head)
+    // forward: unit 0 (embedding), blocks 1..L; the head only without a
+    // backward (with one, the head runs in the backward's hold)
     const float* p = hooks->acquire(hooks->ctx, 0, 0);
     if (!p) return step_error("acquire(0, forward) returned NULL");
     K->embedding_forward(a.resid, acts->tok, p, N, d.C); // resid[0] (N, C)
@@ -796,34 +816,36 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
         hooks->release(hooks->ctx, 1 + l, 0);
     }
     if (acts->moe) moe_aux_loss(acts->moe);
-    // the head: the final norm in the forward's hold of unit 0; the logits
-    // and the loss there too when there is no backward, else in the
-    // backward's hold, where each chunk's dlogits go straight into the
-    // head's gradients (head_chunks)
-    p = hooks->acquire(hooks->ctx, 0, 0);
-    if (!p) return step_error("acquire(0, forward) returned NULL");
+    // the head (unit hu: the final norm and the head's weights): the final
+    // norm, then logits and loss a chunk of rows at a time; with a backward
+    // each chunk's dlogits go straight into the head's gradients
+    // (head_chunks), so the head is held once, in the backward
     const float* resid_L = a.resid + (size_t)L * N * C;
-    K->rmsnorm_forward(a.lnf, a.lnf_rstd, resid_L, p + unit0_final_norm(cfg), N, d.C,
-                       cfg->norm_eps);
     // the mean is over counted targets, so each counted row's gradient is 1/count
     int count = 0;
     for (int n = 0; n < N; n++) count += targets[n] >= 0;
     const float dscale = count ? 1.0f / (float)count : 0.0f;
-    double sum = 0;
-    if (!backward) sum = head_chunks(&d, &a, acts, p + head_off, NULL, logits_out, dscale);
-    hooks->release(hooks->ctx, 0, 0);
-    if (!backward) return count ? (float)(sum / count) : 0.0f;
+    p = hooks->acquire(hooks->ctx, hu, backward);
+    if (!p) return step_error("acquire(head) returned NULL");
+    K->rmsnorm_forward(a.lnf, a.lnf_rstd, resid_L, p + head_final_norm(cfg), N, d.C,
+                       cfg->norm_eps);
+    if (!backward) {
+        const double sum = head_chunks(&d, &a, acts, p + head_lm_head(cfg), NULL, logits_out,
+                                       dscale);
+        hooks->release(hooks->ctx, hu, 0);
+        return count ? (float)(sum / count) : 0.0f;
+    }
 
-    // backward: unit 0 (head and final norm), blocks L..1, unit 0 (embedding)
-    p = hooks->acquire(hooks->ctx, 0, 1);
-    if (!p) return step_error("acquire(0, backward) returned NULL");
-    float* g = hooks->grad_buffer(hooks->ctx, 0);
-    sum = head_chunks(&d, &a, acts, p + head_off, g + head_off, logits_out, dscale);
+    // backward: the head (its norm and weights), blocks L..1, unit 0 (embedding)
+    float* g = hooks->grad_buffer(hooks->ctx, hu);
+    const double sum = head_chunks(&d, &a, acts, p + head_lm_head(cfg), g + head_lm_head(cfg),
+                                   logits_out, dscale);
     const float loss = count ? (float)(sum / count) : 0.0f;
     K->zero(a.dresid, (size_t)N * C);
-    K->rmsnorm_backward(a.dresid, g + unit0_final_norm(cfg), a.dln, resid_L,
-                        p + unit0_final_norm(cfg), a.lnf_rstd, N, d.C);
-    hooks->release(hooks->ctx, 0, 1);
+    K->rmsnorm_backward(a.dresid, g + head_final_norm(cfg), a.dln, resid_L,
+                        p + head_final_norm(cfg), a.lnf_rstd, N, d.C);
+    if (hu != 0) hooks->grads_ready(hooks->ctx, hu);
+    hooks->release(hooks->ctx, hu, 1);
     for (int l = L - 1; l >= 0; l--) {
         p = hooks->acquire(hooks->ctx, 1 + l, 1);
         if (!p) return step_error("acquire(block, backward) returned NULL");

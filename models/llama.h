@@ -22,9 +22,13 @@
  * models/moe.c has the MoE MLP.
  *
  * The model knows nothing of ranks. Parameters are grouped in "units": unit 0
- * holds the outer parameters (embedding, final norm, LM head), unit 1+l holds
- * block l, and each MoE block's experts form one more unit, after all blocks
- * (llama_expert_unit). Each unit is one contiguous fp32 array in a fixed order
+ * holds the embedding (and, tied, the final norm: the embedding is the head
+ * too), unit 1+l holds block l, each MoE block's experts form one more unit,
+ * after all blocks (llama_expert_unit), and an untied model's head (final norm
+ * and LM head) is the last unit (llama_head_unit): the embedding is needed at
+ * the forward's start only (its backward reads no parameters) and the head
+ * at the forward's end and the backward's start, so apart they are never
+ * held together for the whole step. Each unit is one contiguous fp32 array in a fixed order
  * (below), so the runtime can shard, gather, checkpoint and reduce a unit as
  * one flat buffer. Before the model reads a unit it calls hooks->acquire(),
  * and it tells the runtime when it is done with it (forward) or when that
@@ -33,7 +37,8 @@
  * the same way, through the dispatch/combine hooks (LlamaParamHooks).
  *
  * Unit layout (shapes as (rows, cols), row-major, y = x W^T for (out, in)):
- *   unit 0:  tok_emb (V, C) | final_norm (C) | lm_head (V, C) [only if untied]
+ *   unit 0:  tok_emb (V, C) [| final_norm (C), if tied]
+ *   head:    final_norm (C) | lm_head (V, C)   (untied only: the last unit)
  *   block:   attn_norm (C) | wq (H*hd, C) | wk (KV*hd, C) | wv (KV*hd, C) |
  *            [q_norm (hd) | k_norm (hd), if qk_norm] | wo (C, H*hd) | mlp_norm (C) |
  *            dense: w_gate (F, C) | w_up (F, C) | w_down (C, F)
@@ -83,10 +88,14 @@ int llama_layer_is_moe(const LlamaConfig* cfg, int layer);
  * message into err (size errlen) and returns -1. */
 int llama_config_check(const LlamaConfig* cfg, char* err, size_t errlen);
 
-/* Units: 0, blocks 1..L, then one expert unit per MoE block in layer order.
+/* Units: 0, blocks 1..L, then one expert unit per MoE block in layer order,
+ * then (untied) the head.
  * llama_expert_unit: the expert unit of block `layer`, or -1 (dense block);
- * llama_unit_layer: the block a unit belongs to (-1 for unit 0). */
+ * llama_unit_layer: the block a unit belongs to (-1 for unit 0 and the head);
+ * llama_head_unit: the unit holding the final norm and the head's weights
+ * (0 when tied). */
 int llama_num_units(const LlamaConfig* cfg);
+int llama_head_unit(const LlamaConfig* cfg);
 int llama_expert_unit(const LlamaConfig* cfg, int layer);
 int llama_unit_is_experts(const LlamaConfig* cfg, int unit);
 int llama_unit_layer(const LlamaConfig* cfg, int unit);

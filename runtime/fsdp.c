@@ -52,6 +52,7 @@
 
 void fsdp_unit_name(const LlamaConfig* m, int u, char* out, size_t n) {
     if (u == 0) snprintf(out, n, "outer");
+    else if (u == llama_head_unit(m)) snprintf(out, n, "head");
     else if (llama_unit_is_experts(m, u)) snprintf(out, n, "layers.%d.experts", llama_unit_layer(m, u));
     else snprintf(out, n, "layers.%d", u - 1);
 }

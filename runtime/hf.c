@@ -627,8 +627,8 @@ static OurTensor* our_tensors(const LlamaConfig* m, int* count) {
         total += llama_unit_tensors(m, u, NULL, NULL, NULL, 0);
     OurTensor* out = zrt_calloc((size_t)total, sizeof *out, "tensor list");
     int n = 0;
-    /* unit 0 first (its tensors split around the blocks below), then each
-     * block followed by its experts */
+    /* unit 0 first (tied: its final norm moves to the end below), then each
+     * block followed by its experts, then the head (untied) */
     int order[FSDP_MAX_UNITS + 1], no = 0;
     order[no++] = 0;
     for (int l = 0; l < m->n_layers; l++) {
@@ -636,6 +636,7 @@ static OurTensor* our_tensors(const LlamaConfig* m, int* count) {
         const int xu = llama_expert_unit(m, l);
         if (xu > 0) order[no++] = xu;
     }
+    if (llama_head_unit(m) != 0) order[no++] = llama_head_unit(m);
     for (int i = 0; i < no; i++) {
         const int u = order[i];
         const int nt = llama_unit_tensors(m, u, NULL, NULL, NULL, 0);
@@ -656,12 +657,12 @@ static OurTensor* our_tensors(const LlamaConfig* m, int* count) {
         free(names);
         free(rows);
     }
-    /* final_norm and lm_head go last */
-    int head = m->tie_embeddings ? 1 : 2;
-    OurTensor tail[2];
-    memcpy(tail, out + 1, (size_t)head * sizeof *out);
-    memmove(out + 1, out + 1 + head, (size_t)(n - 1 - head) * sizeof *out);
-    memcpy(out + n - head, tail, (size_t)head * sizeof *out);
+    /* final_norm (and lm_head) go last: a tied model's final norm sits in unit 0 */
+    if (m->tie_embeddings) {
+        OurTensor tail = out[1];
+        memmove(out + 1, out + 2, (size_t)(n - 2) * sizeof *out);
+        out[n - 1] = tail;
+    }
     *count = n;
     return out;
 }

@@ -42,9 +42,14 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     mp->acts_none = (double)llama_acts_bytes_opts(m, B, T, K, &o);
     o.recompute = 1;
     mp->acts_full = (double)llama_acts_bytes_opts(m, B, T, K, &o);
-    /* the largest unit's message in flight both ways, at its wire dtype */
-    const double wire = cfg->comm.param_dtype == zipcclBfloat16 ? 2 : 4;
-    mp->comm = 2 * largest * wire;
+    /* ZipCCL's staging, which each communicator keeps at its largest call
+     * (grown by 1/8 more, comm/core/coll_internal.h): a gather's frames (its
+     * shard out, the n-1 others in: about one unit at the wire dtype) and a
+     * reduce-scatter's (n-1 blocks out, n-1 in: 2 (n-1)/n of a unit, and
+     * its fp32 accumulator, 1/n); nothing at one rank */
+    const double wp = cfg->comm.param_dtype == zipcclBfloat16 ? 2 : 4,
+                 wr = cfg->comm.reduce_dtype == zipcclBfloat16 ? 2 : 4;
+    mp->comm = nranks > 1 ? 1.125 * largest * (wp + (2 * wr * (nranks - 1) + 4) / nranks) : 0;
     mp->data = data_bytes;
     mp->base = base;
     const double shard_total = mp->params + mp->grads + mp->optim + mp->send16;

@@ -18,8 +18,10 @@
  *              train.recompute and train.logits_rows (models/llama.h);
  *              acts_none / acts_full: the same without and with
  *              recomputation, for comparison
- *   comm       ZipCCL's and the scheduler's staging: the compressed frames
- *              of the largest unit's gather and reduce-scatter
+ *   comm       ZipCCL's staging: the frames of the largest unit's gather
+ *              (one unit at the wire dtype) and reduce-scatter (2 (n-1)/n
+ *              of one, and a 1/n fp32 accumulator), 1/8 growth room; none
+ *              at one rank
  *   data       the training tokens, read whole into memory (int32 each)
  *   base       the process before the model (libraries, MPI, OpenBLAS):
  *              measured, not modelled (the caller's resident set at start)

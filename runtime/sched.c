@@ -17,8 +17,11 @@
  *
  *   - which acquisitions need a gather: a unit is held from the gather its
  *     first acquisition waits for to its drop (release in backward, release
- *     in forward with reshard_after_forward; the root unit "outer" stays
- *     for the whole step), so later acquisitions of a held unit are free;
+ *     in forward with reshard_after_forward; a tied model's unit "outer"
+ *     (embedding and head) stays for the whole step, an untied model's
+ *     "outer" (the embedding: its backward reads no parameters) goes after
+ *     its forward and its "head" after the backward's first hold), so later
+ *     acquisitions of a held unit are free;
  *   - when each gather is issued: in need order (a communicator runs its
  *     calls in issue order, so issuing out of order gains nothing), as early
  *     as possible after the previous hold of its unit was dropped, at most
@@ -30,7 +33,8 @@
  *     buffers freed) in issue order: once more than
  *     `max_reduces_in_flight` are in flight (the oldest first), before the
  *     same unit's next gradient buffer (the next micro-batch's) is made,
- *     when the byte bound needs room, else at the end of the step. Without the
+ *     when the byte bound needs room, else at the end of the micro-batch's
+ *     backward. Without the
  *     count bound, gradient accumulation would keep every micro-batch's
  *     full gradients alive until the step's end. Issue-order retirement keeps the fp32 sums into each
  *     shard in micro-batch order whatever the timing.
@@ -117,12 +121,16 @@ int sched_model_order(const LlamaConfig* m, int ep_chunks, int backward, SchedEv
         }
         put(out, max, &n, EV_REL, 1 + l, 0);
     }
-    put(out, max, &n, EV_ACQ, 0, 0); /* head */
-    put(out, max, &n, EV_REL, 0, 0);
-    if (!backward) return n;
-    put(out, max, &n, EV_ACQ, 0, 1); /* head and final norm backward */
-    put(out, max, &n, EV_GBUF, 0, 1);
-    put(out, max, &n, EV_REL, 0, 1);
+    const int hu = llama_head_unit(m); /* the final norm and the head */
+    if (!backward) {
+        put(out, max, &n, EV_ACQ, hu, 0);
+        put(out, max, &n, EV_REL, hu, 0);
+        return n;
+    }
+    put(out, max, &n, EV_ACQ, hu, 1); /* the head's forward and backward, one hold */
+    put(out, max, &n, EV_GBUF, hu, 1);
+    if (hu != 0) put(out, max, &n, EV_GRDY, hu, 1);
+    put(out, max, &n, EV_REL, hu, 1);
     for (int l = L - 1; l >= 0; l--) {
         put(out, max, &n, EV_ACQ, 1 + l, 1);
         put(out, max, &n, EV_GBUF, 1 + l, 1);
@@ -202,7 +210,11 @@ static double simulate(SchedPlan* p, const SchedParams* sp, const double* during
          * order) once more than max_rs are in flight */
         while (overlap && sp->max_rs > 0 && rs_issued - retired > sp->max_rs)
             rs_bytes -= sp->rbytes[p->rs_unit[retired++]];
-        if (!overlap) {
+        /* a micro-batch's backward ends by waiting for its reduce-scatters
+         * (FSDP's post-backward wait): none holds a full gradient across
+         * the next micro-batch's forward (the embedding's, issued last, did
+         * until the head's came, with the head's gather and gradient) */
+        if (!overlap || (t + 1 < p->n_ev && p->ev[t + 1].micro != e->micro)) {
             rs_bytes = 0;
             retired = rs_issued;
         }
@@ -265,7 +277,10 @@ int sched_plan_build(SchedPlan* p, const SchedParams* sp, char* err, size_t errl
             cur += sp->rbytes[u];
         }
         during[t] = cur;
-        if (e->type == EV_REL && u != 0 && (e->phase == 1 || sp->reshard)) {
+        /* unit 0 of a tied model (embedding and head) stays the whole step;
+         * an untied model's unit 0 (the embedding) goes at its only release */
+        const int drop = u != 0 ? e->phase == 1 || sp->reshard : !sp->model->tie_embeddings;
+        if (e->type == EV_REL && drop) {
             e->drop = 1;
             held[u] = 0;
             last_drop[u] = t;
@@ -381,7 +396,11 @@ int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* e
 /* Buffers come back to the pool and are handed out again to a request of
  * at most their size and at least half of it (blocks are alike, so this
  * reuses nearly everything); `busy` marks a buffer a collective is reading
- * or writing, and giving such a buffer back is a fatal error. */
+ * or writing, and giving such a buffer back is a fatal error. The pool
+ * holds at most `limit` bytes (the plan's peak) where it can: a request
+ * nothing fits frees idle buffers, the largest first, before allocating, so
+ * buffers of sizes no later request matches do not pile up beyond the
+ * plan (a unit's shape mix made them 20-70% more than the peak). */
 typedef struct {
     void* p;
     size_t cap;
@@ -394,7 +413,16 @@ typedef struct {
     const ZrtKernels* K; /* set: that backend's memory (the device pool) */
     const ZrtKernels* H; /* set: host memory from that backend's host_alloc
                           * (pinned for CUDA: the host pool beside a device) */
+    double total, limit; /* bytes held; the bound (0: none) */
 } Pool;
+
+static void pool_release(Pool* pl, PoolBuf* b) {
+    if (pl->K) pl->K->free(b->p);
+    else if (pl->H) pl->H->host_free(b->p);
+    else free(b->p);
+    pl->total -= (double)b->cap;
+    *b = pl->b[--pl->n];
+}
 
 static PoolBuf* pool_find(Pool* pl, const void* p) {
     for (int i = 0; i < pl->n; i++)
@@ -409,6 +437,13 @@ static void* pool_get(Pool* pl, size_t bytes, int zero) {
         PoolBuf* b = &pl->b[i];
         if (!b->used && b->cap >= bytes && b->cap / 2 <= bytes && (!best || b->cap < best->cap))
             best = b;
+    }
+    while (!best && pl->limit > 0 && pl->total + (double)bytes > pl->limit) {
+        PoolBuf* idle = NULL;
+        for (int i = 0; i < pl->n; i++)
+            if (!pl->b[i].used && (!idle || pl->b[i].cap > idle->cap)) idle = &pl->b[i];
+        if (!idle) break;
+        pool_release(pl, idle);
     }
     if (!best) {
         if (pl->n == pl->cap) {
@@ -425,6 +460,7 @@ static void* pool_get(Pool* pl, size_t bytes, int zero) {
                    pl->K ? pl->K->name : pl->H ? "pinned host" : "host", bytes);
         best = &pl->b[pl->n++];
         *best = (PoolBuf){.p = p, .cap = bytes};
+        pl->total += (double)bytes;
     }
     best->used = 1;
     best->busy = 0;
@@ -449,11 +485,7 @@ static void pool_put(Pool* pl, void* p, const char* what, const char* unit) {
 }
 
 static void pool_free(Pool* pl) {
-    for (int i = 0; i < pl->n; i++) {
-        if (pl->K) pl->K->free(pl->b[i].p);
-        else if (pl->H) pl->H->host_free(pl->b[i].p);
-        else free(pl->b[i].p);
-    }
+    while (pl->n > 0) pool_release(pl, &pl->b[pl->n - 1]);
     free(pl->b);
     memset(pl, 0, sizeof *pl);
 }
@@ -990,6 +1022,7 @@ Sched* sched_create(Fsdp* f, const TrainConfig* cfg, int trace) {
     SchedParams sp = {.n_units = f->n_units, .gbytes = s->gb, .rbytes = s->rb};
     params_for(&sp, cfg, 1);
     trainCheck(!sched_plan_build(&s->train, &sp, err, sizeof err), "%s", err);
+    s->pool.limit = s->dpool.limit = s->train.peak_bytes;
     params_for(&sp, cfg, 0);
     trainCheck(!sched_plan_build(&s->eval, &sp, err, sizeof err), "%s", err);
     s->max_bytes = sp.max_bytes;

@@ -573,6 +573,8 @@ int main(int argc, char** argv) {
             const ZrtKernels* PK = zrt_kernels_cpu();
             if (!strcmp(cfg.runtime.device, "cuda") && zrt_kernels_cuda()) PK = zrt_kernels_cuda();
             MemPlan mp;
+            /* OpenBLAS's work buffers into the base, as in a run */
+            if (PK->host_memory) zrt_sgemm_peak(0.05);
             if (memplan_build(&cfg, args.plan, PK, data_bytes(&cfg), (double)zrt_rss_now(), &mp,
                               err, sizeof err))
                 config_fail(err);
@@ -594,6 +596,10 @@ int main(int argc, char** argv) {
         printf("# compute: %s (kernel table %s): the linear layers multiply bf16 operands, fp32 "
                "accumulation; attention, norms and the loss stay fp32\n",
                cfg.runtime.compute, K->name);
+    /* ---- the matmul peak for MFU: every rank at once, summed (the host's
+     * SGEMM, or the device's through the kernel table); before the memory
+     * plan, whose measured base then holds OpenBLAS's work buffers ---- */
+    double peak_rank = K->host_memory ? zrt_sgemm_peak(0.3) : backend_matmul_peak(K);
     MemPlan mplan;
     check_memory(&cfg, K, node, &mplan);
     MPI_Comm_free(&node);
@@ -644,9 +650,6 @@ int main(int argc, char** argv) {
                "ranks) but the validation split has %zu: windows repeat (weighted more)\n",
                val_windows, cfg.data.val_batches, B, g_nranks, ds.n_windows[1]);
 
-    /* ---- the matmul peak for MFU: every rank at once, summed (the host's
-     * SGEMM, or the device's through the kernel table) ---- */
-    double peak_rank = K->host_memory ? zrt_sgemm_peak(0.3) : backend_matmul_peak(K);
 
     /* ---- model + FSDP ---- */
     Fsdp fsdp;
@@ -997,11 +1000,12 @@ int main(int argc, char** argv) {
         sched_trace_write(sched, args.trace);
         if (g_rank == 0) printf("# trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", args.trace);
     }
-    const uint64_t hash = fsdp_param_hash(&fsdp);
     /* The measured peak against the plan: the largest resident-set
-     * high-water mark of the ranks (checkpoints add rank 0's gather of
-     * whole units on top, which the plan leaves out). */
+     * high-water mark of the ranks, read before the hash below gathers each
+     * unit once more (checkpoints add rank 0's gather of whole units on
+     * top, which the plan leaves out). */
     double rss_peak = (double)zrt_rss_peak(), rss_max = 0;
+    const uint64_t hash = fsdp_param_hash(&fsdp);
     MPI_Allreduce(&rss_peak, &rss_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     /* Expert parallelism: what the exchanges of each MoE block compressed to,
      * all ranks' traffic over the run, activations and gradients apart. */

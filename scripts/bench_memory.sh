@@ -26,6 +26,7 @@ while [ $# -gt 0 ]; do
 done
 TRAIN=${TRAIN:-build/train}
 [ -x "$TRAIN" ] || { echo "bench_memory.sh: $TRAIN not built (make)" >&2; exit 1; }
+[ -f data/fortunes.txt ] || scripts/prepare_data.sh || exit 1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1

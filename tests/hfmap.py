@@ -7,10 +7,11 @@ build/export-hf).
     from hfmap import our_units, hf_name_map, to_hf, from_hf, objective, dense_layers
 
 Our layout (unit by unit, tensors in order, row-major fp32):
-  "outer"             tok_emb (V, C) | final_norm (C) | lm_head (V, C) if untied
+  "outer"             tok_emb (V, C) [| final_norm (C), if tied]
   "layers.l"          attn_norm | wq | wk | wv | [q_norm | k_norm] | wo | mlp_norm |
                       dense: w_gate | w_up | w_down   MoE: router (E, C)
   "layers.l.experts"  per expert e: w_gate (Fe, C) | w_up (Fe, C) | w_down (C, Fe)
+  "head"              final_norm (C) | lm_head (V, C)   (untied only, the last unit)
 HF's names and the RoPE row permutation: hf_name_map and to_hf below.
 """
 import numpy as np
@@ -31,8 +32,8 @@ def our_units(cfg):
     V, C, L, H, KV = cfg["vocab_size"], cfg["dim"], cfg["n_layers"], cfg["n_heads"], cfg["n_kv_heads"]
     hd, F, E, Fe = cfg["head_dim"], cfg["ffn_hidden"], cfg["n_experts"], cfg["moe_ffn_hidden"]
     dense = dense_layers(cfg)
-    units = [("outer", [("tok_emb", V, C), ("final_norm", C, 1)] +
-              ([] if cfg["tie_embeddings"] else [("lm_head", V, C)]))]
+    tied = cfg["tie_embeddings"]
+    units = [("outer", [("tok_emb", V, C)] + ([("final_norm", C, 1)] if tied else []))]
     for l in range(L):
         p = f"layers.{l}."
         t = [(p + "attn_norm", C, 1), (p + "wq", H * hd, C), (p + "wk", KV * hd, C),
@@ -50,6 +51,8 @@ def our_units(cfg):
                            ((f"layers.{l}.experts.{e}.w_gate", Fe, C),
                             (f"layers.{l}.experts.{e}.w_up", Fe, C),
                             (f"layers.{l}.experts.{e}.w_down", C, Fe))]))
+    if not tied:
+        units.append(("head", [("final_norm", C, 1), ("lm_head", V, C)]))
     return units
 
 

@@ -660,7 +660,7 @@ static void test_bad_weights(void) {
     /* ... and one whose head is the embedding, as some tied checkpoints ship */
     {
         float** u = random_units(&kLlama, 5);
-        memcpy(u[0] + (size_t)kLlama.vocab_size * kLlama.dim + kLlama.dim, u[0],
+        memcpy(u[llama_head_unit(&kLlama)] + kLlama.dim, u[0], /* lm_head := tok_emb */
                (size_t)kLlama.vocab_size * kLlama.dim * sizeof(float));
         HfExportOptions o = {zipcclFloat32, 1ll << 40, NULL, NULL, -1, -1};
         const char* dt = path_of("ok_tied_copy", NULL);

@@ -304,16 +304,21 @@ static void check_sizes(void) {
     for (int tied = 0; tied <= 1; tied++) {
         LlamaConfig c = tiny_config(tied);
         const size_t V = 37, C = 16, hd = 4, H = 4, KV = 2, F = 24, L = 2;
-        size_t u0 = V * C + C + (tied ? 0 : V * C);
+        // tied: unit 0 = tok_emb | final_norm; untied: unit 0 = tok_emb and
+        // the head (final_norm | lm_head) is the last unit, 1 + L
+        size_t u0 = V * C + (tied ? C : 0), head = tied ? 0 : C + V * C;
         size_t blk = C + H * hd * C + 2 * KV * hd * C + C * H * hd + C + 3 * F * C;
         char name[64];
         snprintf(name, sizeof name, "sizes/unit0_%s", tied ? "tied" : "untied");
-        CHECK(llama_unit_numel(&c, 0) == u0, name, "%zu != %zu", llama_unit_numel(&c, 0), u0);
+        CHECK(llama_unit_numel(&c, 0) == u0 && llama_num_units(&c) == (int)(1 + L + !tied) &&
+                  llama_head_unit(&c) == (tied ? 0 : (int)(1 + L)) &&
+                  llama_unit_numel(&c, 1 + L) == head && llama_unit_layer(&c, 1 + L) == -1,
+              name, "unit 0 %zu != %zu, or the head unit wrong", llama_unit_numel(&c, 0), u0);
         snprintf(name, sizeof name, "sizes/block_%s", tied ? "tied" : "untied");
         CHECK(llama_unit_numel(&c, 1) == blk && llama_unit_numel(&c, 2) == blk, name, "%zu != %zu",
               llama_unit_numel(&c, 1), blk);
         snprintf(name, sizeof name, "sizes/total_%s", tied ? "tied" : "untied");
-        CHECK(llama_num_params(&c) == u0 + L * blk, name, "%zu", llama_num_params(&c));
+        CHECK(llama_num_params(&c) == u0 + L * blk + head, name, "%zu", llama_num_params(&c));
         // the tensor table tiles each unit exactly
         int ok = 1;
         for (int u = 0; u < llama_num_units(&c); u++) {
@@ -321,13 +326,16 @@ static void check_sizes(void) {
             size_t rows[16], cols[16], sum = 0;
             int n = llama_unit_tensors(&c, u, names, rows, cols, 16);
             for (int i = 0; i < n; i++) sum += rows[i] * cols[i];
-            ok &= sum == llama_unit_numel(&c, u) && n == (u ? 9 : 3 - tied);
+            ok &= sum == llama_unit_numel(&c, u) &&
+                  n == (u == 0 ? 1 + tied : u == llama_head_unit(&c) ? 2 : 9);
         }
         snprintf(name, sizeof name, "sizes/tensor_table_%s", tied ? "tied" : "untied");
         CHECK(ok, name, "tensor shapes do not tile the units");
     }
     LlamaConfig c = tiny_config(1);
-    CHECK(llama_unit_numel(&c, -1) == 0 && llama_unit_numel(&c, 3) == 0, "sizes/out_of_range_unit",
+    LlamaConfig cu = tiny_config(0);
+    CHECK(llama_unit_numel(&c, -1) == 0 && llama_unit_numel(&c, 3) == 0 &&
+              llama_unit_numel(&cu, 4) == 0, "sizes/out_of_range_unit",
           "nonzero size for a unit that does not exist");
 }
 
@@ -529,8 +537,9 @@ static void check_moe_hooks(void) {
     CHECK(routed == (long long)B * T * cfg.n_experts_per_tok && aux_a >= 1.0f - 1e-6f &&
               aux_a <= (float)cfg.n_experts,
           "moe/routing_counts_and_aux_range", "%lld pairs routed, aux %g", routed, (double)aux_a);
+    // the head is unit 5 (untied), held once, in the backward
     const char* want[] = {"A0f", "R0f", "A1f", "R1f", "A2f", "X1f", "A4f", "R4f", "Y1f", "R2f",
-                          "A3f", "R3f", "A0f", "R0f", "A0b", "G0",  "R0b", "A3b", "G3",  "D3",
+                          "A3f", "R3f", "A5b", "G5",  "D5",  "R5b", "A3b", "G3",  "D3",
                           "R3b", "A2b", "G2",  "X1b", "A4b", "G4",  "D4",  "R4b", "Y1b", "D2",
                           "R2b", "A1b", "G1",  "D1",  "R1b", "G0",  "D0"};
     char got[1024];
@@ -634,8 +643,8 @@ static void check_hooks_and_loss(void) {
     LlamaParamHooks h = model_hooks(&m);
     float* logits = malloc((size_t)B * T * cfg.vocab_size * sizeof(float));
     float loss = llama_step(&cfg, acts, tok, tgt, B, T, &h, 1, logits);
-    const char* want[] = {"A0f", "R0f", "A1f", "R1f", "A2f", "R2f", "A0f", "R0f", // forward
-                          "A0b", "G0",  "R0b", "A2b", "G2",  "D2",  "R2b",        // head, block 2
+    const char* want[] = {"A0f", "R0f", "A1f", "R1f", "A2f", "R2f", // forward
+                          "A3b", "G3",  "D3",  "R3b", "A2b", "G2",  "D2",  "R2b", // head, block 2
                           "A1b", "G1",  "D1",  "R1b", "G0",  "D0"};               // block 1, emb
     char got[1024];
     const int same = events_are(&m, want, sizeof want / sizeof want[0], got, sizeof got);
