@@ -12,7 +12,7 @@
 #
 # Layout: comm/ (libzipccl: public headers at its top, then core/ transport/
 # algo/ tune/ codec/), kernels/ models/ runtime/ (libzrt), programs in
-# comm/bench/*.c and runtime/train.c, tests in tests/test_*.{c,sh,py}.
+# comm/bench/*.c and runtime/{train,export_hf,supervise}.c, tests in tests/test_*.{c,sh,py}.
 
 BUILD      ?= build
 CC         ?= gcc
@@ -51,7 +51,7 @@ LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/li
 endif
 
 COMM_SRC   := $(wildcard $(addsuffix /*.c,$(COMM_DIRS)))
-RT_SRC     := $(filter-out runtime/train.c runtime/export_hf.c,$(wildcard kernels/*.c models/*.c runtime/*.c))
+RT_SRC     := $(filter-out runtime/train.c runtime/export_hf.c runtime/supervise.c,$(wildcard kernels/*.c models/*.c runtime/*.c))
 COMM_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMM_SRC)) $(filter $(BUILD)/obj/comm/%,$(CU_OBJ))
 RT_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC)) $(filter $(BUILD)/obj/kernels/%,$(CU_OBJ))
 LIBZIPCCL  := $(BUILD)/libzipccl.a
@@ -67,6 +67,9 @@ PROGS      += $(BUILD)/train
 endif
 ifneq ($(wildcard runtime/export_hf.c),)
 PROGS      += $(BUILD)/export-hf
+endif
+ifneq ($(wildcard runtime/supervise.c),)
+PROGS      += $(BUILD)/supervise
 endif
 TEST_SRC   := $(wildcard tests/test_*.c)
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -118,6 +121,8 @@ $(BUILD)/zipccl-%: $(BUILD)/obj/comm/bench/%.o $(LIBZIPCCL)
 $(BUILD)/train: $(BUILD)/obj/runtime/train.o $(LIBZRT) $(LIBZIPCCL)
 	$(LINK)
 $(BUILD)/export-hf: $(BUILD)/obj/runtime/export_hf.o $(LIBZRT) $(LIBZIPCCL)
+	$(LINK)
+$(BUILD)/supervise: $(BUILD)/obj/runtime/supervise.o $(LIBZRT) $(LIBZIPCCL)
 	$(LINK)
 # Tests of the communication library alone link only libzipccl, so a half-built
 # runtime never blocks them.

@@ -16,6 +16,11 @@
  *          -> mean over the global batch, global-norm clip, AdamW on shards
  *          -> one log line (rank 0), checkpoints, validation.
  *
+ * Preemption: SIGTERM or SIGUSR1 (what mpirun forwards; build/supervise
+ * sends it) only sets a flag. At each step's end the ranks agree whether any
+ * got it; then all write a checkpoint of that step and leave with
+ * TRAIN_EXIT_PREEMPTED (75, EX_TEMPFAIL: "try again", from the checkpoint).
+ *
  * runtime.device: cpu | cuda | cpu_guarded picks the kernel table the model
  * computes on; FSDP's shards, the collectives and AdamW stay on the host
  * (the scheduler stages each gathered unit to the device and each finished
@@ -28,6 +33,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -45,6 +51,9 @@
 #include "scheduler.h"
 
 #define MAX_SETS 64
+/* Exit status of a run stopped by SIGTERM / SIGUSR1 at a step's end, after
+ * the checkpoint of that step is written (when checkpoint.dir is set). */
+#define TRAIN_EXIT_PREEMPTED 75
 
 typedef struct {
     const char* config;
@@ -62,6 +71,7 @@ typedef struct {
 } Args;
 
 static int g_rank, g_nranks;
+static volatile sig_atomic_t g_stop_signal; /* SIGTERM / SIGUSR1 received: stop at the step's end */
 static int g_tracing;  /* --trace-data given (every rank takes part) */
 static FILE* g_trace;  /* its file, open on rank 0 */
 
@@ -84,7 +94,24 @@ static void usage(FILE* f) {
             "                         rank's compute and collectives, per unit; plot one step\n"
             "                         with scripts/plot_trace.py\n"
             "  --plan NRANKS          print the memory plan per rank at NRANKS ranks (shards,\n"
-            "                         units in flight, activations, ...) and exit\n");
+            "                         units in flight, activations, ...) and exit\n"
+            "SIGTERM or SIGUSR1: finish the step, write its checkpoint (checkpoint.dir) and exit\n"
+            "with status 75; build/supervise restarts runs that fail (docs/RUNTIME.md)\n");
+}
+
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+/* Before MPI_Init (which takes a while under mpirun: a signal then must not
+ * kill the rank); Open MPI installs no handler of its own for these two.
+ * SA_RESTART: a read or write the signal interrupts carries on. */
+static void install_stop_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 /* Errors every rank sees alike (bad arguments, bad config): rank 0 says
@@ -434,6 +461,7 @@ int main(int argc, char** argv) {
     zrt_blas_select_core(argv);
     /* MPI_THREAD_MULTIPLE lets each ZipCCL communicator run its own progress
      * thread, so asynchronous gathers and reduce-scatters overlap compute. */
+    install_stop_handlers();
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -736,6 +764,8 @@ int main(int argc, char** argv) {
     const double tokens_per_step = (double)B * T * g_nranks * A;
     const double flops_per_step = llama_flops_per_token(mc, T) * tokens_per_step;
     const int first_step = st.step;
+    int saved_step = -1;   /* the step of the last checkpoint this run wrote */
+    int preempted = 0;     /* ranks that got SIGTERM / SIGUSR1, agreed at a step's end */
     const double t_start = zrt_now();
     float* dump_logits =
         args.dump_dir ? zrt_malloc((size_t)B * T * mc->vocab_size * sizeof(float), "dump logits")
@@ -983,10 +1013,23 @@ int main(int argc, char** argv) {
             }
         }
         if (cfg.ckpt.dir[0] && cfg.ckpt.every > 0 && step_no % cfg.ckpt.every == 0 &&
-            step_no != cfg.train.steps)
+            step_no != cfg.train.steps) {
             checkpoint_save(&fsdp, &cfg, &st);
+            saved_step = step_no;
+        }
+        /* Preemption: did any rank get SIGTERM / SIGUSR1? One small
+         * all-gather on the scalars' communicator (it has ZipCCL's timeout),
+         * after the step's log line so its time is no step's. */
+        if (step_no < cfg.train.steps) {
+            preempted = (int)lround(fsdp_mean_over_ranks(&fsdp, g_stop_signal ? 1.0 : 0.0) *
+                                    g_nranks);
+            if (preempted) break;
+        }
     }
-    if (cfg.ckpt.dir[0] && st.step > first_step) checkpoint_save(&fsdp, &cfg, &st);
+    if (cfg.ckpt.dir[0] && st.step > first_step && saved_step != st.step) {
+        checkpoint_save(&fsdp, &cfg, &st);
+        saved_step = st.step;
+    }
 
     if (g_rank == 0) {
         plan_print_actual(sched_plan(sched), stdout);
@@ -1047,6 +1090,20 @@ int main(int argc, char** argv) {
                "%s (%+.1f%%)\n",
                zrt_fmt_bytes(rss_max, b[0], 32), zrt_fmt_bytes(mplan.host, b[1], 32),
                mplan.host > 0 ? 100 * (rss_max / mplan.host - 1) : 0.0);
+    }
+    if (g_rank == 0 && preempted) {
+        /* No "final" JSON line: the run is not finished. */
+        char where[CFG_PATH_MAX + 64] = "no checkpoint.dir: nothing saved";
+        if (saved_step == st.step)
+            snprintf(where, sizeof where, "checkpoint %s/step_%08d written", cfg.ckpt.dir,
+                     st.step);
+        printf("# preempted: SIGTERM/SIGUSR1 on %d of %d rank%s; stopped after step %d of %d, "
+               "%s; param hash %016" PRIx64 "; exit %d\n",
+               preempted, g_nranks, g_nranks > 1 ? "s" : "", st.step, cfg.train.steps, where,
+               hash, TRAIN_EXIT_PREEMPTED);
+        fflush(stdout);
+        if (jl) fclose(jl);
+    } else if (g_rank == 0) {
         printf("# done: %d steps, %.1f s, final param hash %016" PRIx64 "\n",
                st.step - first_step, zrt_now() - t_start, hash);
         if (jl) {
@@ -1070,5 +1127,5 @@ int main(int argc, char** argv) {
     fsdp_free(&fsdp);
     data_close(&ds);
     MPI_Finalize();
-    return 0;
+    return preempted ? TRAIN_EXIT_PREEMPTED : 0;
 }
