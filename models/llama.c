@@ -424,9 +424,10 @@ struct LlamaActs {
     MoeActs* moe; // the MoE blocks' activations (NULL for a dense model)
 };
 
-static MoeDims moe_dims(const LlamaConfig* cfg, int N) {
+static MoeDims moe_dims(const LlamaConfig* cfg, int N, const LlamaMemOpts* o) {
     return (MoeDims){N,        cfg->dim, cfg->n_experts, cfg->n_experts_per_tok,
-                     cfg->moe_ffn_hidden, cfg->norm_topk_prob, cfg->capacity_factor};
+                     cfg->moe_ffn_hidden, cfg->norm_topk_prob, cfg->capacity_factor,
+                     o->expert_exchange, o->recompute};
 }
 
 /* Index of block l among the dense blocks (for the dense MLP activations). */
@@ -481,7 +482,7 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const Lla
  * unchunked output layer). */
 enum { LOGITS_FLOATS = 32 << 20 }; /* 128 MiB of fp32 logits */
 static LlamaMemOpts resolve_opts(const LlamaConfig* cfg, int N, const LlamaMemOpts* o) {
-    LlamaMemOpts r = o ? *o : (LlamaMemOpts){0, 0};
+    LlamaMemOpts r = o ? *o : (LlamaMemOpts){0};
     if (r.logits_rows <= 0) {
         const long long fit = LOGITS_FLOATS / cfg->vocab_size;
         r.logits_rows = fit < 1 ? 1 : (int)fit;
@@ -505,7 +506,7 @@ size_t llama_acts_bytes_opts(const LlamaConfig* cfg, int B, int T, const ZrtKern
     size_t bytes = acts_layout(cfg, K, &o, B, T, NULL, &p) * sizeof(float) +
                    2 * (size_t)B * T * sizeof(int);
     if (cfg->n_experts > 0) {
-        const MoeDims d = moe_dims(cfg, B * T);
+        const MoeDims d = moe_dims(cfg, B * T, &o);
         bytes += moe_acts_bytes(&d, n_moe_layers(cfg));
     }
     return bytes;
@@ -522,7 +523,8 @@ LlamaActs* llama_acts_alloc_on(const LlamaConfig* cfg, int B, int T, const ZrtKe
 LlamaActs* llama_acts_alloc_opts(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K,
                                  const LlamaMemOpts* opts) {
     if (llama_config_check(cfg, NULL, 0) || B <= 0 || T <= 0 || T > cfg->max_seq_len || !K ||
-        (opts && opts->recompute != 0 && opts->recompute != 1))
+        (opts && ((opts->recompute != 0 && opts->recompute != 1) ||
+                  (opts->expert_exchange != 0 && opts->expert_exchange != 1))))
         return NULL;
     LlamaActs* a = calloc(1, sizeof *a);
     if (!a) return NULL;
@@ -538,7 +540,7 @@ LlamaActs* llama_acts_alloc_opts(const LlamaConfig* cfg, int B, int T, const Zrt
     a->tok = K->alloc((size_t)B * T * sizeof(int));
     a->tgt = K->alloc((size_t)B * T * sizeof(int));
     if (a->mem && cfg->n_experts > 0) {
-        const MoeDims d = moe_dims(cfg, B * T);
+        const MoeDims d = moe_dims(cfg, B * T, &a->opts);
         a->moe = moe_acts_alloc(&d, n_moe_layers(cfg), K);
     }
     if (!a->mem || !a->tok || !a->tgt || (cfg->n_experts > 0 && !a->moe)) {

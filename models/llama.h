@@ -129,14 +129,19 @@ typedef struct {
     int recompute;   /* 0: the forward keeps every tensor the backward reads;
                       * 1 (full): a block keeps only its input, and its
                       * backward first runs its forward again (same kernels,
-                      * same inputs: the same bits). A MoE block's expert MLP
-                      * keeps its activations (recomputing it would repeat
-                      * the expert exchange); its attention and router input
-                      * are recomputed. */
+                      * same inputs: the same bits). A MoE block's routing
+                      * and the rows its experts received are kept (no
+                      * second exchange); its attention, router input and
+                      * the experts' gate, up and hid are recomputed. */
     int logits_rows; /* token rows of the output layer at once; 0: as many as
                       * fit 128 MiB of logits (all of them in small models:
                       * the bits of an unchunked layer). Logits, loss and
                       * dlogits never exist for more rows than this. */
+    int expert_exchange; /* 1: the hooks move MoE rows to other ranks
+                          * (dispatch, EP > 1): the rows sent are not kept
+                          * (the experts read the received copy), one
+                          * buffer for all blocks; the step then fails
+                          * without dispatch hooks */
 } LlamaMemOpts;
 
 /* Bytes of activation memory llama_acts_alloc() needs for (B, T), and

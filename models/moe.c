@@ -36,29 +36,54 @@ static size_t layer_fixed_floats(const MoeDims* d) {
     return N * E + 3 * N * k + 2 * E + 2 * N * k * C;
 }
 
+/* With d->exchange the rows received (xl) are counted at the average,
+ * N*k (the routing decides; a rank receiving more grows its buffers). */
 size_t moe_acts_bytes(const MoeDims* d, int n_layers) {
     const size_t N = d->N, E = d->E, k = d->k, C = d->C, Fe = d->Fe, cap = N * k;
-    const size_t per_layer = layer_fixed_floats(d) + cap * 3 * Fe; // xl only after a dispatch
-    const size_t shared = N * E + N * k + 2 * N * k * C + cap * (2 * C + 3 * Fe);
+    // per block: the fixed arrays (with xs, unless shared), xl with an
+    // exchange, gate/up/hid unless recomputed
+    const size_t per_layer = layer_fixed_floats(d) - (d->exchange ? N * k * C : 0) +
+                             (d->exchange ? cap * C : 0) + (d->recompute ? 0 : cap * 3 * Fe);
+    const size_t shared = N * E + N * k + 2 * N * k * C + cap * (C + 3 * Fe) +
+                          (d->exchange ? N * k * C : 0) + (d->recompute ? cap * 3 * Fe : 0);
     return ((size_t)n_layers * per_layer + shared) * sizeof(float) +
            E * (sizeof(long long) + sizeof(double));
+}
+
+/* gate, up, hid for `rows` rows: the block's own (grown as needed), or the
+ * shared ones with d->recompute. The contents are not kept. */
+static int swiglu_reserve(MoeActs* m, MoeLayer* L, int rows) {
+    const size_t Fe = m->d.Fe;
+    if (!m->d.recompute) {
+        if (rows <= L->cap) return 0;
+        float* mem = m->K->alloc((size_t)rows * 3 * Fe * sizeof(float));
+        if (!mem) return -1;
+        m->K->free(L->gate);
+        L->gate = mem;
+        L->cap = rows;
+    } else {
+        if (rows > m->sg_cap) {
+            float* mem = m->K->alloc((size_t)rows * 3 * Fe * sizeof(float));
+            if (!mem) return -1;
+            m->K->free(m->sg_mem);
+            m->sg_mem = mem;
+            m->sg_cap = rows;
+        }
+        L->gate = m->sg_mem;
+        L->cap = m->sg_cap;
+    }
+    L->up = L->gate + (size_t)L->cap * Fe;
+    L->hid = L->up + (size_t)L->cap * Fe;
+    return 0;
 }
 
 /* The rows an expert side can hold (with_x: also a copy of its input rows);
  * grows the buffers, whose contents are not kept (this runs before they are
  * written). */
-static int layer_reserve(const ZrtKernels* K, MoeLayer* L, const MoeDims* d, int rows,
-                         int with_x) {
-    const size_t C = d->C, Fe = d->Fe;
-    if (rows > L->cap) {
-        float* mem = K->alloc((size_t)rows * 3 * Fe * sizeof(float));
-        if (!mem) return -1;
-        K->free(L->gate);
-        L->gate = mem;
-        L->up = mem + (size_t)rows * Fe;
-        L->hid = L->up + (size_t)rows * Fe;
-        L->cap = rows;
-    }
+static int layer_reserve(MoeActs* m, MoeLayer* L, int rows, int with_x) {
+    const ZrtKernels* K = m->K;
+    const size_t C = m->d.C;
+    if (swiglu_reserve(m, L, rows)) return -1;
     if (with_x && rows > L->xl_cap) {
         float* x = K->alloc((size_t)rows * C * sizeof(float) + 1);
         if (!x) return -1;
@@ -86,11 +111,14 @@ static int chunks_reserve(MoeLayer* L, int n_chunks, int n_local) {
 static int scratch_reserve(MoeActs* m, int rows) {
     if (rows <= m->cap) return 0;
     const size_t C = m->d.C, Fe = m->d.Fe;
-    float* mem = m->K->alloc((size_t)rows * (2 * C + 3 * Fe) * sizeof(float));
+    float* mem = m->K->alloc((size_t)rows * (C + 3 * Fe) * sizeof(float));
     if (!mem) return -1;
     m->K->free(m->yl);
+    // yl is forward scratch (free once the block's combine completed), dxl
+    // backward scratch: every forward runs before every backward, and the
+    // recomputing backward does not run the experts' forward, so one buffer
     m->yl = mem;
-    m->dxl = mem + (size_t)rows * C;
+    m->dxl = mem;
     m->dgate = m->dxl + (size_t)rows * C;
     m->dup = m->dgate + (size_t)rows * Fe;
     m->dhid = m->dup + (size_t)rows * Fe;
@@ -118,10 +146,12 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K) {
         m->dxs = m->dys + N * k * C;
         m->aux_dev = m->dxs + N * k * C;
     }
+    if (ok && d->exchange) ok = (m->xs_shared = K->alloc(N * k * C * sizeof(float) + 1)) != NULL;
+    const size_t own_xs = d->exchange ? 0 : N * k * C;
     for (int i = 0; ok && i < n_layers; i++) {
         MoeLayer* L = &m->layer[i];
-        // backend: probs (N, E) | sel (N, k) | w (N, k) | pos (N, k) | xs | ys
-        float* f = K->alloc((N * E + 3 * N * k + 2 * N * k * C) * sizeof(float));
+        // backend: probs (N, E) | sel (N, k) | w (N, k) | pos (N, k) | ys | xs (own)
+        float* f = K->alloc((N * E + 3 * N * k + N * k * C + own_xs) * sizeof(float));
         // host: sel, pos (N, k) | counts, routed (E)
         int* h = malloc((2 * N * k + 2 * E) * sizeof(int));
         if (!f || !h) {
@@ -134,13 +164,13 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K) {
         L->sel = (int*)f, f += N * k;
         L->w = f, f += N * k;
         L->pos = (int*)f, f += N * k;
-        L->xs = f, f += N * k * C;
-        L->ys = f;
+        L->ys = f, f += N * k * C;
+        L->xs = d->exchange ? m->xs_shared : f;
         L->sel_host = h, h += N * k;
         L->pos_host = h, h += N * k;
         L->counts = h, h += E;
         L->routed = h;
-        ok = !layer_reserve(K, L, d, d->N * d->k, 0) && !chunks_reserve(L, 1, d->E);
+        ok = !layer_reserve(m, L, d->N * d->k, 0) && !chunks_reserve(L, 1, d->E);
     }
     if (!ok) {
         moe_acts_free(m);
@@ -155,7 +185,7 @@ void moe_acts_free(MoeActs* m) {
     for (int i = 0; m->layer && i < m->n_layers; i++) {
         MoeLayer* L = &m->layer[i];
         K->free(L->xl);
-        K->free(L->gate);
+        if (!m->d.recompute) K->free(L->gate);
         K->free(L->probs);
         free(L->sel_host);
         free(L->chunk_counts);
@@ -163,6 +193,8 @@ void moe_acts_free(MoeActs* m) {
     free(m->layer);
     K->free(m->logits);
     K->free(m->yl);
+    K->free(m->xs_shared);
+    K->free(m->sg_mem);
     free(m->tokens_per_expert);
     free(m->prob_sum);
     free(m->aux_host);
@@ -252,10 +284,15 @@ static void experts_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m,
         const size_t off = (size_t)j * expert_numel(d);
         const float *we = p + off, *x = L->xin + (size_t)o * C;
         float* ge = g + off;
-        const float *gt = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe,
-                    *h = L->hid + (size_t)o * Fe;
+        float *gt = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe,
+              *h = L->hid + (size_t)o * Fe;
         const float* dy = dyl + (size_t)(o - base) * C;
         float* dx = dxl + (size_t)o * C;
+        if (d->recompute) { // the forward's gate, up and hid again: same kernels, same bits
+            K->matmul_forward(gt, x, we, c, d->C, d->Fe);
+            K->matmul_forward(u, x, we + FC, c, d->C, d->Fe);
+            K->swiglu_forward(h, gt, u, c, d->Fe);
+        }
         K->matmul_backward(m->dhid, ge + 2 * FC, dy, h, we + 2 * FC, c, d->Fe, d->C, 0);
         K->swiglu_backward(m->dgate, m->dup, m->dhid, gt, u, c, d->Fe);
         K->matmul_backward(dx, ge, m->dgate, x, we, c, d->C, d->Fe, 0);
@@ -276,6 +313,9 @@ static int exchange_begin(MoeActs* m, MoeLayer* L, const LlamaParamHooks* hooks,
                           int phase, const float* rows) {
     const MoeDims* d = &m->d;
     if (!hooks->dispatch) {
+        if (d->exchange)
+            return moe_error("allocated for an expert exchange (xs shared), but no dispatch hook",
+                             layer);
         if (phase == 0) {
             L->xin = rows; // computed in place: no copy at EP = 1
             L->n_recv = (int)(d->N * d->k - L->dropped);
@@ -297,7 +337,7 @@ static int exchange_begin(MoeActs* m, MoeLayer* L, const LlamaParamHooks* hooks,
         first + n_local > d->E)
         return moe_error("dispatch returned an inconsistent layout", layer);
     if (phase == 0) {
-        if (layer_reserve(m->K, L, d, n_recv, 1) || scratch_reserve(m, n_recv) ||
+        if (layer_reserve(m, L, n_recv, 1) || scratch_reserve(m, n_recv) ||
             chunks_reserve(L, n_chunks, n_local))
             return moe_error("out of memory for the dispatched rows", layer);
         L->n_recv = n_recv;
@@ -405,6 +445,8 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, co
     K->moe_combine_backward(m->dw, m->dys, dout, L->ys, L->w, L->pos, d->N, d->k, d->C);
 
     if (exchange_begin(m, L, hooks, layer, 1, m->dys)) return -1;
+    if (d->recompute && swiglu_reserve(m, L, L->n_recv)) // views of the shared buffers
+        return moe_error("out of memory for the recomputed expert activations", layer);
     const float* p = hooks->acquire(hooks->ctx, expert_unit, 1);
     if (!p) return moe_error("acquire(experts, backward) returned NULL", layer);
     float* g = hooks->grad_buffer(hooks->ctx, expert_unit);

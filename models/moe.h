@@ -33,6 +33,14 @@ typedef struct {
     int N, C, E, k, Fe;    /* tokens, dim, experts, top-k, expert width */
     int norm_topk;         /* 1: the k weights are divided by their sum */
     float capacity_factor; /* 0: dropless (llama.h) */
+    /* memory (both 0: every block keeps all it computed):
+     * exchange: the runtime moves the rows to the experts' owners (dispatch
+     *   hooks, EP > 1): the experts' input is the received copy (xl), so
+     *   the rows sent (xs) are one buffer for all blocks;
+     * recompute: the experts' gate, up and hid are one buffer for all
+     *   blocks, recomputed from xl in the backward (two of the three expert
+     *   GEMMs again; no second exchange) */
+    int exchange, recompute;
 } MoeDims;
 
 /* What one MoE block's forward saves for its backward. Float arrays and
@@ -53,7 +61,9 @@ typedef struct {
     int* counts;      /* (E) pairs each expert computes (host) */
     int* routed;      /* (E) pairs each expert was chosen for (>= counts; host) */
     long long dropped;/* pairs dropped, sum of routed - counts */
-    float* xs;        /* (N*k, C) the input rows, expert-major (what dispatch sends) */
+    float* xs;        /* (N*k, C) the input rows, expert-major (what dispatch sends;
+                       * with d.exchange the blocks' shared buffer, free again
+                       * once the block's dispatch completed) */
     float* ys;        /* (N*k, C) the expert outputs, expert-major (what combine returns) */
     /* The rows this rank's experts computed: N*k at EP = 1, any number with
      * a dispatch hook (the buffers grow; their capacity is cap rows), in
@@ -66,6 +76,9 @@ typedef struct {
     int* chunk_off;    /* (n_chunks + 1) first row of each chunk */
     const float* xin; /* (n_recv, C) the experts' input rows: xs, or xl after a dispatch */
     float* xl;        /* (xl_cap, C) a copy of the dispatched rows (NULL until one) */
+    /* gate, up, hid: this block's own (cap rows), or with d.recompute
+     * views of the shared ones (sg_*), valid until the next block's
+     * forward or backward (the backward recomputes them) */
     float* gate;      /* (cap, Fe) x Wg^T */
     float* up;        /* (cap, Fe) x Wu^T */
     float* hid;       /* (cap, Fe) silu(gate) * up, input of w_down */
@@ -78,11 +91,16 @@ typedef struct {
     int n_layers;    /* MoE blocks */
     MoeLayer* layer; /* (n_layers) */
     /* scratch: logits/dlogits (N, E), dw (N, k), dys/dxs (N*k, C), and the
-     * expert side's yl/dyl/dxl (cap, C), dgate/dup/dhid (cap, Fe); aux_dev
+     * expert side's yl (forward) / dxl (backward) one (cap, C) buffer,
+     * dgate/dup/dhid (cap, Fe); aux_dev
      * (E) the load-balancing term of the router gradient */
     float *logits, *dw, *dys, *dxs, *aux_dev;
     int cap;
     float *yl, *dxl, *dgate, *dup, *dhid;
+    /* d.exchange: xs of every block (N*k, C); d.recompute: gate | up | hid
+     * of every block, sg_cap rows */
+    float *xs_shared, *sg_mem;
+    int sg_cap;
     /* pooled over the MoE blocks of the last step, for the aux loss (host) */
     long long* tokens_per_expert; /* (E) (token, slot) pairs */
     double* prob_sum;             /* (E) sum of router probabilities over rows */

@@ -149,8 +149,6 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
         U->grad = zrt_calloc(U->shard, sizeof(float), "gradient shard");
         U->m = zrt_calloc(U->shard, sizeof(float), "AdamW m shard");
         U->v = zrt_calloc(U->shard, sizeof(float), "AdamW v shard");
-        if (f->param_dtype == zipcclBfloat16)
-            U->send16 = zrt_malloc(U->shard * sizeof(uint16_t), "bf16 send shard");
         U->ag_cfg = f->plan.e[u][PLAN_AG].cfg;
         U->rs_cfg = f->plan.e[u][PLAN_RS].cfg;
 
@@ -181,7 +179,6 @@ void fsdp_free(Fsdp* f) {
         free(U->grad);
         free(U->m);
         free(U->v);
-        free(U->send16);
     }
     free(f->units);
     plan_free(&f->plan);
@@ -205,11 +202,12 @@ zipcclComm_t fsdp_comm(const Fsdp* f, int u, int kind) {
     return kind == PLAN_AG ? ag_comm(f, U) : rs_comm(f, U);
 }
 
-void fsdp_gather_start(Fsdp* f, int u, void* recv, zipcclRequest_t* req) {
+void fsdp_gather_start(Fsdp* f, int u, uint16_t* send16, void* recv, zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
     if (f->param_dtype == zipcclBfloat16) {
-        for (size_t i = 0; i < U->shard; i++) U->send16[i] = zipcclFloatToBf16(U->param[i]);
-        zipcclCheck(zipcclAllGatherAsync(U->send16, recv, U->shard, zipcclBfloat16,
+        trainCheck(send16, "fsdp: a bf16 gather of %s without its send buffer", U->name);
+        for (size_t i = 0; i < U->shard; i++) send16[i] = zipcclFloatToBf16(U->param[i]);
+        zipcclCheck(zipcclAllGatherAsync(send16, recv, U->shard, zipcclBfloat16,
                                          ag_comm(f, U), &U->ag_cfg, NULL, req));
     } else {
         zipcclCheck(zipcclAllGatherAsync(U->param, recv, U->shard, zipcclFloat32, ag_comm(f, U),

@@ -45,8 +45,6 @@ typedef struct {
     float* m;             /* (shard) AdamW first moment                      */
     float* v;             /* (shard) AdamW second moment                     */
     zipcclCallConfig_t ag_cfg, rs_cfg; /* what the plan asks for (plan.h)    */
-    uint16_t* send16;     /* (shard) bf16 copy of the shard being sent; one
-                           * gather of a unit is in flight at a time        */
 } FsdpUnit;
 
 typedef struct {
@@ -95,7 +93,7 @@ void fsdp_unit_kinds(const LlamaConfig* m, int ep, int u, int has[PLAN_NKINDS]);
  * else unused), recv `shard` elements of reduce_dtype; finish adds recv into
  * the gradient shard. Calls of one communicator are issued in the same
  * order on every rank: the scheduler's plan sees to that. */
-void fsdp_gather_start(Fsdp* f, int u, void* recv, zipcclRequest_t* req);
+void fsdp_gather_start(Fsdp* f, int u, uint16_t* send16, void* recv, zipcclRequest_t* req);
 void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full);
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, uint16_t* g16, void* recv,
                        zipcclRequest_t* req);

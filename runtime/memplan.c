@@ -32,11 +32,11 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     }
     mp->params = mp->grads = 4 * shards;
     mp->optim = 8 * shards;
-    mp->send16 = cfg->comm.param_dtype == zipcclBfloat16 ? 2 * shards : 0;
     if (sched_check_config(cfg, nranks, &mp->inflight, err, errlen)) return -1;
     const int B = cfg->data.batch_size, T = cfg->data.seq_len;
+    const int exchange = m->n_experts > 0 && EP > 1;
     LlamaMemOpts o = {.recompute = !strcmp(cfg->train.recompute, "full"),
-                      .logits_rows = cfg->train.logits_rows};
+                      .logits_rows = cfg->train.logits_rows, .expert_exchange = exchange};
     mp->acts = (double)llama_acts_bytes_opts(m, B, T, K, &o);
     o.recompute = 0;
     mp->acts_none = (double)llama_acts_bytes_opts(m, B, T, K, &o);
@@ -50,9 +50,18 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     const double wp = cfg->comm.param_dtype == zipcclBfloat16 ? 2 : 4,
                  wr = cfg->comm.reduce_dtype == zipcclBfloat16 ? 2 : 4;
     mp->comm = nranks > 1 ? 1.125 * largest * (wp + (2 * wr * (nranks - 1) + 4) / nranks) : 0;
+    /* the expert exchange's buffers, shared by the MoE blocks
+     * (runtime/expert.c): three fp32 row sets of the N*k rows a rank sends
+     * or receives (the average), four bf16 ones with a bf16 exchange, and
+     * ZipCCL's frames both ways */
+    if (exchange) {
+        const double rows = (double)B * T * m->n_experts_per_tok * m->dim,
+                     wa = cfg->comm.alltoall_dtype == zipcclBfloat16 ? 2 : 4;
+        mp->comm += rows * (12 + (wa == 2 ? 8 : 0) + 2 * 1.125 * wa);
+    }
     mp->data = data_bytes;
     mp->base = base;
-    const double shard_total = mp->params + mp->grads + mp->optim + mp->send16;
+    const double shard_total = mp->params + mp->grads + mp->optim;
     mp->host = mp->base + mp->data + shard_total + mp->inflight + mp->comm;
     if (K->host_memory)
         mp->host += mp->acts;
@@ -66,13 +75,13 @@ void memplan_print(const MemPlan* mp, const TrainConfig* cfg, const ZrtKernels* 
     const int dev = !K->host_memory;
     fprintf(f,
             "# memory plan per rank at %d rank%s (%s): shards %s (params %s, grads %s, AdamW m+v "
-            "%s, bf16 send %s) + gathered units and gradients in flight %s (the schedule's peak) "
+            "%s) + gathered units and gradients in flight %s (the schedule's peak) "
             "+ activations %s%s (recompute %s; none %s, full %s) + comm %s + data %s + process "
             "%s = host %s",
             mp->nranks, mp->nranks > 1 ? "s" : "", K->name,
-            zrt_fmt_bytes(mp->params + mp->grads + mp->optim + mp->send16, b[0], 32),
+            zrt_fmt_bytes(mp->params + mp->grads + mp->optim, b[0], 32),
             zrt_fmt_bytes(mp->params, b[1], 32), zrt_fmt_bytes(mp->grads, b[2], 32),
-            zrt_fmt_bytes(mp->optim, b[3], 32), zrt_fmt_bytes(mp->send16, b[4], 32),
+            zrt_fmt_bytes(mp->optim, b[3], 32),
             zrt_fmt_bytes(mp->inflight, b[5], 32), zrt_fmt_bytes(mp->acts, b[6], 32),
             dev ? " on the device" : "", cfg->train.recompute,
             zrt_fmt_bytes(mp->acts_none, b[7], 32), zrt_fmt_bytes(mp->acts_full, b[8], 32),

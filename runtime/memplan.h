@@ -8,9 +8,9 @@
  * The parts (bytes per rank):
  *   shards     parameters, gradients, AdamW m and v: fp32 shards of every
  *              unit (an expert unit over its EP group's data-parallel
- *              ranks), plus the bf16 copy of the parameter shard a bf16
- *              all-gather sends
- *   inflight   gathered units and full gradients in flight at the step's
+ *              ranks)
+ *   inflight   gathered units (with a bf16 gather, its receive buffer and
+ *              the shard cast for sending) and full gradients in flight at the step's
  *              peak (the schedule's own simulation, runtime/sched.c): set
  *              by prefetch depth, max_reduces_in_flight and the largest
  *              units, not by the model's size
@@ -21,16 +21,16 @@
  *   comm       ZipCCL's staging: the frames of the largest unit's gather
  *              (one unit at the wire dtype) and reduce-scatter (2 (n-1)/n
  *              of one, and a 1/n fp32 accumulator), 1/8 growth room; none
- *              at one rank
+ *              at one rank; with expert parallelism, the exchange's row
+ *              buffers and frames (N*k rows of C, the average a rank moves)
  *   data       the training tokens, read whole into memory (int32 each)
  *   base       the process before the model (libraries, MPI, OpenBLAS):
  *              measured, not modelled (the caller's resident set at start)
  * With a device backend the activations and the device copies of the
  * units and gradients in flight are device memory; the host keeps the rest.
  *
- * What it leaves out: allocator fragmentation and the OS page cache; the
- * MoE exchange's receive buffers beyond the activations' own (small next to
- * them at the configs here). docs/BENCHMARKS.md "Memory plan" compares the
+ * What it leaves out: allocator fragmentation and the OS page cache; a
+ * routing so uneven that a rank receives more than the average N*k rows. docs/BENCHMARKS.md "Memory plan" compares the
  * plan with measured peaks.
  */
 #ifndef RUNTIME_MEMPLAN_H
@@ -42,7 +42,7 @@
 
 typedef struct {
     int nranks;
-    double params, grads, optim, send16; /* the shards */
+    double params, grads, optim; /* the shards */
     double inflight;
     double acts, acts_none, acts_full;
     double comm, data, base;

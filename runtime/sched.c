@@ -337,7 +337,7 @@ void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, double* gbytes,
     const double padded = (double)((numel + G - 1) / G * G), shard = padded / (double)G;
     const int p16 = cfg->comm.param_dtype == zipcclBfloat16,
               r16 = cfg->comm.reduce_dtype == zipcclBfloat16;
-    *gbytes = padded * 4 + (p16 ? padded * 2 : 0);
+    *gbytes = padded * 4 + (p16 ? padded * 2 + shard * 2 : 0);
     *rbytes = padded * 4 + (r16 ? padded * 2 : 0) + shard * (r16 ? 2 : 4);
 }
 
@@ -520,6 +520,7 @@ typedef struct {
     int gather;
     float* full;
     void* recv;
+    uint16_t* send16; /* bf16 gathers: the shard cast for sending */
     zipcclRequest_t req;
     int rec;
     float* gbuf;
@@ -740,8 +741,10 @@ static void issue_gather(Sched* s) {
     U->full = pool_get(&s->pool, F->padded * sizeof(float), 0);
     U->recv = p16 ? pool_get(&s->pool, F->padded * sizeof(uint16_t), 0) : U->full;
     pool_busy(&s->pool, U->recv, 1);
+    U->send16 = p16 ? pool_get(&s->pool, F->shard * sizeof(uint16_t), 0) : NULL;
+    if (p16) pool_busy(&s->pool, U->send16, 1);
     U->rec = new_rec(s, g->unit, PLAN_AG, (double)F->padded * (p16 ? 2 : 4));
-    fsdp_gather_start(f, g->unit, U->recv, &U->req);
+    fsdp_gather_start(f, g->unit, U->send16, U->recv, &U->req);
     U->state = 1;
     U->gather = s->ag_issued++;
     s->live += s->gb[g->unit];
@@ -804,6 +807,11 @@ static const float* hook_acquire(void* ctx, int u, int phase) {
                    s->f->units[u].name, e->gather);
         wait_req(s, &U->req, u, PLAN_AG, SCHED_X_AG);
         pool_busy(&s->pool, U->recv, 0);
+        if (U->send16) {
+            pool_busy(&s->pool, U->send16, 0);
+            pool_put(&s->pool, U->send16, "the bf16 send shard", s->f->units[u].name);
+            U->send16 = NULL;
+        }
         fsdp_gather_finish(s->f, u, U->recv, U->full);
         if (U->recv != U->full) pool_put(&s->pool, U->recv, "the bf16 gather buffer", s->f->units[u].name);
         U->recv = NULL;

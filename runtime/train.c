@@ -258,7 +258,8 @@ static double backend_matmul_peak(const ZrtKernels* K) {
  * train.logits_rows). */
 static LlamaMemOpts train_mem_opts(const TrainConfig* cfg) {
     return (LlamaMemOpts){.recompute = !strcmp(cfg->train.recompute, "full"),
-                          .logits_rows = cfg->train.logits_rows};
+                          .logits_rows = cfg->train.logits_rows,
+                          .expert_exchange = cfg->model.n_experts > 0 && cfg->parallel.ep > 1};
 }
 
 /* Bytes the training tokens take in memory once read (int32 per token:
@@ -334,7 +335,7 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
                  "data.batch_size / seq_len.",
                  cfg->source, (double)llama_num_params(&cfg->model) / 1e9,
                  zrt_fmt_bytes(mp->host, b[0], 32),
-                 zrt_fmt_bytes(mp->params + mp->grads + mp->optim + mp->send16, b[1], 32),
+                 zrt_fmt_bytes(mp->params + mp->grads + mp->optim, b[1], 32),
                  zrt_fmt_bytes(mp->inflight, b[2], 32),
                  zrt_fmt_bytes(K->host_memory ? mp->acts : 0, b[3], 32),
                  zrt_fmt_bytes(mp->comm, b[4], 32), zrt_fmt_bytes(mp->data, b[5], 32),

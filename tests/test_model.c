@@ -569,7 +569,7 @@ static const float* cap_acquire(void* ctx, int unit, int phase) {
 static void cap_release(void* ctx, int unit, int phase) { (void)ctx, (void)unit, (void)phase; }
 static void check_moe_capacity_order(void) {
     enum { N = 8, C = 2, E = 2, k = 1, Fe = 3 };
-    const MoeDims d = {N, C, E, k, Fe, 0, 1.0f};
+    const MoeDims d = {N, C, E, k, Fe, 0, 1.0f, 0, 0};
     MoeActs* m = moe_acts_alloc(&d, 1, zrt_kernels_cpu());
     if (!CHECK(m != NULL, "moe/capacity_order_setup", "allocation failed")) return;
     const int pick[N] = {0, 0, 1, 0, 0, 1, 0, 0};
