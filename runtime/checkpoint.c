@@ -27,6 +27,9 @@
 #include "log.h"
 #include "safetensors.h"
 
+/* Format 2: each rank writes its own slices, DIR/step_N/rank_R.safetensors */
+#define RANK_FILE "rank_%05d.safetensors"
+
 
 static void mkdir_p(const char* dir) {
     char tmp[1200];
@@ -42,26 +45,31 @@ static void mkdir_p(const char* dir) {
 }
 
 static void rm_step_dir(const char* dir) {
-    static const char* files[] = {"model.safetensors", "optim.safetensors", "state.json",
-                                  "config.yaml", "manifest.json"};
-    char p[1200];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
-        unlink(p);
-    }
-    /* the Hugging Face copy (checkpoint.hf): every file of step_N/hf */
-    snprintf(p, sizeof p, "%s/hf", dir);
-    DIR* d = opendir(p);
+    /* every file of the step (the rank files, state, config, manifest) and
+     * the Hugging Face copy of checkpoint.hf, step_N/hf */
+    DIR* d = opendir(dir);
     if (d) {
         struct dirent* e;
         while ((e = readdir(d))) {
             if (e->d_name[0] == '.') continue;
-            char q[1500];
-            snprintf(q, sizeof q, "%s/%s", p, e->d_name);
-            unlink(q);
+            char q[1400];
+            snprintf(q, sizeof q, "%s/%s", dir, e->d_name);
+            if (strcmp(e->d_name, "hf")) {
+                unlink(q);
+                continue;
+            }
+            DIR* h = opendir(q);
+            struct dirent* g;
+            while (h && (g = readdir(h))) {
+                if (g->d_name[0] == '.') continue;
+                char r[1700];
+                snprintf(r, sizeof r, "%s/%s", q, g->d_name);
+                unlink(r);
+            }
+            if (h) closedir(h);
+            rmdir(q);
         }
         closedir(d);
-        rmdir(p);
     }
     rmdir(dir);
 }
@@ -92,7 +100,7 @@ static void prune(const char* root, int keep) {
     }
 }
 
-static int verify_manifest(const char* dir, char* err, size_t errlen);
+static int verify_manifest(const char* dir, int quick, char* err, size_t errlen);
 
 /* A small text file written in full or a clear error: a full disk shows up
  * at fflush / fclose as often as at fprintf, and a file cut short there
@@ -118,66 +126,66 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
     const LlamaConfig* mc = &cfg->model;
     char dir[1100], path[1200], err[512];
     snprintf(dir, sizeof dir, "%s/step_%08d", cfg->ckpt.dir, st->step);
-    st_writer* wm = NULL;
-    st_writer* wo = NULL;
-    float** keep = NULL; /* rank 0: the gathered arrays, alive until written */
-    if (f->rank == 0) {
-        mkdir_p(dir);
-        wm = st_writer_begin();
-        wo = st_writer_begin();
-        trainCheck(wm && wo, "checkpoint: out of memory");
-        keep = zrt_calloc((size_t)f->n_units * 3, sizeof(float*), "checkpoint buffers");
-    }
+    if (f->rank == 0) mkdir_p(dir);
+    MPI_Barrier(MPI_COMM_WORLD); /* the directory exists before any rank writes into it */
+
+    /* This rank's slices, in place (the writer copies nothing): params, m
+     * and v of every unit where it holds real elements, each range named in
+     * the file's metadata ("<unit>": "lo hi" of the whole unit). */
+    st_writer* w = st_writer_begin();
+    trainCheck(w, "checkpoint: out of memory");
     for (int u = 0; u < f->n_units; u++) {
-        int nt = llama_unit_tensors(mc, u, NULL, NULL, NULL, 0);
-        trainCheck(nt > 0, "unit %d has %d tensors", u, nt);
-        char(*names)[64] = zrt_malloc((size_t)nt * sizeof *names, "tensor names");
-        size_t* rows = zrt_malloc((size_t)nt * 2 * sizeof(size_t), "tensor shapes");
-        size_t* cols = rows + nt;
-        llama_unit_tensors(mc, u, names, rows, cols, nt);
+        size_t lo, hi;
+        fsdp_shard_range(f, u, &lo, &hi);
+        if (hi <= lo) continue;
+        const char* un = f->units[u].name;
         for (int which = 0; which < 3; which++) {
-            float* full = zrt_malloc(fsdp_full_floats(f, u) * sizeof(float), "checkpoint gather");
-            fsdp_gather_full(f, u, which, full);
-            if (f->rank != 0) {
-                free(full);
-                continue;
-            }
-            keep[u * 3 + which] = full;
-            size_t off = 0;
-            for (int t = 0; t < nt; t++) {
-                char name[80];
-                snprintf(name, sizeof name, "%s%s", which == 0 ? "" : which == 1 ? "m." : "v.",
-                         names[t]);
-                int64_t shape[2] = {(int64_t)rows[t], (int64_t)cols[t]};
-                int ndim = cols[t] == 1 ? 1 : 2;
-                size_t n = rows[t] * cols[t];
-                trainCheck(!st_writer_add(which == 0 ? wm : wo, name, "F32", ndim, shape,
-                                          full + off, n * sizeof(float), err, sizeof err),
-                           "checkpoint: %s", err);
-                off += n;
-            }
-            trainCheck(off == f->units[u].full_numel, "unit %d: tensors cover %zu of %zu values",
-                       u, off, f->units[u].full_numel);
+            char name[96];
+            snprintf(name, sizeof name, "%s%s", which == 0 ? "" : which == 1 ? "m." : "v.", un);
+            const int64_t shape[1] = {(int64_t)(hi - lo)};
+            trainCheck(!st_writer_add(w, name, "F32", 1, shape, fsdp_shard_state(f, u, which),
+                                      (hi - lo) * sizeof(float), err, sizeof err),
+                       "checkpoint: %s", err);
         }
-        free(names);
-        free(rows);
+        char range[64];
+        snprintf(range, sizeof range, "%zu %zu", lo, hi);
+        trainCheck(!st_writer_set_metadata(w, un, range, err, sizeof err), "checkpoint: %s", err);
+    }
+    char num[32];
+    snprintf(num, sizeof num, "%d", st->step);
+    st_writer_set_metadata(w, "step", num, err, sizeof err);
+    snprintf(num, sizeof num, "%d", f->rank);
+    st_writer_set_metadata(w, "rank", num, err, sizeof err);
+    snprintf(path, sizeof path, "%s/" RANK_FILE, dir, f->rank);
+    trainCheck(!st_writer_write(w, path, err, sizeof err), "checkpoint: %s", err);
+    st_writer_free(w);
+    /* on the disk, then read back: the manifest's hash is of what the disk holds */
+    sync_path(path);
+    uint64_t mine[2] = {0, 0};
+    size_t bytes = 0;
+    trainCheck(!zrt_file_fnv1a64(path, &mine[1], &bytes), "checkpoint: cannot read %s back: %s",
+               path, strerror(errno));
+    mine[0] = bytes;
+    uint64_t* all = f->rank == 0 ? zrt_malloc(2 * (size_t)f->nranks * sizeof(uint64_t), "hashes")
+                                 : NULL;
+    MPI_Gather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+
+    /* checkpoint.hf: the weights as a Hugging Face directory too, before the
+     * manifest and `latest` (a complete checkpoint has it); rank 0 gathers
+     * the parameters of every unit for the export (left: streaming it unit
+     * by unit) */
+    float** keep = NULL;
+    if (cfg->ckpt.hf) {
+        keep = f->rank == 0 ? zrt_calloc((size_t)f->n_units, sizeof(float*), "units") : NULL;
+        for (int u = 0; u < f->n_units; u++) {
+            float* full = zrt_malloc(fsdp_full_floats(f, u) * sizeof(float), "checkpoint gather");
+            fsdp_gather_full(f, u, 0, full);
+            if (f->rank == 0) keep[u] = full;
+            else free(full);
+        }
     }
     if (f->rank == 0) {
-        char stepbuf[32];
-        snprintf(stepbuf, sizeof stepbuf, "%d", st->step);
-        st_writer_set_metadata(wm, "step", stepbuf, err, sizeof err);
-        st_writer_set_metadata(wo, "step", stepbuf, err, sizeof err);
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        trainCheck(!st_writer_write(wm, path, err, sizeof err), "checkpoint: %s", err);
-        snprintf(path, sizeof path, "%s/optim.safetensors", dir);
-        trainCheck(!st_writer_write(wo, path, err, sizeof err), "checkpoint: %s", err);
-        st_writer_free(wm);
-        st_writer_free(wo);
-        if (cfg->ckpt.hf) {
-            /* The same weights as a Hugging Face directory, before the
-             * manifest and `latest`: a checkpoint that is complete has it. */
-            const float** units = zrt_malloc((size_t)f->n_units * sizeof *units, "units");
-            for (int u = 0; u < f->n_units; u++) units[u] = keep[u * 3];
+        if (keep) {
             DataMeta dm;
             char derr[1200];
             const int meta = data_read_meta(cfg->data.path, &dm, derr, sizeof derr) == 0 &&
@@ -187,11 +195,11 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
                                   meta ? dm.eos_id : -1};
             char hdir[1200], herr[2048];
             snprintf(hdir, sizeof hdir, "%s/hf", dir);
-            trainCheck(!hf_export(mc, units, &ho, hdir, herr, sizeof herr), "checkpoint: %s", herr);
-            free(units);
+            trainCheck(!hf_export(mc, (const float* const*)keep, &ho, hdir, herr, sizeof herr),
+                       "checkpoint: %s", herr);
+            for (int u = 0; u < f->n_units; u++) free(keep[u]);
+            free(keep);
         }
-        for (int i = 0; i < f->n_units * 3; i++) free(keep[i]);
-        free(keep);
 
         snprintf(path, sizeof path, "%s/state.json", dir);
         FILE* fp = fopen(path, "w");
@@ -207,33 +215,42 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
         config_print(cfg, fp);
         close_checked(fp, path);
 
-        static const char* files[] = {"model.safetensors", "optim.safetensors", "state.json",
-                                      "config.yaml"};
         snprintf(path, sizeof path, "%s/manifest.json.tmp", dir);
         fp = fopen(path, "w");
         trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
-        fprintf(fp, "{\"format\": \"zipccl-runtime-checkpoint-1\", \"step\": %d, \"files\": [",
-                st->step);
-        for (int i = 0; i < 4; i++) {
+        fprintf(fp, "{\"format\": \"zipccl-runtime-checkpoint-2\", \"step\": %d, \"nranks\": %d, "
+                    "\"files\": [",
+                st->step, f->nranks);
+        for (int r = 0; r < f->nranks; r++) {
+            char name[64];
+            snprintf(name, sizeof name, RANK_FILE, r);
+            fprintf(fp, "%s{\"name\": \"%s\", \"bytes\": %" PRIu64 ", \"fnv1a64\": \"%016" PRIx64
+                        "\"}",
+                    r ? ",\n  " : "\n  ", name, all[2 * r], all[2 * r + 1]);
+        }
+        static const char* small[] = {"state.json", "config.yaml"};
+        for (int i = 0; i < 2; i++) {
             char fpth[1300];
-            size_t bytes;
-            snprintf(fpth, sizeof fpth, "%s/%s", dir, files[i]);
-            sync_path(fpth);
+            size_t n;
             uint64_t h;
-            trainCheck(!zrt_file_fnv1a64(fpth, &h, &bytes), "checkpoint: cannot read %s: %s", fpth,
+            snprintf(fpth, sizeof fpth, "%s/%s", dir, small[i]);
+            sync_path(fpth);
+            trainCheck(!zrt_file_fnv1a64(fpth, &h, &n), "checkpoint: cannot read %s: %s", fpth,
                        strerror(errno));
-            fprintf(fp, "%s{\"name\": \"%s\", \"bytes\": %zu, \"fnv1a64\": \"%016" PRIx64 "\"}",
-                    i ? ", " : "", files[i], bytes, h);
+            fprintf(fp, ",\n  {\"name\": \"%s\", \"bytes\": %zu, \"fnv1a64\": \"%016" PRIx64 "\"}",
+                    small[i], n, h);
         }
         fprintf(fp, "]}\n");
         close_checked(fp, path);
+        free(all);
         char final[1200];
         snprintf(final, sizeof final, "%s/manifest.json", dir);
         trainCheck(rename(path, final) == 0, "checkpoint: rename %s: %s", path, strerror(errno));
         sync_path(dir);
-        /* read back against the manifest before anything points at it */
+        /* read back against the manifest before anything points at it (each
+         * rank file was read back by its rank: here its size, the rest in full) */
         char verr[1600];
-        trainCheck(!verify_manifest(dir, verr, sizeof verr),
+        trainCheck(!verify_manifest(dir, 1, verr, sizeof verr),
                    "checkpoint: %s was written but does not read back (%s); %s/latest still names "
                    "the previous checkpoint",
                    dir, verr, cfg->ckpt.dir);
@@ -253,47 +270,67 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
 }
 
 /* Check every file against the manifest; a checkpoint that was edited,
- * truncated or half-copied is refused by name. */
-static int verify_manifest(const char* dir, char* err, size_t errlen) {
+ * truncated or half-copied is refused by name. quick: a rank file's size
+ * only (its rank read it back against its hash when it wrote it). */
+static int verify_manifest(const char* dir, int quick, char* err, size_t errlen) {
     char path[1200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     FILE* fp = fopen(path, "rb");
     if (!fp)
         return zrt_errf(err, errlen, "--resume: %s is not a checkpoint (no manifest.json: %s)", dir,
                         strerror(errno));
-    char text[8192];
-    size_t n = fread(text, 1, sizeof text - 1, fp);
+    fseek(fp, 0, SEEK_END);
+    const long size = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    if (size < 0 || size > (64l << 20)) {
+        fclose(fp);
+        return zrt_errf(err, errlen, "--resume: %s is not a manifest (%ld bytes)", path, size);
+    }
+    char* text = zrt_malloc((size_t)size + 1, "manifest");
+    const size_t n = fread(text, 1, (size_t)size, fp);
     fclose(fp);
     text[n] = '\0';
     const char* p = text;
-    int files = 0;
-    while ((p = strstr(p, "{\"name\": \""))) {
+    int files = 0, rc = 0;
+    while (!rc && (p = strstr(p, "{\"name\": \""))) {
         char name[128], hex[32];
         size_t bytes;
         if (sscanf(p, "{\"name\": \"%127[^\"]\", \"bytes\": %zu, \"fnv1a64\": \"%31[0-9a-f]\"}",
-                   name, &bytes, hex) != 3)
-            return zrt_errf(err, errlen, "--resume: %s/manifest.json is malformed near '%.40s'",
-                            dir, p);
+                   name, &bytes, hex) != 3) {
+            rc = zrt_errf(err, errlen, "--resume: %s/manifest.json is malformed near '%.40s'", dir,
+                          p);
+            break;
+        }
         char fpth[1400];
         snprintf(fpth, sizeof fpth, "%s/%s", dir, name);
+        files++;
+        p++;
+        struct stat sb;
+        if (quick && !strncmp(name, "rank_", 5)) {
+            if (stat(fpth, &sb) || (size_t)sb.st_size != bytes)
+                rc = zrt_errf(err, errlen, "--resume: %s is missing or not the manifest's %zu bytes",
+                              fpth, bytes);
+            continue;
+        }
         size_t got;
         uint64_t h;
-        if (zrt_file_fnv1a64(fpth, &h, &got))
-            return zrt_errf(err, errlen, "--resume: cannot read %s: %s", fpth, strerror(errno));
+        if (zrt_file_fnv1a64(fpth, &h, &got)) {
+            rc = zrt_errf(err, errlen, "--resume: cannot read %s: %s", fpth, strerror(errno));
+            break;
+        }
         char ghex[32];
         snprintf(ghex, sizeof ghex, "%016" PRIx64, h);
         if (got != bytes || strcmp(ghex, hex))
-            return zrt_errf(err, errlen,
-                            "--resume: %s does not match the manifest (%zu bytes, hash %s; "
-                            "manifest says %zu bytes, hash %s)",
-                            fpth, got, ghex, bytes, hex);
-        files++;
-        p++;
+            rc = zrt_errf(err, errlen,
+                          "--resume: %s does not match the manifest (%zu bytes, hash %s; "
+                          "manifest says %zu bytes, hash %s)",
+                          fpth, got, ghex, bytes, hex);
     }
-    if (files < 4)
-        return zrt_errf(err, errlen, "--resume: %s/manifest.json lists %d files, expected 4", dir,
-                        files);
-    return 0;
+    free(text);
+    if (!rc && files < 3)
+        rc = zrt_errf(err, errlen, "--resume: %s/manifest.json lists %d files, expected 3 or more",
+                      dir, files);
+    return rc;
 }
 
 static int load_file(Fsdp* f, const char* path, int first_which, char* err, size_t errlen) {
@@ -353,7 +390,7 @@ int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errl
     } else {
         snprintf(ck->dir, sizeof ck->dir, "%s", path);
     }
-    if (verify_manifest(ck->dir, err, errlen)) return -1;
+    if (verify_manifest(ck->dir, 0, err, errlen)) return -1;
     char p[1200], text[1024];
     snprintf(p, sizeof p, "%s/state.json", ck->dir);
     fp = fopen(p, "r");
@@ -377,8 +414,87 @@ int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errl
     return 0;
 }
 
+/* ---- sharded checkpoints (format 2): one file per rank ---------------------- */
+
+static int is_sharded(const char* dir) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/" RANK_FILE, dir, 0);
+    return access(p, F_OK) == 0;
+}
+
+static void close_rank_files(st_file** sf, int n) {
+    for (int r = 0; sf && r < n; r++) st_close(sf[r]);
+    free(sf);
+}
+
+static st_file** open_rank_files(const CheckpointInfo* ck, char* err, size_t errlen) {
+    st_file** sf = zrt_calloc((size_t)ck->nranks, sizeof *sf, "rank files");
+    for (int r = 0; r < ck->nranks; r++) {
+        char p[1200], e[512];
+        snprintf(p, sizeof p, "%s/" RANK_FILE, ck->dir, r);
+        if (st_open(p, &sf[r], e, sizeof e)) {
+            zrt_errf(err, errlen, "--resume: %s", e);
+            close_rank_files(sf, r);
+            return NULL;
+        }
+    }
+    return sf;
+}
+
+/* Values [lo, hi) of unit `un`'s array `which` (0 param, 1 m, 2 v) into dst,
+ * from whichever rank files hold them (their metadata names each file's
+ * range of each unit); the pieces must cover the range exactly once. */
+static int read_range(st_file** sf, const CheckpointInfo* ck, const char* un, int which,
+                      size_t lo, size_t hi, float* dst, char* err, size_t errlen) {
+    char tname[96], e[512];
+    snprintf(tname, sizeof tname, "%s%s", which == 0 ? "" : which == 1 ? "m." : "v.", un);
+    size_t covered = 0;
+    for (int r = 0; r < ck->nranks; r++) {
+        const char* range = st_get_metadata(sf[r], un);
+        if (!range) continue;
+        size_t a, b;
+        if (sscanf(range, "%zu %zu", &a, &b) != 2 || b < a)
+            return zrt_errf(err, errlen, "--resume: %s/" RANK_FILE ": the range of %s is '%.40s'",
+                            ck->dir, r, un, range);
+        const size_t s0 = a > lo ? a : lo, e0 = b < hi ? b : hi;
+        if (s0 >= e0) continue;
+        const st_tensor* T = st_find(sf[r], tname);
+        if (!T || strcmp(T->dtype, "F32") || T->numel != b - a)
+            return zrt_errf(err, errlen,
+                            "--resume: %s/" RANK_FILE ": tensor '%s' is missing or not F32 with "
+                            "%zu values (its range %zu..%zu)",
+                            ck->dir, r, tname, b - a, a, b);
+        if (st_read_range(sf[r], T, (s0 - a) * sizeof(float), (e0 - s0) * sizeof(float),
+                          dst + (s0 - lo), e, sizeof e))
+            return zrt_errf(err, errlen, "--resume: %s", e);
+        covered += e0 - s0;
+    }
+    if (covered != hi - lo)
+        return zrt_errf(err, errlen,
+                        "--resume: %s: the rank files hold %zu of the %zu values of %s%s in "
+                        "%zu..%zu (different model?)",
+                        ck->dir, covered, hi - lo, which == 0 ? "" : which == 1 ? "m." : "v.", un,
+                        lo, hi);
+    return 0;
+}
+
 int checkpoint_load(Fsdp* f, const CheckpointInfo* ck, char* err, size_t errlen) {
     char p[1200];
+    if (is_sharded(ck->dir)) { /* this rank's ranges, whatever the rank count that wrote them */
+        st_file** sf = open_rank_files(ck, err, errlen);
+        if (!sf) return -1;
+        int rc = 0;
+        for (int u = 0; !rc && u < f->n_units; u++) {
+            size_t lo, hi;
+            fsdp_shard_range(f, u, &lo, &hi);
+            for (int which = 0; !rc && which < 3 && hi > lo; which++)
+                rc = read_range(sf, ck, f->units[u].name, which, lo, hi,
+                                fsdp_shard_state(f, u, which), err, errlen);
+        }
+        close_rank_files(sf, ck->nranks);
+        return rc;
+    }
+    /* format 1: whole tensors in model.safetensors and optim.safetensors */
     snprintf(p, sizeof p, "%s/model.safetensors", ck->dir);
     if (load_file(f, p, 0, err, errlen)) return -1;
     snprintf(p, sizeof p, "%s/optim.safetensors", ck->dir);
@@ -388,6 +504,28 @@ int checkpoint_load(Fsdp* f, const CheckpointInfo* ck, char* err, size_t errlen)
 int checkpoint_read_params(const CheckpointInfo* ck, float*** units_out, char* err,
                            size_t errlen) {
     const LlamaConfig* mc = &ck->cfg.model;
+    if (is_sharded(ck->dir)) {
+        st_file** sf = open_rank_files(ck, err, errlen);
+        if (!sf) return -1;
+        const int n_units = llama_num_units(mc);
+        float** units = zrt_calloc((size_t)n_units, sizeof *units, "units");
+        int rc = 0;
+        for (int u = 0; !rc && u < n_units; u++) {
+            char un[64];
+            fsdp_unit_name(mc, u, un, sizeof un);
+            const size_t n = llama_unit_numel(mc, u);
+            units[u] = zrt_malloc(n * sizeof(float) + 1, "unit");
+            rc = read_range(sf, ck, un, 0, 0, n, units[u], err, errlen);
+        }
+        close_rank_files(sf, ck->nranks);
+        if (rc) {
+            for (int u = 0; u < n_units; u++) free(units[u]);
+            free(units);
+            return -1;
+        }
+        *units_out = units;
+        return 0;
+    }
     char path[1200], e[512];
     snprintf(path, sizeof path, "%s/model.safetensors", ck->dir);
     st_file* sf;

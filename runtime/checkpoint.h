@@ -2,25 +2,36 @@
  * checkpoint.h — save and resume a training run, at any rank count.
  *
  * A checkpoint is a directory DIR/step_00000120/ holding
- *   model.safetensors   full fp32 parameters, one tensor per model tensor,
- *                       named as llama_unit_tensors() names them
- *   optim.safetensors   AdamW state "m.<name>" and "v.<name>", full tensors
+ *   rank_R.safetensors  what rank R held (format 2): for every unit where it
+ *                       has real elements, its slice of the flat fp32
+ *                       parameters ("<unit>"), AdamW m ("m.<unit>") and v
+ *                       ("v.<unit>"), 1-D, and in the file's metadata the
+ *                       slice's place in the whole unit ("<unit>": "lo hi");
+ *                       units are named as FSDP names them (outer, layers.N,
+ *                       layers.N.experts, head) and laid out as
+ *                       llama_unit_tensors() says
  *   state.json          step, samples consumed (the data position), rank
  *                       count, seeds, a hash of the token stream
  *   config.yaml         the effective config of the run
- *   manifest.json       every file above with its size and FNV-1a 64 hash
+ *   manifest.json       format, rank count, every file above with its size
+ *                       and FNV-1a 64 hash
  *   hf/                 with checkpoint.hf: the weights as a Hugging Face
  *                       directory (runtime/hf.h), outside the manifest
- * and DIR/latest names the newest one. Full tensors (not shards) make a
- * checkpoint saved at N ranks load at M ranks; the data position is counted
- * in global samples, so the data order continues exactly. Resuming reads
- * the checkpoint's config and state first (checkpoint_open), so the trainer
- * can compare them with its own (config_resume_check) before it builds
- * anything, and every failure is returned, not fatal: all ranks read the
- * same files, reach the same verdict and leave together.
+ * and DIR/latest names the newest one. Every rank writes its own file at
+ * once, in place (no gather, no copy: a checkpoint costs no memory beyond
+ * the shards); the load reads, on every rank, the pieces of the old files
+ * that overlap its new slices, so a checkpoint saved at N ranks loads at M
+ * (and at another EP). The data position is counted in global samples, so
+ * the data order continues exactly. Resuming reads the checkpoint's config
+ * and state first (checkpoint_open), so the trainer can compare them with
+ * its own (config_resume_check) before it builds anything, and every
+ * failure is returned, not fatal: all ranks read the same files, reach the
+ * same verdict and leave together. Format 1 checkpoints (whole tensors in
+ * model.safetensors and optim.safetensors, written by rank 0) still load.
  *
- * Left out: asynchronous saving, sharded (per-rank) files for models that do
- * not fit on rank 0, optimizer state in reduced precision.
+ * Left out: asynchronous saving, optimizer state in reduced precision, and
+ * streaming checkpoint.hf unit by unit (rank 0 still gathers every unit's
+ * parameters for the Hugging Face copy).
  */
 #ifndef RUNTIME_CHECKPOINT_H
 #define RUNTIME_CHECKPOINT_H
@@ -43,9 +54,9 @@ typedef struct {
     TrainConfig cfg;             /* its config.yaml */
 } CheckpointInfo;
 
-/* Collective: gathers every unit to rank 0, which writes DIR/step_%08d,
- * syncs it, reads it back against its manifest, then points DIR/latest at
- * it and prunes old ones beyond cfg->ckpt.keep. A failed write (a full disk)
+/* Collective: every rank writes and reads back its rank file; rank 0
+ * writes state, config and the manifest, checks them, then points
+ * DIR/latest at the step and prunes old ones beyond cfg->ckpt.keep. A failed write (a full disk)
  * or a read-back mismatch is fatal with the file and the cause, and leaves
  * DIR/latest naming the previous checkpoint. */
 void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st);

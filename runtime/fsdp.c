@@ -351,6 +351,8 @@ void fsdp_shard_range(const Fsdp* f, int u, size_t* lo, size_t* hi) {
     *hi = U->full_off + b;
 }
 
+float* fsdp_shard_state(Fsdp* f, int u, int which) { return state_of(&f->units[u], which); }
+
 void fsdp_load_full(Fsdp* f, int u, int which, const float* full) {
     FsdpUnit* U = &f->units[u];
     float* dst = state_of(U, which);

@@ -125,6 +125,10 @@ void fsdp_load_full(Fsdp* f, int unit, int which, const float* full);
 /* This rank's shard of unit u as a range of the whole unit: [*lo, *hi),
  * clipped to the real elements (the padding has no place in the model). */
 void fsdp_shard_range(const Fsdp* f, int unit, size_t* lo, size_t* hi);
+/* This rank's shard array of `which` (0 param, 1 m, 2 v) of unit u: its
+ * first hi - lo floats are the range above (checkpoints write and read
+ * them in place). */
+float* fsdp_shard_state(Fsdp* f, int unit, int which);
 
 /* FNV-1a 64 over the full fp32 params of all units in order (collective). */
 uint64_t fsdp_param_hash(Fsdp* f);

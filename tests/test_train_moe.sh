@@ -171,13 +171,27 @@ if run 4 "$tmp/part.jsonl" --set data.batch_size=2 --set train.steps=5 --set che
   why=$(compare "$tmp/c4_2.jsonl" "$tmp/res.jsonl" exact --steps 6 20) && pass "$name" || fail "$name" "$why"
   name="moe/checkpoint_holds_every_expert"
   python3 - "$ck" <<'PY' && pass "$name" || fail "$name" "expert tensors missing from the checkpoint"
-import json, os, struct, sys
+import glob, json, os, struct, sys
 d = os.path.join(sys.argv[1], open(os.path.join(sys.argv[1], "latest")).read().strip())
-with open(os.path.join(d, "model.safetensors"), "rb") as f:
-    n = struct.unpack("<Q", f.read(8))[0]
-    names = set(json.loads(f.read(n))) - {"__metadata__"}
-want = {f"layers.{l}.experts.{e}.{w}" for l in (1, 2) for e in range(4) for w in ("w_gate", "w_up", "w_down")}
-sys.exit(0 if want <= names and "layers.1.router" in names else 1)
+# each rank's file names its range of each unit; the expert units (E = 4
+# experts of 3 Fe C floats) must be covered exactly once by the four ranks
+cover = {}
+for path in sorted(glob.glob(os.path.join(d, "rank_*.safetensors"))):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+    for unit, rng in head.get("__metadata__", {}).items():
+        if unit.startswith("layers."):
+            a, b = map(int, rng.split())
+            cover.setdefault(unit, []).append((a, b))
+            if head[unit]["shape"] != [b - a]: sys.exit(1)
+def once(rs, total):
+    rs = sorted(rs)
+    return rs[0][0] == 0 and rs[-1][1] == total and all(x[1] == y[0] for x, y in zip(rs, rs[1:]))
+E, FE, C = 4, 32, 32
+ok = len(glob.glob(os.path.join(d, "rank_*.safetensors"))) == 4 and "layers.1" in cover
+ok = ok and all(once(cover.get(f"layers.{l}.experts", [(0, 0)]), E * 3 * FE * C) for l in (1, 2))
+sys.exit(0 if ok else 1)
 PY
   name="moe/checkpoint_loads_at_np2_ep1"
   if run 2 "$tmp/res2.jsonl" --set data.batch_size=4 --set parallelism.ep=1 --resume "$ck"; then

@@ -11,9 +11,10 @@
 #        rank's own data), and zipccl-codec-bench round-trips the dump; a
 #        step list (--dump-tensors 1,2) dumps at each step in one run, the
 #        same bytes as the single-step dump, and one out of order is refused.
-#   (c3) the checkpoint files: model.safetensors read by the independent
-#        Python `safetensors` package holds every tensor with the model's
-#        shapes; a corrupted file is refused by the manifest check.
+#   (c3) the checkpoint files: each rank's rank_R.safetensors read by the
+#        independent Python `safetensors` package, its metadata's ranges
+#        cover every unit exactly once and cut into the model's tensors;
+#        a corrupted file is refused by the manifest check.
 #   (c5) the checkpoint's config against the resumed run's: a change of the
 #        model, the data or the seeds is refused with every differing key
 #        named (exit 2, one clean message, no MPI_Abort noise, at 2 ranks);
@@ -122,29 +123,63 @@ refused resume_refuses_allowing_a_model_key 2 "'model.dim' can never change when
 
 # (c3) files read by an independent implementation
 name="checkpoint_readable_by_python_safetensors"
-why=$(python3 - "$tmp/ck1/step_00000010" <<'PY' 2>&1
+why=$(python3 - "$tmp/ck2/step_00000010" <<'PY' 2>&1
 import json, sys
-from safetensors.numpy import load_file
+import numpy as np
+from safetensors import safe_open
 d = sys.argv[1]
-m = load_file(d + "/model.safetensors"); o = load_file(d + "/optim.safetensors")
+# every rank file the manifest lists; each names its range of each unit
+man = json.load(open(d + "/manifest.json"))
+ranks = [f["name"] for f in man["files"] if f["name"].startswith("rank_")]
+if man.get("format") != "zipccl-runtime-checkpoint-2" or len(ranks) != man["nranks"] or len(ranks) != 2:
+    print("manifest", man); sys.exit(1)
 C, V, L, H, KV, F = 32, 256, 2, 4, 2, 64
 hd = C // H
-want = {"tok_emb": (V, C), "final_norm": (C,)}
+metas = []
+for name in ranks:
+    with safe_open(d + "/" + name, "np") as f: metas.append(f.metadata())
+tied = not any("head" in mt for mt in metas)  # this test's model ties the head: no unit "head"
+units = ({"outer": [("tok_emb", (V, C)), ("final_norm", (C,))]} if tied else
+         {"outer": [("tok_emb", (V, C))], "head": [("final_norm", (C,)), ("lm_head", (V, C))]})
 for l in range(L):
     p = "layers.%d." % l
-    want.update({p + "attn_norm": (C,), p + "wq": (H * hd, C), p + "wk": (KV * hd, C), p + "wv": (KV * hd, C),
-                 p + "wo": (C, H * hd), p + "mlp_norm": (C,), p + "w_gate": (F, C), p + "w_up": (F, C), p + "w_down": (C, F)})
-got = {k: tuple(v.shape) for k, v in m.items()}
-if got != want: print("model tensors", sorted(got.items()), "expected", sorted(want.items())); sys.exit(1)
-if set(o) != {"m." + k for k in want} | {"v." + k for k in want}: print("optim tensors", sorted(o)); sys.exit(1)
+    units["layers.%d" % l] = [(p + "attn_norm", (C,)), (p + "wq", (H * hd, C)), (p + "wk", (KV * hd, C)),
+        (p + "wv", (KV * hd, C)), (p + "wo", (C, H * hd)), (p + "mlp_norm", (C,)), (p + "w_gate", (F, C)),
+        (p + "w_up", (F, C)), (p + "w_down", (C, F))]
+size = {u: sum(int(np.prod(s)) for _, s in t) for u, t in units.items()}
+full = {(w, u): np.full(size[u], np.nan, np.float32) for u in units for w in ("", "m.", "v.")}
+seen = {u: np.zeros(size[u], np.int32) for u in units}
+for name in ranks:
+    with safe_open(d + "/" + name, "np") as f:
+        meta = f.metadata()
+        for u in units:
+            if u not in meta: continue
+            a, b = map(int, meta[u].split())
+            seen[u][a:b] += 1
+            for w in ("", "m.", "v."):
+                full[(w, u)][a:b] = f.get_tensor(w + u)
+bad = [u for u in units if not (seen[u] == 1).all()]
+if bad: print("not covered exactly once:", bad); sys.exit(1)
+m, o = {}, {}
+for u, ts in units.items():
+    off = 0
+    for t, s in ts:
+        n = int(np.prod(s))
+        m[t] = full[("", u)][off:off + n].reshape(s)
+        o["m." + t] = full[("m.", u)][off:off + n].reshape(s)
+        o["v." + t] = full[("v.", u)][off:off + n].reshape(s)
+        off += n
+want = {t: s for ts in units.values() for t, s in ts}
+if any(not np.isfinite(v).all() for v in list(m.values()) + list(o.values())): print("a value not written"); sys.exit(1)
 if not all((o["v." + k] >= 0).all() for k in want): print("negative second moment"); sys.exit(1)
+if not (m["final_norm"] != 1).any(): print("final_norm never trained?"); sys.exit(1)
 st = json.load(open(d + "/state.json"))
 if st["step"] != 10: print("state", st); sys.exit(1)
 PY
 ) && pass "$name" || fail "$name" "$why"
 
 name="corrupt_checkpoint_refused"
-printf 'X' | dd of="$tmp/ck1/step_00000010/model.safetensors" bs=1 seek=200 conv=notrunc status=none
+printf 'X' | dd of="$tmp/ck1/step_00000010/rank_00000.safetensors" bs=1 seek=200 conv=notrunc status=none
 run 1 "$tmp/bad.log" --resume "$tmp/ck1/step_00000010" >/dev/null
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q "does not match the manifest" "$tmp/bad.log"; then pass "$name"

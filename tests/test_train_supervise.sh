@@ -121,8 +121,8 @@ chaos() {
         d=$(newest_complete "$ck")
         [ -n "$d" ] || { kill -CONT "${all[@]}"; fail chaos "no checkpoint to damage"; return 1; }
         case $ev in
-          corrupt) python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0x5a; open(p, "wb").write(b)' "$d/model.safetensors" ;;
-          truncate) truncate -s 1000 "$d/optim.safetensors" ;;
+          corrupt) python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0x5a; open(p, "wb").write(b)' "$d/rank_00001.safetensors" ;;
+          truncate) truncate -s 1000 "$d/rank_00002.safetensors" ;;
           nomanifest) rm -f "$d/manifest.json" ;;
         esac
         echo "$d" >>"$tmp/damaged"
