@@ -36,10 +36,18 @@ static size_t layer_fixed_floats(const MoeDims* d) {
     return N * E + 3 * N * k + 2 * E + 2 * N * k * C;
 }
 
-/* With d->exchange the rows received (xl) are counted at the average,
- * N*k (the routing decides; a rank receiving more grows its buffers). */
+/* With d->exchange the rows a rank's experts receive are the routing's
+ * choice: counted at the capacity bound, capacity_factor * N*k, when there
+ * is one, else at the average N*k (an uneven router makes a rank receive
+ * more; its buffers grow). */
+size_t moe_rows_received(const MoeDims* d) {
+    const double nk = (double)d->N * d->k;
+    return !d->exchange ? (size_t)nk
+                        : (size_t)ceil((d->capacity_factor > 0 ? d->capacity_factor : 1.0) * nk);
+}
+
 size_t moe_acts_bytes(const MoeDims* d, int n_layers) {
-    const size_t N = d->N, E = d->E, k = d->k, C = d->C, Fe = d->Fe, cap = N * k;
+    const size_t N = d->N, E = d->E, k = d->k, C = d->C, Fe = d->Fe, cap = moe_rows_received(d);
     // per block: the fixed arrays (with xs, unless shared), xl with an
     // exchange, gate/up/hid unless recomputed
     const size_t per_layer = layer_fixed_floats(d) - (d->exchange ? N * k * C : 0) +

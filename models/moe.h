@@ -110,6 +110,10 @@ typedef struct {
 } MoeActs;
 
 size_t moe_acts_bytes(const MoeDims* d, int n_layers);
+/* Rows one rank's experts compute per block, as the plan counts them: N*k
+ * without an exchange; with one, capacity_factor * N*k (a bound) or, when
+ * dropless, N*k (the average: an uneven router can exceed it). */
+size_t moe_rows_received(const MoeDims* d);
 /* On backend K (kernels.h). NULL on OOM. */
 MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K);
 void moe_acts_free(MoeActs* m);

@@ -55,7 +55,8 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
      * or receives (the average), four bf16 ones with a bf16 exchange, and
      * ZipCCL's frames both ways */
     if (exchange) {
-        const double rows = (double)B * T * m->n_experts_per_tok * m->dim,
+        const double cf = m->capacity_factor > 0 ? m->capacity_factor : 1.0;
+        const double rows = cf * B * T * m->n_experts_per_tok * m->dim,
                      wa = cfg->comm.alltoall_dtype == zipcclBfloat16 ? 2 : 4;
         mp->comm += rows * (12 + (wa == 2 ? 8 : 0) + 2 * 1.125 * wa);
     }
@@ -89,4 +90,8 @@ void memplan_print(const MemPlan* mp, const TrainConfig* cfg, const ZrtKernels* 
             zrt_fmt_bytes(mp->base, b[11], 32), zrt_fmt_bytes(mp->host, b[12], 32));
     if (dev) fprintf(f, ", device %s", zrt_fmt_bytes(mp->device, b[13], 32));
     fprintf(f, "\n");
+    if (cfg->model.n_experts > 0 && cfg->parallel.ep > 1 && cfg->model.capacity_factor <= 0)
+        fprintf(f, "# note: dropless routing: the plan counts the rows a rank's experts receive "
+                   "at the average (tokens x top-k); an uneven router sends some ranks more "
+                   "(model.capacity_factor bounds it)\n");
 }

@@ -330,7 +330,8 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
         snprintf(msg, sizeof msg,
                  "%s: the model does not fit: %.3g B parameters need %s per rank (shards %s, "
                  "gathered units + gradients in flight %s, activations %s, comm %s, data %s, "
-                 "process %s); %d ranks on this host need %s but only %s is available. Hint: "
+                 "process %s); %d ranks on this host need %s, more than 90%% of the %s "
+                 "available (%s). Hint: "
                  "more hosts, train.recompute: full, a smaller model, or a smaller "
                  "data.batch_size / seq_len.",
                  cfg->source, (double)llama_num_params(&cfg->model) / 1e9,
@@ -340,7 +341,8 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
                  zrt_fmt_bytes(K->host_memory ? mp->acts : 0, b[3], 32),
                  zrt_fmt_bytes(mp->comm, b[4], 32), zrt_fmt_bytes(mp->data, b[5], 32),
                  zrt_fmt_bytes(mp->base, b[6], 32), local, zrt_fmt_bytes(need, b[7], 32),
-                 zrt_fmt_bytes(avail, (char[32]){0}, 32));
+                 zrt_fmt_bytes(avail, (char[32]){0}, 32),
+                 zrt_fmt_bytes(0.9 * avail, (char[32]){0}, 32));
         config_fail(msg);
     }
 }
