@@ -1,13 +1,14 @@
 /*
  * checkpoint.c — checkpoints as safetensors + JSON (see checkpoint.h).
  *
- * Saving gathers each unit's fp32 params, m and v with the FSDP all-gather
- * (every rank takes part, rank 0 keeps the result), cuts the flat unit into
- * its named tensors and writes two safetensors files with h2's writer (which
- * writes to a temporary name and renames, so a crash never leaves half a
- * file). Loading needs no communication: every rank reads the files and
- * keeps its own shard. Reading returns its errors (a bad --resume is bad
- * input, refused cleanly by every rank alike); saving dies on them.
+ * Saving: every rank writes its own slices of every unit's params, m and v
+ * (format 2, one file per rank, in place: the writer copies nothing) and
+ * reads its file back for its hash; rank 0 gathers the hashes and writes
+ * the manifest. With checkpoint.hf the Hugging Face copy is streamed: the
+ * ranks gather each unit the export asks for, rank 0 writes it. Loading
+ * needs no communication: every rank reads the pieces of the rank files
+ * that overlap its own slices. Reading returns its errors (a bad --resume
+ * is bad input, refused cleanly by every rank alike); saving dies on them.
  */
 #include "checkpoint.h"
 
@@ -122,6 +123,29 @@ static void sync_path(const char* path) {
     close(fd);
 }
 
+/* Rank 0's side of the streamed Hugging Face export: each unit the export
+ * asks for is gathered (all ranks gather the same units in the same order),
+ * the previous one freed. */
+typedef struct {
+    Fsdp* f;
+    const int* order;
+    int n, next, cur;
+    float* buf;
+} ExportFeed;
+
+static const float* feed_unit(void* ctx, int unit) {
+    ExportFeed* x = ctx;
+    if (unit == x->cur) return x->buf;
+    trainCheck(x->next < x->n && x->order[x->next] == unit,
+               "checkpoint: the export asked for unit %d out of its order", unit);
+    free(x->buf);
+    x->buf = zrt_malloc(fsdp_full_floats(x->f, unit) * sizeof(float), "export unit");
+    fsdp_gather_full(x->f, unit, 0, x->buf);
+    x->cur = unit;
+    x->next++;
+    return x->buf;
+}
+
 void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
     const LlamaConfig* mc = &cfg->model;
     char dir[1100], path[1200], err[512];
@@ -171,21 +195,14 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
     MPI_Gather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
 
     /* checkpoint.hf: the weights as a Hugging Face directory too, before the
-     * manifest and `latest` (a complete checkpoint has it); rank 0 gathers
-     * the parameters of every unit for the export (left: streaming it unit
-     * by unit) */
-    float** keep = NULL;
+     * manifest and `latest` (a complete checkpoint has it), streamed: every
+     * rank takes part in the gather of each unit the export asks for, in
+     * its order, and rank 0 converts and writes it, holding one unit */
     if (cfg->ckpt.hf) {
-        keep = f->rank == 0 ? zrt_calloc((size_t)f->n_units, sizeof(float*), "units") : NULL;
-        for (int u = 0; u < f->n_units; u++) {
-            float* full = zrt_malloc(fsdp_full_floats(f, u) * sizeof(float), "checkpoint gather");
-            fsdp_gather_full(f, u, 0, full);
-            if (f->rank == 0) keep[u] = full;
-            else free(full);
-        }
-    }
-    if (f->rank == 0) {
-        if (keep) {
+        const int n = hf_export_unit_order(mc, NULL, 0);
+        int* order = zrt_malloc((size_t)n * sizeof(int), "export order");
+        hf_export_unit_order(mc, order, n);
+        if (f->rank == 0) {
             DataMeta dm;
             char derr[1200];
             const int meta = data_read_meta(cfg->data.path, &dm, derr, sizeof derr) == 0 &&
@@ -195,12 +212,22 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
                                   meta ? dm.eos_id : -1};
             char hdir[1200], herr[2048];
             snprintf(hdir, sizeof hdir, "%s/hf", dir);
-            trainCheck(!hf_export(mc, (const float* const*)keep, &ho, hdir, herr, sizeof herr),
+            ExportFeed feed = {f, order, n, 0, -1, NULL};
+            trainCheck(!hf_export_stream(mc, feed_unit, &feed, &ho, hdir, herr, sizeof herr),
                        "checkpoint: %s", herr);
-            for (int u = 0; u < f->n_units; u++) free(keep[u]);
-            free(keep);
+            trainCheck(feed.next == n, "checkpoint: the export asked for %d of its %d units",
+                       feed.next, n);
+            free(feed.buf);
+        } else {
+            for (int i = 0; i < n; i++) {
+                float* full = zrt_malloc(fsdp_full_floats(f, order[i]) * sizeof(float), "gather");
+                fsdp_gather_full(f, order[i], 0, full);
+                free(full);
+            }
         }
-
+        free(order);
+    }
+    if (f->rank == 0) {
         snprintf(path, sizeof path, "%s/state.json", dir);
         FILE* fp = fopen(path, "w");
         trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));

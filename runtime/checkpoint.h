@@ -29,9 +29,11 @@
  * same verdict and leave together. Format 1 checkpoints (whole tensors in
  * model.safetensors and optim.safetensors, written by rank 0) still load.
  *
- * Left out: asynchronous saving, optimizer state in reduced precision, and
- * streaming checkpoint.hf unit by unit (rank 0 still gathers every unit's
- * parameters for the Hugging Face copy).
+ * checkpoint.hf streams the Hugging Face copy: the ranks gather each unit
+ * the export asks for, one at a time, and rank 0 writes it (holding one
+ * unit and one output file's converted tensors).
+ *
+ * Left out: asynchronous saving, optimizer state in reduced precision.
  */
 #ifndef RUNTIME_CHECKPOINT_H
 #define RUNTIME_CHECKPOINT_H

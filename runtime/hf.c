@@ -1202,8 +1202,27 @@ static void remove_old_weights(const char* dir) {
     closedir(d);
 }
 
+static const float* units_get(void* ctx, int unit) { return ((const float* const*)ctx)[unit]; }
+
 int hf_export(const LlamaConfig* m, const float* const* units, const HfExportOptions* o,
               const char* outdir, char* err, size_t errlen) {
+    return hf_export_stream(m, units_get, (void*)units, o, outdir, err, errlen);
+}
+
+int hf_export_unit_order(const LlamaConfig* m, int* order, int max) {
+    int count, n = 0;
+    OurTensor* ts = our_tensors(m, &count);
+    for (int i = 0; i < count; i++)
+        if (i == 0 || ts[i].unit != ts[i - 1].unit) {
+            if (n < max) order[n] = ts[i].unit;
+            n++;
+        }
+    free(ts);
+    return n;
+}
+
+int hf_export_stream(const LlamaConfig* m, HfUnitFn get, void* ctx, const HfExportOptions* o,
+                     const char* outdir, char* err, size_t errlen) {
     HfArch arch;
     json_t* src = NULL;
     char path[PATH_CAP * 2];
@@ -1282,7 +1301,7 @@ int hf_export(const LlamaConfig* m, const float* const* units, const HfExportOpt
             const OurTensor* t = &ts[i];
             HfPlace p;
             trainCheck(!hf_place(m, t->name, 0, &p), "no HF name for %s", t->name);
-            const float* x = units[t->unit] + t->off;
+            const float* x = get(ctx, t->unit) + t->off;
             bufs[i] = zrt_malloc(t->numel * es + 1, "export tensor");
             for (size_t r = 0; r < t->rows && !rc; r++) {
                 /* HF row r is our row perm(r) for q/k; others in order */

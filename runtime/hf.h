@@ -145,4 +145,17 @@ typedef struct {
 int hf_export(const LlamaConfig* m, const float* const* units, const HfExportOptions* o,
               const char* outdir, char* err, size_t errlen);
 
+/* The same, streamed: the export asks get(ctx, u) for unit u's floats when
+ * it needs them, in the order hf_export_unit_order gives (asking for the
+ * unit it asked for last returns the same pointer: the provider keeps one
+ * unit, and may free it at the next request). Memory: one unit plus one
+ * output file's converted tensors (max_shard_bytes). */
+typedef const float* (*HfUnitFn)(void* ctx, int unit);
+int hf_export_stream(const LlamaConfig* m, HfUnitFn get, void* ctx, const HfExportOptions* o,
+                     const char* outdir, char* err, size_t errlen);
+/* The units hf_export_stream asks for, in order (a unit appears again only
+ * after another: a tied model's unit 0 comes first and last). Returns the
+ * count (at most max are written). */
+int hf_export_unit_order(const LlamaConfig* m, int* order, int max);
+
 #endif
