@@ -528,64 +528,64 @@ int checkpoint_load(Fsdp* f, const CheckpointInfo* ck, char* err, size_t errlen)
     return load_file(f, p, 1, err, errlen);
 }
 
-int checkpoint_read_params(const CheckpointInfo* ck, float*** units_out, char* err,
+struct CheckpointReader {
+    const CheckpointInfo* ck;
+    st_file** rank; /* format 2: the rank files */
+    st_file* model; /* format 1: model.safetensors */
+    char path[1200];
+};
+
+int checkpoint_reader_open(const CheckpointInfo* ck, CheckpointReader** out, char* err,
                            size_t errlen) {
-    const LlamaConfig* mc = &ck->cfg.model;
+    CheckpointReader* r = zrt_calloc(1, sizeof *r, "checkpoint reader");
+    r->ck = ck;
+    char e[512];
     if (is_sharded(ck->dir)) {
-        st_file** sf = open_rank_files(ck, err, errlen);
-        if (!sf) return -1;
-        const int n_units = llama_num_units(mc);
-        float** units = zrt_calloc((size_t)n_units, sizeof *units, "units");
-        int rc = 0;
-        for (int u = 0; !rc && u < n_units; u++) {
-            char un[64];
-            fsdp_unit_name(mc, u, un, sizeof un);
-            const size_t n = llama_unit_numel(mc, u);
-            units[u] = zrt_malloc(n * sizeof(float) + 1, "unit");
-            rc = read_range(sf, ck, un, 0, 0, n, units[u], err, errlen);
-        }
-        close_rank_files(sf, ck->nranks);
-        if (rc) {
-            for (int u = 0; u < n_units; u++) free(units[u]);
-            free(units);
-            return -1;
-        }
-        *units_out = units;
-        return 0;
+        r->rank = open_rank_files(ck, err, errlen);
+    } else {
+        snprintf(r->path, sizeof r->path, "%s/model.safetensors", ck->dir);
+        if (st_open(r->path, &r->model, e, sizeof e)) zrt_errf(err, errlen, "%s", e);
     }
-    char path[1200], e[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", ck->dir);
-    st_file* sf;
-    if (st_open(path, &sf, e, sizeof e)) return zrt_errf(err, errlen, "%s", e);
-    const int n_units = llama_num_units(mc);
-    float** units = zrt_calloc((size_t)n_units, sizeof *units, "units");
-    int rc = 0;
-    for (int u = 0; !rc && u < n_units; u++) {
-        const int nt = llama_unit_tensors(mc, u, NULL, NULL, NULL, 0);
-        char(*names)[64] = zrt_malloc((size_t)nt * sizeof *names, "tensor names");
-        size_t* rows = zrt_malloc((size_t)nt * 2 * sizeof(size_t), "tensor shapes");
-        llama_unit_tensors(mc, u, names, rows, rows + nt, nt);
-        units[u] = zrt_malloc(llama_unit_numel(mc, u) * sizeof(float) + 1, "unit");
-        size_t off = 0;
-        for (int t = 0; !rc && t < nt; t++) {
-            const size_t n = rows[t] * rows[nt + t];
-            const st_tensor* T = st_find(sf, names[t]);
-            if (!T || strcmp(T->dtype, "F32") || T->numel != n)
-                rc = zrt_errf(err, errlen, "%s: tensor '%s' missing or not F32 with %zu values",
-                              path, names[t], n);
-            else if (st_read(sf, T, units[u] + off, n * sizeof(float), e, sizeof e))
-                rc = zrt_errf(err, errlen, "%s", e);
-            off += n;
-        }
-        free(names);
-        free(rows);
-    }
-    st_close(sf);
-    if (rc) {
-        for (int u = 0; u < n_units; u++) free(units[u]);
-        free(units);
+    if (!r->rank && !r->model) {
+        free(r);
         return -1;
     }
-    *units_out = units;
+    *out = r;
     return 0;
+}
+
+int checkpoint_read_unit(CheckpointReader* r, int u, float* out, char* err, size_t errlen) {
+    const LlamaConfig* mc = &r->ck->cfg.model;
+    if (r->rank) {
+        char un[64];
+        fsdp_unit_name(mc, u, un, sizeof un);
+        return read_range(r->rank, r->ck, un, 0, 0, llama_unit_numel(mc, u), out, err, errlen);
+    }
+    const int nt = llama_unit_tensors(mc, u, NULL, NULL, NULL, 0);
+    char(*names)[64] = zrt_malloc((size_t)nt * sizeof *names + 1, "tensor names");
+    size_t* rows = zrt_malloc((size_t)nt * 2 * sizeof(size_t) + 1, "tensor shapes");
+    llama_unit_tensors(mc, u, names, rows, rows + nt, nt);
+    size_t off = 0;
+    int rc = 0;
+    char e[512];
+    for (int t = 0; !rc && t < nt; t++) {
+        const size_t n = rows[t] * rows[nt + t];
+        const st_tensor* T = st_find(r->model, names[t]);
+        if (!T || strcmp(T->dtype, "F32") || T->numel != n)
+            rc = zrt_errf(err, errlen, "%s: tensor '%s' missing or not F32 with %zu values",
+                          r->path, names[t], n);
+        else if (st_read(r->model, T, out + off, n * sizeof(float), e, sizeof e))
+            rc = zrt_errf(err, errlen, "%s", e);
+        off += n;
+    }
+    free(names);
+    free(rows);
+    return rc;
+}
+
+void checkpoint_reader_close(CheckpointReader* r) {
+    if (!r) return;
+    close_rank_files(r->rank, r->ck->nranks);
+    st_close(r->model);
+    free(r);
 }

@@ -73,11 +73,15 @@ int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errl
  * not fit the model in err. */
 int checkpoint_load(Fsdp* f, const CheckpointInfo* ck, char* err, size_t errlen);
 
-/* The parameters of an opened checkpoint as whole units, for tools that
- * run without ranks (build/export-hf): *units_out[u] holds
- * llama_unit_numel(&ck->cfg.model, u) floats; free each and the array.
- * Returns 0, or -1 naming the file and tensor. */
-int checkpoint_read_params(const CheckpointInfo* ck, float*** units_out, char* err,
+/* The parameters of an opened checkpoint unit by unit, for tools that run
+ * without ranks (build/export-hf streams them into hf_export_stream):
+ * checkpoint_read_unit fills out with llama_unit_numel(&ck->cfg.model, u)
+ * floats, from either format. Each returns 0, or -1 naming the file and
+ * tensor in err. ck must outlive the reader. */
+typedef struct CheckpointReader CheckpointReader;
+int checkpoint_reader_open(const CheckpointInfo* ck, CheckpointReader** r, char* err,
                            size_t errlen);
+int checkpoint_read_unit(CheckpointReader* r, int unit, float* out, char* err, size_t errlen);
+void checkpoint_reader_close(CheckpointReader* r);
 
 #endif

@@ -44,6 +44,30 @@ static int fail(const char* msg) {
     return 2;
 }
 
+/* The export's unit provider: the checkpoint's units read one at a time. */
+typedef struct {
+    CheckpointReader* r;
+    const LlamaConfig* m;
+    int cur;
+    float* buf;
+    char err[2048];
+} Feed;
+
+static const float* feed_unit(void* ctx, int unit) {
+    Feed* x = ctx;
+    if (unit == x->cur) return x->buf;
+    free(x->buf);
+    x->buf = malloc(llama_unit_numel(x->m, unit) * sizeof(float) + 1);
+    x->cur = unit;
+    if (!x->buf) snprintf(x->err, sizeof x->err, "out of memory for unit %d", unit);
+    else if (checkpoint_read_unit(x->r, unit, x->buf, x->err, sizeof x->err)) {
+        free(x->buf);
+        x->buf = NULL;
+        x->cur = -1;
+    }
+    return x->buf;
+}
+
 int main(int argc, char** argv) {
     const char *ckpt = NULL, *out = NULL, *dtype = NULL, *source = NULL;
     long long shard = -1;
@@ -96,12 +120,14 @@ int main(int argc, char** argv) {
         o.bos_id = dm.bos_id;
         o.eos_id = dm.eos_id;
     }
-    float** units;
-    if (checkpoint_read_params(&ck, &units, err, sizeof err)) return fail(err);
-    const int rc = hf_export(&c->model, (const float* const*)units, &o, out, err, sizeof err);
-    for (int u = 0; u < llama_num_units(&c->model); u++) free(units[u]);
-    free(units);
-    if (rc) return fail(err);
+    /* one unit in memory at a time: the export asks, the reader reads it */
+    Feed feed = {.cur = -1};
+    if (checkpoint_reader_open(&ck, &feed.r, err, sizeof err)) return fail(err);
+    feed.m = &c->model;
+    const int rc = hf_export_stream(&c->model, feed_unit, &feed, &o, out, err, sizeof err);
+    checkpoint_reader_close(feed.r);
+    free(feed.buf);
+    if (rc) return fail(feed.err[0] ? feed.err : err);
     printf("export-hf: %s (step %d) -> %s (%s%s%s)\n", ck.dir, ck.st.step, out,
            zipcclTypeName(o.dtype), o.source_dir && o.source_dir[0] ? ", from " : "",
            o.source_dir && o.source_dir[0] ? o.source_dir : "");

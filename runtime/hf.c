@@ -1301,7 +1301,13 @@ int hf_export_stream(const LlamaConfig* m, HfUnitFn get, void* ctx, const HfExpo
             const OurTensor* t = &ts[i];
             HfPlace p;
             trainCheck(!hf_place(m, t->name, 0, &p), "no HF name for %s", t->name);
-            const float* x = get(ctx, t->unit) + t->off;
+            const float* base = get(ctx, t->unit);
+            if (!base) {
+                rc = zrt_errf(err, errlen, "export: the parameters of %s could not be read",
+                              t->name);
+                break;
+            }
+            const float* x = base + t->off;
             bufs[i] = zrt_malloc(t->numel * es + 1, "export tensor");
             for (size_t r = 0; r < t->rows && !rc; r++) {
                 /* HF row r is our row perm(r) for q/k; others in order */

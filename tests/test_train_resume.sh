@@ -15,6 +15,9 @@
 #        independent Python `safetensors` package, its metadata's ranges
 #        cover every unit exactly once and cut into the model's tensors;
 #        a corrupted file is refused by the manifest check.
+#   (c6) a format-1 checkpoint (whole tensors, written by rank 0 before
+#        the rank files) made from a format-2 one by Python resumes to the
+#        same bits.
 #   (c5) the checkpoint's config against the resumed run's: a change of the
 #        model, the data or the seeds is refused with every differing key
 #        named (exit 2, one clean message, no MPI_Abort noise, at 2 ranks);
@@ -75,6 +78,59 @@ if run 2 "$tmp/g2.log" --set comm.param_dtype=fp32 --log-json "$tmp/g2.jsonl" &&
 else
   fail "$name" "a run failed"
 fi
+
+# (c6) a format-1 checkpoint (whole tensors in model.safetensors and
+# optim.safetensors, what rank 0 wrote before the rank files) still loads:
+# ck2's step 10 rewritten in that format by Python resumes to the same bits
+name="format1_checkpoint_still_loads"
+if python3 - "$tmp/ck2/step_00000010" "$tmp/ckv1/step_00000010" <<'PY' 2>"$tmp/v1.err"
+import json, os, shutil, sys
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+src, dst = sys.argv[1:3]
+os.makedirs(dst)
+C, V, L, H, KV, F = 32, 256, 2, 4, 2, 64
+hd = C // H
+units = {"outer": [("tok_emb", (V, C)), ("final_norm", (C,))]}  # tied
+for l in range(L):
+    p = "layers.%d." % l
+    units["layers.%d" % l] = [(p + "attn_norm", (C,)), (p + "wq", (H * hd, C)), (p + "wk", (KV * hd, C)),
+        (p + "wv", (KV * hd, C)), (p + "wo", (C, H * hd)), (p + "mlp_norm", (C,)), (p + "w_gate", (F, C)),
+        (p + "w_up", (F, C)), (p + "w_down", (C, F))]
+full = {(w, u): np.zeros(sum(int(np.prod(s)) for _, s in t), np.float32) for u, t in units.items() for w in ("", "m.", "v.")}
+for name in sorted(os.listdir(src)):
+    if not name.startswith("rank_"): continue
+    with safe_open(os.path.join(src, name), "np") as f:
+        for u, rng in f.metadata().items():
+            if u not in units: continue
+            a, b = map(int, rng.split())
+            for w in ("", "m.", "v."): full[(w, u)][a:b] = f.get_tensor(w + u)
+model, optim = {}, {}
+for u, ts in units.items():
+    off = 0
+    for t, s in ts:
+        n = int(np.prod(s))
+        model[t] = full[("", u)][off:off + n].reshape(s).copy()
+        for w in ("m.", "v."): optim[w + t] = full[(w, u)][off:off + n].reshape(s).copy()
+        off += n
+save_file(model, os.path.join(dst, "model.safetensors"))
+save_file(optim, os.path.join(dst, "optim.safetensors"))
+for n in ("state.json", "config.yaml"): shutil.copy(os.path.join(src, n), os.path.join(dst, n))
+def fnv(path):
+    h = 0xcbf29ce484222325
+    for b in open(path, "rb").read(): h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+    return "%016x" % h
+files = ["model.safetensors", "optim.safetensors", "state.json", "config.yaml"]
+man = {"format": "zipccl-runtime-checkpoint-1", "step": 10, "files": [
+    {"name": n, "bytes": os.path.getsize(os.path.join(dst, n)), "fnv1a64": fnv(os.path.join(dst, n))} for n in files]}
+open(os.path.join(dst, "manifest.json"), "w").write(json.dumps(man) + "\n")
+PY
+then
+  if run 2 "$tmp/resv1.log" --resume "$tmp/ckv1/step_00000010" --log-json "$tmp/resv1.jsonl"; then
+    why=$(compare "$tmp/res2.jsonl" "$tmp/resv1.jsonl" exact 0) && pass "$name" || fail "$name" "$why"
+  else fail "$name" "the resume from format 1 failed: $(tail -2 "$tmp/resv1.log")"; fi
+else fail "$name" "could not write the format-1 copy: $(tail -3 "$tmp/v1.err")"; fi
 
 # (c5) what a resumed run may change. refused NAME WANT_RC PATTERN... -- ARGS:
 # a 2-rank resume of ck2 (2 ranks x batch 2, step 10) must exit WANT_RC with
