@@ -16,7 +16,8 @@
 #       without a usable GPU (or a build without CUDA), an unknown device,
 #       expert parallelism on a device.
 # The MoE model runs on the guarded device too (EP 1), with the same bits,
-# and so does model.compute: bf16 (within 2% of fp32, not equal to it).
+# and so does model.compute: bf16 (within 2% of fp32, not equal to it), and
+# train.recompute: full with a chunked output layer (dense and MoE).
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -97,6 +98,28 @@ if python3 tests/compare_runs.py "$tmp/cpu_2bf16.jsonl" "$tmp/b16_cpu_2.jsonl" c
 else
   fail bf16_compute_within_2pct_of_fp32 "$r (or the runs are identical: bf16 compute did nothing)"
 fi
+
+# (a'') recomputation and the output layer in chunks on the device: the
+# recomputing backward, the tiles of attention and the chunked head touch
+# device memory only through the table (dense at 2 ranks; the MoE model,
+# whose experts recompute gate, up and hid, at 1)
+for v in "dense 2" "moe 1"; do
+  kind=${v% *} np=${v#* }
+  extra="--set train.recompute=full --set train.logits_rows=13"
+  [ "$kind" = moe ] && extra="$extra $M"
+  # shellcheck disable=SC2086
+  if run "$np" "$tmp/rc_cpu_$kind.jsonl" --set runtime.device=cpu $extra &&
+     run "$np" "$tmp/rc_grd_$kind.jsonl" --set runtime.device=cpu_guarded $extra; then
+    if same "$tmp/rc_cpu_$kind.jsonl" "$tmp/rc_grd_$kind.jsonl"; then
+      pass "guarded_equals_cpu_recompute_${kind}_${np}ranks"
+    else
+      fail "guarded_equals_cpu_recompute_${kind}_${np}ranks" "$(python3 tests/compare_runs.py \
+            "$tmp/rc_cpu_$kind.jsonl" "$tmp/rc_grd_$kind.jsonl" exact --same-steps 2>&1 | tail -2)"
+    fi
+  else
+    fail "guarded_equals_cpu_recompute_${kind}_${np}ranks" "a run failed"
+  fi
+done
 
 # (b) a guarded run's checkpoint resumes on the CPU table, same final hash
 if run 2 "$tmp/ck_a.jsonl" --set runtime.device=cpu_guarded --set train.steps=4 --set schedule.total_steps=8 \
