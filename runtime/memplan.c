@@ -21,8 +21,6 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     mp->nranks = nranks;
     double shards = 0, largest = 0;
     for (int u = 0; u < llama_num_units(m); u++) {
-        double gb, rb;
-        sched_unit_bytes(cfg, nranks, u, &gb, &rb);
         const int experts = llama_unit_is_experts(m, u) && EP > 1;
         const size_t G = (size_t)(experts ? nranks / EP : nranks);
         const size_t numel = llama_unit_numel(m, u) / (experts ? (size_t)EP : 1);

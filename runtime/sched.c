@@ -160,12 +160,15 @@ static const char* ev_name(int t) {
 
 /* ---- the planner -------------------------------------------------------------- */
 
+#define GT(sp, u) ((sp)->gtrans ? (sp)->gtrans[u] : 0.0)
+#define RF(sp, u) ((sp)->rflight ? (sp)->rflight[u] : (sp)->rbytes[u])
+
 /* Bytes of the gathers issued ahead (index needed .. issued-1) still to be
  * needed after event t. */
 static double ahead_at(const SchedPlan* p, const SchedParams* sp, int needed, int issued, int t) {
     double a = 0;
     for (int g = needed; g < issued; g++)
-        if (p->ag[g].need > t) a += sp->gbytes[p->ag[g].unit];
+        if (p->ag[g].need > t) a += sp->gbytes[p->ag[g].unit] + GT(sp, p->ag[g].unit);
     return a;
 }
 
@@ -194,22 +197,22 @@ static double simulate(SchedPlan* p, const SchedParams* sp, const double* during
         if (e->type == EV_GBUF && e->gbuf_new)
             for (int j = rs_issued - 1; j >= retired; j--)
                 if (p->rs_unit[j] == e->unit) {
-                    while (retired <= j) rs_bytes -= sp->rbytes[p->rs_unit[retired++]];
+                    while (retired <= j) rs_bytes -= RF(sp, p->rs_unit[retired++]);
                     break;
                 }
         double mem = during[t] + ahead_at(p, sp, needed, issued, t) + rs_bytes;
         while (M > 0 && mem > M && retired < rs_issued) {
-            rs_bytes -= sp->rbytes[p->rs_unit[retired]];
-            mem -= sp->rbytes[p->rs_unit[retired++]];
+            rs_bytes -= RF(sp, p->rs_unit[retired]);
+            mem -= RF(sp, p->rs_unit[retired++]);
         }
         e->ag_pre = issued;
         e->rs_pre = retired;
         if (mem > peak) peak = mem;
-        if (e->type == EV_GRDY) rs_bytes += sp->rbytes[p->rs_unit[rs_issued++]];
+        if (e->type == EV_GRDY) rs_bytes += RF(sp, p->rs_unit[rs_issued++]);
         /* the count bound: the oldest reduce-scatters retire (in issue
          * order) once more than max_rs are in flight */
         while (overlap && sp->max_rs > 0 && rs_issued - retired > sp->max_rs)
-            rs_bytes -= sp->rbytes[p->rs_unit[retired++]];
+            rs_bytes -= RF(sp, p->rs_unit[retired++]);
         /* a micro-batch's backward ends by waiting for its reduce-scatters
          * (FSDP's post-backward wait): none holds a full gradient across
          * the next micro-batch's forward (the embedding's, issued last, did
@@ -233,8 +236,8 @@ static double simulate(SchedPlan* p, const SchedParams* sp, const double* during
         }
         mem = after[t] + ahead_at(p, sp, needed, issued, t) + rs_bytes;
         while (M > 0 && mem > M && retired < rs_issued) {
-            rs_bytes -= sp->rbytes[p->rs_unit[retired]];
-            mem -= sp->rbytes[p->rs_unit[retired++]];
+            rs_bytes -= RF(sp, p->rs_unit[retired]);
+            mem -= RF(sp, p->rs_unit[retired++]);
         }
         if (mem > peak) peak = mem;
         e->ag_post = issued;
@@ -276,7 +279,10 @@ int sched_plan_build(SchedPlan* p, const SchedParams* sp, char* err, size_t errl
             gb_live[u] = 1;
             cur += sp->rbytes[u];
         }
-        during[t] = cur;
+        /* momentary: the gather's receive buffer while it is decoded, the
+         * gradient beside its bf16 copy while it is cast */
+        during[t] = cur + (e->type == EV_ACQ && e->gather >= 0 ? GT(sp, u) : 0) +
+                    (e->type == EV_GRDY && sp->rflight ? sp->rflight[u] : 0);
         /* unit 0 of a tied model (embedding and head) stays the whole step;
          * an untied model's unit 0 (the embedding) goes at its only release */
         const int drop = u != 0 ? e->phase == 1 || sp->reshard : !sp->model->tie_embeddings;
@@ -328,7 +334,7 @@ void sched_plan_free(SchedPlan* p) {
     memset(p, 0, sizeof *p);
 }
 
-void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, double* gbytes, double* rbytes) {
+void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, SchedUnitBytes* b) {
     const LlamaConfig* m = &cfg->model;
     const int EP = m->n_experts > 0 ? cfg->parallel.ep : 1;
     const int experts = llama_unit_is_experts(m, u) && EP > 1;
@@ -337,8 +343,10 @@ void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, double* gbytes,
     const double padded = (double)((numel + G - 1) / G * G), shard = padded / (double)G;
     const int p16 = cfg->comm.param_dtype == zipcclBfloat16,
               r16 = cfg->comm.reduce_dtype == zipcclBfloat16;
-    *gbytes = padded * 4 + (p16 ? padded * 2 + shard * 2 : 0);
-    *rbytes = padded * 4 + (r16 ? padded * 2 : 0) + shard * (r16 ? 2 : 4);
+    b->held = padded * 4;                        /* the fp32 unit */
+    b->trans = p16 ? padded * 2 + shard * 2 : 0; /* bf16 receive buffer and send shard */
+    b->acc = padded * 4;                         /* the fp32 gradient */
+    b->flight = r16 ? padded * 2 + shard * 2 : padded * 4 + shard * 4; /* sent, received */
 }
 
 static void params_for(SchedParams* sp, const TrainConfig* cfg, int backward) {
@@ -353,10 +361,15 @@ static void params_for(SchedParams* sp, const TrainConfig* cfg, int backward) {
     sp->reshard = cfg->parallel.reshard_after_forward;
 }
 
-static void unit_sizes(const TrainConfig* cfg, int nranks, int n, double** gb, double** rb) {
-    *gb = zrt_malloc((size_t)n * sizeof(double), "unit sizes");
-    *rb = zrt_malloc((size_t)n * sizeof(double), "unit sizes");
-    for (int u = 0; u < n; u++) sched_unit_bytes(cfg, nranks, u, &(*gb)[u], &(*rb)[u]);
+/* Four arrays of n in one allocation: held | trans | acc | flight. */
+static double* unit_sizes(const TrainConfig* cfg, int nranks, int n) {
+    double* a = zrt_malloc(4 * (size_t)n * sizeof(double), "unit sizes");
+    for (int u = 0; u < n; u++) {
+        SchedUnitBytes b;
+        sched_unit_bytes(cfg, nranks, u, &b);
+        a[u] = b.held, a[n + u] = b.trans, a[2 * n + u] = b.acc, a[3 * n + u] = b.flight;
+    }
+    return a;
 }
 
 int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* err, size_t errlen) {
@@ -376,9 +389,9 @@ int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* e
     free(names);
     free(has);
     if (rc) return rc;
-    double *gb, *rb;
-    unit_sizes(cfg, nranks, n, &gb, &rb);
-    SchedParams sp = {.n_units = n, .gbytes = gb, .rbytes = rb};
+    double* a = unit_sizes(cfg, nranks, n);
+    SchedParams sp = {.n_units = n, .gbytes = a, .gtrans = a + n, .rbytes = a + 2 * n,
+                      .rflight = a + 3 * n};
     params_for(&sp, cfg, 1);
     SchedPlan p;
     rc = sched_plan_build(&p, &sp, err, errlen);
@@ -386,8 +399,7 @@ int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* e
         *peak = p.peak_bytes;
         sched_plan_free(&p);
     }
-    free(gb);
-    free(rb);
+    free(a);
     return rc;
 }
 
@@ -549,8 +561,7 @@ struct Sched {
     SReduce* rs;
     Pool pool;
     Pool dpool; /* device buffers (dpool.K set): the model's side of each unit */
-    double* gb;
-    double* rb;
+    double *gb, *gt, *rb, *rf; /* per unit: SchedUnitBytes' held, trans, acc, flight */
     double live, max_bytes;
     double exposed[SCHED_NX];
     Slot slot[NSLOTS];
@@ -747,7 +758,7 @@ static void issue_gather(Sched* s) {
     fsdp_gather_start(f, g->unit, U->send16, U->recv, &U->req);
     U->state = 1;
     U->gather = s->ag_issued++;
-    s->live += s->gb[g->unit];
+    s->live += s->gb[g->unit] + s->gt[g->unit];
     trainCheck(s->max_bytes <= 0 || s->live <= s->max_bytes + 0.5,
                "scheduler: %.0f bytes in flight exceed parallelism.max_inflight_bytes %.0f",
                s->live, s->max_bytes);
@@ -766,7 +777,7 @@ static void retire_reduce(Sched* s) {
     pool_put(&s->pool, r->gfull, "the full gradient", name);
     r->recv = r->g16 = NULL;
     r->gfull = NULL;
-    s->live -= s->rb[r->unit];
+    s->live -= s->rf[r->unit];
     s->rs_retired++;
 }
 
@@ -813,6 +824,7 @@ static const float* hook_acquire(void* ctx, int u, int phase) {
             U->send16 = NULL;
         }
         fsdp_gather_finish(s->f, u, U->recv, U->full);
+        s->live -= s->gt[u]; /* the receive buffer and send shard go back */
         if (U->recv != U->full) pool_put(&s->pool, U->recv, "the bf16 gather buffer", s->f->units[u].name);
         U->recv = NULL;
         U->state = 2;
@@ -897,6 +909,7 @@ static void hook_grads_ready(void* ctx, int u) {
     } else {
         pool_busy(&s->pool, r->gfull, 1);
     }
+    s->live += s->rf[u] - s->rb[u]; /* from here on what the reduce-scatter holds */
     done(s, e);
 }
 
@@ -1025,9 +1038,14 @@ Sched* sched_create(Fsdp* f, const TrainConfig* cfg, int trace) {
     s->f = f;
     s->cfg = cfg;
     s->trace = trace;
-    unit_sizes(cfg, f->nranks, f->n_units, &s->gb, &s->rb);
+    const int n = f->n_units;
+    s->gb = unit_sizes(cfg, f->nranks, n);
+    s->gt = s->gb + n;
+    s->rb = s->gb + 2 * n;
+    s->rf = s->gb + 3 * n;
     char err[1024];
-    SchedParams sp = {.n_units = f->n_units, .gbytes = s->gb, .rbytes = s->rb};
+    SchedParams sp = {.n_units = n, .gbytes = s->gb, .gtrans = s->gt, .rbytes = s->rb,
+                      .rflight = s->rf};
     params_for(&sp, cfg, 1);
     trainCheck(!sched_plan_build(&s->train, &sp, err, sizeof err), "%s", err);
     s->pool.limit = s->dpool.limit = s->train.peak_bytes;
@@ -1102,8 +1120,7 @@ void sched_destroy(Sched* s) {
     sched_plan_free(&s->eval);
     free(s->u);
     free(s->rs);
-    free(s->gb);
-    free(s->rb);
+    free(s->gb); /* gt, rb, rf live in the same allocation */
     free(s->rec);
     free(s->tb);
     free(s);

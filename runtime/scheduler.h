@@ -64,13 +64,19 @@ typedef struct {
 } SchedPlan;
 
 /* What the planner needs: the model (its unit order), per unit the bytes a
- * gathered copy holds and the bytes of its full gradient in flight, and the
- * knobs. */
+ * gathered copy holds and the bytes of its full gradient, and the knobs.
+ * gtrans and rflight refine them where the buffers change (NULL: 0 and
+ * rbytes): a gather in flight also holds gtrans bytes (a bf16 receive
+ * buffer and send shard) until its unit is acquired and decoded; a
+ * gradient, once its reduce-scatter is issued, holds rflight bytes (its
+ * bf16 copy and the received shard) instead of rbytes until retired. */
 typedef struct {
     const LlamaConfig* model;
     int n_units;
-    const double* gbytes; /* (n_units) */
-    const double* rbytes; /* (n_units) */
+    const double* gbytes;  /* (n_units) a gathered unit, held */
+    const double* rbytes;  /* (n_units) a gradient being accumulated */
+    const double* gtrans;  /* (n_units) or NULL */
+    const double* rflight; /* (n_units) or NULL */
     int ep_chunks;        /* 0: no exchange hooks (EP = 1), else the model calls
                            * dispatch / combine with this many chunks (EP > 1) */
     int micro;            /* micro-batches in the step                         */
@@ -93,9 +99,13 @@ int sched_model_order(const LlamaConfig* m, int ep_chunks, int backward, SchedEv
 int sched_plan_build(SchedPlan* p, const SchedParams* sp, char* err, size_t errlen);
 void sched_plan_free(SchedPlan* p);
 
-/* The bytes of unit u gathered and of its gradient in flight, for cfg at
- * nranks ranks (what the planner and the memory estimate count). */
-void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, double* gbytes, double* rbytes);
+/* The bytes of unit u for cfg at nranks ranks (what the planner and the
+ * memory plan count): gathered and held, extra while its gather is in
+ * flight, its gradient while accumulated, and while reduced. */
+typedef struct {
+    double held, trans, acc, flight;
+} SchedUnitBytes;
+void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, SchedUnitBytes* b);
 
 /* Before any work: the communication plan and the step's schedule from the
  * config alone; a bad rule or bound is refused naming the key. *peak gets
