@@ -486,6 +486,54 @@ static void cpu_round_bf16_inplace(float* x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = zipcclBf16ToFloat(zipcclFloatToBf16(x[i]));
 }
 
+static void cpu_add_bf16(float* acc, const uint16_t* in, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) acc[i] += zipcclBf16ToFloat(in[i]);
+}
+
+/* ------------------------------------------------------------- optimizer */
+
+static void cpu_adamw(float* p, const float* g, float* m, float* v, size_t n,
+                      const ZrtAdamWStep* s) {
+    const float b1 = s->beta1, b2 = s->beta2, c1 = s->one_minus_beta1, c2 = s->one_minus_beta2;
+    const float bc1 = s->bc1, bc2 = s->bc2, eps = s->eps, lr = s->lr, wd = s->weight_decay;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        const float gi = g[i];
+        const float mi = b1 * m[i] + c1 * gi;
+        const float vi = b2 * v[i] + c2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        const float mhat = mi / bc1, vhat = vi / bc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+}
+
+static double cpu_sumsq(const float* x, size_t n) {
+    const size_t nblocks = (n + ZRT_SUMSQ_BLOCK - 1) / ZRT_SUMSQ_BLOCK;
+    double total = 0.0;
+    enum { PART = 1024 }; /* block sums computed in parallel this many at a time */
+    double part[PART];
+    for (size_t b0 = 0; b0 < nblocks; b0 += PART) {
+        const size_t nb = nblocks - b0 < PART ? nblocks - b0 : PART;
+#pragma omp parallel for schedule(static)
+        for (size_t j = 0; j < nb; j++) {
+            const size_t a = (b0 + j) * ZRT_SUMSQ_BLOCK;
+            const size_t e = a + ZRT_SUMSQ_BLOCK < n ? a + ZRT_SUMSQ_BLOCK : n;
+            double sum = 0.0;
+            for (size_t i = a; i < e; i++) sum += (double)x[i] * x[i];
+            part[j] = sum;
+        }
+        for (size_t j = 0; j < nb; j++) total += part[j];
+    }
+    return total;
+}
+
+static void cpu_scale(float* x, size_t n, float factor) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= factor;
+}
+
 /* ---- bf16 compute (model.compute: bf16): the linear layers' products of
  * bf16-rounded operands, summed in fp32: what a tensor-core GEMM with bf16
  * inputs and fp32 accumulation computes (each product of two bf16 values is
@@ -695,6 +743,10 @@ static const ZrtKernels cpu_kernels = {
     .round_to_bf16 = cpu_round_to_bf16,
     .bf16_to_float = cpu_bf16_to_float,
     .round_bf16_inplace = cpu_round_bf16_inplace,
+    .add_bf16 = cpu_add_bf16,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
 };
 
 const ZrtKernels* zrt_kernels_cpu(void) { return &cpu_kernels; }

@@ -216,6 +216,17 @@ static void g_bf16_to_float(float* out, const uint16_t* in, size_t n) {
     GUARD(C()->bf16_to_float(out, in, n));
 }
 static void g_round_bf16_inplace(float* x, size_t n) { GUARD(C()->round_bf16_inplace(x, n)); }
+static void g_add_bf16(float* acc, const uint16_t* in, size_t n) { GUARD(C()->add_bf16(acc, in, n)); }
+static void g_adamw(float* p, const float* g, float* m, float* v, size_t n,
+                    const ZrtAdamWStep* s) {
+    GUARD(C()->adamw(p, g, m, v, n, s));
+}
+static double g_sumsq(const float* x, size_t n) {
+    double r;
+    GUARD(r = C()->sumsq(x, n));
+    return r;
+}
+static void g_scale(float* x, size_t n, float factor) { GUARD(C()->scale(x, n, factor)); }
 
 static const ZrtKernels guarded_kernels = {
     .name = "cpu_guarded",
@@ -256,6 +267,10 @@ static const ZrtKernels guarded_kernels = {
     .round_to_bf16 = g_round_to_bf16,
     .bf16_to_float = g_bf16_to_float,
     .round_bf16_inplace = g_round_bf16_inplace,
+    .add_bf16 = g_add_bf16,
+    .adamw = g_adamw,
+    .sumsq = g_sumsq,
+    .scale = g_scale,
 };
 
 const ZrtKernels* zrt_kernels_cpu_guarded(void) { return zrt_kernels_guarded(zrt_kernels_cpu()); }

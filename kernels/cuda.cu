@@ -417,6 +417,48 @@ __global__ void k_round_bf16(float* x, size_t n) {
     if (i < n) x[i] = zipcclBf16ToFloat(zipcclFloatToBf16(x[i]));
 }
 
+__global__ void k_add_bf16(float* acc, const uint16_t* in, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] = __fadd_rn(acc[i], zipcclBf16ToFloat(in[i]));
+}
+
+/* The optimizer's element-wise steps with explicit round-to-nearest
+ * intrinsics: nvcc would otherwise fuse a * b + c into one FMA, whose single
+ * rounding differs from the CPU's two (kernels.h: no fused multiply-add). */
+__global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, ZrtAdamWStep s) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float gi = g[i];
+    const float mi = __fadd_rn(__fmul_rn(s.beta1, m[i]), __fmul_rn(s.one_minus_beta1, gi));
+    const float vi =
+        __fadd_rn(__fmul_rn(s.beta2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    const float mhat = __fdiv_rn(mi, s.bc1), vhat = __fdiv_rn(vi, s.bc2);
+    const float step = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), s.eps)),
+                                 __fmul_rn(s.weight_decay, p[i]));
+    p[i] = __fsub_rn(p[i], __fmul_rn(s.lr, step));
+}
+
+/* one thread per ZRT_SUMSQ_BLOCK block, in index order, in double: the
+ * CPU's order; the host adds the block sums in order */
+__global__ void k_sumsq_blocks(double* part, const float* x, size_t n, size_t nblocks) {
+    const size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= nblocks) return;
+    const size_t a = b * ZRT_SUMSQ_BLOCK, e = a + ZRT_SUMSQ_BLOCK < n ? a + ZRT_SUMSQ_BLOCK : n;
+    double sum = 0.0;
+    for (size_t i = a; i < e; i++) {
+        const double xi = (double)x[i];
+        sum = __dadd_rn(sum, __dmul_rn(xi, xi));
+    }
+    part[b] = sum;
+}
+
+__global__ void k_scale(float* x, size_t n, float factor) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fmul_rn(x[i], factor);
+}
+
 /* ---- ZRT_CUDA_PROFILE=1: the device time of every table entry (events
  * around each call, synchronized: it serializes the device, so it is a
  * diagnostic, not a mode to train in), printed at exit to stderr. */
@@ -426,7 +468,7 @@ __global__ void k_round_bf16(float* x, size_t n) {
     X(embedding_backward) X(crossentropy_forward_backward) X(moe_route) X(moe_prob_sum) \
     X(moe_gather) X(moe_combine) X(moe_combine_backward) X(moe_router_backward) X(add) X(zero) \
     X(upload) X(download) X(copy) X(memset0) X(round_to_bf16) X(bf16_to_float) \
-    X(round_bf16_inplace)
+    X(round_bf16_inplace) X(add_bf16) X(adamw) X(sumsq) X(scale)
 enum ProfId {
 #define ZK_PROF_ID(n) P_##n,
     ZK_PROF_ENTRIES(ZK_PROF_ID)
@@ -878,6 +920,49 @@ void cu_round_bf16_inplace(float* x, size_t n) {
     CKL(k_round_bf16);
 }
 
+void cu_add_bf16(float* acc, const uint16_t* in, size_t n) {
+    PROF(add_bf16);
+    if (!n) return;
+    k_add_bf16<<<blocks_for(n, 256), 256>>>(acc, in, n);
+    CKL(k_add_bf16);
+}
+
+void cu_adamw(float* p, const float* g, float* m, float* v, size_t n, const ZrtAdamWStep* s) {
+    PROF(adamw);
+    if (!n) return;
+    k_adamw<<<blocks_for(n, 256), 256>>>(p, g, m, v, n, *s);
+    CKL(k_adamw);
+}
+
+double cu_sumsq(const float* x, size_t n) {
+    PROF(sumsq);
+    const size_t nb = (n + ZRT_SUMSQ_BLOCK - 1) / ZRT_SUMSQ_BLOCK;
+    if (!nb) return 0.0;
+    // the block sums: a device buffer and a pinned host copy kept for the process
+    static double *d = nullptr, *h = nullptr;
+    static size_t cap = 0;
+    if (nb > cap) {
+        if (d) CK(cudaFree(d));
+        if (h) CK(cudaFreeHost(h));
+        CK(cudaMalloc(&d, nb * sizeof(double)));
+        CK(cudaMallocHost(&h, nb * sizeof(double)));
+        cap = nb;
+    }
+    k_sumsq_blocks<<<blocks_for(nb, 128), 128>>>(d, x, n, nb);
+    CKL(k_sumsq_blocks);
+    CK(cudaMemcpy(h, d, nb * sizeof(double), cudaMemcpyDeviceToHost));
+    double total = 0.0;
+    for (size_t b = 0; b < nb; b++) total += h[b];
+    return total;
+}
+
+void cu_scale(float* x, size_t n, float factor) {
+    PROF(scale);
+    if (!n) return;
+    k_scale<<<blocks_for(n, 256), 256>>>(x, n, factor);
+    CKL(k_scale);
+}
+
 ZrtKernels make_table() {
     ZrtKernels t;
     t.name = "cuda";
@@ -918,6 +1003,10 @@ ZrtKernels make_table() {
     t.round_to_bf16 = cu_round_to_bf16;
     t.bf16_to_float = cu_bf16_to_float;
     t.round_bf16_inplace = cu_round_bf16_inplace;
+    t.add_bf16 = cu_add_bf16;
+    t.adamw = cu_adamw;
+    t.sumsq = cu_sumsq;
+    t.scale = cu_scale;
     return t;
 }
 

@@ -7,8 +7,10 @@
  * a pointer of that backend's memory, which models/ and runtime/ obtain and
  * move only through the table's memory entries (alloc, upload, download,
  * ...): the host reads backend memory only at the edges (the batch in; the
- * loss, logits for checks, gradients and parameters to the host side of
- * FSDP out). The guarded CPU backend (zrt_kernels_cpu_guarded) makes that a
+ * loss, norms and metrics out; a shard on its way to or from a collective,
+ * whose buffers are host memory; checkpoints, dumps and the Hugging Face
+ * export). FSDP's shards, AdamW's moments and the optimizer step live in
+ * the table's memory too. The guarded CPU backend (zrt_kernels_cpu_guarded) makes that a
  * rule the tests enforce: outside a table call its memory cannot be touched.
  *
  * Conventions (shared by every backend):
@@ -37,6 +39,16 @@
 #include <stdint.h>
 
 #include "zipccl_float.h"
+
+/* One AdamW step's constants (runtime/optim.c computes them once per
+ * step, so every element and every rank's shard uses the same floats). */
+typedef struct {
+    float beta1, beta2, one_minus_beta1, one_minus_beta2; /* b1, b2, 1 - b1, 1 - b2 */
+    float bc1, bc2;      /* bias corrections 1 - b^t, in double rounded once */
+    float eps, lr, weight_decay;
+} ZrtAdamWStep;
+
+enum { ZRT_SUMSQ_BLOCK = 4096 };
 
 typedef struct ZrtKernels_ {
     const char* name; /* "cpu", "cpu_guarded", "cuda" */
@@ -157,6 +169,21 @@ typedef struct ZrtKernels_ {
     void (*bf16_to_float)(float* out, const uint16_t* in, size_t n);
     /* x[i] = float(bf16(x[i])) in place: fp32 storage with bf16 values. */
     void (*round_bf16_inplace)(float* x, size_t n);
+    /* acc (n) += float(in) for bf16 in: a bf16 reduce-scatter's output
+     * added into an fp32 gradient shard. */
+    void (*add_bf16)(float* acc, const uint16_t* in, size_t n);
+
+    /* ---- the optimizer on the shards (runtime/optim.c drives them).
+     * Each element in IEEE single precision, operations in the order
+     * written (no fused multiply-add), so every backend gives the CPU's bits:
+     *   m = b1 m + (1 - b1) g;  v = b2 v + ((1 - b2) g) g
+     *   p = p - lr ((m / bc1) / (sqrt(v / bc2) + eps) + wd p) */
+    void (*adamw)(float* p, const float* g, float* m, float* v, size_t n, const ZrtAdamWStep* s);
+    /* Sum of x^2 in double: fixed ZRT_SUMSQ_BLOCK-element blocks, each summed
+     * in index order, the block sums added in order (result on the host). */
+    double (*sumsq)(const float* x, size_t n);
+    /* x (n) *= factor */
+    void (*scale)(float* x, size_t n, float factor);
 } ZrtKernels;
 
 /* The CPU backend (OpenBLAS SGEMM + OpenMP loops). Never NULL. */

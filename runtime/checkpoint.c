@@ -167,7 +167,7 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
             char name[96];
             snprintf(name, sizeof name, "%s%s", which == 0 ? "" : which == 1 ? "m." : "v.", un);
             const int64_t shape[1] = {(int64_t)(hi - lo)};
-            trainCheck(!st_writer_add(w, name, "F32", 1, shape, fsdp_shard_state(f, u, which),
+            trainCheck(!st_writer_add(w, name, "F32", 1, shape, fsdp_shard_host(f, u, which, 1),
                                       (hi - lo) * sizeof(float), err, sizeof err),
                        "checkpoint: %s", err);
         }
@@ -183,6 +183,7 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
     snprintf(path, sizeof path, "%s/" RANK_FILE, dir, f->rank);
     trainCheck(!st_writer_write(w, path, err, sizeof err), "checkpoint: %s", err);
     st_writer_free(w);
+    fsdp_host_release(f); /* a device's host copies of the shards */
     /* on the disk, then read back: the manifest's hash is of what the disk holds */
     sync_path(path);
     uint64_t mine[2] = {0, 0};
@@ -515,10 +516,14 @@ int checkpoint_load(Fsdp* f, const CheckpointInfo* ck, char* err, size_t errlen)
             size_t lo, hi;
             fsdp_shard_range(f, u, &lo, &hi);
             for (int which = 0; !rc && which < 3 && hi > lo; which++)
+            {
                 rc = read_range(sf, ck, f->units[u].name, which, lo, hi,
-                                fsdp_shard_state(f, u, which), err, errlen);
+                                fsdp_shard_host(f, u, which, 1), err, errlen);
+                if (!rc) fsdp_shard_commit(f, u, which);
+            }
         }
         close_rank_files(sf, ck->nranks);
+        fsdp_host_release(f);
         return rc;
     }
     /* format 1: whole tensors in model.safetensors and optim.safetensors */

@@ -69,9 +69,10 @@ static int group_size(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->e
 static zipcclComm_t ag_comm(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->comm_ag_x : f->comm_ag; }
 static zipcclComm_t rs_comm(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->comm_rs_x : f->comm_rs; }
 
-void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
+void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K) {
     memset(f, 0, sizeof *f);
     f->cfg = cfg;
+    f->K = K;
     MPI_Comm_rank(MPI_COMM_WORLD, &f->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &f->nranks);
     f->n_units = llama_num_units(&cfg->model);
@@ -131,6 +132,8 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
     }
 
     f->units = zrt_calloc((size_t)f->n_units, sizeof(FsdpUnit), "FSDP units");
+    f->host_state = zrt_calloc((size_t)f->n_units * 3, sizeof(float*), "FSDP host copies");
+    size_t max_shard = 0;
     float* init = NULL;
     size_t init_cap = 0;
     for (int u = 0; u < f->n_units; u++) {
@@ -145,10 +148,14 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
         const size_t G = (size_t)group_size(f, U);
         U->padded = (U->numel + G - 1) / G * G;
         U->shard = U->padded / G;
-        U->param = zrt_calloc(U->shard, sizeof(float), "parameter shard");
-        U->grad = zrt_calloc(U->shard, sizeof(float), "gradient shard");
-        U->m = zrt_calloc(U->shard, sizeof(float), "AdamW m shard");
-        U->v = zrt_calloc(U->shard, sizeof(float), "AdamW v shard");
+        if (U->shard > max_shard) max_shard = U->shard;
+        float** st[4] = {&U->param, &U->grad, &U->m, &U->v};
+        for (int i = 0; i < 4; i++) {
+            *st[i] = K->alloc(U->shard * sizeof(float));
+            trainCheck(*st[i], "out of %s memory for the shards of %s (%zu floats each)", K->name,
+                       U->name, U->shard);
+            K->memset0(*st[i], U->shard * sizeof(float));
+        }
         U->ag_cfg = f->plan.e[u][PLAN_AG].cfg;
         U->rs_cfg = f->plan.e[u][PLAN_RS].cfg;
 
@@ -169,17 +176,25 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg) {
         fsdp_load_full(f, u, 0, init);
     }
     free(init);
+    /* a device's staging for a shard on its way to or from a collective */
+    if (!K->host_memory) {
+        f->dstage = K->alloc(max_shard * sizeof(float));
+        trainCheck(f->dstage, "out of %s memory for a shard's staging", K->name);
+    }
 }
 
 void fsdp_free(Fsdp* f) {
     if (!f->units) return;
     for (int u = 0; u < f->n_units; u++) {
         FsdpUnit* U = &f->units[u];
-        free(U->param);
-        free(U->grad);
-        free(U->m);
-        free(U->v);
+        f->K->free(U->param);
+        f->K->free(U->grad);
+        f->K->free(U->m);
+        f->K->free(U->v);
     }
+    fsdp_host_release(f);
+    free(f->host_state);
+    if (f->dstage) f->K->free(f->dstage);
     free(f->units);
     plan_free(&f->plan);
     free(f->dump_param);
@@ -202,27 +217,35 @@ zipcclComm_t fsdp_comm(const Fsdp* f, int u, int kind) {
     return kind == PLAN_AG ? ag_comm(f, U) : rs_comm(f, U);
 }
 
-void fsdp_gather_start(Fsdp* f, int u, uint16_t* send16, void* recv, zipcclRequest_t* req) {
+/* The shard goes out from host memory: on a host backend the shard itself
+ * (fp32) or its bf16 cast in `send`; on a device, cast there (bf16) and
+ * downloaded into `send`. */
+void fsdp_gather_start(Fsdp* f, int u, void* send, void* recv, zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
-    if (f->param_dtype == zipcclBfloat16) {
-        trainCheck(send16, "fsdp: a bf16 gather of %s without its send buffer", U->name);
-        for (size_t i = 0; i < U->shard; i++) send16[i] = zipcclFloatToBf16(U->param[i]);
-        zipcclCheck(zipcclAllGatherAsync(send16, recv, U->shard, zipcclBfloat16,
-                                         ag_comm(f, U), &U->ag_cfg, NULL, req));
-    } else {
-        zipcclCheck(zipcclAllGatherAsync(U->param, recv, U->shard, zipcclFloat32, ag_comm(f, U),
-                                         &U->ag_cfg, NULL, req));
+    const ZrtKernels* K = f->K;
+    const int p16 = f->param_dtype == zipcclBfloat16;
+    const void* out = U->param;
+    if (p16 || !K->host_memory) {
+        trainCheck(send, "fsdp: the gather of %s without its send buffer", U->name);
+        if (K->host_memory) {
+            K->round_to_bf16(send, U->param, U->shard);
+        } else if (p16) {
+            K->round_to_bf16(f->dstage, U->param, U->shard);
+            K->download(send, f->dstage, U->shard * sizeof(uint16_t));
+        } else {
+            K->download(send, U->param, U->shard * sizeof(float));
+        }
+        out = send;
     }
+    zipcclCheck(zipcclAllGatherAsync(out, recv, U->shard, f->param_dtype, ag_comm(f, U),
+                                     &U->ag_cfg, NULL, req));
     f->gathers++;
 }
 
 void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full) {
     FsdpUnit* U = &f->units[u];
     fsdp_dump_param(f, u, recv);
-    if (f->param_dtype == zipcclBfloat16) {
-        const uint16_t* r = recv;
-        for (size_t i = 0; i < U->padded; i++) full[i] = zipcclBf16ToFloat(r[i]);
-    }
+    if (f->param_dtype == zipcclBfloat16) zrt_kernels_cpu()->bf16_to_float(full, recv, U->padded);
 }
 
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, uint16_t* g16, void* recv,
@@ -230,7 +253,7 @@ void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, uint16_t* g16, void* 
     FsdpUnit* U = &f->units[u];
     const void* send = gfull;
     if (f->reduce_dtype == zipcclBfloat16) {
-        for (size_t i = 0; i < U->padded; i++) g16[i] = zipcclFloatToBf16(gfull[i]);
+        zrt_kernels_cpu()->round_to_bf16(g16, gfull, U->padded);
         send = g16;
     }
     fsdp_dump_grad(f, u, send);
@@ -239,16 +262,19 @@ void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, uint16_t* g16, void* 
 }
 
 /* Called for a unit's reduce-scatters in issue order, so the fp32 sums into
- * the shard never depend on which collective happened to finish first. */
+ * the shard never depend on which collective happened to finish first. The
+ * received part (host memory) goes up to a device's staging first. */
 void fsdp_reduce_finish(Fsdp* f, int u, const void* recv) {
     FsdpUnit* U = &f->units[u];
-    if (f->reduce_dtype == zipcclBfloat16) {
-        const uint16_t* r = recv;
-        for (size_t j = 0; j < U->shard; j++) U->grad[j] += zipcclBf16ToFloat(r[j]);
-    } else {
-        const float* r = recv;
-        for (size_t j = 0; j < U->shard; j++) U->grad[j] += r[j];
+    const ZrtKernels* K = f->K;
+    const int r16 = f->reduce_dtype == zipcclBfloat16;
+    const void* part = recv;
+    if (!K->host_memory) {
+        K->upload(f->dstage, recv, U->shard * (r16 ? sizeof(uint16_t) : sizeof(float)));
+        part = f->dstage;
     }
+    if (r16) K->add_bf16(U->grad, part, U->shard);
+    else K->add(U->grad, U->grad, part, U->shard);
 }
 
 void fsdp_dump_param(Fsdp* f, int u, const void* buf) {
@@ -267,15 +293,12 @@ void fsdp_dump_grad(Fsdp* f, int u, const void* buf) {
 
 void fsdp_zero_grads(Fsdp* f) {
     for (int u = 0; u < f->n_units; u++)
-        memset(f->units[u].grad, 0, f->units[u].shard * sizeof(float));
+        f->K->memset0(f->units[u].grad, f->units[u].shard * sizeof(float));
 }
 
 void fsdp_scale_grads(Fsdp* f, float s) {
     if (s == 1.0f) return;
-    for (int u = 0; u < f->n_units; u++) {
-        FsdpUnit* U = &f->units[u];
-        for (size_t i = 0; i < U->shard; i++) U->grad[i] *= s;
-    }
+    for (int u = 0; u < f->n_units; u++) f->K->scale(f->units[u].grad, f->units[u].shard, s);
 }
 
 /* One double per rank, added in rank order on every rank. The double
@@ -308,7 +331,7 @@ double fsdp_grad_norm(Fsdp* f) {
     double ss = 0;
     for (int u = 0; u < f->n_units; u++) {
         const FsdpUnit* U = &f->units[u];
-        ss += optim_sumsq(U->grad, U->shard);
+        ss += f->K->sumsq(U->grad, U->shard);
     }
     return sqrt(sum_over_ranks(f, ss));
 }
@@ -322,24 +345,35 @@ size_t fsdp_full_floats(const Fsdp* f, int u) {
     return U->full_numel > U->padded ? U->full_numel : U->padded;
 }
 
+/* A device's host copy of one shard array, freed after a one-off use. */
+static void host_copy_free(Fsdp* f, int u, int which) {
+    float** h = &f->host_state[(size_t)u * 3 + which];
+    if (*h) f->K->host_free(*h);
+    *h = NULL;
+}
+
 void fsdp_gather_full(Fsdp* f, int u, int which, float* out) {
     FsdpUnit* U = &f->units[u];
+    const int had_copy = f->host_state[(size_t)u * 3 + which] != NULL;
+    const float* mine = fsdp_shard_host(f, u, which, 1);
     if (!U->group) {
-        zipcclCheck(zipcclAllGather(state_of(U, which), out, U->shard, zipcclFloat32, f->comm_ag,
-                                    &U->ag_cfg, NULL));
+        zipcclCheck(zipcclAllGather(mine, out, U->shard, zipcclFloat32, f->comm_ag, &U->ag_cfg,
+                                    NULL));
+        if (!had_copy) host_copy_free(f, u, which);
         return;
     }
     /* The group's slice (its experts), then the EP group's slices side by
      * side: EP rank i holds experts [i*E/EP, (i+1)*E/EP), so rank order is
      * expert order. Checkpoints only: plain MPI on the EP communicator. */
-    float* mine = zrt_malloc(U->padded * sizeof(float), "expert gather");
-    zipcclCheck(zipcclAllGather(state_of(U, which), mine, U->shard, zipcclFloat32, f->comm_ag_x,
-                                &U->ag_cfg, NULL));
+    float* slice = zrt_malloc(U->padded * sizeof(float), "expert gather");
+    zipcclCheck(zipcclAllGather(mine, slice, U->shard, zipcclFloat32, f->comm_ag_x, &U->ag_cfg,
+                                NULL));
     trainCheck(U->numel <= (size_t)INT32_MAX, "expert unit %s too large to gather", U->name);
-    trainCheck(MPI_Allgather(mine, (int)U->numel, MPI_FLOAT, out, (int)U->numel, MPI_FLOAT,
+    trainCheck(MPI_Allgather(slice, (int)U->numel, MPI_FLOAT, out, (int)U->numel, MPI_FLOAT,
                              *(MPI_Comm*)f->expert.mpi_ep) == MPI_SUCCESS,
                "gathering the experts of %s failed", U->name);
-    free(mine);
+    free(slice);
+    if (!had_copy) host_copy_free(f, u, which);
 }
 
 void fsdp_shard_range(const Fsdp* f, int u, size_t* lo, size_t* hi) {
@@ -351,14 +385,42 @@ void fsdp_shard_range(const Fsdp* f, int u, size_t* lo, size_t* hi) {
     *hi = U->full_off + b;
 }
 
-float* fsdp_shard_state(Fsdp* f, int u, int which) { return state_of(&f->units[u], which); }
+float* fsdp_shard_host(Fsdp* f, int u, int which, int download) {
+    FsdpUnit* U = &f->units[u];
+    float* st = state_of(U, which);
+    if (f->K->host_memory) return st;
+    float** h = &f->host_state[(size_t)u * 3 + which];
+    if (!*h) {
+        *h = f->K->host_alloc(U->shard * sizeof(float));
+        trainCheck(*h, "out of host memory for a copy of the shard of %s (%zu floats)", U->name,
+                   U->shard);
+    }
+    if (download) f->K->download(*h, st, U->shard * sizeof(float));
+    return *h;
+}
+
+void fsdp_shard_commit(Fsdp* f, int u, int which) {
+    if (f->K->host_memory) return;
+    FsdpUnit* U = &f->units[u];
+    const float* h = f->host_state[(size_t)u * 3 + which];
+    trainCheck(h, "fsdp: %s committed without its host copy", U->name);
+    f->K->upload(state_of(U, which), h, U->shard * sizeof(float));
+}
+
+void fsdp_host_release(Fsdp* f) {
+    if (!f->host_state) return;
+    for (int u = 0; u < f->n_units; u++)
+        for (int which = 0; which < 3; which++) host_copy_free(f, u, which);
+}
 
 void fsdp_load_full(Fsdp* f, int u, int which, const float* full) {
     FsdpUnit* U = &f->units[u];
-    float* dst = state_of(U, which);
+    float* dst = fsdp_shard_host(f, u, which, 0);
     size_t lo = (size_t)group_rank(f, U) * U->shard;
     for (size_t i = 0; i < U->shard; i++)
         dst[i] = lo + i < U->numel ? full[U->full_off + lo + i] : 0.0f;
+    fsdp_shard_commit(f, u, which);
+    if (!f->K->host_memory) host_copy_free(f, u, which);
 }
 
 uint64_t fsdp_param_hash(Fsdp* f) {

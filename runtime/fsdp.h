@@ -16,7 +16,12 @@
  * experts) on communicators of their own; at EP = 1 an expert unit is a
  * unit like the others.
  *
- * Left out: hybrid sharding, CPU offload and device (CUDA) buffers.
+ * The shards live in the memory of the run's kernel table (host, guarded or
+ * CUDA), where the optimizer updates them (optim.h); the collectives move
+ * host buffers, so on a device a shard is cast and downloaded on its way
+ * out and the reduced part uploaded on its way in.
+ *
+ * Left out: hybrid sharding, CPU offload, collectives on device buffers.
  */
 #ifndef RUNTIME_FSDP_H
 #define RUNTIME_FSDP_H
@@ -25,6 +30,7 @@
 
 #include "config.h"
 #include "expert.h"
+#include "kernels.h"
 #include "llama.h"
 #include "plan.h"
 #include "zipccl.h"
@@ -40,6 +46,7 @@ typedef struct {
     size_t full_off;      /* where this rank's part starts in the whole unit */
     size_t padded;        /* numel rounded up to a multiple of the group     */
     size_t shard;         /* padded / group size: elements this rank owns    */
+    /* the shards, in the kernel table's memory (Fsdp.K: host or device) */
     float* param;         /* (shard) fp32 master weights                     */
     float* grad;          /* (shard) fp32 gradient, summed over micro-batches */
     float* m;             /* (shard) AdamW first moment                      */
@@ -49,8 +56,11 @@ typedef struct {
 
 typedef struct {
     const TrainConfig* cfg;
+    const ZrtKernels* K;   /* the memory the shards live in, the optimizer's table */
     int rank, nranks, n_units;
     FsdpUnit* units;
+    void* dstage;          /* a device's staging of one shard (NULL on a host table) */
+    float** host_state;    /* a device's host copies (unit, which), fsdp_shard_host */
     zipcclComm_t comm_ag;  /* parameter all-gathers                          */
     zipcclComm_t comm_rs;  /* gradient reduce-scatters                       */
     zipcclComm_t comm_misc;/* small all-gathers: losses, norms               */
@@ -73,11 +83,11 @@ typedef struct {
     void** dump_grad;      /* per unit: full gradient as sent (reduce dtype) */
 } Fsdp;
 
-/* Shard every unit of cfg->model, initialised with llama_unit_init(seed) on
- * every rank (each keeps only its shard); with model.init_from the shards
- * stay zero for hf_load (runtime/hf.h) or a checkpoint to fill. Collective
- * over MPI_COMM_WORLD. */
-void fsdp_init(Fsdp* f, const TrainConfig* cfg);
+/* Shard every unit of cfg->model into memory of K, initialised with
+ * llama_unit_init(seed) on every rank (each keeps only its shard); with
+ * model.init_from the shards stay zero for hf_load (runtime/hf.h) or a
+ * checkpoint to fill. Collective over MPI_COMM_WORLD. */
+void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K);
 void fsdp_free(Fsdp* f);
 
 /* The unit names the plan and the logs use: "outer", "layers.N",
@@ -86,14 +96,17 @@ void fsdp_unit_name(const LlamaConfig* m, int u, char* out, size_t n);
 /* Which kinds of collectives unit u has (plan.h), with EP ep. */
 void fsdp_unit_kinds(const LlamaConfig* m, int ep, int u, int has[PLAN_NKINDS]);
 
-/* The mechanism the scheduler drives. Gather: recv holds `padded` elements
- * of param_dtype (for fp32, the gathered unit itself); finish widens a bf16
- * recv into full (fp32: nothing to do, full == recv). Reduce: gfull is the
- * full fp32 gradient (padded), g16 a padded bf16 buffer (reduce_dtype bf16,
- * else unused), recv `shard` elements of reduce_dtype; finish adds recv into
- * the gradient shard. Calls of one communicator are issued in the same
- * order on every rank: the scheduler's plan sees to that. */
-void fsdp_gather_start(Fsdp* f, int u, uint16_t* send16, void* recv, zipcclRequest_t* req);
+/* The mechanism the scheduler drives; every buffer it passes is host
+ * memory (the collectives' side), the shards are K's. Gather: send holds
+ * `shard` elements of param_dtype (needed for bf16 or a device table; may
+ * be NULL for fp32 on a host table, which sends the shard itself), recv
+ * `padded` (for fp32, the gathered unit itself); finish widens a bf16 recv
+ * into full (fp32: nothing to do, full == recv). Reduce: gfull is the full
+ * fp32 gradient (padded), g16 a padded bf16 buffer (reduce_dtype bf16, else
+ * unused), recv `shard` elements of reduce_dtype; finish adds recv into the
+ * gradient shard (through a device's staging). Calls of one communicator are
+ * issued in the same order on every rank: the scheduler's plan sees to that. */
+void fsdp_gather_start(Fsdp* f, int u, void* send, void* recv, zipcclRequest_t* req);
 void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full);
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, uint16_t* g16, void* recv,
                        zipcclRequest_t* req);
@@ -125,10 +138,14 @@ void fsdp_load_full(Fsdp* f, int unit, int which, const float* full);
 /* This rank's shard of unit u as a range of the whole unit: [*lo, *hi),
  * clipped to the real elements (the padding has no place in the model). */
 void fsdp_shard_range(const Fsdp* f, int unit, size_t* lo, size_t* hi);
-/* This rank's shard array of `which` (0 param, 1 m, 2 v) of unit u: its
- * first hi - lo floats are the range above (checkpoints write and read
- * them in place). */
-float* fsdp_shard_state(Fsdp* f, int unit, int which);
+/* This rank's shard array of `which` (0 param, 1 m, 2 v) of unit u in host
+ * memory: its first hi - lo floats are the range above (checkpoints write
+ * and read them in place). On a host table the shard itself; on a device a
+ * host copy, downloaded when `download`, kept until fsdp_host_release; a
+ * caller that wrote into it calls fsdp_shard_commit to upload it. */
+float* fsdp_shard_host(Fsdp* f, int unit, int which, int download);
+void fsdp_shard_commit(Fsdp* f, int unit, int which);
+void fsdp_host_release(Fsdp* f);
 
 /* FNV-1a 64 over the full fp32 params of all units in order (collective). */
 uint64_t fsdp_param_hash(Fsdp* f);

@@ -61,11 +61,15 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     mp->data = data_bytes;
     mp->base = base;
     const double shard_total = mp->params + mp->grads + mp->optim;
-    mp->host = mp->base + mp->data + shard_total + mp->inflight + mp->comm;
-    if (K->host_memory)
-        mp->host += mp->acts;
-    else
-        mp->device = mp->acts + mp->inflight;
+    mp->host = mp->base + mp->data + mp->inflight + mp->comm;
+    if (K->host_memory) {
+        mp->host += shard_total + mp->acts;
+    } else {
+        /* the shards on the device, and a host copy of params, m and v
+         * while a checkpoint is written (fsdp_shard_host) */
+        mp->device = shard_total + mp->acts + mp->inflight;
+        mp->host += mp->params + mp->optim;
+    }
     return 0;
 }
 

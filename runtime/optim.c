@@ -1,12 +1,11 @@
 /*
- * optim.c — AdamW, the warmup + cosine schedule and clipping helpers of
- * optim.h. Element-wise loops (OpenMP), and one fixed-order reduction.
+ * optim.c — AdamW's step constants, the warmup + cosine schedule and the
+ * clip factor of optim.h; the element-wise loops are the kernel table's.
  */
 #include "optim.h"
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 int adamw_config_check(const AdamWConfig* c, char* err, size_t errlen) {
 #define BAD(...)                                              \
@@ -40,61 +39,30 @@ float adamw_lr(const AdamWConfig* c, int step) {
     return (float)(c->min_lr + (c->lr - c->min_lr) * cosine);
 }
 
-void adamw_update(const AdamWConfig* c, float* params, const float* grads, float* m, float* v,
-                  size_t n, int t, float lr, float weight_decay) {
-    const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+ZrtAdamWStep adamw_step(const AdamWConfig* c, int t, float lr, float weight_decay) {
     // bias corrections in double, rounded once: every element (and every
     // rank's shard) uses the same two constants
-    const float bc1 = (float)(1.0 - pow((double)b1, (double)t));
-    const float bc2 = (float)(1.0 - pow((double)b2, (double)t));
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        const float g = grads[i];
-        const float mi = b1 * m[i] + (1.0f - b1) * g;
-        const float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        const float mhat = mi / bc1, vhat = vi / bc2;
-        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
-    }
+    return (ZrtAdamWStep){
+        .beta1 = c->beta1,
+        .beta2 = c->beta2,
+        .one_minus_beta1 = 1.0f - c->beta1,
+        .one_minus_beta2 = 1.0f - c->beta2,
+        .bc1 = (float)(1.0 - pow((double)c->beta1, (double)t)),
+        .bc2 = (float)(1.0 - pow((double)c->beta2, (double)t)),
+        .eps = c->eps,
+        .lr = lr,
+        .weight_decay = weight_decay,
+    };
 }
 
-double optim_sumsq(const float* x, size_t n) {
-    enum { BLOCK = 4096 };
-    const size_t nblocks = (n + BLOCK - 1) / BLOCK;
-    if (nblocks == 0) return 0.0;
-    double small[64];
-    double* part = nblocks <= 64 ? small : malloc(nblocks * sizeof(double));
-    if (!part) { // out of memory: fall back to one sequential pass, same order per block
-        double total = 0.0;
-        for (size_t b = 0; b < nblocks; b++) {
-            double s = 0.0;
-            for (size_t i = b * BLOCK; i < n && i < (b + 1) * BLOCK; i++) s += (double)x[i] * x[i];
-            total += s;
-        }
-        return total;
-    }
-#pragma omp parallel for schedule(static)
-    for (size_t b = 0; b < nblocks; b++) {
-        double s = 0.0;
-        const size_t end = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
-        for (size_t i = b * BLOCK; i < end; i++) s += (double)x[i] * x[i];
-        part[b] = s;
-    }
-    double total = 0.0;
-    for (size_t b = 0; b < nblocks; b++) total += part[b];
-    if (part != small) free(part);
-    return total;
+void adamw_update(const ZrtKernels* K, const AdamWConfig* c, float* params, const float* grads,
+                  float* m, float* v, size_t n, int t, float lr, float weight_decay) {
+    const ZrtAdamWStep s = adamw_step(c, t, lr, weight_decay);
+    K->adamw(params, grads, m, v, n, &s);
 }
 
 float optim_clip_factor(double global_norm, float max_norm) {
     if (!(max_norm > 0.0f) || !isfinite(global_norm)) return 1.0f;
     const double f = (double)max_norm / (global_norm + 1e-6);
     return f < 1.0 ? (float)f : 1.0f;
-}
-
-void optim_scale(float* x, size_t n, float factor) {
-    if (factor == 1.0f) return;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= factor;
 }

@@ -1,6 +1,8 @@
 /*
  * optim.h — AdamW with decoupled weight decay on a flat fp32 shard, the
- * learning-rate schedule, and gradient-norm clipping helpers.
+ * learning-rate schedule, and gradient-norm clipping helpers. The
+ * element-wise work runs in the kernel table (adamw, sumsq, scale), on the
+ * memory the shards live in.
  *
  * The optimizer knows nothing of tensors or ranks: FSDP hands it the slice of
  * parameters, gradients and moments a rank owns, as flat arrays. Everything
@@ -8,9 +10,10 @@
  * the thread count, and N ranks each updating their shard equal one rank
  * updating the whole (bit for bit), given the same clip factor.
  *
- * Clipping by global norm across ranks: each rank calls optim_sumsq() on its
- * shard, the runtime all-reduces the partial sums (in a fixed rank order),
- * then optim_clip_factor(sqrt(total), max_norm) and optim_scale() on the shard.
+ * Clipping by global norm across ranks: each rank sums its shard's squares
+ * (the table's sumsq), the runtime all-reduces the partial sums (in a fixed
+ * rank order), then optim_clip_factor(sqrt(total), max_norm) and the
+ * table's scale on the shard.
  *
  * Leaves out: parameter groups (call adamw_update once per range with its
  * own weight_decay), fused/low-precision moments, amsgrad.
@@ -18,6 +21,8 @@
 #ifndef RUNTIME_OPTIM_H
 #define RUNTIME_OPTIM_H
 #include <stddef.h>
+
+#include "kernels.h"
 
 typedef struct {
     float lr;           /* peak learning rate */
@@ -39,21 +44,19 @@ int adamw_config_check(const AdamWConfig* cfg, char* err, size_t errlen);
  *   s >= total:            min_lr */
 float adamw_lr(const AdamWConfig* cfg, int step);
 
-/* One AdamW step on n elements. t is the 1-based step count (bias
- * correction), lr from adamw_lr(); m and v start at zero.
+/* The constants of AdamW step t (1-based, for the bias corrections) with
+ * learning rate lr (adamw_lr) and weight decay wd, as the backend's adamw
+ * entry takes them (kernels.h):
  *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
- *   p = p - lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * p ) */
-void adamw_update(const AdamWConfig* cfg, float* params, const float* grads, float* m, float* v,
-                  size_t n, int t, float lr, float weight_decay);
+ *   p = p - lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * p )
+ * m and v start at zero. */
+ZrtAdamWStep adamw_step(const AdamWConfig* cfg, int t, float lr, float weight_decay);
 
-/* Sum of squares of x in double, in fixed 4096-element blocks summed in
- * order: the same value for any thread count. */
-double optim_sumsq(const float* x, size_t n);
+/* One AdamW step on n elements of backend K's memory (its adamw entry). */
+void adamw_update(const ZrtKernels* K, const AdamWConfig* cfg, float* params, const float* grads,
+                  float* m, float* v, size_t n, int t, float lr, float weight_decay);
 
 /* min(1, max_norm / (global_norm + 1e-6)); 1 when max_norm <= 0 (clipping
  * off) or the norm is not finite (the caller should skip the step). */
 float optim_clip_factor(double global_norm, float max_norm);
-
-/* x *= factor (no-op for factor == 1). */
-void optim_scale(float* x, size_t n, float factor);
 #endif

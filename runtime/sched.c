@@ -532,7 +532,7 @@ typedef struct {
     int gather;
     float* full;
     void* recv;
-    uint16_t* send16; /* bf16 gathers: the shard cast for sending */
+    void* send; /* the shard as sent: its bf16 cast, or a device's download */
     zipcclRequest_t req;
     int rec;
     float* gbuf;
@@ -752,10 +752,11 @@ static void issue_gather(Sched* s) {
     U->full = pool_get(&s->pool, F->padded * sizeof(float), 0);
     U->recv = p16 ? pool_get(&s->pool, F->padded * sizeof(uint16_t), 0) : U->full;
     pool_busy(&s->pool, U->recv, 1);
-    U->send16 = p16 ? pool_get(&s->pool, F->shard * sizeof(uint16_t), 0) : NULL;
-    if (p16) pool_busy(&s->pool, U->send16, 1);
+    const int staged = p16 || s->dpool.K;
+    U->send = staged ? pool_get(&s->pool, F->shard * (p16 ? 2 : 4), 0) : NULL;
+    if (staged) pool_busy(&s->pool, U->send, 1);
     U->rec = new_rec(s, g->unit, PLAN_AG, (double)F->padded * (p16 ? 2 : 4));
-    fsdp_gather_start(f, g->unit, U->send16, U->recv, &U->req);
+    fsdp_gather_start(f, g->unit, U->send, U->recv, &U->req);
     U->state = 1;
     U->gather = s->ag_issued++;
     s->live += s->gb[g->unit] + s->gt[g->unit];
@@ -818,10 +819,10 @@ static const float* hook_acquire(void* ctx, int u, int phase) {
                    s->f->units[u].name, e->gather);
         wait_req(s, &U->req, u, PLAN_AG, SCHED_X_AG);
         pool_busy(&s->pool, U->recv, 0);
-        if (U->send16) {
-            pool_busy(&s->pool, U->send16, 0);
-            pool_put(&s->pool, U->send16, "the bf16 send shard", s->f->units[u].name);
-            U->send16 = NULL;
+        if (U->send) {
+            pool_busy(&s->pool, U->send, 0);
+            pool_put(&s->pool, U->send, "the send shard", s->f->units[u].name);
+            U->send = NULL;
         }
         fsdp_gather_finish(s->f, u, U->recv, U->full);
         s->live -= s->gt[u]; /* the receive buffer and send shard go back */

@@ -370,7 +370,7 @@ static void optimizer_step(Fsdp* f, const AdamWConfig* oc, int t, float lr) {
             if (b <= lo || a >= hi) continue;
             size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
             float wd = cols[k] == 1 ? 0.0f : oc->weight_decay;
-            adamw_update(oc, U->param + (s - lo), U->grad + (s - lo), U->m + (s - lo),
+            adamw_update(f->K, oc, U->param + (s - lo), U->grad + (s - lo), U->m + (s - lo),
                          U->v + (s - lo), e - s, t, lr, wd);
         }
     }
@@ -684,7 +684,7 @@ int main(int argc, char** argv) {
 
     /* ---- model + FSDP ---- */
     Fsdp fsdp;
-    fsdp_init(&fsdp, &cfg);
+    fsdp_init(&fsdp, &cfg, K);
     double peak = fsdp_mean_over_ranks(&fsdp, peak_rank) * g_nranks;
     const LlamaMemOpts mopts = train_mem_opts(&cfg);
     LlamaActs* acts = llama_acts_alloc_opts(mc, B, T, K, &mopts);
@@ -880,7 +880,7 @@ int main(int argc, char** argv) {
         const float clip = optim_clip_factor(norm, (float)cfg.optim.grad_clip);
         if (clip != 1.0f)
             for (int u = 0; u < fsdp.n_units; u++)
-                optim_scale(fsdp.units[u].grad, fsdp.units[u].shard, clip);
+                K->scale(fsdp.units[u].grad, fsdp.units[u].shard, clip);
         const float lr = adamw_lr(&oc, step);
         optimizer_step(&fsdp, &oc, step_no, lr);
         sched_trace_span(sched, "loss, norm, clip, AdamW", t_opt, zrt_now());

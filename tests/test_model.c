@@ -713,12 +713,12 @@ static void check_hooks_and_loss(void) {
         last = l;
         double ss = 0.0;
         for (int u = 0; u < llama_num_units(&cfg); u++)
-            ss += optim_sumsq(m.grads[u], llama_unit_numel(&cfg, u));
+            ss += zrt_kernels_cpu()->sumsq(m.grads[u], llama_unit_numel(&cfg, u));
         float clip = optim_clip_factor(sqrt(ss), 1.0f);
         for (int u = 0; u < llama_num_units(&cfg); u++) {
             size_t n = llama_unit_numel(&cfg, u);
-            optim_scale(m.grads[u], n, clip);
-            adamw_update(&oc, m.params[u], m.grads[u], mo[u], vo[u], n, s + 1, adamw_lr(&oc, s),
+            zrt_kernels_cpu()->scale(m.grads[u], n, clip);
+            adamw_update(zrt_kernels_cpu(), &oc, m.params[u], m.grads[u], mo[u], vo[u], n, s + 1, adamw_lr(&oc, s),
                          oc.weight_decay);
         }
     }
@@ -1046,7 +1046,7 @@ static void check_optim(void) {
     for (int t = 1; t <= 3; t++) {
         for (int i = 0; i < n; i++) g[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.1f;
         float lr = adamw_lr(&c, t - 1);
-        adamw_update(&c, p, g, m, v, n, t, lr, c.weight_decay);
+        adamw_update(zrt_kernels_cpu(), &c, p, g, m, v, n, t, lr, c.weight_decay);
         for (int i = 0; i < n; i++) {
             md[i] = 0.9 * md[i] + 0.1 * g[i];
             vd[i] = 0.95 * vd[i] + 0.05 * (double)g[i] * g[i];
@@ -1066,14 +1066,14 @@ static void check_optim(void) {
         x[i] = (float)sin(i * 0.37);
         want += (double)x[i] * x[i];
     }
-    double got = optim_sumsq(x, 100003);
+    double got = zrt_kernels_cpu()->sumsq(x, 100003);
     CHECK(fabs(got - want) < 1e-9 * want, "optim/sumsq", "%.12g vs %.12g", got, want);
     float f = optim_clip_factor(4.0, 1.0f);
     CHECK(fabsf(f - 0.25f) < 1e-6f && optim_clip_factor(0.5, 1.0f) == 1.0f &&
               optim_clip_factor(NAN, 1.0f) == 1.0f && optim_clip_factor(9.0, 0.0f) == 1.0f,
           "optim/clip_factor", "factor(4, 1) = %g", (double)f);
-    optim_scale(x, 100003, 0.5f);
-    CHECK(fabs(optim_sumsq(x, 100003) - want / 4) < 1e-9 * want, "optim/scale", "scaled sumsq");
+    zrt_kernels_cpu()->scale(x, 100003, 0.5f);
+    CHECK(fabs(zrt_kernels_cpu()->sumsq(x, 100003) - want / 4) < 1e-9 * want, "optim/scale", "scaled sumsq");
     free(x);
 }
 
@@ -1202,6 +1202,68 @@ static void check_memory_entries(const ZrtKernels* G, const char* name) {
           "bytes %s, mem_info %d (%zu of %zu)", ok ? "same" : "DIFFER", mi, fr, tot);
     G->free(x);
     G->free(y);
+}
+
+/* The optimizer's entries and the bf16 accumulate on table G against the
+ * CPU table, bit for bit (kernels.h: no fused multiply-add, fixed-order
+ * sums), through G's own memory entries: AdamW over several steps with
+ * weight decay on and off, the sum of squares across a partial last
+ * block, scale, add_bf16. */
+static void check_optimizer_entries(const ZrtKernels* G, const char* name) {
+    const ZrtKernels* K = zrt_kernels_cpu();
+    enum { n = 3 * ZRT_SUMSQ_BLOCK + 1234 };
+    static float p[n], g[n], m[n], v[n], got[n];
+    static uint16_t h16[n];
+    srand(5);
+    for (int i = 0; i < n; i++) {
+        p[i] = (float)rand() / RAND_MAX - 0.5f;
+        m[i] = v[i] = 0.0f;
+    }
+    float *dp = G->alloc(sizeof p), *dg = G->alloc(sizeof g), *dm = G->alloc(sizeof m),
+          *dv = G->alloc(sizeof v);
+    uint16_t* d16 = G->alloc(sizeof h16);
+    char what[96];
+    snprintf(what, sizeof what, "%s/optimizer_alloc", name);
+    if (!CHECK(dp && dg && dm && dv && d16, what, "alloc failed")) return;
+    G->upload(dp, p, sizeof p);
+    G->memset0(dm, sizeof m);
+    G->memset0(dv, sizeof v);
+    AdamWConfig c = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup_steps = 1, .total_steps = 10,
+                     .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    int same = 1;
+    double ss_cpu = 0, ss_dev = 0;
+    for (int t = 1; t <= 4; t++) {
+        for (int i = 0; i < n; i++) g[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.01f * (float)t;
+        G->upload(dg, g, sizeof g);
+        ss_cpu = K->sumsq(g, n);
+        ss_dev = G->sumsq(dg, n);
+        same &= ss_cpu == ss_dev;
+        K->scale(g, n, 0.75f);
+        G->scale(dg, n, 0.75f);
+        const float wd = t % 2 ? c.weight_decay : 0.0f, lr = adamw_lr(&c, t - 1);
+        adamw_update(K, &c, p, g, m, v, n, t, lr, wd);
+        adamw_update(G, &c, dp, dg, dm, dv, n, t, lr, wd);
+    }
+    G->download(got, dp, sizeof got);
+    same &= !memcmp(got, p, sizeof p);
+    G->download(got, dm, sizeof got);
+    same &= !memcmp(got, m, sizeof m);
+    G->download(got, dv, sizeof got);
+    same &= !memcmp(got, v, sizeof v);
+    snprintf(what, sizeof what, "%s/adamw_sumsq_scale", name);
+    CHECK(same, what, "differ from the CPU table (sumsq %.17g vs %.17g)", ss_dev, ss_cpu);
+    K->round_to_bf16(h16, g, n);
+    G->upload(d16, h16, sizeof h16);
+    K->add_bf16(p, h16, n);
+    G->add_bf16(dp, d16, n);
+    G->download(got, dp, sizeof got);
+    snprintf(what, sizeof what, "%s/add_bf16", name);
+    CHECK(!memcmp(got, p, sizeof p), what, "differs from the CPU table");
+    G->free(dp);
+    G->free(dg);
+    G->free(dm);
+    G->free(dv);
+    G->free(d16);
 }
 
 /* ---------------------------------------------- a whole step on a backend */
@@ -1631,12 +1693,12 @@ static int dump(const char* dir, int train, int argc, char** argv) {
             model_zero_grads(&m);
             losses[s] = llama_step(&c, acts, tok, tgt, B, T, &h, 1, NULL);
             double ss = 0.0;
-            for (int u = 0; u < llama_num_units(&c); u++) ss += optim_sumsq(m.grads[u], llama_unit_numel(&c, u));
+            for (int u = 0; u < llama_num_units(&c); u++) ss += zrt_kernels_cpu()->sumsq(m.grads[u], llama_unit_numel(&c, u));
             float clip = optim_clip_factor(sqrt(ss), DUMP_CLIP);
             for (int u = 0; u < llama_num_units(&c); u++) {
                 size_t n = llama_unit_numel(&c, u);
-                optim_scale(m.grads[u], n, clip);
-                adamw_update(oc, m.params[u], m.grads[u], mo[u], vo[u], n, s + 1, adamw_lr(oc, s),
+                zrt_kernels_cpu()->scale(m.grads[u], n, clip);
+                adamw_update(zrt_kernels_cpu(), oc, m.params[u], m.grads[u], mo[u], vo[u], n, s + 1, adamw_lr(oc, s),
                              oc->weight_decay);
             }
         }
@@ -1825,6 +1887,7 @@ int main(int argc, char** argv) {
         }
         check_cuda_kernels();
         check_memory_entries(zrt_kernels_cuda(), "cuda");
+        check_optimizer_entries(zrt_kernels_cuda(), "cuda");
         check_step_on(zrt_kernels_cuda(), zrt_kernels_cpu(), "cuda", 1e-5);
         check_matmul_bf16(zrt_kernels_cuda_bf16(), "cuda", 1e-5);
         // a whole step in bf16: a value that lands a hair apart on the two
@@ -1864,6 +1927,7 @@ int main(int argc, char** argv) {
     check_guarded_device();
     check_memory_entries(zrt_kernels_cpu(), "cpu");
     check_memory_entries(zrt_kernels_cpu_guarded(), "guarded");
+    check_optimizer_entries(zrt_kernels_cpu_guarded(), "guarded");
     check_step_on(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
     check_matmul_bf16(zrt_kernels_cpu_bf16(), "cpu", 0.0); /* the twin itself: it rounds */
     check_cuda_kernels();

@@ -67,7 +67,7 @@ static float one_step(int overlap, int deviate) {
         return NAN;
     }
     Fsdp f;
-    fsdp_init(&f, &cfg);
+    fsdp_init(&f, &cfg, zrt_kernels_cpu());
     Sched* s = sched_create(&f, &cfg, 0);
     LlamaParamHooks h = sched_hooks(s);
     g_real = h;
