@@ -242,19 +242,58 @@ void fsdp_gather_start(Fsdp* f, int u, void* send, void* recv, zipcclRequest_t* 
     f->gathers++;
 }
 
-void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full) {
-    FsdpUnit* U = &f->units[u];
-    fsdp_dump_param(f, u, recv);
-    if (f->param_dtype == zipcclBfloat16) zrt_kernels_cpu()->bf16_to_float(full, recv, U->padded);
+/* A device's staging holds max_shard floats: bf16 rows go through it in
+ * pieces of twice that many elements (each copy returns only when done, so
+ * the next piece may overwrite it). */
+static size_t stage_bf16(const Fsdp* f) {
+    size_t m = 0;
+    for (int u = 0; u < f->n_units; u++)
+        if (f->units[u].shard > m) m = f->units[u].shard;
+    return 2 * m;
 }
 
-void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, uint16_t* g16, void* recv,
+void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full) {
+    FsdpUnit* U = &f->units[u];
+    const ZrtKernels* K = f->K;
+    fsdp_dump_param(f, u, recv);
+    if (f->param_dtype != zipcclBfloat16) {
+        if (!K->host_memory) K->upload(full, recv, U->padded * sizeof(float));
+        return; /* a host table's fp32 gather received into full itself */
+    }
+    if (K->host_memory) {
+        K->bf16_to_float(full, recv, U->padded);
+        return;
+    }
+    const uint16_t* r = recv;
+    const size_t piece = stage_bf16(f);
+    for (size_t off = 0; off < U->padded; off += piece) {
+        const size_t n = U->padded - off < piece ? U->padded - off : piece;
+        K->upload(f->dstage, r + off, n * sizeof(uint16_t));
+        K->bf16_to_float(full + off, f->dstage, n);
+    }
+}
+
+void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* recv,
                        zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
-    const void* send = gfull;
-    if (f->reduce_dtype == zipcclBfloat16) {
-        zrt_kernels_cpu()->round_to_bf16(g16, gfull, U->padded);
-        send = g16;
+    const ZrtKernels* K = f->K;
+    const int r16 = f->reduce_dtype == zipcclBfloat16;
+    if (r16 || !K->host_memory)
+        trainCheck(send, "fsdp: the reduce-scatter of %s without its send buffer", U->name);
+    if (!r16 && K->host_memory) {
+        send = (void*)gfull;
+    } else if (!r16) {
+        K->download(send, gfull, U->padded * sizeof(float));
+    } else if (K->host_memory) {
+        K->round_to_bf16(send, gfull, U->padded);
+    } else {
+        uint16_t* s16 = send;
+        const size_t piece = stage_bf16(f);
+        for (size_t off = 0; off < U->padded; off += piece) {
+            const size_t n = U->padded - off < piece ? U->padded - off : piece;
+            K->round_to_bf16(f->dstage, gfull + off, n);
+            K->download(s16 + off, f->dstage, n * sizeof(uint16_t));
+        }
     }
     fsdp_dump_grad(f, u, send);
     zipcclCheck(zipcclReduceScatterAsync(send, recv, U->shard, f->reduce_dtype, zipcclSum,

@@ -96,19 +96,24 @@ void fsdp_unit_name(const LlamaConfig* m, int u, char* out, size_t n);
 /* Which kinds of collectives unit u has (plan.h), with EP ep. */
 void fsdp_unit_kinds(const LlamaConfig* m, int ep, int u, int has[PLAN_NKINDS]);
 
-/* The mechanism the scheduler drives; every buffer it passes is host
- * memory (the collectives' side), the shards are K's. Gather: send holds
- * `shard` elements of param_dtype (needed for bf16 or a device table; may
- * be NULL for fp32 on a host table, which sends the shard itself), recv
- * `padded` (for fp32, the gathered unit itself); finish widens a bf16 recv
- * into full (fp32: nothing to do, full == recv). Reduce: gfull is the full
- * fp32 gradient (padded), g16 a padded bf16 buffer (reduce_dtype bf16, else
- * unused), recv `shard` elements of reduce_dtype; finish adds recv into the
- * gradient shard (through a device's staging). Calls of one communicator are
- * issued in the same order on every rank: the scheduler's plan sees to that. */
+/* The mechanism the scheduler drives. The collectives' buffers are host
+ * memory; the shards, the model's gathered unit and its gradient are K's.
+ * Gather: send holds `shard` elements of param_dtype (needed for bf16 or a
+ * device table; may be NULL for fp32 on a host table, which sends the shard
+ * itself), recv `padded`; finish makes the model's fp32 unit `full` (K's
+ * memory) from recv: widened from bf16, uploaded from a device's fp32
+ * receive buffer, nothing for fp32 on a host table (full == recv). Reduce:
+ * gfull is the model's full fp32 gradient (padded, K's memory), send a
+ * padded host buffer of reduce_dtype (the bf16 cast, or a device's fp32
+ * download; may be NULL for fp32 on a host table, which sends gfull), recv
+ * `shard` elements of reduce_dtype; finish adds recv into the gradient
+ * shard (through a device's staging). A device casts before it downloads
+ * and widens after it uploads, so bf16 crosses the bus at half the bytes.
+ * Calls of one communicator are issued in the same order on every rank:
+ * the scheduler's plan sees to that. */
 void fsdp_gather_start(Fsdp* f, int u, void* send, void* recv, zipcclRequest_t* req);
 void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full);
-void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, uint16_t* g16, void* recv,
+void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* recv,
                        zipcclRequest_t* req);
 void fsdp_reduce_finish(Fsdp* f, int u, const void* recv);
 /* The communicator unit u's calls of kind k (PLAN_AG, PLAN_RS) go over. */

@@ -749,7 +749,9 @@ static void issue_gather(Sched* s) {
     trainCheck(U->state == 0, "scheduler: the gather of %s was issued while the unit is still held",
                F->name);
     const int p16 = f->param_dtype == zipcclBfloat16;
-    U->full = pool_get(&s->pool, F->padded * sizeof(float), 0);
+    /* the host's fp32 unit: the model's (host table), or an fp32 gather's
+     * receive buffer (a device widens a bf16 one there, fsdp_gather_finish) */
+    U->full = !p16 || !s->dpool.K ? pool_get(&s->pool, F->padded * sizeof(float), 0) : NULL;
     U->recv = p16 ? pool_get(&s->pool, F->padded * sizeof(uint16_t), 0) : U->full;
     pool_busy(&s->pool, U->recv, 1);
     const int staged = p16 || s->dpool.K;
@@ -824,20 +826,21 @@ static const float* hook_acquire(void* ctx, int u, int phase) {
             pool_put(&s->pool, U->send, "the send shard", s->f->units[u].name);
             U->send = NULL;
         }
-        fsdp_gather_finish(s->f, u, U->recv, U->full);
+        if (s->dpool.K) { /* the gathered unit goes to the device, once per hold */
+            U->dfull = pool_get(&s->dpool, s->f->units[u].padded * sizeof(float), 0);
+            fsdp_gather_finish(s->f, u, U->recv, U->dfull);
+            if (U->recv == U->full) U->full = NULL; /* fp32: the host copy has gone up */
+        } else {
+            fsdp_gather_finish(s->f, u, U->recv, U->full);
+        }
         s->live -= s->gt[u]; /* the receive buffer and send shard go back */
-        if (U->recv != U->full) pool_put(&s->pool, U->recv, "the bf16 gather buffer", s->f->units[u].name);
+        if (U->recv != U->full) pool_put(&s->pool, U->recv, "the gather buffer", s->f->units[u].name);
         U->recv = NULL;
         U->state = 2;
     }
     /* the invariant: nothing reads a unit whose gather has not completed */
-    trainCheck(U->state == 2, "scheduler: %s read before its gather completed",
-               s->f->units[u].name);
-    if (s->dpool.K && !U->dfull) { /* the gathered unit goes to the device once */
-        const FsdpUnit* F = &s->f->units[u];
-        U->dfull = pool_get(&s->dpool, F->padded * sizeof(float), 0);
-        s->dpool.K->upload(U->dfull, U->full, F->padded * sizeof(float));
-    }
+    trainCheck(U->state == 2 && (!s->dpool.K || U->dfull),
+               "scheduler: %s read before its gather completed", s->f->units[u].name);
     U->t_acq = zrt_now();
     done(s, e);
     return s->dpool.K ? U->dfull : U->full;
@@ -867,16 +870,17 @@ static float* hook_grad_buffer(void* ctx, int u) {
     const SchedEvent* e = expect(s, EV_GBUF, u, 1);
     SUnit* U = &s->u[u];
     if (e->gbuf_new) {
-        trainCheck(!U->gbuf, "scheduler: a second gradient buffer for %s", s->f->units[u].name);
+        trainCheck(!U->gbuf && !U->dgbuf, "scheduler: a second gradient buffer for %s",
+                   s->f->units[u].name);
         const size_t bytes = s->f->units[u].padded * sizeof(float);
-        /* with a device, the model accumulates on the device and the host
-         * buffer only receives the finished gradient (grads_ready) */
-        U->gbuf = pool_get(&s->pool, bytes, !s->dpool.K);
+        /* with a device, the model accumulates on the device; the host
+         * only receives the finished gradient as sent (grads_ready) */
         if (s->dpool.K) U->dgbuf = pool_get(&s->dpool, bytes, 1);
+        else U->gbuf = pool_get(&s->pool, bytes, 1);
         s->live += s->rb[u];
     }
-    trainCheck(U->gbuf, "scheduler: no gradient buffer for %s", s->f->units[u].name);
     float* g = s->dpool.K ? U->dgbuf : U->gbuf;
+    trainCheck(g, "scheduler: no gradient buffer for %s", s->f->units[u].name);
     done(s, e);
     return g;
 }
@@ -887,29 +891,28 @@ static void hook_grads_ready(void* ctx, int u) {
     SUnit* U = &s->u[u];
     Fsdp* f = s->f;
     const FsdpUnit* F = &f->units[u];
-    trainCheck(U->gbuf, "grads_ready(%d) before any gradient was written", u);
+    const int dev = s->dpool.K != NULL;
+    float* g = dev ? U->dgbuf : U->gbuf; /* the model's gradient */
+    trainCheck(g, "grads_ready(%d) before any gradient was written", u);
     trainCheck(e->rs == s->rs_issued, "scheduler: reduce-scatter %d issued out of order", e->rs);
-    if (s->dpool.K) { /* the finished gradient comes to the host side of FSDP */
-        s->dpool.K->download(U->gbuf, U->dgbuf, F->padded * sizeof(float));
-        pool_put(&s->dpool, U->dgbuf, "the device gradient", F->name);
-        U->dgbuf = NULL;
-    }
     SReduce* r = &s->rs[s->rs_issued++];
     const int r16 = f->reduce_dtype == zipcclBfloat16;
-    *r = (SReduce){.unit = u, .gfull = U->gbuf};
-    U->gbuf = NULL;
-    if (r16) r->g16 = pool_get(&s->pool, F->padded * sizeof(uint16_t), 0);
+    /* what the collective sends, in host memory: the bf16 cast, a device
+     * gradient's download, or (fp32 on the host) the gradient itself */
+    *r = (SReduce){.unit = u};
+    void* send = NULL;
+    if (r16) send = r->g16 = pool_get(&s->pool, F->padded * sizeof(uint16_t), 0);
+    else if (dev) send = r->gfull = pool_get(&s->pool, F->padded * sizeof(float), 0);
+    else r->gfull = U->gbuf;
     r->recv = pool_get(&s->pool, F->shard * (r16 ? 2 : 4), 0);
     r->rec = new_rec(s, u, PLAN_RS, (double)F->padded * (r16 ? 2 : 4));
-    fsdp_reduce_start(f, u, r->gfull, r->g16, r->recv, &r->req);
+    fsdp_reduce_start(f, u, g, send, r->recv, &r->req);
     pool_busy(&s->pool, r->recv, 1);
-    if (r16) { /* the collective reads only the bf16 copy: the fp32 buffer is free */
-        pool_put(&s->pool, r->gfull, "the full gradient", F->name);
-        r->gfull = NULL;
-        pool_busy(&s->pool, r->g16, 1);
-    } else {
-        pool_busy(&s->pool, r->gfull, 1);
-    }
+    pool_busy(&s->pool, r16 ? (void*)r->g16 : (void*)r->gfull, 1);
+    /* the collective reads only its send buffer: the model's buffer is free */
+    if (dev) pool_put(&s->dpool, U->dgbuf, "the device gradient", F->name);
+    else if (r16) pool_put(&s->pool, U->gbuf, "the full gradient", F->name);
+    U->gbuf = U->dgbuf = NULL;
     s->live += s->rf[u] - s->rb[u]; /* from here on what the reduce-scatter holds */
     done(s, e);
 }
