@@ -413,7 +413,7 @@ int expert_dispatch_begin(Expert* x, int layer, int phase, const float* rows, co
     if (x->dtype == zipcclBfloat16) {
         /* rounded to nearest even on the way out, widened exactly on the way in */
         const size_t n = (size_t)L->n_send * C;
-        for (size_t i = 0; i < n; i++) b->dsend16[i] = zipcclFloatToBf16(rows[i]);
+        zrt_kernels_cpu()->round_to_bf16(b->dsend16, rows, n);
     }
     *n_chunks = L->nc;
     *n_recv = L->n_recv;
@@ -449,7 +449,7 @@ int expert_dispatch_wait(Expert* x, int layer, int phase, int chunk, const float
     if (r != zipcclSuccess) return fail(layer, phase, "AlltoAllv of the rows", r);
     const size_t o = (size_t)L->coff[chunk] * C, n = (size_t)(L->coff[chunk + 1] - L->coff[chunk]);
     if (x->dtype == zipcclBfloat16)
-        for (size_t i = 0; i < n * C; i++) b->ranked[o + i] = zipcclBf16ToFloat(b->drecv16[o + i]);
+        zrt_kernels_cpu()->bf16_to_float(b->ranked + o, b->drecv16 + o, n * C);
     regroup(x, L->csplit + (size_t)chunk * P * El, L->clocal + (size_t)chunk * El, b->ranked + o,
             b->grouped + o, C, 1);
     if (chunk == L->nc - 1) count_bytes(x, 2 * phase);
@@ -474,8 +474,7 @@ int expert_combine_issue(Expert* x, int layer, int phase, int chunk, const float
     regroup(x, L->csplit + (size_t)chunk * P * El, L->clocal + (size_t)chunk * El, local,
             b->back + o, C, 0);
     const int bf = x->dtype == zipcclBfloat16;
-    if (bf)
-        for (size_t i = 0; i < n * C; i++) b->csend16[o + i] = zipcclFloatToBf16(b->back[o + i]);
+    if (bf) zrt_kernels_cpu()->round_to_bf16(b->csend16 + o, b->back + o, n * C);
     int soff[P];
     for (int s = 0, so = L->coff[chunk]; s < P; so += L->crecv[chunk * P + s], s++) soff[s] = so;
     zipcclResult_t r = exchange_start(
@@ -503,7 +502,7 @@ int expert_combine_end(Expert* x, int layer, int phase, float* rows) {
     if (b->out && b->out != rows) return fail(layer, phase, "combine into two buffers", 0);
     if (x->dtype == zipcclBfloat16) {
         const size_t n = (size_t)L->n_send * L->C;
-        for (size_t i = 0; i < n; i++) rows[i] = zipcclBf16ToFloat(b->crecv16[i]);
+        zrt_kernels_cpu()->bf16_to_float(rows, b->crecv16, n);
     }
     count_bytes(x, 2 * phase + 1);
     b->layer = -1;

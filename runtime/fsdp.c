@@ -69,7 +69,23 @@ static int group_size(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->e
 static zipcclComm_t ag_comm(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->comm_ag_x : f->comm_ag; }
 static zipcclComm_t rs_comm(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->comm_rs_x : f->comm_rs; }
 
-void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K) {
+int fsdp_plan_build(const TrainConfig* cfg, CommPlan* plan, char* err, size_t errlen) {
+    const LlamaConfig* m = &cfg->model;
+    const int n = llama_num_units(m), ep = m->n_experts > 0 ? cfg->parallel.ep : 1;
+    char (*names)[32] = zrt_calloc((size_t)n, sizeof *names, "unit names");
+    int (*has)[PLAN_NKINDS] = zrt_calloc((size_t)n, sizeof *has, "unit kinds");
+    for (int u = 0; u < n; u++) {
+        fsdp_unit_name(m, u, names[u], sizeof names[u]);
+        fsdp_unit_kinds(m, ep, u, has[u]);
+    }
+    const int rc = plan_build(plan, cfg, n, (const char(*)[32])names,
+                              (const int(*)[PLAN_NKINDS])has, err, errlen);
+    free(names);
+    free(has);
+    return rc;
+}
+
+void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* plan) {
     memset(f, 0, sizeof *f);
     f->cfg = cfg;
     f->K = K;
@@ -94,21 +110,12 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K) {
     f->ep = cfg->model.n_experts > 0 ? cfg->parallel.ep : 1;
     f->edp_rank = f->rank;
     f->edp_size = f->nranks;
-    {
-        /* The plan first: the expert exchange takes its configs from it. */
-        char (*names)[32] = zrt_calloc((size_t)f->n_units, sizeof *names, "unit names");
-        int (*has)[PLAN_NKINDS] = zrt_calloc((size_t)f->n_units, sizeof *has, "unit kinds");
-        for (int u = 0; u < f->n_units; u++) {
-            fsdp_unit_name(&cfg->model, u, names[u], sizeof names[u]);
-            fsdp_unit_kinds(&cfg->model, f->ep, u, has[u]);
-        }
-        char err[1024];
-        trainCheck(!plan_build(&f->plan, cfg, f->n_units, (const char(*)[32])names,
-                               (const int(*)[PLAN_NKINDS])has, err, sizeof err),
-                   "%s", err);
-        free(names);
-        free(has);
-    }
+    /* The plan first (the caller built it from the config, once): the
+     * expert exchange takes its configs from it. */
+    trainCheck(plan && plan->n_units == f->n_units, "fsdp: a communication plan of %d units "
+               "for a model of %d", plan ? plan->n_units : -1, f->n_units);
+    f->plan = *plan;
+    memset(plan, 0, sizeof *plan);
     if (f->ep > 1) {
         char err[256];
         zipcclCallConfig_t* xc = zrt_malloc((size_t)cfg->model.n_layers * sizeof *xc, "EP configs");

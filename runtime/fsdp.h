@@ -83,11 +83,18 @@ typedef struct {
     void** dump_grad;      /* per unit: full gradient as sent (reduce dtype) */
 } Fsdp;
 
-/* Shard every unit of cfg->model into memory of K, initialised with
+/* Shard every unit of cfg->model into memory of K, with the communication
+ * plan `plan` (fsdp_plan_build; taken over), initialised with
  * llama_unit_init(seed) on every rank (each keeps only its shard); with
  * model.init_from the shards stay zero for hf_load (runtime/hf.h) or a
  * checkpoint to fill. Collective over MPI_COMM_WORLD. */
-void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K);
+void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* plan);
+
+/* The communication plan of cfg's model (plan.h: every unit and kind, its
+ * strategy, codec and algorithm), built once from the config: a bad rule
+ * is an error naming its key (0, or -1 with err). fsdp_init takes it over
+ * (and leaves *plan empty). */
+int fsdp_plan_build(const TrainConfig* cfg, CommPlan* plan, char* err, size_t errlen);
 void fsdp_free(Fsdp* f);
 
 /* The unit names the plan and the logs use: "outer", "layers.N",

@@ -373,22 +373,8 @@ static double* unit_sizes(const TrainConfig* cfg, int nranks, int n) {
 }
 
 int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* err, size_t errlen) {
-    const LlamaConfig* m = &cfg->model;
-    const int n = llama_num_units(m);
-    const int ep = m->n_experts > 0 ? cfg->parallel.ep : 1;
-    char (*names)[32] = zrt_calloc((size_t)n, sizeof *names, "unit names");
-    int (*has)[PLAN_NKINDS] = zrt_calloc((size_t)n, sizeof *has, "unit kinds");
-    for (int u = 0; u < n; u++) {
-        fsdp_unit_name(m, u, names[u], sizeof names[u]);
-        fsdp_unit_kinds(m, ep, u, has[u]);
-    }
-    CommPlan plan;
-    int rc = plan_build(&plan, cfg, n, (const char(*)[32])names, (const int(*)[PLAN_NKINDS])has,
-                        err, errlen);
-    if (!rc) plan_free(&plan);
-    free(names);
-    free(has);
-    if (rc) return rc;
+    const int n = llama_num_units(&cfg->model);
+    int rc;
     double* a = unit_sizes(cfg, nranks, n);
     SchedParams sp = {.n_units = n, .gbytes = a, .gtrans = a + n, .rbytes = a + 2 * n,
                       .rflight = a + 3 * n};

@@ -107,8 +107,9 @@ typedef struct {
 } SchedUnitBytes;
 void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, SchedUnitBytes* b);
 
-/* Before any work: the communication plan and the step's schedule from the
- * config alone; a bad rule or bound is refused naming the key. *peak gets
+/* Before any work: the step's schedule from the config alone (the
+ * communication plan is fsdp_plan_build's); a bad bound is refused naming
+ * the key. *peak gets
  * the schedule's peak bytes of gathered units and full gradients (memory
  * estimate). Returns 0 or -1 with err. */
 int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* err, size_t errlen);

@@ -594,8 +594,11 @@ int main(int argc, char** argv) {
                  config_where(&cfg, "parallelism.ep", w, sizeof w), cfg.parallel.ep, g_nranks);
         config_fail(msg);
     }
-    /* The communication plan and the step's schedule, from the config alone:
-     * a bad rule or bound stops the run here, before any work. */
+    /* The communication plan (built here, once: FSDP takes it over) and the
+     * step's schedule, from the config alone: a bad rule or bound stops the
+     * run here, before any work. */
+    static CommPlan comm_plan;
+    if (fsdp_plan_build(&cfg, &comm_plan, err, sizeof err)) config_fail(err);
     double inflight = 0;
     if (!args.plan && sched_check_config(&cfg, g_nranks, &inflight, err, sizeof err))
         config_fail(err);
@@ -611,6 +614,7 @@ int main(int argc, char** argv) {
                 config_fail(err);
             memplan_print(&mp, &cfg, PK, stdout);
         }
+        plan_free(&comm_plan);
         MPI_Finalize();
         return 0;
     }
@@ -684,7 +688,7 @@ int main(int argc, char** argv) {
 
     /* ---- model + FSDP ---- */
     Fsdp fsdp;
-    fsdp_init(&fsdp, &cfg, K);
+    fsdp_init(&fsdp, &cfg, K, &comm_plan);
     double peak = fsdp_mean_over_ranks(&fsdp, peak_rank) * g_nranks;
     const LlamaMemOpts mopts = train_mem_opts(&cfg);
     LlamaActs* acts = llama_acts_alloc_opts(mc, B, T, K, &mopts);

@@ -67,7 +67,12 @@ static float one_step(int overlap, int deviate) {
         return NAN;
     }
     Fsdp f;
-    fsdp_init(&f, &cfg, zrt_kernels_cpu());
+    CommPlan plan;
+    if (fsdp_plan_build(&cfg, &plan, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return NAN;
+    }
+    fsdp_init(&f, &cfg, zrt_kernels_cpu(), &plan);
     Sched* s = sched_create(&f, &cfg, 0);
     LlamaParamHooks h = sched_hooks(s);
     g_real = h;
