@@ -144,7 +144,7 @@ for t in "$BIN_GPU"/test_gpu_*; do
   run_step "$(basename "$t")" 90 "$t"
 done
 if [ -x scripts/test_train_gpu.sh ]; then
-  run_step train_gpu 330 env BIN="$BIN" OUT_DIR="$OUT_DIR" scripts/test_train_gpu.sh
+  run_step train_gpu 420 env BIN="$BIN" OUT_DIR="$OUT_DIR" scripts/test_train_gpu.sh
 fi
 if [ -z "${GPU_SKIP_CODEC_BENCH:-}" ]; then
   run_step gpu_codec_bench 180 "$codec" --bench --json "$OUT_DIR/gpu_codec_bench.jsonl"

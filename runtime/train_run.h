@@ -1,0 +1,128 @@
+/*
+ * train_run.h — what the trainer's three files share: one run's state.
+ *
+ *   runtime/train.c        main and the step loop (read this one first)
+ *   runtime/train_setup.c  arguments, config, checkpoint to resume, device,
+ *                          memory plan, data, model, FSDP and scheduler
+ *   runtime/train_log.c    one step's figures (the log line, the JSON line)
+ *                          and the run's closing report
+ *
+ * Not a library interface: build/train is the only program that uses it.
+ */
+#ifndef RUNTIME_TRAIN_RUN_H
+#define RUNTIME_TRAIN_RUN_H
+#include <stdio.h>
+
+#include "checkpoint.h"
+#include "config.h"
+#include "data.h"
+#include "fsdp.h"
+#include "kernels.h"
+#include "llama.h"
+#include "memplan.h"
+#include "optim.h"
+#include "plan.h"
+#include "scheduler.h"
+
+#define TRAIN_MAX_SETS 64
+/* Exit status of a run stopped by SIGTERM / SIGUSR1 at a step's end, after
+ * the checkpoint of that step is written (when checkpoint.dir is set). */
+#define TRAIN_EXIT_PREEMPTED 75
+
+typedef struct {
+    const char* config;
+    const char* sets[TRAIN_MAX_SETS];
+    int n_sets;
+    const char* log_json;
+    int dump_steps[16]; /* --dump-tensors STEP[,STEP...]: ascending */
+    int n_dump_steps;
+    const char* dump_dir;
+    const char* resume;
+    int plan; /* --plan N: print the memory plan at N ranks and exit */
+    const char* trace_data;
+    const char* trace; /* --trace FILE: Chrome trace-event JSON of the steps */
+    char init_from[CFG_PATH_MAX + 32]; /* --init-from DIR, as the --set it stands for */
+} TrainArgs;
+
+/* A MoE block's expert load over one step: pairs per expert, all ranks. */
+typedef struct {
+    long long min, max;
+    double maxvio; /* (max - mean) / mean: 0 when balanced */
+} TrainBlockLoad;
+
+typedef struct {
+    int rank, nranks;
+    TrainArgs args;
+    TrainConfig cfg;
+    AdamWConfig oc;      /* the optimizer and its schedule */
+    CheckpointInfo ck;   /* --resume: the checkpoint, read before anything is built */
+    char notes[4096];    /* what the resumed run changes, said after the config */
+    TrainState st;       /* steps done, samples consumed (checkpointed) */
+    int first_step;      /* st.step when this process started */
+
+    const ZrtKernels* K; /* the kernel table the model and the shards use */
+    double peak;         /* matmul FLOP/s, all ranks together: MFU's denominator */
+    MemPlan mplan;       /* the memory plan (memplan.h) */
+    CommPlan comm_plan;  /* built at set-up from the config; FSDP takes it over */
+
+    Dataset ds;
+    Fsdp fsdp;
+    Sched* sched;
+    LlamaParamHooks hooks; /* the scheduler's: how the model reaches its units */
+    LlamaActs* acts;
+    int *tok, *tgt;      /* (B, T) the micro-batch */
+    long long* windows;  /* (B) its windows' indices (--trace-data) */
+    float* dump_logits;  /* --dump-tensors: (B, T, V) */
+    FILE* json;          /* the JSON log (rank 0; NULL without one) */
+    FILE* trace_data;    /* --trace-data file (rank 0) */
+
+    /* MoE: pairs per (MoE block, expert), then the drops, over one step */
+    int moe, n_moe;
+    long long* expert_load;
+    TrainBlockLoad* block_load;
+
+    double t_start;        /* the end of set-up: the run's clock */
+    double comm_before[3]; /* collective time so far per kind (ms): AG, RS, a2a */
+} TrainRun;
+
+/* One step's figures: what the log line and the JSON line say. */
+typedef struct {
+    int step; /* 1-based */
+    double loss, aux, norm, val;
+    float lr;
+    double maxvio;
+    long long dropped;
+    /* marks at the step's start (train_log_start) */
+    zipcclCounters_t c0[3];
+    double x0[SCHED_NX], blocked0, a2a_blocked0, a2a_sync0;
+    double x1[SCHED_NX]; /* the exposed times at the optimizer's end */
+    /* times (s, ms) */
+    double t0, dt, data_s, model_s, tail_ms, opt_ms;
+    /* communication (train_log_finish) */
+    zipcclCounters_t c1[3];
+    double raw[3], wire[3], codec_ms, comm_ms[3], xms[SCHED_NX], exposed_ms;
+    double a2a_ms, a2a_sync_ms;
+} TrainStepLog;
+
+/* ---- train_setup.c ---- */
+/* Errors every rank sees alike (bad arguments, bad config): rank 0 says it,
+ * all ranks leave with status 2. */
+void train_config_fail(const char* msg);
+/* Errors a rank may find on its own: the ranks agree, the first that failed
+ * says why, all leave with status 2. */
+void train_agree_or_fail(int bad, const char* msg);
+/* Everything before the first step. Returns 1 after --plan N printed the
+ * plan (nothing else was built), else 0. */
+int train_setup(TrainRun* r, int argc, char** argv);
+/* Frees what train_setup built. */
+void train_teardown(TrainRun* r);
+
+/* ---- train_log.c ---- */
+void train_log_start(TrainRun* r, TrainStepLog* s);  /* the step's marks */
+void train_log_finish(TrainRun* r, TrainStepLog* s); /* its communication figures */
+void train_log_step(TrainRun* r, const TrainStepLog* s); /* rank 0: console, JSON */
+/* The run's end: the plan as it ran, the trace, the memory against the
+ * plan, the final hash and line; preempted > 0: how many ranks were. */
+void train_log_end(TrainRun* r, int preempted, int saved_step);
+
+#endif
