@@ -44,6 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll_agree.h"
+#include "coll_algos.h"
 #include "coll_internal.h"
 #include "zipccl_float.h"
 

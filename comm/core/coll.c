@@ -39,7 +39,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "coll_agree.h"
+#include "coll_algos.h"
 #include "coll_internal.h"
+#include "switcher.h"
+#include "tune_explore.h"
 
 static zipcclResult_t checkConfig(const zipcclCallConfig_t* cfg) {
     if ((int)cfg->strategy < 0 || cfg->strategy > zipcclStrategyAuto)

@@ -65,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll_agree.h"
 #include "coll_internal.h"
 
 #define W ZIPCCL_DESC_WORDS

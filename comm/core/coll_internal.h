@@ -1,15 +1,23 @@
 /*
- * coll_internal.h — what the collective files of libzipccl share: the
- * communicator, the queued operation (which is also the request handle) and
- * the switcher's model.  Not installed.
+ * coll_internal.h — what every collective file of libzipccl sees: the
+ * communicator, the queued operation (which is also the request handle),
+ * what a run cost, the state of the switcher and of the call agreement (the
+ * communicator holds them), and small inline helpers any layer may use.  It
+ * declares no file's functions: each layer offers the one above it a header
+ * of its own.  Not installed.
  *
- * Files, top to bottom: coll.c (API, validation, queue, counters) decides
- * with switcher.c (the auto cost model) and runs a design of coll_algos.c
- * (our algorithms, written once over the transport table) after the call
- * agreement of coll_agree.c; both reach the wire only through the table of
- * transport.h, implemented by transport_mpi.c and transport_nccl.c, and the
- * codec only through the table of codec_ops.h (CPU or CUDA, as the
- * transport's buffers live).
+ * Layers, top to bottom; a call goes down, never up (scripts/check_layers.sh
+ * checks the objects, docs/COLLECTIVES.md §0 has the map):
+ *   coll.c          front door: API, validation, queue, counters
+ *   switcher.h      tune/: auto's decision (switcher.c) over the measured
+ *   tune_explore.h  selection (tune_explore.c) over the cost model (tune.h)
+ *   coll_algos.h    algo/: our designs, written once over the transport table
+ *   coll_agree.h    the call agreement, liveness queries, the waits of the
+ *                   transport's own collectives (the designs finish the
+ *                   agreement themselves, so it sits below them)
+ *   transport.h     the transport table (transport_mpi.c, transport_nccl.c)
+ *   codec_ops.h     the codec table (CPU or CUDA, as the transport's buffers live)
+ *   common.c        errors, names, dtype helpers, the clock (zipccl_internal.h)
  */
 #ifndef ZIPCCL_COLL_INTERNAL_H
 #define ZIPCCL_COLL_INTERNAL_H
@@ -233,85 +241,5 @@ static inline int zipcclHostControl(const struct zipcclComm* c) { return (c->tp-
 static inline void* zipcclSlot(const struct zipcclComm* c, void* reqs, int i) {
     return (char*)reqs + (size_t)i * c->tp->reqSize;
 }
-
-/* coll_algos.c: our designs (raw and compressed) over the transport's
- * messages. */
-zipcclResult_t zipcclRunAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st);
-
-/* coll_agree.c */
-zipcclResult_t zipcclAgreeInit(struct zipcclComm* c); /* after the transport's init */
-void zipcclAgreeFree(struct zipcclComm* c);
-/* Post this call's descriptors (a no-op without zipcclTpHostControl and on
- * one-rank communicators). */
-zipcclResult_t zipcclAgreeStart(struct zipcclComm* c, const zipcclOp* op);
-/* *done = the agreement is complete (or none is in flight); returns its
- * verdict: zipcclMismatch when the ranks disagree, the same on every rank. */
-zipcclResult_t zipcclAgreeTest(struct zipcclComm* c, int* done);
-/* Wait for it, with the communicator's timeout (warnings name the ranks whose
- * descriptors are missing).  Every collective of the transport's (native,
- * the switcher's agreements and barriers) comes after this, so ranks that
- * are in different calls never meet in different collectives. */
-zipcclResult_t zipcclAgreeWait(struct zipcclComm* c);
-/* Answer the liveness queries of peers in a long wait (rate-limited; called
- * from every idle poll). */
-void zipcclAnswerPings(struct zipcclComm* c);
-/* Ask every peer whether it is inside a call on this communicator; `out`
- * gets e.g. "rank 3 does not answer (...)".  ~0.5 s; for slow-wait warnings. */
-void zipcclQueryPeers(struct zipcclComm* c, char* out, size_t cap);
-/* Seconds into a wait at which it prints its first warning: 10, or half
- * the timeout if that is sooner; each wait doubles it after every warning. */
-double zipcclFirstNote(const struct zipcclComm* c);
-/* "rank 3" / "ranks 1, 2, 5" from the ranks whose flag is set. */
-void zipcclRankList(char* out, size_t cap, const char* flags, int n);
-/* Between empty polls of a wait: answer pings, then the transport's idle. */
-void zipcclIdle(struct zipcclComm* c, double idleSeconds);
-/* Wait for request slots [0, n) of a collective of the transport's own
- * (which does not say whom it waits for) with the communicator's timeout;
- * warnings name the peers that do not answer a liveness query.  `what`
- * names the call; waitSeconds (may be NULL) accumulates the time. */
-zipcclResult_t zipcclWaitSlots(struct zipcclComm* c, void* reqs, int n, const char* what, double yieldS,
-                               double* waitSeconds);
-/* After the call agreement: in[0, n) reduced over the ranks into out (may
- * be in), and a barrier (an ibarrier waited with the timeout, then the
- * transport's blocking one), both with the communicator's timeout. */
-zipcclResult_t zipcclAgreedAllreduce(struct zipcclComm* c, const double* in, double* out, int n, zipcclTpOp op,
-                                     const char* what);
-zipcclResult_t zipcclAgreedBarrier(struct zipcclComm* c, const char* what);
-
-/* tune_explore.c: the measured selection (off: zipcclExploreOn is 0). */
-int zipcclExploreOn(const struct zipcclComm* c);
-/* A settled bucket's call: *out is its fastest measured design (returns 1). */
-int zipcclExploreSettled(struct zipcclComm* c, const zipcclOp* op, double total, zipcclCallConfig_t* out);
-/* Pick among the model's candidates from the bucket's measurements (*best:
- * an index into cand); sets model.probeBucket when this call is measured.
- * Returns a word for the log.  Does not communicate. */
-const char* zipcclExploreChoose(zipcclModel* m, const zipcclOp* op, double total, const zipcclTuneDesign* cand,
-                                int nc, int* best);
-/* Before a measured call runs: the barrier that starts it on all ranks. */
-zipcclResult_t zipcclExploreBeforeRun(struct zipcclComm* c, const zipcclOp* op);
-/* After it ran: its time into the bucket, agreed over the ranks when the
- * exploration or a re-measured pair is complete. */
-zipcclResult_t zipcclExploreRecord(struct zipcclComm* c, double seconds);
-zipcclTuneBucket* zipcclExploreBucket(zipcclModel* m, const zipcclOp* op, double total);
-double zipcclExploreRunsMedian(const zipcclTuneBucket* b, int i);
-/* Will the bucket's next auto call be measured? */
-int zipcclExploreMeasuresNext(const zipcclTuneBucket* b);
-
-/* switcher.c */
-void zipcclModelDefaults(zipcclModel* m);
-/* alpha and beta, once per communicator (collective): the ping-pong unless
- * ZIPCCL_CALIBRATE=0 (or NCCL), then ZIPCCL_LINK_GBPS/_ALPHA_US override;
- * with neither, the defaults (5 us, 5 GB/s). */
-zipcclResult_t zipcclModelLink(struct zipcclComm* c);
-zipcclResult_t zipcclModelCalibrate(struct zipcclComm* c);
-/* Resolve strategy/codec/algo for `op` (cfg->strategy may be auto), the
- * same on every rank.  A call it chose to measure has model.probeBucket
- * set: the caller runs zipcclExploreBeforeRun and times from there. */
-zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcclCallConfig_t* out);
-/* Before the communicator is freed: complete the AlltoAllv size agreement
- * still in flight (it writes into the model).  Fails after the timeout. */
-zipcclResult_t zipcclModelFinish(struct zipcclComm* c);
-zipcclResult_t zipcclModelObserve(struct zipcclComm* c, const zipcclOp* op,
-                                  const zipcclExecStats* st, int wasAuto);
 
 #endif

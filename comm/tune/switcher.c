@@ -29,7 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll_agree.h"
 #include "coll_internal.h"
+#include "switcher.h"
+#include "tune_explore.h"
 
 /* Pooling observations is a blocking MPI_Allreduce inside an auto call:
  * ~250 us on the 4-rank emulated cluster, more than a whole 16 KiB

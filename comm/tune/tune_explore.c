@@ -32,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll_agree.h"
 #include "coll_internal.h"
+#include "tune_explore.h"
 
 /* Measured selection: runs per candidate before exploiting, the re-measure
  * spacing in bucket calls, and how far (x the model's best estimate) a

@@ -1,0 +1,16 @@
+/*
+ * coll_algos.h — what the designs (algo/coll_algos.c) offer the front door:
+ * one call that runs a raw or compressed design over the transport's
+ * messages.  The designs call down only: the call agreement (coll_agree.h),
+ * the transport and codec tables, common.c.  Not installed.
+ */
+#ifndef ZIPCCL_COLL_ALGOS_H
+#define ZIPCCL_COLL_ALGOS_H
+
+#include "coll_internal.h"
+
+/* Run `op` with the design and strategy (raw or compressed) of op->cfg,
+ * already decided; what it cost goes into *st. */
+zipcclResult_t zipcclRunAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st);
+
+#endif /* ZIPCCL_COLL_ALGOS_H */
