@@ -805,13 +805,6 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
     if (strcmp(c->runtime.compute, "fp32") && strcmp(c->runtime.compute, "bf16"))
         return zrt_errf(err, errlen, "%s: key 'model.compute': unknown mode '%s' (fp32|bf16)",
                         config_where(c, "model.compute", w1, sizeof w1), c->runtime.compute);
-    if (strcmp(c->runtime.device, "cpu") && c->model.n_experts > 0 && c->parallel.ep > 1)
-        return zrt_errf(err, errlen,
-                        "%s: key 'runtime.device': %s: expert parallelism (parallelism.ep %d, %s) "
-                        "moves host rows so far; on a device the MoE model runs at "
-                        "parallelism.ep 1",
-                        config_where(c, "runtime.device", w1, sizeof w1), c->runtime.device,
-                        c->parallel.ep, config_where(c, "parallelism.ep", w2, sizeof w2));
     if (!strcmp(c->data.tokenizer, "bpe") && c->model.vocab_size < 256 + c->data.bpe_merges)
         return zrt_errf(err, errlen,
                         "%s: key 'model.vocab_size': %d is too small for the bpe tokenizer with %d "
