@@ -30,6 +30,7 @@
  * block inside NCCL.  Calls run at issue; the request completes when the
  * host part is done and the device work is ordered on the stream.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "coll_internal.h"
@@ -103,6 +104,27 @@ static zipcclResult_t ncclOk(ncclResult_t e, const char* what) {
     return zipcclSetError(zipcclTransportError, "%s: NCCL error: %s", what, ncclGetErrorString(e));
 }
 
+/* The sends and receives of one group: the first failure is kept and named
+ * (which call, to or from which peer), the group is still closed (an open
+ * group would take the next calls in), and the failure wins over the
+ * group's own result. */
+typedef struct {
+    ncclResult_t rc;
+    char call[64];
+} NcclGroup;
+static void groupCall(NcclGroup* g, ncclResult_t rc, const char* call, int peer) {
+    if (g->rc != ncclSuccess || rc == ncclSuccess || rc == ncclInProgress) return;
+    g->rc = rc;
+    snprintf(g->call, sizeof g->call, "%s with peer %d", call, peer);
+}
+static zipcclResult_t groupEnd(const NcclGroup* g, const char* what) {
+    const ncclResult_t end = ncclGroupEnd();
+    if (g->rc != ncclSuccess)
+        return zipcclSetError(zipcclTransportError, "%s: %s: NCCL error: %s", what, g->call,
+                              ncclGetErrorString(g->rc));
+    return ncclOk(end, what);
+}
+
 static zipcclResult_t devScratch(struct zipcclComm* c, int slot, size_t bytes, void** out) {
     NcclState* s = c->tpState;
     if (bytes == 0) bytes = 1;
@@ -173,11 +195,12 @@ static zipcclResult_t exchange(Nx* x, void* const* sendPtr, const size_t* sendBy
         for (int p = 0; p < n; p++) s->hSizes[p] = sendBytes[p];
         ZIPCCL_TRY(cudaOk(cudaMemcpyAsync(s->dSizes, s->hSizes, sizeof(uint64_t) * n, cudaMemcpyHostToDevice, x->stream), what));
         ZIPCCL_TRY(ncclOk(ncclGroupStart(), what));
+        NcclGroup g = {ncclSuccess, ""};
         for (int p = 0; p < n; p++) {
-            ncclSend(s->dSizes + p, 1, ncclUint64, p, nc, x->stream);
-            ncclRecv(s->dSizes + n + p, 1, ncclUint64, p, nc, x->stream);
+            groupCall(&g, ncclSend(s->dSizes + p, 1, ncclUint64, p, nc, x->stream), "ncclSend (frame size)", p);
+            groupCall(&g, ncclRecv(s->dSizes + n + p, 1, ncclUint64, p, nc, x->stream), "ncclRecv (frame size)", p);
         }
-        ZIPCCL_TRY(ncclOk(ncclGroupEnd(), what));
+        ZIPCCL_TRY(groupEnd(&g, what));
         ZIPCCL_TRY(cudaOk(cudaMemcpyAsync(s->hSizes + n, s->dSizes + n, sizeof(uint64_t) * n, cudaMemcpyDeviceToHost, x->stream), what));
         ZIPCCL_TRY(cudaOk(cudaStreamSynchronize(x->stream), what));
         for (int p = 0; p < n; p++) {
@@ -190,12 +213,13 @@ static zipcclResult_t exchange(Nx* x, void* const* sendPtr, const size_t* sendBy
         }
     }
     ZIPCCL_TRY(ncclOk(ncclGroupStart(), what));
+    NcclGroup g = {ncclSuccess, ""};
     for (int p = 0; p < n; p++) {
-        if (sendBytes[p]) ncclSend(sendPtr[p], sendBytes[p], ncclUint8, p, nc, x->stream);
-        if (recvBytes[p]) ncclRecv(recvPtr[p], recvBytes[p], ncclUint8, p, nc, x->stream);
+        if (sendBytes[p]) groupCall(&g, ncclSend(sendPtr[p], sendBytes[p], ncclUint8, p, nc, x->stream), "ncclSend", p);
+        if (recvBytes[p]) groupCall(&g, ncclRecv(recvPtr[p], recvBytes[p], ncclUint8, p, nc, x->stream), "ncclRecv", p);
         if (p != c->rank) x->st->wireBytes += sendBytes[p];
     }
-    ZIPCCL_TRY(ncclOk(ncclGroupEnd(), what));
+    ZIPCCL_TRY(groupEnd(&g, what));
     x->st->wireSeconds += zipcclNow() - t0;
     return zipcclSuccess;
 }
@@ -397,14 +421,15 @@ static zipcclResult_t ncclNativeStart(struct zipcclComm* c, const zipcclOp* op, 
             src = tmp;
         }
         ZIPCCL_TRY(ncclOk(ncclGroupStart(), what));
+        NcclGroup g = {ncclSuccess, ""};
         for (int p = 0; p < n; p++) {
             size_t scnt = v ? op->sendcounts[p] : op->count, sdsp = v ? op->sdispls[p] : (size_t)p * op->count;
             size_t rcnt = v ? op->recvcounts[p] : op->count, rdsp = v ? op->rdispls[p] : (size_t)p * op->count;
-            if (scnt) ncclSend(src + sdsp * esz, scnt, t, p, nc, s);
-            if (rcnt) ncclRecv((char*)op->recvbuf + rdsp * esz, rcnt, t, p, nc, s);
+            if (scnt) groupCall(&g, ncclSend(src + sdsp * esz, scnt, t, p, nc, s), "ncclSend", p);
+            if (rcnt) groupCall(&g, ncclRecv((char*)op->recvbuf + rdsp * esz, rcnt, t, p, nc, s), "ncclRecv", p);
             if (p != r) st->rawBytes += scnt * esz;
         }
-        ZIPCCL_TRY(ncclOk(ncclGroupEnd(), what));
+        ZIPCCL_TRY(groupEnd(&g, what));
         break;
     }
     default: return zipcclSetError(zipcclInternalError, "native NCCL: unknown collective");
