@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels.h"
@@ -696,6 +697,19 @@ static void cpu_memset0(void* p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
 }
 static void cpu_synchronize(void) {}
+/* an event is the host's monotonic clock at record (seconds, a double) */
+static void* cpu_event_record(void) {
+    double* e = malloc(sizeof *e);
+    if (!e) return NULL;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *e = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return e;
+}
+static double cpu_event_elapsed_ms(void* a, void* b) {
+    return a && b ? (*(double*)b - *(double*)a) * 1e3 : 0.0;
+}
+static void cpu_event_free(void* e) { free(e); }
 static int cpu_mem_info(size_t* free_bytes, size_t* total_bytes) {
     (void)free_bytes;
     (void)total_bytes;
@@ -717,6 +731,9 @@ static const ZrtKernels cpu_kernels = {
     .memset0 = cpu_memset0,
     .synchronize = cpu_synchronize,
     .mem_info = cpu_mem_info,
+    .event_record = cpu_event_record,
+    .event_elapsed_ms = cpu_event_elapsed_ms,
+    .event_free = cpu_event_free,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward,

@@ -111,6 +111,10 @@ static void g_synchronize(void) {}
 static int g_mem_info(size_t* free_bytes, size_t* total_bytes) {
     return C()->mem_info(free_bytes, total_bytes);
 }
+/* events are host memory (the host table's): not guarded */
+static void* g_event_record(void) { return C()->event_record(); }
+static double g_event_elapsed_ms(void* a, void* b) { return C()->event_elapsed_ms(a, b); }
+static void g_event_free(void* e) { C()->event_free(e); }
 
 /* ---------------------------------------------------------------- kernels */
 
@@ -241,6 +245,9 @@ static const ZrtKernels guarded_kernels = {
     .memset0 = g_memset0,
     .synchronize = g_synchronize,
     .mem_info = g_mem_info,
+    .event_record = g_event_record,
+    .event_elapsed_ms = g_event_elapsed_ms,
+    .event_free = g_event_free,
     .matmul_forward = g_matmul_forward,
     .matmul_backward = g_matmul_backward,
     .rmsnorm_forward = g_rmsnorm_forward,

@@ -898,6 +898,22 @@ void cu_memset0(void* p, size_t bytes) {
     if (bytes) CK(cudaMemsetAsync(p, 0, bytes, 0));
 }
 void cu_synchronize(void) { CK(cudaDeviceSynchronize()); }
+void* cu_event_record(void) {
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreate(&e) != cudaSuccess) return nullptr;
+    CK(cudaEventRecord(e, 0));
+    return (void*)e;
+}
+double cu_event_elapsed_ms(void* a, void* b) {
+    if (!a || !b) return 0.0;
+    float ms = 0.0f;
+    CK(cudaEventSynchronize((cudaEvent_t)b));
+    CK(cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b));
+    return (double)ms;
+}
+void cu_event_free(void* e) {
+    if (e) CK(cudaEventDestroy((cudaEvent_t)e));
+}
 int cu_mem_info(size_t* free_bytes, size_t* total_bytes) {
     return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? 0 : -1;
 }
@@ -977,6 +993,9 @@ ZrtKernels make_table() {
     t.memset0 = cu_memset0;
     t.synchronize = cu_synchronize;
     t.mem_info = cu_mem_info;
+    t.event_record = cu_event_record;
+    t.event_elapsed_ms = cu_event_elapsed_ms;
+    t.event_free = cu_event_free;
     t.matmul_forward = cu_matmul_forward;
     t.matmul_backward = cu_matmul_backward;
     t.rmsnorm_forward = cu_rmsnorm_forward;

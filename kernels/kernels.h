@@ -70,6 +70,15 @@ typedef struct ZrtKernels_ {
     void (*synchronize)(void);
     /* Free and total bytes of the backend's memory; 0, or -1 when unknown. */
     int (*mem_info)(size_t* free_bytes, size_t* total_bytes);
+    /* Events on the compute stream, to time device work (--trace):
+     * event_record returns an event recorded now, after the work already
+     * issued (NULL: none could be made); event_elapsed_ms waits for b and
+     * returns the milliseconds from a to b; event_free releases one. A host
+     * table finishes every call before returning, so its event is the host
+     * clock at the moment of record. */
+    void* (*event_record)(void);
+    double (*event_elapsed_ms)(void* a, void* b);
+    void (*event_free)(void* e);
 
     /* out (N, OC) = inp (N, IC) @ weight (OC, IC)^T */
     void (*matmul_forward)(float* out, const float* inp, const float* weight, int N, int IC,

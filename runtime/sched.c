@@ -527,7 +527,15 @@ typedef struct {
     float* dfull;
     float* dgbuf;
     double t_acq;
+    void* ev_acq; /* --trace on a device: the compute stream at the acquisition */
 } SUnit;
+
+/* --trace on a device: one unit's compute on the device, between the
+ * events recorded on the compute stream at its acquisition and release */
+typedef struct {
+    void *a, *b;
+    int unit, phase, micro;
+} DevSpan;
 
 typedef struct {
     int unit, rec;
@@ -554,6 +562,12 @@ struct Sched {
     CallRec* rec;
     int n_rec, cap_rec;
     int x_chunks; /* chunks of the expert exchange in flight */
+    /* --trace on a device: the step's reference event (recorded with the
+     * device idle, at host time dref_t) and its compute spans */
+    void* dref;
+    double dref_t;
+    DevSpan* dspan;
+    int n_dspan, cap_dspan;
     /* with a device table: the exchange's host side (expert.c moves host
      * rows), one MoE block at a time (xstep) */
     struct {
@@ -838,6 +852,7 @@ static const float* hook_acquire(void* ctx, int u, int phase) {
     trainCheck(U->state == 2 && (!s->dpool.K || U->dfull),
                "scheduler: %s read before its gather completed", s->f->units[u].name);
     U->t_acq = zrt_now();
+    if (s->trace && s->dpool.K) U->ev_acq = s->dpool.K->event_record();
     done(s, e);
     return s->dpool.K ? U->dfull : U->full;
 }
@@ -851,6 +866,17 @@ static void hook_release(void* ctx, int u, int phase) {
                    "\"tid\": 0, \"ts\": %.1f, \"dur\": %.1f, \"args\": {\"micro\": %d}}",
                 phase ? "bwd" : "fwd", s->f->units[u].name, s->f->rank, us(s, U->t_acq),
                 (zrt_now() - U->t_acq) * 1e6, s->micro);
+    if (s->trace && s->dpool.K && U->ev_acq) {
+        if (s->n_dspan == s->cap_dspan) {
+            s->cap_dspan = s->cap_dspan ? 2 * s->cap_dspan : 64;
+            DevSpan* d = realloc(s->dspan, (size_t)s->cap_dspan * sizeof *d);
+            trainCheck(d, "out of memory for the trace");
+            s->dspan = d;
+        }
+        s->dspan[s->n_dspan++] = (DevSpan){U->ev_acq, s->dpool.K->event_record(), u, phase,
+                                           s->micro};
+        U->ev_acq = NULL;
+    }
     if (e->drop) {
         pool_put(&s->pool, U->full, "the gathered unit", s->f->units[u].name);
         pool_put(&s->dpool, U->dfull, "the device copy of the gathered unit", s->f->units[u].name);
@@ -1190,6 +1216,10 @@ void sched_set_backend(Sched* s, const ZrtKernels* K) {
                "scheduler: the backend is set before the first step");
     s->dpool.K = K && !K->host_memory ? K : NULL;
     s->pool.H = s->dpool.K; /* the host side of the staging: pinned */
+    if (s->trace && s->dpool.K)
+        tprintf(s, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+                   "\"args\": {\"name\": \"device (%s)\"}}",
+                s->f->rank, 1 + NSLOTS, K->name);
 }
 
 void sched_destroy(Sched* s) {
@@ -1199,6 +1229,7 @@ void sched_destroy(Sched* s) {
         if (s->u[u].req) zipcclWait(s->u[u].req);
     }
     xs_free(s);
+    free(s->dspan);
     pool_free(&s->pool);
     pool_free(&s->dpool);
     sched_plan_free(&s->train);
@@ -1211,8 +1242,35 @@ void sched_destroy(Sched* s) {
     free(s);
 }
 
+/* --trace on a device: the step's compute spans as the device ran them,
+ * on their own track ("device"), placed by the reference event: ts = the
+ * reference's host time + the device time from it. */
+static void trace_device_spans(Sched* s) {
+    const ZrtKernels* K = s->dpool.K;
+    for (int i = 0; i < s->n_dspan; i++) {
+        const DevSpan* d = &s->dspan[i];
+        if (d->b && s->dref)
+            tprintf(s, ",\n{\"name\": \"%s %s\", \"cat\": \"device\", \"ph\": \"X\", "
+                       "\"pid\": %d, \"tid\": %d, \"ts\": %.1f, \"dur\": %.1f, \"args\": "
+                       "{\"micro\": %d}}",
+                    d->phase ? "bwd" : "fwd", s->f->units[d->unit].name, s->f->rank, 1 + NSLOTS,
+                    us(s, s->dref_t) + K->event_elapsed_ms(s->dref, d->a) * 1e3,
+                    K->event_elapsed_ms(d->a, d->b) * 1e3, d->micro);
+        K->event_free(d->a);
+        K->event_free(d->b);
+    }
+    s->n_dspan = 0;
+    if (s->dref) K->event_free(s->dref);
+    s->dref = NULL;
+}
+
 void sched_begin_step(Sched* s, int train) {
     trainCheck(!s->p, "scheduler: a step began inside another");
+    if (s->trace && s->dpool.K) { /* the reference: recorded with the device idle */
+        s->dpool.K->synchronize();
+        s->dref = s->dpool.K->event_record();
+        s->dref_t = zrt_now();
+    }
     s->p = train ? &s->train : &s->eval;
     s->cur = s->micro = s->ag_issued = s->rs_issued = s->rs_retired = 0;
     s->n_rec = 0;
@@ -1290,6 +1348,7 @@ void sched_end_step(Sched* s) {
     }
     poll_all(s);
     if (s->trace) trace_calls(s);
+    if (s->trace && s->dpool.K) trace_device_spans(s);
     s->p = NULL;
 }
 

@@ -1204,6 +1204,33 @@ static void check_memory_entries(const ZrtKernels* G, const char* name) {
     G->free(y);
 }
 
+/* Events on table G: recorded around a product, the time between them is
+ * finite and not negative, and a later event is not earlier. */
+static void check_events(const ZrtKernels* G, const char* name) {
+    enum { n = 256 };
+    static float h[n * n];
+    for (int i = 0; i < n * n; i++) h[i] = (float)(i % 7) * 0.1f;
+    float *a = G->alloc(sizeof h), *c = G->alloc(sizeof h);
+    char what[96];
+    snprintf(what, sizeof what, "%s/events_alloc", name);
+    if (!CHECK(a && c, what, "alloc failed")) return;
+    snprintf(what, sizeof what, "%s/events", name);
+    G->upload(a, h, sizeof h);
+    void* e0 = G->event_record();
+    G->matmul_forward(c, a, a, n, n, n);
+    void* e1 = G->event_record();
+    G->matmul_forward(c, a, a, n, n, n);
+    void* e2 = G->event_record();
+    const double t01 = G->event_elapsed_ms(e0, e1), t02 = G->event_elapsed_ms(e0, e2);
+    CHECK(e0 && e1 && e2 && isfinite(t01) && t01 >= 0 && t02 >= t01, what,
+          "events %p %p %p, %.3f ms then %.3f ms", e0, e1, e2, t01, t02);
+    G->event_free(e0);
+    G->event_free(e1);
+    G->event_free(e2);
+    G->free(a);
+    G->free(c);
+}
+
 /* The optimizer's entries and the bf16 accumulate on table G against the
  * CPU table, bit for bit (kernels.h: no fused multiply-add, fixed-order
  * sums), through G's own memory entries: AdamW over several steps with
@@ -1888,6 +1915,7 @@ int main(int argc, char** argv) {
         check_cuda_kernels();
         check_memory_entries(zrt_kernels_cuda(), "cuda");
         check_optimizer_entries(zrt_kernels_cuda(), "cuda");
+        check_events(zrt_kernels_cuda(), "cuda");
         check_step_on(zrt_kernels_cuda(), zrt_kernels_cpu(), "cuda", 1e-5);
         check_matmul_bf16(zrt_kernels_cuda_bf16(), "cuda", 1e-5);
         // a whole step in bf16: a value that lands a hair apart on the two
@@ -1928,6 +1956,8 @@ int main(int argc, char** argv) {
     check_memory_entries(zrt_kernels_cpu(), "cpu");
     check_memory_entries(zrt_kernels_cpu_guarded(), "guarded");
     check_optimizer_entries(zrt_kernels_cpu_guarded(), "guarded");
+    check_events(zrt_kernels_cpu(), "cpu");
+    check_events(zrt_kernels_cpu_guarded(), "guarded");
     check_step_on(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
     check_matmul_bf16(zrt_kernels_cpu_bf16(), "cpu", 0.0); /* the twin itself: it rounds */
     check_cuda_kernels();

@@ -103,6 +103,41 @@ for v in "2 $M --set parallelism.ep=2" \
   fi
 done
 
+# (a'''') --trace on a device: every compute span of the host has its twin
+# on the "device" track, timed by the table's events (the guarded table runs
+# each call to its end, so the twin lies within a millisecond of it)
+if run 2 "$tmp/trace.jsonl" --set runtime.device=cpu_guarded --trace "$tmp/trace.json"; then
+  r=$(python3 - "$tmp/trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+bad = []
+for pid in sorted({e["pid"] for e in ev if "pid" in e}):
+    host = [e for e in ev if e.get("cat") == "compute" and e["pid"] == pid]
+    dev = [e for e in ev if e.get("cat") == "device" and e["pid"] == pid]
+    names = [e for e in ev if e.get("ph") == "M" and e["pid"] == pid and
+             e["args"]["name"].startswith("device (cpu_guarded)")]
+    if not host or len(host) != len(dev) or not names:
+        bad.append("rank %d: %d compute spans, %d device spans, track named %s"
+                   % (pid, len(host), len(dev), bool(names)))
+        continue
+    key = lambda e: (e["ts"], e["name"])
+    for h, d in zip(sorted(host, key=key), sorted(dev, key=key)):
+        if h["name"] != d["name"] or abs(h["ts"] - d["ts"]) > 1000 or abs(h["dur"] - d["dur"]) > 1000:
+            bad.append("rank %d: %s at %.0f us (%.0f) vs device %s at %.0f (%.0f)"
+                       % (pid, h["name"], h["ts"], h["dur"], d["name"], d["ts"], d["dur"]))
+            break
+print("ok %d spans" % len([e for e in ev if e.get("cat") == "device"]) if not bad else "; ".join(bad[:3]))
+PY
+)
+  case "$r" in
+    ok*) pass "trace_has_device_spans (${r#ok })" ;;
+    *) fail trace_has_device_spans "$r" ;;
+  esac
+else
+  fail trace_has_device_spans "the run failed"
+fi
+
 # (a'') model.compute: bf16 (the linear layers' operands rounded to bf16,
 # fp32 sums): the guarded device equals the CPU bit for bit, and the loss
 # stays within 2% of the fp32 run (at 2 ranks, the (a) fp32 run's steps)
