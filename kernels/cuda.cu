@@ -12,7 +12,8 @@
  *   - parameter gradients accumulate (beta = 1);
  *   - reductions in a fixed order (no atomics): RMSNorm/embedding weight
  *     gradients use one thread per channel walking rows in order, GQA sums a
- *     group's heads in head order, the loss is summed on the host in row order.
+ *     group's heads in head order, the loss is summed on the device in row
+ *     order (one thread, in double) and only the sum comes back.
  *
  * Every CUDA call and launch is checked; a failure is fatal (zk_fail: file,
  * line, CUDA's message, exit 1), since the training state after a failed
@@ -269,6 +270,20 @@ __global__ void k_crossentropy(float* dlogits, float* losses, const float* logit
 
 /* ---- mixture of experts: one thread per row for the routing (E and k are
  * small), one block per row or pair for the rows of C */
+
+/* the counted rows' losses summed in row order in double (one thread) */
+__global__ void k_loss_sum(double* total, int* count, const float* losses, const int* targets,
+                           int N) {
+    double t = 0.0;
+    int c = 0;
+    for (int n = 0; n < N; n++)
+        if (targets[n] >= 0) {
+            t = __dadd_rn(t, (double)losses[n]);
+            c++;
+        }
+    *total = t;
+    *count = c;
+}
 
 __global__ void k_moe_route(float* probs, int* sel_all, float* w_all, const float* logits, int N,
                             int E, int k, int norm_topk) {
@@ -769,22 +784,17 @@ double cu_crossentropy_forward_backward(float* dlogits, float* losses, const flo
     PROF(crossentropy_forward_backward);
     k_crossentropy<<<N, 256>>>(dlogits, losses, logits, targets, V, dscale);
     CKL(k_crossentropy);
-    // the sum in row order on the host, like the CPU backend
-    float* hl = (float*)malloc((size_t)N * sizeof(float));
-    int* ht = (int*)malloc((size_t)N * sizeof(int));
-    if (!hl || !ht) zk_fail("crossentropy", "out of host memory", __FILE__, __LINE__);
-    CK(cudaMemcpy(hl, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(ht, targets, (size_t)N * sizeof(int), cudaMemcpyDeviceToHost));
-    double total = 0.0;
-    int counted = 0;
-    for (int n = 0; n < N; n++)
-        if (ht[n] >= 0) {
-            total += hl[n];
-            counted++;
-        }
-    free(hl);
-    free(ht);
-    *count = counted;
+    // the sum on the device in row order, in double, like the CPU backend
+    // (one thread: the order is the point); 16 bytes come back
+    static void* d = nullptr;
+    if (!d) CK(cudaMalloc(&d, sizeof(double) + sizeof(int)));
+    k_loss_sum<<<1, 1>>>((double*)d, (int*)((double*)d + 1), losses, targets, N);
+    CKL(k_loss_sum);
+    unsigned char h[sizeof(double) + sizeof(int)];
+    CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    double total;
+    memcpy(&total, h, sizeof total);
+    memcpy(count, h + sizeof(double), sizeof(int));
     return total;
 }
 
