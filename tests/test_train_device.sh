@@ -59,25 +59,31 @@ for np in 1 2; do
   done
 done
 
+# guarded_same NAME NP [args...]: the run on cpu_guarded equals the run on
+# cpu bit for bit (every step and the final hash)
+guarded_same() {
+  local name=$1 np=$2
+  shift 2
+  if run "$np" "$tmp/${name}_cpu.jsonl" --set runtime.device=cpu "$@" &&
+     run "$np" "$tmp/${name}_grd.jsonl" --set runtime.device=cpu_guarded "$@"; then
+    if same "$tmp/${name}_cpu.jsonl" "$tmp/${name}_grd.jsonl"; then
+      pass "$name"
+    else
+      fail "$name" "$(python3 tests/compare_runs.py "$tmp/${name}_cpu.jsonl" \
+            "$tmp/${name}_grd.jsonl" exact --same-steps 2>&1 | tail -2)"
+    fi
+  else
+    fail "$name" "a run failed"
+  fi
+}
+
 # (a') the MoE model (top-2 of 4 experts, one dense block, a capacity that
 # drops pairs, the aux loss) at EP 1: guarded == cpu at 1 and 2 ranks
 M="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_hidden=16
    --set model.mlp_only_layers=1 --set model.norm_topk_prob=true --set model.capacity_factor=1.0
    --set model.router_aux_loss_coef=0.01 --set model.qk_norm=true"
-for np in 1 2; do
-  # shellcheck disable=SC2086
-  if run "$np" "$tmp/moe_cpu_$np.jsonl" --set runtime.device=cpu $M &&
-     run "$np" "$tmp/moe_grd_$np.jsonl" --set runtime.device=cpu_guarded $M; then
-    if same "$tmp/moe_cpu_$np.jsonl" "$tmp/moe_grd_$np.jsonl"; then
-      pass "guarded_equals_cpu_moe_${np}ranks"
-    else
-      fail "guarded_equals_cpu_moe_${np}ranks" "$(python3 tests/compare_runs.py \
-            "$tmp/moe_cpu_$np.jsonl" "$tmp/moe_grd_$np.jsonl" exact --same-steps 2>&1 | tail -2)"
-    fi
-  else
-    fail "guarded_equals_cpu_moe_${np}ranks" "a run failed"
-  fi
-done
+# shellcheck disable=SC2086
+for np in 1 2; do guarded_same "guarded_equals_cpu_moe_${np}ranks" "$np" $M; done
 
 # (a''') expert parallelism on the device: the exchange's rows are staged
 # through host memory by the scheduler (the rows sent down at the dispatch,
@@ -85,23 +91,11 @@ done
 # guarded == cpu at EP 2 on 2 ranks (fp32 exchange, one chunk) and on 4
 # ranks (EP 2 x 2 expert-data-parallel, a bf16 exchange in 2 chunks with
 # overlap, dropless)
-for v in "2 $M --set parallelism.ep=2" \
-         "4 $M --set parallelism.ep=2 --set comm.alltoall_dtype=bf16 --set moe.overlap_chunks=2 --set model.capacity_factor=0"; do
-  # shellcheck disable=SC2086
-  set -- $v
-  np=$1; shift
-  if run "$np" "$tmp/ep_cpu_$np.jsonl" --set runtime.device=cpu "$@" &&
-     run "$np" "$tmp/ep_grd_$np.jsonl" --set runtime.device=cpu_guarded "$@"; then
-    if same "$tmp/ep_cpu_$np.jsonl" "$tmp/ep_grd_$np.jsonl"; then
-      pass "guarded_equals_cpu_moe_ep2_${np}ranks"
-    else
-      fail "guarded_equals_cpu_moe_ep2_${np}ranks" "$(python3 tests/compare_runs.py \
-            "$tmp/ep_cpu_$np.jsonl" "$tmp/ep_grd_$np.jsonl" exact --same-steps 2>&1 | tail -2)"
-    fi
-  else
-    fail "guarded_equals_cpu_moe_ep2_${np}ranks" "a run failed"
-  fi
-done
+# shellcheck disable=SC2086
+guarded_same guarded_equals_cpu_moe_ep2_2ranks 2 $M --set parallelism.ep=2
+# shellcheck disable=SC2086
+guarded_same guarded_equals_cpu_moe_ep2_4ranks 4 $M --set parallelism.ep=2 \
+  --set comm.alltoall_dtype=bf16 --set moe.overlap_chunks=2 --set model.capacity_factor=0
 
 # (a'''') --trace on a device: every compute span of the host has its twin
 # on the "device" track, timed by the table's events (the guarded table runs
