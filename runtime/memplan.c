@@ -19,13 +19,14 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
         return zrt_errf(err, errlen, "key 'parallelism.ep': %d does not divide the %d ranks", EP,
                         nranks);
     mp->nranks = nranks;
-    double shards = 0, largest = 0;
+    double shards = 0, largest = 0, max_shard = 0;
     for (int u = 0; u < llama_num_units(m); u++) {
         const int experts = llama_unit_is_experts(m, u) && EP > 1;
         const size_t G = (size_t)(experts ? nranks / EP : nranks);
         const size_t numel = llama_unit_numel(m, u) / (experts ? (size_t)EP : 1);
         const double padded = (double)((numel + G - 1) / G * G);
         shards += padded / (double)G;
+        if (padded / (double)G > max_shard) max_shard = padded / (double)G;
         if (padded > largest) largest = padded;
     }
     mp->params = mp->grads = 4 * shards;
@@ -52,11 +53,13 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
      * (runtime/expert.c): three fp32 row sets of the N*k rows a rank sends
      * or receives (the average), four bf16 ones with a bf16 exchange, and
      * ZipCCL's frames both ways */
+    double xrows = 0; /* floats of the rows a rank's exchange moves (the average) */
     if (exchange) {
         const double cf = m->capacity_factor > 0 ? m->capacity_factor : 1.0;
         const double rows = cf * B * T * m->n_experts_per_tok * m->dim,
                      wa = cfg->comm.alltoall_dtype == zipcclBfloat16 ? 2 : 4;
         mp->comm += rows * (12 + (wa == 2 ? 8 : 0) + 2 * 1.125 * wa);
+        xrows = rows;
     }
     mp->data = data_bytes;
     mp->base = base;
@@ -69,6 +72,11 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
          * while a checkpoint is written (fsdp_shard_host) */
         mp->device = shard_total + mp->acts + mp->inflight;
         mp->host += mp->params + mp->optim;
+        /* the staging of a shard on its way to or from a collective
+         * (fsdp.c), and with an exchange its received rows on the device
+         * and three pinned host row sets (sched.c) */
+        mp->device += 4 * max_shard + 4 * xrows;
+        mp->host += 3 * 4 * xrows;
     }
     return 0;
 }

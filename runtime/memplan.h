@@ -27,8 +27,10 @@
  *   base       the process before the model (libraries, MPI, OpenBLAS):
  *              measured, not modelled (the caller's resident set at start)
  * With a device backend the shards, the activations and the device copies
- * of the units and gradients in flight are device memory; the host keeps
- * the rest, and a copy of params, m and v while a checkpoint is written.
+ * of the units and gradients in flight are device memory, with the staging
+ * of one shard and, with an exchange, the received rows; the host keeps the
+ * rest, three pinned row sets of the exchange's staging, and a copy of
+ * params, m and v while a checkpoint is written.
  *
  * What it leaves out: allocator fragmentation and the OS page cache; a
  * routing so uneven that a rank receives more than the average N*k rows. docs/BENCHMARKS.md "Memory plan" compares the
