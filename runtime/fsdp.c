@@ -394,7 +394,7 @@ size_t fsdp_full_floats(const Fsdp* f, int u) {
 /* A device's host copy of one shard array, freed after a one-off use. */
 static void host_copy_free(Fsdp* f, int u, int which) {
     float** h = &f->host_state[(size_t)u * 3 + which];
-    if (*h) f->K->host_free(*h);
+    free(*h);
     *h = NULL;
 }
 
@@ -437,7 +437,9 @@ float* fsdp_shard_host(Fsdp* f, int u, int which, int download) {
     if (f->K->host_memory) return st;
     float** h = &f->host_state[(size_t)u * 3 + which];
     if (!*h) {
-        *h = f->K->host_alloc(U->shard * sizeof(float));
+        /* plain host memory: pinning a whole model's shards for a
+         * checkpoint would cost more than the slower copy */
+        *h = malloc(U->shard * sizeof(float));
         trainCheck(*h, "out of host memory for a copy of the shard of %s (%zu floats)", U->name,
                    U->shard);
     }
