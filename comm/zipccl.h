@@ -289,6 +289,58 @@ zipcclResult_t zipcclCommRank(zipcclComm_t comm, int* rank);
 zipcclResult_t zipcclCommSize(zipcclComm_t comm, int* size);
 zipcclResult_t zipcclCommSetDefaults(zipcclComm_t comm, const zipcclCallConfig_t* cfg);
 
+/* ---- Device buffers over MPI ----------------------------------------------
+ * An MPI communicator's buffers are host memory until zipcclCommSetDevice
+ * says they live on a device; from then on every call's sendbuf and recvbuf
+ * are device memory (the caller's stream orders them: the copies run after
+ * its work and before the call returns).  Each call is then run in one of
+ * two ways, chosen by the table's `coding`:
+ *   - staged: sendbuf goes down to host memory the device copies fast with
+ *     (pinned), the call runs there as on host buffers (every strategy and
+ *     design, the CPU codec), and what it received goes back up;
+ *   - coded on the device: a compressed AllGather compresses this rank's
+ *     block where it lives, so only its frame crosses the bus; the frames
+ *     travel between the ranks as they are and are decoded into recvbuf on
+ *     the device.  Its other calls are staged.
+ * Every rank of a communicator sets the same table kind (the call agreement
+ * compares it).  An NCCL communicator's buffers are device memory already:
+ * zipcclCommSetDevice refuses it.  Call it before the first collective, on a
+ * communicator with no call in flight. */
+typedef enum {
+    zipcclDeviceStaged = 0,    /* every call staged, the CPU codec on the host  */
+    zipcclDeviceCodeCuda = 1,  /* the CUDA codec codes on the device            */
+    zipcclDeviceCodeHost = 2   /* the host can read the buffers (host or managed
+                                * memory standing in for a device): the CPU codec
+                                * codes them in place, every step as for cuda,
+                                * so the path runs on machines without a GPU */
+} zipcclDeviceCoding_t;
+
+typedef struct {
+    const char* name;            /* for messages ("cuda", "cpu_guarded")      */
+    void* ctx;                   /* passed to every entry                     */
+    zipcclDeviceCoding_t coding;
+    /* Make the calling thread use the device (cudaSetDevice); the progress
+     * thread calls it before each call.  May be NULL. */
+    zipcclResult_t (*bind)(void* ctx);
+    /* Copies, after the stream's work (NULL: none), complete on return. */
+    zipcclResult_t (*toHost)(void* ctx, void* hostDst, const void* devSrc, size_t bytes, void* stream);
+    zipcclResult_t (*toDevice)(void* ctx, void* devDst, const void* hostSrc, size_t bytes, void* stream);
+    /* Device memory (the frames and the codec's workspace); NULL on OOM. */
+    void* (*alloc)(void* ctx, size_t bytes);
+    void (*free)(void* ctx, void* p);
+    /* Host memory the copies are fast with (pinned); NULL entries: malloc. */
+    void* (*hostAlloc)(void* ctx, size_t bytes);
+    void (*hostFree)(void* ctx, void* p);
+} zipcclDeviceMemory_t;
+
+/* The CUDA table for device `device`: cudaMemcpyAsync on the call's stream,
+ * cudaMalloc, cudaHostAlloc; coding zipcclDeviceCodeCuda.
+ * zipcclUnsupported in a build without CUDA or without that device. */
+zipcclResult_t zipcclDeviceMemoryCuda(int device, zipcclDeviceMemory_t* out);
+/* The communicator's buffers are device memory from now on (the table is
+ * copied; every entry but bind, hostAlloc and hostFree is required). */
+zipcclResult_t zipcclCommSetDevice(zipcclComm_t comm, const zipcclDeviceMemory_t* mem);
+
 /* Blocking collectives.  In-place: AllGather with
  * sendbuf == recvbuf + rank*count*size; ReduceScatter with
  * sendbuf + rank*recvcount*size == recvbuf; AllReduce / AlltoAll with
@@ -352,6 +404,9 @@ typedef struct {
                              * AllReduce calls per zipcclAlgo_t run: AllGather ring
                              * or oneshot, ReduceScatter ring or direct, AllReduce
                              * ring, direct or oneshot; 0 for the All-to-Alls */
+    uint64_t busBytes;    /* device buffers: bytes copied between the device
+                           * and host memory (staging, frames)             */
+    double busSeconds;    /* time in those copies                           */
 } zipcclCounters_t;
 
 zipcclResult_t zipcclCommGetCounters(zipcclComm_t comm, zipcclCollKind_t kind,

@@ -4,10 +4,12 @@
 # The layers of libzipccl (docs/COLLECTIVES.md §0), top to bottom; a file may
 # call files of its own layer and of the layers below it, never above:
 #
-#   8 front door     core/coll.c: the public calls, argument checks, requests
-#   7 tune/switcher  tune/switcher.c: auto's decision, calibration, pooling
-#   6 tune/explore   tune/tune_explore.c: the measured selection
-#   5 tune/model     tune/tune_model.c: the cost model (pure functions)
+#   9 front door     core/coll.c: the public calls, argument checks, requests
+#   8 tune/switcher  tune/switcher.c: auto's decision, calibration, pooling
+#   7 tune/explore   tune/tune_explore.c: the measured selection
+#   6 tune/model     tune/tune_model.c: the cost model (pure functions)
+#   5 run            core/coll_run.c: a decided call on its buffers (host, or
+#                    a device's: staged, or AllGather coded on the device)
 #   4 designs        algo/: the collective algorithms over the transport table
 #   3 agreement      core/coll_agree.c: the call agreement, liveness queries,
 #                    the waits of the transport's own collectives.  Below the
@@ -20,7 +22,8 @@
 #   1 codec          codec/: usable alone (zipcclCompress is public), so it
 #                    never reaches the wire
 #   0 common         core/common.c: errors, names, dtype helpers, the clock,
-#                    host allocation, the float conversions
+#                    host allocation, the float conversions; core/device_cuda:
+#                    the CUDA device-memory table (copies, allocation)
 #
 # How: every object of the library under BUILD/obj/comm (comm/bench/ holds
 # programs over the public API, not the library) is read with nm; each
@@ -43,15 +46,17 @@ objdir=$build/obj/comm
 # layer FILE -> "RANK NAME" (FILE relative to comm/, as the source is named)
 layer() {
   case "$1" in
-    core/coll.c)         echo "8 front-door" ;;
-    tune/switcher.c)     echo "7 tune/switcher" ;;
-    tune/tune_explore.c) echo "6 tune/explore" ;;
-    tune/tune_model.c)   echo "5 tune/model" ;;
+    core/coll.c)         echo "9 front-door" ;;
+    tune/switcher.c)     echo "8 tune/switcher" ;;
+    tune/tune_explore.c) echo "7 tune/explore" ;;
+    tune/tune_model.c)   echo "6 tune/model" ;;
+    core/coll_run.c)     echo "5 run" ;;
     algo/*)              echo "4 designs" ;;
     core/coll_agree.c)   echo "3 agreement" ;;
     transport/*)         echo "2 transport" ;;
     codec/*)             echo "1 codec" ;;
     core/common.c)       echo "0 common" ;;
+    core/device_cuda*)   echo "0 common" ;;
     *)                   echo "" ;;
   esac
 }

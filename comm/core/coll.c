@@ -4,9 +4,10 @@
  * pool per communicator: no allocation per call), strategy resolution and
  * counters.  One call, top to bottom: issue() checks and queues it;
  * execute() starts the call agreement (coll_agree.c), asks the switcher
- * (switcher.c) for the design, runs it (runDesign: the transport's native
+ * (switcher.c) for the design, runs it (zipcclRunDecided: the transport's native
  * collective, or one of coll_algos.c's designs over the transport's
- * messages) and folds what it cost into the counters.  The transports
+ * messages, on host buffers or staged from a device's: coll_run.c) and
+ * folds what it cost into the counters.  The transports
  * (transport.h: transport_mpi.c, transport_nccl.c) are all this file and
  * those reach the wire through.
  *
@@ -42,6 +43,7 @@
 #include "coll_agree.h"
 #include "coll_algos.h"
 #include "coll_internal.h"
+#include "coll_run.h"
 #include "switcher.h"
 #include "tune_explore.h"
 
@@ -60,23 +62,6 @@ static zipcclResult_t checkConfig(const zipcclCallConfig_t* cfg) {
 
 /* ---- executor ------------------------------------------------------------------ */
 
-
-/* The decided design on the communicator's transport: its own collective
- * (native), or one of our designs over its messages (coll_algos.c), or, on
- * a transport without message entries, its own raw / compressed ones. */
-static zipcclResult_t runDesign(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s,
-                                zipcclExecStats* st) {
-    const zipcclTransport* tp = c->tp;
-    if (s == zipcclStrategyNative) {
-        ZIPCCL_TRY(zipcclAgreeWait(c)); /* the transport's collectives cannot survive ranks that disagree */
-        double yieldS = -1;
-        ZIPCCL_TRY(tp->nativeStart(c, op, st, c->agree.ctl, &yieldS));
-        ZIPCCL_TRY(zipcclWaitSlots(c, c->agree.ctl, 1, zipcclCollName(op->kind), yieldS, &st->wireSeconds));
-        return tp->nativeFinish(c, op, st);
-    }
-    if (tp->runOwn) return tp->runOwn(c, op, s, st);
-    return zipcclRunAlgo(c, op, st);
-}
 
 static void execute(struct zipcclComm* c, zipcclOp* op) {
     zipcclExecStats st;
@@ -104,7 +89,7 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
     st.codec = cfg.codec;
     st.algo = zipcclAlgoRun(op->kind, cfg.algo);
     double t1 = zipcclNow();
-    if (res == zipcclSuccess) res = runDesign(c, op, cfg.strategy, &st);
+    if (res == zipcclSuccess) res = zipcclRunDecided(c, op, cfg.strategy, &st);
     /* A call that moved no data (count 0) still completes its agreement, and
      * after a local failure the agreement's verdict, if it is a disagreement,
      * is the cause to report (the same on every rank). */
@@ -126,6 +111,8 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
         k->codecSeconds += st.codecSeconds;
         k->wireSeconds += st.wireSeconds;
         k->totalSeconds += st.totalSeconds;
+        k->busBytes += st.busBytes;
+        k->busSeconds += st.busSeconds;
         k->byStrategy[st.strategy]++;
         if (st.strategy == zipcclStrategyCompressed) k->byCodec[st.codec]++;
         if (op->kind != zipcclCollAlltoAll && op->kind != zipcclCollAlltoAllv &&
@@ -260,8 +247,10 @@ static void freeOps(zipcclOp* op) {
 }
 
 static void commFree(struct zipcclComm* c) {
-    if (!c->broken) /* else in-flight sends may still read them */
+    if (!c->broken) { /* else in-flight sends may still read them */
         for (int i = 0; i < ZIPCCL_SCRATCH_SLOTS; i++) free(c->scratch[i]);
+        zipcclDeviceRelease(c);
+    }
     zipcclAgreeFree(c);
     c->tp->destroy(c);
     free(c->model.a2avReq);
@@ -445,6 +434,34 @@ zipcclResult_t zipcclCommSetDefaults(zipcclComm_t c, const zipcclCallConfig_t* c
     if (cfg->codec != zipcclCodecDefault) c->defaults.codec = cfg->codec;
     if (cfg->algo != zipcclAlgoDefault) c->defaults.algo = cfg->algo;
     pthread_mutex_unlock(&c->mu);
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, const zipcclDeviceMemory_t* mem) {
+    if (!c || !mem) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: null argument");
+    const char* name = mem->name ? mem->name : "the device";
+    if (c->tp->device)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: the buffers of a %s communicator are "
+                              "device memory already", c->tp->name);
+    const char* none = !mem->toHost ? "toHost" : !mem->toDevice ? "toDevice" : !mem->alloc ? "alloc"
+                     : !mem->free ? "free" : NULL;
+    if (none) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's table has no %s entry", name, none);
+    if ((int)mem->coding < 0 || mem->coding > zipcclDeviceCodeHost)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's coding %d is not staged (0), cuda "
+                              "(1) or host (2)", name, (int)mem->coding);
+    if (mem->coding == zipcclDeviceCodeCuda && !zipcclCudaAvailable())
+        return zipcclSetError(zipcclUnsupported, "zipcclCommSetDevice: %s codes with the CUDA codec, which cannot "
+                              "run here (a build without CUDA, or no usable device)", name);
+    pthread_mutex_lock(&c->mu);
+    const int busy = c->head != NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (busy)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: the communicator has calls in flight; "
+                              "set the device before the first call");
+    zipcclDeviceRelease(c); /* the previous table's memory, with that table */
+    c->dev = *mem;
+    c->dev.name = name;
+    c->onDevice = 1;
     return zipcclSuccess;
 }
 

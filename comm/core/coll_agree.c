@@ -21,8 +21,10 @@
  * What a descriptor says (ZIPCCL_DESC_WORDS uint64 words):
  *   [0] the shape: collective, dtype, requested strategy, the design our
  *       algorithms run (raw/compressed), the reduction op (ReduceScatter,
- *       AllReduce); the codec is left out, since every frame says how it is
- *       coded and any codec decodes to the same bits;
+ *       AllReduce), whether a compressed AllGather is coded on the device
+ *       (coll_run.c: its frames travel otherwise); the codec is left out,
+ *       since every frame says how it is coded and any codec decodes to the
+ *       same bits;
  *   [1] the count (elements); AlltoAllv: the elements this rank sends to the
  *       receiving peer;
  *   [2] AlltoAllv: the elements this rank expects from that peer;
@@ -150,7 +152,7 @@ static uint64_t shapeWord(const zipcclOp* op) {
     const int reduce = op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce;
     return (uint64_t)kDescVersion << 56 | (uint64_t)op->kind << 48 | (uint64_t)(op->dtype & 0xFF) << 40 |
            (uint64_t)s << 32 | (uint64_t)(ours ? zipcclAlgoRun(op->kind, op->cfg.algo) : 0) << 24 |
-           (uint64_t)(reduce ? op->op & 0xFF : 0) << 16;
+           (uint64_t)(reduce ? op->op & 0xFF : 0) << 16 | (uint64_t)zipcclCodedOnDevice(op->comm) << 8;
 }
 static int fieldOf(uint64_t shape, int shift) { return (int)((shape >> shift) & 0xFF); }
 
@@ -225,6 +227,9 @@ static void nameDtype(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%s", 
 static void nameStrategy(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%s", zipcclStrategyName((zipcclStrategy_t)v)); }
 static void nameAlgo(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%s", zipcclAlgoName((zipcclAlgo_t)v)); }
 static void nameOp(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%s", v == zipcclAvg ? "avg" : v == zipcclSum ? "sum" : "?"); }
+static void nameCoding(char* o, size_t cap, uint64_t v) {
+    snprintf(o, cap, "%s", v ? "on the device (zipcclCommSetDevice, a coding table)" : "on the host");
+}
 static void nameElems(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%llu elements", (unsigned long long)v); }
 static void nameBytes(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%llu bytes", (unsigned long long)v); }
 
@@ -300,7 +305,8 @@ static zipcclResult_t agreeCheck(struct zipcclComm* c, const zipcclOp* op) {
      * itself, its element type and how it is run, then its sizes. */
     static const struct { int shift; const char* label; void (*name)(char*, size_t, uint64_t); } fields[] = {
         {48, "collective called", nameKind}, {40, "dtype", nameDtype}, {32, "strategy", nameStrategy},
-        {24, "design (zipcclAlgo_t)", nameAlgo}, {16, "reduction op", nameOp}};
+        {24, "design (zipcclAlgo_t)", nameAlgo}, {16, "reduction op", nameOp},
+        {8, "place a compressed AllGather is coded", nameCoding}};
     for (size_t f = 0; f < sizeof fields / sizeof fields[0] && !text[0]; f++) {
         int differ = 0;
         for (int s = 0; s < n; s++) {

@@ -11,6 +11,9 @@
  *   coll.c          front door: API, validation, queue, counters
  *   switcher.h      tune/: auto's decision (switcher.c) over the measured
  *   tune_explore.h  selection (tune_explore.c) over the cost model (tune.h)
+ *   coll_run.h      core/coll_run.c: a decided call on its buffers (host: the
+ *                   transport's collective or a design; device: staged or
+ *                   coded on the device), the front door's only way down to a run
  *   coll_algos.h    algo/: our designs, written once over the transport table
  *   coll_agree.h    the call agreement, liveness queries, the waits of the
  *                   transport's own collectives (the designs finish the
@@ -71,6 +74,10 @@ struct zipcclExecStats {
      * largest size bucket (zipcclSizeBucket of a rank's bytes sent) of all
      * ranks, read from the message tags; 0 when not known. */
     int a2avSizeWord;
+    /* Device buffers (coll_run.c): bytes copied between the device and host
+     * memory, and the time those copies took. */
+    uint64_t busBytes;
+    double busSeconds;
 };
 
 /* A size's bucket for auto's measurements: floor(log2 bytes), the last
@@ -215,6 +222,16 @@ struct zipcclComm {
     void* scratch[ZIPCCL_SCRATCH_SLOTS];
     size_t scratchCap[ZIPCCL_SCRATCH_SLOTS];
 
+    /* Device buffers over a host transport (zipcclCommSetDevice, coll_run.c):
+     * the caller's table, the device's scratch (frames, codec workspace) and
+     * the host staging (send, receive), grown like the scratch above. */
+    int onDevice;
+    zipcclDeviceMemory_t dev;
+    void* devScratch[2];
+    size_t devScratchCap[2];
+    void* hostStage[2];
+    size_t hostStageCap[2];
+
     zipcclCounters_t counters[zipcclNumCollKinds]; /* under mu               */
     zipcclModel model;   /* executor only                                   */
 };
@@ -236,6 +253,13 @@ static inline void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes) 
  * the small collectives, so the call agreement, calibration and measured
  * selection run on it (MPI; not NCCL). */
 static inline int zipcclHostControl(const struct zipcclComm* c) { return (c->tp->caps & zipcclTpHostControl) != 0; }
+
+/* A compressed AllGather on this communicator is coded on the device
+ * (coll_run.c): its messages differ from the host designs', so the call
+ * agreement compares it. */
+static inline int zipcclCodedOnDevice(const struct zipcclComm* c) {
+    return c->onDevice && c->dev.coding != zipcclDeviceStaged;
+}
 
 /* Slot i of a request array of the communicator's transport. */
 static inline void* zipcclSlot(const struct zipcclComm* c, void* reqs, int i) {

@@ -1,0 +1,263 @@
+/*
+ * coll_run.c — a decided call, run on its buffers.  The front door (coll.c)
+ * has started the call agreement and the switcher has decided the strategy
+ * and design; this file runs the call where its buffers live:
+ *
+ *   host buffers     the transport's own collective (native), one of our
+ *                    designs over its messages (coll_algos.c), or, on a
+ *                    transport without message entries (NCCL), its own;
+ *   device buffers   (an MPI communicator after zipcclCommSetDevice)
+ *     staged         sendbuf down into host staging (pinned, from the
+ *                    caller's table), the host run above on the staging
+ *                    with the CPU codec, what was received back up: every
+ *                    strategy and design, the same bits as on host buffers;
+ *     coded          a compressed AllGather on a table that codes on the
+ *                    device (CUDA, or host-readable memory standing in):
+ *                    this rank's block is compressed where it lives and only
+ *                    its frame goes down; the frames' sizes are summed over
+ *                    the ranks (each rank adds its own at its index), the
+ *                    frames travel by the raw AlltoAllv design (ours to
+ *                    every peer, each peer's into its slot), the received
+ *                    ones go up and each is decoded into its block of
+ *                    recvbuf.  The bus carries frames, not raw blocks.
+ *
+ * The copies come after the work on the call's stream (the table orders
+ * them) and are complete before the call returns, so the caller's next use
+ * of recvbuf on that stream sees the data.  A copy that fails leaves the
+ * peers waiting for this rank: they time out naming it, as for a stopped
+ * rank, and the communicator breaks.
+ *
+ * Left out: coding ReduceScatter, AllReduce and the All-to-Alls on the device
+ * (staged: the CPU codec codes them on the host), pipelining the coded
+ * AllGather's copies with its messages (one frame per rank per call), device
+ * buffers over NCCL with this table (an NCCL communicator's buffers are
+ * device memory already).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "coll_agree.h"
+#include "coll_algos.h"
+#include "coll_run.h"
+
+/* ---- host buffers ------------------------------------------------------------ */
+
+static zipcclResult_t runHost(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st) {
+    const zipcclTransport* tp = c->tp;
+    if (s == zipcclStrategyNative) {
+        ZIPCCL_TRY(zipcclAgreeWait(c)); /* the transport's collectives cannot survive ranks that disagree */
+        double yieldS = -1;
+        ZIPCCL_TRY(tp->nativeStart(c, op, st, c->agree.ctl, &yieldS));
+        ZIPCCL_TRY(zipcclWaitSlots(c, c->agree.ctl, 1, zipcclCollName(op->kind), yieldS, &st->wireSeconds));
+        return tp->nativeFinish(c, op, st);
+    }
+    if (tp->runOwn) return tp->runOwn(c, op, s, st);
+    return zipcclRunAlgo(c, op, st);
+}
+
+/* ---- the device's memory ------------------------------------------------------- */
+
+enum { kStageSend = 0, kStageRecv = 1 }; /* host staging slots */
+enum { kDevFrames = 0, kDevWork = 1 };   /* device scratch slots */
+
+/* Host staging `slot` of at least `bytes`, grown by 1/8 more (as the
+ * communicator's scratch). */
+static void* hostStage(struct zipcclComm* c, int slot, size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    if (c->hostStageCap[slot] >= bytes) return c->hostStage[slot];
+    const zipcclDeviceMemory_t* d = &c->dev;
+    if (c->hostStage[slot]) d->hostFree ? d->hostFree(d->ctx, c->hostStage[slot]) : free(c->hostStage[slot]);
+    const size_t cap = bytes + bytes / 8;
+    c->hostStage[slot] = d->hostAlloc ? d->hostAlloc(d->ctx, cap) : malloc(cap);
+    c->hostStageCap[slot] = c->hostStage[slot] ? cap : 0;
+    return c->hostStage[slot];
+}
+
+static void* devScratch(struct zipcclComm* c, int slot, size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    if (c->devScratchCap[slot] >= bytes) return c->devScratch[slot];
+    const zipcclDeviceMemory_t* d = &c->dev;
+    if (c->devScratch[slot]) d->free(d->ctx, c->devScratch[slot]);
+    const size_t cap = bytes + bytes / 8;
+    c->devScratch[slot] = d->alloc(d->ctx, cap);
+    c->devScratchCap[slot] = c->devScratch[slot] ? cap : 0;
+    return c->devScratch[slot];
+}
+
+void zipcclDeviceRelease(struct zipcclComm* c) {
+    if (!c->onDevice) return;
+    const zipcclDeviceMemory_t* d = &c->dev;
+    if (d->bind) d->bind(d->ctx);
+    for (int i = 0; i < 2; i++) {
+        if (c->devScratch[i]) d->free(d->ctx, c->devScratch[i]);
+        if (c->hostStage[i]) d->hostFree ? d->hostFree(d->ctx, c->hostStage[i]) : free(c->hostStage[i]);
+        c->devScratch[i] = c->hostStage[i] = NULL;
+        c->devScratchCap[i] = c->hostStageCap[i] = 0;
+    }
+}
+
+/* Device -> host (down) and host -> device (up), counted on the call. */
+static zipcclResult_t down(struct zipcclComm* c, const zipcclOp* op, void* host, const void* dev, size_t bytes,
+                           zipcclExecStats* st) {
+    if (!bytes) return zipcclSuccess;
+    const double t = zipcclNow();
+    zipcclResult_t r = c->dev.toHost(c->dev.ctx, host, dev, bytes, op->stream);
+    st->busSeconds += zipcclNow() - t;
+    st->busBytes += bytes;
+    if (r == zipcclSuccess) return r;
+    return zipcclPrefixError(r, "%s: copying %zu bytes from %s memory to the host", zipcclCollName(op->kind), bytes,
+                             c->dev.name);
+}
+
+static zipcclResult_t up(struct zipcclComm* c, const zipcclOp* op, void* dev, const void* host, size_t bytes,
+                         zipcclExecStats* st) {
+    if (!bytes) return zipcclSuccess;
+    const double t = zipcclNow();
+    zipcclResult_t r = c->dev.toDevice(c->dev.ctx, dev, host, bytes, op->stream);
+    st->busSeconds += zipcclNow() - t;
+    st->busBytes += bytes;
+    if (r == zipcclSuccess) return r;
+    return zipcclPrefixError(r, "%s: copying %zu bytes from the host to %s memory", zipcclCollName(op->kind), bytes,
+                             c->dev.name);
+}
+
+static zipcclResult_t noMemory(const struct zipcclComm* c, const zipcclOp* op, const char* where, size_t bytes) {
+    return zipcclSetError(zipcclSystemError, "%s: out of %s memory for %zu bytes of %s", zipcclCollName(op->kind),
+                          where[0] == 'd' ? c->dev.name : "host", bytes, where + 2);
+}
+
+/* ---- device buffers, staged ------------------------------------------------------ */
+
+/* AlltoAllv: elements from buffer start to the end of the last block. */
+static size_t extentOf(const size_t* counts, const size_t* displs, int n) {
+    size_t e = 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i] && displs[i] + counts[i] > e) e = displs[i] + counts[i];
+    return e;
+}
+
+static zipcclResult_t runStaged(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st) {
+    const int n = c->nranks;
+    const size_t esz = zipcclTypeSize(op->dtype), blk = op->count * esz;
+    size_t sendB = 0, recvB = 0;
+    switch (op->kind) {
+    case zipcclCollAllGather: sendB = blk, recvB = (size_t)n * blk; break;
+    case zipcclCollReduceScatter: sendB = (size_t)n * blk, recvB = blk; break;
+    case zipcclCollAllReduce: sendB = recvB = blk; break;
+    case zipcclCollAlltoAll: sendB = recvB = (size_t)n * blk; break;
+    case zipcclCollAlltoAllv:
+        sendB = extentOf(op->sendcounts, op->sdispls, n) * esz;
+        recvB = extentOf(op->recvcounts, op->rdispls, n) * esz;
+        break;
+    default: return zipcclSetError(zipcclInternalError, "staged run of collective %d", (int)op->kind);
+    }
+    char* hs = hostStage(c, kStageSend, sendB);
+    if (!hs) return noMemory(c, op, "h:the send staging", sendB);
+    char* hr = hostStage(c, kStageRecv, recvB);
+    if (!hr) return noMemory(c, op, "h:the receive staging", recvB);
+    ZIPCCL_TRY(down(c, op, hs, op->sendbuf, sendB, st));
+    zipcclOp h = *op;
+    h.sendbuf = hs;
+    h.recvbuf = hr;
+    ZIPCCL_TRY(runHost(c, &h, s, st));
+    if (op->kind != zipcclCollAlltoAllv) return up(c, op, op->recvbuf, hr, recvB, st);
+    /* Only the blocks received: the gaps between them are the caller's. */
+    for (int i = 0; i < n; i++) {
+        const size_t at = op->rdispls[i] * esz;
+        ZIPCCL_TRY(up(c, op, (char*)op->recvbuf + at, hr + at, op->recvcounts[i] * esz, st));
+    }
+    return zipcclSuccess;
+}
+
+/* ---- device buffers, AllGather coded on the device -------------------------------- */
+
+static zipcclResult_t runCodedAllGather(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
+    const int n = c->nranks, r = c->rank;
+    const zipcclDataType_t dt = op->dtype;
+    const size_t count = op->count, blk = count * zipcclTypeSize(dt);
+    if (!count) return zipcclSuccess;
+    const zipcclCodecOps* codec = zipcclCodecOpsFor(c->dev.coding == zipcclDeviceCodeCuda);
+    /* One slot per rank for its frame, an even number of bytes: the frames
+     * travel as 2-byte elements. */
+    const size_t slot = (codec->bound(count, dt, 0) + 1) & ~(size_t)1;
+    char* dframes = devScratch(c, kDevFrames, (size_t)n * slot);
+    if (!dframes) return noMemory(c, op, "d:frames", (size_t)n * slot);
+    const size_t wsz = codec->workspace(count, dt);
+    void* work = wsz ? devScratch(c, kDevWork, wsz) : NULL;
+    if (wsz && !work) return noMemory(c, op, "d:codec workspace", wsz);
+    char* hsend = hostStage(c, kStageSend, slot);
+    char* hrecv = hsend ? hostStage(c, kStageRecv, (size_t)n * slot) : NULL;
+    if (!hsend || !hrecv) return noMemory(c, op, "h:frame staging", (size_t)(n + 1) * slot);
+
+    zipcclCodecCtx cx = {.workspace = work, .workspaceSize = wsz, .stream = op->stream};
+    zipcclCodecParams_t params = ZIPCCL_CODEC_PARAMS_DEFAULT;
+    params.codec = st->codec;
+    size_t mine = 0;
+    double t = zipcclNow();
+    zipcclResult_t res = codec->compress(&cx, op->sendbuf, count, dt, dframes + (size_t)r * slot, slot, &mine, &params);
+    st->codecSeconds += zipcclNow() - t;
+    if (res != zipcclSuccess) return zipcclPrefixError(res, "AllGather: compressing this rank's block on the device");
+    ZIPCCL_TRY(down(c, op, hsend, dframes + (size_t)r * slot, mine, st));
+    if (mine & 1) hsend[mine] = 0; /* the pad byte of the last 2-byte element */
+
+    double size[n];
+    for (int i = 0; i < n; i++) size[i] = i == r ? (double)mine : 0;
+    if (n > 1) {
+        ZIPCCL_TRY(zipcclAgreedAllreduce(c, size, size, n, zipcclTpSum, "AllGather: the sizes of the frames"));
+        size_t sc[n], sd[n], rc[n], rd[n];
+        for (int i = 0; i < n; i++) {
+            if (size[i] < 1 || size[i] > (double)slot)
+                return zipcclSetError(zipcclCorruptStream, "AllGather: rank %d's frame would be %.0f bytes, outside "
+                                      "(0, %zu]", i, size[i], slot);
+            sc[i] = i == r ? 0 : (mine + 1) / 2;
+            sd[i] = 0;
+            rc[i] = i == r ? 0 : ((size_t)size[i] + 1) / 2;
+            rd[i] = (size_t)i * slot / 2;
+        }
+        zipcclOp x = {.comm = c, .kind = zipcclCollAlltoAllv, .sendbuf = hsend, .recvbuf = hrecv,
+                      .sendcounts = sc, .sdispls = sd, .recvcounts = rc, .rdispls = rd,
+                      .dtype = zipcclBfloat16, .op = zipcclSum, .stream = op->stream};
+        x.cfg = op->cfg;
+        x.cfg.strategy = zipcclStrategyRaw;
+        zipcclExecStats xs;
+        memset(&xs, 0, sizeof xs);
+        xs.strategy = zipcclStrategyRaw;
+        xs.codec = st->codec;
+        xs.algo = zipcclAlgoRun(zipcclCollAlltoAllv, x.cfg.algo);
+        res = zipcclRunAlgo(c, &x, &xs);
+        st->wireBytes += xs.wireBytes;
+        st->wireSeconds += xs.wireSeconds;
+        st->rawBytes += (size_t)(n - 1) * blk;
+        if (res != zipcclSuccess) return zipcclPrefixError(res, "AllGather: exchanging the frames");
+        for (int i = 0; i < n; i++)
+            if (i != r) ZIPCCL_TRY(up(c, op, dframes + (size_t)i * slot, hrecv + (size_t)i * slot, (size_t)size[i], st));
+    }
+    /* Every block from its frame, ours too (what a peer decodes of it, and no
+     * device-to-device copy entry needed). */
+    t = zipcclNow();
+    for (int i = 0; i < n && res == zipcclSuccess; i++) {
+        size_t got = 0;
+        res = codec->decompress(&cx, dframes + (size_t)i * slot, (size_t)size[i], (char*)op->recvbuf + (size_t)i * blk,
+                                blk, &got, dt, NULL);
+        if (res != zipcclSuccess) res = zipcclPrefixError(res, "AllGather: decoding rank %d's frame on the device", i);
+        else if (got != count)
+            res = zipcclSetError(zipcclCorruptStream, "AllGather: rank %d's frame holds %zu elements, not %zu", i, got,
+                                 count);
+    }
+    st->codecSeconds += zipcclNow() - t;
+    return res;
+}
+
+/* ---- the entry ------------------------------------------------------------------- */
+
+zipcclResult_t zipcclRunDecided(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st) {
+    if (!c->onDevice) return runHost(c, op, s, st);
+    if (c->dev.bind) {
+        zipcclResult_t r = c->dev.bind(c->dev.ctx);
+        if (r != zipcclSuccess) return zipcclPrefixError(r, "%s: binding this thread to %s", zipcclCollName(op->kind),
+                                                         c->dev.name);
+    }
+    if (op->kind == zipcclCollAllGather && s == zipcclStrategyCompressed && zipcclCodedOnDevice(c))
+        return runCodedAllGather(c, op, st);
+    return runStaged(c, op, s, st);
+}

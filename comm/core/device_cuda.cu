@@ -1,0 +1,98 @@
+/*
+ * device_cuda.cu — zipcclDeviceMemoryCuda: the table of zipccl.h's device
+ * buffers over MPI for one CUDA device.  Copies are cudaMemcpyAsync on the
+ * call's stream (so they come after the caller's work on it) followed by a
+ * synchronize of that stream; device scratch is cudaMalloc, host staging
+ * cudaHostAlloc (pinned: the copies run at the bus's speed and need no
+ * bounce buffer).  The ordinal travels in ctx, and bind makes the calling
+ * thread (the communicator's progress thread) use that device.  Coding:
+ * the CUDA codec on the device (codec_cuda.cu).  The stub for builds
+ * without CUDA is device_cuda_stub.c.
+ */
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "zipccl.h"
+#include "zipccl_internal.h"
+}
+
+static int ordinalOf(void* ctx) { return (int)(intptr_t)ctx; }
+
+static zipcclResult_t cudaFail(cudaError_t e, const char* what, void* ctx) {
+    return zipcclSetError(zipcclSystemError, "CUDA device %d: %s: %s", ordinalOf(ctx), what, cudaGetErrorString(e));
+}
+
+static zipcclResult_t bindDevice(void* ctx) {
+    cudaError_t e = cudaSetDevice(ordinalOf(ctx));
+    return e == cudaSuccess ? zipcclSuccess : cudaFail(e, "cudaSetDevice", ctx);
+}
+
+static zipcclResult_t copy(void* ctx, void* dst, const void* src, size_t bytes, void* stream, cudaMemcpyKind kind,
+                           const char* what) {
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    return e == cudaSuccess ? zipcclSuccess : cudaFail(e, what, ctx);
+}
+static zipcclResult_t toHost(void* ctx, void* dst, const void* src, size_t bytes, void* stream) {
+    return copy(ctx, dst, src, bytes, stream, cudaMemcpyDeviceToHost, "cudaMemcpyAsync to the host");
+}
+static zipcclResult_t toDevice(void* ctx, void* dst, const void* src, size_t bytes, void* stream) {
+    return copy(ctx, dst, src, bytes, stream, cudaMemcpyHostToDevice, "cudaMemcpyAsync to the device");
+}
+
+static void* devAlloc(void* ctx, size_t bytes) {
+    (void)ctx;
+    void* p = NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+static void devFree(void* ctx, void* p) {
+    (void)ctx;
+    cudaFree(p);
+}
+static void* hostAlloc(void* ctx, size_t bytes) {
+    (void)ctx;
+    void* p = NULL;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+static void hostFree(void* ctx, void* p) {
+    (void)ctx;
+    cudaFreeHost(p);
+}
+
+extern "C" zipcclResult_t zipcclDeviceMemoryCuda(int device, zipcclDeviceMemory_t* out) {
+    if (!out) return zipcclSetError(zipcclInvalidArgument, "zipcclDeviceMemoryCuda: null argument");
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return zipcclSetError(zipcclUnsupported, "zipcclDeviceMemoryCuda: no usable CUDA device (%s)",
+                              cudaGetErrorString(e));
+    }
+    if (device < 0 || device >= n)
+        return zipcclSetError(zipcclUnsupported, "zipcclDeviceMemoryCuda: device %d, but this machine has %d", device,
+                              n);
+    zipcclDeviceMemory_t t = {};
+    t.name = "cuda";
+    t.ctx = (void*)(intptr_t)device;
+    t.coding = zipcclDeviceCodeCuda;
+    t.bind = bindDevice;
+    t.toHost = toHost;
+    t.toDevice = toDevice;
+    t.alloc = devAlloc;
+    t.free = devFree;
+    t.hostAlloc = hostAlloc;
+    t.hostFree = hostFree;
+    *out = t;
+    return zipcclSuccess;
+}

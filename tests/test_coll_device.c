@@ -1,0 +1,339 @@
+// test: ranks=1,2,4 timeout=240
+/*
+ * test_coll_device.c — device buffers over MPI (zipcclCommSetDevice,
+ * comm/core/coll_run.c), on machines without a GPU.  Two stand-in devices:
+ *   - guarded: every allocation is its own mapping, PROT_NONE except inside
+ *     the table's own copies, so any host read or write of "device" memory by
+ *     ZipCCL dies with SIGSEGV; coding staged (the CPU codec on the host);
+ *   - host-coded: plain host memory with coding host, so a compressed
+ *     AllGather takes the device-coded path (frames compressed in place,
+ *     only frames staged, sizes summed, frames exchanged by the AlltoAllv
+ *     design, decoded into recvbuf) with the CPU codec in the CUDA codec's
+ *     place: every step but the CUDA kernels.
+ * For each device, every collective (AllGather, ReduceScatter, AllReduce,
+ * AlltoAll, AlltoAllv with gaps in recvbuf), strategy (native, raw,
+ * compressed; ring and direct designs) and dtype (bf16, fp32): the device
+ * communicator's result equals the host communicator's bit for bit (the
+ * host path is checked against MPI's collectives by test_coll), AlltoAllv
+ * leaves the gaps of recvbuf alone, and the counters say what crossed the
+ * bus (staged: the whole send and receive; coded AllGather: frames only,
+ * less than staged).  Then the refusals: a table without an entry, cuda
+ * coding where the CUDA codec cannot run, zipcclDeviceMemoryCuda without a
+ * device, an NCCL-free build's stub, and ranks that disagree on where the
+ * AllGather is coded (zipcclMismatch on every rank, naming it).
+ * What it leaves out: the CUDA table and codec themselves (no device here;
+ * scripts/test_gpu.sh runs the same comparison on a GPU).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "gauss.h"
+#include "testutil.h"
+#include "zipccl.h"
+#include "zipccl_internal.h"
+#include "mpitest.h"
+
+/* ---- the guarded stand-in ----------------------------------------------------- */
+
+#define MAXMAPS 64
+static struct { void* p; size_t len; } g_maps[MAXMAPS];
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t pageRound(size_t b) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (b + pg - 1) / pg * pg;
+}
+static void* gAlloc(void* ctx, size_t bytes) {
+    (void)ctx;
+    size_t len = pageRound(bytes ? bytes : 1);
+    void* p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < MAXMAPS; i++)
+        if (!g_maps[i].p) {
+            g_maps[i].p = p, g_maps[i].len = len;
+            pthread_mutex_unlock(&g_mu);
+            return p;
+        }
+    pthread_mutex_unlock(&g_mu);
+    munmap(p, len);
+    return NULL;
+}
+static void gFree(void* ctx, void* p) {
+    (void)ctx;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < MAXMAPS; i++)
+        if (g_maps[i].p == p) {
+            munmap(p, g_maps[i].len);
+            g_maps[i].p = NULL;
+        }
+    pthread_mutex_unlock(&g_mu);
+}
+/* The mapping holding [p, p + bytes), opened for the copy (-1: none). */
+static int gOpen(const void* p, size_t bytes) {
+    for (int i = 0; i < MAXMAPS; i++) {
+        const char* b = g_maps[i].p;
+        if (b && (const char*)p >= b && (const char*)p + bytes <= b + g_maps[i].len) {
+            mprotect(g_maps[i].p, g_maps[i].len, PROT_READ | PROT_WRITE);
+            return i;
+        }
+    }
+    return -1;
+}
+static zipcclResult_t gCopy(void* dst, const void* src, size_t bytes, const void* dev) {
+    pthread_mutex_lock(&g_mu);
+    int m = gOpen(dev, bytes);
+    if (m >= 0) memcpy(dst, src, bytes);
+    if (m >= 0) mprotect(g_maps[m].p, g_maps[m].len, PROT_NONE);
+    pthread_mutex_unlock(&g_mu);
+    return m >= 0 ? zipcclSuccess : zipcclInvalidArgument; /* not device memory of ours */
+}
+static zipcclResult_t gToHost(void* ctx, void* h, const void* d, size_t bytes, void* stream) {
+    (void)ctx, (void)stream;
+    return gCopy(h, d, bytes, d);
+}
+static zipcclResult_t gToDevice(void* ctx, void* d, const void* h, size_t bytes, void* stream) {
+    (void)ctx, (void)stream;
+    return gCopy(d, h, bytes, d);
+}
+
+/* ---- the host-coded stand-in ---------------------------------------------------- */
+
+static zipcclResult_t hCopy(void* ctx, void* dst, const void* src, size_t bytes, void* stream) {
+    (void)ctx, (void)stream;
+    memcpy(dst, src, bytes);
+    return zipcclSuccess;
+}
+static void* hAlloc(void* ctx, size_t bytes) {
+    (void)ctx;
+    return malloc(bytes ? bytes : 1);
+}
+static void hFree(void* ctx, void* p) {
+    (void)ctx;
+    free(p);
+}
+
+static const zipcclDeviceMemory_t kGuarded = {.name = "guarded", .coding = zipcclDeviceStaged, .toHost = gToHost,
+                                              .toDevice = gToDevice, .alloc = gAlloc, .free = gFree};
+static const zipcclDeviceMemory_t kHostCoded = {.name = "host-coded", .coding = zipcclDeviceCodeHost,
+                                                .toHost = hCopy, .toDevice = hCopy, .alloc = hAlloc, .free = hFree};
+
+/* ---- the comparison --------------------------------------------------------------- */
+
+static void fill(void* x, size_t n, zipcclDataType_t dt, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 11;
+    for (size_t i = 0; i < n; i++) zipcclFromFloat(x, i, gauss_next(&s), dt);
+}
+
+typedef struct {
+    size_t sendElems, recvElems;
+    size_t sc[8], sd[8], rc[8], rd[8]; /* AlltoAllv (nranks <= 8) */
+} Shape;
+
+/* Sizes of a call with `count` (per block) on nranks; AlltoAllv: rank r
+ * sends (count + r + 2p) % 5 * count / 3 + p elements to p, with a gap of 3
+ * elements before each block it receives. */
+static Shape shapeOf(zipcclCollKind_t kind, size_t count) {
+    Shape s;
+    memset(&s, 0, sizeof s);
+    const size_t n = (size_t)nranks;
+    switch (kind) {
+    case zipcclCollAllGather: s.sendElems = count, s.recvElems = n * count; break;
+    case zipcclCollReduceScatter: s.sendElems = n * count, s.recvElems = count; break;
+    case zipcclCollAllReduce: s.sendElems = s.recvElems = count; break;
+    case zipcclCollAlltoAll: s.sendElems = s.recvElems = n * count; break;
+    default: {
+        size_t so = 0, ro = 0;
+        for (int p = 0; p < nranks; p++) {
+            s.sc[p] = (count + (size_t)rank + 2 * (size_t)p) % 5 * count / 3 + (size_t)p;
+            s.sd[p] = so, so += s.sc[p];
+            s.rc[p] = (count + (size_t)p + 2 * (size_t)rank) % 5 * count / 3 + (size_t)rank;
+            s.rd[p] = ro + 3, ro += 3 + s.rc[p];
+        }
+        s.sendElems = so, s.recvElems = ro;
+    }
+    }
+    return s;
+}
+
+static zipcclResult_t call(zipcclCollKind_t kind, const void* sb, void* rb, size_t count, const Shape* s,
+                           zipcclDataType_t dt, zipcclComm_t c, const zipcclCallConfig_t* cfg) {
+    switch (kind) {
+    case zipcclCollAllGather: return zipcclAllGather(sb, rb, count, dt, c, cfg, NULL);
+    case zipcclCollReduceScatter: return zipcclReduceScatter(sb, rb, count, dt, zipcclSum, c, cfg, NULL);
+    case zipcclCollAllReduce: return zipcclAllReduce(sb, rb, count, dt, zipcclSum, c, cfg, NULL);
+    case zipcclCollAlltoAll: return zipcclAlltoAll(sb, rb, count, dt, c, cfg, NULL);
+    default: return zipcclAlltoAllv(sb, s->sc, s->sd, rb, s->rc, s->rd, dt, c, cfg, NULL);
+    }
+}
+
+/* One table: every collective x strategy/design x dtype on the device
+ * communicator against the host one. */
+static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
+    MPI_Comm w = MPI_COMM_WORLD;
+    zipcclComm_t dev = NULL;
+    int ok = zipcclCommInitMpi(&dev, &w) == zipcclSuccess;
+    ok = ok && zipcclCommSetDevice(dev, mem) == zipcclSuccess;
+    if (!agree(ok)) {
+        snprintf(why, sizeof why, "communicator on %s: %s", mem->name, zipcclGetLastErrorDetail());
+        report(0, "device_comm_created");
+        return;
+    }
+    static const zipcclCollKind_t kinds[] = {zipcclCollAllGather, zipcclCollReduceScatter, zipcclCollAllReduce,
+                                             zipcclCollAlltoAll, zipcclCollAlltoAllv};
+    static const struct { zipcclStrategy_t s; zipcclAlgo_t a; const char* name; } runs[] = {
+        {zipcclStrategyNative, zipcclAlgoDefault, "native"},
+        {zipcclStrategyRaw, zipcclAlgoRing, "raw_ring"},
+        {zipcclStrategyCompressed, zipcclAlgoRing, "compressed_ring"},
+        {zipcclStrategyCompressed, zipcclAlgoDirect, "compressed_direct"}};
+    static const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat32};
+    const size_t count = 5000;
+    int nCases = 0, same = 1, gaps = 1, bus = 1, codedSmaller = 1;
+    why[0] = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++)
+            for (size_t di = 0; di < 2; di++) {
+                const zipcclCollKind_t kind = kinds[k];
+                if (runs[ri].a == zipcclAlgoDirect && kind == zipcclCollAllGather) continue; /* ring / oneshot only */
+                const zipcclDataType_t dt = dts[di];
+                const size_t esz = zipcclTypeSize(dt);
+                zipcclCallConfig_t cfg = {runs[ri].s, zipcclCodecFast, runs[ri].a};
+                const Shape s = shapeOf(kind, count);
+                const size_t sB = s.sendElems * esz, rB = s.recvElems * esz;
+                char* in = malloc(sB + 1);
+                char* outH = malloc(rB + 1);
+                char* outD = malloc(rB + 1);
+                fill(in, s.sendElems, dt, (uint64_t)(rank * 1000 + k * 10 + di));
+                memset(outH, 0x5A, rB + 1);
+                memset(outD, 0x5A, rB + 1);
+                void* dIn = mem->alloc(mem->ctx, sB + 1);
+                void* dOut = mem->alloc(mem->ctx, rB + 1);
+                mem->toDevice(mem->ctx, dIn, in, sB, NULL);
+                mem->toDevice(mem->ctx, dOut, outD, rB, NULL); /* the gaps' sentinel */
+                zipcclResult_t rh = call(kind, in, outH, count, &s, dt, host, &cfg);
+                zipcclCounters_t before, after;
+                zipcclCommGetCounters(dev, kind, &before);
+                zipcclResult_t rd = call(kind, dIn, dOut, count, &s, dt, dev, &cfg);
+                zipcclCommGetCounters(dev, kind, &after);
+                mem->toHost(mem->ctx, outD, dOut, rB, NULL);
+                char label[120];
+                snprintf(label, sizeof label, "%s %s %s", zipcclCollName(kind), runs[ri].name,
+                         dt == zipcclBfloat16 ? "bf16" : "fp32");
+                if (rh != zipcclSuccess || rd != zipcclSuccess) {
+                    if (same) snprintf(why, sizeof why, "%s: host %d, device %d (%s)", label, (int)rh, (int)rd,
+                                       zipcclGetLastErrorDetail());
+                    same = 0;
+                } else if (memcmp(outH, outD, rB)) {
+                    size_t i = 0;
+                    while (outH[i] == outD[i]) i++;
+                    if (same) snprintf(why, sizeof why, "%s: byte %zu of %zu differs", label, i, rB);
+                    same = 0;
+                }
+                if (kind == zipcclCollAlltoAllv)
+                    for (int p = 0; p < nranks; p++)
+                        for (size_t g = (s.rd[p] - 3) * esz; g < s.rd[p] * esz; g++)
+                            if ((unsigned char)outD[g] != 0x5A) gaps = 0;
+                const uint64_t moved = after.busBytes - before.busBytes;
+                const int coded = kind == zipcclCollAllGather && runs[ri].s == zipcclStrategyCompressed &&
+                                  mem->coding != zipcclDeviceStaged;
+                if (!coded && kind != zipcclCollAlltoAllv && moved != sB + rB) {
+                    if (bus) snprintf(why + strlen(why), sizeof why - strlen(why) > 1 ? sizeof why - strlen(why) : 1,
+                                      " [%s: bus %llu bytes, staged %zu]", label, (unsigned long long)moved, sB + rB);
+                    bus = 0;
+                }
+                if (coded && !(moved > 0 && moved < sB + rB - (nranks > 1 ? 0 : 1))) codedSmaller = 0;
+                nCases++;
+                mem->free(mem->ctx, dIn);
+                mem->free(mem->ctx, dOut);
+                free(in), free(outH), free(outD);
+            }
+    char name[80];
+    snprintf(name, sizeof name, "device_%s_equals_host_%d_cases", mem->name, nCases);
+    report(same, name);
+    snprintf(name, sizeof name, "device_%s_alltoallv_keeps_gaps", mem->name);
+    report(gaps, name);
+    snprintf(name, sizeof name, "device_%s_staged_bus_bytes", mem->name);
+    report(bus, name);
+    if (mem->coding != zipcclDeviceStaged) {
+        snprintf(why, sizeof why, "a coded AllGather moved no bytes or no fewer than staging would");
+        report(codedSmaller, "device_host_coded_allgather_moves_frames_only");
+    }
+    zipcclCommDestroy(dev);
+}
+
+/* ---- refusals ----------------------------------------------------------------------- */
+
+static void refusals(void) {
+    MPI_Comm w = MPI_COMM_WORLD;
+    zipcclComm_t c = NULL;
+    zipcclCommInitMpi(&c, &w);
+    int ok = 1;
+    zipcclDeviceMemory_t t = kHostCoded;
+    t.toDevice = NULL;
+    EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument &&
+               strstr(zipcclGetLastErrorDetail(), "no toDevice entry"),
+           "a table without toDevice: %s", zipcclGetLastErrorDetail());
+    t = kHostCoded;
+    t.coding = (zipcclDeviceCoding_t)7;
+    EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "coding 7"),
+           "coding 7: %s", zipcclGetLastErrorDetail());
+    t = kHostCoded;
+    t.coding = zipcclDeviceCodeCuda;
+    if (!zipcclCudaAvailable())
+        EXPECT(zipcclCommSetDevice(c, &t) == zipcclUnsupported && strstr(zipcclGetLastErrorDetail(), "CUDA codec"),
+               "cuda coding without a device: %s", zipcclGetLastErrorDetail());
+    zipcclDeviceMemory_t cu;
+    if (!zipcclCudaAvailable())
+        EXPECT(zipcclDeviceMemoryCuda(0, &cu) == zipcclUnsupported && zipcclGetLastErrorDetail()[0],
+               "zipcclDeviceMemoryCuda without a device: %s", zipcclGetLastErrorDetail());
+    EXPECT(zipcclCommSetDevice(NULL, &kHostCoded) == zipcclInvalidArgument, "a null communicator was taken");
+    report(ok, "device_table_refusals");
+    zipcclCommDestroy(c);
+
+    if (nranks < 2) return;
+    /* Rank 0 codes its AllGather on the device, the others stage theirs. */
+    zipcclCommInitMpi(&c, &w);
+    zipcclCommSetDevice(c, rank == 0 ? &kHostCoded : &kGuarded);
+    const zipcclDeviceMemory_t* m = rank == 0 ? &kHostCoded : &kGuarded;
+    void* d = m->alloc(m->ctx, 4096);
+    void* e = m->alloc(m->ctx, 4096 * (size_t)nranks);
+    zipcclCallConfig_t cfg = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing};
+    zipcclResult_t r = zipcclAllGather(d, e, 1000, zipcclFloat32, c, &cfg, NULL);
+    ok = 1;
+    EXPECT(r == zipcclMismatch && strstr(zipcclGetLastErrorDetail(), "coded"),
+           "rank %d: mixed coding gave %d (%s)", rank, (int)r, zipcclGetLastErrorDetail());
+    report(ok, "device_mixed_coding_is_a_mismatch_on_every_rank");
+    zipcclCommDestroy(c);
+    m->free(m->ctx, d);
+    m->free(m->ctx, e);
+}
+
+int main(int argc, char** argv) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    setenv("ZIPCCL_CALIBRATE", "0", 1);
+    if (nranks > 8) {
+        if (rank == 0) fprintf(stderr, "test_coll_device: at most 8 ranks\n");
+        MPI_Finalize();
+        return 1;
+    }
+    MPI_Comm w = MPI_COMM_WORLD;
+    zipcclComm_t host = NULL;
+    if (zipcclCommInitMpi(&host, &w) != zipcclSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
+    compareAll(&kGuarded, host);
+    compareAll(&kHostCoded, host);
+    zipcclCommDestroy(host);
+    refusals();
+    int failed = tu_failures;
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
