@@ -22,7 +22,7 @@ rm -rf "$STAGE" "$OUTF"
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/data"
 
 progs=()
-for p in "$BUILD"/gpu/test_gpu_* "$BUILD"/tests/test_model "$BUILD"/train "$BUILD"/zipccl-bench; do
+for p in "$BUILD"/gpu/test_gpu_* "$BUILD"/tests/test_model "$BUILD"/tests/test_coll_device "$BUILD"/train "$BUILD"/zipccl-bench; do
   [ -x "$p" ] && [ -f "$p" ] || { echo "gpu_bundle: $p missing (run make first)" >&2; exit 1; }
   progs+=("$p")
   strip -o "$STAGE/bin/$(basename "$p")" "$p"

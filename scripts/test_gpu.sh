@@ -138,6 +138,11 @@ run_step() { # run_step NAME TIMEOUT CMD...
 
 run_step gpu_codec_tests 150 "$codec"
 run_step gpu_kernels 60 "$BIN_TESTS/test_model" --cuda
+# device buffers over MPI with the CUDA table and codec: 2 and 4 ranks on
+# the GPU(s) here, each result bit for bit the host path's
+for n in 2 4; do
+  run_step "coll_device_cuda_np$n" 90 mpirun --oversubscribe --bind-to none -n $n "$BIN_TESTS/test_coll_device" --cuda
+done
 for t in "$BIN_GPU"/test_gpu_*; do
   [ -x "$t" ] && [ -f "$t" ] || continue
   [ "$t" = "$codec" ] && continue

@@ -21,8 +21,10 @@
  * coding where the CUDA codec cannot run, zipcclDeviceMemoryCuda without a
  * device, an NCCL-free build's stub, and ranks that disagree on where the
  * AllGather is coded (zipcclMismatch on every rank, naming it).
- * What it leaves out: the CUDA table and codec themselves (no device here;
- * scripts/test_gpu.sh runs the same comparison on a GPU).
+ * With --cuda (scripts/test_gpu.sh, on a GPU machine) the same comparison
+ * runs with zipcclDeviceMemoryCuda: the CUDA codec codes the AllGather on
+ * the device and must give the host path's bits.  Without a GPU the CUDA
+ * table and codec themselves are what it leaves out.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -263,7 +265,8 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
     report(bus, name);
     if (mem->coding != zipcclDeviceStaged) {
         snprintf(why, sizeof why, "a coded AllGather moved no bytes or no fewer than staging would");
-        report(codedSmaller, "device_host_coded_allgather_moves_frames_only");
+        snprintf(name, sizeof name, "device_%s_coded_allgather_moves_frames_only", mem->name);
+        report(codedSmaller, name);
     }
     zipcclCommDestroy(dev);
 }
@@ -329,8 +332,27 @@ int main(int argc, char** argv) {
     MPI_Comm w = MPI_COMM_WORLD;
     zipcclComm_t host = NULL;
     if (zipcclCommInitMpi(&host, &w) != zipcclSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
-    compareAll(&kGuarded, host);
-    compareAll(&kHostCoded, host);
+    int cuda = argc > 1 && !strcmp(argv[1], "--cuda");
+    if (cuda) {
+        /* On a GPU machine (scripts/test_gpu.sh): the CUDA table and codec,
+         * each rank on the GPU of its local rank, or all on GPU 0. */
+        MPI_Comm node;
+        int local = 0;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &local);
+        MPI_Comm_free(&node);
+        zipcclDeviceMemory_t cu;
+        int ok = zipcclDeviceMemoryCuda(local, &cu) == zipcclSuccess || zipcclDeviceMemoryCuda(0, &cu) == zipcclSuccess;
+        snprintf(why, sizeof why, "rank %d: %s", rank, zipcclGetLastErrorDetail());
+        report(ok, "device_cuda_table");
+        if (agree(ok)) {
+            cu.bind(cu.ctx);
+            compareAll(&cu, host);
+        }
+    } else {
+        compareAll(&kGuarded, host);
+        compareAll(&kHostCoded, host);
+    }
     zipcclCommDestroy(host);
     refusals();
     int failed = tu_failures;
