@@ -23,7 +23,8 @@
 #
 # Files written to the output folder (at most 8, so a remote run can bring
 # them all back): test_gpu.log (everything), build.log, nvidia-smi.txt,
-# gpu_codec_bench.jsonl (one JSON line per codec x dtype x size).
+# gpu_codec_bench.jsonl (one JSON line per codec x dtype x size),
+# coll_bench_cuda.jsonl (zipccl-bench --device cuda at 2 and 4 ranks).
 #
 # Without a CUDA device (no nvidia-smi, or no usable device) it prints
 # "no CUDA device: skipped" and exits 0.
@@ -151,6 +152,14 @@ done
 if [ -x scripts/test_train_gpu.sh ]; then
   run_step train_gpu 420 env BIN="$BIN" OUT_DIR="$OUT_DIR" scripts/test_train_gpu.sh
 fi
+# the collective table's GPU twin (issue 36 item 5): zipccl-bench with its
+# buffers on the GPU, 2 and 4 ranks over MPI on the GPU(s) here, every row
+# checked bit for bit (#wrong), JSON lines in coll_bench_cuda.jsonl
+for n in 2 4; do
+  run_step "coll_bench_cuda_np$n" 150 sh -c "mpirun --oversubscribe --bind-to none -n $n '$BIN/zipccl-bench' \
+    --device cuda --coll allgather,reducescatter,alltoallv --strategy native,raw,compressed \
+    -b 1M -e 64M -f 8 -n 3 -w 1 --json >>'$OUT_DIR/coll_bench_cuda.jsonl' && echo PASS coll_bench_cuda_np$n"
+done
 if [ -z "${GPU_SKIP_CODEC_BENCH:-}" ]; then
   run_step gpu_codec_bench 180 "$codec" --bench --json "$OUT_DIR/gpu_codec_bench.jsonl"
 else

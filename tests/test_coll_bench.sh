@@ -187,6 +187,21 @@ rc=$?
 msg=$(python3 "$tmp/validate.py" "$tmp/fp16.out" 2 fp16 8); v=$?
 check bench_fp16 $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/fp16.err" | tr '\n' ' ')"
 
+# Device buffers (--device hostcoded: host memory standing in for a GPU, the
+# AllGather coded in place): every collective and strategy exact on 3 ranks,
+# the rows say where the buffers were, the compressed AllGather compresses.
+mpi 3 "$BIN" -b 64K -e 64K -n 2 -w 1 --device hostcoded --json >"$tmp/dev.out" 2>"$tmp/dev.err"
+rc=$?
+msg=$(python3 "$tmp/validate.py" "$tmp/dev.out" 3 bf16 20); v=$?
+python3 - "$tmp/dev.out" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ok = len(rows) == 20 and all(r.get("buffers") == "hostcoded" for r in rows)
+ok &= any(r["coll"] == "allgather" and r["strategy"] == "compressed" and r["ratio"] > 1.2 for r in rows)
+sys.exit(0 if ok else 1)
+EOF
+check bench_device_hostcoded $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/dev.err" | tr '\n' ' ')"
+
 # 3. #wrong must see a corrupted element: one flipped bit on rank 0 per compressed row,
 #    with one timed call per strategy and with three interleaved ones (the check
 #    must read each strategy's own last result, not the next strategy's).

@@ -87,6 +87,7 @@ typedef struct {
     int iters, warmup, check, json;
     int sequential; /* --order sequential: each strategy's timed calls back to back */
     int gapMs;      /* --gap: every rank idles this long before each timed call */
+    int device;     /* --device: 0 host buffers, 1 cuda, 2 host memory standing in (coded in place) */
     int injectError; /* tests: corrupt one element of compressed results */
     zipcclRedOp_t op;
     zipcclDataType_t dtype;
@@ -133,6 +134,11 @@ static void usage(FILE* f) {
         "  --gap MS                every rank sleeps MS milliseconds before each timed call\n"
         "                          (default 0: calls back to back); a call issued after idle\n"
         "                          time, as training issues its collectives between computes\n"
+        "  --device host|cuda|hostcoded   where the buffers live (default host): cuda puts them\n"
+        "                          on each rank's GPU (zipcclCommSetDevice: calls staged through\n"
+        "                          pinned memory, a compressed AllGather coded on the GPU);\n"
+        "                          hostcoded runs that path on host memory with the CPU codec\n"
+        "                          (what a machine without a GPU can check); the copies are timed\n"
         "  --json                  one JSON object per result line instead of the table\n"
         "  --inject-error          (tests) flip one bit of rank 0's compressed result before\n"
         "                          the check, to prove #wrong counts\n"
@@ -304,6 +310,12 @@ static void parseArgs(int argc, char** argv, Options* o) {
             if (!strcmp(v, "interleaved")) o->sequential = 0;
             else if (!strcmp(v, "sequential")) o->sequential = 1;
             else badArg("bad order '%s' (interleaved, sequential)", v);
+        } else if (IS("--device", "--device")) {
+            const char* v = VALUE();
+            if (!strcmp(v, "host")) o->device = 0;
+            else if (!strcmp(v, "cuda")) o->device = 1;
+            else if (!strcmp(v, "hostcoded")) o->device = 2;
+            else badArg("--device %s: host, cuda or hostcoded", v);
         } else if (IS("--gap", "--gap")) {
             const char* v = VALUE();
             if (!parseInt(v, 0, 10000, &o->gapMs)) badArg("bad gap '%s' (milliseconds, 0..10000)", v);
@@ -603,7 +615,44 @@ static void pickedName(const CollTest* coll, const zipcclCounters_t* k, char* ou
 typedef struct {
     CollEnv env;          /* what the collectives see of the run */
     long long totalWrong; /* over every row, all ranks           */
+    int onDevice;         /* --device cuda / hostcoded: the calls' buffers are mem's */
+    zipcclDeviceMemory_t mem;
 } Ctx;
+
+/* --device hostcoded: host memory standing in for a device. */
+static zipcclResult_t hcCopy(void* ctx, void* dst, const void* src, size_t bytes, void* stream) {
+    (void)ctx, (void)stream;
+    memcpy(dst, src, bytes);
+    return zipcclSuccess;
+}
+static void* hcAlloc(void* ctx, size_t bytes) {
+    (void)ctx;
+    return malloc(bytes ? bytes : 1);
+}
+static void hcFree(void* ctx, void* p) {
+    (void)ctx;
+    free(p);
+}
+
+/* A device twin of a host buffer (the host one itself on host buffers). */
+static void* devTwin(Ctx* c, void* host, size_t bytes) {
+    if (!c->onDevice) return host;
+    void* d = c->mem.alloc(c->mem.ctx, bytes ? bytes : 1);
+    if (!d) {
+        fprintf(stderr, "zipccl-bench: out of %s memory for %zu bytes\n", c->mem.name, bytes);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return d;
+}
+static void devFreeTwin(Ctx* c, void* d, void* host) {
+    if (d != host) c->mem.free(c->mem.ctx, d);
+}
+static void toDev(Ctx* c, void* d, const void* h, size_t bytes) {
+    if (d != h) ZCHECK(c->mem.toDevice(c->mem.ctx, d, h, bytes, NULL));
+}
+static void toHost(Ctx* c, void* h, const void* d, size_t bytes) {
+    if (d != h) ZCHECK(c->mem.toHost(c->mem.ctx, h, d, bytes, NULL));
+}
 
 /* Counters of one call: after - before, per field. */
 static void addDelta(zipcclCounters_t* sum, const zipcclCounters_t* a, const zipcclCounters_t* b) {
@@ -629,7 +678,7 @@ static void addDelta(zipcclCounters_t* sum, const zipcclCounters_t* a, const zip
  * "differ".  When auto picks native for a reduction, its result is compared
  * with native's. */
 static void checkResult(Ctx* c, const Options* o, const CollTest* coll, const CollShape* s,
-                        zipcclStrategy_t strat, const char* picked, const void* send, const void* ref,
+                        zipcclStrategy_t strat, const char* picked, const void* dsend, const void* ref,
                         void* recv, long long refWrong, long long* wrong, long long* differ) {
     const size_t es = zipcclTypeSize(o->dtype);
     const int reduction = coll->reduction;
@@ -650,8 +699,11 @@ static void checkResult(Ctx* c, const Options* o, const CollTest* coll, const Co
     } else if (autoNative) {
         /* auto's result against native's own, computed once more now */
         void* nat = benchAlloc(s->recvElems * es);
+        void* dnat = devTwin(c, nat, s->recvElems * es);
         const zipcclCallConfig_t native = {zipcclStrategyNative, o->codec, zipcclAlgoDefault};
-        ZCHECK(coll->run(send, nat, s, &c->env, &native, NULL));
+        ZCHECK(coll->run(dsend, dnat, s, &c->env, &native, NULL));
+        toHost(c, nat, dnat, s->recvElems * es);
+        devFreeTwin(c, dnat, nat);
         v[0] = countWrong(nat, recv, s->recvElems, es);
         v[1] = countWrong(ref, recv, s->recvElems, es);
         free(nat);
@@ -675,8 +727,9 @@ static void report(const Options* o, const CollShape* s, const CollTest* coll, z
     int algoed = strat != zipcclStrategyNative;
     if (o->json) {
         printf("{\"coll\":\"%s\",\"dtype\":\"%s\",\"bytes\":%zu,\"count\":%zu,"
-               "\"nranks\":%d,\"strategy\":\"%s\",",
-               coll->name, zipcclTypeName(o->dtype), s->bytes, s->count, nranks, sn);
+               "\"nranks\":%d,\"buffers\":\"%s\",\"strategy\":\"%s\",",
+               coll->name, zipcclTypeName(o->dtype), s->bytes, s->count, nranks,
+               o->device == 1 ? "cuda" : o->device == 2 ? "hostcoded" : "host", sn);
         if (coded) printf("\"codec\":\"%s\",", zipcclCodecName(cfg.codec));
         if (algoed) printf("\"algo\":\"%s\",", zipcclAlgoName(algo));
         if (strat == zipcclStrategyAuto) printf("\"picked\":\"%s\",", picked);
@@ -748,13 +801,20 @@ static void benchOne(Ctx* c, const Options* o, const CollTest* coll, size_t byte
     void* recv = benchAlloc(s.recvElems * es);
     void* ref = o->check ? benchAlloc(s.recvElems * es) : NULL;
     coll->init(send, &s, e);
+    /* --device: the calls take device twins; the checks read host copies. */
+    void* dsend = devTwin(c, send, s.sendElems * es);
+    void* drecv = devTwin(c, recv, s.recvElems * es);
+    toDev(c, dsend, send, s.sendElems * es);
 
     /* Raw's result is the reference, itself checked against the entry's
      * expected result (computed into recv, poisoned first). */
     long long refWrong = 0;
     if (o->check) {
         const zipcclCallConfig_t raw = {zipcclStrategyRaw, o->codec, o->algo};
-        ZCHECK(coll->run(send, ref, &s, e, &raw, NULL));
+        void* dref = devTwin(c, ref, s.recvElems * es);
+        ZCHECK(coll->run(dsend, dref, &s, e, &raw, NULL));
+        toHost(c, ref, dref, s.recvElems * es);
+        devFreeTwin(c, dref, ref);
         memset(recv, 0xA5, s.recvElems * es);
         coll->expected(recv, send, &s, e);
         refWrong = countWrong(ref, recv, s.recvElems, es);
@@ -777,12 +837,12 @@ static void benchOne(Ctx* c, const Options* o, const CollTest* coll, size_t byte
         int aw = autoWarmup(coll, bytes, e->nranks);
         int warmup = strat == zipcclStrategyAuto && o->warmup < aw ? aw : o->warmup;
         const zipcclCallConfig_t cfg = entryConfig(o, use[si]);
-        for (int it = 0; it < warmup; it++) ZCHECK(coll->run(send, recv, &s, e, &cfg, NULL));
+        for (int it = 0; it < warmup; it++) ZCHECK(coll->run(dsend, drecv, &s, e, &cfg, NULL));
         /* Close contenders get extra runs, as many as the times call for. */
         for (int more = 0, settled = 0; strat == zipcclStrategyAuto && more < 4 * aw; more++) {
             ZCHECK(zipcclAutoSettled(e->comm, kind, o->dtype, autoBytes(coll, bytes, e->nranks), &settled));
             if (settled) break;
-            ZCHECK(coll->run(send, recv, &s, e, &cfg, NULL));
+            ZCHECK(coll->run(dsend, drecv, &s, e, &cfg, NULL));
         }
     }
     int perm[MAX_STRATS];
@@ -798,7 +858,10 @@ static void benchOne(Ctx* c, const Options* o, const CollTest* coll, size_t byte
         zipcclStrategy_t strat = o->strats[use[si]];
         const zipcclCallConfig_t cfg = entryConfig(o, use[si]);
         const int last = it == iters - 1;
-        if (last) memset(recv, 0xA5, s.recvElems * es); /* a stale result must not pass the check */
+        if (last) { /* a stale result must not pass the check */
+            memset(recv, 0xA5, s.recvElems * es);
+            toDev(c, drecv, recv, s.recvElems * es);
+        }
         zipcclCounters_t before, after;
         ZCHECK(zipcclCommGetCounters(e->comm, kind, &before));
         if (o->gapMs) {
@@ -807,7 +870,7 @@ static void benchOne(Ctx* c, const Options* o, const CollTest* coll, size_t byte
         }
         MCHECK(MPI_Barrier(MPI_COMM_WORLD));
         double t0 = MPI_Wtime();
-        ZCHECK(coll->run(send, recv, &s, e, &cfg, NULL));
+        ZCHECK(coll->run(dsend, drecv, &s, e, &cfg, NULL));
         times[si * iters + it] = MPI_Wtime() - t0;
         ZCHECK(zipcclCommGetCounters(e->comm, kind, &after));
         addDelta(&sum[si], &before, &after);
@@ -817,7 +880,8 @@ static void benchOne(Ctx* c, const Options* o, const CollTest* coll, size_t byte
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byCodec, ZIPCCL_NCODECS, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, all.byAlgo, ZIPCCL_NALGOS, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
         pickedName(coll, &all, picked[si], sizeof picked[si]);
-        checkResult(c, o, coll, &s, strat, picked[si], send, ref, recv, refWrong, &wrong[si],
+        toHost(c, recv, drecv, s.recvElems * es);
+        checkResult(c, o, coll, &s, strat, picked[si], dsend, ref, recv, refWrong, &wrong[si],
                     &differ[si]);
     }
     for (int si = 0; si < ns; si++) {
@@ -835,6 +899,8 @@ static void benchOne(Ctx* c, const Options* o, const CollTest* coll, size_t byte
                    differ[si]);
     }
     free(times);
+    devFreeTwin(c, dsend, send);
+    devFreeTwin(c, drecv, recv);
     free(ref);
     free(recv);
     free(send);
@@ -883,7 +949,7 @@ static void printHeader(const Ctx* c, const Options* o) {
 
     printf("# zipccl-bench  ZipCCL %d.%d (format %d)\n", ZIPCCL_VERSION_MAJOR,
            ZIPCCL_VERSION_MINOR, ZIPCCL_FORMAT_VERSION);
-    printf("# date %s  nranks %d\n# hosts", date, c->env.nranks);
+    printf("# date %s  nranks %d  buffers %s\n# hosts", date, c->env.nranks, c->onDevice ? c->mem.name : "host");
     for (int r = 0; r < c->env.nranks; r++) printf(" %d:%s", r, all + (size_t)r * sizeof me);
     printf("\n# machine %s %s %s, %s, %ld cpus, load %.2f %.2f %.2f\n", u.nodename, u.sysname,
            u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
@@ -914,13 +980,30 @@ int main(int argc, char** argv) {
     const BenchData data = {o.dtype, o.dist, o.sigma, &pool};
 
     MCHECK(MPI_Init(&argc, &argv));
-    Ctx c = {{.dtype = o.dtype, .op = o.op, .data = &data}, 0};
+    Ctx c = {.env = {.dtype = o.dtype, .op = o.op, .data = &data}};
     MCHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c.env.rank));
     MCHECK(MPI_Comm_size(MPI_COMM_WORLD, &c.env.nranks));
     MCHECK(MPI_Type_contiguous((int)zipcclTypeSize(o.dtype), MPI_BYTE, &c.env.elem));
     MCHECK(MPI_Type_commit(&c.env.elem));
     MPI_Comm world = MPI_COMM_WORLD;
     ZCHECK(zipcclCommInitMpi(&c.env.comm, &world));
+    if (o.device) {
+        if (o.device == 1) { /* the GPU of this rank's local rank, or GPU 0 of a single-GPU machine */
+            MPI_Comm node;
+            int local = 0;
+            MCHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+            MCHECK(MPI_Comm_rank(node, &local));
+            MPI_Comm_free(&node);
+            if (zipcclDeviceMemoryCuda(local, &c.mem) != zipcclSuccess) ZCHECK(zipcclDeviceMemoryCuda(0, &c.mem));
+            ZCHECK(c.mem.bind(c.mem.ctx));
+        } else {
+            const zipcclDeviceMemory_t hc = {.name = "hostcoded", .coding = zipcclDeviceCodeHost, .toHost = hcCopy,
+                                             .toDevice = hcCopy, .alloc = hcAlloc, .free = hcFree};
+            c.mem = hc;
+        }
+        ZCHECK(zipcclCommSetDevice(c.env.comm, &c.mem));
+        c.onDevice = 1;
+    }
 
     printHeader(&c, &o);
     for (int k = 0; k < NCOLLS; k++) {

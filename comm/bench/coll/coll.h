@@ -10,8 +10,10 @@
  * One file per family: allgather.c, reduce.c (ReduceScatter, AllReduce: one
  * documented reduction), alltoall.c (AlltoAll, AlltoAllv).
  *
- * Left out: device buffers and in-place calls (the driver has neither), and
- * timing, counters and reporting (the driver's, the same for every entry).
+ * Left out: in-place calls (the driver has none), and timing, counters,
+ * reporting and device buffers (the driver's, the same for every entry: with
+ * --device it hands the calls device twins of the buffers and the checks
+ * host copies).
  */
 #ifndef ZIPCCL_BENCH_COLL_H
 #define ZIPCCL_BENCH_COLL_H
