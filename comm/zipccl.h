@@ -301,7 +301,10 @@ zipcclResult_t zipcclCommSetDefaults(zipcclComm_t comm, const zipcclCallConfig_t
  *   - coded on the device: a compressed AllGather compresses this rank's
  *     block where it lives, so only its frame crosses the bus; the frames
  *     travel between the ranks as they are and are decoded into recvbuf on
- *     the device.  Its other calls are staged.
+ *     the device.  A compressed ReduceScatter compresses each peer's block
+ *     on the device, and decodes and sums what it receives there (the
+ *     canonical order, docs/COLLECTIVES.md §3: the same bits as on the
+ *     host).  Its other calls are staged.
  * Every rank of a communicator sets the same table kind (the call agreement
  * compares it).  An NCCL communicator's buffers are device memory already:
  * zipcclCommSetDevice refuses it.  Call it before the first collective, on a
@@ -331,12 +334,24 @@ typedef struct {
     /* Host memory the copies are fast with (pinned); NULL entries: malloc. */
     void* (*hostAlloc)(void* ctx, size_t bytes);
     void (*hostFree)(void* ctx, void* p);
+    /* The reduction of a coded ReduceScatter, on the device and on the
+     * stream (needed unless coding is staged): acc[i] = x[i] (first) or
+     * acc[i] += x[i] in fp32 (acc fp32 device memory, x of dtype); then
+     * out[i] = one rounding of acc[i] to dtype (avg: acc[i] / n first). */
+    zipcclResult_t (*accumulate)(void* ctx, float* acc, const void* x, size_t count, zipcclDataType_t dtype,
+                                 int first, void* stream);
+    zipcclResult_t (*finalize)(void* ctx, void* out, const float* acc, size_t count, zipcclDataType_t dtype,
+                               zipcclRedOp_t op, int n, void* stream);
 } zipcclDeviceMemory_t;
 
 /* The CUDA table for device `device`: cudaMemcpyAsync on the call's stream,
  * cudaMalloc, cudaHostAlloc; coding zipcclDeviceCodeCuda.
  * zipcclUnsupported in a build without CUDA or without that device. */
 zipcclResult_t zipcclDeviceMemoryCuda(int device, zipcclDeviceMemory_t* out);
+/* Host memory standing in for a device (coding zipcclDeviceCodeHost): malloc,
+ * memcpy, the CPU codec and the host's reduction, so the coded path runs on
+ * machines without a GPU (tests, zipccl-bench --device hostcoded). */
+void zipcclDeviceMemoryHost(zipcclDeviceMemory_t* out);
 /* The communicator's buffers are device memory from now on (the table is
  * copied; every entry but bind, hostAlloc and hostFree is required). */
 zipcclResult_t zipcclCommSetDevice(zipcclComm_t comm, const zipcclDeviceMemory_t* mem);

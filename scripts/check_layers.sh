@@ -18,12 +18,14 @@
 #                    are posted once the agreement is in) and answers liveness
 #                    queries in its waits (zipcclIdle); it calls only common.c
 #                    and the transport table
-#   2 transport      transport/: the MPI and NCCL tables
+#   2 transport      transport/: the MPI and NCCL tables; core/device_cuda:
+#                    the CUDA device-memory table (copies, allocation, the
+#                    NCCL transport's reduction kernels)
 #   1 codec          codec/: usable alone (zipcclCompress is public), so it
 #                    never reaches the wire
 #   0 common         core/common.c: errors, names, dtype helpers, the clock,
-#                    host allocation, the float conversions; core/device_cuda:
-#                    the CUDA device-memory table (copies, allocation)
+#                    host allocation, the float conversions, the host's
+#                    reduction arithmetic
 #
 # How: every object of the library under BUILD/obj/comm (comm/bench/ holds
 # programs over the public API, not the library) is read with nm; each
@@ -56,7 +58,7 @@ layer() {
     transport/*)         echo "2 transport" ;;
     codec/*)             echo "1 codec" ;;
     core/common.c)       echo "0 common" ;;
-    core/device_cuda*)   echo "0 common" ;;
+    core/device_cuda*)   echo "2 transport" ;;
     *)                   echo "" ;;
   esac
 }

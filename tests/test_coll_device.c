@@ -5,11 +5,12 @@
  *   - guarded: every allocation is its own mapping, PROT_NONE except inside
  *     the table's own copies, so any host read or write of "device" memory by
  *     ZipCCL dies with SIGSEGV; coding staged (the CPU codec on the host);
- *   - host-coded: plain host memory with coding host, so a compressed
- *     AllGather takes the device-coded path (frames compressed in place,
- *     only frames staged, sizes summed, frames exchanged by the AlltoAllv
- *     design, decoded into recvbuf) with the CPU codec in the CUDA codec's
- *     place: every step but the CUDA kernels.
+ *   - hostcoded (zipcclDeviceMemoryHost): host memory with coding host, so a
+ *     compressed AllGather or ReduceScatter takes the device-coded path
+ *     (frames compressed in place, only frames staged, sizes summed, frames
+ *     exchanged by the AlltoAllv design, decoded, ReduceScatter's sum in the
+ *     canonical order through the table) with the CPU codec and the host's
+ *     reduction in the CUDA ones' place: every step but the CUDA kernels.
  * For each device, every collective (AllGather, ReduceScatter, AllReduce,
  * AlltoAll, AlltoAllv with gaps in recvbuf), strategy (native, raw,
  * compressed; ring and direct designs) and dtype (bf16, fp32): the device
@@ -106,28 +107,14 @@ static zipcclResult_t gToDevice(void* ctx, void* d, const void* h, size_t bytes,
     return gCopy(d, h, bytes, d);
 }
 
-/* ---- the host-coded stand-in ---------------------------------------------------- */
-
-static zipcclResult_t hCopy(void* ctx, void* dst, const void* src, size_t bytes, void* stream) {
-    (void)ctx, (void)stream;
-    memcpy(dst, src, bytes);
-    return zipcclSuccess;
-}
-static void* hAlloc(void* ctx, size_t bytes) {
-    (void)ctx;
-    return malloc(bytes ? bytes : 1);
-}
-static void hFree(void* ctx, void* p) {
-    (void)ctx;
-    free(p);
-}
-
 static const zipcclDeviceMemory_t kGuarded = {.name = "guarded", .coding = zipcclDeviceStaged, .toHost = gToHost,
                                               .toDevice = gToDevice, .alloc = gAlloc, .free = gFree};
-static const zipcclDeviceMemory_t kHostCoded = {.name = "host-coded", .coding = zipcclDeviceCodeHost,
-                                                .toHost = hCopy, .toDevice = hCopy, .alloc = hAlloc, .free = hFree};
+static zipcclDeviceMemory_t kHostCoded; /* zipcclDeviceMemoryHost */
 
 /* ---- the comparison --------------------------------------------------------------- */
+
+/* AllGather: one block's bytes of its recvbuf's. */
+static size_t blkBytesOf(size_t recvBytes) { return recvBytes / (size_t)nranks; }
 
 static void fill(void* x, size_t n, zipcclDataType_t dt, uint64_t seed) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 11;
@@ -243,14 +230,22 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
                         for (size_t g = (s.rd[p] - 3) * esz; g < s.rd[p] * esz; g++)
                             if ((unsigned char)outD[g] != 0x5A) gaps = 0;
                 const uint64_t moved = after.busBytes - before.busBytes;
-                const int coded = kind == zipcclCollAllGather && runs[ri].s == zipcclStrategyCompressed &&
-                                  mem->coding != zipcclDeviceStaged;
+                const int coded = (kind == zipcclCollAllGather || kind == zipcclCollReduceScatter) &&
+                                  runs[ri].s == zipcclStrategyCompressed && mem->coding != zipcclDeviceStaged;
                 if (!coded && kind != zipcclCollAlltoAllv && moved != sB + rB) {
                     if (bus) snprintf(why + strlen(why), sizeof why - strlen(why) > 1 ? sizeof why - strlen(why) : 1,
                                       " [%s: bus %llu bytes, staged %zu]", label, (unsigned long long)moved, sB + rB);
                     bus = 0;
                 }
-                if (coded && !(moved > 0 && moved < sB + rB - (nranks > 1 ? 0 : 1))) codedSmaller = 0;
+                /* Coded: only frames cross the bus, smaller than the raw blocks
+                 * they stand for (Gaussian data compresses).  AllGather: our
+                 * frame down, n-1 up (staged: a block down, n up); ReduceScatter:
+                 * n-1 frames down and n-1 up (raw: n-1 blocks each way), none
+                 * on one rank. */
+                const size_t rawAcross = kind == zipcclCollAllGather ? sB + rB - blkBytesOf(rB) * (nranks > 1)
+                                                                     : 2 * (size_t)(nranks - 1) * rB;
+                if (coded && kind == zipcclCollReduceScatter && nranks == 1 ? moved != 0
+                    : coded && !(moved > 0 && moved < rawAcross)) codedSmaller = 0;
                 nCases++;
                 mem->free(mem->ctx, dIn);
                 mem->free(mem->ctx, dOut);
@@ -264,8 +259,8 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
     snprintf(name, sizeof name, "device_%s_staged_bus_bytes", mem->name);
     report(bus, name);
     if (mem->coding != zipcclDeviceStaged) {
-        snprintf(why, sizeof why, "a coded AllGather moved no bytes or no fewer than staging would");
-        snprintf(name, sizeof name, "device_%s_coded_allgather_moves_frames_only", mem->name);
+        snprintf(why, sizeof why, "a coded AllGather or ReduceScatter moved no bytes or no fewer than staging would");
+        snprintf(name, sizeof name, "device_%s_coded_calls_move_frames_only", mem->name);
         report(codedSmaller, name);
     }
     zipcclCommDestroy(dev);
@@ -287,6 +282,10 @@ static void refusals(void) {
     t.coding = (zipcclDeviceCoding_t)7;
     EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "coding 7"),
            "coding 7: %s", zipcclGetLastErrorDetail());
+    t = kHostCoded;
+    t.finalize = NULL;
+    EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "no finalize"),
+           "a coding table without finalize: %s", zipcclGetLastErrorDetail());
     t = kHostCoded;
     t.coding = zipcclDeviceCodeCuda;
     if (!zipcclCudaAvailable())
@@ -331,6 +330,7 @@ int main(int argc, char** argv) {
     }
     MPI_Comm w = MPI_COMM_WORLD;
     zipcclComm_t host = NULL;
+    zipcclDeviceMemoryHost(&kHostCoded);
     if (zipcclCommInitMpi(&host, &w) != zipcclSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
     int cuda = argc > 1 && !strcmp(argv[1], "--cuda");
     if (cuda) {

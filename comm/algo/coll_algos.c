@@ -49,45 +49,8 @@
 #include "coll_internal.h"
 #include "zipccl_float.h"
 
-/* ---- reduction arithmetic (conversions: zipccl_float.h) -------------------- */
-
-/* acc[i] (+)= x[i] in fp32, one loop per dtype so the compiler vectorises. */
-static void accumulate(float* acc, const void* x, size_t count, zipcclDataType_t dtype, int first) {
-    if (dtype == zipcclFloat32) {
-        const float* f = x;
-        if (first) memcpy(acc, f, count * 4);
-        else for (size_t i = 0; i < count; i++) acc[i] += f[i];
-        return;
-    }
-    const uint16_t* h = x;
-    if (dtype == zipcclBfloat16) {
-        if (first) for (size_t i = 0; i < count; i++) acc[i] = zipcclBf16ToFloat(h[i]);
-        else for (size_t i = 0; i < count; i++) acc[i] += zipcclBf16ToFloat(h[i]);
-        return;
-    }
-    const float* t = zipcclFp16Table();
-    if (first) for (size_t i = 0; i < count; i++) acc[i] = t[h[i]];
-    else for (size_t i = 0; i < count; i++) acc[i] += t[h[i]];
-}
-
-/* out[i] = round(acc[i] (/ n)), one branch-free loop per dtype and op (the
- * dtype was once chosen per element, which cost more than the rounding). */
-static void finalize(void* out, const float* acc, size_t count, zipcclDataType_t dtype,
-                     zipcclRedOp_t op, int n) {
-    const float div = (float)n;
-    const int avg = op == zipcclAvg;
-    uint16_t* h = out;
-    if (dtype == zipcclFloat32) {
-        if (!avg) memmove(out, acc, count * 4);
-        else for (size_t i = 0; i < count; i++) ((float*)out)[i] = acc[i] / div;
-    } else if (dtype == zipcclBfloat16) {
-        if (!avg) for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToBf16(acc[i]);
-        else for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToBf16(acc[i] / div);
-    } else {
-        if (!avg) for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToFp16(acc[i]);
-        else for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToFp16(acc[i] / div);
-    }
-}
+/* The reduction arithmetic is common.c's (zipcclAccumulate, zipcclFinalize),
+ * shared with the host stand-in of a device (coll_run.c). */
 
 /* ---- shared machinery ------------------------------------------------------ */
 
@@ -849,10 +812,10 @@ static void rsDirectTake(Ctx* x, RsOwner* o, int got) {
                 if (softFail(x, decode(x, src, o->tmp, pc, dt))) memset(o->tmp, 0, pc * esz);
                 data = o->tmp;
             }
-            accumulate(o->acc + kk * P, data, pc, dt, o->nextPos[kk] == 1);
+            zipcclAccumulate(o->acc + kk * P, data, pc, dt, o->nextPos[kk] == 1);
             if (++o->nextPos[kk] == n) {
-                accumulate(o->acc + kk * P, o->own + kk * P * esz, pc, dt, 0);
-                finalize((char*)o->out + kk * P * esz, o->acc + kk * P, pc, dt, x->op->op, n);
+                zipcclAccumulate(o->acc + kk * P, o->own + kk * P * esz, pc, dt, 0);
+                zipcclFinalize((char*)o->out + kk * P * esz, o->acc + kk * P, pc, dt, x->op->op, n);
             }
         }
     }
@@ -1001,14 +964,14 @@ static zipcclResult_t rsRingBody(Ctx* x, const char* sendbuf, const size_t* coun
                 int bad = softFail(x, verify(x, g, makeTag(kind, (size_t)s * Kmax + kk, 0), pc, wdt));
                 if (!bad && s == 0 && dt != zipcclFloat32) {
                     bad = softFail(x, decode(x, rc, tmp, pc, dt));
-                    if (!bad) accumulate(part, tmp, pc, dt, 1);
+                    if (!bad) zipcclAccumulate(part, tmp, pc, dt, 1);
                 } else if (!bad) {
                     bad = softFail(x, decode(x, rc, part, pc, zipcclFloat32));
                 }
                 if (bad) memset(part, 0, pc * sizeof(float));
-                accumulate(part, sendbuf + (displs[b] + kk * P) * esz, pc, dt, 0);
+                zipcclAccumulate(part, sendbuf + (displs[b] + kk * P) * esz, pc, dt, 0);
                 if (s == n - 2) {
-                    finalize((char*)out + kk * P * esz, part, pc, dt, x->op->op, n);
+                    zipcclFinalize((char*)out + kk * P * esz, part, pc, dt, x->op->op, n);
                     continue;
                 }
                 const void* src = part;
@@ -1037,8 +1000,8 @@ static zipcclResult_t reduceScatterCore(struct zipcclComm* c, const zipcclOp* op
         float* acc = zipcclScratch(c, kSlotAcc, counts[0] * sizeof(float) + 1);
         if (!acc) return zipcclSetError(zipcclSystemError, "%s: out of memory for %zu fp32 accumulators",
                                         zipcclCollName(op->kind), counts[0]);
-        accumulate(acc, (const char*)op->sendbuf + displs[0] * esz, counts[0], op->dtype, 1);
-        finalize(out, acc, counts[0], op->dtype, op->op, 1);
+        zipcclAccumulate(acc, (const char*)op->sendbuf + displs[0] * esz, counts[0], op->dtype, 1);
+        zipcclFinalize(out, acc, counts[0], op->dtype, op->op, 1);
         return zipcclSuccess;
     }
     int ring = st->algo == zipcclAlgoRing;
@@ -1074,9 +1037,9 @@ static void oneShotReduce(Ctx* x, const char* mine, const char* land, size_t str
         if (a >= e) continue;
         for (int j = 1; j <= n; j++) {
             int s = (b + j) % n;
-            accumulate(acc, (s == r ? mine : land + (size_t)s * stride) + a * esz, e - a, dt, j == 1);
+            zipcclAccumulate(acc, (s == r ? mine : land + (size_t)s * stride) + a * esz, e - a, dt, j == 1);
         }
-        finalize(out + a * esz, acc, e - a, dt, x->op->op, n);
+        zipcclFinalize(out + a * esz, acc, e - a, dt, x->op->op, n);
     }
 }
 

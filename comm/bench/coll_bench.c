@@ -619,21 +619,6 @@ typedef struct {
     zipcclDeviceMemory_t mem;
 } Ctx;
 
-/* --device hostcoded: host memory standing in for a device. */
-static zipcclResult_t hcCopy(void* ctx, void* dst, const void* src, size_t bytes, void* stream) {
-    (void)ctx, (void)stream;
-    memcpy(dst, src, bytes);
-    return zipcclSuccess;
-}
-static void* hcAlloc(void* ctx, size_t bytes) {
-    (void)ctx;
-    return malloc(bytes ? bytes : 1);
-}
-static void hcFree(void* ctx, void* p) {
-    (void)ctx;
-    free(p);
-}
-
 /* A device twin of a host buffer (the host one itself on host buffers). */
 static void* devTwin(Ctx* c, void* host, size_t bytes) {
     if (!c->onDevice) return host;
@@ -997,9 +982,7 @@ int main(int argc, char** argv) {
             if (zipcclDeviceMemoryCuda(local, &c.mem) != zipcclSuccess) ZCHECK(zipcclDeviceMemoryCuda(0, &c.mem));
             ZCHECK(c.mem.bind(c.mem.ctx));
         } else {
-            const zipcclDeviceMemory_t hc = {.name = "hostcoded", .coding = zipcclDeviceCodeHost, .toHost = hcCopy,
-                                             .toDevice = hcCopy, .alloc = hcAlloc, .free = hcFree};
-            c.mem = hc;
+            zipcclDeviceMemoryHost(&c.mem);
         }
         ZCHECK(zipcclCommSetDevice(c.env.comm, &c.mem));
         c.onDevice = 1;

@@ -446,6 +446,10 @@ zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, const zipcclDeviceMemory_t* m
     const char* none = !mem->toHost ? "toHost" : !mem->toDevice ? "toDevice" : !mem->alloc ? "alloc"
                      : !mem->free ? "free" : NULL;
     if (none) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's table has no %s entry", name, none);
+    if (mem->coding != zipcclDeviceStaged && (!mem->accumulate || !mem->finalize))
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s codes on the device but its table has no "
+                              "%s entry (a coded ReduceScatter sums there)", name,
+                              !mem->accumulate ? "accumulate" : "finalize");
     if ((int)mem->coding < 0 || mem->coding > zipcclDeviceCodeHost)
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's coding %d is not staged (0), cuda "
                               "(1) or host (2)", name, (int)mem->coding);

@@ -21,7 +21,8 @@
  * What a descriptor says (ZIPCCL_DESC_WORDS uint64 words):
  *   [0] the shape: collective, dtype, requested strategy, the design our
  *       algorithms run (raw/compressed), the reduction op (ReduceScatter,
- *       AllReduce), whether a compressed AllGather is coded on the device
+ *       AllReduce), whether compressed AllGathers and ReduceScatters are
+ *       coded on the device
  *       (coll_run.c: its frames travel otherwise); the codec is left out,
  *       since every frame says how it is coded and any codec decodes to the
  *       same bits;
@@ -306,7 +307,7 @@ static zipcclResult_t agreeCheck(struct zipcclComm* c, const zipcclOp* op) {
     static const struct { int shift; const char* label; void (*name)(char*, size_t, uint64_t); } fields[] = {
         {48, "collective called", nameKind}, {40, "dtype", nameDtype}, {32, "strategy", nameStrategy},
         {24, "design (zipcclAlgo_t)", nameAlgo}, {16, "reduction op", nameOp},
-        {8, "place a compressed AllGather is coded", nameCoding}};
+        {8, "place compressed AllGathers and ReduceScatters are coded", nameCoding}};
     for (size_t f = 0; f < sizeof fields / sizeof fields[0] && !text[0]; f++) {
         int differ = 0;
         for (int s = 0; s < n; s++) {

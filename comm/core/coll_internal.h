@@ -227,8 +227,9 @@ struct zipcclComm {
      * the host staging (send, receive), grown like the scratch above. */
     int onDevice;
     zipcclDeviceMemory_t dev;
-    void* devScratch[2];
-    size_t devScratchCap[2];
+#define ZIPCCL_DEV_SLOTS 4 /* frames, codec workspace, fp32 accumulator, a decoded block */
+    void* devScratch[ZIPCCL_DEV_SLOTS];
+    size_t devScratchCap[ZIPCCL_DEV_SLOTS];
     void* hostStage[2];
     size_t hostStageCap[2];
 
@@ -254,9 +255,9 @@ static inline void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes) 
  * selection run on it (MPI; not NCCL). */
 static inline int zipcclHostControl(const struct zipcclComm* c) { return (c->tp->caps & zipcclTpHostControl) != 0; }
 
-/* A compressed AllGather on this communicator is coded on the device
- * (coll_run.c): its messages differ from the host designs', so the call
- * agreement compares it. */
+/* A compressed AllGather or ReduceScatter on this communicator is coded on
+ * the device (coll_run.c): its messages differ from the host designs', so the
+ * call agreement compares it. */
 static inline int zipcclCodedOnDevice(const struct zipcclComm* c) {
     return c->onDevice && c->dev.coding != zipcclDeviceStaged;
 }

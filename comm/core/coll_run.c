@@ -11,15 +11,21 @@
  *                    caller's table), the host run above on the staging
  *                    with the CPU codec, what was received back up: every
  *                    strategy and design, the same bits as on host buffers;
- *     coded          a compressed AllGather on a table that codes on the
- *                    device (CUDA, or host-readable memory standing in):
+ *     coded          a compressed AllGather or ReduceScatter on a table that
+ *                    codes on the device (CUDA, or host memory standing in:
+ *                    zipcclDeviceMemoryHost).  AllGather:
  *                    this rank's block is compressed where it lives and only
  *                    its frame goes down; the frames' sizes are summed over
  *                    the ranks (each rank adds its own at its index), the
  *                    frames travel by the raw AlltoAllv design (ours to
  *                    every peer, each peer's into its slot), the received
  *                    ones go up and each is decoded into its block of
- *                    recvbuf.  The bus carries frames, not raw blocks.
+ *                    recvbuf.  ReduceScatter: each peer's block compressed
+ *                    on the device, the (n, n) sizes summed, the frames
+ *                    exchanged the same way, each received one decoded and
+ *                    added on the device in the canonical order, our own
+ *                    block last, one rounding.  The bus carries frames, not
+ *                    raw blocks.
  *
  * The copies come after the work on the call's stream (the table orders
  * them) and are complete before the call returns, so the caller's next use
@@ -27,9 +33,10 @@
  * peers waiting for this rank: they time out naming it, as for a stopped
  * rank, and the communicator breaks.
  *
- * Left out: coding ReduceScatter, AllReduce and the All-to-Alls on the device
+ * Left out: coding AllReduce and the All-to-Alls on the device
  * (staged: the CPU codec codes them on the host), pipelining the coded
- * AllGather's copies with its messages (one frame per rank per call), device
+ * calls' copies and codec with their messages (one frame per peer per call;
+ * ReduceScatter's sizes are an (n, n) all-reduce of doubles), device
  * buffers over NCCL with this table (an NCCL communicator's buffers are
  * device memory already).
  */
@@ -58,7 +65,7 @@ static zipcclResult_t runHost(struct zipcclComm* c, const zipcclOp* op, zipcclSt
 /* ---- the device's memory ------------------------------------------------------- */
 
 enum { kStageSend = 0, kStageRecv = 1 }; /* host staging slots */
-enum { kDevFrames = 0, kDevWork = 1 };   /* device scratch slots */
+enum { kDevFrames = 0, kDevWork = 1, kDevAcc = 2, kDevTmp = 3 }; /* device scratch slots */
 
 /* Host staging `slot` of at least `bytes`, grown by 1/8 more (as the
  * communicator's scratch). */
@@ -88,11 +95,15 @@ void zipcclDeviceRelease(struct zipcclComm* c) {
     if (!c->onDevice) return;
     const zipcclDeviceMemory_t* d = &c->dev;
     if (d->bind) d->bind(d->ctx);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < ZIPCCL_DEV_SLOTS; i++) {
         if (c->devScratch[i]) d->free(d->ctx, c->devScratch[i]);
+        c->devScratch[i] = NULL;
+        c->devScratchCap[i] = 0;
+    }
+    for (int i = 0; i < 2; i++) {
         if (c->hostStage[i]) d->hostFree ? d->hostFree(d->ctx, c->hostStage[i]) : free(c->hostStage[i]);
-        c->devScratch[i] = c->hostStage[i] = NULL;
-        c->devScratchCap[i] = c->hostStageCap[i] = 0;
+        c->hostStage[i] = NULL;
+        c->hostStageCap[i] = 0;
     }
 }
 
@@ -248,6 +259,151 @@ static zipcclResult_t runCodedAllGather(struct zipcclComm* c, const zipcclOp* op
     return res;
 }
 
+/* ---- device buffers, ReduceScatter coded on the device ----------------------------- */
+
+/* Each peer's block of sendbuf is compressed on the device into a frame of
+ * its own; the frames go down; every rank's n sizes are summed over the
+ * ranks into the (n, n) matrix (row: sender), so each knows what it will
+ * receive; the frames travel by the raw AlltoAllv design; the received ones
+ * go up and are decoded one at a time and added in the canonical order
+ * (ranks r+1, ..., r-1, then our own block, docs/COLLECTIVES.md §3) into an
+ * fp32 accumulator on the device, rounded once into recvbuf: the bits of the
+ * host designs. */
+static zipcclResult_t codedReduceScatter(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                                         double* size) {
+    const int n = c->nranks, r = c->rank;
+    const zipcclDataType_t dt = op->dtype;
+    const size_t count = op->count, blk = count * zipcclTypeSize(dt);
+    const zipcclDeviceMemory_t* d = &c->dev;
+    if (!count) return zipcclSuccess;
+    const zipcclCodecOps* codec = zipcclCodecOpsFor(d->coding == zipcclDeviceCodeCuda);
+    const size_t slot = (codec->bound(count, dt, 0) + 1) & ~(size_t)1;
+    char* dframes = devScratch(c, kDevFrames, (size_t)n * slot);
+    if (!dframes) return noMemory(c, op, "d:frames", (size_t)n * slot);
+    const size_t wsz = codec->workspace(count, dt);
+    void* work = wsz ? devScratch(c, kDevWork, wsz) : NULL;
+    if (wsz && !work) return noMemory(c, op, "d:codec workspace", wsz);
+    float* acc = devScratch(c, kDevAcc, count * sizeof(float));
+    if (!acc) return noMemory(c, op, "d:the fp32 accumulator", count * sizeof(float));
+    char* tmp = n > 1 ? devScratch(c, kDevTmp, blk) : NULL;
+    if (n > 1 && !tmp) return noMemory(c, op, "d:a decoded block", blk);
+    char* hsend = hostStage(c, kStageSend, (size_t)n * slot);
+    char* hrecv = hsend ? hostStage(c, kStageRecv, (size_t)n * slot) : NULL;
+    if (!hsend || !hrecv) return noMemory(c, op, "h:frame staging", (size_t)2 * n * slot);
+    zipcclCodecCtx cx = {.workspace = work, .workspaceSize = wsz, .stream = op->stream};
+    zipcclResult_t res = zipcclSuccess;
+
+    if (n > 1) {
+        zipcclCodecParams_t params = ZIPCCL_CODEC_PARAMS_DEFAULT;
+        params.codec = st->codec;
+        memset(size, 0, (size_t)n * n * sizeof(double)); /* [sender][receiver] */
+        for (int j = 0; j < n; j++) {
+            if (j == r) continue;
+            size_t bytes = 0;
+            const double t = zipcclNow();
+            res = codec->compress(&cx, (const char*)op->sendbuf + (size_t)j * blk, count, dt, dframes + (size_t)j * slot,
+                                  slot, &bytes, &params);
+            st->codecSeconds += zipcclNow() - t;
+            if (res != zipcclSuccess)
+                return zipcclPrefixError(res, "ReduceScatter: compressing rank %d's block on the device", j);
+            ZIPCCL_TRY(down(c, op, hsend + (size_t)j * slot, dframes + (size_t)j * slot, bytes, st));
+            if (bytes & 1) hsend[(size_t)j * slot + bytes] = 0;
+            size[(size_t)r * n + j] = (double)bytes;
+        }
+        ZIPCCL_TRY(zipcclAgreedAllreduce(c, size, size, n * n, zipcclTpSum, "ReduceScatter: the sizes of the frames"));
+        size_t sc[n], sd[n], rc[n], rd[n];
+        for (int i = 0; i < n; i++) {
+            const double in = size[(size_t)i * n + r];
+            if (i != r && (in < 1 || in > (double)slot))
+                return zipcclSetError(zipcclCorruptStream, "ReduceScatter: rank %d's frame for this rank would be "
+                                      "%.0f bytes, outside (0, %zu]", i, in, slot);
+            sc[i] = i == r ? 0 : ((size_t)size[(size_t)r * n + i] + 1) / 2;
+            sd[i] = (size_t)i * slot / 2;
+            rc[i] = i == r ? 0 : ((size_t)in + 1) / 2;
+            rd[i] = (size_t)i * slot / 2;
+        }
+        zipcclOp x = {.comm = c, .kind = zipcclCollAlltoAllv, .sendbuf = hsend, .recvbuf = hrecv,
+                      .sendcounts = sc, .sdispls = sd, .recvcounts = rc, .rdispls = rd,
+                      .dtype = zipcclBfloat16, .op = zipcclSum, .stream = op->stream};
+        x.cfg = op->cfg;
+        x.cfg.strategy = zipcclStrategyRaw;
+        zipcclExecStats xs;
+        memset(&xs, 0, sizeof xs);
+        xs.strategy = zipcclStrategyRaw;
+        xs.codec = st->codec;
+        xs.algo = zipcclAlgoRun(zipcclCollAlltoAllv, x.cfg.algo);
+        res = zipcclRunAlgo(c, &x, &xs);
+        st->wireBytes += xs.wireBytes;
+        st->wireSeconds += xs.wireSeconds;
+        st->rawBytes += (size_t)(n - 1) * blk;
+        if (res != zipcclSuccess) return zipcclPrefixError(res, "ReduceScatter: exchanging the frames");
+        /* In the canonical order: r+1, ..., r-1 from their frames. */
+        for (int k = 1; k < n && res == zipcclSuccess; k++) {
+            const int i = (r + k) % n;
+            const size_t in = (size_t)size[(size_t)i * n + r];
+            ZIPCCL_TRY(up(c, op, dframes + (size_t)i * slot, hrecv + (size_t)i * slot, in, st));
+            size_t got = 0;
+            const double t = zipcclNow();
+            res = codec->decompress(&cx, dframes + (size_t)i * slot, in, tmp, blk, &got, dt, NULL);
+            st->codecSeconds += zipcclNow() - t;
+            if (res != zipcclSuccess) return zipcclPrefixError(res, "ReduceScatter: decoding rank %d's frame on the device", i);
+            if (got != count)
+                return zipcclSetError(zipcclCorruptStream, "ReduceScatter: rank %d's frame holds %zu elements, not %zu",
+                                      i, got, count);
+            res = d->accumulate(d->ctx, acc, tmp, count, dt, k == 1, op->stream);
+        }
+    }
+    /* Our own block last (alone on one rank), then one rounding. */
+    if (res == zipcclSuccess)
+        res = d->accumulate(d->ctx, acc, (const char*)op->sendbuf + (size_t)r * blk, count, dt, n == 1, op->stream);
+    if (res == zipcclSuccess) res = d->finalize(d->ctx, op->recvbuf, acc, count, dt, op->op, n, op->stream);
+    return res == zipcclSuccess ? res : zipcclPrefixError(res, "ReduceScatter: the sum on %s", d->name);
+}
+
+static zipcclResult_t runCodedReduceScatter(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
+    const size_t n = (size_t)c->nranks;
+    double* size = malloc(n * n * sizeof(double));
+    if (!size) return noMemory(c, op, "h:the frame sizes", n * n * sizeof(double));
+    zipcclResult_t res = codedReduceScatter(c, op, st, size);
+    free(size);
+    return res;
+}
+
+/* ---- the host stand-in ------------------------------------------------------------ */
+
+static zipcclResult_t hostCopy(void* ctx, void* dst, const void* src, size_t bytes, void* stream) {
+    (void)ctx, (void)stream;
+    memcpy(dst, src, bytes);
+    return zipcclSuccess;
+}
+static void* hostAllocAny(void* ctx, size_t bytes) {
+    (void)ctx;
+    return malloc(bytes ? bytes : 1);
+}
+static void hostFreeAny(void* ctx, void* p) {
+    (void)ctx;
+    free(p);
+}
+static zipcclResult_t hostAccumulate(void* ctx, float* acc, const void* x, size_t count, zipcclDataType_t dtype,
+                                     int first, void* stream) {
+    (void)ctx, (void)stream;
+    zipcclAccumulate(acc, x, count, dtype, first);
+    return zipcclSuccess;
+}
+static zipcclResult_t hostFinalize(void* ctx, void* out, const float* acc, size_t count, zipcclDataType_t dtype,
+                                   zipcclRedOp_t op, int n, void* stream) {
+    (void)ctx, (void)stream;
+    zipcclFinalize(out, acc, count, dtype, op, n);
+    return zipcclSuccess;
+}
+
+void zipcclDeviceMemoryHost(zipcclDeviceMemory_t* out) {
+    const zipcclDeviceMemory_t t = {.name = "hostcoded", .coding = zipcclDeviceCodeHost, .toHost = hostCopy,
+                                    .toDevice = hostCopy, .alloc = hostAllocAny, .free = hostFreeAny,
+                                    .accumulate = hostAccumulate, .finalize = hostFinalize};
+    if (out) *out = t;
+}
+
 /* ---- the entry ------------------------------------------------------------------- */
 
 zipcclResult_t zipcclRunDecided(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st) {
@@ -257,7 +413,9 @@ zipcclResult_t zipcclRunDecided(struct zipcclComm* c, const zipcclOp* op, zipccl
         if (r != zipcclSuccess) return zipcclPrefixError(r, "%s: binding this thread to %s", zipcclCollName(op->kind),
                                                          c->dev.name);
     }
-    if (op->kind == zipcclCollAllGather && s == zipcclStrategyCompressed && zipcclCodedOnDevice(c))
-        return runCodedAllGather(c, op, st);
+    if (s == zipcclStrategyCompressed && zipcclCodedOnDevice(c)) {
+        if (op->kind == zipcclCollAllGather) return runCodedAllGather(c, op, st);
+        if (op->kind == zipcclCollReduceScatter) return runCodedReduceScatter(c, op, st);
+    }
     return runStaged(c, op, s, st);
 }

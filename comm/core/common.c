@@ -219,3 +219,43 @@ zipcclAlgo_t zipcclAlgoRun(zipcclCollKind_t kind, zipcclAlgo_t a) {
     default: return zipcclAlgoDefault; /* the All-to-Alls' pairwise exchange */
     }
 }
+
+/* ---- reduction arithmetic (the canonical order's, docs/COLLECTIVES.md §3) ---- */
+
+/* acc[i] (+)= x[i] in fp32, one loop per dtype so the compiler vectorises. */
+void zipcclAccumulate(float* acc, const void* x, size_t count, zipcclDataType_t dtype, int first) {
+    if (dtype == zipcclFloat32) {
+        const float* f = x;
+        if (first) memcpy(acc, f, count * 4);
+        else for (size_t i = 0; i < count; i++) acc[i] += f[i];
+        return;
+    }
+    const uint16_t* h = x;
+    if (dtype == zipcclBfloat16) {
+        if (first) for (size_t i = 0; i < count; i++) acc[i] = zipcclBf16ToFloat(h[i]);
+        else for (size_t i = 0; i < count; i++) acc[i] += zipcclBf16ToFloat(h[i]);
+        return;
+    }
+    const float* t = zipcclFp16Table();
+    if (first) for (size_t i = 0; i < count; i++) acc[i] = t[h[i]];
+    else for (size_t i = 0; i < count; i++) acc[i] += t[h[i]];
+}
+
+/* out[i] = round(acc[i] (/ n)), one branch-free loop per dtype and op (the
+ * dtype was once chosen per element, which cost more than the rounding). */
+void zipcclFinalize(void* out, const float* acc, size_t count, zipcclDataType_t dtype,
+                     zipcclRedOp_t op, int n) {
+    const float div = (float)n;
+    const int avg = op == zipcclAvg;
+    uint16_t* h = out;
+    if (dtype == zipcclFloat32) {
+        if (!avg) memmove(out, acc, count * 4);
+        else for (size_t i = 0; i < count; i++) ((float*)out)[i] = acc[i] / div;
+    } else if (dtype == zipcclBfloat16) {
+        if (!avg) for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToBf16(acc[i]);
+        else for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToBf16(acc[i] / div);
+    } else {
+        if (!avg) for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToFp16(acc[i]);
+        else for (size_t i = 0; i < count; i++) h[i] = zipcclFloatToFp16(acc[i] / div);
+    }
+}

@@ -6,7 +6,9 @@
  * cudaHostAlloc (pinned: the copies run at the bus's speed and need no
  * bounce buffer).  The ordinal travels in ctx, and bind makes the calling
  * thread (the communicator's progress thread) use that device.  Coding:
- * the CUDA codec on the device (codec_cuda.cu).  The stub for builds
+ * the CUDA codec on the device (codec_cuda.cu); a coded ReduceScatter's sum
+ * runs the NCCL transport's canonical-order kernels
+ * (transport_nccl_kernels.cu).  The stub for builds
  * without CUDA is device_cuda_stub.c.
  */
 #include <stdint.h>
@@ -16,6 +18,9 @@
 extern "C" {
 #include "zipccl.h"
 #include "zipccl_internal.h"
+/* The canonical order's kernels (transport/transport_nccl_kernels.cu). */
+int zipcclCudaAccumulate(float* acc, const void* x, size_t n, int dtype, int first, void* stream);
+int zipcclCudaFinalize(void* out, const float* acc, size_t n, int dtype, int avg, int nranks, void* stream);
 }
 
 static int ordinalOf(void* ctx) { return (int)(intptr_t)ctx; }
@@ -70,6 +75,17 @@ static void hostFree(void* ctx, void* p) {
     cudaFreeHost(p);
 }
 
+static zipcclResult_t accumulate(void* ctx, float* acc, const void* x, size_t count, zipcclDataType_t dtype,
+                                 int first, void* stream) {
+    if (zipcclCudaAccumulate(acc, x, count, (int)dtype, first, stream) == 0) return zipcclSuccess;
+    return cudaFail(cudaGetLastError(), "the accumulate kernel", ctx);
+}
+static zipcclResult_t finalize(void* ctx, void* out, const float* acc, size_t count, zipcclDataType_t dtype,
+                               zipcclRedOp_t op, int n, void* stream) {
+    if (zipcclCudaFinalize(out, acc, count, (int)dtype, op == zipcclAvg, n, stream) == 0) return zipcclSuccess;
+    return cudaFail(cudaGetLastError(), "the finalize kernel", ctx);
+}
+
 extern "C" zipcclResult_t zipcclDeviceMemoryCuda(int device, zipcclDeviceMemory_t* out) {
     if (!out) return zipcclSetError(zipcclInvalidArgument, "zipcclDeviceMemoryCuda: null argument");
     int n = 0;
@@ -93,6 +109,8 @@ extern "C" zipcclResult_t zipcclDeviceMemoryCuda(int device, zipcclDeviceMemory_
     t.free = devFree;
     t.hostAlloc = hostAlloc;
     t.hostFree = hostFree;
+    t.accumulate = accumulate;
+    t.finalize = finalize;
     *out = t;
     return zipcclSuccess;
 }

@@ -24,6 +24,12 @@ void zipcclFromFloat(void* p, size_t i, float v, zipcclDataType_t dtype);
 /* fp16 bits -> fp32, all 65536 (built on first use; fetch once per loop). */
 const float* zipcclFp16Table(void);
 
+/* The host's reduction arithmetic (common.c; the canonical order's, docs/
+ * COLLECTIVES.md §3): acc[i] = x[i] (first) or acc[i] += x[i] in fp32; then
+ * out[i] = round(acc[i]) (avg: acc[i] / n first), one rounding to dtype. */
+void zipcclAccumulate(float* acc, const void* x, size_t count, zipcclDataType_t dtype, int first);
+void zipcclFinalize(void* out, const float* acc, size_t count, zipcclDataType_t dtype, zipcclRedOp_t op, int n);
+
 /* Seconds on the monotonic clock (common.c). */
 double zipcclNow(void);
 
