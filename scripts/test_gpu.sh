@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_gpu.sh — every GPU check in one short call (`make test-gpu`): the CUDA
 # codec tests, the GPU codec benchmark, the NCCL collectives at one rank, the
-# CUDA kernel table against the CPU table, and every other GPU test program,
+# CUDA kernel table against the CPU table, device buffers over MPI with the
+# CUDA table and codec at 2 and 4 ranks (test_coll_device --cuda, zipccl-bench
+# --device cuda), the training checks, and every other GPU test program,
 # writing all output to one folder ($OUT if set, else BUILD/gpu-out) and to
 # stdout. Ends with "N passed, N failed".
 #
