@@ -13,12 +13,17 @@
  * Same kernels, same bits as the host table it guards (zrt_kernels_cpu(),
  * or zrt_kernels_cpu_bf16() for model.compute: bf16); slower by two mprotect
  * calls per mapping and entry (the tests' models have a few dozen mappings).
- * Not thread-safe: the trainer calls the table from its compute thread only.
+ * Thread-safe by serialising: one recursive lock is held from an entry's
+ * open to its close (and around allocation), so ZipCCL's progress threads may
+ * copy a collective's device buffers (upload, download) while the trainer's
+ * compute thread runs kernels: the two take turns, and no thread ever sees a
+ * mapping another thread has just closed.
  *
  * Leaves out: catching reads of freed memory after the mapping is reused
  * (freed mappings are unmapped, so such a read faults too), and any check of
  * the kernels' own index arithmetic (AddressSanitizer's job).
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +40,8 @@ typedef struct {
 
 static Mapping* g_maps;
 static size_t g_n, g_cap;
-static int g_open; /* nesting depth: an entry may call another */
+static int g_open; /* nesting depth: an entry may call another (under g_mu) */
+static pthread_mutex_t g_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 
 static size_t page_round(size_t n) {
     const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
@@ -51,10 +57,12 @@ static void protect_all(int prot) {
 }
 
 static void open_all(void) {
+    pthread_mutex_lock(&g_mu);
     if (g_open++ == 0) protect_all(PROT_READ | PROT_WRITE);
 }
 static void close_all(void) {
     if (--g_open == 0) protect_all(PROT_NONE);
+    pthread_mutex_unlock(&g_mu);
 }
 
 static const ZrtKernels* g_base; /* the host table it guards (cpu or cpu_bf16) */
@@ -62,7 +70,14 @@ static const ZrtKernels* C(void) { return g_base ? g_base : zrt_kernels_cpu(); }
 
 /* --------------------------------------------------------------- memory */
 
+static void* g_alloc_locked(size_t bytes);
 static void* g_alloc(size_t bytes) {
+    pthread_mutex_lock(&g_mu);
+    void* p = g_alloc_locked(bytes);
+    pthread_mutex_unlock(&g_mu);
+    return p;
+}
+static void* g_alloc_locked(size_t bytes) {
     const size_t len = page_round(bytes ? bytes : 1);
     void* p = mmap(NULL, len, g_open ? PROT_READ | PROT_WRITE : PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -83,10 +98,12 @@ static void* g_alloc(size_t bytes) {
 
 static void g_free(void* p) {
     if (!p) return;
+    pthread_mutex_lock(&g_mu);
     for (size_t i = 0; i < g_n; i++)
         if (g_maps[i].p == p) {
             munmap(p, g_maps[i].len);
             g_maps[i] = g_maps[--g_n];
+            pthread_mutex_unlock(&g_mu);
             return;
         }
     fprintf(stderr, "cpu_guarded: free of %p, which this backend did not allocate\n", p);

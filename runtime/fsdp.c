@@ -85,6 +85,37 @@ int fsdp_plan_build(const TrainConfig* cfg, CommPlan* plan, char* err, size_t er
     return rc;
 }
 
+/* ---- the communicators' device memory ------------------------------------- */
+
+/* A device table's memory for ZipCCL (zipcclCommSetDevice): the CUDA table's
+ * own (zipcclDeviceMemoryCuda: the CUDA codec codes compressed gathers and
+ * reduce-scatters on the GPU), or, for another device (the guarded CPU
+ * backend), the kernel table's copies with every call staged through host
+ * memory and the CPU codec. */
+static zipcclResult_t k_to_host(void* ctx, void* h, const void* d, size_t bytes, void* stream) {
+    (void)stream;
+    ((const ZrtKernels*)ctx)->download(h, d, bytes);
+    return zipcclSuccess;
+}
+static zipcclResult_t k_to_device(void* ctx, void* d, const void* h, size_t bytes, void* stream) {
+    (void)stream;
+    ((const ZrtKernels*)ctx)->upload(d, h, bytes);
+    return zipcclSuccess;
+}
+static void* k_alloc(void* ctx, size_t bytes) { return ((const ZrtKernels*)ctx)->alloc(bytes); }
+static void k_free(void* ctx, void* p) { ((const ZrtKernels*)ctx)->free(p); }
+static void* k_host_alloc(void* ctx, size_t bytes) { return ((const ZrtKernels*)ctx)->host_alloc(bytes); }
+static void k_host_free(void* ctx, void* p) { ((const ZrtKernels*)ctx)->host_free(p); }
+
+static void set_device_memory(const ZrtKernels* K, zipcclComm_t* comms, int n) {
+    zipcclDeviceMemory_t t = {.name = K->name, .ctx = (void*)K, .coding = zipcclDeviceStaged,
+                              .toHost = k_to_host, .toDevice = k_to_device, .alloc = k_alloc,
+                              .free = k_free, .hostAlloc = k_host_alloc, .hostFree = k_host_free};
+    if (zrt_cuda_device() >= 0 && !strncmp(K->name, "cuda", 4))
+        zipcclCheck(zipcclDeviceMemoryCuda(zrt_cuda_device(), &t));
+    for (int i = 0; i < n; i++) zipcclCheck(zipcclCommSetDevice(comms[i], &t));
+}
+
 void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* plan) {
     memset(f, 0, sizeof *f);
     f->cfg = cfg;
@@ -137,10 +168,15 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
         zipcclCheck(zipcclCommInitMpi(&f->comm_rs_x, &edp));
         MPI_Comm_free(&edp);
     }
+    /* On a device the gathers and reduce-scatters take device buffers:
+     * ZipCCL stages them, or codes them on the GPU (COLLECTIVES.md §5a). */
+    if (!K->host_memory) {
+        zipcclComm_t dev[4] = {f->comm_ag, f->comm_rs, f->comm_ag_x, f->comm_rs_x};
+        set_device_memory(K, dev, f->ep > 1 ? 4 : 2);
+    }
 
     f->units = zrt_calloc((size_t)f->n_units, sizeof(FsdpUnit), "FSDP units");
     f->host_state = zrt_calloc((size_t)f->n_units * 3, sizeof(float*), "FSDP host copies");
-    size_t max_shard = 0;
     float* init = NULL;
     size_t init_cap = 0;
     for (int u = 0; u < f->n_units; u++) {
@@ -155,7 +191,6 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
         const size_t G = (size_t)group_size(f, U);
         U->padded = (U->numel + G - 1) / G * G;
         U->shard = U->padded / G;
-        if (U->shard > max_shard) max_shard = U->shard;
         float** st[4] = {&U->param, &U->grad, &U->m, &U->v};
         for (int i = 0; i < 4; i++) {
             *st[i] = K->alloc(U->shard * sizeof(float));
@@ -183,11 +218,6 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
         fsdp_load_full(f, u, 0, init);
     }
     free(init);
-    /* a device's staging for a shard on its way to or from a collective */
-    if (!K->host_memory) {
-        f->dstage = K->alloc(max_shard * sizeof(float));
-        trainCheck(f->dstage, "out of %s memory for a shard's staging", K->name);
-    }
 }
 
 void fsdp_free(Fsdp* f) {
@@ -201,7 +231,6 @@ void fsdp_free(Fsdp* f) {
     }
     fsdp_host_release(f);
     free(f->host_state);
-    if (f->dstage) f->K->free(f->dstage);
     free(f->units);
     plan_free(&f->plan);
     free(f->dump_param);
@@ -224,24 +253,16 @@ zipcclComm_t fsdp_comm(const Fsdp* f, int u, int kind) {
     return kind == PLAN_AG ? ag_comm(f, U) : rs_comm(f, U);
 }
 
-/* The shard goes out from host memory: on a host backend the shard itself
- * (fp32) or its bf16 cast in `send`; on a device, cast there (bf16) and
- * downloaded into `send`. */
+/* The collectives' buffers are K's memory (the scheduler's pools: host
+ * memory on a host table, the device's on a device, where ZipCCL takes
+ * device buffers), so one path serves both: a bf16 gather sends the
+ * shard's cast in `send`, an fp32 one the shard itself. */
 void fsdp_gather_start(Fsdp* f, int u, void* send, void* recv, zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
-    const ZrtKernels* K = f->K;
-    const int p16 = f->param_dtype == zipcclBfloat16;
     const void* out = U->param;
-    if (p16 || !K->host_memory) {
+    if (f->param_dtype == zipcclBfloat16) {
         trainCheck(send, "fsdp: the gather of %s without its send buffer", U->name);
-        if (K->host_memory) {
-            K->round_to_bf16(send, U->param, U->shard);
-        } else if (p16) {
-            K->round_to_bf16(f->dstage, U->param, U->shard);
-            K->download(send, f->dstage, U->shard * sizeof(uint16_t));
-        } else {
-            K->download(send, U->param, U->shard * sizeof(float));
-        }
+        f->K->round_to_bf16(send, U->param, U->shard);
         out = send;
     }
     zipcclCheck(zipcclAllGatherAsync(out, recv, U->shard, f->param_dtype, ag_comm(f, U),
@@ -249,58 +270,21 @@ void fsdp_gather_start(Fsdp* f, int u, void* send, void* recv, zipcclRequest_t* 
     f->gathers++;
 }
 
-/* A device's staging holds max_shard floats: bf16 rows go through it in
- * pieces of twice that many elements (each copy returns only when done, so
- * the next piece may overwrite it). */
-static size_t stage_bf16(const Fsdp* f) {
-    size_t m = 0;
-    for (int u = 0; u < f->n_units; u++)
-        if (f->units[u].shard > m) m = f->units[u].shard;
-    return 2 * m;
-}
-
 void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full) {
     FsdpUnit* U = &f->units[u];
-    const ZrtKernels* K = f->K;
     fsdp_dump_param(f, u, recv);
-    if (f->param_dtype != zipcclBfloat16) {
-        if (!K->host_memory) K->upload(full, recv, U->padded * sizeof(float));
-        return; /* a host table's fp32 gather received into full itself */
-    }
-    if (K->host_memory) {
-        K->bf16_to_float(full, recv, U->padded);
-        return;
-    }
-    const uint16_t* r = recv;
-    const size_t piece = stage_bf16(f);
-    for (size_t off = 0; off < U->padded; off += piece) {
-        const size_t n = U->padded - off < piece ? U->padded - off : piece;
-        K->upload(f->dstage, r + off, n * sizeof(uint16_t));
-        K->bf16_to_float(full + off, f->dstage, n);
-    }
+    if (f->param_dtype == zipcclBfloat16) f->K->bf16_to_float(full, recv, U->padded);
+    /* an fp32 gather received into full itself */
 }
 
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* recv,
                        zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
-    const ZrtKernels* K = f->K;
-    const int r16 = f->reduce_dtype == zipcclBfloat16;
-    if (r16 || !K->host_memory)
+    if (f->reduce_dtype == zipcclBfloat16) {
         trainCheck(send, "fsdp: the reduce-scatter of %s without its send buffer", U->name);
-    if (!r16 && K->host_memory) {
-        send = (void*)gfull;
-    } else if (!r16) {
-        K->download(send, gfull, U->padded * sizeof(float));
-    } else if (K->host_memory) {
-        K->round_to_bf16(send, gfull, U->padded);
+        f->K->round_to_bf16(send, gfull, U->padded);
     } else {
-        uint16_t* s16 = send;
-        const size_t piece = stage_bf16(f);
-        for (size_t off = 0; off < U->padded; off += piece) {
-            const size_t n = U->padded - off < piece ? U->padded - off : piece;
-            K->round_to_bf16(f->dstage, gfull + off, n);
-            K->download(s16 + off, f->dstage, n * sizeof(uint16_t));
-        }
+        send = (void*)gfull;
     }
     fsdp_dump_grad(f, u, send);
     zipcclCheck(zipcclReduceScatterAsync(send, recv, U->shard, f->reduce_dtype, zipcclSum,
@@ -308,33 +292,31 @@ void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* rec
 }
 
 /* Called for a unit's reduce-scatters in issue order, so the fp32 sums into
- * the shard never depend on which collective happened to finish first. The
- * received part (host memory) goes up to a device's staging first. */
+ * the shard never depend on which collective happened to finish first. */
 void fsdp_reduce_finish(Fsdp* f, int u, const void* recv) {
     FsdpUnit* U = &f->units[u];
-    const ZrtKernels* K = f->K;
-    const int r16 = f->reduce_dtype == zipcclBfloat16;
-    const void* part = recv;
-    if (!K->host_memory) {
-        K->upload(f->dstage, recv, U->shard * (r16 ? sizeof(uint16_t) : sizeof(float)));
-        part = f->dstage;
-    }
-    if (r16) K->add_bf16(U->grad, part, U->shard);
-    else K->add(U->grad, U->grad, part, U->shard);
+    if (f->reduce_dtype == zipcclBfloat16) f->K->add_bf16(U->grad, recv, U->shard);
+    else f->K->add(U->grad, U->grad, recv, U->shard);
+}
+
+/* A dump copies what a collective sent or received (K's memory). */
+static void dump_copy(Fsdp* f, void* dst, const void* src, size_t bytes) {
+    if (f->K->host_memory) memcpy(dst, src, bytes);
+    else f->K->download(dst, src, bytes);
 }
 
 void fsdp_dump_param(Fsdp* f, int u, const void* buf) {
     if (!f->dump_armed || f->dump_param[u]) return;
     size_t bytes = f->units[u].padded * zipcclTypeSize(f->param_dtype);
     f->dump_param[u] = zrt_malloc(bytes, "tensor dump");
-    memcpy(f->dump_param[u], buf, bytes);
+    dump_copy(f, f->dump_param[u], buf, bytes);
 }
 
 void fsdp_dump_grad(Fsdp* f, int u, const void* buf) {
     if (!f->dump_armed || f->dump_grad[u]) return;
     size_t bytes = f->units[u].padded * zipcclTypeSize(f->reduce_dtype);
     f->dump_grad[u] = zrt_malloc(bytes, "tensor dump");
-    memcpy(f->dump_grad[u], buf, bytes);
+    dump_copy(f, f->dump_grad[u], buf, bytes);
 }
 
 void fsdp_zero_grads(Fsdp* f) {
@@ -398,28 +380,46 @@ static void host_copy_free(Fsdp* f, int u, int which) {
     *h = NULL;
 }
 
+/* On a device the gather communicators take device buffers: the shard
+ * itself goes out and the unit lands in a device buffer, then comes down. */
+static void gather_device(Fsdp* f, FsdpUnit* U, int which, zipcclComm_t comm, float* out) {
+    const ZrtKernels* K = f->K;
+    float* d = K->alloc(U->padded * sizeof(float));
+    trainCheck(d, "out of %s memory gathering %s (%zu floats)", K->name, U->name, U->padded);
+    zipcclCheck(zipcclAllGather(state_of(U, which), d, U->shard, zipcclFloat32, comm, &U->ag_cfg, NULL));
+    K->download(out, d, U->padded * sizeof(float));
+    K->free(d);
+}
+
 void fsdp_gather_full(Fsdp* f, int u, int which, float* out) {
     FsdpUnit* U = &f->units[u];
-    const int had_copy = f->host_state[(size_t)u * 3 + which] != NULL;
-    const float* mine = fsdp_shard_host(f, u, which, 1);
+    const int dev = !f->K->host_memory;
     if (!U->group) {
+        if (dev) {
+            gather_device(f, U, which, f->comm_ag, out);
+            return;
+        }
+        const float* mine = fsdp_shard_host(f, u, which, 1);
         zipcclCheck(zipcclAllGather(mine, out, U->shard, zipcclFloat32, f->comm_ag, &U->ag_cfg,
                                     NULL));
-        if (!had_copy) host_copy_free(f, u, which);
         return;
     }
     /* The group's slice (its experts), then the EP group's slices side by
      * side: EP rank i holds experts [i*E/EP, (i+1)*E/EP), so rank order is
      * expert order. Checkpoints only: plain MPI on the EP communicator. */
     float* slice = zrt_malloc(U->padded * sizeof(float), "expert gather");
-    zipcclCheck(zipcclAllGather(mine, slice, U->shard, zipcclFloat32, f->comm_ag_x, &U->ag_cfg,
-                                NULL));
+    if (dev) {
+        gather_device(f, U, which, f->comm_ag_x, slice);
+    } else {
+        const float* mine = fsdp_shard_host(f, u, which, 1);
+        zipcclCheck(zipcclAllGather(mine, slice, U->shard, zipcclFloat32, f->comm_ag_x, &U->ag_cfg,
+                                    NULL));
+    }
     trainCheck(U->numel <= (size_t)INT32_MAX, "expert unit %s too large to gather", U->name);
     trainCheck(MPI_Allgather(slice, (int)U->numel, MPI_FLOAT, out, (int)U->numel, MPI_FLOAT,
                              *(MPI_Comm*)f->expert.mpi_ep) == MPI_SUCCESS,
                "gathering the experts of %s failed", U->name);
     free(slice);
-    if (!had_copy) host_copy_free(f, u, which);
 }
 
 void fsdp_shard_range(const Fsdp* f, int u, size_t* lo, size_t* hi) {
@@ -578,6 +578,8 @@ void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out) {
         out->codecSeconds += c.codecSeconds;
         out->wireSeconds += c.wireSeconds;
         out->totalSeconds += c.totalSeconds;
+        out->busBytes += c.busBytes;
+        out->busSeconds += c.busSeconds;
         for (int s = 0; s < 5; s++) out->byStrategy[s] += c.byStrategy[s];
         for (int s = 0; s < ZIPCCL_NCODECS; s++) out->byCodec[s] += c.byCodec[s];
         for (int s = 0; s < ZIPCCL_NALGOS; s++) out->byAlgo[s] += c.byAlgo[s];

@@ -59,7 +59,6 @@ typedef struct {
     const ZrtKernels* K;   /* the memory the shards live in, the optimizer's table */
     int rank, nranks, n_units;
     FsdpUnit* units;
-    void* dstage;          /* a device's staging of one shard (NULL on a host table) */
     float** host_state;    /* a device's host copies (unit, which), fsdp_shard_host */
     zipcclComm_t comm_ag;  /* parameter all-gathers                          */
     zipcclComm_t comm_rs;  /* gradient reduce-scatters                       */
@@ -103,21 +102,17 @@ void fsdp_unit_name(const LlamaConfig* m, int u, char* out, size_t n);
 /* Which kinds of collectives unit u has (plan.h), with EP ep. */
 void fsdp_unit_kinds(const LlamaConfig* m, int ep, int u, int has[PLAN_NKINDS]);
 
-/* The mechanism the scheduler drives. The collectives' buffers are host
- * memory; the shards, the model's gathered unit and its gradient are K's.
- * Gather: send holds `shard` elements of param_dtype (needed for bf16 or a
- * device table; may be NULL for fp32 on a host table, which sends the shard
- * itself), recv `padded`; finish makes the model's fp32 unit `full` (K's
- * memory) from recv: widened from bf16, uploaded from a device's fp32
- * receive buffer, nothing for fp32 on a host table (full == recv). Reduce:
- * gfull is the model's full fp32 gradient (padded, K's memory), send a
- * padded host buffer of reduce_dtype (the bf16 cast, or a device's fp32
- * download; may be NULL for fp32 on a host table, which sends gfull), recv
- * `shard` elements of reduce_dtype; finish adds recv into the gradient
- * shard (through a device's staging). A device casts before it downloads
- * and widens after it uploads, so bf16 crosses the bus at half the bytes.
- * Calls of one communicator are issued in the same order on every rank:
- * the scheduler's plan sees to that. */
+/* The mechanism the scheduler drives. The collectives' buffers are the
+ * model's memory, K's (ZipCCL takes a device's buffers: fsdp_init gives the
+ * gather and reduce-scatter communicators the device's memory table).
+ * Gather: send holds `shard` bf16 elements (bf16 gathers; NULL for fp32,
+ * which sends the shard itself), recv `padded` of param_dtype; finish makes
+ * the model's fp32 unit `full` from recv: widened from bf16, nothing for
+ * fp32 (full == recv). Reduce: gfull is the model's full fp32 gradient
+ * (padded), send a padded bf16 buffer (bf16 reductions; NULL for fp32, which
+ * sends gfull), recv `shard` elements of reduce_dtype; finish adds recv into
+ * the gradient shard. Calls of one communicator are issued in the same
+ * order on every rank: the scheduler's plan sees to that. */
 void fsdp_gather_start(Fsdp* f, int u, void* send, void* recv, zipcclRequest_t* req);
 void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full);
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* recv,

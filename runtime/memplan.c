@@ -19,14 +19,13 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
         return zrt_errf(err, errlen, "key 'parallelism.ep': %d does not divide the %d ranks", EP,
                         nranks);
     mp->nranks = nranks;
-    double shards = 0, largest = 0, max_shard = 0;
+    double shards = 0, largest = 0;
     for (int u = 0; u < llama_num_units(m); u++) {
         const int experts = llama_unit_is_experts(m, u) && EP > 1;
         const size_t G = (size_t)(experts ? nranks / EP : nranks);
         const size_t numel = llama_unit_numel(m, u) / (experts ? (size_t)EP : 1);
         const double padded = (double)((numel + G - 1) / G * G);
         shards += padded / (double)G;
-        if (padded / (double)G > max_shard) max_shard = padded / (double)G;
         if (padded > largest) largest = padded;
     }
     mp->params = mp->grads = 4 * shards;
@@ -64,18 +63,25 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     mp->data = data_bytes;
     mp->base = base;
     const double shard_total = mp->params + mp->grads + mp->optim;
-    mp->host = mp->base + mp->data + mp->inflight + mp->comm;
+    mp->host = mp->base + mp->data + mp->comm;
     if (K->host_memory) {
-        mp->host += shard_total + mp->acts;
+        mp->host += shard_total + mp->acts + mp->inflight;
     } else {
-        /* the shards on the device, and a host copy of params, m and v
-         * while a checkpoint is written (fsdp_shard_host) */
+        /* the shards, activations and the collectives' buffers in flight on
+         * the device (ZipCCL takes device buffers; its pinned staging is the
+         * host's comm above), and a host copy of params, m and v while a
+         * checkpoint is written (fsdp_shard_host) */
         mp->device = shard_total + mp->acts + mp->inflight;
         mp->host += mp->params + mp->optim;
-        /* the staging of a shard on its way to or from a collective
-         * (fsdp.c), and with an exchange its received rows on the device
-         * and three pinned host row sets (sched.c) */
-        mp->device += 4 * max_shard + 4 * xrows;
+        /* a CUDA device codes compressed gathers and reduce-scatters on the
+         * GPU (coll_run.c): each communicator's frames of its largest call
+         * (about a unit at the wire dtype) and a reduce-scatter's fp32
+         * accumulator and decoded block (1/n of a unit each) */
+        if (!strncmp(K->name, "cuda", 4) && nranks > 1)
+            mp->device += 1.125 * largest * (wp + wr + (4 + wr) / nranks);
+        /* with an exchange its received rows on the device and three pinned
+         * host row sets (sched.c) */
+        mp->device += 4 * xrows;
         mp->host += 3 * 4 * xrows;
     }
     return 0;

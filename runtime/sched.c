@@ -759,14 +759,19 @@ static void issue_gather(Sched* s) {
     trainCheck(U->state == 0, "scheduler: the gather of %s was issued while the unit is still held",
                F->name);
     const int p16 = f->param_dtype == zipcclBfloat16;
-    /* the host's fp32 unit: the model's (host table), or an fp32 gather's
-     * receive buffer (a device widens a bf16 one there, fsdp_gather_finish) */
-    U->full = !p16 || !s->dpool.K ? pool_get(&s->pool, F->padded * sizeof(float), 0) : NULL;
-    U->recv = p16 ? pool_get(&s->pool, F->padded * sizeof(uint16_t), 0) : U->full;
-    pool_busy(&s->pool, U->recv, 1);
-    const int staged = p16 || s->dpool.K;
-    U->send = staged ? pool_get(&s->pool, F->shard * (p16 ? 2 : 4), 0) : NULL;
-    if (staged) pool_busy(&s->pool, U->send, 1);
+    /* The collective's buffers are the model's memory (ZipCCL takes device
+     * buffers): an fp32 gather lands in the unit itself; a bf16 one sends the
+     * shard's cast and lands in a bf16 buffer widened at the acquisition. On
+     * a host table the unit is allocated now, on a device then. */
+    const int dev = s->dpool.K != NULL;
+    Pool* P = dev ? &s->dpool : &s->pool;
+    float* unit = !p16 || !dev ? pool_get(P, F->padded * sizeof(float), 0) : NULL;
+    if (dev) U->dfull = unit;
+    else U->full = unit;
+    U->recv = p16 ? pool_get(P, F->padded * sizeof(uint16_t), 0) : unit;
+    pool_busy(P, U->recv, 1);
+    U->send = p16 ? pool_get(P, F->shard * sizeof(uint16_t), 0) : NULL;
+    if (p16) pool_busy(P, U->send, 1);
     U->rec = new_rec(s, g->unit, PLAN_AG, (double)F->padded * (p16 ? 2 : 4));
     fsdp_gather_start(f, g->unit, U->send, U->recv, &U->req);
     U->state = 1;
@@ -781,13 +786,14 @@ static void retire_reduce(Sched* s) {
     SReduce* r = &s->rs[s->rs_retired];
     const char* name = s->f->units[r->unit].name;
     wait_req(s, &r->req, r->unit, PLAN_RS, SCHED_X_RS);
-    pool_busy(&s->pool, r->recv, 0);
-    if (r->g16) pool_busy(&s->pool, r->g16, 0);
-    else pool_busy(&s->pool, r->gfull, 0);
+    Pool* P = s->dpool.K ? &s->dpool : &s->pool;
+    pool_busy(P, r->recv, 0);
+    if (r->g16) pool_busy(P, r->g16, 0);
+    else pool_busy(P, r->gfull, 0);
     fsdp_reduce_finish(s->f, r->unit, r->recv);
-    pool_put(&s->pool, r->recv, "the reduce-scatter output", name);
-    pool_put(&s->pool, r->g16, "the bf16 gradient", name);
-    pool_put(&s->pool, r->gfull, "the full gradient", name);
+    pool_put(P, r->recv, "the reduce-scatter output", name);
+    pool_put(P, r->g16, "the bf16 gradient", name);
+    pool_put(P, r->gfull, "the full gradient", name);
     r->recv = r->g16 = NULL;
     r->gfull = NULL;
     s->live -= s->rf[r->unit];
@@ -830,21 +836,20 @@ static const float* hook_acquire(void* ctx, int u, int phase) {
                    "scheduler: %s acquired, but its gather %d is not the one in flight",
                    s->f->units[u].name, e->gather);
         wait_req(s, &U->req, u, PLAN_AG, SCHED_X_AG);
-        pool_busy(&s->pool, U->recv, 0);
+        const int dev = s->dpool.K != NULL;
+        Pool* P = dev ? &s->dpool : &s->pool;
+        pool_busy(P, U->recv, 0);
         if (U->send) {
-            pool_busy(&s->pool, U->send, 0);
-            pool_put(&s->pool, U->send, "the send shard", s->f->units[u].name);
+            pool_busy(P, U->send, 0);
+            pool_put(P, U->send, "the send shard", s->f->units[u].name);
             U->send = NULL;
         }
-        if (s->dpool.K) { /* the gathered unit goes to the device, once per hold */
-            U->dfull = pool_get(&s->dpool, s->f->units[u].padded * sizeof(float), 0);
-            fsdp_gather_finish(s->f, u, U->recv, U->dfull);
-            if (U->recv == U->full) U->full = NULL; /* fp32: the host copy has gone up */
-        } else {
-            fsdp_gather_finish(s->f, u, U->recv, U->full);
-        }
+        /* a bf16 gather widens into the unit (on a device allocated now) */
+        if (dev && !U->dfull) U->dfull = pool_get(P, s->f->units[u].padded * sizeof(float), 0);
+        float* unit = dev ? U->dfull : U->full;
+        fsdp_gather_finish(s->f, u, U->recv, unit);
         s->live -= s->gt[u]; /* the receive buffer and send shard go back */
-        if (U->recv != U->full) pool_put(&s->pool, U->recv, "the gather buffer", s->f->units[u].name);
+        if (U->recv != unit) pool_put(P, U->recv, "the gather buffer", s->f->units[u].name);
         U->recv = NULL;
         U->state = 2;
     }
@@ -919,21 +924,20 @@ static void hook_grads_ready(void* ctx, int u) {
     trainCheck(e->rs == s->rs_issued, "scheduler: reduce-scatter %d issued out of order", e->rs);
     SReduce* r = &s->rs[s->rs_issued++];
     const int r16 = f->reduce_dtype == zipcclBfloat16;
-    /* what the collective sends, in host memory: the bf16 cast, a device
-     * gradient's download, or (fp32 on the host) the gradient itself */
+    /* what the collective sends, in the model's memory: the bf16 cast of the
+     * gradient (the model's buffer is free once it is made), or the gradient
+     * itself (held until the reduce-scatter retires) */
+    Pool* P = dev ? &s->dpool : &s->pool;
     *r = (SReduce){.unit = u};
     void* send = NULL;
-    if (r16) send = r->g16 = pool_get(&s->pool, F->padded * sizeof(uint16_t), 0);
-    else if (dev) send = r->gfull = pool_get(&s->pool, F->padded * sizeof(float), 0);
-    else r->gfull = U->gbuf;
-    r->recv = pool_get(&s->pool, F->shard * (r16 ? 2 : 4), 0);
+    if (r16) send = r->g16 = pool_get(P, F->padded * sizeof(uint16_t), 0);
+    else r->gfull = g;
+    r->recv = pool_get(P, F->shard * (r16 ? 2 : 4), 0);
     r->rec = new_rec(s, u, PLAN_RS, (double)F->padded * (r16 ? 2 : 4));
     fsdp_reduce_start(f, u, g, send, r->recv, &r->req);
-    pool_busy(&s->pool, r->recv, 1);
-    pool_busy(&s->pool, r16 ? (void*)r->g16 : (void*)r->gfull, 1);
-    /* the collective reads only its send buffer: the model's buffer is free */
-    if (dev) pool_put(&s->dpool, U->dgbuf, "the device gradient", F->name);
-    else if (r16) pool_put(&s->pool, U->gbuf, "the full gradient", F->name);
+    pool_busy(P, r->recv, 1);
+    pool_busy(P, r16 ? (void*)r->g16 : (void*)r->gfull, 1);
+    if (r16) pool_put(P, g, "the full gradient", F->name);
     U->gbuf = U->dgbuf = NULL;
     s->live += s->rf[u] - s->rb[u]; /* from here on what the reduce-scatter holds */
     done(s, e);

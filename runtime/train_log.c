@@ -66,6 +66,12 @@ void train_log_finish(TrainRun* r, TrainStepLog* s) {
         s->wire[k] = (double)(s->c1[k].wireBytes - s->c0[k].wireBytes);
         s->codec_ms += (s->c1[k].codecSeconds - s->c0[k].codecSeconds) * 1e3;
     }
+    /* a device's collectives: what crossed between it and the host */
+    s->bus_bytes = s->bus_ms = 0;
+    for (int k = 0; k < 2; k++) {
+        s->bus_bytes += (double)(s->c1[k].busBytes - s->c0[k].busBytes);
+        s->bus_ms += (s->c1[k].busSeconds - s->c0[k].busSeconds) * 1e3;
+    }
     /* time inside the collectives of each kind and what of it the compute
      * thread waited (exposed) */
     double now[3];
@@ -166,6 +172,8 @@ void train_log_step(TrainRun* r, const TrainStepLog* s) {
                 }
                 fprintf(r->json, "]");
             }
+            if (!r->K->host_memory) /* ZipCCL's copies of the device's gathers and reduce-scatters */
+                fprintf(r->json, ", \"bus_bytes\": %.0f, \"bus_ms\": %.9g", s->bus_bytes, s->bus_ms);
             if (!isnan(s->val)) fprintf(r->json, ", \"val_loss\": %.9g", s->val);
             fprintf(r->json, "}\n");
             fflush(r->json);

@@ -101,6 +101,7 @@ typedef struct {
     /* communication (train_log_finish) */
     zipcclCounters_t c1[3];
     double raw[3], wire[3], codec_ms, comm_ms[3], xms[SCHED_NX], exposed_ms;
+    double bus_bytes, bus_ms; /* device: ZipCCL's device <-> host copies (gathers, reduce-scatters) */
     double a2a_ms, a2a_sync_ms;
 } TrainStepLog;
 

@@ -14,6 +14,8 @@
 #       ends with the uninterrupted run's hash.
 #   (c) bad requests are refused by name: runtime.device=cuda on a machine
 #       without a usable GPU (or a build without CUDA), an unknown device.
+# The gathers and reduce-scatters take the device's buffers (ZipCCL stages
+# them), and the runs say how many bytes that moved (bus_bytes).
 # The MoE model runs on the guarded device too (EP 1, and EP 2 with the
 # exchange staged through host memory), with the same bits,
 # and so does model.compute: bf16 (within 2% of fp32, not equal to it), and
@@ -58,6 +60,20 @@ for np in 1 2; do
     fi
   done
 done
+# ... with ZipCCL taking the device's buffers (fsdp.c gives the gather and
+# reduce-scatter communicators the device's memory table): every step of the
+# guarded 2-rank run logs bytes copied between the device and the host by
+# ZipCCL, and the CPU run, whose buffers are host memory, logs none.
+python3 - "$tmp/grd_2bf16.jsonl" "$tmp/cpu_2bf16.jsonl" <<'EOF'
+import json, sys
+g = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"step"')]
+c = [json.loads(l) for l in open(sys.argv[2]) if l.startswith('{"step"')]
+ok = g and all(r.get("bus_bytes", 0) > 0 for r in g) and c and all("bus_bytes" not in r for r in c)
+sys.exit(0 if ok else 1)
+EOF
+if [ $? = 0 ]; then pass guarded_collectives_take_device_buffers
+else fail guarded_collectives_take_device_buffers "bus_bytes: guarded $(grep -o '"bus_bytes": [0-9]*' "$tmp/grd_2bf16.jsonl" | head -2 | tr '\n' ' ') cpu $(grep -c bus_bytes "$tmp/cpu_2bf16.jsonl")"
+fi
 
 # guarded_same NAME NP [args...]: the run on cpu_guarded equals the run on
 # cpu bit for bit (every step and the final hash)
