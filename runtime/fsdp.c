@@ -107,13 +107,27 @@ static void k_free(void* ctx, void* p) { ((const ZrtKernels*)ctx)->free(p); }
 static void* k_host_alloc(void* ctx, size_t bytes) { return ((const ZrtKernels*)ctx)->host_alloc(bytes); }
 static void k_host_free(void* ctx, void* p) { ((const ZrtKernels*)ctx)->host_free(p); }
 
-static void set_device_memory(const ZrtKernels* K, zipcclComm_t* comms, int n) {
+/* ZRT_COMM_HOSTCODED=1 on a host table: the gathers and reduce-scatters go
+ * through ZipCCL's device path with host memory standing in for the device
+ * (zipcclDeviceMemoryHost: compressed calls coded "on the device" by the CPU
+ * codec), the path a GPU run takes with the CUDA codec; a test hook
+ * (tests/test_train_device.sh), not a mode to train in. */
+static void set_device_memory(const Fsdp* f, const ZrtKernels* K, zipcclComm_t* comms, int n) {
     zipcclDeviceMemory_t t = {.name = K->name, .ctx = (void*)K, .coding = zipcclDeviceStaged,
                               .toHost = k_to_host, .toDevice = k_to_device, .alloc = k_alloc,
                               .free = k_free, .hostAlloc = k_host_alloc, .hostFree = k_host_free};
-    if (zrt_cuda_device() >= 0 && !strncmp(K->name, "cuda", 4))
+    if (K->host_memory) zipcclDeviceMemoryHost(&t);
+    else if (zrt_cuda_device() >= 0 && !strncmp(K->name, "cuda", 4))
         zipcclCheck(zipcclDeviceMemoryCuda(zrt_cuda_device(), &t));
     for (int i = 0; i < n; i++) zipcclCheck(zipcclCommSetDevice(comms[i], &t));
+    if (f->rank == 0)
+        printf("# collectives: the gathers and reduce-scatters take %s buffers (%s)%s\n", t.name,
+               t.coding == zipcclDeviceStaged ? "staged through host memory, the CPU codec"
+               : t.coding == zipcclDeviceCodeCuda ? "compressed calls coded on the GPU by the CUDA codec, "
+                                                    "the others staged through pinned host memory"
+                                                  : "host memory standing in for a device: compressed calls "
+                                                    "coded in place by the CPU codec (ZRT_COMM_HOSTCODED)",
+               f->ep > 1 ? "; the expert exchange is staged through host memory" : "");
 }
 
 void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* plan) {
@@ -170,9 +184,10 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
     }
     /* On a device the gathers and reduce-scatters take device buffers:
      * ZipCCL stages them, or codes them on the GPU (COLLECTIVES.md §5a). */
-    if (!K->host_memory) {
+    const char* hc = getenv("ZRT_COMM_HOSTCODED");
+    if (!K->host_memory || (hc && !strcmp(hc, "1"))) {
         zipcclComm_t dev[4] = {f->comm_ag, f->comm_rs, f->comm_ag_x, f->comm_rs_x};
-        set_device_memory(K, dev, f->ep > 1 ? 4 : 2);
+        set_device_memory(f, K, dev, f->ep > 1 ? 4 : 2);
     }
 
     f->units = zrt_calloc((size_t)f->n_units, sizeof(FsdpUnit), "FSDP units");

@@ -467,8 +467,8 @@ static void choose_device(TrainRun* r, double* peak_rank) {
     MPI_Comm_rank(node, &local_rank);
     const ZrtKernels* K = r->K = select_backend(cfg, local_rank);
     if (r->rank == 0 && !K->host_memory)
-        printf("# device: %s%s%s; the model, FSDP's shards and the optimizer live there, the "
-               "collectives move host buffers\n",
+        printf("# device: %s%s%s; the model, FSDP's shards, the optimizer and the collectives' "
+               "buffers live there\n",
                K->name, strncmp(K->name, "cuda", 4) ? "" : ", ", zrt_cuda_device_name());
     if (r->rank == 0 && strcmp(cfg->runtime.compute, "fp32"))
         printf("# compute: %s (kernel table %s): the linear layers multiply bf16 operands, fp32 "

@@ -15,7 +15,9 @@
 #   (c) bad requests are refused by name: runtime.device=cuda on a machine
 #       without a usable GPU (or a build without CUDA), an unknown device.
 # The gathers and reduce-scatters take the device's buffers (ZipCCL stages
-# them), and the runs say how many bytes that moved (bus_bytes).
+# them), and the runs say how many bytes that moved (bus_bytes); with host
+# memory standing in for a device (ZRT_COMM_HOSTCODED=1) they take the path
+# a GPU run's take, coded "on the device", with the host path's bits.
 # The MoE model runs on the guarded device too (EP 1, and EP 2 with the
 # exchange staged through host memory), with the same bits,
 # and so does model.compute: bf16 (within 2% of fp32, not equal to it), and
@@ -112,6 +114,35 @@ guarded_same guarded_equals_cpu_moe_ep2_2ranks 2 $M --set parallelism.ep=2
 # shellcheck disable=SC2086
 guarded_same guarded_equals_cpu_moe_ep2_4ranks 4 $M --set parallelism.ep=2 \
   --set comm.alltoall_dtype=bf16 --set moe.overlap_chunks=2 --set model.capacity_factor=0
+
+# (a''') the path a GPU run's collectives take, with host memory standing in
+# for the device (ZRT_COMM_HOSTCODED=1: ZipCCL's zipcclDeviceMemoryHost, so
+# compressed gathers and reduce-scatters are coded "on the device" by the CPU
+# codec: one frame per peer, the sizes summed, the frames exchanged, the
+# reduce-scatter's sum in the canonical order through the table): compressed
+# runs equal the host path's bit for bit, dense at 2 ranks and MoE at EP 2 on
+# 4 ranks (whose expert-data-parallel communicators take the path too).
+hostcoded_same() {
+  local name=$1 np=$2
+  shift 2
+  if run "$np" "$tmp/${name}_h.jsonl" --set comm.strategy=compressed "$@" &&
+     ZRT_COMM_HOSTCODED=1 run "$np" "$tmp/${name}_c.jsonl" --set comm.strategy=compressed "$@"; then
+    if ! grep -q "^# collectives: .*hostcoded" "$tmp/${name}_c.jsonl.log"; then
+      fail "$name" "the run did not say its collectives took the device path"
+    elif same "$tmp/${name}_h.jsonl" "$tmp/${name}_c.jsonl"; then
+      pass "$name"
+    else
+      fail "$name" "$(python3 tests/compare_runs.py "$tmp/${name}_h.jsonl" \
+            "$tmp/${name}_c.jsonl" exact --same-steps 2>&1 | tail -2)"
+    fi
+  else
+    fail "$name" "a run failed"
+  fi
+}
+hostcoded_same device_path_coded_equals_host_2ranks 2
+# shellcheck disable=SC2086
+hostcoded_same device_path_coded_equals_host_moe_ep2_4ranks 4 $M --set parallelism.ep=2 \
+  --set comm.reduce_dtype=fp32
 
 # (a'''') --trace on a device: every compute span of the host has its twin
 # on the "device" track, timed by the table's events (the guarded table runs
