@@ -123,6 +123,7 @@ void train_log_step(TrainRun* r, const TrainStepLog* s) {
                            s->wire[2] > 0 ? s->raw[2] / s->wire[2] : 1.0,
                            (unsigned long long)(s->c1[2].calls - s->c0[2].calls), s->a2a_ms);
             }
+            if (!r->K->host_memory) printf(" | bus %.2f MB %.1f ms", s->bus_bytes / 1e6, s->bus_ms);
             if (!isnan(s->val)) printf(" | val %.4f", s->val);
             printf(" | eta %s\n", eta);
             fflush(stdout);
