@@ -96,8 +96,9 @@ struct ExpertScratch {
 };
 
 int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCallConfig_t* cfgs,
-                zipcclDataType_t dtype, char* err, size_t errlen) {
+                zipcclDataType_t dtype, const ZrtKernels* K, char* err, size_t errlen) {
     memset(x, 0, sizeof *x);
+    x->K = K;
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
@@ -154,8 +155,8 @@ void expert_free(Expert* x) {
     zipcclCommDestroy(x->comm);
     MPI_Comm_free((MPI_Comm*)x->mpi_ep);
     free(x->mpi_ep);
-    free(x->scratch->ranked);
-    free(x->scratch->dsend16);
+    if (x->scratch->ranked) x->K->free(x->scratch->ranked);
+    if (x->scratch->dsend16) x->K->free(x->scratch->dsend16);
     free(x->scratch->sc);
     free(x->scratch->dreq);
     free(x->scratch);
@@ -177,17 +178,19 @@ static int fail(int layer, int phase, const char* what, zipcclResult_t r) {
     return -1;
 }
 
-static int reserve(struct ExpertScratch* b, size_t floats) {
+/* The row buffers are the kernel table's memory (a device's, where the
+ * model's rows are): the exchange's collectives take them as they are. */
+static int reserve(const ZrtKernels* K, struct ExpertScratch* b, size_t floats) {
     if (floats <= b->cap) return 0;
-    float* m = malloc(3 * floats * sizeof(float) + 1);
-    uint16_t* h = malloc(4 * floats * sizeof(uint16_t) + 1);
+    float* m = K->alloc(3 * floats * sizeof(float) + 1);
+    uint16_t* h = K->alloc(4 * floats * sizeof(uint16_t) + 1);
     if (!m || !h) {
-        free(m);
-        free(h);
+        if (m) K->free(m);
+        if (h) K->free(h);
         return -1;
     }
-    free(b->ranked);
-    free(b->dsend16);
+    if (b->ranked) K->free(b->ranked);
+    if (b->dsend16) K->free(b->dsend16);
     b->ranked = m;
     b->grouped = m + floats;
     b->back = m + 2 * floats;
@@ -314,7 +317,8 @@ static void count_bytes(Expert* x, int which) {
 }
 
 /* rank-major (s, j) blocks <-> expert-major (j, s) blocks of rows, for the
- * split sizes split (EP * E_local) with per-expert totals local (E_local). */
+ * split sizes split (EP * E_local) with per-expert totals local (E_local):
+ * block copies through the kernel table (device-to-device on a device). */
 static void regroup(const Expert* x, const int* split, const int* local, const float* from,
                     float* to, int C, int to_expert_major) {
     const int P = x->ep, El = x->E_local;
@@ -325,8 +329,8 @@ static void regroup(const Expert* x, const int* split, const int* local, const f
             for (int jj = 0; jj < j; jj++) em += (size_t)local[jj];
             for (int ss = 0; ss < s; ss++) em += (size_t)split[ss * El + j];
             const size_t n = (size_t)split[s * El + j] * C;
-            if (to_expert_major) memcpy(to + em * C, from + rm * C, n * sizeof(float));
-            else memcpy(to + rm * C, from + em * C, n * sizeof(float));
+            if (n && to_expert_major) x->K->copy(to + em * C, from + rm * C, n * sizeof(float));
+            else if (n) x->K->copy(to + rm * C, from + em * C, n * sizeof(float));
             rm += (size_t)split[s * El + j];
         }
 }
@@ -403,7 +407,7 @@ int expert_dispatch_begin(Expert* x, int layer, int phase, const float* rows, co
             return fail(layer, phase, "the backward asks for other chunks than the forward", 0);
     }
     const int most = L->n_recv > L->n_send ? L->n_recv : L->n_send;
-    if (reserve(b, (size_t)most * C + 1))
+    if (reserve(x->K, b, (size_t)most * C + 1))
         return fail(layer, phase, "out of memory for the received rows", 0);
     b->layer = layer;
     b->phase = phase;
@@ -413,7 +417,7 @@ int expert_dispatch_begin(Expert* x, int layer, int phase, const float* rows, co
     if (x->dtype == zipcclBfloat16) {
         /* rounded to nearest even on the way out, widened exactly on the way in */
         const size_t n = (size_t)L->n_send * C;
-        zrt_kernels_cpu()->round_to_bf16(b->dsend16, rows, n);
+        x->K->round_to_bf16(b->dsend16, rows, n);
     }
     *n_chunks = L->nc;
     *n_recv = L->n_recv;
@@ -449,7 +453,7 @@ int expert_dispatch_wait(Expert* x, int layer, int phase, int chunk, const float
     if (r != zipcclSuccess) return fail(layer, phase, "AlltoAllv of the rows", r);
     const size_t o = (size_t)L->coff[chunk] * C, n = (size_t)(L->coff[chunk + 1] - L->coff[chunk]);
     if (x->dtype == zipcclBfloat16)
-        zrt_kernels_cpu()->bf16_to_float(b->ranked + o, b->drecv16 + o, n * C);
+        x->K->bf16_to_float(b->ranked + o, b->drecv16 + o, n * C);
     regroup(x, L->csplit + (size_t)chunk * P * El, L->clocal + (size_t)chunk * El, b->ranked + o,
             b->grouped + o, C, 1);
     if (chunk == L->nc - 1) count_bytes(x, 2 * phase);
@@ -474,7 +478,7 @@ int expert_combine_issue(Expert* x, int layer, int phase, int chunk, const float
     regroup(x, L->csplit + (size_t)chunk * P * El, L->clocal + (size_t)chunk * El, local,
             b->back + o, C, 0);
     const int bf = x->dtype == zipcclBfloat16;
-    if (bf) zrt_kernels_cpu()->round_to_bf16(b->csend16 + o, b->back + o, n * C);
+    if (bf) x->K->round_to_bf16(b->csend16 + o, b->back + o, n * C);
     int soff[P];
     for (int s = 0, so = L->coff[chunk]; s < P; so += L->crecv[chunk * P + s], s++) soff[s] = so;
     zipcclResult_t r = exchange_start(
@@ -502,7 +506,7 @@ int expert_combine_end(Expert* x, int layer, int phase, float* rows) {
     if (b->out && b->out != rows) return fail(layer, phase, "combine into two buffers", 0);
     if (x->dtype == zipcclBfloat16) {
         const size_t n = (size_t)L->n_send * L->C;
-        zrt_kernels_cpu()->bf16_to_float(rows, b->crecv16, n);
+        x->K->bf16_to_float(rows, b->crecv16, n);
     }
     count_bytes(x, 2 * phase + 1);
     b->layer = -1;

@@ -17,13 +17,16 @@
  * cut into near-equal runs), each started and waited on its own; what is
  * in flight when is the scheduler's choice (sched.c).
  *
- * Left out: device buffers; chunking at EP = 1 (nothing moves there).
+ * The rows live in the kernel table's memory: on a device the exchange's
+ * communicator takes device buffers (fsdp_init gives it the device's table).
+ * Left out: chunking at EP = 1 (nothing moves there).
  */
 #ifndef RUNTIME_EXPERT_H
 #define RUNTIME_EXPERT_H
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels.h"
 #include "zipccl.h"
 
 typedef struct ExpertLayer ExpertLayer;
@@ -38,6 +41,8 @@ typedef struct {
     zipcclCallConfig_t* cfg;  /* (n_layers) per-block call config (overrides)   */
     ExpertLayer* layer;       /* (n_layers) per-block exchange state            */
     struct ExpertScratch* scratch; /* buffers the blocks share (one in flight)   */
+    const ZrtKernels* K;      /* the model's kernel table: the rows' memory (the
+                               * row buffers, casts and regrouping go through it) */
     zipcclDataType_t dtype;   /* what the rows travel as: fp32 (exact), or bf16
                                * (rounded to nearest even, half the bytes)      */
 
@@ -65,7 +70,7 @@ typedef struct {
  * dtype: zipcclFloat32 or zipcclBfloat16 (comm.alltoall_dtype). Returns 0,
  * or -1 with a message in err (EP not dividing N or E, another dtype). */
 int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCallConfig_t* cfgs,
-                zipcclDataType_t dtype, char* err, size_t errlen);
+                zipcclDataType_t dtype, const ZrtKernels* K, char* err, size_t errlen);
 void expert_free(Expert* x);
 
 /* One block's exchange in chunks (ctx = Expert*; sched.c drives them in

@@ -127,7 +127,7 @@ static void set_device_memory(const Fsdp* f, const ZrtKernels* K, zipcclComm_t* 
                                                     "the others staged through pinned host memory"
                                                   : "host memory standing in for a device: compressed calls "
                                                     "coded in place by the CPU codec (ZRT_COMM_HOSTCODED)",
-               f->ep > 1 ? "; the expert exchange is staged through host memory" : "");
+               f->ep > 1 ? "; so does the expert exchange's AlltoAllv" : "");
 }
 
 void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* plan) {
@@ -171,7 +171,7 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
                                                       zipcclAlgoDefault};
         }
         trainCheck(!expert_init(&f->expert, f->ep, cfg->model.n_experts, cfg->model.n_layers, xc,
-                                cfg->comm.alltoall_dtype, err, sizeof err),
+                                cfg->comm.alltoall_dtype, K, err, sizeof err),
                    "%s", err);
         free(xc);
         MPI_Comm edp;
@@ -182,12 +182,13 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
         zipcclCheck(zipcclCommInitMpi(&f->comm_rs_x, &edp));
         MPI_Comm_free(&edp);
     }
-    /* On a device the gathers and reduce-scatters take device buffers:
-     * ZipCCL stages them, or codes them on the GPU (COLLECTIVES.md §5a). */
+    /* On a device the gathers, reduce-scatters and the expert exchange take
+     * device buffers: ZipCCL stages them, or codes compressed gathers and
+     * reduce-scatters on the GPU (COLLECTIVES.md §5a). */
     const char* hc = getenv("ZRT_COMM_HOSTCODED");
     if (!K->host_memory || (hc && !strcmp(hc, "1"))) {
-        zipcclComm_t dev[4] = {f->comm_ag, f->comm_rs, f->comm_ag_x, f->comm_rs_x};
-        set_device_memory(f, K, dev, f->ep > 1 ? 4 : 2);
+        zipcclComm_t dev[5] = {f->comm_ag, f->comm_rs, f->comm_ag_x, f->comm_rs_x, f->expert.comm};
+        set_device_memory(f, K, dev, f->ep > 1 ? 5 : 2);
     }
 
     f->units = zrt_calloc((size_t)f->n_units, sizeof(FsdpUnit), "FSDP units");

@@ -50,15 +50,16 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     mp->comm = nranks > 1 ? 1.125 * largest * (wp + (2 * wr * (nranks - 1) + 4) / nranks) : 0;
     /* the expert exchange's buffers, shared by the MoE blocks
      * (runtime/expert.c): three fp32 row sets of the N*k rows a rank sends
-     * or receives (the average), four bf16 ones with a bf16 exchange, and
-     * ZipCCL's frames both ways */
-    double xrows = 0; /* floats of the rows a rank's exchange moves (the average) */
+     * or receives (the average), four bf16 ones with a bf16 exchange (the
+     * model's memory: on a device, the device's), and ZipCCL's frames both
+     * ways */
+    double xsets = 0; /* bytes of the exchange's row sets (the model's memory) */
     if (exchange) {
         const double cf = m->capacity_factor > 0 ? m->capacity_factor : 1.0;
         const double rows = cf * B * T * m->n_experts_per_tok * m->dim,
                      wa = cfg->comm.alltoall_dtype == zipcclBfloat16 ? 2 : 4;
-        mp->comm += rows * (12 + (wa == 2 ? 8 : 0) + 2 * 1.125 * wa);
-        xrows = rows;
+        xsets = rows * (12 + (wa == 2 ? 8 : 0));
+        mp->comm += xsets + rows * 2 * 1.125 * wa;
     }
     mp->data = data_bytes;
     mp->base = base;
@@ -79,10 +80,10 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
          * accumulator and decoded block (1/n of a unit each) */
         if (!strncmp(K->name, "cuda", 4) && nranks > 1)
             mp->device += 1.125 * largest * (wp + wr + (4 + wr) / nranks);
-        /* with an exchange its received rows on the device and three pinned
-         * host row sets (sched.c) */
-        mp->device += 4 * xrows;
-        mp->host += 3 * 4 * xrows;
+        /* the exchange's row sets are the device's (expert.c), its
+         * frames ZipCCL's pinned staging */
+        mp->device += xsets;
+        mp->host -= xsets;
     }
     return 0;
 }

@@ -409,14 +409,11 @@ typedef struct {
     PoolBuf* b;
     int n, cap;
     const ZrtKernels* K; /* set: that backend's memory (the device pool) */
-    const ZrtKernels* H; /* set: host memory from that backend's host_alloc
-                          * (pinned for CUDA: the host pool beside a device) */
     double total, limit; /* bytes held; the bound (0: none) */
 } Pool;
 
 static void pool_release(Pool* pl, PoolBuf* b) {
     if (pl->K) pl->K->free(b->p);
-    else if (pl->H) pl->H->host_free(b->p);
     else free(b->p);
     pl->total -= (double)b->cap;
     *b = pl->b[--pl->n];
@@ -450,12 +447,10 @@ static void* pool_get(Pool* pl, size_t bytes, int zero) {
             trainCheck(nb, "out of memory for the buffer pool");
             pl->b = nb;
         }
-        void* p = pl->K   ? pl->K->alloc(bytes)
-                  : pl->H ? pl->H->host_alloc(bytes)
-                          : zrt_malloc(bytes, "scheduler buffer");
+        void* p = pl->K ? pl->K->alloc(bytes) : zrt_malloc(bytes, "scheduler buffer");
         trainCheck(p, "out of %s memory: %zu bytes for a gathered unit or a gradient "
                       "(runtime.device: see the memory estimate at start)",
-                   pl->K ? pl->K->name : pl->H ? "pinned host" : "host", bytes);
+                   pl->K ? pl->K->name : "host", bytes);
         best = &pl->b[pl->n++];
         *best = (PoolBuf){.p = p, .cap = bytes};
         pl->total += (double)bytes;
@@ -568,16 +563,6 @@ struct Sched {
     double dref_t;
     DevSpan* dspan;
     int n_dspan, cap_dspan;
-    /* with a device table: the exchange's host side (expert.c moves host
-     * rows), one MoE block at a time (xstep) */
-    struct {
-        float *hrows, *hlocal, *hout; /* pinned host: sent rows, a chunk back, returned rows */
-        float* drecv;                 /* device: the received rows the experts read */
-        size_t cap_send, cap_out, cap_local, cap_recv; /* floats */
-        size_t n_send, recv_off, C;   /* rows sent; rows of the chunks received so far; row width */
-        int* chunk_rows;              /* rows of each chunk received (the combine's sizes) */
-        int cap_chunks;
-    } xs;
     int trace;
     char* tb;
     size_t tlen, tcap;
@@ -974,89 +959,6 @@ static int a2a_issue(Sched* s, int layer, int phase, int chunk, int dir, const X
                     : expert_combine_issue(x, layer, phase, chunk, a->local, a->out);
 }
 
-/* Grow a staging buffer of the exchange to `floats` (device: K's memory,
- * else K's pinned host memory); its old contents are not kept. */
-static void xs_grow(const ZrtKernels* K, int device, float** p, size_t* cap, size_t floats) {
-    if (floats <= *cap) return;
-    if (*p) (device ? K->free : K->host_free)(*p);
-    *p = device ? K->alloc(floats * sizeof(float)) : K->host_alloc(floats * sizeof(float));
-    trainCheck(*p, "out of %s memory for the expert exchange's rows (%zu floats)",
-               device ? K->name : "pinned host", floats);
-    *cap = floats;
-}
-
-static void xs_free(Sched* s) {
-    const ZrtKernels* K = s->dpool.K;
-    if (!K) return;
-    if (s->xs.hrows) K->host_free(s->xs.hrows);
-    if (s->xs.hlocal) K->host_free(s->xs.hlocal);
-    if (s->xs.hout) K->host_free(s->xs.hout);
-    if (s->xs.drecv) K->free(s->xs.drecv);
-    free(s->xs.chunk_rows);
-    memset(&s->xs, 0, sizeof s->xs);
-}
-
-/* The exchange with a device table: expert.c sends and receives host rows,
- * so the rows a block sends come down at its dispatch, each received chunk
- * goes up before the experts read it, each chunk of the experts' output
- * comes down to be sent back, and the returned rows go up at the combine.
- * The host buffers are pinned (host_alloc); every copy returns when done,
- * so the rows the exchange reads are there before it is issued. */
-static int xstep_staged(Sched* s, int type, XArgs* a, int (*step)(Sched*, int, XArgs*)) {
-    const ZrtKernels* K = s->dpool.K;
-    XArgs h = *a;
-    int rc = 0;
-    switch (type) {
-    case EV_DISP: {
-        size_t n = 0;
-        for (int e = 0; e < s->cfg->model.n_experts; e++) n += (size_t)a->counts[e];
-        xs_grow(K, 0, &s->xs.hrows, &s->xs.cap_send, n * a->C);
-        xs_grow(K, 0, &s->xs.hout, &s->xs.cap_out, n * a->C);
-        if (n) K->download(s->xs.hrows, a->rows, n * a->C * sizeof(float));
-        s->xs.n_send = n;
-        s->xs.recv_off = 0;
-        s->xs.C = (size_t)a->C;
-        h.rows = s->xs.hrows;
-        rc = step(s, type, &h);
-        if (!rc) {
-            xs_grow(K, 1, &s->xs.drecv, &s->xs.cap_recv, (size_t)*a->n_recv * a->C);
-            if (*a->n_chunks > s->xs.cap_chunks) {
-                free(s->xs.chunk_rows);
-                s->xs.chunk_rows = zrt_calloc((size_t)*a->n_chunks, sizeof(int), "chunk rows");
-                s->xs.cap_chunks = *a->n_chunks;
-            }
-        }
-        break;
-    }
-    case EV_XWAIT:
-        rc = step(s, type, &h);
-        if (!rc) {
-            const size_t n = (size_t)*a->n_recv, C = s->xs.C;
-            float* d = s->xs.drecv + s->xs.recv_off * C;
-            if (n) K->upload(d, *a->recv, n * C * sizeof(float));
-            *a->recv = d;
-            s->xs.chunk_rows[a->chunk] = (int)n;
-            s->xs.recv_off += n;
-        }
-        break;
-    case EV_XSEND: {
-        const size_t n = (size_t)s->xs.chunk_rows[a->chunk], C = s->xs.C;
-        xs_grow(K, 0, &s->xs.hlocal, &s->xs.cap_local, n * C);
-        if (n) K->download(s->xs.hlocal, a->local, n * C * sizeof(float));
-        h.local = s->xs.hlocal;
-        h.out = s->xs.hout;
-        rc = step(s, type, &h);
-        break;
-    }
-    case EV_COMB:
-        h.out = s->xs.hout;
-        rc = step(s, type, &h);
-        if (!rc && s->xs.n_send)
-            K->upload(a->out, s->xs.hout, s->xs.n_send * s->xs.C * sizeof(float));
-        break;
-    }
-    return rc;
-}
 
 static int xstep(Sched* s, int type, XArgs* a) {
     Expert* x = &s->f->expert;
@@ -1094,7 +996,7 @@ static int exchange(Sched* s, int type, XArgs* a) {
                s->cfg->moe.overlap_chunks);
     Fsdp* f = s->f;
     const double b0 = f->expert.blocked_s, t0 = zrt_now();
-    int rc = s->dpool.K ? xstep_staged(s, type, a, xstep) : xstep(s, type, a);
+    int rc = xstep(s, type, a);
     const double dt = f->expert.blocked_s - b0;
     f->blocked_s += dt;
     s->exposed[SCHED_X_A2A] += dt;
@@ -1219,7 +1121,6 @@ void sched_set_backend(Sched* s, const ZrtKernels* K) {
     trainCheck(!s->p && s->dpool.n == 0 && s->pool.n == 0,
                "scheduler: the backend is set before the first step");
     s->dpool.K = K && !K->host_memory ? K : NULL;
-    s->pool.H = s->dpool.K; /* the host side of the staging: pinned */
     if (s->trace && s->dpool.K)
         tprintf(s, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
                    "\"args\": {\"name\": \"device (%s)\"}}",
@@ -1232,7 +1133,6 @@ void sched_destroy(Sched* s) {
     for (int u = 0; u < s->f->n_units; u++) {
         if (s->u[u].req) zipcclWait(s->u[u].req);
     }
-    xs_free(s);
     free(s->dspan);
     pool_free(&s->pool);
     pool_free(&s->dpool);

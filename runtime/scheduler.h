@@ -125,13 +125,12 @@ enum { SCHED_X_AG = 0, SCHED_X_RS, SCHED_X_A2A, SCHED_X_MISC, SCHED_NX };
 Sched* sched_create(Fsdp* f, const TrainConfig* cfg, int trace);
 void sched_destroy(Sched* s);
 /* The model's backend (kernels.h), before the first step. With a backend
- * whose memory is not host memory (cuda, cpu_guarded), acquire uploads each
- * gathered unit once into a device buffer and hands that to the model,
- * grad_buffer hands a zeroed device buffer, and grads_ready downloads the
- * finished gradient before the reduce-scatter: FSDP's shards, collectives
- * and optimizer stay on the host (part 1 of the GPU path; docs/RUNTIME.md).
- * The host buffers of the steps then come from K->host_alloc (pinned).
- * NULL or the CPU table: the model reads the host buffers themselves. */
+ * whose memory is not host memory (cuda, cpu_guarded), the steps' buffers
+ * (gathered units, gradients, the collectives' send and receive buffers)
+ * come from a device pool: the model reads the device buffers, and the
+ * collectives take them as they are (FSDP's communicators and the expert
+ * exchange's have the device's memory table; docs/RUNTIME.md "Devices").
+ * NULL or the CPU table: host buffers. */
 struct ZrtKernels_;
 void sched_set_backend(Sched* s, const struct ZrtKernels_* K);
 LlamaParamHooks sched_hooks(Sched* s);

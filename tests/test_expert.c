@@ -62,7 +62,7 @@ static void trial(int ep, int E, int C, uint64_t seed, zipcclStrategy_t strategy
     zipcclCallConfig_t cfg = {strategy, zipcclCodecDefault, zipcclAlgoDefault};
     zipcclCallConfig_t cfgs[2] = {cfg, cfg};
     char err[200];
-    if (expert_init(&x, ep, E, 2, cfgs, dtype, err, sizeof err)) {
+    if (expert_init(&x, ep, E, 2, cfgs, dtype, zrt_kernels_cpu(), err, sizeof err)) {
         snprintf(name, sizeof name, "%s/init", tag);
         verdict(0, name, err);
         return;
@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
         Expert x;
         char err[200];
         zipcclCallConfig_t cfg = {zipcclStrategyRaw, zipcclCodecDefault, zipcclAlgoDefault};
-        if (expert_init(&x, 2, 4, 1, &cfg, zipcclFloat32, err, sizeof err) == 0) {
+        if (expert_init(&x, 2, 4, 1, &cfg, zipcclFloat32, zrt_kernels_cpu(), err, sizeof err) == 0) {
             const int mine[2][4] = {{2, 3, 1, 1}, {1, 4, 0, 2}};
             const int* counts = mine[rank];
             const int n = counts[0] + counts[1] + counts[2] + counts[3];
@@ -284,10 +284,11 @@ int main(int argc, char** argv) {
     Expert x;
     char err[200] = "";
     zipcclCallConfig_t cfg = {zipcclStrategyRaw, zipcclCodecDefault, zipcclAlgoDefault};
-    int bad = expert_init(&x, nranks + 1, 4 * (nranks + 1), 1, &cfg, zipcclFloat32, err, sizeof err);
+    int bad = expert_init(&x, nranks + 1, 4 * (nranks + 1), 1, &cfg, zipcclFloat32, zrt_kernels_cpu(),
+                          err, sizeof err);
     verdict(bad == -1 && strstr(err, "divide"), "expert/init_rejects_ep_not_dividing_ranks", err);
     if (nranks % 2 == 0) {
-        bad = expert_init(&x, 2, 3, 1, &cfg, zipcclFloat32, err, sizeof err);
+        bad = expert_init(&x, 2, 3, 1, &cfg, zipcclFloat32, zrt_kernels_cpu(), err, sizeof err);
         verdict(bad == -1 && strstr(err, "n_experts"), "expert/init_rejects_ep_not_dividing_experts",
                err);
     }

@@ -19,7 +19,7 @@
 # memory standing in for a device (ZRT_COMM_HOSTCODED=1) they take the path
 # a GPU run's take, coded "on the device", with the host path's bits.
 # The MoE model runs on the guarded device too (EP 1, and EP 2 with the
-# exchange staged through host memory), with the same bits,
+# exchange's rows on the device), with the same bits,
 # and so does model.compute: bf16 (within 2% of fp32, not equal to it), and
 # train.recompute: full with a chunked output layer (dense and MoE).
 set -u
@@ -103,9 +103,9 @@ M="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_h
 # shellcheck disable=SC2086
 for np in 1 2; do guarded_same "guarded_equals_cpu_moe_${np}ranks" "$np" $M; done
 
-# (a''') expert parallelism on the device: the exchange's rows are staged
-# through host memory by the scheduler (the rows sent down at the dispatch,
-# each received chunk up, the experts' output down, the returned rows up).
+# (a''') expert parallelism on the device: the exchange's rows stay in the
+# device's memory (expert.c: row buffers, regrouping and casts through the
+# kernel table) and its AlltoAllv takes them as they are (ZipCCL stages).
 # guarded == cpu at EP 2 on 2 ranks (fp32 exchange, one chunk) and on 4
 # ranks (EP 2 x 2 expert-data-parallel, a bf16 exchange in 2 chunks with
 # overlap, dropless)
