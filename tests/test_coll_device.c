@@ -12,14 +12,17 @@
  *     canonical order through the table) with the CPU codec and the host's
  *     reduction in the CUDA ones' place: every step but the CUDA kernels.
  * For each device, every collective (AllGather, ReduceScatter, AllReduce,
- * AlltoAll, AlltoAllv with gaps in recvbuf), strategy (native, raw,
+ * AlltoAll, AlltoAllv with gaps in recvbuf; in-place AllGather,
+ * ReduceScatter and AllReduce), strategy (native, raw,
  * compressed; ring and direct designs) and dtype (bf16, fp32): the device
  * communicator's result equals the host communicator's bit for bit (the
  * host path is checked against MPI's collectives by test_coll), AlltoAllv
  * leaves the gaps of recvbuf alone, and the counters say what crossed the
  * bus (staged: the whole send and receive; coded AllGather: frames only,
  * less than staged).  Then the refusals: a table without an entry, cuda
- * coding where the CUDA codec cannot run, zipcclDeviceMemoryCuda without a
+ * coding where the CUDA codec cannot run, a copy that fails on one rank (it
+ * says so, its peers time out naming it instead of hanging, and a fresh
+ * communicator works), zipcclDeviceMemoryCuda without a
  * device, an NCCL-free build's stub, and ranks that disagree on where the
  * AllGather is coded (zipcclMismatch on every rank, naming it).
  * With --cuda (scripts/test_gpu.sh, on a GPU machine) the same comparison
@@ -266,6 +269,115 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
     zipcclCommDestroy(dev);
 }
 
+/* ---- a failing copy and in-place calls -------------------------------------------- */
+
+/* The host-coded table whose copies to the host fail on rank 1 from the
+ * `failAfter`-th on: rank 1 reports the copy (naming the table), its peers
+ * time out (ZIPCCL_TIMEOUT_S=2) naming whom they waited for instead of
+ * hanging, and a fresh communicator over the same MPI communicator works. */
+static int g_copies, g_failAfter = -1;
+static zipcclResult_t failingToHost(void* ctx, void* h, const void* d, size_t bytes, void* stream) {
+    (void)ctx, (void)stream;
+    if (rank == 1 && g_failAfter >= 0 && g_copies++ >= g_failAfter) return zipcclSystemError;
+    memcpy(h, d, bytes);
+    return zipcclSuccess;
+}
+
+static void failingCopy(void) {
+    if (nranks < 2) return;
+    zipcclDeviceMemory_t t = kHostCoded;
+    t.name = "failing";
+    t.toHost = failingToHost;
+    MPI_Comm w = MPI_COMM_WORLD;
+    zipcclComm_t c = NULL;
+    setenv("ZIPCCL_TIMEOUT_S", "2", 1);
+    int ok = zipcclCommInitMpi(&c, &w) == zipcclSuccess && zipcclCommSetDevice(c, &t) == zipcclSuccess;
+    unsetenv("ZIPCCL_TIMEOUT_S");
+    const size_t n = 4096;
+    float* in = malloc(n * sizeof(float));
+    float* out = malloc(n * (size_t)nranks * sizeof(float));
+    fill(in, n, zipcclFloat32, (uint64_t)rank);
+    zipcclCallConfig_t raw = {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoRing};
+    g_copies = 0, g_failAfter = 0;
+    const double t0 = MPI_Wtime();
+    zipcclResult_t r = ok ? zipcclAllGather(in, out, n, zipcclFloat32, c, &raw, NULL) : zipcclInternalError;
+    const double dt = MPI_Wtime() - t0;
+    g_failAfter = -1;
+    const char* d = zipcclGetLastErrorDetail();
+    if (rank == 1)
+        EXPECT(r == zipcclSystemError && strstr(d, "failing memory"), "rank 1 got %d (%s)", (int)r, d);
+    else
+        /* the ring's ranks wait on their left neighbour, which waits on
+         * rank 1: the ring's rank 2 names rank 1, the others the one they wait for */
+        EXPECT(r == zipcclTimeout && strstr(d, rank == 2 || nranks == 2 ? "rank 1" : "from rank ") && dt < 30,
+               "rank %d got %d after %.1f s (%s)", rank, (int)r, dt, d);
+    report(ok, "device_failing_copy_is_reported_peers_time_out_naming_it");
+    zipcclCommDestroy(c);
+    /* a fresh communicator on the same ranks works */
+    ok = zipcclCommInitMpi(&c, &w) == zipcclSuccess && zipcclCommSetDevice(c, &kHostCoded) == zipcclSuccess &&
+         zipcclAllGather(in, out, n, zipcclFloat32, c, &raw, NULL) == zipcclSuccess;
+    for (int p = 0; ok && p < nranks; p++) {
+        float* want = malloc(n * sizeof(float));
+        fill(want, n, zipcclFloat32, (uint64_t)p);
+        EXPECT(!memcmp(want, out + (size_t)p * n, n * sizeof(float)), "block %d differs after the failure", p);
+        free(want);
+    }
+    report(ok, "device_fresh_communicator_after_a_failed_copy");
+    zipcclCommDestroy(c);
+    free(in), free(out);
+}
+
+/* In-place calls on device buffers (AllGather from its own block of recvbuf,
+ * ReduceScatter into its own block of sendbuf, AllReduce), staged and coded,
+ * equal the host communicator's out-of-place results. */
+static void inPlace(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
+    MPI_Comm w = MPI_COMM_WORLD;
+    zipcclComm_t dev = NULL;
+    int ok = zipcclCommInitMpi(&dev, &w) == zipcclSuccess && zipcclCommSetDevice(dev, mem) == zipcclSuccess;
+    const size_t n = 3000, N = n * (size_t)nranks, esz = 2;
+    const zipcclDataType_t dt = zipcclBfloat16;
+    char* in = malloc(N * esz);
+    char* ref = malloc(N * esz);
+    char* got = malloc(N * esz);
+    static const zipcclStrategy_t strats[] = {zipcclStrategyRaw, zipcclStrategyCompressed};
+    for (int si = 0; ok && si < 2; si++) {
+        zipcclCallConfig_t cfg = {strats[si], zipcclCodecFast, zipcclAlgoRing};
+        const char* sn = si ? "compressed" : "raw";
+        void* d = mem->alloc(mem->ctx, N * esz);
+        /* AllGather: this rank's block already in place */
+        fill(in, n, dt, (uint64_t)(rank + 50));
+        zipcclAllGather(in, ref, n, dt, host, &cfg, NULL);
+        mem->toDevice(mem->ctx, (char*)d + (size_t)rank * n * esz, in, n * esz, NULL);
+        zipcclResult_t r = zipcclAllGather((char*)d + (size_t)rank * n * esz, d, n, dt, dev, &cfg, NULL);
+        mem->toHost(mem->ctx, got, d, N * esz, NULL);
+        EXPECT(r == zipcclSuccess && !memcmp(ref, got, N * esz), "%s AllGather in place: %d (%s)", sn, (int)r,
+               zipcclGetLastErrorDetail());
+        /* ReduceScatter: the result lands in this rank's block of sendbuf */
+        fill(in, N, dt, (uint64_t)(rank + 70));
+        zipcclReduceScatter(in, ref, n, dt, zipcclSum, host, &cfg, NULL);
+        mem->toDevice(mem->ctx, d, in, N * esz, NULL);
+        char* mine = (char*)d + (size_t)rank * n * esz;
+        r = zipcclReduceScatter(d, mine, n, dt, zipcclSum, dev, &cfg, NULL);
+        mem->toHost(mem->ctx, got, mine, n * esz, NULL);
+        EXPECT(r == zipcclSuccess && !memcmp(ref, got, n * esz), "%s ReduceScatter in place: %d (%s)", sn, (int)r,
+               zipcclGetLastErrorDetail());
+        /* AllReduce */
+        fill(in, n, dt, (uint64_t)(rank + 90));
+        zipcclAllReduce(in, ref, n, dt, zipcclSum, host, &cfg, NULL);
+        mem->toDevice(mem->ctx, d, in, n * esz, NULL);
+        r = zipcclAllReduce(d, d, n, dt, zipcclSum, dev, &cfg, NULL);
+        mem->toHost(mem->ctx, got, d, n * esz, NULL);
+        EXPECT(r == zipcclSuccess && !memcmp(ref, got, n * esz), "%s AllReduce in place: %d (%s)", sn, (int)r,
+               zipcclGetLastErrorDetail());
+        mem->free(mem->ctx, d);
+    }
+    char name[80];
+    snprintf(name, sizeof name, "device_%s_in_place_equals_host", mem->name);
+    report(ok, name);
+    zipcclCommDestroy(dev);
+    free(in), free(ref), free(got);
+}
+
 /* ---- refusals ----------------------------------------------------------------------- */
 
 static void refusals(void) {
@@ -352,9 +464,12 @@ int main(int argc, char** argv) {
     } else {
         compareAll(&kGuarded, host);
         compareAll(&kHostCoded, host);
+        inPlace(&kGuarded, host);
+        inPlace(&kHostCoded, host);
     }
     zipcclCommDestroy(host);
     refusals();
+    if (!cuda) failingCopy();
     int failed = tu_failures;
     MPI_Finalize();
     return failed ? 1 : 0;
