@@ -188,9 +188,10 @@ static zipcclResult_t runCodedAllGather(struct zipcclComm* c, const zipcclOp* op
     const size_t count = op->count, blk = count * zipcclTypeSize(dt);
     if (!count) return zipcclSuccess;
     const zipcclCodecOps* codec = zipcclCodecOpsFor(c->dev.coding == zipcclDeviceCodeCuda);
-    /* One slot per rank for its frame, an even number of bytes: the frames
-     * travel as 2-byte elements. */
-    const size_t slot = (codec->bound(count, dt, 0) + 1) & ~(size_t)1;
+    /* One slot per rank for its frame, 256-byte aligned (the device codec's
+     * aligned loads and stores; an even size, since the frames travel as
+     * 2-byte elements). */
+    const size_t slot = (codec->bound(count, dt, 0) + 255) & ~(size_t)255;
     char* dframes = devScratch(c, kDevFrames, (size_t)n * slot);
     if (!dframes) return noMemory(c, op, "d:frames", (size_t)n * slot);
     const size_t wsz = codec->workspace(count, dt);
@@ -277,7 +278,7 @@ static zipcclResult_t codedReduceScatter(struct zipcclComm* c, const zipcclOp* o
     const zipcclDeviceMemory_t* d = &c->dev;
     if (!count) return zipcclSuccess;
     const zipcclCodecOps* codec = zipcclCodecOpsFor(d->coding == zipcclDeviceCodeCuda);
-    const size_t slot = (codec->bound(count, dt, 0) + 1) & ~(size_t)1;
+    const size_t slot = (codec->bound(count, dt, 0) + 255) & ~(size_t)255;
     char* dframes = devScratch(c, kDevFrames, (size_t)n * slot);
     if (!dframes) return noMemory(c, op, "d:frames", (size_t)n * slot);
     const size_t wsz = codec->workspace(count, dt);
