@@ -342,6 +342,20 @@ typedef struct {
                                  int first, void* stream);
     zipcclResult_t (*finalize)(void* ctx, void* out, const float* acc, size_t count, zipcclDataType_t dtype,
                                zipcclRedOp_t op, int n, void* stream);
+    /* A stream of the communicator's own (optional: all NULL, and the
+     * copies and codec run on the call's stream).  With them, each call
+     * records an event on the caller's stream when it is issued; its copies,
+     * codec and sum run on the communicator's stream after that event (so
+     * after the work that wrote sendbuf, not after the caller's later work,
+     * which they overlap), and the stream is synchronised before the call
+     * completes.  Needed together: streamCreate, streamDestroy, eventRecord
+     * (creates *event when NULL), streamWaitEvent, eventDestroy, synchronize. */
+    zipcclResult_t (*streamCreate)(void* ctx, void** stream);
+    void (*streamDestroy)(void* ctx, void* stream);
+    zipcclResult_t (*eventRecord)(void* ctx, void* stream, void** event);
+    zipcclResult_t (*streamWaitEvent)(void* ctx, void* stream, void* event);
+    void (*eventDestroy)(void* ctx, void* event);
+    zipcclResult_t (*synchronize)(void* ctx, void* stream);
 } zipcclDeviceMemory_t;
 
 /* The CUDA table for device `device`: cudaMemcpyAsync on the call's stream,

@@ -114,6 +114,83 @@ static const zipcclDeviceMemory_t kGuarded = {.name = "guarded", .coding = zipcc
                                               .toDevice = gToDevice, .alloc = gAlloc, .free = gFree};
 static zipcclDeviceMemory_t kHostCoded; /* zipcclDeviceMemoryHost */
 
+/* ---- the streamed stand-in ---------------------------------------------------------- */
+
+/* The host-coded table with the stream entries, streams and events as
+ * bookkeeping: every copy and sum of ZipCCL's (g_inCall) must run on a
+ * communicator's stream, after the event of its call was recorded on the
+ * caller's stream and waited there; every call synchronises it. */
+static int g_inCall;
+typedef struct { int id; } FakeStream;
+typedef struct { int recorded, waited; } FakeEvent;
+static struct {
+    int streams, streamsFreed, events, eventsFreed, records, waits, waitsUnrecorded, syncs, onStream, offStream;
+} g_st;
+static int known(void* stream) { return stream && ((FakeStream*)stream)->id == 0x5EA; }
+static void onWhich(void* stream) {
+    if (!g_inCall) return;
+    if (known(stream)) g_st.onStream++;
+    else g_st.offStream++;
+}
+static zipcclResult_t sCopy(void* ctx, void* dst, const void* src, size_t bytes, void* stream) {
+    (void)ctx;
+    onWhich(stream);
+    memcpy(dst, src, bytes);
+    return zipcclSuccess;
+}
+static zipcclDeviceMemory_t kHostBase; /* zipcclDeviceMemoryHost, for its sum */
+static zipcclResult_t sAccumulate(void* ctx, float* acc, const void* x, size_t count, zipcclDataType_t dtype,
+                                  int first, void* stream) {
+    onWhich(stream);
+    return kHostBase.accumulate(ctx, acc, x, count, dtype, first, stream);
+}
+static zipcclResult_t sFinalize(void* ctx, void* out, const float* acc, size_t count, zipcclDataType_t dtype,
+                                zipcclRedOp_t op, int n, void* stream) {
+    onWhich(stream);
+    return kHostBase.finalize(ctx, out, acc, count, dtype, op, n, stream);
+}
+static zipcclResult_t sStreamCreate(void* ctx, void** stream) {
+    (void)ctx;
+    FakeStream* s = malloc(sizeof *s);
+    s->id = 0x5EA;
+    *stream = s;
+    g_st.streams++;
+    return zipcclSuccess;
+}
+static void sStreamDestroy(void* ctx, void* stream) {
+    (void)ctx;
+    g_st.streamsFreed += known(stream);
+    free(stream);
+}
+static zipcclResult_t sEventRecord(void* ctx, void* stream, void** event) {
+    (void)ctx;
+    if (stream) g_st.offStream++; /* the tests call with the NULL stream */
+    if (!*event) {
+        *event = calloc(1, sizeof(FakeEvent));
+        g_st.events++;
+    }
+    ((FakeEvent*)*event)->recorded = 1;
+    g_st.records++;
+    return zipcclSuccess;
+}
+static zipcclResult_t sStreamWaitEvent(void* ctx, void* stream, void* event) {
+    (void)ctx;
+    FakeEvent* e = event;
+    if (!known(stream) || !e || !e->recorded) g_st.waitsUnrecorded++;
+    else e->recorded = 0, g_st.waits++; /* each record waited once */
+    return zipcclSuccess;
+}
+static void sEventDestroy(void* ctx, void* event) {
+    (void)ctx;
+    g_st.eventsFreed++;
+    free(event);
+}
+static zipcclResult_t sSynchronize(void* ctx, void* stream) {
+    (void)ctx;
+    if (known(stream)) g_st.syncs++;
+    return zipcclSuccess;
+}
+
 /* ---- the comparison --------------------------------------------------------------- */
 
 /* AllGather: one block's bytes of its recvbuf's. */
@@ -212,7 +289,9 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
                 zipcclResult_t rh = call(kind, in, outH, count, &s, dt, host, &cfg);
                 zipcclCounters_t before, after;
                 zipcclCommGetCounters(dev, kind, &before);
+                g_inCall = 1;
                 zipcclResult_t rd = call(kind, dIn, dOut, count, &s, dt, dev, &cfg);
+                g_inCall = 0;
                 zipcclCommGetCounters(dev, kind, &after);
                 mem->toHost(mem->ctx, outD, dOut, rB, NULL);
                 char label[120];
@@ -429,6 +508,45 @@ static void refusals(void) {
     m->free(m->ctx, e);
 }
 
+/* The streamed stand-in through every comparison: the same bits, and the
+ * stream discipline (each call: one event recorded at issue on the caller's
+ * stream, waited once on the communicator's stream before any copy; every
+ * copy and sum on that stream; the stream synchronised; one stream per
+ * communicator, everything freed at its destroy). */
+static void streamed(zipcclComm_t host) {
+    zipcclDeviceMemoryHost(&kHostBase);
+    zipcclDeviceMemory_t t = kHostBase;
+    t.name = "streamed";
+    t.toHost = sCopy, t.toDevice = sCopy;
+    t.accumulate = sAccumulate, t.finalize = sFinalize;
+    t.streamCreate = sStreamCreate, t.streamDestroy = sStreamDestroy;
+    t.eventRecord = sEventRecord, t.streamWaitEvent = sStreamWaitEvent;
+    t.eventDestroy = sEventDestroy, t.synchronize = sSynchronize;
+    memset(&g_st, 0, sizeof g_st);
+    compareAll(&t, host);
+    int ok = 1;
+    EXPECT(g_st.streams == 1 && g_st.streamsFreed == 1, "streams: %d created, %d freed (one communicator)",
+           g_st.streams, g_st.streamsFreed);
+    EXPECT(g_st.records == 38 && g_st.waits == 38 && g_st.waitsUnrecorded == 0 && g_st.syncs == 38 + 1,
+           "38 calls: %d events recorded, %d waited, %d waits without a record, %d synchronisations (one "
+           "per call and one at the destroy)",
+           g_st.records, g_st.waits, g_st.waitsUnrecorded, g_st.syncs);
+    EXPECT(g_st.onStream > 0 && g_st.offStream == 0, "%d copies and sums on the stream, %d off it",
+           g_st.onStream, g_st.offStream);
+    EXPECT(g_st.events >= 1 && g_st.eventsFreed == g_st.events, "events: %d created, %d freed", g_st.events,
+           g_st.eventsFreed);
+    report(ok, "device_streamed_calls_follow_the_callers_event_on_their_own_stream");
+    t.streamDestroy = NULL;
+    MPI_Comm w = MPI_COMM_WORLD;
+    zipcclComm_t c = NULL;
+    zipcclCommInitMpi(&c, &w);
+    ok = 1;
+    EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "5 of the 6"),
+           "a table with 5 of the 6 stream entries: %s", zipcclGetLastErrorDetail());
+    report(ok, "device_stream_entries_all_or_none");
+    zipcclCommDestroy(c);
+}
+
 int main(int argc, char** argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -466,6 +584,7 @@ int main(int argc, char** argv) {
         compareAll(&kHostCoded, host);
         inPlace(&kGuarded, host);
         inPlace(&kHostCoded, host);
+        streamed(host);
     }
     zipcclCommDestroy(host);
     refusals();

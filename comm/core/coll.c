@@ -238,9 +238,10 @@ static struct zipcclComm* commAlloc(const zipcclTransport* tp) {
     return c;
 }
 
-static void freeOps(zipcclOp* op) {
+static void freeOps(struct zipcclComm* c, zipcclOp* op) {
     while (op) {
         zipcclOp* next = op->next;
+        if (op->devEvent && c->dev.eventDestroy) c->dev.eventDestroy(c->dev.ctx, op->devEvent);
         free(op);
         op = next;
     }
@@ -255,7 +256,7 @@ static void commFree(struct zipcclComm* c) {
     c->tp->destroy(c);
     free(c->model.a2avReq);
     zipcclTuneFinalize(&c->model.cost);
-    freeOps(c->freeOps);
+    freeOps(c, c->freeOps);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -269,7 +270,9 @@ static zipcclOp* opTake(struct zipcclComm* c) {
         c->freeOps = op->next;
         return op;
     }
-    return malloc(sizeof *op + 4 * (size_t)c->nranks * sizeof(size_t));
+    op = malloc(sizeof *op + 4 * (size_t)c->nranks * sizeof(size_t));
+    if (op) op->devEvent = NULL;
+    return op;
 }
 static void opGive(struct zipcclComm* c, zipcclOp* op) {
     op->next = c->freeOps;
@@ -453,6 +456,12 @@ zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, const zipcclDeviceMemory_t* m
     if ((int)mem->coding < 0 || mem->coding > zipcclDeviceCodeHost)
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's coding %d is not staged (0), cuda "
                               "(1) or host (2)", name, (int)mem->coding);
+    const int streams = (mem->streamCreate != NULL) + (mem->streamDestroy != NULL) + (mem->eventRecord != NULL) +
+                        (mem->streamWaitEvent != NULL) + (mem->eventDestroy != NULL) + (mem->synchronize != NULL);
+    if (streams != 0 && streams != 6)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's table has %d of the 6 stream "
+                              "entries (streamCreate, streamDestroy, eventRecord, streamWaitEvent, eventDestroy, "
+                              "synchronize): all or none", name, streams);
     if (mem->coding == zipcclDeviceCodeCuda && !zipcclCudaAvailable())
         return zipcclSetError(zipcclUnsupported, "zipcclCommSetDevice: %s codes with the CUDA codec, which cannot "
                               "run here (a build without CUDA, or no usable device)", name);
@@ -462,9 +471,21 @@ zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, const zipcclDeviceMemory_t* m
     if (busy)
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: the communicator has calls in flight; "
                               "set the device before the first call");
-    zipcclDeviceRelease(c); /* the previous table's memory, with that table */
+    /* the previous table's memory, stream and events, with that table */
+    zipcclDeviceRelease(c);
+    if (c->dev.eventDestroy)
+        for (zipcclOp* op = c->freeOps; op; op = op->next)
+            if (op->devEvent) c->dev.eventDestroy(c->dev.ctx, op->devEvent), op->devEvent = NULL;
+    void* stream = NULL;
+    if (mem->streamCreate) {
+        zipcclResult_t r = mem->bind ? mem->bind(mem->ctx) : zipcclSuccess;
+        if (r == zipcclSuccess) r = mem->streamCreate(mem->ctx, &stream);
+        if (r != zipcclSuccess)
+            return zipcclPrefixError(r, "zipcclCommSetDevice: creating %s's stream for the communicator", name);
+    }
     c->dev = *mem;
     c->dev.name = name;
+    c->devStream = stream;
     c->onDevice = 1;
     return zipcclSuccess;
 }
@@ -557,7 +578,18 @@ static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcc
 
     const int n = c->nranks;
     if (!op) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
+    void* ev = op->devEvent; /* the pooled op keeps its event */
     *op = *tmpl;
+    op->devEvent = ev;
+    if (c->devStream) { /* the point on the caller's stream the call's copies follow */
+        zipcclResult_t er = c->dev.eventRecord(c->dev.ctx, op->stream, &op->devEvent);
+        if (er != zipcclSuccess) {
+            pthread_mutex_lock(&c->mu);
+            opGive(c, op);
+            pthread_mutex_unlock(&c->mu);
+            return zipcclPrefixError(er, "%s: recording an event on the caller's stream (%s)", what, c->dev.name);
+        }
+    }
     if (tmpl->kind == zipcclCollAlltoAllv) { /* the caller may reuse its arrays at once */
         size_t* a = (size_t*)(op + 1);
         memcpy(a, tmpl->sendcounts, n * sizeof(size_t));

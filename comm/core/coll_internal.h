@@ -59,6 +59,8 @@ typedef struct zipcclRequest {
     char detail[512];
     int done;
     struct zipcclRequest* next;
+    void* devEvent; /* device buffers with a stream of the communicator's own:
+                     * the caller's stream at issue (kept with the pooled op) */
 } zipcclOp;
 
 /* What one executed call cost; folded into the counters and the switcher. */
@@ -227,6 +229,7 @@ struct zipcclComm {
      * the host staging (send, receive), grown like the scratch above. */
     int onDevice;
     zipcclDeviceMemory_t dev;
+    void* devStream;     /* the communicator's stream (dev.streamCreate), or NULL */
 #define ZIPCCL_DEV_SLOTS 4 /* frames, codec workspace, fp32 accumulator, a decoded block */
     void* devScratch[ZIPCCL_DEV_SLOTS];
     size_t devScratchCap[ZIPCCL_DEV_SLOTS];

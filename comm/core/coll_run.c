@@ -95,6 +95,11 @@ void zipcclDeviceRelease(struct zipcclComm* c) {
     if (!c->onDevice) return;
     const zipcclDeviceMemory_t* d = &c->dev;
     if (d->bind) d->bind(d->ctx);
+    if (c->devStream) {
+        d->synchronize(d->ctx, c->devStream);
+        d->streamDestroy(d->ctx, c->devStream);
+        c->devStream = NULL;
+    }
     for (int i = 0; i < ZIPCCL_DEV_SLOTS; i++) {
         if (c->devScratch[i]) d->free(d->ctx, c->devScratch[i]);
         c->devScratch[i] = NULL;
@@ -414,9 +419,30 @@ zipcclResult_t zipcclRunDecided(struct zipcclComm* c, const zipcclOp* op, zipccl
         if (r != zipcclSuccess) return zipcclPrefixError(r, "%s: binding this thread to %s", zipcclCollName(op->kind),
                                                          c->dev.name);
     }
-    if (s == zipcclStrategyCompressed && zipcclCodedOnDevice(c)) {
-        if (op->kind == zipcclCollAllGather) return runCodedAllGather(c, op, st);
-        if (op->kind == zipcclCollReduceScatter) return runCodedReduceScatter(c, op, st);
+    /* With a stream of its own the call runs there, after the point the
+     * caller's stream had reached at issue, and is complete on return. */
+    zipcclOp d = *op;
+    const zipcclDeviceMemory_t* m = &c->dev;
+    if (c->devStream) {
+        d.stream = c->devStream;
+        if (op->devEvent) {
+            zipcclResult_t r = m->streamWaitEvent(m->ctx, c->devStream, op->devEvent);
+            if (r != zipcclSuccess)
+                return zipcclPrefixError(r, "%s: ordering after the caller's stream (%s)", zipcclCollName(op->kind),
+                                         m->name);
+        }
     }
-    return runStaged(c, op, s, st);
+    zipcclResult_t res;
+    if (s == zipcclStrategyCompressed && zipcclCodedOnDevice(c) && op->kind == zipcclCollAllGather)
+        res = runCodedAllGather(c, &d, st);
+    else if (s == zipcclStrategyCompressed && zipcclCodedOnDevice(c) && op->kind == zipcclCollReduceScatter)
+        res = runCodedReduceScatter(c, &d, st);
+    else
+        res = runStaged(c, &d, s, st);
+    if (res == zipcclSuccess && c->devStream) {
+        res = m->synchronize(m->ctx, c->devStream);
+        if (res != zipcclSuccess)
+            res = zipcclPrefixError(res, "%s: synchronising %s's stream", zipcclCollName(op->kind), m->name);
+    }
+    return res;
 }

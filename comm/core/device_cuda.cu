@@ -1,8 +1,10 @@
 /*
  * device_cuda.cu — zipcclDeviceMemoryCuda: the table of zipccl.h's device
- * buffers over MPI for one CUDA device.  Copies are cudaMemcpyAsync on the
- * call's stream (so they come after the caller's work on it) followed by a
- * synchronize of that stream; device scratch is cudaMalloc, host staging
+ * buffers over MPI for one CUDA device.  Each communicator gets a
+ * non-blocking stream of its own; a call's copies (cudaMemcpyAsync, then a
+ * synchronize), codec and sum run there after an event recorded on the
+ * caller's stream at issue (so after the work that wrote sendbuf, while the
+ * caller's later work goes on); device scratch is cudaMalloc, host staging
  * cudaHostAlloc (pinned: the copies run at the bus's speed and need no
  * bounce buffer).  The ordinal travels in ctx, and bind makes the calling
  * thread (the communicator's progress thread) use that device.  Coding:
@@ -86,6 +88,44 @@ static zipcclResult_t finalize(void* ctx, void* out, const float* acc, size_t co
     return cudaFail(cudaGetLastError(), "the finalize kernel", ctx);
 }
 
+/* The communicator's stream: non-blocking, so it does not wait for the
+ * legacy default stream's later work (the caller's compute), only for the
+ * event each call records at issue. */
+static zipcclResult_t streamCreate(void* ctx, void** stream) {
+    cudaStream_t st = nullptr;
+    cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e != cudaSuccess) return cudaFail(e, "cudaStreamCreateWithFlags", ctx);
+    *stream = st;
+    return zipcclSuccess;
+}
+static void streamDestroy(void* ctx, void* stream) {
+    (void)ctx;
+    cudaStreamDestroy((cudaStream_t)stream);
+}
+static zipcclResult_t eventRecord(void* ctx, void* stream, void** event) {
+    cudaError_t e = cudaSuccess;
+    if (!*event) {
+        cudaEvent_t ev = nullptr;
+        e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (e != cudaSuccess) return cudaFail(e, "cudaEventCreateWithFlags", ctx);
+        *event = ev;
+    }
+    e = cudaEventRecord((cudaEvent_t)*event, (cudaStream_t)stream);
+    return e == cudaSuccess ? zipcclSuccess : cudaFail(e, "cudaEventRecord", ctx);
+}
+static zipcclResult_t streamWaitEvent(void* ctx, void* stream, void* event) {
+    cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
+    return e == cudaSuccess ? zipcclSuccess : cudaFail(e, "cudaStreamWaitEvent", ctx);
+}
+static void eventDestroy(void* ctx, void* event) {
+    (void)ctx;
+    cudaEventDestroy((cudaEvent_t)event);
+}
+static zipcclResult_t synchronize(void* ctx, void* stream) {
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    return e == cudaSuccess ? zipcclSuccess : cudaFail(e, "cudaStreamSynchronize", ctx);
+}
+
 extern "C" zipcclResult_t zipcclDeviceMemoryCuda(int device, zipcclDeviceMemory_t* out) {
     if (!out) return zipcclSetError(zipcclInvalidArgument, "zipcclDeviceMemoryCuda: null argument");
     int n = 0;
@@ -111,6 +151,12 @@ extern "C" zipcclResult_t zipcclDeviceMemoryCuda(int device, zipcclDeviceMemory_
     t.hostFree = hostFree;
     t.accumulate = accumulate;
     t.finalize = finalize;
+    t.streamCreate = streamCreate;
+    t.streamDestroy = streamDestroy;
+    t.eventRecord = eventRecord;
+    t.streamWaitEvent = streamWaitEvent;
+    t.eventDestroy = eventDestroy;
+    t.synchronize = synchronize;
     *out = t;
     return zipcclSuccess;
 }
