@@ -77,19 +77,21 @@ if [ $? = 0 ]; then pass guarded_collectives_take_device_buffers
 else fail guarded_collectives_take_device_buffers "bus_bytes: guarded $(grep -o '"bus_bytes": [0-9]*' "$tmp/grd_2bf16.jsonl" | head -2 | tr '\n' ' ') cpu $(grep -c bus_bytes "$tmp/cpu_2bf16.jsonl")"
 fi
 
+# same_or_fail NAME A B: PASS NAME if run logs A and B agree bit for bit
+# (every step and the final hash), else FAIL with where they part
+same_or_fail() {
+  if same "$2" "$3"; then pass "$1"
+  else fail "$1" "$(python3 tests/compare_runs.py "$2" "$3" exact --same-steps 2>&1 | tail -2)"; fi
+}
+
 # guarded_same NAME NP [args...]: the run on cpu_guarded equals the run on
-# cpu bit for bit (every step and the final hash)
+# cpu bit for bit
 guarded_same() {
   local name=$1 np=$2
   shift 2
   if run "$np" "$tmp/${name}_cpu.jsonl" --set runtime.device=cpu "$@" &&
      run "$np" "$tmp/${name}_grd.jsonl" --set runtime.device=cpu_guarded "$@"; then
-    if same "$tmp/${name}_cpu.jsonl" "$tmp/${name}_grd.jsonl"; then
-      pass "$name"
-    else
-      fail "$name" "$(python3 tests/compare_runs.py "$tmp/${name}_cpu.jsonl" \
-            "$tmp/${name}_grd.jsonl" exact --same-steps 2>&1 | tail -2)"
-    fi
+    same_or_fail "$name" "$tmp/${name}_cpu.jsonl" "$tmp/${name}_grd.jsonl"
   else
     fail "$name" "a run failed"
   fi
@@ -129,11 +131,8 @@ hostcoded_same() {
      ZRT_COMM_HOSTCODED=1 run "$np" "$tmp/${name}_c.jsonl" --set comm.strategy=compressed "$@"; then
     if ! grep -q "^# collectives: .*hostcoded" "$tmp/${name}_c.jsonl.log"; then
       fail "$name" "the run did not say its collectives took the device path"
-    elif same "$tmp/${name}_h.jsonl" "$tmp/${name}_c.jsonl"; then
-      pass "$name"
     else
-      fail "$name" "$(python3 tests/compare_runs.py "$tmp/${name}_h.jsonl" \
-            "$tmp/${name}_c.jsonl" exact --same-steps 2>&1 | tail -2)"
+      same_or_fail "$name" "$tmp/${name}_h.jsonl" "$tmp/${name}_c.jsonl"
     fi
   else
     fail "$name" "a run failed"

@@ -238,10 +238,19 @@ static struct zipcclComm* commAlloc(const zipcclTransport* tp) {
     return c;
 }
 
-static void freeOps(struct zipcclComm* c, zipcclOp* op) {
+/* The pooled requests' device events (zipcclCommSetDevice's streams), with
+ * the table that made them. */
+static void dropEvents(struct zipcclComm* c) {
+    for (zipcclOp* op = c->freeOps; op; op = op->next)
+        if (op->devEvent) {
+            c->dev.eventDestroy(c->dev.ctx, op->devEvent);
+            op->devEvent = NULL;
+        }
+}
+
+static void freeOps(zipcclOp* op) {
     while (op) {
         zipcclOp* next = op->next;
-        if (op->devEvent && c->dev.eventDestroy) c->dev.eventDestroy(c->dev.ctx, op->devEvent);
         free(op);
         op = next;
     }
@@ -256,7 +265,8 @@ static void commFree(struct zipcclComm* c) {
     c->tp->destroy(c);
     free(c->model.a2avReq);
     zipcclTuneFinalize(&c->model.cost);
-    freeOps(c, c->freeOps);
+    dropEvents(c);
+    freeOps(c->freeOps);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -473,9 +483,7 @@ zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, const zipcclDeviceMemory_t* m
                               "set the device before the first call");
     /* the previous table's memory, stream and events, with that table */
     zipcclDeviceRelease(c);
-    if (c->dev.eventDestroy)
-        for (zipcclOp* op = c->freeOps; op; op = op->next)
-            if (op->devEvent) c->dev.eventDestroy(c->dev.ctx, op->devEvent), op->devEvent = NULL;
+    dropEvents(c);
     void* stream = NULL;
     if (mem->streamCreate) {
         zipcclResult_t r = mem->bind ? mem->bind(mem->ctx) : zipcclSuccess;

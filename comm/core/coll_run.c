@@ -67,28 +67,23 @@ static zipcclResult_t runHost(struct zipcclComm* c, const zipcclOp* op, zipcclSt
 enum { kStageSend = 0, kStageRecv = 1 }; /* host staging slots */
 enum { kDevFrames = 0, kDevWork = 1, kDevAcc = 2, kDevTmp = 3 }; /* device scratch slots */
 
-/* Host staging `slot` of at least `bytes`, grown by 1/8 more (as the
- * communicator's scratch). */
-static void* hostStage(struct zipcclComm* c, int slot, size_t bytes) {
+/* Grow *p to at least `bytes` (by 1/8 more, as the communicator's
+ * scratch) with the table's device allocator (dev) or its host staging one;
+ * old contents are not kept.  NULL when out of memory. */
+static void* grow(const zipcclDeviceMemory_t* d, int dev, void** p, size_t* cap, size_t bytes) {
     if (bytes == 0) bytes = 1;
-    if (c->hostStageCap[slot] >= bytes) return c->hostStage[slot];
-    const zipcclDeviceMemory_t* d = &c->dev;
-    if (c->hostStage[slot]) d->hostFree ? d->hostFree(d->ctx, c->hostStage[slot]) : free(c->hostStage[slot]);
-    const size_t cap = bytes + bytes / 8;
-    c->hostStage[slot] = d->hostAlloc ? d->hostAlloc(d->ctx, cap) : malloc(cap);
-    c->hostStageCap[slot] = c->hostStage[slot] ? cap : 0;
-    return c->hostStage[slot];
+    if (*cap >= bytes) return *p;
+    if (*p) dev ? d->free(d->ctx, *p) : d->hostFree ? d->hostFree(d->ctx, *p) : free(*p);
+    *cap = bytes + bytes / 8;
+    *p = dev ? d->alloc(d->ctx, *cap) : d->hostAlloc ? d->hostAlloc(d->ctx, *cap) : malloc(*cap);
+    if (!*p) *cap = 0;
+    return *p;
 }
-
+static void* hostStage(struct zipcclComm* c, int slot, size_t bytes) {
+    return grow(&c->dev, 0, &c->hostStage[slot], &c->hostStageCap[slot], bytes);
+}
 static void* devScratch(struct zipcclComm* c, int slot, size_t bytes) {
-    if (bytes == 0) bytes = 1;
-    if (c->devScratchCap[slot] >= bytes) return c->devScratch[slot];
-    const zipcclDeviceMemory_t* d = &c->dev;
-    if (c->devScratch[slot]) d->free(d->ctx, c->devScratch[slot]);
-    const size_t cap = bytes + bytes / 8;
-    c->devScratch[slot] = d->alloc(d->ctx, cap);
-    c->devScratchCap[slot] = c->devScratch[slot] ? cap : 0;
-    return c->devScratch[slot];
+    return grow(&c->dev, 1, &c->devScratch[slot], &c->devScratchCap[slot], bytes);
 }
 
 void zipcclDeviceRelease(struct zipcclComm* c) {
@@ -185,84 +180,131 @@ static zipcclResult_t runStaged(struct zipcclComm* c, const zipcclOp* op, zipccl
     return zipcclSuccess;
 }
 
+/* ---- device buffers, coded on the device: what both coded calls share ------------- */
+
+/* One coded call's buffers: a frame slot per rank on the device and in host
+ * staging (send: `sendSlots` slots, receive: n), the codec and its context
+ * on the call's stream.  Slots are 256-byte aligned (the device codec's
+ * aligned loads and stores; an even size, since the frames travel as 2-byte
+ * elements). */
+typedef struct {
+    const zipcclCodecOps* codec;
+    zipcclCodecCtx cx;
+    zipcclCodecParams_t params;
+    size_t slot;
+    char *dframes, *hsend, *hrecv;
+} Frames;
+
+static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const zipcclExecStats* st, int sendSlots,
+                                 Frames* f) {
+    const int n = c->nranks;
+    f->codec = zipcclCodecOpsFor(c->dev.coding == zipcclDeviceCodeCuda);
+    f->slot = (f->codec->bound(op->count, op->dtype, 0) + 255) & ~(size_t)255;
+    f->dframes = devScratch(c, kDevFrames, (size_t)n * f->slot);
+    if (!f->dframes) return noMemory(c, op, "d:frames", (size_t)n * f->slot);
+    const size_t wsz = f->codec->workspace(op->count, op->dtype);
+    void* work = wsz ? devScratch(c, kDevWork, wsz) : NULL;
+    if (wsz && !work) return noMemory(c, op, "d:codec workspace", wsz);
+    f->hsend = hostStage(c, kStageSend, (size_t)sendSlots * f->slot);
+    f->hrecv = f->hsend ? hostStage(c, kStageRecv, (size_t)n * f->slot) : NULL;
+    if (!f->hsend || !f->hrecv) return noMemory(c, op, "h:frame staging", (size_t)(sendSlots + n) * f->slot);
+    f->cx = (zipcclCodecCtx){.workspace = work, .workspaceSize = wsz, .stream = op->stream};
+    f->params = (zipcclCodecParams_t)ZIPCCL_CODEC_PARAMS_DEFAULT;
+    f->params.codec = st->codec;
+    return zipcclSuccess;
+}
+
+/* Compress `op->count` elements at src on the device into frame slot `i`,
+ * and bring the frame down into host staging `host` (padded to 2 bytes). */
+static zipcclResult_t encodeDown(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f,
+                                 const void* src, int i, char* host, size_t* bytes) {
+    const double t = zipcclNow();
+    zipcclResult_t res = f->codec->compress(&f->cx, src, op->count, op->dtype, f->dframes + (size_t)i * f->slot,
+                                            f->slot, bytes, &f->params);
+    st->codecSeconds += zipcclNow() - t;
+    if (res != zipcclSuccess)
+        return zipcclPrefixError(res, "%s: compressing rank %d's block on the device", zipcclCollName(op->kind), i);
+    ZIPCCL_TRY(down(c, op, host, f->dframes + (size_t)i * f->slot, *bytes, st));
+    if (*bytes & 1) host[*bytes] = 0; /* the pad byte of the last 2-byte element */
+    return zipcclSuccess;
+}
+
+/* The frames between the ranks: the raw AlltoAllv design over 2-byte
+ * elements, sc/rc sizes and sd/rd offsets in them. */
+static zipcclResult_t exchange(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const Frames* f,
+                               size_t* sc, size_t* sd, size_t* rc, size_t* rd) {
+    zipcclOp x = {.comm = c, .kind = zipcclCollAlltoAllv, .sendbuf = f->hsend, .recvbuf = f->hrecv,
+                  .sendcounts = sc, .sdispls = sd, .recvcounts = rc, .rdispls = rd,
+                  .dtype = zipcclBfloat16, .op = zipcclSum, .stream = op->stream};
+    x.cfg = op->cfg;
+    x.cfg.strategy = zipcclStrategyRaw;
+    zipcclExecStats xs;
+    memset(&xs, 0, sizeof xs);
+    xs.strategy = zipcclStrategyRaw;
+    xs.codec = st->codec;
+    xs.algo = zipcclAlgoRun(zipcclCollAlltoAllv, x.cfg.algo);
+    zipcclResult_t res = zipcclRunAlgo(c, &x, &xs);
+    st->wireBytes += xs.wireBytes;
+    st->wireSeconds += xs.wireSeconds;
+    st->rawBytes += (size_t)(c->nranks - 1) * op->count * zipcclTypeSize(op->dtype);
+    return res == zipcclSuccess ? res
+                                : zipcclPrefixError(res, "%s: exchanging the frames", zipcclCollName(op->kind));
+}
+
+/* Rank i's frame of `bytes` (up from the receive staging unless it is ours,
+ * already on the device), decoded on the device into dst. */
+static zipcclResult_t upDecode(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f, int i,
+                               size_t bytes, void* dst) {
+    char* frame = f->dframes + (size_t)i * f->slot;
+    if (i != c->rank) ZIPCCL_TRY(up(c, op, frame, f->hrecv + (size_t)i * f->slot, bytes, st));
+    size_t got = 0;
+    const double t = zipcclNow();
+    zipcclResult_t res = f->codec->decompress(&f->cx, frame, bytes, dst, op->count * zipcclTypeSize(op->dtype), &got,
+                                              op->dtype, NULL);
+    st->codecSeconds += zipcclNow() - t;
+    const char* what = zipcclCollName(op->kind);
+    if (res != zipcclSuccess) return zipcclPrefixError(res, "%s: decoding rank %d's frame on the device", what, i);
+    if (got != op->count)
+        return zipcclSetError(zipcclCorruptStream, "%s: rank %d's frame holds %zu elements, not %zu", what, i, got,
+                              op->count);
+    return zipcclSuccess;
+}
+
+/* A frame size the sizes' all-reduce reported, checked against the slot. */
+static zipcclResult_t sizeOk(const zipcclOp* op, int i, double bytes, size_t slot) {
+    if (bytes >= 1 && bytes <= (double)slot) return zipcclSuccess;
+    return zipcclSetError(zipcclCorruptStream, "%s: rank %d's frame would be %.0f bytes, outside (0, %zu]",
+                          zipcclCollName(op->kind), i, bytes, slot);
+}
+
 /* ---- device buffers, AllGather coded on the device -------------------------------- */
 
 static zipcclResult_t runCodedAllGather(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
     const int n = c->nranks, r = c->rank;
-    const zipcclDataType_t dt = op->dtype;
-    const size_t count = op->count, blk = count * zipcclTypeSize(dt);
-    if (!count) return zipcclSuccess;
-    const zipcclCodecOps* codec = zipcclCodecOpsFor(c->dev.coding == zipcclDeviceCodeCuda);
-    /* One slot per rank for its frame, 256-byte aligned (the device codec's
-     * aligned loads and stores; an even size, since the frames travel as
-     * 2-byte elements). */
-    const size_t slot = (codec->bound(count, dt, 0) + 255) & ~(size_t)255;
-    char* dframes = devScratch(c, kDevFrames, (size_t)n * slot);
-    if (!dframes) return noMemory(c, op, "d:frames", (size_t)n * slot);
-    const size_t wsz = codec->workspace(count, dt);
-    void* work = wsz ? devScratch(c, kDevWork, wsz) : NULL;
-    if (wsz && !work) return noMemory(c, op, "d:codec workspace", wsz);
-    char* hsend = hostStage(c, kStageSend, slot);
-    char* hrecv = hsend ? hostStage(c, kStageRecv, (size_t)n * slot) : NULL;
-    if (!hsend || !hrecv) return noMemory(c, op, "h:frame staging", (size_t)(n + 1) * slot);
-
-    zipcclCodecCtx cx = {.workspace = work, .workspaceSize = wsz, .stream = op->stream};
-    zipcclCodecParams_t params = ZIPCCL_CODEC_PARAMS_DEFAULT;
-    params.codec = st->codec;
+    const size_t blk = op->count * zipcclTypeSize(op->dtype);
+    if (!op->count) return zipcclSuccess;
+    Frames f;
+    ZIPCCL_TRY(framesInit(c, op, st, 1, &f));
     size_t mine = 0;
-    double t = zipcclNow();
-    zipcclResult_t res = codec->compress(&cx, op->sendbuf, count, dt, dframes + (size_t)r * slot, slot, &mine, &params);
-    st->codecSeconds += zipcclNow() - t;
-    if (res != zipcclSuccess) return zipcclPrefixError(res, "AllGather: compressing this rank's block on the device");
-    ZIPCCL_TRY(down(c, op, hsend, dframes + (size_t)r * slot, mine, st));
-    if (mine & 1) hsend[mine] = 0; /* the pad byte of the last 2-byte element */
-
+    ZIPCCL_TRY(encodeDown(c, op, st, &f, op->sendbuf, r, f.hsend, &mine));
     double size[n];
     for (int i = 0; i < n; i++) size[i] = i == r ? (double)mine : 0;
     if (n > 1) {
         ZIPCCL_TRY(zipcclAgreedAllreduce(c, size, size, n, zipcclTpSum, "AllGather: the sizes of the frames"));
         size_t sc[n], sd[n], rc[n], rd[n];
         for (int i = 0; i < n; i++) {
-            if (size[i] < 1 || size[i] > (double)slot)
-                return zipcclSetError(zipcclCorruptStream, "AllGather: rank %d's frame would be %.0f bytes, outside "
-                                      "(0, %zu]", i, size[i], slot);
+            ZIPCCL_TRY(sizeOk(op, i, size[i], f.slot));
             sc[i] = i == r ? 0 : (mine + 1) / 2;
             sd[i] = 0;
             rc[i] = i == r ? 0 : ((size_t)size[i] + 1) / 2;
-            rd[i] = (size_t)i * slot / 2;
+            rd[i] = (size_t)i * f.slot / 2;
         }
-        zipcclOp x = {.comm = c, .kind = zipcclCollAlltoAllv, .sendbuf = hsend, .recvbuf = hrecv,
-                      .sendcounts = sc, .sdispls = sd, .recvcounts = rc, .rdispls = rd,
-                      .dtype = zipcclBfloat16, .op = zipcclSum, .stream = op->stream};
-        x.cfg = op->cfg;
-        x.cfg.strategy = zipcclStrategyRaw;
-        zipcclExecStats xs;
-        memset(&xs, 0, sizeof xs);
-        xs.strategy = zipcclStrategyRaw;
-        xs.codec = st->codec;
-        xs.algo = zipcclAlgoRun(zipcclCollAlltoAllv, x.cfg.algo);
-        res = zipcclRunAlgo(c, &x, &xs);
-        st->wireBytes += xs.wireBytes;
-        st->wireSeconds += xs.wireSeconds;
-        st->rawBytes += (size_t)(n - 1) * blk;
-        if (res != zipcclSuccess) return zipcclPrefixError(res, "AllGather: exchanging the frames");
-        for (int i = 0; i < n; i++)
-            if (i != r) ZIPCCL_TRY(up(c, op, dframes + (size_t)i * slot, hrecv + (size_t)i * slot, (size_t)size[i], st));
+        ZIPCCL_TRY(exchange(c, op, st, &f, sc, sd, rc, rd));
     }
     /* Every block from its frame, ours too (what a peer decodes of it, and no
      * device-to-device copy entry needed). */
-    t = zipcclNow();
-    for (int i = 0; i < n && res == zipcclSuccess; i++) {
-        size_t got = 0;
-        res = codec->decompress(&cx, dframes + (size_t)i * slot, (size_t)size[i], (char*)op->recvbuf + (size_t)i * blk,
-                                blk, &got, dt, NULL);
-        if (res != zipcclSuccess) res = zipcclPrefixError(res, "AllGather: decoding rank %d's frame on the device", i);
-        else if (got != count)
-            res = zipcclSetError(zipcclCorruptStream, "AllGather: rank %d's frame holds %zu elements, not %zu", i, got,
-                                 count);
-    }
-    st->codecSeconds += zipcclNow() - t;
-    return res;
+    for (int i = 0; i < n; i++) ZIPCCL_TRY(upDecode(c, op, st, &f, i, (size_t)size[i], (char*)op->recvbuf + i * blk));
+    return zipcclSuccess;
 }
 
 /* ---- device buffers, ReduceScatter coded on the device ----------------------------- */
@@ -282,80 +324,37 @@ static zipcclResult_t codedReduceScatter(struct zipcclComm* c, const zipcclOp* o
     const size_t count = op->count, blk = count * zipcclTypeSize(dt);
     const zipcclDeviceMemory_t* d = &c->dev;
     if (!count) return zipcclSuccess;
-    const zipcclCodecOps* codec = zipcclCodecOpsFor(d->coding == zipcclDeviceCodeCuda);
-    const size_t slot = (codec->bound(count, dt, 0) + 255) & ~(size_t)255;
-    char* dframes = devScratch(c, kDevFrames, (size_t)n * slot);
-    if (!dframes) return noMemory(c, op, "d:frames", (size_t)n * slot);
-    const size_t wsz = codec->workspace(count, dt);
-    void* work = wsz ? devScratch(c, kDevWork, wsz) : NULL;
-    if (wsz && !work) return noMemory(c, op, "d:codec workspace", wsz);
+    Frames f;
+    ZIPCCL_TRY(framesInit(c, op, st, n, &f));
     float* acc = devScratch(c, kDevAcc, count * sizeof(float));
     if (!acc) return noMemory(c, op, "d:the fp32 accumulator", count * sizeof(float));
     char* tmp = n > 1 ? devScratch(c, kDevTmp, blk) : NULL;
     if (n > 1 && !tmp) return noMemory(c, op, "d:a decoded block", blk);
-    char* hsend = hostStage(c, kStageSend, (size_t)n * slot);
-    char* hrecv = hsend ? hostStage(c, kStageRecv, (size_t)n * slot) : NULL;
-    if (!hsend || !hrecv) return noMemory(c, op, "h:frame staging", (size_t)2 * n * slot);
-    zipcclCodecCtx cx = {.workspace = work, .workspaceSize = wsz, .stream = op->stream};
     zipcclResult_t res = zipcclSuccess;
 
     if (n > 1) {
-        zipcclCodecParams_t params = ZIPCCL_CODEC_PARAMS_DEFAULT;
-        params.codec = st->codec;
         memset(size, 0, (size_t)n * n * sizeof(double)); /* [sender][receiver] */
         for (int j = 0; j < n; j++) {
             if (j == r) continue;
             size_t bytes = 0;
-            const double t = zipcclNow();
-            res = codec->compress(&cx, (const char*)op->sendbuf + (size_t)j * blk, count, dt, dframes + (size_t)j * slot,
-                                  slot, &bytes, &params);
-            st->codecSeconds += zipcclNow() - t;
-            if (res != zipcclSuccess)
-                return zipcclPrefixError(res, "ReduceScatter: compressing rank %d's block on the device", j);
-            ZIPCCL_TRY(down(c, op, hsend + (size_t)j * slot, dframes + (size_t)j * slot, bytes, st));
-            if (bytes & 1) hsend[(size_t)j * slot + bytes] = 0;
+            ZIPCCL_TRY(encodeDown(c, op, st, &f, (const char*)op->sendbuf + (size_t)j * blk, j,
+                                  f.hsend + (size_t)j * f.slot, &bytes));
             size[(size_t)r * n + j] = (double)bytes;
         }
         ZIPCCL_TRY(zipcclAgreedAllreduce(c, size, size, n * n, zipcclTpSum, "ReduceScatter: the sizes of the frames"));
         size_t sc[n], sd[n], rc[n], rd[n];
         for (int i = 0; i < n; i++) {
-            const double in = size[(size_t)i * n + r];
-            if (i != r && (in < 1 || in > (double)slot))
-                return zipcclSetError(zipcclCorruptStream, "ReduceScatter: rank %d's frame for this rank would be "
-                                      "%.0f bytes, outside (0, %zu]", i, in, slot);
+            if (i != r) ZIPCCL_TRY(sizeOk(op, i, size[(size_t)i * n + r], f.slot));
             sc[i] = i == r ? 0 : ((size_t)size[(size_t)r * n + i] + 1) / 2;
-            sd[i] = (size_t)i * slot / 2;
-            rc[i] = i == r ? 0 : ((size_t)in + 1) / 2;
-            rd[i] = (size_t)i * slot / 2;
+            sd[i] = (size_t)i * f.slot / 2;
+            rc[i] = i == r ? 0 : ((size_t)size[(size_t)i * n + r] + 1) / 2;
+            rd[i] = (size_t)i * f.slot / 2;
         }
-        zipcclOp x = {.comm = c, .kind = zipcclCollAlltoAllv, .sendbuf = hsend, .recvbuf = hrecv,
-                      .sendcounts = sc, .sdispls = sd, .recvcounts = rc, .rdispls = rd,
-                      .dtype = zipcclBfloat16, .op = zipcclSum, .stream = op->stream};
-        x.cfg = op->cfg;
-        x.cfg.strategy = zipcclStrategyRaw;
-        zipcclExecStats xs;
-        memset(&xs, 0, sizeof xs);
-        xs.strategy = zipcclStrategyRaw;
-        xs.codec = st->codec;
-        xs.algo = zipcclAlgoRun(zipcclCollAlltoAllv, x.cfg.algo);
-        res = zipcclRunAlgo(c, &x, &xs);
-        st->wireBytes += xs.wireBytes;
-        st->wireSeconds += xs.wireSeconds;
-        st->rawBytes += (size_t)(n - 1) * blk;
-        if (res != zipcclSuccess) return zipcclPrefixError(res, "ReduceScatter: exchanging the frames");
+        ZIPCCL_TRY(exchange(c, op, st, &f, sc, sd, rc, rd));
         /* In the canonical order: r+1, ..., r-1 from their frames. */
         for (int k = 1; k < n && res == zipcclSuccess; k++) {
             const int i = (r + k) % n;
-            const size_t in = (size_t)size[(size_t)i * n + r];
-            ZIPCCL_TRY(up(c, op, dframes + (size_t)i * slot, hrecv + (size_t)i * slot, in, st));
-            size_t got = 0;
-            const double t = zipcclNow();
-            res = codec->decompress(&cx, dframes + (size_t)i * slot, in, tmp, blk, &got, dt, NULL);
-            st->codecSeconds += zipcclNow() - t;
-            if (res != zipcclSuccess) return zipcclPrefixError(res, "ReduceScatter: decoding rank %d's frame on the device", i);
-            if (got != count)
-                return zipcclSetError(zipcclCorruptStream, "ReduceScatter: rank %d's frame holds %zu elements, not %zu",
-                                      i, got, count);
+            ZIPCCL_TRY(upDecode(c, op, st, &f, i, (size_t)size[(size_t)i * n + r], tmp));
             res = d->accumulate(d->ctx, acc, tmp, count, dt, k == 1, op->stream);
         }
     }
