@@ -370,6 +370,57 @@ void zipcclDeviceMemoryHost(zipcclDeviceMemory_t* out);
  * copied; every entry but bind, hostAlloc and hostFree is required). */
 zipcclResult_t zipcclCommSetDevice(zipcclComm_t comm, const zipcclDeviceMemory_t* mem);
 
+/* ---- A device network: device buffers moved device to device ---------------
+ * A communicator on a device table that codes there (cuda or host) may also
+ * be given a network that moves device memory between its ranks without the
+ * host (NCCL's point-to-point).  The MPI communicator keeps the control: the
+ * call agreement, the frame sizes of compressed calls (summed on the host,
+ * by the progress thread, so the caller never waits for them), timeouts of
+ * the agreement.  The data does not cross the bus: every collective runs as
+ * rounds of the network's grouped exchange, with exact sizes, on the
+ * device:
+ *   - native: the network's own collective where it has one (NCCL's
+ *     AllGather, ReduceScatter, AllReduce), else raw;
+ *   - raw: the blocks exchanged as they are (direct design; a reduction sums
+ *     the received blocks in the canonical order on the device);
+ *   - compressed: every block coded on the device, the frames' sizes summed
+ *     over the ranks, the frames exchanged, decoded on the device (AllReduce
+ *     is the coded ReduceScatter then the coded AllGather).
+ * Every design is the direct one whatever the call asks (ring and one-shot
+ * are the host designs' pipelines).  Every rank sets the same kind of
+ * network (the call agreement compares it). */
+typedef struct {
+    const char* name; /* for messages ("nccl", "host")                       */
+    void* ctx;
+    /* One round as one group: to each rank p (this one included) send
+     * sendBytes[p] bytes at send[p] and receive exactly recvBytes[p] bytes
+     * into recv[p] (0: nothing), ordered on the stream after its earlier
+     * work.  Returns once the round is ordered there (NCCL) or done. */
+    zipcclResult_t (*exchange)(void* ctx, const void* const* send, const size_t* sendBytes, void* const* recv,
+                               const size_t* recvBytes, void* stream);
+    /* The network's own collective (optional; kind AllGather, ReduceScatter
+     * or AllReduce, count as in the call), on the stream. */
+    zipcclResult_t (*collective)(void* ctx, zipcclCollKind_t kind, const void* sendbuf, void* recvbuf, size_t count,
+                                 zipcclDataType_t dtype, zipcclRedOp_t op, void* stream);
+    /* At zipcclCommDestroy or when replaced (optional). */
+    void (*destroy)(void* ctx);
+} zipcclDeviceNet_t;
+
+/* Device buffers of `comm` move over `net` from now on (the table is
+ * copied; its destroy is called when the communicator is destroyed).  Needs
+ * zipcclCommSetDevice first, with a table that codes on the device.  Before
+ * the first collective, with no call in flight. */
+zipcclResult_t zipcclCommSetNet(zipcclComm_t comm, const zipcclDeviceNet_t* net);
+/* An NCCL communicator over the ranks of `comm` as its network: rank 0's
+ * unique id travels over comm's host control, each rank joins with its
+ * rank, on the device of comm's CUDA table (zipcclDeviceMemoryCuda).
+ * Collective over comm.  zipcclUnsupported in a build without NCCL. */
+zipcclResult_t zipcclCommUseNccl(zipcclComm_t comm);
+/* Host memory standing in for a device network (with zipcclDeviceMemoryHost):
+ * the exchange is MPI messages over comm's own transport, so the network's
+ * path runs on machines without a GPU. */
+zipcclResult_t zipcclDeviceNetHost(zipcclComm_t comm, zipcclDeviceNet_t* out);
+
 /* Blocking collectives.  In-place: AllGather with
  * sendbuf == recvbuf + rank*count*size; ReduceScatter with
  * sendbuf + rank*recvcount*size == recvbuf; AllReduce / AlltoAll with

@@ -245,16 +245,32 @@ static zipcclResult_t call(zipcclCollKind_t kind, const void* sb, void* rb, size
 
 /* One table: every collective x strategy/design x dtype on the device
  * communicator against the host one. */
-static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
+/* A device communicator on `mem`, over the network `net` names: NULL, "host"
+ * (zipcclDeviceNetHost) or "nccl" (zipcclCommUseNccl). */
+static zipcclComm_t devComm(const zipcclDeviceMemory_t* mem, const char* net) {
     MPI_Comm w = MPI_COMM_WORLD;
     zipcclComm_t dev = NULL;
     int ok = zipcclCommInitMpi(&dev, &w) == zipcclSuccess;
     ok = ok && zipcclCommSetDevice(dev, mem) == zipcclSuccess;
-    if (!agree(ok)) {
-        snprintf(why, sizeof why, "communicator on %s: %s", mem->name, zipcclGetLastErrorDetail());
-        report(0, "device_comm_created");
-        return;
+    if (ok && net && !strcmp(net, "host")) {
+        zipcclDeviceNet_t t;
+        ok = zipcclDeviceNetHost(dev, &t) == zipcclSuccess && zipcclCommSetNet(dev, &t) == zipcclSuccess;
+    } else if (ok && net) {
+        ok = zipcclCommUseNccl(dev) == zipcclSuccess;
     }
+    if (!agree(ok)) {
+        snprintf(why, sizeof why, "communicator on %s%s%s: %s", mem->name, net ? " over " : "", net ? net : "",
+                 zipcclGetLastErrorDetail());
+        report(0, "device_comm_created");
+        zipcclCommDestroy(dev);
+        return NULL;
+    }
+    return dev;
+}
+
+static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const char* net) {
+    zipcclComm_t dev = devComm(mem, net);
+    if (!dev) return;
     static const zipcclCollKind_t kinds[] = {zipcclCollAllGather, zipcclCollReduceScatter, zipcclCollAllReduce,
                                              zipcclCollAlltoAll, zipcclCollAlltoAllv};
     static const struct { zipcclStrategy_t s; zipcclAlgo_t a; const char* name; } runs[] = {
@@ -264,7 +280,7 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
         {zipcclStrategyCompressed, zipcclAlgoDirect, "compressed_direct"}};
     static const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat32};
     const size_t count = 5000;
-    int nCases = 0, same = 1, gaps = 1, bus = 1, codedSmaller = 1;
+    int nCases = 0, same = 1, gaps = 1, bus = 1, codedSmaller = 1, wireSmaller = 1;
     why[0] = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++)
@@ -273,7 +289,15 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
                 if (runs[ri].a == zipcclAlgoDirect && kind == zipcclCollAllGather) continue; /* ring / oneshot only */
                 const zipcclDataType_t dt = dts[di];
                 const size_t esz = zipcclTypeSize(dt);
-                zipcclCallConfig_t cfg = {runs[ri].s, zipcclCodecFast, runs[ri].a};
+                zipcclCallConfig_t cfg = {runs[ri].s, zipcclCodecFast, runs[ri].a}, hostCfg = cfg;
+                /* A network without collectives of its own runs native calls
+                 * raw (compare with the host's raw); NCCL's own sums add in
+                 * their own order (not compared bit for bit). */
+                const int reduces = kind == zipcclCollReduceScatter || kind == zipcclCollAllReduce;
+                if (net && runs[ri].s == zipcclStrategyNative && reduces) {
+                    if (strcmp(net, "host")) continue;
+                    hostCfg.strategy = zipcclStrategyRaw;
+                }
                 const Shape s = shapeOf(kind, count);
                 const size_t sB = s.sendElems * esz, rB = s.recvElems * esz;
                 char* in = malloc(sB + 1);
@@ -286,7 +310,7 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
                 void* dOut = mem->alloc(mem->ctx, rB + 1);
                 mem->toDevice(mem->ctx, dIn, in, sB, NULL);
                 mem->toDevice(mem->ctx, dOut, outD, rB, NULL); /* the gaps' sentinel */
-                zipcclResult_t rh = call(kind, in, outH, count, &s, dt, host, &cfg);
+                zipcclResult_t rh = call(kind, in, outH, count, &s, dt, host, &hostCfg);
                 zipcclCounters_t before, after;
                 zipcclCommGetCounters(dev, kind, &before);
                 g_inCall = 1;
@@ -312,9 +336,19 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
                         for (size_t g = (s.rd[p] - 3) * esz; g < s.rd[p] * esz; g++)
                             if ((unsigned char)outD[g] != 0x5A) gaps = 0;
                 const uint64_t moved = after.busBytes - before.busBytes;
-                const int coded = (kind == zipcclCollAllGather || kind == zipcclCollReduceScatter) &&
+                const int coded = (kind == zipcclCollAllGather || kind == zipcclCollReduceScatter || net) &&
                                   runs[ri].s == zipcclStrategyCompressed && mem->coding != zipcclDeviceStaged;
-                if (!coded && kind != zipcclCollAlltoAllv && moved != sB + rB) {
+                /* Over a network nothing crosses the bus, and compressed calls
+                 * send fewer bytes than they stand for. */
+                if (net && moved) bus = 0;
+                if (net && coded && nranks > 1 &&
+                    !(after.wireBytes - before.wireBytes < after.rawBytes - before.rawBytes)) {
+                    if (wireSmaller) snprintf(why, sizeof why, "%s: wire %llu bytes, raw %llu", label,
+                                              (unsigned long long)(after.wireBytes - before.wireBytes),
+                                              (unsigned long long)(after.rawBytes - before.rawBytes));
+                    wireSmaller = 0;
+                }
+                if (!net && !coded && kind != zipcclCollAlltoAllv && moved != sB + rB) {
                     if (bus) snprintf(why + strlen(why), sizeof why - strlen(why) > 1 ? sizeof why - strlen(why) : 1,
                                       " [%s: bus %llu bytes, staged %zu]", label, (unsigned long long)moved, sB + rB);
                     bus = 0;
@@ -326,21 +360,25 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
                  * on one rank. */
                 const size_t rawAcross = kind == zipcclCollAllGather ? sB + rB - blkBytesOf(rB) * (nranks > 1)
                                                                      : 2 * (size_t)(nranks - 1) * rB;
-                if (coded && kind == zipcclCollReduceScatter && nranks == 1 ? moved != 0
-                    : coded && !(moved > 0 && moved < rawAcross)) codedSmaller = 0;
+                if (!net && (coded && kind == zipcclCollReduceScatter && nranks == 1 ? moved != 0
+                             : coded && !(moved > 0 && moved < rawAcross))) codedSmaller = 0;
                 nCases++;
                 mem->free(mem->ctx, dIn);
                 mem->free(mem->ctx, dOut);
                 free(in), free(outH), free(outD);
             }
-    char name[80];
-    snprintf(name, sizeof name, "device_%s_equals_host_%d_cases", mem->name, nCases);
+    char name[120], tag[60];
+    snprintf(tag, sizeof tag, "%s%s%s", mem->name, net ? "_net_" : "", net ? net : "");
+    snprintf(name, sizeof name, "device_%s_equals_host_%d_cases", tag, nCases);
     report(same, name);
-    snprintf(name, sizeof name, "device_%s_alltoallv_keeps_gaps", mem->name);
+    snprintf(name, sizeof name, "device_%s_alltoallv_keeps_gaps", tag);
     report(gaps, name);
-    snprintf(name, sizeof name, "device_%s_staged_bus_bytes", mem->name);
+    snprintf(name, sizeof name, net ? "device_%s_moves_nothing_over_the_bus" : "device_%s_staged_bus_bytes", tag);
     report(bus, name);
-    if (mem->coding != zipcclDeviceStaged) {
+    if (net) {
+        snprintf(name, sizeof name, "device_%s_compressed_calls_send_fewer_bytes", tag);
+        report(wireSmaller, name);
+    } else if (mem->coding != zipcclDeviceStaged) {
         snprintf(why, sizeof why, "a coded AllGather or ReduceScatter moved no bytes or no fewer than staging would");
         snprintf(name, sizeof name, "device_%s_coded_calls_move_frames_only", mem->name);
         report(codedSmaller, name);
@@ -409,17 +447,17 @@ static void failingCopy(void) {
 /* In-place calls on device buffers (AllGather from its own block of recvbuf,
  * ReduceScatter into its own block of sendbuf, AllReduce), staged and coded,
  * equal the host communicator's out-of-place results. */
-static void inPlace(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
-    MPI_Comm w = MPI_COMM_WORLD;
-    zipcclComm_t dev = NULL;
-    int ok = zipcclCommInitMpi(&dev, &w) == zipcclSuccess && zipcclCommSetDevice(dev, mem) == zipcclSuccess;
+static void inPlace(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const char* net) {
+    zipcclComm_t dev = devComm(mem, net);
+    if (!dev) return;
+    int ok = 1;
     const size_t n = 3000, N = n * (size_t)nranks, esz = 2;
     const zipcclDataType_t dt = zipcclBfloat16;
     char* in = malloc(N * esz);
     char* ref = malloc(N * esz);
     char* got = malloc(N * esz);
     static const zipcclStrategy_t strats[] = {zipcclStrategyRaw, zipcclStrategyCompressed};
-    for (int si = 0; ok && si < 2; si++) {
+    for (int si = 0; si < 2; si++) {
         zipcclCallConfig_t cfg = {strats[si], zipcclCodecFast, zipcclAlgoRing};
         const char* sn = si ? "compressed" : "raw";
         void* d = mem->alloc(mem->ctx, N * esz);
@@ -448,10 +486,18 @@ static void inPlace(const zipcclDeviceMemory_t* mem, zipcclComm_t host) {
         mem->toHost(mem->ctx, got, d, n * esz, NULL);
         EXPECT(r == zipcclSuccess && !memcmp(ref, got, n * esz), "%s AllReduce in place: %d (%s)", sn, (int)r,
                zipcclGetLastErrorDetail());
+        /* AlltoAll */
+        fill(in, N, dt, (uint64_t)(rank + 110));
+        zipcclAlltoAll(in, ref, n, dt, host, &cfg, NULL);
+        mem->toDevice(mem->ctx, d, in, N * esz, NULL);
+        r = zipcclAlltoAll(d, d, n, dt, dev, &cfg, NULL);
+        mem->toHost(mem->ctx, got, d, N * esz, NULL);
+        EXPECT(r == zipcclSuccess && !memcmp(ref, got, N * esz), "%s AlltoAll in place: %d (%s)", sn, (int)r,
+               zipcclGetLastErrorDetail());
         mem->free(mem->ctx, d);
     }
     char name[80];
-    snprintf(name, sizeof name, "device_%s_in_place_equals_host", mem->name);
+    snprintf(name, sizeof name, "device_%s%s%s_in_place_equals_host", mem->name, net ? "_net_" : "", net ? net : "");
     report(ok, name);
     zipcclCommDestroy(dev);
     free(in), free(ref), free(got);
@@ -490,6 +536,29 @@ static void refusals(void) {
     report(ok, "device_table_refusals");
     zipcclCommDestroy(c);
 
+    /* Networks: only for device buffers a table codes where they are; an
+     * exchange entry; NCCL only over the CUDA table (and only with NCCL). */
+    ok = 1;
+    zipcclCommInitMpi(&c, &w);
+    zipcclDeviceNet_t net;
+    EXPECT(zipcclDeviceNetHost(c, &net) == zipcclSuccess, "zipcclDeviceNetHost: %s", zipcclGetLastErrorDetail());
+    EXPECT(zipcclCommSetNet(c, &net) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "SetDevice"),
+           "a network on host buffers: %s", zipcclGetLastErrorDetail());
+    zipcclCommSetDevice(c, &kGuarded);
+    EXPECT(zipcclCommSetNet(c, &net) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "codes"),
+           "a network on a staged table: %s", zipcclGetLastErrorDetail());
+    EXPECT(zipcclCommUseNccl(c) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "zipcclDeviceMemoryCuda"),
+           "NCCL on a table that is not CUDA's: %s", zipcclGetLastErrorDetail());
+    zipcclCommSetDevice(c, &kHostCoded);
+    zipcclDeviceNet_t bad = net;
+    bad.exchange = NULL;
+    EXPECT(zipcclCommSetNet(c, &bad) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "no exchange"),
+           "a network without exchange: %s", zipcclGetLastErrorDetail());
+    EXPECT(zipcclCommSetNet(c, &net) == zipcclSuccess, "a network on the host-coded table: %s",
+           zipcclGetLastErrorDetail());
+    report(ok, "device_net_refusals");
+    zipcclCommDestroy(c);
+
     if (nranks < 2) return;
     /* Rank 0 codes its AllGather on the device, the others stage theirs. */
     zipcclCommInitMpi(&c, &w);
@@ -506,6 +575,25 @@ static void refusals(void) {
     zipcclCommDestroy(c);
     m->free(m->ctx, d);
     m->free(m->ctx, e);
+
+    /* Rank 0 moves its buffers over a network, the others stage them. */
+    c = devComm(&kHostCoded, NULL);
+    if (rank == 0 && c) {
+        zipcclDeviceNet_t hn;
+        zipcclDeviceNetHost(c, &hn);
+        zipcclCommSetNet(c, &hn);
+    }
+    d = kHostCoded.alloc(NULL, 4096);
+    e = kHostCoded.alloc(NULL, 4096 * (size_t)nranks);
+    cfg.strategy = zipcclStrategyRaw;
+    r = c ? zipcclAllGather(d, e, 1000, zipcclFloat32, c, &cfg, NULL) : zipcclInternalError;
+    ok = 1;
+    EXPECT(r == zipcclMismatch && strstr(zipcclGetLastErrorDetail(), "network"),
+           "rank %d: a network on rank 0 only gave %d (%s)", rank, (int)r, zipcclGetLastErrorDetail());
+    report(ok, "device_net_on_some_ranks_is_a_mismatch_on_every_rank");
+    zipcclCommDestroy(c);
+    kHostCoded.free(NULL, d);
+    kHostCoded.free(NULL, e);
 }
 
 /* The streamed stand-in through every comparison: the same bits, and the
@@ -523,7 +611,7 @@ static void streamed(zipcclComm_t host) {
     t.eventRecord = sEventRecord, t.streamWaitEvent = sStreamWaitEvent;
     t.eventDestroy = sEventDestroy, t.synchronize = sSynchronize;
     memset(&g_st, 0, sizeof g_st);
-    compareAll(&t, host);
+    compareAll(&t, host, NULL);
     int ok = 1;
     EXPECT(g_st.streams == 1 && g_st.streamsFreed == 1, "streams: %d created, %d freed (one communicator)",
            g_st.streams, g_st.streamsFreed);
@@ -563,6 +651,7 @@ int main(int argc, char** argv) {
     zipcclDeviceMemoryHost(&kHostCoded);
     if (zipcclCommInitMpi(&host, &w) != zipcclSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
     int cuda = argc > 1 && !strcmp(argv[1], "--cuda");
+    int nccl = cuda && argc > 2 && !strcmp(argv[2], "--nccl"); /* one rank per GPU */
     if (cuda) {
         /* On a GPU machine (scripts/test_gpu.sh): the CUDA table and codec,
          * each rank on the GPU of its local rank, or all on GPU 0. */
@@ -577,13 +666,19 @@ int main(int argc, char** argv) {
         report(ok, "device_cuda_table");
         if (agree(ok)) {
             cu.bind(cu.ctx);
-            compareAll(&cu, host);
+            compareAll(&cu, host, NULL);
+            if (nccl) {
+                compareAll(&cu, host, "nccl");
+                inPlace(&cu, host, "nccl");
+            }
         }
     } else {
-        compareAll(&kGuarded, host);
-        compareAll(&kHostCoded, host);
-        inPlace(&kGuarded, host);
-        inPlace(&kHostCoded, host);
+        compareAll(&kGuarded, host, NULL);
+        compareAll(&kHostCoded, host, NULL);
+        compareAll(&kHostCoded, host, "host");
+        inPlace(&kGuarded, host, NULL);
+        inPlace(&kHostCoded, host, NULL);
+        inPlace(&kHostCoded, host, "host");
         streamed(host);
     }
     zipcclCommDestroy(host);

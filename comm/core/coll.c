@@ -248,6 +248,13 @@ static void dropEvents(struct zipcclComm* c) {
         }
 }
 
+/* The device network's own state (zipcclCommSetNet), with its destroy. */
+static void dropNet(struct zipcclComm* c) {
+    if (c->hasNet && c->net.destroy) c->net.destroy(c->net.ctx);
+    c->hasNet = 0;
+    memset(&c->net, 0, sizeof c->net);
+}
+
 static void freeOps(zipcclOp* op) {
     while (op) {
         zipcclOp* next = op->next;
@@ -261,6 +268,7 @@ static void commFree(struct zipcclComm* c) {
         for (int i = 0; i < ZIPCCL_SCRATCH_SLOTS; i++) free(c->scratch[i]);
         zipcclDeviceRelease(c);
     }
+    dropNet(c);
     zipcclAgreeFree(c);
     c->tp->destroy(c);
     free(c->model.a2avReq);
@@ -450,6 +458,14 @@ zipcclResult_t zipcclCommSetDefaults(zipcclComm_t c, const zipcclCallConfig_t* c
     return zipcclSuccess;
 }
 
+/* A communicator with no call in flight (the set-up calls need it). */
+static int noCallsInFlight(struct zipcclComm* c) {
+    pthread_mutex_lock(&c->mu);
+    const int busy = c->head != NULL;
+    pthread_mutex_unlock(&c->mu);
+    return !busy;
+}
+
 zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, const zipcclDeviceMemory_t* mem) {
     if (!c || !mem) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: null argument");
     const char* name = mem->name ? mem->name : "the device";
@@ -475,15 +491,14 @@ zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, const zipcclDeviceMemory_t* m
     if (mem->coding == zipcclDeviceCodeCuda && !zipcclCudaAvailable())
         return zipcclSetError(zipcclUnsupported, "zipcclCommSetDevice: %s codes with the CUDA codec, which cannot "
                               "run here (a build without CUDA, or no usable device)", name);
-    pthread_mutex_lock(&c->mu);
-    const int busy = c->head != NULL;
-    pthread_mutex_unlock(&c->mu);
-    if (busy)
+    if (!noCallsInFlight(c))
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: the communicator has calls in flight; "
                               "set the device before the first call");
-    /* the previous table's memory, stream and events, with that table */
+    /* the previous table's memory, stream and events, with that table, and
+     * a network that moved its memory */
     zipcclDeviceRelease(c);
     dropEvents(c);
+    dropNet(c);
     void* stream = NULL;
     if (mem->streamCreate) {
         zipcclResult_t r = mem->bind ? mem->bind(mem->ctx) : zipcclSuccess;
@@ -496,6 +511,56 @@ zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, const zipcclDeviceMemory_t* m
     c->devStream = stream;
     c->onDevice = 1;
     return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommSetNet(zipcclComm_t c, const zipcclDeviceNet_t* net) {
+    if (!c || !net) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetNet: null argument");
+    const char* name = net->name ? net->name : "the network";
+    if (!net->exchange)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetNet: %s's table has no exchange entry", name);
+    if (!c->onDevice || c->dev.coding == zipcclDeviceStaged)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetNet: %s moves device buffers, and compressed "
+                              "calls code them where they are: call zipcclCommSetDevice with a table that codes on "
+                              "the device (cuda or host) first", name);
+    if (!noCallsInFlight(c))
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetNet: the communicator has calls in flight; "
+                              "set the network before the first call");
+    dropNet(c);
+    c->net = *net;
+    c->net.name = name;
+    c->hasNet = 1;
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommUseNccl(zipcclComm_t c) {
+    if (!c) return zipcclSetError(zipcclInvalidArgument, "zipcclCommUseNccl: null argument");
+    if (!zipcclHostControl(c))
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommUseNccl: the %s communicator has no host control to "
+                              "spread NCCL's unique id with (use an MPI communicator)", c->tp->name);
+    if (!c->onDevice || c->dev.coding != zipcclDeviceCodeCuda)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommUseNccl: NCCL moves CUDA memory: call "
+                              "zipcclCommSetDevice with zipcclDeviceMemoryCuda first");
+    if (!noCallsInFlight(c))
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommUseNccl: the communicator has calls in flight");
+    /* Rank 0's unique id, byte by byte as doubles, summed with the others'
+     * zeros: every rank ends with rank 0's bytes. */
+    unsigned char id[ZIPCCL_NCCL_ID_BYTES];
+    double v[ZIPCCL_NCCL_ID_BYTES];
+    memset(id, 0, sizeof id);
+    zipcclResult_t res = c->rank == 0 ? zipcclNcclUniqueId(id) : zipcclSuccess;
+    double ok = res == zipcclSuccess ? 0 : 1, bad = 0;
+    ZIPCCL_TRY(zipcclAgreedAllreduce(c, &ok, &bad, 1, zipcclTpSum, "zipcclCommUseNccl: rank 0's NCCL unique id"));
+    if (res != zipcclSuccess) return res;
+    if (bad) return zipcclSetError(zipcclUnsupported, "zipcclCommUseNccl: rank 0 could not make an NCCL unique id");
+    for (int i = 0; i < ZIPCCL_NCCL_ID_BYTES; i++) v[i] = id[i];
+    ZIPCCL_TRY(zipcclAgreedAllreduce(c, v, v, ZIPCCL_NCCL_ID_BYTES, zipcclTpSum, "zipcclCommUseNccl: spreading the id"));
+    for (int i = 0; i < ZIPCCL_NCCL_ID_BYTES; i++) id[i] = (unsigned char)v[i];
+    if (c->dev.bind) ZIPCCL_TRY(c->dev.bind(c->dev.ctx));
+    zipcclDeviceNet_t net;
+    ZIPCCL_TRY(zipcclNcclNetCreate(c->rank, c->nranks, id, &net));
+    res = zipcclCommSetNet(c, &net);
+    if (res != zipcclSuccess && net.destroy) net.destroy(net.ctx);
+    return res;
 }
 
 zipcclResult_t zipcclCommGetCounters(zipcclComm_t c, zipcclCollKind_t kind, zipcclCounters_t* out) {

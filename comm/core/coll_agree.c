@@ -22,8 +22,8 @@
  *   [0] the shape: collective, dtype, requested strategy, the design our
  *       algorithms run (raw/compressed), the reduction op (ReduceScatter,
  *       AllReduce), whether compressed AllGathers and ReduceScatters are
- *       coded on the device
- *       (coll_run.c: its frames travel otherwise); the codec is left out,
+ *       coded on the device and whether device buffers move over a device
+ *       network (coll_run.c: its messages differ); the codec is left out,
  *       since every frame says how it is coded and any codec decodes to the
  *       same bits;
  *   [1] the count (elements); AlltoAllv: the elements this rank sends to the
@@ -153,7 +153,7 @@ static uint64_t shapeWord(const zipcclOp* op) {
     const int reduce = op->kind == zipcclCollReduceScatter || op->kind == zipcclCollAllReduce;
     return (uint64_t)kDescVersion << 56 | (uint64_t)op->kind << 48 | (uint64_t)(op->dtype & 0xFF) << 40 |
            (uint64_t)s << 32 | (uint64_t)(ours ? zipcclAlgoRun(op->kind, op->cfg.algo) : 0) << 24 |
-           (uint64_t)(reduce ? op->op & 0xFF : 0) << 16 | (uint64_t)zipcclCodedOnDevice(op->comm) << 8;
+           (uint64_t)(reduce ? op->op & 0xFF : 0) << 16 | (uint64_t)(zipcclCodedOnDevice(op->comm) | op->comm->hasNet << 1) << 8;
 }
 static int fieldOf(uint64_t shape, int shift) { return (int)((shape >> shift) & 0xFF); }
 
@@ -229,7 +229,8 @@ static void nameStrategy(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%s
 static void nameAlgo(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%s", zipcclAlgoName((zipcclAlgo_t)v)); }
 static void nameOp(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%s", v == zipcclAvg ? "avg" : v == zipcclSum ? "sum" : "?"); }
 static void nameCoding(char* o, size_t cap, uint64_t v) {
-    snprintf(o, cap, "%s", v ? "on the device (zipcclCommSetDevice, a coding table)" : "on the host");
+    snprintf(o, cap, "%s", v == 3 ? "on the device, over a device network (zipcclCommSetNet)"
+                           : v ? "on the device (zipcclCommSetDevice, a coding table)" : "on the host");
 }
 static void nameElems(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%llu elements", (unsigned long long)v); }
 static void nameBytes(char* o, size_t cap, uint64_t v) { snprintf(o, cap, "%llu bytes", (unsigned long long)v); }
@@ -307,7 +308,7 @@ static zipcclResult_t agreeCheck(struct zipcclComm* c, const zipcclOp* op) {
     static const struct { int shift; const char* label; void (*name)(char*, size_t, uint64_t); } fields[] = {
         {48, "collective called", nameKind}, {40, "dtype", nameDtype}, {32, "strategy", nameStrategy},
         {24, "design (zipcclAlgo_t)", nameAlgo}, {16, "reduction op", nameOp},
-        {8, "place compressed AllGathers and ReduceScatters are coded", nameCoding}};
+        {8, "place compressed calls are coded and how device buffers travel", nameCoding}};
     for (size_t f = 0; f < sizeof fields / sizeof fields[0] && !text[0]; f++) {
         int differ = 0;
         for (int s = 0; s < n; s++) {

@@ -230,11 +230,16 @@ struct zipcclComm {
     int onDevice;
     zipcclDeviceMemory_t dev;
     void* devStream;     /* the communicator's stream (dev.streamCreate), or NULL */
-#define ZIPCCL_DEV_SLOTS 4 /* frames, codec workspace, fp32 accumulator, a decoded block */
+#define ZIPCCL_DEV_SLOTS 6 /* frames, codec workspace, fp32 accumulator, a decoded block,
+                            * received blocks (raw on a net), a reduced block */
     void* devScratch[ZIPCCL_DEV_SLOTS];
     size_t devScratchCap[ZIPCCL_DEV_SLOTS];
     void* hostStage[2];
     size_t hostStageCap[2];
+    /* Device memory moved device to device (zipcclCommSetNet): every call
+     * runs on it (coll_run.c, runNet). */
+    int hasNet;
+    zipcclDeviceNet_t net;
 
     zipcclCounters_t counters[zipcclNumCollKinds]; /* under mu               */
     zipcclModel model;   /* executor only                                   */

@@ -134,6 +134,16 @@ typedef struct zipcclTransport {
                              zipcclExecStats* st);
 } zipcclTransport;
 
+/* NCCL as a device network (zipcclCommUseNccl, transport_nccl.c): a unique
+ * id made on one rank; an NCCL communicator joined with it on the current
+ * device, as a zipcclDeviceNet_t whose exchange is grouped ncclSend /
+ * ncclRecv and whose collectives are NCCL's.  zipcclUnsupported without
+ * NCCL. */
+#define ZIPCCL_NCCL_ID_BYTES 128
+zipcclResult_t zipcclNcclUniqueId(unsigned char id[ZIPCCL_NCCL_ID_BYTES]);
+zipcclResult_t zipcclNcclNetCreate(int rank, int nranks, const unsigned char id[ZIPCCL_NCCL_ID_BYTES],
+                                   zipcclDeviceNet_t* out);
+
 extern const zipcclTransport zipcclTransportMpi;
 extern const zipcclTransport zipcclTransportNccl;
 

@@ -74,6 +74,16 @@ static zipcclResult_t ncclRunOwn(struct zipcclComm* c, const zipcclOp* op, zipcc
     return zipcclSetError(zipcclUnsupported, "NCCL transport: built without CUDA");
 }
 
+zipcclResult_t zipcclNcclUniqueId(unsigned char id[ZIPCCL_NCCL_ID_BYTES]) {
+    (void)id;
+    return zipcclSetError(zipcclUnsupported, "zipcclCommUseNccl: libzipccl was built without CUDA/NCCL (no nvcc)");
+}
+zipcclResult_t zipcclNcclNetCreate(int rank, int nranks, const unsigned char id[ZIPCCL_NCCL_ID_BYTES],
+                                   zipcclDeviceNet_t* out) {
+    (void)rank, (void)nranks, (void)id, (void)out;
+    return zipcclSetError(zipcclUnsupported, "zipcclCommUseNccl: libzipccl was built without CUDA/NCCL (no nvcc)");
+}
+
 #else
 
 #include <cuda_runtime_api.h>
@@ -496,6 +506,77 @@ static zipcclResult_t ncclRunOwn(struct zipcclComm* c, const zipcclOp* op, zipcc
     default: break;
     }
     return zipcclSetError(zipcclInternalError, "NCCL: unknown collective");
+}
+
+/* ---- NCCL as a device network (zipcclCommUseNccl) ------------------------------
+ * The communicator's control stays with MPI (agreement, frame sizes); NCCL
+ * only moves device memory: one round = one group of ncclSend/ncclRecv of
+ * exact sizes (the rank itself included: a device-to-device copy), and
+ * NCCL's own collectives for strategy native. */
+
+_Static_assert(sizeof(ncclUniqueId) == ZIPCCL_NCCL_ID_BYTES, "NCCL's unique id is 128 bytes");
+
+zipcclResult_t zipcclNcclUniqueId(unsigned char id[ZIPCCL_NCCL_ID_BYTES]) {
+    ncclUniqueId u;
+    ZIPCCL_TRY(ncclOk(ncclGetUniqueId(&u), "zipcclCommUseNccl: ncclGetUniqueId"));
+    memcpy(id, &u, sizeof u);
+    return zipcclSuccess;
+}
+
+typedef struct {
+    ncclComm_t nccl; /* owned */
+    int nranks;
+} NcclNet;
+
+static zipcclResult_t netExchange(void* ctx, const void* const* send, const size_t* sendBytes, void* const* recv,
+                                  const size_t* recvBytes, void* stream) {
+    NcclNet* x = ctx;
+    ZIPCCL_TRY(ncclOk(ncclGroupStart(), "NCCL exchange"));
+    NcclGroup g = {ncclSuccess, ""};
+    for (int p = 0; p < x->nranks; p++) {
+        if (sendBytes[p]) groupCall(&g, ncclSend(send[p], sendBytes[p], ncclUint8, p, x->nccl, stream), "ncclSend", p);
+        if (recvBytes[p]) groupCall(&g, ncclRecv(recv[p], recvBytes[p], ncclUint8, p, x->nccl, stream), "ncclRecv", p);
+    }
+    return groupEnd(&g, "NCCL exchange");
+}
+
+static zipcclResult_t netCollective(void* ctx, zipcclCollKind_t kind, const void* sendbuf, void* recvbuf, size_t count,
+                                    zipcclDataType_t dtype, zipcclRedOp_t op, void* stream) {
+    NcclNet* x = ctx;
+    const ncclDataType_t t = ncclType(dtype);
+    const ncclRedOp_t rop = op == zipcclAvg ? ncclAvg : ncclSum;
+    cudaStream_t s = stream;
+    switch (kind) {
+    case zipcclCollAllGather: return ncclOk(ncclAllGather(sendbuf, recvbuf, count, t, x->nccl, s), "ncclAllGather");
+    case zipcclCollReduceScatter:
+        return ncclOk(ncclReduceScatter(sendbuf, recvbuf, count, t, rop, x->nccl, s), "ncclReduceScatter");
+    case zipcclCollAllReduce: return ncclOk(ncclAllReduce(sendbuf, recvbuf, count, t, rop, x->nccl, s), "ncclAllReduce");
+    default: return zipcclSetError(zipcclInternalError, "NCCL network: no native %s", zipcclCollName(kind));
+    }
+}
+
+static void netDestroy(void* ctx) {
+    NcclNet* x = ctx;
+    if (x->nccl) ncclCommDestroy(x->nccl);
+    free(x);
+}
+
+zipcclResult_t zipcclNcclNetCreate(int rank, int nranks, const unsigned char id[ZIPCCL_NCCL_ID_BYTES],
+                                   zipcclDeviceNet_t* out) {
+    NcclNet* x = calloc(1, sizeof *x);
+    if (!x) return zipcclSetError(zipcclSystemError, "zipcclCommUseNccl: out of memory");
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    x->nranks = nranks;
+    zipcclResult_t res = ncclOk(ncclCommInitRank(&x->nccl, nranks, u, rank), "zipcclCommUseNccl: ncclCommInitRank");
+    if (res != zipcclSuccess) {
+        x->nccl = NULL; /* a failed init leaves nothing to destroy */
+        free(x);
+        return res;
+    }
+    *out = (zipcclDeviceNet_t){.name = "nccl", .ctx = x, .exchange = netExchange, .collective = netCollective,
+                               .destroy = netDestroy};
+    return zipcclSuccess;
 }
 
 #endif /* ZIPCCL_HAVE_CUDA */
