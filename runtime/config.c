@@ -172,6 +172,9 @@ static const KeyDesc kKeys[] = {
      "fp32|bf16: the linear layers' products (bf16: tensor cores, fp32 accumulation)", R_ASK},
     {"runtime.device", K_STR, OFF(runtime.device), 0, 0, SZ(runtime.device),
      "cpu|cuda|cpu_guarded: where the model computes", R_FREE},
+    {"comm.net", K_STR, OFF(runtime.net), 0, 0, SZ(runtime.net),
+     "mpi|nccl: a device's collectives through host memory over MPI, or device to device over NCCL "
+     "(runtime.device cuda; control stays on MPI)", R_FREE},
     {"checkpoint.hf_shard_bytes", K_I64, OFF(ckpt.hf_shard_bytes), 1, 9e18, 0,
      "largest safetensors file of the HF directory", R_FREE},
 };
@@ -233,6 +236,7 @@ void config_defaults(TrainConfig* c) {
     c->ckpt.hf_dtype = zipcclFloat32;
     c->ckpt.hf_shard_bytes = 5000000000ll; /* HF's "5GB" */
     snprintf(c->runtime.device, sizeof c->runtime.device, "cpu");
+    snprintf(c->runtime.net, sizeof c->runtime.net, "mpi");
     snprintf(c->runtime.compute, sizeof c->runtime.compute, "fp32");
     snprintf(c->train.recompute, sizeof c->train.recompute, "none");
 }
@@ -799,6 +803,14 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
         return zrt_errf(err, errlen,
                         "%s: key 'runtime.device': unknown device '%s' (cpu|cuda|cpu_guarded)",
                         config_where(c, "runtime.device", w1, sizeof w1), c->runtime.device);
+    if (strcmp(c->runtime.net, "mpi") && strcmp(c->runtime.net, "nccl"))
+        return zrt_errf(err, errlen, "%s: key 'comm.net': unknown network '%s' (mpi|nccl)",
+                        config_where(c, "comm.net", w1, sizeof w1), c->runtime.net);
+    if (!strcmp(c->runtime.net, "nccl") && strcmp(c->runtime.device, "cuda"))
+        return zrt_errf(err, errlen, "%s: key 'comm.net': nccl moves GPU memory, but runtime.device is '%s' (%s); "
+                        "use comm.net: mpi",
+                        config_where(c, "comm.net", w1, sizeof w1), c->runtime.device,
+                        config_where(c, "runtime.device", w2, sizeof w2));
     if (strcmp(c->train.recompute, "none") && strcmp(c->train.recompute, "full"))
         return zrt_errf(err, errlen, "%s: key 'train.recompute': unknown mode '%s' (none|full)",
                         config_where(c, "train.recompute", w1, sizeof w1), c->train.recompute);

@@ -120,6 +120,8 @@ typedef struct {
                           * device, kernels.h): where the model computes */
         char compute[8]; /* key model.compute: "fp32" | "bf16" (the linear
                           * layers' products in bf16, fp32 accumulation) */
+        char net[8];     /* key comm.net: "mpi" | "nccl": how a device's
+                          * collective buffers travel between the ranks */
     } runtime;
     char source[CFG_PATH_MAX]; /* the file it came from */
     /* Where each key's value came from, by its place in config.c's table:

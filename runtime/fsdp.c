@@ -110,8 +110,31 @@ static void k_host_free(void* ctx, void* p) { ((const ZrtKernels*)ctx)->host_fre
 /* ZRT_COMM_HOSTCODED=1 on a host table: the gathers and reduce-scatters go
  * through ZipCCL's device path with host memory standing in for the device
  * (zipcclDeviceMemoryHost: compressed calls coded "on the device" by the CPU
- * codec), the path a GPU run takes with the CUDA codec; a test hook
- * (tests/test_train_device.sh), not a mode to train in. */
+ * codec), the path a GPU run takes with the CUDA codec; with
+ * ZRT_COMM_HOSTNET=1 as well they travel over ZipCCL's host stand-in for a
+ * device network (zipcclDeviceNetHost), the path comm.net: nccl takes.
+ * Test hooks (tests/test_train_device.sh), not modes to train in.
+ *
+ * comm.net: nccl gives each communicator (FSDP's gathers and reduce-scatters,
+ * the expert-parallel and expert-data-parallel ones) an NCCL communicator
+ * over its ranks, made from it (zipcclCommUseNccl). */
+static const char* set_net(const Fsdp* f, const ZrtKernels* K, zipcclComm_t* comms, int n) {
+    const char* hn = getenv("ZRT_COMM_HOSTNET");
+    if (!strcmp(f->cfg->runtime.net, "nccl")) {
+        for (int i = 0; i < n; i++) zipcclCheck(zipcclCommUseNccl(comms[i]));
+        return "nccl";
+    }
+    if (K->host_memory && hn && !strcmp(hn, "1")) {
+        for (int i = 0; i < n; i++) {
+            zipcclDeviceNet_t net;
+            zipcclCheck(zipcclDeviceNetHost(comms[i], &net));
+            zipcclCheck(zipcclCommSetNet(comms[i], &net));
+        }
+        return "host";
+    }
+    return NULL;
+}
+
 static void set_device_memory(const Fsdp* f, const ZrtKernels* K, zipcclComm_t* comms, int n) {
     zipcclDeviceMemory_t t = {.name = K->name, .ctx = (void*)K, .coding = zipcclDeviceStaged,
                               .toHost = k_to_host, .toDevice = k_to_device, .alloc = k_alloc,
@@ -120,7 +143,14 @@ static void set_device_memory(const Fsdp* f, const ZrtKernels* K, zipcclComm_t* 
     else if (zrt_cuda_device() >= 0 && !strncmp(K->name, "cuda", 4))
         zipcclCheck(zipcclDeviceMemoryCuda(zrt_cuda_device(), &t));
     for (int i = 0; i < n; i++) zipcclCheck(zipcclCommSetDevice(comms[i], &t));
-    if (f->rank == 0)
+    const char* net = set_net(f, K, comms, n);
+    if (f->rank == 0 && net)
+        printf("# collectives: the gathers and reduce-scatters take %s buffers, moved device to device over "
+               "%s%s (every call direct; compressed ones coded by the %s codec)%s\n", t.name, net,
+               strcmp(net, "host") ? "" : " (host memory standing in: ZRT_COMM_HOSTNET)",
+               t.coding == zipcclDeviceCodeCuda ? "CUDA" : "CPU",
+               f->ep > 1 ? "; so does the expert exchange's AlltoAllv" : "");
+    else if (f->rank == 0)
         printf("# collectives: the gathers and reduce-scatters take %s buffers (%s)%s\n", t.name,
                t.coding == zipcclDeviceStaged ? "staged through host memory, the CPU codec"
                : t.coding == zipcclDeviceCodeCuda ? "compressed calls coded on the GPU by the CUDA codec, "

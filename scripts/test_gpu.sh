@@ -3,7 +3,8 @@
 # codec tests, the GPU codec benchmark, the NCCL collectives at one rank, the
 # CUDA kernel table against the CPU table, device buffers over MPI with the
 # CUDA table and codec at 2 and 4 ranks (test_coll_device --cuda, zipccl-bench
-# --device cuda), the training checks, and every other GPU test program,
+# --device cuda), NCCL as their device network at one rank (--cuda --nccl),
+# the training checks, and every other GPU test program,
 # writing all output to one folder ($OUT if set, else BUILD/gpu-out) and to
 # stdout. Ends with "N passed, N failed".
 #
@@ -146,6 +147,11 @@ run_step gpu_kernels 60 "$BIN_TESTS/test_model" --cuda
 for n in 2 4; do
   run_step "coll_device_cuda_np$n" 90 mpirun --oversubscribe --bind-to none -n $n "$BIN_TESTS/test_coll_device" --cuda
 done
+# NCCL as the device network (zipcclCommUseNccl) through every collective
+# and strategy at one rank (NCCL refuses two ranks on one GPU): the results
+# equal the host path's bit for bit, nothing crosses the bus
+run_step coll_device_cuda_nccl_np1 60 mpirun --oversubscribe --bind-to none -n 1 "$BIN_TESTS/test_coll_device" \
+  --cuda --nccl
 for t in "$BIN_GPU"/test_gpu_*; do
   [ -x "$t" ] && [ -f "$t" ] || continue
   [ "$t" = "$codec" ] && continue

@@ -5,6 +5,7 @@
 #     GPU run within 1e-5 relative of the CPU run (cuBLAS with TF32 off,
 #     fixed-order kernels), and a second GPU run gives the same bits; with
 #     the config's bf16 gathers, within 1e-4;
+#   - comm.net: nccl at one rank: the same bits as the MPI path;
 #   - two ranks on one GPU over MPI (FSDP's collectives on the host):
 #     compressed == raw bit for bit, and within 1e-5 of two CPU ranks;
 #   - model.compute: bf16 (tensor-core GEMMs): llama-tiny's loss over the
@@ -77,6 +78,17 @@ if run 1 cpu1 $S --set runtime.device=cpu && run 1 gpu1a $S --set runtime.device
   expect gpu_two_runs_same_bits gpu1a gpu1b exact
 else
   fail gpu_1rank "a run failed (train_gpu.log)"
+fi
+
+# comm.net: nccl (FSDP's collectives device to device over an NCCL
+# communicator made from MPI's, compressed ones coded by the CUDA codec), one
+# rank (NCCL refuses two on one GPU): the same bits as the MPI path
+if [ "$DEV" = cuda ]; then
+  if run 1 gpu1n $S --set runtime.device=cuda --set comm.net=nccl --set comm.strategy=compressed; then
+    expect gpu_nccl_net_same_bits_1rank gpu1a gpu1n exact
+  else
+    fail gpu_nccl_net_1rank "a run failed (train_gpu.log)"
+  fi
 fi
 
 # the config as it ships (bf16 gathers of the fp32 master weights): a weight a

@@ -202,6 +202,25 @@ sys.exit(0 if ok else 1)
 EOF
 check bench_device_hostcoded $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/dev.err" | tr '\n' ' ')"
 
+# ... and over the host stand-in for a device network (--net host, the path
+# of --net nccl): every collective and strategy exact on 3 ranks, the rows
+# say so, the compressed All-to-All compresses too (coded on the "device").
+mpi 3 "$BIN" -b 64K -e 64K -n 2 -w 1 --device hostcoded --net host --json >"$tmp/net.out" 2>"$tmp/net.err"
+rc=$?
+msg=$(python3 "$tmp/validate.py" "$tmp/net.out" 3 bf16 20); v=$?
+python3 - "$tmp/net.out" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ok = len(rows) == 20 and all(r.get("net") == "host" for r in rows)
+ok &= any(r["coll"] == "alltoall" and r["strategy"] == "compressed" and r["ratio"] > 1.2 for r in rows)
+sys.exit(0 if ok else 1)
+EOF
+check bench_device_net_host $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/net.err" | tr '\n' ' ')"
+mpi 1 "$BIN" --net nccl -b 4K -e 4K >"$tmp/netbad.out" 2>&1
+rc=$?
+grep -q "needs --device cuda" "$tmp/netbad.out"
+check bench_net_nccl_needs_cuda $(( (rc != 2) | $? )) "exit $rc: $(tail -2 "$tmp/netbad.out" | tr '\n' ' ')"
+
 # 3. #wrong must see a corrupted element: one flipped bit on rank 0 per compressed row,
 #    with one timed call per strategy and with three interleaved ones (the check
 #    must read each strategy's own last result, not the next strategy's).

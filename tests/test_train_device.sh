@@ -13,11 +13,14 @@
 #   (b) a checkpoint written by a guarded run resumes on the CPU table and
 #       ends with the uninterrupted run's hash.
 #   (c) bad requests are refused by name: runtime.device=cuda on a machine
-#       without a usable GPU (or a build without CUDA), an unknown device.
+#       without a usable GPU (or a build without CUDA), an unknown device,
+#       comm.net=nccl off a GPU, an unknown network.
 # The gathers and reduce-scatters take the device's buffers (ZipCCL stages
 # them), and the runs say how many bytes that moved (bus_bytes); with host
 # memory standing in for a device (ZRT_COMM_HOSTCODED=1) they take the path
-# a GPU run's take, coded "on the device", with the host path's bits.
+# a GPU run's take, coded "on the device", with the host path's bits, and
+# with a host stand-in for a device network (ZRT_COMM_HOSTNET=1) the path of
+# comm.net: nccl, with the same bits.
 # The MoE model runs on the guarded device too (EP 1, and EP 2 with the
 # exchange's rows on the device), with the same bits,
 # and so does model.compute: bf16 (within 2% of fp32, not equal to it), and
@@ -143,6 +146,34 @@ hostcoded_same device_path_coded_equals_host_2ranks 2
 hostcoded_same device_path_coded_equals_host_moe_ep2_4ranks 4 $M --set parallelism.ep=2 \
   --set comm.reduce_dtype=fp32
 
+# (a5) the path comm.net: nccl takes, with ZipCCL's host stand-in for a
+# device network (ZRT_COMM_HOSTNET=1 with ZRT_COMM_HOSTCODED=1): every call
+# device to device in rounds of exact sizes, compressed ones coded on the
+# "device" (the All-to-Alls too), raw ones summed there in the canonical
+# order: compressed and raw runs equal the host path's bit for bit, dense at
+# 2 ranks and MoE at EP 2 on 4 ranks (FSDP, expert-parallel and
+# expert-data-parallel communicators, each with its network).
+hostnet_same() {
+  local name=$1 np=$2 strategy=$3
+  shift 3
+  if run "$np" "$tmp/${name}_h.jsonl" --set comm.strategy="$strategy" "$@" &&
+     ZRT_COMM_HOSTCODED=1 ZRT_COMM_HOSTNET=1 run "$np" "$tmp/${name}_n.jsonl" \
+       --set comm.strategy="$strategy" "$@"; then
+    if ! grep -q "^# collectives: .*device to device over host" "$tmp/${name}_n.jsonl.log"; then
+      fail "$name" "the run did not say its collectives took the network's path"
+    else
+      same_or_fail "$name" "$tmp/${name}_h.jsonl" "$tmp/${name}_n.jsonl"
+    fi
+  else
+    fail "$name" "a run failed"
+  fi
+}
+hostnet_same device_net_compressed_equals_host_2ranks 2 compressed
+hostnet_same device_net_raw_equals_host_2ranks 2 raw
+# shellcheck disable=SC2086
+hostnet_same device_net_compressed_equals_host_moe_ep2_4ranks 4 compressed $M --set parallelism.ep=2 \
+  --set comm.reduce_dtype=fp32
+
 # (a'''') --trace on a device: every compute span of the host has its twin
 # on the "device" track, timed by the table's events (the guarded table runs
 # each call to its end, so the twin lies within a millisecond of it)
@@ -246,6 +277,9 @@ else
   expect_error cuda_without_a_device_is_refused "key 'runtime.device': cuda: " \
     --set runtime.device=cuda
 fi
+expect_error nccl_net_off_cuda_is_refused "key 'comm.net': nccl moves GPU memory, but runtime.device is 'cpu'" \
+  --set comm.net=nccl
+expect_error unknown_net_is_refused "key 'comm.net': unknown network 'tcp'" --set comm.net=tcp
 expect_error unknown_device_is_refused "key 'runtime.device': unknown device 'tpu'" \
   --set runtime.device=tpu
 expect_error unknown_compute_is_refused "key 'model.compute': unknown mode 'fp8'" \

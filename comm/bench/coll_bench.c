@@ -20,8 +20,9 @@
  * kColls.  Read it top to bottom: the table, options, data, one size of one
  * collective (check, report, timing), then the header and main.
  *
- * What it leaves out: NCCL communicators and device buffers (this program
- * drives MPI host buffers only), in-place calls, and the non-blocking API
+ * What it leaves out: NCCL's own communicators (zipcclCommInitNccl; --net
+ * nccl gives an MPI communicator's device buffers an NCCL network), in-place
+ * calls, and the non-blocking API
  * (the entries can start a call with a request; the timed calls block).
  * It links libzipccl only; a .safetensors input is read as one flat array of
  * its data section (every tensor must have the requested dtype), which needs
@@ -88,6 +89,7 @@ typedef struct {
     int sequential; /* --order sequential: each strategy's timed calls back to back */
     int gapMs;      /* --gap: every rank idles this long before each timed call */
     int device;     /* --device: 0 host buffers, 1 cuda, 2 host memory standing in (coded in place) */
+    int net;        /* --net: 0 mpi (through host memory), 1 nccl, 2 host (the stand-in network) */
     int injectError; /* tests: corrupt one element of compressed results */
     zipcclRedOp_t op;
     zipcclDataType_t dtype;
@@ -139,6 +141,10 @@ static void usage(FILE* f) {
         "                          pinned memory, a compressed AllGather coded on the GPU);\n"
         "                          hostcoded runs that path on host memory with the CPU codec\n"
         "                          (what a machine without a GPU can check); the copies are timed\n"
+        "  --net mpi|nccl|host     how device buffers travel (default mpi: through host memory):\n"
+        "                          nccl device to device over an NCCL communicator made from\n"
+        "                          MPI's (--device cuda); host: the stand-in network\n"
+        "                          (--device hostcoded)\n"
         "  --json                  one JSON object per result line instead of the table\n"
         "  --inject-error          (tests) flip one bit of rank 0's compressed result before\n"
         "                          the check, to prove #wrong counts\n"
@@ -316,6 +322,12 @@ static void parseArgs(int argc, char** argv, Options* o) {
             else if (!strcmp(v, "cuda")) o->device = 1;
             else if (!strcmp(v, "hostcoded")) o->device = 2;
             else badArg("--device %s: host, cuda or hostcoded", v);
+        } else if (IS("--net", "--net")) {
+            const char* v = VALUE();
+            if (!strcmp(v, "mpi")) o->net = 0;
+            else if (!strcmp(v, "nccl")) o->net = 1;
+            else if (!strcmp(v, "host")) o->net = 2;
+            else badArg("--net %s: mpi, nccl or host", v);
         } else if (IS("--gap", "--gap")) {
             const char* v = VALUE();
             if (!parseInt(v, 0, 10000, &o->gapMs)) badArg("bad gap '%s' (milliseconds, 0..10000)", v);
@@ -384,6 +396,8 @@ static void parseArgs(int argc, char** argv, Options* o) {
 #undef VALUE
     }
     if (o->minBytes > o->maxBytes) badArg("%s", "-b is larger than -e");
+    if (o->net == 1 && o->device != 1) badArg("%s", "--net nccl moves GPU memory: it needs --device cuda");
+    if (o->net == 2 && o->device != 2) badArg("%s", "--net host stands in for a device network: it needs --device hostcoded");
     /* MPI's reference collectives take int counts of elements. */
     if (o->maxBytes / zipcclTypeSize(o->dtype) > (size_t)INT_MAX)
         badArg("%s", "-e is too large (at most 2^31-1 elements)");
@@ -715,6 +729,7 @@ static void report(const Options* o, const CollShape* s, const CollTest* coll, z
                "\"nranks\":%d,\"buffers\":\"%s\",\"strategy\":\"%s\",",
                coll->name, zipcclTypeName(o->dtype), s->bytes, s->count, nranks,
                o->device == 1 ? "cuda" : o->device == 2 ? "hostcoded" : "host", sn);
+        if (o->net) printf("\"net\":\"%s\",", o->net == 1 ? "nccl" : "host");
         if (coded) printf("\"codec\":\"%s\",", zipcclCodecName(cfg.codec));
         if (algoed) printf("\"algo\":\"%s\",", zipcclAlgoName(algo));
         if (strat == zipcclStrategyAuto) printf("\"picked\":\"%s\",", picked);
@@ -986,6 +1001,12 @@ int main(int argc, char** argv) {
         }
         ZCHECK(zipcclCommSetDevice(c.env.comm, &c.mem));
         c.onDevice = 1;
+        if (o.net == 1) ZCHECK(zipcclCommUseNccl(c.env.comm));
+        if (o.net == 2) {
+            zipcclDeviceNet_t net;
+            ZCHECK(zipcclDeviceNetHost(c.env.comm, &net));
+            ZCHECK(zipcclCommSetNet(c.env.comm, &net));
+        }
     }
 
     printHeader(&c, &o);
