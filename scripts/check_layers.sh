@@ -53,7 +53,7 @@ layer() {
     tune/tune_explore.c) echo "7 tune/explore" ;;
     tune/tune_model.c)   echo "6 tune/model" ;;
     core/coll_run.c)     echo "5 run" ;;
-    algo/*)              echo "4 designs" ;;
+    algo/*)              echo "4 designs" ;;  # coll_algos.c (host buffers), coll_device.c (device buffers)
     core/coll_agree.c)   echo "3 agreement" ;;
     transport/*)         echo "2 transport" ;;
     codec/*)             echo "1 codec" ;;

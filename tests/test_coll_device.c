@@ -290,6 +290,7 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const
                 const zipcclDataType_t dt = dts[di];
                 const size_t esz = zipcclTypeSize(dt);
                 zipcclCallConfig_t cfg = {runs[ri].s, zipcclCodecFast, runs[ri].a}, hostCfg = cfg;
+                if (net && cfg.algo == zipcclAlgoRing) cfg.algo = zipcclAlgoDefault; /* direct only */
                 /* A network without collectives of its own runs native calls
                  * raw (compare with the host's raw); NCCL's own sums add in
                  * their own order (not compared bit for bit). */
@@ -458,7 +459,7 @@ static void inPlace(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const ch
     char* got = malloc(N * esz);
     static const zipcclStrategy_t strats[] = {zipcclStrategyRaw, zipcclStrategyCompressed};
     for (int si = 0; si < 2; si++) {
-        zipcclCallConfig_t cfg = {strats[si], zipcclCodecFast, zipcclAlgoRing};
+        zipcclCallConfig_t cfg = {strats[si], zipcclCodecFast, net ? zipcclAlgoDefault : zipcclAlgoRing};
         const char* sn = si ? "compressed" : "raw";
         void* d = mem->alloc(mem->ctx, N * esz);
         /* AllGather: this rank's block already in place */
@@ -556,6 +557,12 @@ static void refusals(void) {
            "a network without exchange: %s", zipcclGetLastErrorDetail());
     EXPECT(zipcclCommSetNet(c, &net) == zipcclSuccess, "a network on the host-coded table: %s",
            zipcclGetLastErrorDetail());
+    void* buf = kHostCoded.alloc(NULL, 64 * (size_t)nranks);
+    zipcclCallConfig_t ring = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing};
+    EXPECT(zipcclAllGather(buf, buf, 8, zipcclFloat32, c, &ring, NULL) == zipcclUnsupported &&
+               strstr(zipcclGetLastErrorDetail(), "direct"),
+           "a ring asked for over a network: %s", zipcclGetLastErrorDetail());
+    kHostCoded.free(NULL, buf);
     report(ok, "device_net_refusals");
     zipcclCommDestroy(c);
 

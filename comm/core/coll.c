@@ -42,6 +42,7 @@
 
 #include "coll_agree.h"
 #include "coll_algos.h"
+#include "coll_device.h"
 #include "coll_internal.h"
 #include "coll_run.h"
 #include "switcher.h"

@@ -15,6 +15,4 @@
  * op->cfg, already decided and the same on every rank; what it cost goes
  * into *st. */
 zipcclResult_t zipcclRunDecided(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st);
-/* Free the device scratch and host staging of c->dev (no call in flight). */
-void zipcclDeviceRelease(struct zipcclComm* c);
 #endif /* ZIPCCL_COLL_RUN_H */

@@ -1,0 +1,660 @@
+/*
+ * coll_device.c — the designs on device buffers: a call whose sendbuf and
+ * recvbuf are a device's memory (zipcclCommSetDevice), run where they live.
+ * core/coll_run.c stages the other calls through host memory (the host
+ * designs on pinned staging); the ones here keep the data on the device:
+ *
+ *   coded on the device, frames through host memory (a table that codes on
+ *       the device, no network): a compressed AllGather compresses this
+ *       rank's block where it lives and only its frame goes down; the
+ *       frames' sizes are summed over the ranks (each adds its own at its
+ *       index); the frames travel by the raw AlltoAllv design over the host
+ *       staging; the received ones go up and each is decoded into its block
+ *       of recvbuf.  A compressed ReduceScatter compresses each peer's block
+ *       on the device, sums the (n, n) sizes, exchanges the frames the same
+ *       way, decodes each received frame and adds it on the device in the
+ *       canonical order (r+1, ..., r-1, own last), one rounding.  The bus
+ *       carries frames, not raw blocks.
+ *   over a network (zipcclCommSetNet: NCCL, or the host stand-in below):
+ *       nothing crosses the bus; every call is rounds of the network's
+ *       grouped exchange with exact sizes (runNet).  native: the network's
+ *       own collective (NCCL's), else raw; raw: the blocks as they are, the
+ *       direct designs (a reduction sums the received blocks on the device
+ *       in the canonical order); compressed: the coded calls above with
+ *       their frames exchanged device to device, and the same for
+ *       AllReduce (coded ReduceScatter, then coded AllGather) and the
+ *       All-to-Alls (each block its frame, (n, n) sizes).  The sizes are
+ *       summed over MPI (the agreement's all-reduce) by the progress thread,
+ *       so the caller never waits for them; on NCCL's own communicators
+ *       (zipcclCommInitNccl, no MPI) they travel over the network itself.
+ *
+ * Every design here gives the host designs' bits: the codec is lossless,
+ * blocks are split as the host designs split them, and sums run in the
+ * canonical order (docs/COLLECTIVES.md §3) through the table's accumulate
+ * and finalize.
+ *
+ * Left out: pipelining the codec, copies and messages of one call (one
+ * frame per peer per call); ring and one-shot designs over a network (the
+ * direct ones only: an explicit request for another is refused).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_agree.h"
+#include "coll_algos.h"
+#include "coll_device.h"
+
+/* ---- the device's memory ------------------------------------------------------- */
+
+enum { kDevFrames = 0, kDevWork = 1, kDevAcc = 2, kDevTmp = 3, kDevBlocks = 4, kDevBlock = 5, kDevSizes = 6 }; /* device scratch */
+
+/* Grow *p to at least `bytes` (by 1/8 more, as the communicator's
+ * scratch) with the table's device allocator (dev) or its host staging one;
+ * old contents are not kept.  NULL when out of memory. */
+static void* grow(const zipcclDeviceMemory_t* d, int dev, void** p, size_t* cap, size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    if (*cap >= bytes) return *p;
+    if (*p) dev ? d->free(d->ctx, *p) : d->hostFree ? d->hostFree(d->ctx, *p) : free(*p);
+    *cap = bytes + bytes / 8;
+    *p = dev ? d->alloc(d->ctx, *cap) : d->hostAlloc ? d->hostAlloc(d->ctx, *cap) : malloc(*cap);
+    if (!*p) *cap = 0;
+    return *p;
+}
+void* zipcclHostStage(struct zipcclComm* c, int slot, size_t bytes) {
+    return grow(&c->dev, 0, &c->hostStage[slot], &c->hostStageCap[slot], bytes);
+}
+static void* devScratch(struct zipcclComm* c, int slot, size_t bytes) {
+    return grow(&c->dev, 1, &c->devScratch[slot], &c->devScratchCap[slot], bytes);
+}
+
+void zipcclDeviceRelease(struct zipcclComm* c) {
+    if (!c->onDevice) return;
+    const zipcclDeviceMemory_t* d = &c->dev;
+    if (d->bind) d->bind(d->ctx);
+    if (c->devStream) {
+        d->synchronize(d->ctx, c->devStream);
+        d->streamDestroy(d->ctx, c->devStream);
+        c->devStream = NULL;
+    }
+    for (int i = 0; i < ZIPCCL_DEV_SLOTS; i++) {
+        if (c->devScratch[i]) d->free(d->ctx, c->devScratch[i]);
+        c->devScratch[i] = NULL;
+        c->devScratchCap[i] = 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (c->hostStage[i]) d->hostFree ? d->hostFree(d->ctx, c->hostStage[i]) : free(c->hostStage[i]);
+        c->hostStage[i] = NULL;
+        c->hostStageCap[i] = 0;
+    }
+}
+
+/* Device -> host (down) and host -> device (up), counted on the call. */
+zipcclResult_t zipcclDown(struct zipcclComm* c, const zipcclOp* op, void* host, const void* dev, size_t bytes,
+                           zipcclExecStats* st) {
+    if (!bytes) return zipcclSuccess;
+    const double t = zipcclNow();
+    zipcclResult_t r = c->dev.toHost(c->dev.ctx, host, dev, bytes, op->stream);
+    st->busSeconds += zipcclNow() - t;
+    st->busBytes += bytes;
+    if (r == zipcclSuccess) return r;
+    return zipcclPrefixError(r, "%s: copying %zu bytes from %s memory to the host", zipcclCollName(op->kind), bytes,
+                             c->dev.name);
+}
+
+zipcclResult_t zipcclUp(struct zipcclComm* c, const zipcclOp* op, void* dev, const void* host, size_t bytes,
+                         zipcclExecStats* st) {
+    if (!bytes) return zipcclSuccess;
+    const double t = zipcclNow();
+    zipcclResult_t r = c->dev.toDevice(c->dev.ctx, dev, host, bytes, op->stream);
+    st->busSeconds += zipcclNow() - t;
+    st->busBytes += bytes;
+    if (r == zipcclSuccess) return r;
+    return zipcclPrefixError(r, "%s: copying %zu bytes from the host to %s memory", zipcclCollName(op->kind), bytes,
+                             c->dev.name);
+}
+
+zipcclResult_t zipcclNoMemory(const struct zipcclComm* c, const zipcclOp* op, const char* where, size_t bytes) {
+    return zipcclSetError(zipcclSystemError, "%s: out of %s memory for %zu bytes of %s", zipcclCollName(op->kind),
+                          where[0] == 'd' ? c->dev.name : "host", bytes, where + 2);
+}
+
+/* AlltoAllv: elements from buffer start to the end of the last block. */
+size_t zipcclExtentOf(const size_t* counts, const size_t* displs, int n) {
+    size_t e = 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i] && displs[i] + counts[i] > e) e = displs[i] + counts[i];
+    return e;
+}
+
+/* ---- device buffers, coded on the device: what every coded call shares ------------ */
+
+/* One coded call's frames: `sendSlots` slots for what this rank sends and n
+ * for what it receives, on the device, and (without a network) their twins
+ * in host staging, which is what crosses between the ranks; the codec and
+ * its context on the call's stream.  A slot holds the largest frame of the
+ * call's largest block, 256-byte aligned (the device codec's aligned loads
+ * and stores), with room for the pad byte of the 2-byte elements the
+ * staged frames travel as. */
+typedef struct {
+    const zipcclCodecOps* codec;
+    zipcclCodecCtx cx;
+    zipcclCodecParams_t params;
+    size_t slot;
+    char *dsend, *drecv; /* device */
+    char *hsend, *hrecv; /* host staging; NULL over a network */
+} Frames;
+
+static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const zipcclExecStats* st, int sendSlots,
+                                 size_t maxCount, Frames* f) {
+    const int n = c->nranks;
+    f->codec = zipcclCodecOpsFor(c->dev.coding == zipcclDeviceCodeCuda);
+    f->slot = (f->codec->bound(maxCount, op->dtype, 0) + 1 + 255) & ~(size_t)255;
+    const size_t all = (size_t)(sendSlots + n) * f->slot;
+    f->dsend = devScratch(c, kDevFrames, all);
+    if (!f->dsend) return zipcclNoMemory(c, op, "d:frames", all);
+    f->drecv = f->dsend + (size_t)sendSlots * f->slot;
+    const size_t wsz = f->codec->workspace(maxCount, op->dtype);
+    void* work = wsz ? devScratch(c, kDevWork, wsz) : NULL;
+    if (wsz && !work) return zipcclNoMemory(c, op, "d:codec workspace", wsz);
+    f->hsend = f->hrecv = NULL;
+    if (!c->hasNet) {
+        f->hsend = zipcclHostStage(c, zipcclStageSend, (size_t)sendSlots * f->slot);
+        f->hrecv = f->hsend ? zipcclHostStage(c, zipcclStageRecv, (size_t)n * f->slot) : NULL;
+        if (!f->hsend || !f->hrecv) return zipcclNoMemory(c, op, "h:frame staging", all);
+    }
+    f->cx = (zipcclCodecCtx){.workspace = work, .workspaceSize = wsz, .stream = op->stream};
+    f->params = (zipcclCodecParams_t)ZIPCCL_CODEC_PARAMS_DEFAULT;
+    f->params.codec = st->codec;
+    return zipcclSuccess;
+}
+
+/* Compress `count` elements at src on the device into send slot j (the
+ * block for rank `to`) and, without a network, bring the frame down into
+ * its staging slot (padded to 2 bytes). */
+static zipcclResult_t encode(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f,
+                             const void* src, size_t count, int j, int to, size_t* bytes) {
+    char* frame = f->dsend + (size_t)j * f->slot;
+    const double t = zipcclNow();
+    zipcclResult_t res = f->codec->compress(&f->cx, src, count, op->dtype, frame, f->slot, bytes, &f->params);
+    st->codecSeconds += zipcclNow() - t;
+    if (res != zipcclSuccess)
+        return zipcclPrefixError(res, "%s: compressing the block for rank %d on the device", zipcclCollName(op->kind),
+                                 to);
+    if (c->hasNet) return zipcclSuccess;
+    char* host = f->hsend + (size_t)j * f->slot;
+    ZIPCCL_TRY(zipcclDown(c, op, host, frame, *bytes, st));
+    if (*bytes & 1) host[*bytes] = 0; /* the pad byte of the last 2-byte element */
+    return zipcclSuccess;
+}
+
+/* One round over the network, counted on the call. */
+static zipcclResult_t netRound(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                               const void* const* send, const size_t* sb, void* const* recv, const size_t* rb) {
+    const double t = zipcclNow();
+    zipcclResult_t res = c->net.exchange(c->net.ctx, send, sb, recv, rb, op->stream);
+    st->wireSeconds += zipcclNow() - t;
+    for (int p = 0; p < c->nranks; p++)
+        if (p != c->rank) st->wireBytes += sb[p];
+    return res == zipcclSuccess ? res
+                                : zipcclPrefixError(res, "%s: exchanging over %s", zipcclCollName(op->kind),
+                                                    c->net.name);
+}
+
+/* The frames' sizes summed over the ranks.  `size` holds `rows` x n
+ * doubles, zero but for this rank's part: its own frame at index r
+ * (AllGather, rows 1) or its row r (the sizes of what it sends each rank,
+ * rows n).  With MPI's host control, the agreement's small all-reduce (the
+ * progress thread waits, not the caller); on a communicator without one
+ * (NCCL's own) every rank's part travels over the network to every rank,
+ * device to device, and comes down. */
+static zipcclResult_t sumSizes(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, double* size,
+                               int rows) {
+    const int n = c->nranks, r = c->rank;
+    const char* what = zipcclCollName(op->kind);
+    if (n == 1) return zipcclSuccess;
+    if (zipcclHostControl(c)) {
+        char why[80];
+        snprintf(why, sizeof why, "%s: the sizes of the frames", what);
+        return zipcclAgreedAllreduce(c, size, size, rows * n, zipcclTpSum, why);
+    }
+    if (!c->hasNet) return zipcclSetError(zipcclInternalError, "%s: no way to sum the frame sizes", what);
+    const size_t part = (rows == 1 ? 1 : (size_t)n) * sizeof(double); /* each rank's share */
+    char* dev = devScratch(c, kDevSizes, part * (size_t)(n + 1));
+    if (!dev) return zipcclNoMemory(c, op, "d:the frame sizes", part * (size_t)(n + 1));
+    ZIPCCL_TRY(zipcclUp(c, op, dev, (const char*)size + (size_t)r * part, part, st));
+    const void* send[n];
+    void* recv[n];
+    size_t sb[n], rb[n];
+    for (int p = 0; p < n; p++) send[p] = dev, sb[p] = rb[p] = part, recv[p] = dev + part * (size_t)(p + 1);
+    ZIPCCL_TRY(netRound(c, op, st, send, sb, recv, rb));
+    return zipcclDown(c, op, size, dev + part, part * (size_t)n, st);
+}
+
+/* The frames between the ranks: to each peer p, sb[p] bytes of send slot
+ * slotOf[p]; from each, rb[p] bytes into receive slot p (the rank itself:
+ * none).  Over the network device to device, else by the raw AlltoAllv
+ * design over the host staging, as 2-byte elements. */
+static zipcclResult_t exchange(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const Frames* f,
+                               const int* slotOf, const size_t* sb, const size_t* rb) {
+    const int n = c->nranks;
+    if (c->hasNet) {
+        const void* send[n];
+        void* recv[n];
+        for (int p = 0; p < n; p++) {
+            send[p] = f->dsend + (size_t)slotOf[p] * f->slot;
+            recv[p] = f->drecv + (size_t)p * f->slot;
+        }
+        return netRound(c, op, st, send, sb, recv, rb);
+    }
+    size_t sc[n], sd[n], rc[n], rd[n];
+    for (int p = 0; p < n; p++) {
+        sc[p] = (sb[p] + 1) / 2, sd[p] = (size_t)slotOf[p] * f->slot / 2;
+        rc[p] = (rb[p] + 1) / 2, rd[p] = (size_t)p * f->slot / 2;
+    }
+    zipcclOp x = {.comm = c, .kind = zipcclCollAlltoAllv, .sendbuf = f->hsend, .recvbuf = f->hrecv,
+                  .sendcounts = sc, .sdispls = sd, .recvcounts = rc, .rdispls = rd,
+                  .dtype = zipcclBfloat16, .op = zipcclSum, .stream = op->stream};
+    x.cfg = op->cfg;
+    x.cfg.strategy = zipcclStrategyRaw;
+    zipcclExecStats xs;
+    memset(&xs, 0, sizeof xs);
+    xs.strategy = zipcclStrategyRaw;
+    xs.codec = st->codec;
+    xs.algo = zipcclAlgoRun(zipcclCollAlltoAllv, x.cfg.algo);
+    zipcclResult_t res = zipcclRunAlgo(c, &x, &xs);
+    st->wireBytes += xs.wireBytes;
+    st->wireSeconds += xs.wireSeconds;
+    return res == zipcclSuccess ? res
+                                : zipcclPrefixError(res, "%s: exchanging the frames", zipcclCollName(op->kind));
+}
+
+/* A frame of `bytes` decoded on the device into `count` elements at dst:
+ * send slot `slot` (one this rank encoded) or receive slot `slot` (rank
+ * slot's, up from the staging first when there is no network). */
+static zipcclResult_t decode(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f, int sent,
+                             int slot, int from, size_t bytes, void* dst, size_t count) {
+    char* frame = (sent ? f->dsend : f->drecv) + (size_t)slot * f->slot;
+    if (!sent && !c->hasNet) ZIPCCL_TRY(zipcclUp(c, op, frame, f->hrecv + (size_t)slot * f->slot, bytes, st));
+    size_t got = 0;
+    const double t = zipcclNow();
+    zipcclResult_t res = f->codec->decompress(&f->cx, frame, bytes, dst, count * zipcclTypeSize(op->dtype), &got,
+                                              op->dtype, NULL);
+    st->codecSeconds += zipcclNow() - t;
+    const char* what = zipcclCollName(op->kind);
+    if (res != zipcclSuccess) return zipcclPrefixError(res, "%s: decoding rank %d's frame on the device", what, from);
+    if (got != count)
+        return zipcclSetError(zipcclCorruptStream, "%s: rank %d's frame holds %zu elements, not %zu", what, from, got,
+                              count);
+    return zipcclSuccess;
+}
+
+/* A frame size the sizes' all-reduce reported, checked against the slot. */
+static zipcclResult_t sizeOk(const zipcclOp* op, int i, double bytes, size_t slot) {
+    if (bytes >= 1 && bytes < (double)slot) return zipcclSuccess;
+    return zipcclSetError(zipcclCorruptStream, "%s: rank %d's frame would be %.0f bytes, outside (0, %zu)",
+                          zipcclCollName(op->kind), i, bytes, slot);
+}
+
+/* Blocks of a call: rank i's block has counts[i] elements at displs[i]. */
+static size_t maxOf(const size_t* v, int n) {
+    size_t m = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i] > m) m = v[i];
+    return m;
+}
+/* AllReduce's blocks: count split as evenly as it goes, the first ones one
+ * element longer (the host designs' split). */
+static void splitCount(size_t count, int n, size_t* counts, size_t* displs) {
+    const size_t base = count / (size_t)n, extra = count % (size_t)n;
+    size_t d = 0;
+    for (int i = 0; i < n; i++) counts[i] = base + ((size_t)i < extra), displs[i] = d, d += counts[i];
+}
+
+/* ---- AllGather coded on the device ------------------------------------------------- */
+
+/* Rank r's block `mine` is compressed on the device (once, for every peer);
+ * the frames' sizes are summed over the ranks (each adds its own at its
+ * index); the frames are exchanged; each is decoded into its block of
+ * recvbuf, ours too (what a peer decodes of it, and no copy). */
+static zipcclResult_t codedAllGather(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const void* mine,
+                                     const size_t* counts, const size_t* displs, void* recvbuf) {
+    const int n = c->nranks, r = c->rank;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    Frames f;
+    ZIPCCL_TRY(framesInit(c, op, st, 1, maxOf(counts, n), &f));
+    size_t own = 0;
+    ZIPCCL_TRY(encode(c, op, st, &f, mine, counts[r], 0, r, &own));
+    double size[n];
+    for (int i = 0; i < n; i++) size[i] = i == r ? (double)own : 0;
+    if (n > 1) {
+        ZIPCCL_TRY(sumSizes(c, op, st, size, 1));
+        int slotOf[n];
+        size_t sb[n], rb[n];
+        for (int i = 0; i < n; i++) {
+            ZIPCCL_TRY(sizeOk(op, i, size[i], f.slot));
+            slotOf[i] = 0;
+            sb[i] = i == r ? 0 : own;
+            rb[i] = i == r ? 0 : (size_t)size[i];
+        }
+        ZIPCCL_TRY(exchange(c, op, st, &f, slotOf, sb, rb));
+    }
+    st->rawBytes += (size_t)(n - 1) * counts[r] * esz;
+    for (int i = 0; i < n; i++)
+        ZIPCCL_TRY(decode(c, op, st, &f, i == r, i == r ? 0 : i, i, (size_t)size[i],
+                          (char*)recvbuf + displs[i] * esz, counts[i]));
+    return zipcclSuccess;
+}
+
+/* ---- ReduceScatter coded on the device --------------------------------------------- */
+
+/* Each peer's block of sendbuf is compressed on the device into a frame of
+ * its own; every rank's n sizes are summed over the ranks into the (n, n)
+ * matrix `size` (row: sender), so each knows what it will receive; the
+ * frames are exchanged; the received ones are decoded one at a time and
+ * added in the canonical order (ranks r+1, ..., r-1, then our own block,
+ * docs/COLLECTIVES.md §3) into an fp32 accumulator on the device, rounded
+ * once into out: the bits of the host designs. */
+static zipcclResult_t codedReduceScatter(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                                         const char* sendbuf, const size_t* counts, const size_t* displs, void* out,
+                                         double* size) {
+    const int n = c->nranks, r = c->rank;
+    const zipcclDataType_t dt = op->dtype;
+    const size_t esz = zipcclTypeSize(dt), count = counts[r];
+    const zipcclDeviceMemory_t* d = &c->dev;
+    Frames f;
+    ZIPCCL_TRY(framesInit(c, op, st, n, maxOf(counts, n), &f));
+    float* acc = devScratch(c, kDevAcc, count * sizeof(float));
+    if (!acc) return zipcclNoMemory(c, op, "d:the fp32 accumulator", count * sizeof(float));
+    char* tmp = n > 1 ? devScratch(c, kDevTmp, count * esz) : NULL;
+    if (n > 1 && !tmp) return zipcclNoMemory(c, op, "d:a decoded block", count * esz);
+    zipcclResult_t res = zipcclSuccess;
+
+    if (n > 1) {
+        memset(size, 0, (size_t)n * n * sizeof(double)); /* [sender][receiver] */
+        for (int j = 0; j < n; j++) {
+            if (j == r) continue;
+            size_t bytes = 0;
+            ZIPCCL_TRY(encode(c, op, st, &f, sendbuf + displs[j] * esz, counts[j], j, j, &bytes));
+            size[(size_t)r * n + j] = (double)bytes;
+            st->rawBytes += counts[j] * esz;
+        }
+        ZIPCCL_TRY(sumSizes(c, op, st, size, n));
+        int slotOf[n];
+        size_t sb[n], rb[n];
+        for (int i = 0; i < n; i++) {
+            if (i != r) ZIPCCL_TRY(sizeOk(op, i, size[(size_t)i * n + r], f.slot));
+            slotOf[i] = i;
+            sb[i] = i == r ? 0 : (size_t)size[(size_t)r * n + i];
+            rb[i] = i == r ? 0 : (size_t)size[(size_t)i * n + r];
+        }
+        ZIPCCL_TRY(exchange(c, op, st, &f, slotOf, sb, rb));
+        /* In the canonical order: r+1, ..., r-1 from their frames. */
+        for (int k = 1; k < n && res == zipcclSuccess; k++) {
+            const int i = (r + k) % n;
+            ZIPCCL_TRY(decode(c, op, st, &f, 0, i, i, (size_t)size[(size_t)i * n + r], tmp, count));
+            res = d->accumulate(d->ctx, acc, tmp, count, dt, k == 1, op->stream);
+        }
+    }
+    /* Our own block last (alone on one rank), then one rounding. */
+    if (res == zipcclSuccess) res = d->accumulate(d->ctx, acc, sendbuf + displs[r] * esz, count, dt, n == 1, op->stream);
+    if (res == zipcclSuccess) res = d->finalize(d->ctx, out, acc, count, dt, op->op, n, op->stream);
+    return res == zipcclSuccess ? res : zipcclPrefixError(res, "ReduceScatter: the sum on %s", d->name);
+}
+
+/* ---- the All-to-Alls coded on the device (over a network) -------------------------- */
+
+/* Every non-empty block compressed on the device, ours too; the (n, n)
+ * sizes summed; the frames exchanged; each received one (and ours) decoded
+ * into its place in recvbuf.  An empty block has no frame.  In place is
+ * fine: every block is encoded before any is decoded. */
+static zipcclResult_t codedAlltoAll(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const size_t* sc,
+                                    const size_t* sd, const size_t* rc, const size_t* rd, double* size) {
+    const int n = c->nranks, r = c->rank;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    const size_t most = maxOf(sc, n) > maxOf(rc, n) ? maxOf(sc, n) : maxOf(rc, n);
+    Frames f;
+    ZIPCCL_TRY(framesInit(c, op, st, n, most, &f));
+    memset(size, 0, (size_t)n * n * sizeof(double));
+    for (int j = 0; j < n; j++) {
+        if (!sc[j]) continue;
+        size_t bytes = 0;
+        ZIPCCL_TRY(encode(c, op, st, &f, (const char*)op->sendbuf + sd[j] * esz, sc[j], j, j, &bytes));
+        size[(size_t)r * n + j] = (double)bytes;
+        if (j != r) st->rawBytes += sc[j] * esz;
+    }
+    if (n > 1)
+        ZIPCCL_TRY(sumSizes(c, op, st, size, n));
+    int slotOf[n];
+    size_t sb[n], rb[n];
+    for (int i = 0; i < n; i++) {
+        const double in = size[(size_t)i * n + r];
+        if (rc[i]) ZIPCCL_TRY(sizeOk(op, i, in, f.slot));
+        else if (in != 0)
+            return zipcclSetError(zipcclMismatch, "%s: rank %d sends a frame to rank %d, whose recvcounts[%d] is 0",
+                                  zipcclCollName(op->kind), i, r, i);
+        slotOf[i] = i;
+        sb[i] = i == r ? 0 : (size_t)size[(size_t)r * n + i];
+        rb[i] = i == r ? 0 : (size_t)in;
+    }
+    if (n > 1) ZIPCCL_TRY(exchange(c, op, st, &f, slotOf, sb, rb));
+    for (int i = 0; i < n; i++)
+        if (rc[i])
+            ZIPCCL_TRY(decode(c, op, st, &f, i == r, i, i, (size_t)size[(size_t)i * n + r],
+                              (char*)op->recvbuf + rd[i] * esz, rc[i]));
+    return zipcclSuccess;
+}
+
+/* ---- raw over a network -------------------------------------------------------------- */
+
+/* A device-to-device copy: a round with only this rank in it. */
+static zipcclResult_t netCopy(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, void* dst,
+                              const void* src, size_t bytes) {
+    const int n = c->nranks;
+    const void* send[n];
+    void* recv[n];
+    size_t sb[n], rb[n];
+    memset(sb, 0, sizeof sb), memset(rb, 0, sizeof rb), memset(send, 0, sizeof send), memset(recv, 0, sizeof recv);
+    send[c->rank] = src, recv[c->rank] = dst, sb[c->rank] = rb[c->rank] = bytes;
+    return bytes ? netRound(c, op, st, send, sb, recv, rb) : zipcclSuccess;
+}
+
+/* Rank r's block to every rank (itself too, unless it is in place). */
+static zipcclResult_t rawAllGather(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const void* mine,
+                                   const size_t* counts, const size_t* displs, void* recvbuf) {
+    const int n = c->nranks, r = c->rank;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    const int inPlace = mine == (char*)recvbuf + displs[r] * esz;
+    const void* send[n];
+    void* recv[n];
+    size_t sb[n], rb[n];
+    for (int p = 0; p < n; p++) {
+        const int skip = p == r && inPlace;
+        send[p] = mine, sb[p] = skip ? 0 : counts[r] * esz;
+        recv[p] = (char*)recvbuf + displs[p] * esz, rb[p] = skip ? 0 : counts[p] * esz;
+    }
+    st->rawBytes += (size_t)(n - 1) * counts[r] * esz;
+    return netRound(c, op, st, send, sb, recv, rb);
+}
+
+/* Block p of sendbuf to rank p; the n - 1 blocks received summed with ours
+ * in the canonical order on the device. */
+static zipcclResult_t rawReduceScatter(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                                       const char* sendbuf, const size_t* counts, const size_t* displs, void* out) {
+    const int n = c->nranks, r = c->rank;
+    const zipcclDataType_t dt = op->dtype;
+    const size_t esz = zipcclTypeSize(dt), count = counts[r], blk = count * esz;
+    const zipcclDeviceMemory_t* d = &c->dev;
+    float* acc = devScratch(c, kDevAcc, count * sizeof(float));
+    if (!acc) return zipcclNoMemory(c, op, "d:the fp32 accumulator", count * sizeof(float));
+    char* blocks = n > 1 ? devScratch(c, kDevBlocks, (size_t)n * blk) : NULL;
+    if (n > 1 && !blocks) return zipcclNoMemory(c, op, "d:the received blocks", (size_t)n * blk);
+    const void* send[n];
+    void* recv[n];
+    size_t sb[n], rb[n];
+    for (int p = 0; p < n; p++) {
+        send[p] = sendbuf + displs[p] * esz, sb[p] = p == r ? 0 : counts[p] * esz;
+        recv[p] = blocks ? blocks + (size_t)p * blk : NULL, rb[p] = p == r ? 0 : blk;
+        if (p != r) st->rawBytes += counts[p] * esz;
+    }
+    if (n > 1) ZIPCCL_TRY(netRound(c, op, st, send, sb, recv, rb));
+    zipcclResult_t res = zipcclSuccess;
+    for (int k = 1; k <= n && res == zipcclSuccess; k++) {
+        const int i = (r + k) % n; /* r+1, ..., r-1, then ours */
+        res = d->accumulate(d->ctx, acc, i == r ? send[r] : recv[i], count, dt, k == 1, op->stream);
+    }
+    if (res == zipcclSuccess) res = d->finalize(d->ctx, out, acc, count, dt, op->op, n, op->stream);
+    return res == zipcclSuccess ? res : zipcclPrefixError(res, "ReduceScatter: the sum on %s", d->name);
+}
+
+/* Each block to its rank (ours: a copy); in place, the input copied first. */
+static zipcclResult_t rawAlltoAll(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const size_t* sc,
+                                  const size_t* sd, const size_t* rc, const size_t* rd) {
+    const int n = c->nranks, r = c->rank;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    const char* src = op->sendbuf;
+    const size_t extent = zipcclExtentOf(sc, sd, n) * esz;
+    if (op->sendbuf == op->recvbuf && extent) {
+        char* copy = devScratch(c, kDevBlocks, extent);
+        if (!copy) return zipcclNoMemory(c, op, "d:the in-place input", extent);
+        ZIPCCL_TRY(netCopy(c, op, st, copy, src, extent));
+        src = copy;
+    }
+    const void* send[n];
+    void* recv[n];
+    size_t sb[n], rb[n];
+    for (int p = 0; p < n; p++) {
+        send[p] = src + sd[p] * esz, sb[p] = sc[p] * esz;
+        recv[p] = (char*)op->recvbuf + rd[p] * esz, rb[p] = rc[p] * esz;
+        if (p != r) st->rawBytes += sc[p] * esz;
+    }
+    return netRound(c, op, st, send, sb, recv, rb);
+}
+
+/* ---- a call over a network ------------------------------------------------------------ */
+
+static zipcclResult_t runNet(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st,
+                             double* size) {
+    const int n = c->nranks, r = c->rank;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    const zipcclCollKind_t k = op->kind;
+    /* Exact-size receives: only once every rank is known to make this call. */
+    ZIPCCL_TRY(zipcclAgreeWait(c));
+    if (s == zipcclStrategyNative && c->net.collective && k != zipcclCollAlltoAll && k != zipcclCollAlltoAllv) {
+        const double t = zipcclNow();
+        zipcclResult_t res =
+            c->net.collective(c->net.ctx, k, op->sendbuf, op->recvbuf, op->count, op->dtype, op->op, op->stream);
+        st->wireSeconds += zipcclNow() - t;
+        st->rawBytes = st->wireBytes = (k == zipcclCollAllReduce ? 2 * op->count * esz * (size_t)(n - 1) / (size_t)n
+                                                                 : op->count * esz * (size_t)(n - 1));
+        return res == zipcclSuccess ? res : zipcclPrefixError(res, "%s: %s's own", zipcclCollName(k), c->net.name);
+    }
+    if (op->cfg.algo == zipcclAlgoRing || op->cfg.algo == zipcclAlgoOneShot)
+        return zipcclSetError(zipcclUnsupported, "%s: the %s design runs over host messages; over %s every call "
+                              "is direct (ask for direct or the default)", zipcclCollName(k),
+                              zipcclAlgoName(op->cfg.algo), c->net.name);
+    const int coded = s == zipcclStrategyCompressed;
+    if (s == zipcclStrategyNative) st->strategy = zipcclStrategyRaw; /* the network has none of its own */
+    st->algo = zipcclAlgoDirect;
+    size_t counts[n], displs[n];
+    if (k == zipcclCollAllReduce) splitCount(op->count, n, counts, displs);
+    else
+        for (int i = 0; i < n; i++) counts[i] = op->count, displs[i] = (size_t)i * op->count;
+    switch (k) {
+    case zipcclCollAllGather:
+        if (!op->count) return zipcclSuccess;
+        return coded ? codedAllGather(c, op, st, op->sendbuf, counts, displs, op->recvbuf)
+                     : rawAllGather(c, op, st, op->sendbuf, counts, displs, op->recvbuf);
+    case zipcclCollReduceScatter:
+        if (!op->count) return zipcclSuccess;
+        return coded ? codedReduceScatter(c, op, st, op->sendbuf, counts, displs, op->recvbuf, size)
+                     : rawReduceScatter(c, op, st, op->sendbuf, counts, displs, op->recvbuf);
+    case zipcclCollAllReduce: {
+        if (!op->count) return zipcclSuccess;
+        char* block = devScratch(c, kDevBlock, counts[r] * esz);
+        if (!block) return zipcclNoMemory(c, op, "d:the reduced block", counts[r] * esz);
+        if (coded) {
+            ZIPCCL_TRY(codedReduceScatter(c, op, st, op->sendbuf, counts, displs, block, size));
+            return codedAllGather(c, op, st, block, counts, displs, op->recvbuf);
+        }
+        ZIPCCL_TRY(rawReduceScatter(c, op, st, op->sendbuf, counts, displs, block));
+        return rawAllGather(c, op, st, block, counts, displs, op->recvbuf);
+    }
+    case zipcclCollAlltoAll:
+        if (!op->count) return zipcclSuccess;
+        return coded ? codedAlltoAll(c, op, st, counts, displs, counts, displs, size)
+                     : rawAlltoAll(c, op, st, counts, displs, counts, displs);
+    case zipcclCollAlltoAllv:
+        return coded ? codedAlltoAll(c, op, st, op->sendcounts, op->sdispls, op->recvcounts, op->rdispls, size)
+                     : rawAlltoAll(c, op, st, op->sendcounts, op->sdispls, op->recvcounts, op->rdispls);
+    default: return zipcclSetError(zipcclInternalError, "network run of collective %d", (int)k);
+    }
+}
+
+/* ---- the host stand-in for a network ---------------------------------------------- */
+
+/* The exchange as messages of the communicator's own transport (the data
+ * channel carries nothing else on a communicator with a network), waited
+ * with its timeout; its own block a memcpy. */
+#define NET_TAG (7 << 20) /* a collective kind no design's tag uses */
+static zipcclResult_t hostNetExchange(void* ctx, const void* const* send, const size_t* sb, void* const* recv,
+                                      const size_t* rb, void* stream) {
+    (void)stream;
+    struct zipcclComm* c = ctx;
+    const zipcclTransport* tp = c->tp;
+    const int n = c->nranks, r = c->rank;
+    void* reqs = malloc((size_t)(2 * n) * tp->reqSize);
+    if (!reqs) return zipcclSetError(zipcclSystemError, "host network: out of memory");
+    tp->reqInit(reqs, 2 * n);
+    int nr = 0, ns = 0;
+    zipcclResult_t res = zipcclSuccess;
+    for (int p = 0; p < n && res == zipcclSuccess; p++)
+        if (p != r && rb[p]) res = tp->irecv(c, zipcclChanData, recv[p], rb[p], p, NET_TAG, reqs, nr++);
+    for (int p = 0; p < n && res == zipcclSuccess; p++)
+        if (p != r && sb[p]) res = tp->isend(c, zipcclChanData, send[p], sb[p], p, NET_TAG, zipcclSlot(c, reqs, nr), ns++);
+    if (res == zipcclSuccess && sb[r] != rb[r])
+        res = zipcclSetError(zipcclInternalError, "host network: %zu bytes to itself, %zu expected", sb[r], rb[r]);
+    if (res == zipcclSuccess && sb[r]) memmove(recv[r], send[r], sb[r]);
+    if (res == zipcclSuccess) res = zipcclWaitSlots(c, reqs, nr + ns, "host network exchange", -1, NULL);
+    if (res != zipcclSuccess) tp->abandon(c, reqs, nr, ns);
+    free(reqs);
+    return res;
+}
+
+zipcclResult_t zipcclDeviceNetHost(zipcclComm_t comm, zipcclDeviceNet_t* out) {
+    if (!comm || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclDeviceNetHost: null argument");
+    if (!comm->tp->isend)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclDeviceNetHost: the %s transport has no messages",
+                              comm->tp->name);
+    *out = (zipcclDeviceNet_t){.name = "host", .ctx = comm, .exchange = hostNetExchange};
+    return zipcclSuccess;
+}
+
+/* ---- the entry -------------------------------------------------------------------- */
+
+int zipcclRunsOnDevice(const struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s) {
+    return c->hasNet || (s == zipcclStrategyCompressed && zipcclCodedOnDevice(c) &&
+                         (op->kind == zipcclCollAllGather || op->kind == zipcclCollReduceScatter));
+}
+
+zipcclResult_t zipcclRunOnDevice(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st) {
+    const size_t n = (size_t)c->nranks;
+    double* size = malloc(n * n * sizeof(double)); /* the (n, n) frame sizes */
+    if (!size) return zipcclNoMemory(c, op, "h:the frame sizes", n * n * sizeof(double));
+    size_t* counts = malloc(2 * n * sizeof(size_t));
+    if (!counts) {
+        free(size);
+        return zipcclNoMemory(c, op, "h:the block counts", 2 * n * sizeof(size_t));
+    }
+    size_t* displs = counts + n;
+    for (size_t i = 0; i < n; i++) counts[i] = op->count, displs[i] = i * op->count;
+    zipcclResult_t res = zipcclSuccess;
+    if (c->hasNet) res = runNet(c, op, s, st, size);
+    else if (op->count && op->kind == zipcclCollAllGather)
+        res = codedAllGather(c, op, st, op->sendbuf, counts, displs, op->recvbuf);
+    else if (op->count) /* ReduceScatter */
+        res = codedReduceScatter(c, op, st, op->sendbuf, counts, displs, op->recvbuf, size);
+    free(counts);
+    free(size);
+    return res;
+}
