@@ -9,8 +9,10 @@
 #   7 tune/explore   tune/tune_explore.c: the measured selection
 #   6 tune/model     tune/tune_model.c: the cost model (pure functions)
 #   5 run            core/coll_run.c: a decided call on its buffers (host, or
-#                    a device's: staged, or AllGather coded on the device)
+#                    a device's: staged, or handed to algo/coll_device.c)
 #   4 designs        algo/: the collective algorithms over the transport table
+#                    (coll_algos.c, host buffers) and on device buffers
+#                    (coll_device.c: coded on the device, over a network)
 #   3 agreement      core/coll_agree.c: the call agreement, liveness queries,
 #                    the waits of the transport's own collectives.  Below the
 #                    designs: a design finishes the agreement itself (its first
@@ -53,7 +55,7 @@ layer() {
     tune/tune_explore.c) echo "7 tune/explore" ;;
     tune/tune_model.c)   echo "6 tune/model" ;;
     core/coll_run.c)     echo "5 run" ;;
-    algo/*)              echo "4 designs" ;;  # coll_algos.c (host buffers), coll_device.c (device buffers)
+    algo/*)              echo "4 designs" ;;
     core/coll_agree.c)   echo "3 agreement" ;;
     transport/*)         echo "2 transport" ;;
     codec/*)             echo "1 codec" ;;

@@ -391,9 +391,30 @@ zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm) {
     return commInit(comm, &zipcclTransportMpi, mpiComm, "zipcclCommInitMpi");
 }
 
+static zipcclResult_t setDevice(struct zipcclComm* c, const zipcclDeviceMemory_t* mem);
+
+/* NCCL's own communicator: its buffers are the device memory of the NCCL
+ * communicator's GPU (the CUDA table) and move over that same communicator
+ * as the network, so every call runs algo/coll_device.c's designs. */
 zipcclResult_t zipcclCommInitNccl(zipcclComm_t* comm, void* ncclComm) {
     if (!comm || !ncclComm) return zipcclSetError(zipcclInvalidArgument, "zipcclCommInitNccl: null argument");
-    return commInit(comm, &zipcclTransportNccl, ncclComm, "zipcclCommInitNccl");
+    ZIPCCL_TRY(commInit(comm, &zipcclTransportNccl, ncclComm, "zipcclCommInitNccl"));
+    struct zipcclComm* c = *comm;
+    int device = 0;
+    zipcclDeviceNet_t net;
+    zipcclDeviceMemory_t mem;
+    zipcclResult_t res = zipcclNcclTransportNet(c, &device, &net);
+    if (res != zipcclSuccess) goto fail;
+    res = zipcclDeviceMemoryCuda(device, &mem);
+    if (res == zipcclSuccess) res = setDevice(c, &mem);
+    if (res == zipcclSuccess) res = zipcclCommSetNet(c, &net);
+    if (res == zipcclSuccess) return res;
+    if (!c->hasNet && net.destroy) net.destroy(net.ctx);
+fail:
+    res = zipcclPrefixError(res, "zipcclCommInitNccl");
+    zipcclCommDestroy(c);
+    *comm = NULL;
+    return res;
 }
 
 zipcclResult_t zipcclCommDestroy(zipcclComm_t c) {
@@ -469,10 +490,14 @@ static int noCallsInFlight(struct zipcclComm* c) {
 
 zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, const zipcclDeviceMemory_t* mem) {
     if (!c || !mem) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: null argument");
-    const char* name = mem->name ? mem->name : "the device";
     if (c->tp->device)
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: the buffers of a %s communicator are "
                               "device memory already", c->tp->name);
+    return setDevice(c, mem);
+}
+
+static zipcclResult_t setDevice(struct zipcclComm* c, const zipcclDeviceMemory_t* mem) {
+    const char* name = mem->name ? mem->name : "the device";
     const char* none = !mem->toHost ? "toHost" : !mem->toDevice ? "toDevice" : !mem->alloc ? "alloc"
                      : !mem->free ? "free" : NULL;
     if (none) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's table has no %s entry", name, none);

@@ -71,7 +71,6 @@ static zipcclResult_t runHost(struct zipcclComm* c, const zipcclOp* op, zipcclSt
         ZIPCCL_TRY(zipcclWaitSlots(c, c->agree.ctl, 1, zipcclCollName(op->kind), yieldS, &st->wireSeconds));
         return tp->nativeFinish(c, op, st);
     }
-    if (tp->runOwn) return tp->runOwn(c, op, s, st);
     return zipcclRunAlgo(c, op, st);
 }
 

@@ -19,10 +19,12 @@
  *
  * Transports: transport_mpi.c (host buffers, every entry) and
  * transport_nccl.c (device buffers).  NCCL's point-to-point has no
- * receive larger than its message and orders work on streams, so the
- * message entries are NULL there and the NCCL transport runs designs of its
- * own (runOwn) until a stream-ordered piece engine exists; see
- * docs/COLLECTIVES.md.
+ * receive larger than its message and orders work on streams, so it has
+ * none of the message entries: an NCCL communicator's calls run over a
+ * device network (zipcclDeviceNet_t, zipccl.h: rounds of grouped sends and
+ * receives of exact sizes) by the designs of algo/coll_device.c, the same
+ * ones an MPI communicator with device buffers runs over NCCL
+ * (zipcclCommUseNccl); see docs/COLLECTIVES.md.
  *
  * Left out: one-sided operations, registration of user buffers, more than
  * one data channel.
@@ -78,7 +80,7 @@ typedef struct zipcclTransport {
     zipcclResult_t (*init)(struct zipcclComm* c, const void* handle);
     void (*destroy)(struct zipcclComm* c);
 
-    /* ---- messages (NULL where the transport runs its own designs) ---- */
+    /* ---- messages (NULL on NCCL, whose calls run over a network) ---- */
     void (*reqInit)(void* reqs, int n);            /* every slot empty      */
     int (*reqActive)(const void* reqs, int i);     /* slot i is in flight   */
     zipcclResult_t (*isend)(struct zipcclComm* c, int chan, const void* buf, size_t bytes, int peer, int tag,
@@ -120,18 +122,14 @@ typedef struct zipcclTransport {
      * those two; the others return zeros (the caller takes the maximum). */
     zipcclResult_t (*pingPong)(struct zipcclComm* c, double* alpha, double* beta);
 
-    /* ---- whole collectives ---- */
+    /* ---- whole collectives (host buffers; NULL on NCCL) ---- */
     /* The transport's own collective (strategy native): started into slot 0
-     * of req (left empty where the transport has no requests: NCCL's work
-     * is stream-ordered), waited by the caller, then finished (avg's
-     * division by n).  *yieldS: how long the waiter should yield between
-     * polls before napping (< 0: the default). */
+     * of req, waited by the caller, then finished (avg's division by n).
+     * *yieldS: how long the waiter should yield between polls before
+     * napping (< 0: the default). */
     zipcclResult_t (*nativeStart)(struct zipcclComm* c, const struct zipcclRequest* op, zipcclExecStats* st,
                                   void* req, double* yieldS);
     zipcclResult_t (*nativeFinish)(struct zipcclComm* c, const struct zipcclRequest* op, zipcclExecStats* st);
-    /* Raw / compressed on transports without message entries. */
-    zipcclResult_t (*runOwn)(struct zipcclComm* c, const struct zipcclRequest* op, zipcclStrategy_t strategy,
-                             zipcclExecStats* st);
 } zipcclTransport;
 
 /* NCCL as a device network (zipcclCommUseNccl, transport_nccl.c): a unique
@@ -143,6 +141,9 @@ typedef struct zipcclTransport {
 zipcclResult_t zipcclNcclUniqueId(unsigned char id[ZIPCCL_NCCL_ID_BYTES]);
 zipcclResult_t zipcclNcclNetCreate(int rank, int nranks, const unsigned char id[ZIPCCL_NCCL_ID_BYTES],
                                    zipcclDeviceNet_t* out);
+/* The network of an NCCL transport's communicator: its own ncclComm_t (not
+ * owned), and the CUDA device that communicator is on. */
+zipcclResult_t zipcclNcclTransportNet(struct zipcclComm* c, int* device, zipcclDeviceNet_t* out);
 
 extern const zipcclTransport zipcclTransportMpi;
 extern const zipcclTransport zipcclTransportNccl;

@@ -505,5 +505,4 @@ const zipcclTransport zipcclTransportMpi = {
     .pingPong = mpiPingPong,
     .nativeStart = mpiNativeStart,
     .nativeFinish = mpiNativeFinish,
-    .runOwn = NULL,
 };

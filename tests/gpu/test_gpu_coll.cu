@@ -1,9 +1,11 @@
 /*
  * test_gpu_coll.cu — ZipCCL collectives on an NCCL communicator of one GPU
- * (nranks = 1), device buffers.  Every exchange of the NCCL transport
- * includes the rank itself, so even one rank runs the whole compressed path:
- * device encode, size exchange, NCCL send/receive, device decode, and the
- * fp32 accumulate/finalize kernels.  With one rank every collective is the
+ * (nranks = 1, zipcclCommInitNccl), device buffers: the designs of
+ * algo/coll_device.c over NCCL as the network.  At one rank that is NCCL's
+ * own collectives (native), self sends and receives (raw AllGather and
+ * All-to-Alls), the device codec (every compressed call encodes and decodes
+ * its own blocks) and the fp32 accumulate/finalize kernels; the size and
+ * frame exchanges between ranks need two GPUs.  With one rank every collective is the
  * identity (a sum of one value rounds back to itself; avg divides by 1), so
  * the reference is the input itself; raw and compressed must match it bit
  * for bit, and compressed must show codec time in the counters.  The ring
