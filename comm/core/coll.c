@@ -91,6 +91,16 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
     st.algo = zipcclAlgoRun(op->kind, cfg.algo);
     double t1 = zipcclNow();
     if (res == zipcclSuccess) res = zipcclRunDecided(c, op, cfg.strategy, &st);
+    /* Over a network the work stays on the communicator's stream: the call
+     * completes with an event there, which the caller's stream waits for
+     * (zipcclWait), so neither the host nor the caller's stream stalls on
+     * the device here. */
+    if (res == zipcclSuccess && c->hasNet && c->devStream) {
+        res = c->dev.eventRecord(c->dev.ctx, c->devStream, &op->doneEvent);
+        if (res == zipcclSuccess) op->doneRecorded = 1;
+        else res = zipcclPrefixError(res, "%s: recording its end on %s's stream", zipcclCollName(op->kind),
+                                     c->dev.name);
+    }
     /* A call that moved no data (count 0) still completes its agreement, and
      * after a local failure the agreement's verdict, if it is a disagreement,
      * is the cause to report (the same on every rank). */
@@ -242,11 +252,11 @@ static struct zipcclComm* commAlloc(const zipcclTransport* tp) {
 /* The pooled requests' device events (zipcclCommSetDevice's streams), with
  * the table that made them. */
 static void dropEvents(struct zipcclComm* c) {
-    for (zipcclOp* op = c->freeOps; op; op = op->next)
-        if (op->devEvent) {
-            c->dev.eventDestroy(c->dev.ctx, op->devEvent);
-            op->devEvent = NULL;
-        }
+    for (zipcclOp* op = c->freeOps; op; op = op->next) {
+        if (op->devEvent) c->dev.eventDestroy(c->dev.ctx, op->devEvent);
+        if (op->doneEvent) c->dev.eventDestroy(c->dev.ctx, op->doneEvent);
+        op->devEvent = op->doneEvent = NULL;
+    }
 }
 
 /* The device network's own state (zipcclCommSetNet), with its destroy. */
@@ -290,7 +300,7 @@ static zipcclOp* opTake(struct zipcclComm* c) {
         return op;
     }
     op = malloc(sizeof *op + 4 * (size_t)c->nranks * sizeof(size_t));
-    if (op) op->devEvent = NULL;
+    if (op) op->devEvent = op->doneEvent = NULL;
     return op;
 }
 static void opGive(struct zipcclComm* c, zipcclOp* op) {
@@ -677,9 +687,11 @@ static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcc
 
     const int n = c->nranks;
     if (!op) return zipcclSetError(zipcclSystemError, "%s: out of memory", what);
-    void* ev = op->devEvent; /* the pooled op keeps its event */
+    void *ev = op->devEvent, *done = op->doneEvent; /* the pooled op keeps its events */
     *op = *tmpl;
     op->devEvent = ev;
+    op->doneEvent = done;
+    op->doneRecorded = 0;
     if (c->devStream) { /* the point on the caller's stream the call's copies follow */
         zipcclResult_t er = c->dev.eventRecord(c->dev.ctx, op->stream, &op->devEvent);
         if (er != zipcclSuccess) {
@@ -714,12 +726,20 @@ static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcc
     return zipcclSuccess;
 }
 
-/* The request's result; the request goes back to its communicator's pool
- * (c->mu held). */
+/* The request's result; the caller's stream ordered after the call's device
+ * work where that is still in flight (over a network); the request goes
+ * back to its communicator's pool (c->mu held). */
 static zipcclResult_t finish(zipcclOp* op) {
+    struct zipcclComm* c = op->comm;
     zipcclResult_t res = op->result;
     if (res != zipcclSuccess) zipcclSetError(res, "%s", op->detail);
-    opGive(op->comm, op);
+    if (res == zipcclSuccess && op->doneRecorded) {
+        res = c->dev.streamWaitEvent(c->dev.ctx, op->stream, op->doneEvent);
+        if (res != zipcclSuccess)
+            res = zipcclPrefixError(res, "%s: ordering the caller's stream after it (%s)", zipcclCollName(op->kind),
+                                    c->dev.name);
+    }
+    opGive(c, op);
     return res;
 }
 

@@ -61,6 +61,10 @@ typedef struct zipcclRequest {
     struct zipcclRequest* next;
     void* devEvent; /* device buffers with a stream of the communicator's own:
                      * the caller's stream at issue (kept with the pooled op) */
+    void* doneEvent; /* over a network: the communicator's stream after the
+                      * call's work, which the caller's stream waits for at
+                      * zipcclWait (kept with the pooled op) */
+    int doneRecorded;
 } zipcclOp;
 
 /* What one executed call cost; folded into the counters and the switcher. */

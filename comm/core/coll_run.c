@@ -168,7 +168,7 @@ zipcclResult_t zipcclRunDecided(struct zipcclComm* c, const zipcclOp* op, zipccl
         }
     }
     zipcclResult_t res = zipcclRunsOnDevice(c, &d, s) ? zipcclRunOnDevice(c, &d, s, st) : runStaged(c, &d, s, st);
-    if (res == zipcclSuccess && c->devStream) {
+    if (res == zipcclSuccess && c->devStream && !c->hasNet) { /* over a network: an event (coll.c) */
         res = m->synchronize(m->ctx, c->devStream);
         if (res != zipcclSuccess)
             res = zipcclPrefixError(res, "%s: synchronising %s's stream", zipcclCollName(op->kind), m->name);
