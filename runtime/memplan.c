@@ -53,14 +53,23 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
      * or receives (the average), four bf16 ones with a bf16 exchange (the
      * model's memory: on a device, the device's), and ZipCCL's frames both
      * ways */
-    double xsets = 0; /* bytes of the exchange's row sets (the model's memory) */
+    double xsets = 0, xframes = 0; /* bytes of the exchange's row sets (the model's memory) and frames */
     if (exchange) {
         const double cf = m->capacity_factor > 0 ? m->capacity_factor : 1.0;
         const double rows = cf * B * T * m->n_experts_per_tok * m->dim,
                      wa = cfg->comm.alltoall_dtype == zipcclBfloat16 ? 2 : 4;
         xsets = rows * (12 + (wa == 2 ? 8 : 0));
-        mp->comm += xsets + rows * 2 * 1.125 * wa;
+        xframes = rows * 2 * 1.125 * wa;
+        mp->comm += xsets + xframes;
     }
+    /* comm.net: nccl: nothing is staged in host memory; each communicator's
+     * scratch is the device's (algo/coll_device.c): a gather's frames (its
+     * own and the n others': (n+1)/n of a unit at the wire dtype), a
+     * reduce-scatter's frames both ways (2 units) or, raw, the n received
+     * blocks (1), its fp32 accumulator and decoded block (1/n each), and the
+     * exchange's frames both ways */
+    const int nccl = !K->host_memory && !strcmp(cfg->runtime.net, "nccl");
+    if (nccl) mp->comm -= (nranks > 1 ? 1.125 * largest * (wp + (2 * wr * (nranks - 1) + 4) / nranks) : 0) + xframes;
     mp->data = data_bytes;
     mp->base = base;
     const double shard_total = mp->params + mp->grads + mp->optim;
@@ -78,7 +87,9 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
          * GPU (coll_run.c): each communicator's frames of its largest call
          * (about a unit at the wire dtype) and a reduce-scatter's fp32
          * accumulator and decoded block (1/n of a unit each) */
-        if (!strncmp(K->name, "cuda", 4) && nranks > 1)
+        if (nccl && nranks > 1)
+            mp->device += 1.125 * largest * (wp * (nranks + 1) / nranks + 2 * wr + (4 + wr) / nranks) + xframes;
+        else if (!strncmp(K->name, "cuda", 4) && nranks > 1)
             mp->device += 1.125 * largest * (wp + wr + (4 + wr) / nranks);
         /* the exchange's row sets are the device's (expert.c), its
          * frames ZipCCL's pinned staging */
