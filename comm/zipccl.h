@@ -304,7 +304,9 @@ zipcclResult_t zipcclCommSetDefaults(zipcclComm_t comm, const zipcclCallConfig_t
  *     the device.  A compressed ReduceScatter compresses each peer's block
  *     on the device, and decodes and sums what it receives there (the
  *     canonical order, docs/COLLECTIVES.md §3: the same bits as on the
- *     host).  Its other calls are staged.
+ *     host); AllReduce is that ReduceScatter then that AllGather, and the
+ *     All-to-Alls compress each block for a peer.  Raw and native calls
+ *     are staged.
  * Every rank of a communicator sets the same table kind (the call agreement
  * compares it).  An NCCL communicator's buffers are device memory already:
  * zipcclCommSetDevice refuses it.  Call it before the first collective, on a

@@ -88,8 +88,8 @@ int fsdp_plan_build(const TrainConfig* cfg, CommPlan* plan, char* err, size_t er
 /* ---- the communicators' device memory ------------------------------------- */
 
 /* A device table's memory for ZipCCL (zipcclCommSetDevice): the CUDA table's
- * own (zipcclDeviceMemoryCuda: the CUDA codec codes compressed gathers and
- * reduce-scatters on the GPU), or, for another device (the guarded CPU
+ * own (zipcclDeviceMemoryCuda: the CUDA codec codes every compressed call
+ * on the GPU), or, for another device (the guarded CPU
  * backend), the kernel table's copies with every call staged through host
  * memory and the CPU codec. */
 static zipcclResult_t k_to_host(void* ctx, void* h, const void* d, size_t bytes, void* stream) {
@@ -213,8 +213,8 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
         MPI_Comm_free(&edp);
     }
     /* On a device the gathers, reduce-scatters and the expert exchange take
-     * device buffers: ZipCCL stages them, or codes compressed gathers and
-     * reduce-scatters on the GPU (COLLECTIVES.md §5a). */
+     * device buffers: ZipCCL stages them, or codes compressed calls on the
+     * GPU (COLLECTIVES.md §5a). */
     const char* hc = getenv("ZRT_COMM_HOSTCODED");
     if (!K->host_memory || (hc && !strcmp(hc, "1"))) {
         zipcclComm_t dev[5] = {f->comm_ag, f->comm_rs, f->comm_ag_x, f->comm_rs_x, f->expert.comm};

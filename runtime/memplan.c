@@ -83,7 +83,7 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
          * checkpoint is written (fsdp_shard_host) */
         mp->device = shard_total + mp->acts + mp->inflight;
         mp->host += mp->params + mp->optim;
-        /* a CUDA device codes compressed gathers and reduce-scatters on the
+        /* a CUDA device codes compressed calls (gathers, reduce-scatters) on the
          * GPU (coll_run.c): each communicator's frames of its largest call
          * (about a unit at the wire dtype) and a reduce-scatter's fp32
          * accumulator and decoded block (1/n of a unit each) */

@@ -13,8 +13,12 @@
  *       of recvbuf.  A compressed ReduceScatter compresses each peer's block
  *       on the device, sums the (n, n) sizes, exchanges the frames the same
  *       way, decodes each received frame and adds it on the device in the
- *       canonical order (r+1, ..., r-1, own last), one rounding.  The bus
- *       carries frames, not raw blocks.
+ *       canonical order (r+1, ..., r-1, own last), one rounding.  AllReduce
+ *       is that ReduceScatter then that AllGather (the host designs' block
+ *       split); AlltoAll(v) compresses each non-empty block for a peer, sums
+ *       the (n, n) sizes, exchanges the frames, decodes each into place (its
+ *       own block from its frame, which never goes down).  The bus carries
+ *       frames, not raw blocks.
  *   over a network (zipcclCommSetNet: NCCL, or the host stand-in below):
  *       nothing crosses the bus; every call is rounds of the network's
  *       grouped exchange with exact sizes (runNet).  native: the network's
@@ -170,8 +174,9 @@ static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const
 }
 
 /* Compress `count` elements at src on the device into send slot j (the
- * block for rank `to`) and, without a network, bring the frame down into
- * its staging slot (padded to 2 bytes). */
+ * block for rank `to`, or for every rank: -1) and, without a network, bring
+ * the frame down into its staging slot (padded to 2 bytes) unless only this
+ * rank reads it. */
 static zipcclResult_t encode(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f,
                              const void* src, size_t count, int j, int to, size_t* bytes) {
     char* frame = f->dsend + (size_t)j * f->slot;
@@ -180,8 +185,8 @@ static zipcclResult_t encode(struct zipcclComm* c, const zipcclOp* op, zipcclExe
     st->codecSeconds += zipcclNow() - t;
     if (res != zipcclSuccess)
         return zipcclPrefixError(res, "%s: compressing the block for rank %d on the device", zipcclCollName(op->kind),
-                                 to);
-    if (c->hasNet) return zipcclSuccess;
+                                 to < 0 ? c->rank : to);
+    if (c->hasNet || to == c->rank) return zipcclSuccess;
     char* host = f->hsend + (size_t)j * f->slot;
     ZIPCCL_TRY(zipcclDown(c, op, host, frame, *bytes, st));
     if (*bytes & 1) host[*bytes] = 0; /* the pad byte of the last 2-byte element */
@@ -324,7 +329,7 @@ static zipcclResult_t codedAllGather(struct zipcclComm* c, const zipcclOp* op, z
     Frames f;
     ZIPCCL_TRY(framesInit(c, op, st, 1, maxOf(counts, n), &f));
     size_t own = 0;
-    ZIPCCL_TRY(encode(c, op, st, &f, mine, counts[r], 0, r, &own));
+    ZIPCCL_TRY(encode(c, op, st, &f, mine, counts[r], 0, -1, &own));
     double size[n];
     for (int i = 0; i < n; i++) size[i] = i == r ? (double)own : 0;
     if (n > 1) {
@@ -533,9 +538,12 @@ static zipcclResult_t rawAlltoAll(struct zipcclComm* c, const zipcclOp* op, zipc
 
 /* ---- a call over a network ------------------------------------------------------------ */
 
+static zipcclResult_t runDirect(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, int coded,
+                                double* size);
+
 static zipcclResult_t runNet(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st,
                              double* size) {
-    const int n = c->nranks, r = c->rank;
+    const int n = c->nranks;
     const size_t esz = zipcclTypeSize(op->dtype);
     const zipcclCollKind_t k = op->kind;
     /* Exact-size receives: only once every rank is known to make this call. */
@@ -553,9 +561,18 @@ static zipcclResult_t runNet(struct zipcclComm* c, const zipcclOp* op, zipcclStr
         return zipcclSetError(zipcclUnsupported, "%s: the %s design runs over host messages; over %s every call "
                               "is direct (ask for direct or the default)", zipcclCollName(k),
                               zipcclAlgoName(op->cfg.algo), c->net.name);
-    const int coded = s == zipcclStrategyCompressed;
     if (s == zipcclStrategyNative) st->strategy = zipcclStrategyRaw; /* the network has none of its own */
     st->algo = zipcclAlgoDirect;
+    return runDirect(c, op, st, s == zipcclStrategyCompressed, size);
+}
+
+/* The direct designs: raw ones only over a network, coded ones (compressed)
+ * over a network or with their frames through host memory. */
+static zipcclResult_t runDirect(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, int coded,
+                                double* size) {
+    const int n = c->nranks, r = c->rank;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    const zipcclCollKind_t k = op->kind;
     size_t counts[n], displs[n];
     if (k == zipcclCollAllReduce) splitCount(op->count, n, counts, displs);
     else
@@ -587,7 +604,7 @@ static zipcclResult_t runNet(struct zipcclComm* c, const zipcclOp* op, zipcclStr
     case zipcclCollAlltoAllv:
         return coded ? codedAlltoAll(c, op, st, op->sendcounts, op->sdispls, op->recvcounts, op->rdispls, size)
                      : rawAlltoAll(c, op, st, op->sendcounts, op->sdispls, op->recvcounts, op->rdispls);
-    default: return zipcclSetError(zipcclInternalError, "network run of collective %d", (int)k);
+    default: return zipcclSetError(zipcclInternalError, "device run of collective %d", (int)k);
     }
 }
 
@@ -633,28 +650,15 @@ zipcclResult_t zipcclDeviceNetHost(zipcclComm_t comm, zipcclDeviceNet_t* out) {
 /* ---- the entry -------------------------------------------------------------------- */
 
 int zipcclRunsOnDevice(const struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s) {
-    return c->hasNet || (s == zipcclStrategyCompressed && zipcclCodedOnDevice(c) &&
-                         (op->kind == zipcclCollAllGather || op->kind == zipcclCollReduceScatter));
+    (void)op;
+    return c->hasNet || (s == zipcclStrategyCompressed && zipcclCodedOnDevice(c));
 }
 
 zipcclResult_t zipcclRunOnDevice(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st) {
     const size_t n = (size_t)c->nranks;
     double* size = malloc(n * n * sizeof(double)); /* the (n, n) frame sizes */
     if (!size) return zipcclNoMemory(c, op, "h:the frame sizes", n * n * sizeof(double));
-    size_t* counts = malloc(2 * n * sizeof(size_t));
-    if (!counts) {
-        free(size);
-        return zipcclNoMemory(c, op, "h:the block counts", 2 * n * sizeof(size_t));
-    }
-    size_t* displs = counts + n;
-    for (size_t i = 0; i < n; i++) counts[i] = op->count, displs[i] = i * op->count;
-    zipcclResult_t res = zipcclSuccess;
-    if (c->hasNet) res = runNet(c, op, s, st, size);
-    else if (op->count && op->kind == zipcclCollAllGather)
-        res = codedAllGather(c, op, st, op->sendbuf, counts, displs, op->recvbuf);
-    else if (op->count) /* ReduceScatter */
-        res = codedReduceScatter(c, op, st, op->sendbuf, counts, displs, op->recvbuf, size);
-    free(counts);
+    zipcclResult_t res = c->hasNet ? runNet(c, op, s, st, size) : runDirect(c, op, st, 1, size);
     free(size);
     return res;
 }

@@ -4,8 +4,7 @@
  * communicator's memory (its device scratch, its pinned host staging, the
  * copies between them, counted on the call) and the calls that run on the
  * device: over a device network (every collective), or coded on the device
- * with the frames through host memory (compressed AllGather and
- * ReduceScatter).  They call down only: the host designs (coll_algos.h) for
+ * with the frames through host memory (every compressed call).  They call down only: the host designs (coll_algos.h) for
  * the staged frames' exchange, the call agreement's small all-reduce and
  * waits (coll_agree.h), the transport and codec tables, common.c.
  * Not installed.
@@ -38,8 +37,8 @@ void zipcclDeviceRelease(struct zipcclComm* c);
 
 /* ---- calls on the device ---- */
 /* Whether zipcclRunOnDevice runs this call (else it is staged): every call
- * over a network; a compressed AllGather or ReduceScatter on a table that
- * codes on the device. */
+ * over a network; every compressed call on a table that codes on the
+ * device. */
 int zipcclRunsOnDevice(const struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s);
 /* Run it, on the call's stream (op->stream: the communicator's own where it
  * has one). */

@@ -21,8 +21,7 @@
  * What a descriptor says (ZIPCCL_DESC_WORDS uint64 words):
  *   [0] the shape: collective, dtype, requested strategy, the design our
  *       algorithms run (raw/compressed), the reduction op (ReduceScatter,
- *       AllReduce), whether compressed AllGathers and ReduceScatters are
- *       coded on the device and whether device buffers move over a device
+ *       AllReduce), whether compressed calls are coded on the device and whether device buffers move over a device
  *       network (coll_run.c: its messages differ); the codec is left out,
  *       since every frame says how it is coded and any codec decodes to the
  *       same bits;

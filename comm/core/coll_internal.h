@@ -267,8 +267,8 @@ static inline void* zipcclScratch(struct zipcclComm* c, int slot, size_t bytes) 
  * selection run on it (MPI; not NCCL). */
 static inline int zipcclHostControl(const struct zipcclComm* c) { return (c->tp->caps & zipcclTpHostControl) != 0; }
 
-/* A compressed AllGather or ReduceScatter on this communicator is coded on
- * the device (coll_run.c): its messages differ from the host designs', so the
+/* A compressed call on this communicator is coded on the device
+ * (algo/coll_device.c): its messages differ from the host designs', so the
  * call agreement compares it. */
 static inline int zipcclCodedOnDevice(const struct zipcclComm* c) {
     return c->onDevice && c->dev.coding != zipcclDeviceStaged;

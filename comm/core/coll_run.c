@@ -3,53 +3,24 @@
  * has started the call agreement and the switcher has decided the strategy
  * and design; this file runs the call where its buffers live:
  *
- *   host buffers     the transport's own collective (native), one of our
- *                    designs over its messages (coll_algos.c), or, on a
- *                    transport without message entries (NCCL), its own;
- *   device buffers   (an MPI communicator after zipcclCommSetDevice)
- *     staged         sendbuf down into host staging (pinned, from the
- *                    caller's table), the host run above on the staging
+ *   host buffers     the transport's own collective (native) or one of our
+ *                    designs over its messages (algo/coll_algos.c);
+ *   device buffers   (zipcclCommSetDevice; NCCL's own communicators too)
+ *     on the device  every call over a device network, and every compressed
+ *                    call on a table that codes on the device: the designs
+ *                    of algo/coll_device.c (coded on the device, frames
+ *                    through host memory or over the network);
+ *     staged         the rest: sendbuf down into host staging (pinned, from
+ *                    the caller's table), the host run above on the staging
  *                    with the CPU codec, what was received back up: every
- *                    strategy and design, the same bits as on host buffers;
- *     coded          a compressed AllGather or ReduceScatter on a table that
- *                    codes on the device (CUDA, or host memory standing in:
- *                    zipcclDeviceMemoryHost).  AllGather:
- *                    this rank's block is compressed where it lives and only
- *                    its frame goes down; the frames' sizes are summed over
- *                    the ranks (each rank adds its own at its index), the
- *                    frames travel by the raw AlltoAllv design (ours to
- *                    every peer, each peer's into its slot), the received
- *                    ones go up and each is decoded into its block of
- *                    recvbuf.  ReduceScatter: each peer's block compressed
- *                    on the device, the (n, n) sizes summed, the frames
- *                    exchanged the same way, each received one decoded and
- *                    added on the device in the canonical order, our own
- *                    block last, one rounding.  The bus carries frames, not
- *                    raw blocks;
- *     over a network (zipcclCommSetNet: NCCL, or the host stand-in) nothing
- *                    crosses the bus: every call is rounds of the network's
- *                    grouped exchange with exact sizes (runNet).  native: the
- *                    network's own collective (NCCL's), else raw; raw: the
- *                    blocks as they are, the direct designs (a reduction
- *                    sums the received blocks on the device in the canonical
- *                    order); compressed: the coded calls above with their
- *                    frames exchanged device to device, and the same for
- *                    AllReduce (coded ReduceScatter, then coded AllGather)
- *                    and the All-to-Alls (each block its frame, (n, n)
- *                    sizes).  The sizes are summed over MPI by the progress
- *                    thread, so the caller never waits for them.
+ *                    strategy and design, the same bits as on host buffers.
  *
- * The copies come after the work on the call's stream (the table orders
- * them) and are complete before the call returns, so the caller's next use
- * of recvbuf on that stream sees the data.  A copy that fails leaves the
- * peers waiting for this rank: they time out naming it, as for a stopped
- * rank, and the communicator breaks.
- *
- * Left out: coding AllReduce and the All-to-Alls on the device without a
- * network (staged: the CPU codec codes them on the host), pipelining the
- * coded calls' copies, codec and messages (one frame per peer per call; the
- * sizes of ReduceScatter and the All-to-Alls are an (n, n) all-reduce of
- * doubles), ring and one-shot designs over a network (direct only).
+ * On a table with streams the call runs on the communicator's stream, after
+ * the event recorded on the caller's stream at issue; it is synchronised
+ * before the call completes, except over a network, where the call ends
+ * with an event the caller's stream waits for (coll.c).  A copy that fails
+ * leaves the peers waiting for this rank: they time out naming it, as for a
+ * stopped rank, and the communicator breaks.
  */
 #include <stdio.h>
 #include <stdlib.h>
