@@ -187,35 +187,29 @@ rc=$?
 msg=$(python3 "$tmp/validate.py" "$tmp/fp16.out" 2 fp16 8); v=$?
 check bench_fp16 $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/fp16.err" | tr '\n' ' ')"
 
-# Device buffers (--device hostcoded: host memory standing in for a GPU, the
-# AllGather coded in place): every collective and strategy exact on 3 ranks,
-# the rows say where the buffers were, the compressed AllGather compresses.
-mpi 3 "$BIN" -b 64K -e 64K -n 2 -w 1 --device hostcoded --json >"$tmp/dev.out" 2>"$tmp/dev.err"
-rc=$?
-msg=$(python3 "$tmp/validate.py" "$tmp/dev.out" 3 bf16 20); v=$?
-python3 - "$tmp/dev.out" <<'EOF'
+# Device buffers (--device hostcoded: host memory standing in for a GPU,
+# compressed calls coded in place), and over the host stand-in for a device
+# network (--net host, the path of --net nccl): every collective and strategy
+# exact on 3 ranks, the rows say where the buffers were (KEY=VALUE), the
+# compressed COLL compresses (coded on the "device").
+device_rows() { # device_rows NAME KEY VALUE COLL [bench options...]
+  local name=$1 key=$2 value=$3 coll=$4 rc v
+  shift 4
+  mpi 3 "$BIN" -b 64K -e 64K -n 2 -w 1 --json "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
+  rc=$?
+  msg=$(python3 "$tmp/validate.py" "$tmp/$name.out" 3 bf16 20); v=$?
+  python3 - "$tmp/$name.out" "$key" "$value" "$coll" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-ok = len(rows) == 20 and all(r.get("buffers") == "hostcoded" for r in rows)
-ok &= any(r["coll"] == "allgather" and r["strategy"] == "compressed" and r["ratio"] > 1.2 for r in rows)
+key, value, coll = sys.argv[2:5]
+ok = len(rows) == 20 and all(r.get(key) == value for r in rows)
+ok &= any(r["coll"] == coll and r["strategy"] == "compressed" and r["ratio"] > 1.2 for r in rows)
 sys.exit(0 if ok else 1)
 EOF
-check bench_device_hostcoded $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/dev.err" | tr '\n' ' ')"
-
-# ... and over the host stand-in for a device network (--net host, the path
-# of --net nccl): every collective and strategy exact on 3 ranks, the rows
-# say so, the compressed All-to-All compresses too (coded on the "device").
-mpi 3 "$BIN" -b 64K -e 64K -n 2 -w 1 --device hostcoded --net host --json >"$tmp/net.out" 2>"$tmp/net.err"
-rc=$?
-msg=$(python3 "$tmp/validate.py" "$tmp/net.out" 3 bf16 20); v=$?
-python3 - "$tmp/net.out" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-ok = len(rows) == 20 and all(r.get("net") == "host" for r in rows)
-ok &= any(r["coll"] == "alltoall" and r["strategy"] == "compressed" and r["ratio"] > 1.2 for r in rows)
-sys.exit(0 if ok else 1)
-EOF
-check bench_device_net_host $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/net.err" | tr '\n' ' ')"
+  check "$name" $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/$name.err" | tr '\n' ' ')"
+}
+device_rows bench_device_hostcoded buffers hostcoded allgather --device hostcoded
+device_rows bench_device_net_host net host alltoall --device hostcoded --net host
 mpi 1 "$BIN" --net nccl -b 4K -e 4K >"$tmp/netbad.out" 2>&1
 rc=$?
 grep -q "needs --device cuda" "$tmp/netbad.out"
