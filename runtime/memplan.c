@@ -62,12 +62,8 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
         xframes = rows * 2 * 1.125 * wa;
         mp->comm += xsets + xframes;
     }
-    /* comm.net: nccl: nothing is staged in host memory; each communicator's
-     * scratch is the device's (algo/coll_device.c): a gather's frames (its
-     * own and the n others': (n+1)/n of a unit at the wire dtype), a
-     * reduce-scatter's frames both ways (2 units) or, raw, the n received
-     * blocks (1), its fp32 accumulator and decoded block (1/n each), and the
-     * exchange's frames both ways */
+    /* comm.net: nccl: nothing is staged in host memory (the scratch is the
+     * device's, below) */
     const int nccl = !K->host_memory && !strcmp(cfg->runtime.net, "nccl");
     if (nccl) mp->comm -= (nranks > 1 ? 1.125 * largest * (wp + (2 * wr * (nranks - 1) + 4) / nranks) : 0) + xframes;
     mp->data = data_bytes;
@@ -83,16 +79,18 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
          * checkpoint is written (fsdp_shard_host) */
         mp->device = shard_total + mp->acts + mp->inflight;
         mp->host += mp->params + mp->optim;
-        /* a CUDA device codes compressed calls (gathers, reduce-scatters) on the
-         * GPU (coll_run.c): each communicator's frames of its largest call
-         * (about a unit at the wire dtype) and a reduce-scatter's fp32
-         * accumulator and decoded block (1/n of a unit each) */
-        if (nccl && nranks > 1)
-            mp->device += 1.125 * largest * (wp * (nranks + 1) / nranks + 2 * wr + (4 + wr) / nranks) + xframes;
-        else if (!strncmp(K->name, "cuda", 4) && nranks > 1)
-            mp->device += 1.125 * largest * (wp + wr + (4 + wr) / nranks);
-        /* the exchange's row sets are the device's (expert.c), its
-         * frames ZipCCL's pinned staging */
+        /* a CUDA device codes compressed calls on the GPU
+         * (algo/coll_device.c), each communicator keeping the scratch of its
+         * largest call: a gather's frames (its own and the n others': (n+1)/n
+         * of a unit at the wire dtype), a reduce-scatter's both ways (2
+         * units) with its fp32 accumulator and decoded block (1/n each), the
+         * exchange's frames both ways; over NCCL also a raw reduce-scatter's
+         * n received blocks (a unit) */
+        if ((nccl || !strncmp(K->name, "cuda", 4)) && nranks > 1)
+            mp->device += 1.125 * largest * (wp * (nranks + 1) / nranks + (nccl ? 3 : 2) * wr + (4 + wr) / nranks) +
+                          xframes;
+        /* the exchange's row sets are the device's (expert.c); without
+         * NCCL its frames are ZipCCL's pinned staging too */
         mp->device += xsets;
         mp->host -= xsets;
     }
