@@ -358,6 +358,12 @@ typedef struct {
     zipcclResult_t (*streamWaitEvent)(void* ctx, void* stream, void* event);
     void (*eventDestroy)(void* ctx, void* event);
     zipcclResult_t (*synchronize)(void* ctx, void* stream);
+    /* Timing for traces (optional; with the stream entries): a new event
+     * recorded on the stream, which can be timed against others (CUDA: not
+     * cudaEventDisableTiming) and is freed with eventDestroy.  With it every
+     * call records one when its work starts on the communicator's stream and
+     * one when it ends; zipcclWaitSpan hands them to the caller. */
+    zipcclResult_t (*timedEventRecord)(void* ctx, void* stream, void** event);
 } zipcclDeviceMemory_t;
 
 /* The CUDA table for device `device`: cudaMemcpyAsync on the call's stream,
@@ -470,6 +476,11 @@ zipcclResult_t zipcclAlltoAllvAsync(const void* sendbuf, const size_t* sendcount
                                     const zipcclCallConfig_t* cfg, void* stream,
                                     zipcclRequest_t* req);
 zipcclResult_t zipcclWait(zipcclRequest_t req);             /* frees req          */
+/* zipcclWait, and the call's device span: the timing events recorded on the
+ * communicator's stream when its work started and ended (the device table's
+ * timedEventRecord; both NULL without one, or on host buffers).  They are
+ * the caller's, to free with the table's eventDestroy once timed. */
+zipcclResult_t zipcclWaitSpan(zipcclRequest_t req, void** begin, void** end);
 zipcclResult_t zipcclTest(zipcclRequest_t req, int* done); /* frees req when done */
 
 /* Per-communicator counters, per collective kind. */

@@ -124,10 +124,11 @@ static zipcclDeviceMemory_t kHostCoded; /* zipcclDeviceMemoryHost */
  * caller's stream waits for that (the tests' caller stream is NULL). */
 static int g_inCall;
 typedef struct { int id; } FakeStream;
-typedef struct { int recorded, onComm; } FakeEvent;
+typedef struct { int recorded, onComm, seq; } FakeEvent;
 static struct {
     int streams, streamsFreed, events, eventsFreed, records, waits, waitsUnrecorded, syncs, onStream, offStream;
     int doneRecords, doneWaits; /* ends recorded on a communicator's stream; the caller's waits for them */
+    int timed, seq;             /* timing events recorded; a clock for all of them */
 } g_st;
 static int known(void* stream) { return stream && ((FakeStream*)stream)->id == 0x5EA; }
 static void onWhich(void* stream) {
@@ -176,6 +177,16 @@ static zipcclResult_t sEventRecord(void* ctx, void* stream, void** event) {
     ((FakeEvent*)*event)->onComm = known(stream);
     if (known(stream)) g_st.doneRecords++;
     else g_st.records++;
+    return zipcclSuccess;
+}
+static zipcclResult_t sTimedEventRecord(void* ctx, void* stream, void** event) {
+    (void)ctx;
+    FakeEvent* e = calloc(1, sizeof *e);
+    e->onComm = known(stream);
+    e->seq = ++g_st.seq;
+    *event = e;
+    g_st.events++;
+    g_st.timed++;
     return zipcclSuccess;
 }
 static zipcclResult_t sStreamWaitEvent(void* ctx, void* stream, void* event) {
@@ -551,6 +562,10 @@ static void refusals(void) {
         EXPECT(zipcclDeviceMemoryCuda(0, &cu) == zipcclUnsupported && zipcclGetLastErrorDetail()[0],
                "zipcclDeviceMemoryCuda without a device: %s", zipcclGetLastErrorDetail());
     EXPECT(zipcclCommSetDevice(NULL, &kHostCoded) == zipcclInvalidArgument, "a null communicator was taken");
+    t = kHostCoded;
+    t.timedEventRecord = sTimedEventRecord;
+    EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "no stream"),
+           "timing events without streams: %s", zipcclGetLastErrorDetail());
     report(ok, "device_table_refusals");
     zipcclCommDestroy(c);
 
@@ -634,6 +649,7 @@ static void streamed(zipcclComm_t host, const char* net) {
     t.streamCreate = sStreamCreate, t.streamDestroy = sStreamDestroy;
     t.eventRecord = sEventRecord, t.streamWaitEvent = sStreamWaitEvent;
     t.eventDestroy = sEventDestroy, t.synchronize = sSynchronize;
+    t.timedEventRecord = sTimedEventRecord;
     memset(&g_st, 0, sizeof g_st);
     compareAll(&t, host, net);
     int ok = 1;
@@ -654,9 +670,34 @@ static void streamed(zipcclComm_t host, const char* net) {
            g_st.onStream, g_st.offStream);
     EXPECT(g_st.events >= 1 && g_st.eventsFreed == g_st.events, "events: %d created, %d freed", g_st.events,
            g_st.eventsFreed);
+    EXPECT(g_st.timed == 2 * 38, "%d timing events for 38 calls (a start and an end each)", g_st.timed);
     report(ok, net ? "device_streamed_net_calls_end_with_an_event_the_callers_stream_waits_for"
                    : "device_streamed_calls_follow_the_callers_event_on_their_own_stream");
+    /* zipcclWaitSpan hands over the call's start and end, both on the
+     * communicator's stream, in that order; zipcclWait freed the others. */
+    zipcclComm_t sc = devComm(&t, net);
+    if (sc) {
+        ok = 1;
+        void* d = t.alloc(t.ctx, 4096 * (size_t)nranks);
+        zipcclRequest_t req = NULL;
+        void *b = NULL, *e = NULL;
+        zipcclCallConfig_t cfg = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDefault};
+        const int seq0 = g_st.seq;
+        zipcclResult_t r = zipcclAllGatherAsync(d, d, 1000, zipcclFloat32, sc, &cfg, NULL, &req);
+        if (r == zipcclSuccess) r = zipcclWaitSpan(req, &b, &e);
+        const FakeEvent *fb = b, *fe = e;
+        EXPECT(r == zipcclSuccess && fb && fe && fb->onComm && fe->onComm && seq0 < fb->seq && fb->seq < fe->seq,
+               "zipcclWaitSpan: %d (%s), start %p end %p", (int)r, zipcclGetLastErrorDetail(), b, e);
+        if (b) t.eventDestroy(t.ctx, b);
+        if (e) t.eventDestroy(t.ctx, e);
+        t.free(t.ctx, d);
+        zipcclCommDestroy(sc);
+        EXPECT(g_st.events == g_st.eventsFreed, "events: %d created, %d freed", g_st.events, g_st.eventsFreed);
+        report(ok, net ? "device_net_wait_span_hands_over_the_calls_start_and_end"
+                       : "device_wait_span_hands_over_the_calls_start_and_end");
+    }
     if (net) return;
+    t.timedEventRecord = NULL;
     t.streamDestroy = NULL;
     MPI_Comm w = MPI_COMM_WORLD;
     zipcclComm_t c = NULL;

@@ -95,6 +95,7 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
      * completes with an event there, which the caller's stream waits for
      * (zipcclWait), so neither the host nor the caller's stream stalls on
      * the device here. */
+    op->spanBegin = st.spanBegin, op->spanEnd = st.spanEnd; /* freed at finish unless handed over */
     if (res == zipcclSuccess && c->hasNet && c->devStream) {
         res = c->dev.eventRecord(c->dev.ctx, c->devStream, &op->doneEvent);
         if (res == zipcclSuccess) op->doneRecorded = 1;
@@ -520,6 +521,9 @@ static zipcclResult_t setDevice(struct zipcclComm* c, const zipcclDeviceMemory_t
                               "(1) or host (2)", name, (int)mem->coding);
     const int streams = (mem->streamCreate != NULL) + (mem->streamDestroy != NULL) + (mem->eventRecord != NULL) +
                         (mem->streamWaitEvent != NULL) + (mem->eventDestroy != NULL) + (mem->synchronize != NULL);
+    if (mem->timedEventRecord && streams == 0)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's table has timedEventRecord but no "
+                              "stream entries (its events are recorded on the communicator's stream)", name);
     if (streams != 0 && streams != 6)
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's table has %d of the 6 stream "
                               "entries (streamCreate, streamDestroy, eventRecord, streamWaitEvent, eventDestroy, "
@@ -692,6 +696,7 @@ static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcc
     op->devEvent = ev;
     op->doneEvent = done;
     op->doneRecorded = 0;
+    op->spanBegin = op->spanEnd = NULL;
     if (c->devStream) { /* the point on the caller's stream the call's copies follow */
         zipcclResult_t er = c->dev.eventRecord(c->dev.ctx, op->stream, &op->devEvent);
         if (er != zipcclSuccess) {
@@ -729,8 +734,15 @@ static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcc
 /* The request's result; the caller's stream ordered after the call's device
  * work where that is still in flight (over a network); the request goes
  * back to its communicator's pool (c->mu held). */
-static zipcclResult_t finish(zipcclOp* op) {
+static zipcclResult_t finish(zipcclOp* op, void** begin, void** end) {
     struct zipcclComm* c = op->comm;
+    if (begin && end && op->result == zipcclSuccess) { /* the caller takes the span's events */
+        *begin = op->spanBegin, *end = op->spanEnd;
+    } else {
+        if (op->spanBegin) c->dev.eventDestroy(c->dev.ctx, op->spanBegin);
+        if (op->spanEnd) c->dev.eventDestroy(c->dev.ctx, op->spanEnd);
+    }
+    op->spanBegin = op->spanEnd = NULL;
     zipcclResult_t res = op->result;
     if (res != zipcclSuccess) zipcclSetError(res, "%s", op->detail);
     if (res == zipcclSuccess && op->doneRecorded) {
@@ -743,12 +755,16 @@ static zipcclResult_t finish(zipcclOp* op) {
     return res;
 }
 
-zipcclResult_t zipcclWait(zipcclRequest_t op) {
+zipcclResult_t zipcclWait(zipcclRequest_t op) { return zipcclWaitSpan(op, NULL, NULL); }
+
+zipcclResult_t zipcclWaitSpan(zipcclRequest_t op, void** begin, void** end) {
+    if (begin) *begin = NULL;
+    if (end) *end = NULL;
     if (!op) return zipcclSetError(zipcclInvalidArgument, "zipcclWait: null request");
     struct zipcclComm* c = op->comm;
     pthread_mutex_lock(&c->mu);
     while (!op->done) pthread_cond_wait(&c->cv, &c->mu);
-    zipcclResult_t res = finish(op);
+    zipcclResult_t res = finish(op, begin, end);
     pthread_mutex_unlock(&c->mu);
     return res;
 }
@@ -758,7 +774,7 @@ zipcclResult_t zipcclTest(zipcclRequest_t op, int* done) {
     struct zipcclComm* c = op->comm;
     pthread_mutex_lock(&c->mu);
     *done = op->done;
-    zipcclResult_t res = *done ? finish(op) : zipcclSuccess;
+    zipcclResult_t res = *done ? finish(op, NULL, NULL) : zipcclSuccess;
     pthread_mutex_unlock(&c->mu);
     return res;
 }

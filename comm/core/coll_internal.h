@@ -65,6 +65,9 @@ typedef struct zipcclRequest {
                       * call's work, which the caller's stream waits for at
                       * zipcclWait (kept with the pooled op) */
     int doneRecorded;
+    void *spanBegin, *spanEnd; /* timing events of the call's device work
+                                * (dev.timedEventRecord), until handed over
+                                * by zipcclWaitSpan or freed */
 } zipcclOp;
 
 /* What one executed call cost; folded into the counters and the switcher. */
@@ -84,6 +87,9 @@ struct zipcclExecStats {
      * memory, and the time those copies took. */
     uint64_t busBytes;
     double busSeconds;
+    /* The call's device span (coll_run.c, dev.timedEventRecord): timing
+     * events when its work started and ended on the communicator's stream. */
+    void *spanBegin, *spanEnd;
 };
 
 /* A size's bucket for auto's measurements: floor(log2 bytes), the last

@@ -118,6 +118,13 @@ void zipcclDeviceMemoryHost(zipcclDeviceMemory_t* out) {
 
 /* ---- the entry ------------------------------------------------------------------- */
 
+/* A timing event on the communicator's stream (a trace's span). */
+static zipcclResult_t span(struct zipcclComm* c, const zipcclOp* op, void** event) {
+    zipcclResult_t r = c->dev.timedEventRecord(c->dev.ctx, c->devStream, event);
+    return r == zipcclSuccess ? r : zipcclPrefixError(r, "%s: recording a timing event (%s)",
+                                                      zipcclCollName(op->kind), c->dev.name);
+}
+
 zipcclResult_t zipcclRunDecided(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st) {
     if (!c->onDevice) return runHost(c, op, s, st);
     if (c->dev.bind) {
@@ -137,8 +144,10 @@ zipcclResult_t zipcclRunDecided(struct zipcclComm* c, const zipcclOp* op, zipccl
                 return zipcclPrefixError(r, "%s: ordering after the caller's stream (%s)", zipcclCollName(op->kind),
                                          m->name);
         }
+        if (m->timedEventRecord) ZIPCCL_TRY(span(c, op, &st->spanBegin));
     }
     zipcclResult_t res = zipcclRunsOnDevice(c, &d, s) ? zipcclRunOnDevice(c, &d, s, st) : runStaged(c, &d, s, st);
+    if (res == zipcclSuccess && st->spanBegin) res = span(c, op, &st->spanEnd);
     if (res == zipcclSuccess && c->devStream && !c->hasNet) { /* over a network: an event (coll.c) */
         res = m->synchronize(m->ctx, c->devStream);
         if (res != zipcclSuccess)

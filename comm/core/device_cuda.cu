@@ -113,6 +113,18 @@ static zipcclResult_t eventRecord(void* ctx, void* stream, void** event) {
     e = cudaEventRecord((cudaEvent_t)*event, (cudaStream_t)stream);
     return e == cudaSuccess ? zipcclSuccess : cudaFail(e, "cudaEventRecord", ctx);
 }
+static zipcclResult_t timedEventRecord(void* ctx, void* stream, void** event) {
+    cudaEvent_t ev = nullptr;
+    cudaError_t e = cudaEventCreate(&ev); /* with timing */
+    if (e != cudaSuccess) return cudaFail(e, "cudaEventCreate", ctx);
+    e = cudaEventRecord(ev, (cudaStream_t)stream);
+    if (e != cudaSuccess) {
+        cudaEventDestroy(ev);
+        return cudaFail(e, "cudaEventRecord", ctx);
+    }
+    *event = ev;
+    return zipcclSuccess;
+}
 static zipcclResult_t streamWaitEvent(void* ctx, void* stream, void* event) {
     cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
     return e == cudaSuccess ? zipcclSuccess : cudaFail(e, "cudaStreamWaitEvent", ctx);
@@ -155,6 +167,7 @@ extern "C" zipcclResult_t zipcclDeviceMemoryCuda(int device, zipcclDeviceMemory_
     t.streamDestroy = streamDestroy;
     t.eventRecord = eventRecord;
     t.streamWaitEvent = streamWaitEvent;
+    t.timedEventRecord = timedEventRecord;
     t.eventDestroy = eventDestroy;
     t.synchronize = synchronize;
     *out = t;
