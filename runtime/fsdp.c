@@ -105,6 +105,34 @@ static zipcclResult_t k_to_device(void* ctx, void* d, const void* h, size_t byte
 static void* k_alloc(void* ctx, size_t bytes) { return ((const ZrtKernels*)ctx)->alloc(bytes); }
 static void k_free(void* ctx, void* p) { ((const ZrtKernels*)ctx)->free(p); }
 static void* k_host_alloc(void* ctx, size_t bytes) { return ((const ZrtKernels*)ctx)->host_alloc(bytes); }
+/* Streams and events over the kernel table's: one stream (the table's own;
+ * its calls finish before they return, so no wait is needed), events from
+ * event_record, so ZipCCL's timing events of a call (zipcclWaitSpan) are
+ * the table's and --trace times them like the compute's. */
+static zipcclResult_t k_stream_create(void* ctx, void** stream) {
+    *stream = ctx; /* a token: the table's one stream */
+    return zipcclSuccess;
+}
+static void k_stream_destroy(void* ctx, void* stream) { (void)ctx, (void)stream; }
+static zipcclResult_t k_timed_record(void* ctx, void* stream, void** event) {
+    (void)stream;
+    *event = ((const ZrtKernels*)ctx)->event_record();
+    return *event ? zipcclSuccess : zipcclSystemError;
+}
+static zipcclResult_t k_event_record(void* ctx, void* stream, void** event) {
+    if (*event) ((const ZrtKernels*)ctx)->event_free(*event);
+    return k_timed_record(ctx, stream, event);
+}
+static zipcclResult_t k_stream_wait(void* ctx, void* stream, void* event) {
+    (void)ctx, (void)stream, (void)event;
+    return zipcclSuccess;
+}
+static void k_event_free(void* ctx, void* event) { ((const ZrtKernels*)ctx)->event_free(event); }
+static zipcclResult_t k_synchronize(void* ctx, void* stream) {
+    (void)stream;
+    ((const ZrtKernels*)ctx)->synchronize();
+    return zipcclSuccess;
+}
 static void k_host_free(void* ctx, void* p) { ((const ZrtKernels*)ctx)->host_free(p); }
 
 /* ZRT_COMM_HOSTCODED=1 on a host table: the gathers and reduce-scatters go
@@ -138,7 +166,11 @@ static const char* set_net(const Fsdp* f, const ZrtKernels* K, zipcclComm_t* com
 static void set_device_memory(const Fsdp* f, const ZrtKernels* K, zipcclComm_t* comms, int n) {
     zipcclDeviceMemory_t t = {.name = K->name, .ctx = (void*)K, .coding = zipcclDeviceStaged,
                               .toHost = k_to_host, .toDevice = k_to_device, .alloc = k_alloc,
-                              .free = k_free, .hostAlloc = k_host_alloc, .hostFree = k_host_free};
+                              .free = k_free, .hostAlloc = k_host_alloc, .hostFree = k_host_free,
+                              .streamCreate = k_stream_create, .streamDestroy = k_stream_destroy,
+                              .eventRecord = k_event_record, .streamWaitEvent = k_stream_wait,
+                              .eventDestroy = k_event_free, .synchronize = k_synchronize,
+                              .timedEventRecord = k_timed_record};
     if (K->host_memory) zipcclDeviceMemoryHost(&t);
     else if (zrt_cuda_device() >= 0 && !strncmp(K->name, "cuda", 4))
         zipcclCheck(zipcclDeviceMemoryCuda(zrt_cuda_device(), &t));

@@ -526,10 +526,13 @@ typedef struct {
 } SUnit;
 
 /* --trace on a device: one unit's compute on the device, between the
- * events recorded on the compute stream at its acquisition and release */
+ * events recorded on the compute stream at its acquisition and release
+ * (kind -1), or one of its collectives on its communicator's stream, between
+ * the events ZipCCL recorded when the work started and ended
+ * (zipcclWaitSpan; kind: PLAN_AG, PLAN_RS) */
 typedef struct {
     void *a, *b;
-    int unit, phase, micro;
+    int unit, phase, micro, kind;
 } DevSpan;
 
 typedef struct {
@@ -721,10 +724,29 @@ static void poll_all(Sched* s) {
     for (int k = 0; k < NSLOTS; k++) poll_slot(s, k);
 }
 
-/* The compute thread waits on request *req of unit u, kind k. */
+static void push_dspan(Sched* s, DevSpan d) {
+    if (s->n_dspan == s->cap_dspan) {
+        s->cap_dspan = s->cap_dspan ? 2 * s->cap_dspan : 64;
+        DevSpan* p = realloc(s->dspan, (size_t)s->cap_dspan * sizeof *p);
+        trainCheck(p, "out of memory for the trace");
+        s->dspan = p;
+    }
+    s->dspan[s->n_dspan++] = d;
+}
+
+/* The compute thread waits on request *req of unit u, kind k.  Tracing on a
+ * device, the call's device span comes with it (ZipCCL's timing events on
+ * its communicator's stream, made by the device's own event type). */
 static void wait_req(Sched* s, zipcclRequest_t* req, int u, int kind, int xk) {
     const double t0 = zrt_now();
-    zipcclCheck(zipcclWait(*req));
+    if (s->trace && s->dpool.K) {
+        void *a = NULL, *b = NULL;
+        zipcclCheck(zipcclWaitSpan(*req, &a, &b));
+        if (a && b) push_dspan(s, (DevSpan){a, b, u, 0, s->micro, kind});
+        else if (a || b) s->dpool.K->event_free(a ? a : b);
+    } else {
+        zipcclCheck(zipcclWait(*req));
+    }
     *req = NULL;
     const double t1 = zrt_now(), dt = t1 - t0;
     s->exposed[xk] += dt;
@@ -857,14 +879,7 @@ static void hook_release(void* ctx, int u, int phase) {
                 phase ? "bwd" : "fwd", s->f->units[u].name, s->f->rank, us(s, U->t_acq),
                 (zrt_now() - U->t_acq) * 1e6, s->micro);
     if (s->trace && s->dpool.K && U->ev_acq) {
-        if (s->n_dspan == s->cap_dspan) {
-            s->cap_dspan = s->cap_dspan ? 2 * s->cap_dspan : 64;
-            DevSpan* d = realloc(s->dspan, (size_t)s->cap_dspan * sizeof *d);
-            trainCheck(d, "out of memory for the trace");
-            s->dspan = d;
-        }
-        s->dspan[s->n_dspan++] = (DevSpan){U->ev_acq, s->dpool.K->event_record(), u, phase,
-                                           s->micro};
+        push_dspan(s, (DevSpan){U->ev_acq, s->dpool.K->event_record(), u, phase, s->micro, -1});
         U->ev_acq = NULL;
     }
     if (e->drop) {
@@ -1123,8 +1138,9 @@ void sched_set_backend(Sched* s, const ZrtKernels* K) {
     s->dpool.K = K && !K->host_memory ? K : NULL;
     if (s->trace && s->dpool.K)
         tprintf(s, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
-                   "\"args\": {\"name\": \"device (%s)\"}}",
-                s->f->rank, 1 + NSLOTS, K->name);
+                   "\"args\": {\"name\": \"device (%s)\"}},\n{\"name\": \"thread_name\", \"ph\": \"M\", "
+                   "\"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"device comm (%s)\"}}",
+                s->f->rank, 1 + NSLOTS, K->name, s->f->rank, 2 + NSLOTS, K->name);
 }
 
 void sched_destroy(Sched* s) {
@@ -1153,11 +1169,13 @@ static void trace_device_spans(Sched* s) {
     const ZrtKernels* K = s->dpool.K;
     for (int i = 0; i < s->n_dspan; i++) {
         const DevSpan* d = &s->dspan[i];
+        const int comm = d->kind >= 0;
         if (d->b && s->dref)
-            tprintf(s, ",\n{\"name\": \"%s %s\", \"cat\": \"device\", \"ph\": \"X\", "
+            tprintf(s, ",\n{\"name\": \"%s %s\", \"cat\": \"%s\", \"ph\": \"X\", "
                        "\"pid\": %d, \"tid\": %d, \"ts\": %.1f, \"dur\": %.1f, \"args\": "
                        "{\"micro\": %d}}",
-                    d->phase ? "bwd" : "fwd", s->f->units[d->unit].name, s->f->rank, 1 + NSLOTS,
+                    comm ? plan_kind_name(d->kind) : d->phase ? "bwd" : "fwd", s->f->units[d->unit].name,
+                    comm ? "device_comm" : "device", s->f->rank, 1 + NSLOTS + comm,
                     us(s, s->dref_t) + K->event_elapsed_ms(s->dref, d->a) * 1e3,
                     K->event_elapsed_ms(d->a, d->b) * 1e3, d->micro);
         K->event_free(d->a);

@@ -176,7 +176,8 @@ hostnet_same device_net_compressed_equals_host_moe_ep2_4ranks 4 compressed $M --
 
 # (a'''') --trace on a device: every compute span of the host has its twin
 # on the "device" track, timed by the table's events (the guarded table runs
-# each call to its end, so the twin lies within a millisecond of it)
+# each call to its end, so the twin lies within a millisecond of it), and
+# every gather and reduce-scatter its device span on the "device comm" track
 if run 2 "$tmp/trace.jsonl" --set runtime.device=cpu_guarded --trace "$tmp/trace.json"; then
   r=$(python3 - "$tmp/trace.json" <<'PY'
 import json, sys
@@ -192,13 +193,27 @@ for pid in sorted({e["pid"] for e in ev if "pid" in e}):
         bad.append("rank %d: %d compute spans, %d device spans, track named %s"
                    % (pid, len(host), len(dev), bool(names)))
         continue
+    # the collectives' device spans (ZipCCL's timing events on their
+    # communicators' streams, zipcclWaitSpan): one per gather and
+    # reduce-scatter of the host's comm tracks, the same names, on a track
+    # of their own
+    hc = sorted(e["name"] for e in ev if e.get("cat") in ("allgather", "reducescatter") and e["pid"] == pid)
+    dc = [e for e in ev if e.get("cat") == "device_comm" and e["pid"] == pid]
+    cnames = [e for e in ev if e.get("ph") == "M" and e["pid"] == pid and
+              e["args"]["name"].startswith("device comm (cpu_guarded)")]
+    if not hc or hc != sorted(e["name"] for e in dc) or not cnames or any(e["dur"] < 0 for e in dc):
+        bad.append("rank %d: %d gathers and reduce-scatters, %d device comm spans, track named %s"
+                   % (pid, len(hc), len(dc), bool(cnames)))
+        continue
     key = lambda e: (e["ts"], e["name"])
     for h, d in zip(sorted(host, key=key), sorted(dev, key=key)):
         if h["name"] != d["name"] or abs(h["ts"] - d["ts"]) > 1000 or abs(h["dur"] - d["dur"]) > 1000:
             bad.append("rank %d: %s at %.0f us (%.0f) vs device %s at %.0f (%.0f)"
                        % (pid, h["name"], h["ts"], h["dur"], d["name"], d["ts"], d["dur"]))
             break
-print("ok %d spans" % len([e for e in ev if e.get("cat") == "device"]) if not bad else "; ".join(bad[:3]))
+print("ok %d compute and %d comm spans" % (len([e for e in ev if e.get("cat") == "device"]),
+                                          len([e for e in ev if e.get("cat") == "device_comm"]))
+      if not bad else "; ".join(bad[:3]))
 PY
 )
   case "$r" in
