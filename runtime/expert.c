@@ -295,10 +295,18 @@ static zipcclResult_t exchange_start(Expert* x, int layer, const void* sendbuf, 
                                 &x->cfg[layer], NULL, req);
 }
 
-static zipcclResult_t wait_timed(Expert* x, zipcclRequest_t* req) {
+static zipcclResult_t wait_timed(Expert* x, zipcclRequest_t* req, int layer, int phase, int chunk, int dir) {
     if (!*req) return zipcclSuccess;
     const double t0 = zrt_now();
-    zipcclResult_t r = zipcclWait(*req);
+    zipcclResult_t r;
+    if (x->on_span) {
+        void *a = NULL, *b = NULL;
+        r = zipcclWaitSpan(*req, &a, &b);
+        if (a && b) x->on_span(x->span_ctx, a, b, layer, phase, chunk, dir);
+        else if (a || b) x->K->event_free(a ? a : b);
+    } else {
+        r = zipcclWait(*req);
+    }
     *req = NULL;
     x->blocked_s += zrt_now() - t0;
     return r;
@@ -449,7 +457,7 @@ int expert_dispatch_wait(Expert* x, int layer, int phase, int chunk, const float
     struct ExpertScratch* b = x->scratch;
     const int P = x->ep, El = x->E_local, C = L->C;
     if (!b->dreq[chunk]) return fail(layer, phase, "wait for a chunk never dispatched", 0);
-    zipcclResult_t r = wait_timed(x, &b->dreq[chunk]);
+    zipcclResult_t r = wait_timed(x, &b->dreq[chunk], layer, phase, chunk, 1);
     if (r != zipcclSuccess) return fail(layer, phase, "AlltoAllv of the rows", r);
     const size_t o = (size_t)L->coff[chunk] * C, n = (size_t)(L->coff[chunk + 1] - L->coff[chunk]);
     if (x->dtype == zipcclBfloat16)
@@ -492,7 +500,7 @@ int expert_combine_issue(Expert* x, int layer, int phase, int chunk, const float
 int expert_combine_wait(Expert* x, int layer, int phase, int chunk) {
     ExpertLayer* L = in_flight(x, layer, phase, chunk, "wait for a chunk back");
     if (!L) return -1;
-    zipcclResult_t r = wait_timed(x, &x->scratch->creq[chunk]);
+    zipcclResult_t r = wait_timed(x, &x->scratch->creq[chunk], layer, phase, chunk, 2);
     if (r != zipcclSuccess) return fail(layer, phase, "AlltoAllv back", r);
     return 0;
 }

@@ -63,6 +63,11 @@ typedef struct {
      * (expert outputs), [l][2] backward dispatch (gradients of the outputs),
      * [l][3] backward combine (gradients of the inputs). Kept over the run. */
     uint64_t* bytes;
+    /* --trace on a device (set by the scheduler; NULL: off): each exchange's
+     * device span, ZipCCL's timing events (zipcclWaitSpan) handed over at its
+     * wait; dir 1 dispatch, 2 combine. */
+    void (*on_span)(void* ctx, void* begin, void* end, int layer, int phase, int chunk, int dir);
+    void* span_ctx;
 } Expert;
 
 /* Split MPI_COMM_WORLD into EP groups and make the exchange communicator.

@@ -529,10 +529,11 @@ typedef struct {
  * events recorded on the compute stream at its acquisition and release
  * (kind -1), or one of its collectives on its communicator's stream, between
  * the events ZipCCL recorded when the work started and ended
- * (zipcclWaitSpan; kind: PLAN_AG, PLAN_RS) */
+ * (zipcclWaitSpan; kind: PLAN_AG, PLAN_RS, PLAN_A2A with its chunk and
+ * direction, 1 dispatch / 2 combine) */
 typedef struct {
     void *a, *b;
-    int unit, phase, micro, kind;
+    int unit, phase, micro, kind, chunk, xdir;
 } DevSpan;
 
 typedef struct {
@@ -734,6 +735,12 @@ static void push_dspan(Sched* s, DevSpan d) {
     s->dspan[s->n_dspan++] = d;
 }
 
+/* The expert exchange's device spans (Expert.on_span). */
+static void expert_span(void* ctx, void* a, void* b, int layer, int phase, int chunk, int dir) {
+    Sched* s = ctx;
+    push_dspan(s, (DevSpan){a, b, 1 + layer, phase, s->micro, PLAN_A2A, chunk, dir});
+}
+
 /* The compute thread waits on request *req of unit u, kind k.  Tracing on a
  * device, the call's device span comes with it (ZipCCL's timing events on
  * its communicator's stream, made by the device's own event type). */
@@ -742,7 +749,7 @@ static void wait_req(Sched* s, zipcclRequest_t* req, int u, int kind, int xk) {
     if (s->trace && s->dpool.K) {
         void *a = NULL, *b = NULL;
         zipcclCheck(zipcclWaitSpan(*req, &a, &b));
-        if (a && b) push_dspan(s, (DevSpan){a, b, u, 0, s->micro, kind});
+        if (a && b) push_dspan(s, (DevSpan){a, b, u, 0, s->micro, kind, 0, 0});
         else if (a || b) s->dpool.K->event_free(a ? a : b);
     } else {
         zipcclCheck(zipcclWait(*req));
@@ -879,7 +886,7 @@ static void hook_release(void* ctx, int u, int phase) {
                 phase ? "bwd" : "fwd", s->f->units[u].name, s->f->rank, us(s, U->t_acq),
                 (zrt_now() - U->t_acq) * 1e6, s->micro);
     if (s->trace && s->dpool.K && U->ev_acq) {
-        push_dspan(s, (DevSpan){U->ev_acq, s->dpool.K->event_record(), u, phase, s->micro, -1});
+        push_dspan(s, (DevSpan){U->ev_acq, s->dpool.K->event_record(), u, phase, s->micro, -1, 0, 0});
         U->ev_acq = NULL;
     }
     if (e->drop) {
@@ -1136,6 +1143,10 @@ void sched_set_backend(Sched* s, const ZrtKernels* K) {
     trainCheck(!s->p && s->dpool.n == 0 && s->pool.n == 0,
                "scheduler: the backend is set before the first step");
     s->dpool.K = K && !K->host_memory ? K : NULL;
+    if (s->trace && s->dpool.K && s->f->ep > 1) { /* the exchange's device spans too */
+        s->f->expert.on_span = expert_span;
+        s->f->expert.span_ctx = s;
+    }
     if (s->trace && s->dpool.K)
         tprintf(s, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
                    "\"args\": {\"name\": \"device (%s)\"}},\n{\"name\": \"thread_name\", \"ph\": \"M\", "
@@ -1170,11 +1181,17 @@ static void trace_device_spans(Sched* s) {
     for (int i = 0; i < s->n_dspan; i++) {
         const DevSpan* d = &s->dspan[i];
         const int comm = d->kind >= 0;
+        char what[48]; /* as the host's tracks name them */
+        if (d->kind == PLAN_A2A)
+            snprintf(what, sizeof what, "%s%s c%d", d->xdir == 1 ? "dispatch" : "combine", d->phase ? "_grad" : "",
+                     d->chunk);
+        else
+            snprintf(what, sizeof what, "%s", comm ? plan_kind_name(d->kind) : d->phase ? "bwd" : "fwd");
         if (d->b && s->dref)
             tprintf(s, ",\n{\"name\": \"%s %s\", \"cat\": \"%s\", \"ph\": \"X\", "
                        "\"pid\": %d, \"tid\": %d, \"ts\": %.1f, \"dur\": %.1f, \"args\": "
                        "{\"micro\": %d}}",
-                    comm ? plan_kind_name(d->kind) : d->phase ? "bwd" : "fwd", s->f->units[d->unit].name,
+                    what, s->f->units[d->unit].name,
                     comm ? "device_comm" : "device", s->f->rank, 1 + NSLOTS + comm,
                     us(s, s->dref_t) + K->event_elapsed_ms(s->dref, d->a) * 1e3,
                     K->event_elapsed_ms(d->a, d->b) * 1e3, d->micro);

@@ -177,9 +177,9 @@ hostnet_same device_net_compressed_equals_host_moe_ep2_4ranks 4 compressed $M --
 # (a'''') --trace on a device: every compute span of the host has its twin
 # on the "device" track, timed by the table's events (the guarded table runs
 # each call to its end, so the twin lies within a millisecond of it), and
-# every gather and reduce-scatter its device span on the "device comm" track
-if run 2 "$tmp/trace.jsonl" --set runtime.device=cpu_guarded --trace "$tmp/trace.json"; then
-  r=$(python3 - "$tmp/trace.json" <<'PY'
+# every gather, reduce-scatter and All-to-All its device span on the
+# "device comm" track (dense; MoE at EP 2 in 2 chunks)
+cat >"$tmp/trace_check.py" <<'PY'
 import json, sys
 ev = json.load(open(sys.argv[1]))
 ev = ev["traceEvents"] if isinstance(ev, dict) else ev
@@ -197,12 +197,12 @@ for pid in sorted({e["pid"] for e in ev if "pid" in e}):
     # communicators' streams, zipcclWaitSpan): one per gather and
     # reduce-scatter of the host's comm tracks, the same names, on a track
     # of their own
-    hc = sorted(e["name"] for e in ev if e.get("cat") in ("allgather", "reducescatter") and e["pid"] == pid)
+    hc = sorted(e["name"] for e in ev if e.get("cat") in ("allgather", "reducescatter", "alltoall") and e["pid"] == pid)
     dc = [e for e in ev if e.get("cat") == "device_comm" and e["pid"] == pid]
     cnames = [e for e in ev if e.get("ph") == "M" and e["pid"] == pid and
               e["args"]["name"].startswith("device comm (cpu_guarded)")]
     if not hc or hc != sorted(e["name"] for e in dc) or not cnames or any(e["dur"] < 0 for e in dc):
-        bad.append("rank %d: %d gathers and reduce-scatters, %d device comm spans, track named %s"
+        bad.append("rank %d: %d collectives, %d device comm spans, track named %s"
                    % (pid, len(hc), len(dc), bool(cnames)))
         continue
     key = lambda e: (e["ts"], e["name"])
@@ -215,14 +215,23 @@ print("ok %d compute and %d comm spans" % (len([e for e in ev if e.get("cat") ==
                                           len([e for e in ev if e.get("cat") == "device_comm"]))
       if not bad else "; ".join(bad[:3]))
 PY
-)
-  case "$r" in
-    ok*) pass "trace_has_device_spans (${r#ok })" ;;
-    *) fail trace_has_device_spans "$r" ;;
-  esac
-else
-  fail trace_has_device_spans "the run failed"
-fi
+trace_check() { # trace_check NAME [train args...]: a 2-rank guarded run's trace
+  local name=$1 r
+  shift
+  if run 2 "$tmp/$name.jsonl" --set runtime.device=cpu_guarded --trace "$tmp/$name.json" "$@"; then
+    r=$(python3 "$tmp/trace_check.py" "$tmp/$name.json")
+    case "$r" in
+      ok*) pass "$name (${r#ok })" ;;
+      *) fail "$name" "$r" ;;
+    esac
+  else
+    fail "$name" "the run failed"
+  fi
+}
+trace_check trace_has_device_spans
+# the MoE model at EP 2 with the exchange in 2 chunks: its All-to-Alls too
+# shellcheck disable=SC2086
+trace_check trace_has_device_spans_moe_ep2 $M --set parallelism.ep=2 --set moe.overlap_chunks=2
 
 # (a'') model.compute: bf16 (the linear layers' operands rounded to bf16,
 # fp32 sums): the guarded device equals the CPU bit for bit, and the loss
