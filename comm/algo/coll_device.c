@@ -218,7 +218,7 @@ static zipcclResult_t sumSizes(struct zipcclComm* c, const zipcclOp* op, zipcclE
     const int n = c->nranks, r = c->rank;
     const char* what = zipcclCollName(op->kind);
     if (n == 1) return zipcclSuccess;
-    if (zipcclHostControl(c)) {
+    if (zipcclHostControl(c) && !c->sizesOverNet) {
         char why[80];
         snprintf(why, sizeof why, "%s: the sizes of the frames", what);
         return zipcclAgreedAllreduce(c, size, size, rows * n, zipcclTpSum, why);

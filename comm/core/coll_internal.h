@@ -240,8 +240,9 @@ struct zipcclComm {
     int onDevice;
     zipcclDeviceMemory_t dev;
     void* devStream;     /* the communicator's stream (dev.streamCreate), or NULL */
-#define ZIPCCL_DEV_SLOTS 6 /* frames, codec workspace, fp32 accumulator, a decoded block,
-                            * received blocks (raw on a net), a reduced block */
+#define ZIPCCL_DEV_SLOTS 7 /* frames, codec workspace, fp32 accumulator, a decoded block,
+                            * received blocks (raw on a net), a reduced block,
+                            * frame sizes (over a net) */
     void* devScratch[ZIPCCL_DEV_SLOTS];
     size_t devScratchCap[ZIPCCL_DEV_SLOTS];
     void* hostStage[2];
@@ -250,6 +251,8 @@ struct zipcclComm {
      * runs on it (coll_run.c, runNet). */
     int hasNet;
     zipcclDeviceNet_t net;
+    int sizesOverNet;    /* frame sizes over the network even with host control
+                          * (zipcclTestSizesOverNet: tests of NCCL's own path) */
 
     zipcclCounters_t counters[zipcclNumCollKinds]; /* under mu               */
     zipcclModel model;   /* executor only                                   */

@@ -13,6 +13,9 @@ zipcclResult_t zipcclSetError(zipcclResult_t code, const char* fmt, ...)
 zipcclResult_t zipcclPrefixError(zipcclResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void zipcclClearError(void);
+/* Tests: a communicator with a network sums its frame sizes over the network,
+ * as NCCL's own communicators (no host control) must, though it has MPI's. */
+void zipcclTestSizesOverNet(zipcclComm_t comm);
 
 /* "bf16"/"fp16"/"fp32" (and long names) -> dtype; returns 0 if unknown. */
 int zipcclTypeParse(const char* name, zipcclDataType_t* out);
