@@ -191,7 +191,9 @@ check bench_fp16 $((rc | v)) "exit $rc: $msg $(tail -2 "$tmp/fp16.err" | tr '\n'
 # compressed calls coded in place), and over the host stand-in for a device
 # network (--net host, the path of --net nccl): every collective and strategy
 # exact on 3 ranks, the rows say where the buffers were (KEY=VALUE), the
-# compressed COLL compresses (coded on the "device").
+# compressed COLL compresses (coded on the "device"), and the bus carries
+# nothing over a network, and fewer bytes for compressed calls than raw
+# ones (staged) without one.
 device_rows() { # device_rows NAME KEY VALUE COLL [bench options...]
   local name=$1 key=$2 value=$3 coll=$4 rc v
   shift 4
@@ -204,6 +206,13 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 key, value, coll = sys.argv[2:5]
 ok = len(rows) == 20 and all(r.get(key) == value for r in rows)
 ok &= any(r["coll"] == coll and r["strategy"] == "compressed" and r["ratio"] > 1.2 for r in rows)
+# bus_bytes: over a network nothing crosses the bus; otherwise a compressed
+# call moves only frames, fewer bytes than the raw call's staging
+bus = {(r["coll"], r["strategy"]): r.get("bus_bytes") for r in rows}
+if key == "net":
+    ok &= all(b == 0 for b in bus.values())
+else:
+    ok &= all(bus[(c, "compressed")] < bus[(c, "raw")] for c in {r["coll"] for r in rows})
 sys.exit(0 if ok else 1)
 EOF
   check "$name" $((rc | v | $?)) "exit $rc: $msg $(tail -2 "$tmp/$name.err" | tr '\n' ' ')"

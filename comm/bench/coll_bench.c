@@ -157,7 +157,9 @@ static void usage(FILE* f) {
         "time: median over the timed iterations of the slowest rank's time of each iteration.\n"
         "algbw = bytes / time; busbw = algbw x (n-1)/n for AllGather, ReduceScatter, AlltoAll(v),\n"
         "x 2(n-1)/n for AllReduce; both in GB/s (1e9 bytes per second), as nccl-tests prints.\n"
-        "ratio = raw bytes / wire bytes from zipcclCommGetCounters, summed over ranks.\n"
+        "ratio = raw bytes / wire bytes from zipcclCommGetCounters, summed over ranks;\n"
+        "bus_bytes (JSON, --device) = bytes copied between the device and host memory per call\n"
+        "and rank (zipcclCommGetCounters' busBytes).\n"
         "#wrong: elements differing bit-wise from the reference, summed over ranks.  The reference\n"
         "is strategy raw, itself checked against MPI's collective (AllGather, AlltoAll(v)) or\n"
         "against the documented reduction recomputed here (ReduceScatter, AllReduce: fp32 sum in\n"
@@ -659,6 +661,7 @@ static void addDelta(zipcclCounters_t* sum, const zipcclCounters_t* a, const zip
     sum->rawBytes += b->rawBytes - a->rawBytes;
     sum->wireBytes += b->wireBytes - a->wireBytes;
     sum->codecSeconds += b->codecSeconds - a->codecSeconds;
+    sum->busBytes += b->busBytes - a->busBytes;
     for (int k = 0; k < 5; k++) sum->byStrategy[k] += b->byStrategy[k] - a->byStrategy[k];
     for (int k = 0; k < ZIPCCL_NCODECS; k++) sum->byCodec[k] += b->byCodec[k] - a->byCodec[k];
     for (int k = 0; k < ZIPCCL_NALGOS; k++) sum->byAlgo[k] += b->byAlgo[k] - a->byAlgo[k];
@@ -716,7 +719,7 @@ static void checkResult(Ctx* c, const Options* o, const CollTest* coll, const Co
 
 /* One result line (rank 0). */
 static void report(const Options* o, const CollShape* s, const CollTest* coll, zipcclCallConfig_t cfg,
-                   int nranks, double t, double ratio, double codecUs, const char* picked,
+                   int nranks, double t, double ratio, double codecUs, double busPerCall, const char* picked,
                    long long wrong, long long differ) {
     const zipcclStrategy_t strat = cfg.strategy;
     const zipcclAlgo_t algo = cfg.algo;
@@ -738,6 +741,7 @@ static void report(const Options* o, const CollShape* s, const CollTest* coll, z
                o->op == zipcclAvg ? "avg" : "sum",
                o->input ? "file" : o->dist == DIST_RANDOM ? "random" : "gaussian", t * 1e6, algbw,
                busbw, ratio, codecUs, o->iters, o->sequential ? "sequential" : "interleaved", o->gapMs);
+        if (o->device) printf("\"bus_bytes\":%.0f,", busPerCall);
         if (differ >= 0) printf("\"differ\":%lld,", differ);
         if (wrong >= 0) printf("\"wrong\":%lld}\n", wrong);
         else printf("\"wrong\":null}\n");
@@ -890,12 +894,14 @@ static void benchOne(Ctx* c, const Options* o, const CollTest* coll, size_t byte
         MCHECK(MPI_Allreduce(MPI_IN_PLACE, ts, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
         qsort(ts, (size_t)iters, sizeof(double), cmpDouble);
         double t = iters % 2 ? ts[iters / 2] : 0.5 * (ts[iters / 2 - 1] + ts[iters / 2]);
-        double sums[3] = {(double)sum[si].rawBytes, (double)sum[si].wireBytes, sum[si].codecSeconds};
-        MCHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        double sums[4] = {(double)sum[si].rawBytes, (double)sum[si].wireBytes, sum[si].codecSeconds,
+                          (double)sum[si].busBytes};
+        MCHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         double ratio = sums[1] > 0 ? sums[0] / sums[1] : 1.0;
         double codecUs = sum[si].calls ? 1e6 * sums[2] / e->nranks / (double)sum[si].calls : 0.0;
+        double bus = sum[si].calls ? sums[3] / e->nranks / (double)sum[si].calls : 0.0;
         if (e->rank == 0)
-            report(o, &s, coll, entryConfig(o, use[si]), e->nranks, t, ratio, codecUs, picked[si], wrong[si],
+            report(o, &s, coll, entryConfig(o, use[si]), e->nranks, t, ratio, codecUs, bus, picked[si], wrong[si],
                    differ[si]);
     }
     free(times);
