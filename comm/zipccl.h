@@ -478,8 +478,9 @@ zipcclResult_t zipcclAlltoAllvAsync(const void* sendbuf, const size_t* sendcount
 zipcclResult_t zipcclWait(zipcclRequest_t req);             /* frees req          */
 /* zipcclWait, and the call's device span: the timing events recorded on the
  * communicator's stream when its work started and ended (the device table's
- * timedEventRecord; both NULL without one, or on host buffers).  They are
- * the caller's, to free with the table's eventDestroy once timed. */
+ * timedEventRecord; both or neither: NULL without one, on host buffers or
+ * after a failure).  They are the caller's, to free with the table's
+ * eventDestroy once timed. */
 zipcclResult_t zipcclWaitSpan(zipcclRequest_t req, void** begin, void** end);
 zipcclResult_t zipcclTest(zipcclRequest_t req, int* done); /* frees req when done */
 

@@ -302,8 +302,7 @@ static zipcclResult_t wait_timed(Expert* x, zipcclRequest_t* req, int layer, int
     if (x->on_span) {
         void *a = NULL, *b = NULL;
         r = zipcclWaitSpan(*req, &a, &b);
-        if (a && b) x->on_span(x->span_ctx, a, b, layer, phase, chunk, dir);
-        else if (a || b) x->K->event_free(a ? a : b);
+        if (a) x->on_span(x->span_ctx, a, b, layer, phase, chunk, dir); /* both or neither */
     } else {
         r = zipcclWait(*req);
     }

@@ -44,10 +44,12 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
      * (grown by 1/8 more, comm/core/coll_internal.h): a gather's frames (its
      * shard out, the n-1 others in: about one unit at the wire dtype) and a
      * reduce-scatter's (n-1 blocks out, n-1 in: 2 (n-1)/n of a unit, and
-     * its fp32 accumulator, 1/n); nothing at one rank */
+     * its fp32 accumulator, 1/n); nothing at one rank, and nothing with
+     * comm.net: nccl (the scratch is the device's, below) */
     const double wp = cfg->comm.param_dtype == zipcclBfloat16 ? 2 : 4,
                  wr = cfg->comm.reduce_dtype == zipcclBfloat16 ? 2 : 4;
-    mp->comm = nranks > 1 ? 1.125 * largest * (wp + (2 * wr * (nranks - 1) + 4) / nranks) : 0;
+    const int nccl = !K->host_memory && !strcmp(cfg->runtime.net, "nccl");
+    mp->comm = nranks > 1 && !nccl ? 1.125 * largest * (wp + (2 * wr * (nranks - 1) + 4) / nranks) : 0;
     /* the expert exchange's buffers, shared by the MoE blocks
      * (runtime/expert.c): three fp32 row sets of the N*k rows a rank sends
      * or receives (the average), four bf16 ones with a bf16 exchange (the
@@ -60,12 +62,8 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
                      wa = cfg->comm.alltoall_dtype == zipcclBfloat16 ? 2 : 4;
         xsets = rows * (12 + (wa == 2 ? 8 : 0));
         xframes = rows * 2 * 1.125 * wa;
-        mp->comm += xsets + xframes;
+        mp->comm += xsets + (nccl ? 0 : xframes);
     }
-    /* comm.net: nccl: nothing is staged in host memory (the scratch is the
-     * device's, below) */
-    const int nccl = !K->host_memory && !strcmp(cfg->runtime.net, "nccl");
-    if (nccl) mp->comm -= (nranks > 1 ? 1.125 * largest * (wp + (2 * wr * (nranks - 1) + 4) / nranks) : 0) + xframes;
     mp->data = data_bytes;
     mp->base = base;
     const double shard_total = mp->params + mp->grads + mp->optim;

@@ -749,8 +749,7 @@ static void wait_req(Sched* s, zipcclRequest_t* req, int u, int kind, int xk) {
     if (s->trace && s->dpool.K) {
         void *a = NULL, *b = NULL;
         zipcclCheck(zipcclWaitSpan(*req, &a, &b));
-        if (a && b) push_dspan(s, (DevSpan){a, b, u, 0, s->micro, kind, 0, 0});
-        else if (a || b) s->dpool.K->event_free(a ? a : b);
+        if (a) push_dspan(s, (DevSpan){a, b, u, 0, s->micro, kind, 0, 0}); /* both or neither */
     } else {
         zipcclCheck(zipcclWait(*req));
     }

@@ -1130,6 +1130,12 @@ static zipcclResult_t oneShotCore(struct zipcclComm* c, const zipcclOp* op, zipc
 
 /* ---- dispatch --------------------------------------------------------------- */
 
+void zipcclSplitBlocks(size_t count, int n, size_t* counts, size_t* displs) {
+    const size_t base = count / (size_t)n, extra = count % (size_t)n;
+    size_t d = 0;
+    for (int i = 0; i < n; i++) counts[i] = base + ((size_t)i < extra), displs[i] = d, d += counts[i];
+}
+
 zipcclResult_t zipcclRunAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st) {
     const int n = c->nranks;
     const size_t esz = zipcclTypeSize(op->dtype);
@@ -1148,12 +1154,7 @@ zipcclResult_t zipcclRunAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExe
     case zipcclCollAllReduce: {
         if (!op->count) return zipcclSuccess;
         /* ReduceScatter into a block of our own, then AllGather the blocks. */
-        size_t base = op->count / (size_t)n, extra = op->count % (size_t)n, d = 0;
-        for (int i = 0; i < n; i++) {
-            counts[i] = base + ((size_t)i < extra);
-            displs[i] = d;
-            d += counts[i];
-        }
+        zipcclSplitBlocks(op->count, n, counts, displs);
         if (st->algo == zipcclAlgoOneShot && n > 1) {
             /* Every peer's whole input is staged; in place, so is ours: the
              * reduction of a piece can come before our own send of it. */

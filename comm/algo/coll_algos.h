@@ -12,5 +12,8 @@
 /* Run `op` with the design and strategy (raw or compressed) of op->cfg,
  * already decided; what it cost goes into *st. */
 zipcclResult_t zipcclRunAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st);
+/* AllReduce's blocks: count split as evenly as it goes, the first ones one
+ * element longer (every design's split, so their sums agree bit for bit). */
+void zipcclSplitBlocks(size_t count, int n, size_t* counts, size_t* displs);
 
 #endif /* ZIPCCL_COLL_ALGOS_H */

@@ -308,13 +308,6 @@ static size_t maxOf(const size_t* v, int n) {
         if (v[i] > m) m = v[i];
     return m;
 }
-/* AllReduce's blocks: count split as evenly as it goes, the first ones one
- * element longer (the host designs' split). */
-static void splitCount(size_t count, int n, size_t* counts, size_t* displs) {
-    const size_t base = count / (size_t)n, extra = count % (size_t)n;
-    size_t d = 0;
-    for (int i = 0; i < n; i++) counts[i] = base + ((size_t)i < extra), displs[i] = d, d += counts[i];
-}
 
 /* ---- AllGather coded on the device ------------------------------------------------- */
 
@@ -574,7 +567,7 @@ static zipcclResult_t runDirect(struct zipcclComm* c, const zipcclOp* op, zipccl
     const size_t esz = zipcclTypeSize(op->dtype);
     const zipcclCollKind_t k = op->kind;
     size_t counts[n], displs[n];
-    if (k == zipcclCollAllReduce) splitCount(op->count, n, counts, displs);
+    if (k == zipcclCollAllReduce) zipcclSplitBlocks(op->count, n, counts, displs); /* the host designs' split */
     else
         for (int i = 0; i < n; i++) counts[i] = op->count, displs[i] = (size_t)i * op->count;
     switch (k) {
@@ -649,8 +642,7 @@ zipcclResult_t zipcclDeviceNetHost(zipcclComm_t comm, zipcclDeviceNet_t* out) {
 
 /* ---- the entry -------------------------------------------------------------------- */
 
-int zipcclRunsOnDevice(const struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s) {
-    (void)op;
+int zipcclRunsOnDevice(const struct zipcclComm* c, zipcclStrategy_t s) {
     return c->hasNet || (s == zipcclStrategyCompressed && zipcclCodedOnDevice(c));
 }
 

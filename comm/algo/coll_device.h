@@ -39,7 +39,7 @@ void zipcclDeviceRelease(struct zipcclComm* c);
 /* Whether zipcclRunOnDevice runs this call (else it is staged): every call
  * over a network; every compressed call on a table that codes on the
  * device. */
-int zipcclRunsOnDevice(const struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s);
+int zipcclRunsOnDevice(const struct zipcclComm* c, zipcclStrategy_t s);
 /* Run it, on the call's stream (op->stream: the communicator's own where it
  * has one). */
 zipcclResult_t zipcclRunOnDevice(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st);

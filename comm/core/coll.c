@@ -592,10 +592,11 @@ zipcclResult_t zipcclCommUseNccl(zipcclComm_t c) {
     double v[ZIPCCL_NCCL_ID_BYTES];
     memset(id, 0, sizeof id);
     zipcclResult_t res = c->rank == 0 ? zipcclNcclUniqueId(id) : zipcclSuccess;
-    double ok = res == zipcclSuccess ? 0 : 1, bad = 0;
-    ZIPCCL_TRY(zipcclAgreedAllreduce(c, &ok, &bad, 1, zipcclTpSum, "zipcclCommUseNccl: rank 0's NCCL unique id"));
+    double failed = res == zipcclSuccess ? 0 : 1, anyFailed = 0;
+    ZIPCCL_TRY(zipcclAgreedAllreduce(c, &failed, &anyFailed, 1, zipcclTpSum,
+                                     "zipcclCommUseNccl: rank 0's NCCL unique id"));
     if (res != zipcclSuccess) return res;
-    if (bad) return zipcclSetError(zipcclUnsupported, "zipcclCommUseNccl: rank 0 could not make an NCCL unique id");
+    if (anyFailed) return zipcclSetError(zipcclUnsupported, "zipcclCommUseNccl: rank 0 could not make an NCCL unique id");
     for (int i = 0; i < ZIPCCL_NCCL_ID_BYTES; i++) v[i] = id[i];
     ZIPCCL_TRY(zipcclAgreedAllreduce(c, v, v, ZIPCCL_NCCL_ID_BYTES, zipcclTpSum, "zipcclCommUseNccl: spreading the id"));
     for (int i = 0; i < ZIPCCL_NCCL_ID_BYTES; i++) id[i] = (unsigned char)v[i];

@@ -146,7 +146,7 @@ zipcclResult_t zipcclRunDecided(struct zipcclComm* c, const zipcclOp* op, zipccl
         }
         if (m->timedEventRecord) ZIPCCL_TRY(span(c, op, &st->spanBegin));
     }
-    zipcclResult_t res = zipcclRunsOnDevice(c, &d, s) ? zipcclRunOnDevice(c, &d, s, st) : runStaged(c, &d, s, st);
+    zipcclResult_t res = zipcclRunsOnDevice(c, s) ? zipcclRunOnDevice(c, &d, s, st) : runStaged(c, &d, s, st);
     if (res == zipcclSuccess && st->spanBegin) res = span(c, op, &st->spanEnd);
     if (res == zipcclSuccess && c->devStream && !c->hasNet) { /* over a network: an event (coll.c) */
         res = m->synchronize(m->ctx, c->devStream);
