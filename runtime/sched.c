@@ -1172,6 +1172,11 @@ void sched_destroy(Sched* s) {
     free(s);
 }
 
+/* An exchange's name on the trace's tracks: which way, and the chunk. */
+static void a2a_name(char* out, size_t cap, int xdir, int phase, int chunk) {
+    snprintf(out, cap, "%s%s c%d", xdir == 1 ? "dispatch" : "combine", phase ? "_grad" : "", chunk);
+}
+
 /* --trace on a device: the step's compute spans as the device ran them,
  * on their own track ("device"), placed by the reference event: ts = the
  * reference's host time + the device time from it. */
@@ -1181,9 +1186,7 @@ static void trace_device_spans(Sched* s) {
         const DevSpan* d = &s->dspan[i];
         const int comm = d->kind >= 0;
         char what[48]; /* as the host's tracks name them */
-        if (d->kind == PLAN_A2A)
-            snprintf(what, sizeof what, "%s%s c%d", d->xdir == 1 ? "dispatch" : "combine", d->phase ? "_grad" : "",
-                     d->chunk);
+        if (d->kind == PLAN_A2A) a2a_name(what, sizeof what, d->xdir, d->phase, d->chunk);
         else
             snprintf(what, sizeof what, "%s", comm ? plan_kind_name(d->kind) : d->phase ? "bwd" : "fwd");
         if (d->b && s->dref)
@@ -1244,8 +1247,7 @@ static void trace_calls(Sched* s) {
         if (!r->accounted) continue;
         char what[48];
         if (r->kind == PLAN_A2A) /* which way, and the chunk: the pipeline is visible */
-            snprintf(what, sizeof what, "%s%s c%d", r->xdir == 1 ? "dispatch" : "combine",
-                     r->phase ? "_grad" : "", r->chunk);
+            a2a_name(what, sizeof what, r->xdir, r->phase, r->chunk);
         else
             snprintf(what, sizeof what, "%s", plan_kind_name(r->kind));
         tprintf(s,

@@ -91,11 +91,11 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
     st.algo = zipcclAlgoRun(op->kind, cfg.algo);
     double t1 = zipcclNow();
     if (res == zipcclSuccess) res = zipcclRunDecided(c, op, cfg.strategy, &st);
+    op->spanBegin = st.spanBegin, op->spanEnd = st.spanEnd; /* freed at finish unless handed over */
     /* Over a network the work stays on the communicator's stream: the call
      * completes with an event there, which the caller's stream waits for
      * (zipcclWait), so neither the host nor the caller's stream stalls on
      * the device here. */
-    op->spanBegin = st.spanBegin, op->spanEnd = st.spanEnd; /* freed at finish unless handed over */
     if (res == zipcclSuccess && c->hasNet && c->devStream) {
         res = c->dev.eventRecord(c->dev.ctx, c->devStream, &op->doneEvent);
         if (res == zipcclSuccess) op->doneRecorded = 1;
