@@ -94,28 +94,26 @@ void zipcclDeviceRelease(struct zipcclComm* c) {
 }
 
 /* Device -> host (down) and host -> device (up), counted on the call. */
-zipcclResult_t zipcclDown(struct zipcclComm* c, const zipcclOp* op, void* host, const void* dev, size_t bytes,
-                           zipcclExecStats* st) {
+static zipcclResult_t busCopy(struct zipcclComm* c, const zipcclOp* op, void* dst, const void* src, size_t bytes,
+                              zipcclExecStats* st, int up) {
     if (!bytes) return zipcclSuccess;
+    const zipcclDeviceMemory_t* d = &c->dev;
     const double t = zipcclNow();
-    zipcclResult_t r = c->dev.toHost(c->dev.ctx, host, dev, bytes, op->stream);
+    zipcclResult_t r = (up ? d->toDevice : d->toHost)(d->ctx, dst, src, bytes, op->stream);
     st->busSeconds += zipcclNow() - t;
     st->busBytes += bytes;
     if (r == zipcclSuccess) return r;
-    return zipcclPrefixError(r, "%s: copying %zu bytes from %s memory to the host", zipcclCollName(op->kind), bytes,
-                             c->dev.name);
+    return zipcclPrefixError(r, up ? "%s: copying %zu bytes from the host to %s memory"
+                                   : "%s: copying %zu bytes from %s memory to the host",
+                             zipcclCollName(op->kind), bytes, d->name);
 }
-
+zipcclResult_t zipcclDown(struct zipcclComm* c, const zipcclOp* op, void* host, const void* dev, size_t bytes,
+                          zipcclExecStats* st) {
+    return busCopy(c, op, host, dev, bytes, st, 0);
+}
 zipcclResult_t zipcclUp(struct zipcclComm* c, const zipcclOp* op, void* dev, const void* host, size_t bytes,
-                         zipcclExecStats* st) {
-    if (!bytes) return zipcclSuccess;
-    const double t = zipcclNow();
-    zipcclResult_t r = c->dev.toDevice(c->dev.ctx, dev, host, bytes, op->stream);
-    st->busSeconds += zipcclNow() - t;
-    st->busBytes += bytes;
-    if (r == zipcclSuccess) return r;
-    return zipcclPrefixError(r, "%s: copying %zu bytes from the host to %s memory", zipcclCollName(op->kind), bytes,
-                             c->dev.name);
+                        zipcclExecStats* st) {
+    return busCopy(c, op, dev, host, bytes, st, 1);
 }
 
 zipcclResult_t zipcclNoMemory(const struct zipcclComm* c, const zipcclOp* op, const char* where, size_t bytes) {
