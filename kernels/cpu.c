@@ -403,6 +403,15 @@ static void cpu_embedding_forward(float* out, const int* tokens, const float* ta
         memcpy(out + (size_t)n * C, table + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
 }
 
+static void cpu_embedding_forward_w16(float* out, const int* tokens, const uint16_t* table,
+                                      int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const uint16_t* row = table + (size_t)tokens[n] * C;
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = zipcclBf16ToFloat(row[c]);
+    }
+}
+
 static void cpu_embedding_backward(float* dtable, const float* dout, const int* tokens, int N,
                                    int C) {
     // repeated tokens hit the same row: split channels across threads and
@@ -535,12 +544,15 @@ static void cpu_scale(float* x, size_t n, float factor) {
     for (size_t i = 0; i < n; i++) x[i] *= factor;
 }
 
-/* ---- bf16 compute (model.compute: bf16): the linear layers' products of
- * bf16-rounded operands, summed in fp32: what a tensor-core GEMM with bf16
+/* ---- bf16 operands. The bf16 compute tables (model.compute: bf16) multiply
+ * bf16-rounded operands and sum in fp32: what a tensor-core GEMM with bf16
  * inputs and fp32 accumulation computes (each product of two bf16 values is
- * exact in fp32), so the CPU is the reference of the CUDA bf16 table. The
- * rounded copies live in per-thread buffers that grow. */
-static float* bf16_copy(int slot, const float* x, size_t n) {
+ * exact in fp32), so the CPU is the reference of the CUDA bf16 table. A
+ * bf16 weight (the _w16 entries: a unit gathered in bf16) is widened, which
+ * is exact. The rounded or widened copies live in per-thread buffers (slot
+ * 0: the input or output gradient, 1: the weight, 2: the input of dweight)
+ * that grow. */
+static float* operand_buffer(int slot, size_t n) {
     static _Thread_local float* buf[3];
     static _Thread_local size_t cap[3];
     if (n > cap[slot]) {
@@ -552,9 +564,20 @@ static float* bf16_copy(int slot, const float* x, size_t n) {
             abort();
         }
     }
-    float* b = buf[slot]; /* the team's threads have buffers of their own: share this one */
+    return buf[slot];
+}
+
+static float* bf16_copy(int slot, const float* x, size_t n) {
+    float* b = operand_buffer(slot, n); /* the team's threads share this one */
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) b[i] = zipcclBf16ToFloat(zipcclFloatToBf16(x[i]));
+    return b;
+}
+
+static float* widened_copy(int slot, const uint16_t* x, size_t n) {
+    float* b = operand_buffer(slot, n);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) b[i] = zipcclBf16ToFloat(x[i]);
     return b;
 }
 
@@ -570,6 +593,36 @@ static void cpu_matmul_backward_bf16(float* dinp, float* dweight, const float* d
                                      int accumulate) {
     const float* g = bf16_copy(0, dout, (size_t)N * OC);
     const float* w = dinp ? bf16_copy(1, weight, (size_t)OC * IC) : NULL;
+    const float* a = dweight ? bf16_copy(2, inp, (size_t)N * IC) : NULL;
+    cpu_matmul_backward(dinp, dweight, g, a, w, N, IC, OC, accumulate);
+}
+
+/* bf16 weights: the fp32 table widens the weight and multiplies in fp32;
+ * the bf16 table rounds the other operands as above (its weight is bf16
+ * already: rounding it again would change nothing). */
+static void cpu_matmul_forward_w16(float* out, const float* inp, const uint16_t* weight, int N,
+                                   int IC, int OC) {
+    cpu_matmul_forward(out, inp, widened_copy(1, weight, (size_t)OC * IC), N, IC, OC);
+}
+
+static void cpu_matmul_backward_w16(float* dinp, float* dweight, const float* dout,
+                                    const float* inp, const uint16_t* weight, int N, int IC,
+                                    int OC, int accumulate) {
+    const float* w = dinp ? widened_copy(1, weight, (size_t)OC * IC) : NULL;
+    cpu_matmul_backward(dinp, dweight, dout, inp, w, N, IC, OC, accumulate);
+}
+
+static void cpu_matmul_forward_bf16_w16(float* out, const float* inp, const uint16_t* weight,
+                                        int N, int IC, int OC) {
+    const float* a = bf16_copy(0, inp, (size_t)N * IC);
+    cpu_matmul_forward(out, a, widened_copy(1, weight, (size_t)OC * IC), N, IC, OC);
+}
+
+static void cpu_matmul_backward_bf16_w16(float* dinp, float* dweight, const float* dout,
+                                         const float* inp, const uint16_t* weight, int N, int IC,
+                                         int OC, int accumulate) {
+    const float* g = bf16_copy(0, dout, (size_t)N * OC);
+    const float* w = dinp ? widened_copy(1, weight, (size_t)OC * IC) : NULL;
     const float* a = dweight ? bf16_copy(2, inp, (size_t)N * IC) : NULL;
     cpu_matmul_backward(dinp, dweight, g, a, w, N, IC, OC, accumulate);
 }
@@ -736,6 +789,8 @@ static const ZrtKernels cpu_kernels = {
     .event_free = cpu_event_free,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
+    .matmul_forward_w16 = cpu_matmul_forward_w16,
+    .matmul_backward_w16 = cpu_matmul_backward_w16,
     .rmsnorm_forward = cpu_rmsnorm_forward,
     .rmsnorm_backward = cpu_rmsnorm_backward,
     .rope_table = cpu_rope_table,
@@ -747,6 +802,7 @@ static const ZrtKernels cpu_kernels = {
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
     .embedding_forward = cpu_embedding_forward,
+    .embedding_forward_w16 = cpu_embedding_forward_w16,
     .embedding_backward = cpu_embedding_backward,
     .crossentropy_forward_backward = cpu_crossentropy_forward_backward,
     .add = cpu_add,
@@ -774,6 +830,8 @@ static void cpu_bf16_init(void) {
     cpu_bf16_kernels.name = "cpu_bf16";
     cpu_bf16_kernels.matmul_forward = cpu_matmul_forward_bf16;
     cpu_bf16_kernels.matmul_backward = cpu_matmul_backward_bf16;
+    cpu_bf16_kernels.matmul_forward_w16 = cpu_matmul_forward_bf16_w16;
+    cpu_bf16_kernels.matmul_backward_w16 = cpu_matmul_backward_bf16_w16;
 }
 
 const ZrtKernels* zrt_kernels_cpu_bf16(void) {

@@ -151,6 +151,15 @@ static void g_matmul_backward(float* dinp, float* dweight, const float* dout, co
                               const float* weight, int N, int IC, int OC, int accumulate) {
     GUARD(C()->matmul_backward(dinp, dweight, dout, inp, weight, N, IC, OC, accumulate));
 }
+static void g_matmul_forward_w16(float* out, const float* inp, const uint16_t* weight, int N,
+                                 int IC, int OC) {
+    GUARD(C()->matmul_forward_w16(out, inp, weight, N, IC, OC));
+}
+static void g_matmul_backward_w16(float* dinp, float* dweight, const float* dout,
+                                  const float* inp, const uint16_t* weight, int N, int IC, int OC,
+                                  int accumulate) {
+    GUARD(C()->matmul_backward_w16(dinp, dweight, dout, inp, weight, N, IC, OC, accumulate));
+}
 static void g_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
                               int N, int C_, float eps) {
     GUARD(C()->rmsnorm_forward(out, rstd, inp, weight, N, C_, eps));
@@ -191,6 +200,10 @@ static void g_swiglu_backward(float* dgate, float* dup, const float* dh, const f
 }
 static void g_embedding_forward(float* out, const int* tokens, const float* table, int N, int C_) {
     GUARD(C()->embedding_forward(out, tokens, table, N, C_));
+}
+static void g_embedding_forward_w16(float* out, const int* tokens, const uint16_t* table, int N,
+                                    int C_) {
+    GUARD(C()->embedding_forward_w16(out, tokens, table, N, C_));
 }
 static void g_embedding_backward(float* dtable, const float* dout, const int* tokens, int N,
                                  int C_) {
@@ -267,6 +280,8 @@ static const ZrtKernels guarded_kernels = {
     .event_free = g_event_free,
     .matmul_forward = g_matmul_forward,
     .matmul_backward = g_matmul_backward,
+    .matmul_forward_w16 = g_matmul_forward_w16,
+    .matmul_backward_w16 = g_matmul_backward_w16,
     .rmsnorm_forward = g_rmsnorm_forward,
     .rmsnorm_backward = g_rmsnorm_backward,
     .rope_table = g_rope_table,
@@ -278,6 +293,7 @@ static const ZrtKernels guarded_kernels = {
     .swiglu_forward = g_swiglu_forward,
     .swiglu_backward = g_swiglu_backward,
     .embedding_forward = g_embedding_forward,
+    .embedding_forward_w16 = g_embedding_forward_w16,
     .embedding_backward = g_embedding_backward,
     .crossentropy_forward_backward = g_crossentropy,
     .add = g_add,

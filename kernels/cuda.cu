@@ -23,13 +23,15 @@
  * reductions disallowed: true fp32, TF32 off, the CPU-matching mode) and
  * bf16 compute (zrt_kernels_cuda_bf16: the linear layers through
  * cublasGemmEx with bf16 operands converted on the fly and fp32
- * accumulation, on tensor cores; everything else the fp32 table's).
- * ZRT_CUDA_PROFILE=1 prints the device time of every entry at exit.
+ * accumulation, on tensor cores; a weight that is bf16 already, a unit
+ * FSDP gathered in bf16 (the _w16 entries), goes in as it is; everything
+ * else the fp32 table's). ZRT_CUDA_PROFILE=1 prints the device time of
+ * every entry at exit.
  *
  * Leaves out: fused kernels, tiled (flash-style) attention: one call holds
  * its (B, H, T, T) probabilities in the scratch, and the backward recomputes
- * them instead of keeping them per layer (products in fp32), bf16 storage, streams
- * and events beyond the default stream.
+ * them instead of keeping them per layer (products in fp32), bf16 storage of
+ * activations, streams and events beyond the default stream.
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -238,6 +240,14 @@ __global__ void k_embedding_fwd(float* out, const int* tokens, const float* tabl
     if (i >= (size_t)N * C) return;
     const size_t n = i / C, c = i % C;
     out[i] = table[(size_t)tokens[n] * C + c];
+}
+
+__global__ void k_embedding_fwd_w16(float* out, const int* tokens, const uint16_t* table, int N,
+                                    int C) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    const size_t n = i / C, c = i % C;
+    out[i] = zipcclBf16ToFloat(table[(size_t)tokens[n] * C + c]);
 }
 
 /* one thread per channel, tokens in order: deterministic, no atomics */
@@ -603,6 +613,63 @@ void cu_matmul_backward_bf16(float* dinp, float* dweight, const float* dout, con
     }
 }
 
+/* bf16 weights (a unit gathered in bf16): the fp32 table widens the weight
+ * into a device buffer that grows (exact) and runs SGEMM; the bf16 table
+ * hands it to the tensor cores as it is, rounding only the other operands. */
+const float* widened_operand(const uint16_t* w, size_t n) {
+    static float* buf;
+    static size_t cap;
+    if (n > cap) {
+        if (buf) CK(cudaFree(buf));
+        CK(cudaMalloc(&buf, n * sizeof(float)));
+        cap = n;
+    }
+    k_from_bf16<<<blocks_for(n, 256), 256>>>(buf, w, n);
+    CKL(k_from_bf16);
+    return buf;
+}
+
+void cu_matmul_forward_w16(float* out, const float* inp, const uint16_t* weight, int N, int IC,
+                           int OC) {
+    PROF(matmul_forward);
+    const float* w = widened_operand(weight, (size_t)OC * IC);
+    gemm_rm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
+}
+
+void cu_matmul_backward_w16(float* dinp, float* dweight, const float* dout, const float* inp,
+                            const uint16_t* weight, int N, int IC, int OC, int accumulate) {
+    PROF(matmul_backward);
+    if (dinp)
+        gemm_rm(false, false, N, IC, OC, 1.0f, dout, OC, widened_operand(weight, (size_t)OC * IC),
+                IC, accumulate ? 1.0f : 0.0f, dinp, IC);
+    if (dweight) gemm_rm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+}
+
+const __nv_bfloat16* as_nv_bf16(const uint16_t* w) {
+    return reinterpret_cast<const __nv_bfloat16*>(w);
+}
+
+void cu_matmul_forward_bf16_w16(float* out, const float* inp, const uint16_t* weight, int N,
+                                int IC, int OC) {
+    PROF(matmul_forward);
+    const __nv_bfloat16* a = bf16_operand(0, inp, (size_t)N * IC);
+    gemm_rm_bf16(false, true, N, OC, IC, 1.0f, a, IC, as_nv_bf16(weight), IC, 0.0f, out, OC);
+}
+
+void cu_matmul_backward_bf16_w16(float* dinp, float* dweight, const float* dout,
+                                 const float* inp, const uint16_t* weight, int N, int IC, int OC,
+                                 int accumulate) {
+    PROF(matmul_backward);
+    const __nv_bfloat16* g = bf16_operand(0, dout, (size_t)N * OC);
+    if (dinp)
+        gemm_rm_bf16(false, false, N, IC, OC, 1.0f, g, OC, as_nv_bf16(weight), IC,
+                     accumulate ? 1.0f : 0.0f, dinp, IC);
+    if (dweight) {
+        const __nv_bfloat16* a = bf16_operand(2, inp, (size_t)N * IC);
+        gemm_rm_bf16(true, false, OC, IC, N, 1.0f, g, OC, a, IC, 1.0f, dweight, IC);
+    }
+}
+
 void cu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                         int C, float eps) {
     PROF(rmsnorm_forward);
@@ -770,6 +837,13 @@ void cu_embedding_forward(float* out, const int* tokens, const float* table, int
     PROF(embedding_forward);
     k_embedding_fwd<<<blocks_for((size_t)N * C, 256), 256>>>(out, tokens, table, N, C);
     CKL(k_embedding_fwd);
+}
+
+void cu_embedding_forward_w16(float* out, const int* tokens, const uint16_t* table, int N,
+                              int C) {
+    PROF(embedding_forward);
+    k_embedding_fwd_w16<<<blocks_for((size_t)N * C, 256), 256>>>(out, tokens, table, N, C);
+    CKL(k_embedding_fwd_w16);
 }
 
 void cu_embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C) {
@@ -1008,6 +1082,8 @@ ZrtKernels make_table() {
     t.event_free = cu_event_free;
     t.matmul_forward = cu_matmul_forward;
     t.matmul_backward = cu_matmul_backward;
+    t.matmul_forward_w16 = cu_matmul_forward_w16;
+    t.matmul_backward_w16 = cu_matmul_backward_w16;
     t.rmsnorm_forward = cu_rmsnorm_forward;
     t.rmsnorm_backward = cu_rmsnorm_backward;
     t.rope_table = cu_rope_table;
@@ -1019,6 +1095,7 @@ ZrtKernels make_table() {
     t.swiglu_forward = cu_swiglu_forward;
     t.swiglu_backward = cu_swiglu_backward;
     t.embedding_forward = cu_embedding_forward;
+    t.embedding_forward_w16 = cu_embedding_forward_w16;
     t.embedding_backward = cu_embedding_backward;
     t.crossentropy_forward_backward = cu_crossentropy_forward_backward;
     t.moe_route = cu_moe_route;
@@ -1046,6 +1123,8 @@ ZrtKernels make_table_bf16() {
     t.name = "cuda_bf16";
     t.matmul_forward = cu_matmul_forward_bf16;
     t.matmul_backward = cu_matmul_backward_bf16;
+    t.matmul_forward_w16 = cu_matmul_forward_bf16_w16;
+    t.matmul_backward_w16 = cu_matmul_backward_bf16_w16;
     return t;
 }
 const ZrtKernels cuda_table_bf16 = make_table_bf16();

@@ -14,7 +14,8 @@
  * rule the tests enforce: outside a table call its memory cannot be touched.
  *
  * Conventions (shared by every backend):
- *   - fp32 everywhere; N = number of token rows (B*T), row-major tensors.
+ *   - fp32 everywhere (but the bf16 weights of the _w16 entries); N = number
+ *     of token rows (B*T), row-major tensors.
  *   - Linear layers follow PyTorch: weight (OC, IC), out = inp @ weight^T.
  *   - *_backward kernels ACCUMULATE parameter gradients (dweight += ...),
  *     because the runtime's gradient buffers accumulate over micro-batches.
@@ -30,8 +31,9 @@
  *
  * What this leaves out: no bias terms, no dropout, no fused kernels beyond
  * softmax+cross-entropy, no KV cache (training only), no bf16 storage of
- * activations or weights (bf16 compute tables below round the linear
- * layers' operands on the fly).
+ * activations (bf16 compute tables below round the linear layers' inputs
+ * on the fly); weights are read in bf16 only by the linear layers and the
+ * embedding (the _w16 entries), the norms' small vectors are widened.
  */
 #ifndef KERNELS_KERNELS_H
 #define KERNELS_KERNELS_H
@@ -87,6 +89,16 @@ typedef struct ZrtKernels_ {
      * dinp or dweight may be NULL to skip that product. */
     void (*matmul_backward)(float* dinp, float* dweight, const float* dout, const float* inp,
                             const float* weight, int N, int IC, int OC, int accumulate);
+    /* The same two with a bf16 weight (a unit FSDP gathered in bf16 stays
+     * bf16 while the model reads it, models/weights.h): the results are the
+     * fp32 entries' given the widened weight (widening is exact), so a step
+     * over bf16 units has the bits of one over their fp32 widenings. The
+     * bf16 tables hand the weight to the tensor cores as it is. */
+    void (*matmul_forward_w16)(float* out, const float* inp, const uint16_t* weight, int N,
+                               int IC, int OC);
+    void (*matmul_backward_w16)(float* dinp, float* dweight, const float* dout,
+                                const float* inp, const uint16_t* weight, int N, int IC, int OC,
+                                int accumulate);
 
     /* out (N, C) = inp * rstd * weight, rstd (N) = 1/sqrt(mean(inp^2) + eps) */
     void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, int N,
@@ -127,6 +139,9 @@ typedef struct ZrtKernels_ {
 
     /* out (N, C) = table[tokens[n]] */
     void (*embedding_forward)(float* out, const int* tokens, const float* table, int N, int C);
+    /* out (N, C) = float(table[tokens[n]]) for a bf16 table */
+    void (*embedding_forward_w16)(float* out, const int* tokens, const uint16_t* table, int N,
+                                  int C);
     /* dtable[tokens[n]] += dout[n], summed in token order (deterministic) */
     void (*embedding_backward)(float* dtable, const float* dout, const int* tokens, int N, int C);
 

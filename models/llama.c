@@ -26,9 +26,13 @@
  * were allocated on (llama_acts_alloc_on); this file touches them only
  * through that table, and so does moe.c.
  *
+ * Parameters come in fp32, or in bf16 when FSDP gathered them so
+ * (LlamaParamHooks.bf16_units): the blocks read them through weights.h
+ * (BlockParams below), the same bits either way.
+ *
  * Leaves out: KV cache / inference, dropout, biases, sequence packing
  * (every row of the batch is one sequence starting at position 0),
- * non-fp32 compute, and recomputing part of a block (selective).
+ * and recomputing part of a block (selective).
  */
 #include "llama.h"
 
@@ -40,6 +44,7 @@
 
 #include "kernels.h"
 #include "moe.h"
+#include "weights.h"
 
 /* --------------------------------------------------------------- config */
 
@@ -410,6 +415,8 @@ typedef struct {
     float* dup;       // (N, F)
     float* dhid;      // (N, F)
     float* att_scratch; // attention_scratch_floats(B, T, H, KV, hd)
+    float* wvec;      // (3C + 2hd) the norm weights of a bf16 unit, widened:
+                      // a block's attn_norm | q_norm | k_norm | mlp_norm, the head's final_norm
 } ActPtrs;
 
 struct LlamaActs {
@@ -455,7 +462,8 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const Lla
                        &p->gate,   &p->up,     &p->hid,       &p->lnf,      &p->lnf_rstd,
                        &p->logits, &p->losses, &p->rope,      &p->dresid,   &p->dln,
                        &p->dq,     &p->dk,     &p->dq_raw,    &p->dk_raw,   &p->dv,
-                       &p->datty,  &p->dgate,  &p->dup,       &p->dhid,     &p->att_scratch};
+                       &p->datty,  &p->dgate,  &p->dup,       &p->dhid,     &p->att_scratch,
+                       &p->wvec};
     const size_t sizes[] = {(Lall + 1) * N * C,  L * N * C,          L * N,
                             L * N * H * hd,      L * N * KV * hd,    qn * L * N * H * hd,
                             qn * L * N * KV * hd, qn * L * N * H,    qn * L * N * KV,
@@ -467,7 +475,8 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const Lla
                             N * C,               N * H * hd,         N * KV * hd,
                             qn * N * H * hd,     qn * N * KV * hd,   N * KV * hd,
                             N * H * hd,          N * Fd,             N * Fd,
-                            N * Fd,              K->attention_scratch_floats(B, T, (int)H, (int)KV, (int)hd)};
+                            N * Fd,              K->attention_scratch_floats(B, T, (int)H, (int)KV, (int)hd),
+                            3 * C + 2 * hd};
     _Static_assert(sizeof slots / sizeof slots[0] == sizeof sizes / sizeof sizes[0],
                    "one size per activation tensor");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -581,6 +590,7 @@ typedef struct {
     const ZrtKernels* K;
     int B, T, N, C, H, KV, hd, F;
     int recompute;                // 1: per-block tensors in slot 0 (LlamaMemOpts)
+    int bf16;                     // 1: the hooks hand units over in bf16 (weights.h)
     MoeActs* moe;                 // NULL for a dense model
     const LlamaParamHooks* hooks; // for the experts of MoE blocks
 } Dims;
@@ -592,16 +602,56 @@ static size_t dense_slot(const Dims* d, int l) {
     return d->recompute ? 0 : (size_t)dense_index(d->cfg, l);
 }
 
+/* Block l's parameters as the block reads them: the matrices in the unit's
+ * dtype (weights.h), the norm weights in fp32 (a bf16 unit's widened into
+ * the arena's wvec, which the block keeps until its release). */
+typedef struct {
+    Weight wq, wk, wv, wo, w_gate, w_up, w_down, router;
+    const float *attn_norm, *q_norm, *k_norm, *mlp_norm;
+} BlockParams;
+
+static BlockParams block_params(const Dims* d, const ActPtrs* a, int l, const void* unit) {
+    const BlockLayout w = block_layout(d->cfg, l);
+    const Weight u = weight_of(unit, d->bf16);
+    BlockParams p = {weight_at(u, w.wq),     weight_at(u, w.wk),   weight_at(u, w.wv),
+                     weight_at(u, w.wo),     weight_at(u, w.w_gate), weight_at(u, w.w_up),
+                     weight_at(u, w.w_down), weight_at(u, w.router), NULL, NULL, NULL, NULL};
+    const size_t at[4] = {w.attn_norm, w.q_norm, w.k_norm, w.mlp_norm};
+    const size_t n[4] = {d->C, w.k_norm - w.q_norm, w.wo - w.k_norm, d->C}; // hd or 0
+    const float** out[4] = {&p.attn_norm, &p.q_norm, &p.k_norm, &p.mlp_norm};
+    float* v = a->wvec;
+    for (int i = 0; i < 4; i++) {
+        if (!d->bf16) {
+            *out[i] = u.f32 + at[i];
+            continue;
+        }
+        if (n[i]) d->K->bf16_to_float(v, u.bf16 + at[i], n[i]);
+        *out[i] = v;
+        v += n[i];
+    }
+    return p;
+}
+
+/* The head's final norm weight in fp32 (C): the unit's own, or a bf16
+ * unit's widened past the block's part of wvec. */
+static const float* head_norm(const Dims* d, const ActPtrs* a, const void* unit) {
+    const Weight u = weight_at(weight_of(unit, d->bf16), head_final_norm(d->cfg));
+    if (!d->bf16) return u.f32;
+    float* v = a->wvec + 2 * (size_t)d->C + 2 * (size_t)d->hd;
+    d->K->bf16_to_float(v, u.bf16, (size_t)d->C);
+    return v;
+}
+
 /* One block forward: reads resid[l], writes resid[l+1] and the block's
- * saved activations. p: the block's unit parameters. again = 1 is the
+ * saved activations. p: the block's parameters. again = 1 is the
  * backward's recomputation: the same kernels on the same inputs (the same
  * bits) refill what the block's backward reads, and resid[l+1], which it
  * does not read, is left alone (nor is a MoE block's expert MLP run again:
  * moe.c keeps its activations per block). Returns 0, or -1 (a MoE hook
  * failed; moe.c said why). */
-static int block_forward(const Dims* d, const ActPtrs* a, int l, const float* p, int again) {
+static int block_forward(const Dims* d, const ActPtrs* a, int l, const BlockParams* p,
+                         int again) {
     const ZrtKernels* K = d->K;
-    const BlockLayout w = block_layout(d->cfg, l);
     const size_t N = d->N, C = d->C, QD = (size_t)d->H * d->hd, KVD = (size_t)d->KV * d->hd,
                  F = d->F, ld = dense_slot(d, l), sl = slot(d, l);
     const int qkn = d->cfg->qk_norm, moe = llama_layer_is_moe(d->cfg, l);
@@ -620,43 +670,43 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const float* p,
     float* ln2_rstd = a->ln2_rstd + sl * N;          // (N)
     float* tmp = a->dln;                             // (N, C) scratch
 
-    K->rmsnorm_forward(ln1, ln1_rstd, x, p + w.attn_norm, d->N, d->C, eps);
+    K->rmsnorm_forward(ln1, ln1_rstd, x, p->attn_norm, d->N, d->C, eps);
     if (qkn) { // project into q_raw/k_raw, then an RMSNorm per head into q/k
         float* q_raw = a->q_raw + sl * N * QD;      // (N, H*hd)
         float* k_raw = a->k_raw + sl * N * KVD;     // (N, KV*hd)
-        K->matmul_forward(q_raw, ln1, p + w.wq, d->N, d->C, (int)QD);
-        K->matmul_forward(k_raw, ln1, p + w.wk, d->N, d->C, (int)KVD);
-        K->rmsnorm_forward(q, a->q_rstd + sl * N * d->H, q_raw, p + w.q_norm, d->N * d->H,
+        linear_forward(K, q_raw, ln1, p->wq, d->N, d->C, (int)QD);
+        linear_forward(K, k_raw, ln1, p->wk, d->N, d->C, (int)KVD);
+        K->rmsnorm_forward(q, a->q_rstd + sl * N * d->H, q_raw, p->q_norm, d->N * d->H,
                            d->hd, eps);
-        K->rmsnorm_forward(k, a->k_rstd + sl * N * d->KV, k_raw, p + w.k_norm, d->N * d->KV,
+        K->rmsnorm_forward(k, a->k_rstd + sl * N * d->KV, k_raw, p->k_norm, d->N * d->KV,
                            d->hd, eps);
     } else {
-        K->matmul_forward(q, ln1, p + w.wq, d->N, d->C, (int)QD);
-        K->matmul_forward(k, ln1, p + w.wk, d->N, d->C, (int)KVD);
+        linear_forward(K, q, ln1, p->wq, d->N, d->C, (int)QD);
+        linear_forward(K, k, ln1, p->wk, d->N, d->C, (int)KVD);
     }
-    K->matmul_forward(v, ln1, p + w.wv, d->N, d->C, (int)KVD);
+    linear_forward(K, v, ln1, p->wv, d->N, d->C, (int)KVD);
     K->rope_forward(q, a->rope, d->B, d->T, d->H, d->hd);
     K->rope_forward(k, a->rope, d->B, d->T, d->KV, d->hd);
     K->attention_forward(atty, lse, q, k, v, d->B, d->T, d->H, d->KV, d->hd, a->att_scratch);
-    K->matmul_forward(tmp, atty, p + w.wo, d->N, (int)QD, d->C);
+    linear_forward(K, tmp, atty, p->wo, d->N, (int)QD, d->C);
     K->add(mid, x, tmp, N * C);
 
-    K->rmsnorm_forward(ln2, ln2_rstd, mid, p + w.mlp_norm, d->N, d->C, eps);
+    K->rmsnorm_forward(ln2, ln2_rstd, mid, p->mlp_norm, d->N, d->C, eps);
     if (again && moe) return 0; // the experts' activations are kept (moe.c)
     if (moe) {
         const int eu = llama_expert_unit(d->cfg, l);
-        if (moe_forward(d->moe, eu - 1 - d->cfg->n_layers, K, p + w.router, ln2, tmp, d->hooks, l,
+        if (moe_forward(d->moe, eu - 1 - d->cfg->n_layers, K, p->router, ln2, tmp, d->hooks, l,
                         eu))
             return -1;
     } else {
         float* gate = a->gate + ld * N * F;          // (N, F)
         float* up = a->up + ld * N * F;              // (N, F)
         float* hid = a->hid + ld * N * F;            // (N, F)
-        K->matmul_forward(gate, ln2, p + w.w_gate, d->N, d->C, d->F);
-        K->matmul_forward(up, ln2, p + w.w_up, d->N, d->C, d->F);
+        linear_forward(K, gate, ln2, p->w_gate, d->N, d->C, d->F);
+        linear_forward(K, up, ln2, p->w_up, d->N, d->C, d->F);
         K->swiglu_forward(hid, gate, up, d->N, d->F);
         if (again) return 0; // the backward reads hid, not the block's output
-        K->matmul_forward(tmp, hid, p + w.w_down, d->N, d->F, d->C);
+        linear_forward(K, tmp, hid, p->w_down, d->N, d->F, d->C);
     }
     K->add(out, mid, tmp, N * C);
     return 0;
@@ -665,7 +715,8 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const float* p,
 /* One block backward: on entry a->dresid holds dLoss/d resid[l+1]; on exit
  * dLoss/d resid[l]. Parameter gradients accumulate into g. Returns 0 or -1
  * (a MoE hook failed). */
-static int block_backward(const Dims* d, const ActPtrs* a, int l, const float* p, float* g) {
+static int block_backward(const Dims* d, const ActPtrs* a, int l, const BlockParams* p,
+                          float* g) {
     const ZrtKernels* K = d->K;
     const BlockLayout w = block_layout(d->cfg, l);
     const size_t N = d->N, C = d->C, QD = (size_t)d->H * d->hd, KVD = (size_t)d->KV * d->hd,
@@ -688,23 +739,23 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const float* p
 
     if (moe) { // out = mid + moe(ln2)
         const int eu = llama_expert_unit(d->cfg, l);
-        if (moe_backward(d->moe, eu - 1 - d->cfg->n_layers, K, p + w.router, ln2, dresid, dln,
+        if (moe_backward(d->moe, eu - 1 - d->cfg->n_layers, K, p->router, ln2, dresid, dln,
                          g + w.router, d->cfg->router_aux_loss_coef, d->hooks, l, eu))
             return -1;
     } else { // out = mid + hid W_down^T, hid = silu(ln2 W_gate^T) * (ln2 W_up^T)
         const float* gate = a->gate + ld * N * F;
         const float* up = a->up + ld * N * F;
         const float* hid = a->hid + ld * N * F;
-        K->matmul_backward(a->dhid, g + w.w_down, dresid, hid, p + w.w_down, d->N, d->F, d->C, 0);
+        linear_backward(K, a->dhid, g + w.w_down, dresid, hid, p->w_down, d->N, d->F, d->C, 0);
         K->swiglu_backward(a->dgate, a->dup, a->dhid, gate, up, d->N, d->F);
-        K->matmul_backward(dln, g + w.w_gate, a->dgate, ln2, p + w.w_gate, d->N, d->C, d->F, 0);
-        K->matmul_backward(dln, g + w.w_up, a->dup, ln2, p + w.w_up, d->N, d->C, d->F, 1);
+        linear_backward(K, dln, g + w.w_gate, a->dgate, ln2, p->w_gate, d->N, d->C, d->F, 0);
+        linear_backward(K, dln, g + w.w_up, a->dup, ln2, p->w_up, d->N, d->C, d->F, 1);
     }
     // dresid becomes dLoss/d mid: the skip path plus the norm's input gradient
-    K->rmsnorm_backward(dresid, g + w.mlp_norm, dln, mid, p + w.mlp_norm, ln2_rstd, d->N, d->C);
+    K->rmsnorm_backward(dresid, g + w.mlp_norm, dln, mid, p->mlp_norm, ln2_rstd, d->N, d->C);
 
     // attention: mid = x + atty W_o^T
-    K->matmul_backward(a->datty, g + w.wo, dresid, atty, p + w.wo, d->N, (int)QD, d->C, 0);
+    linear_backward(K, a->datty, g + w.wo, dresid, atty, p->wo, d->N, (int)QD, d->C, 0);
     K->attention_backward(a->dq, a->dk, a->dv, a->datty, atty, lse, q, k, v, d->B, d->T, d->H,
                           d->KV, d->hd, a->att_scratch);
     K->rope_backward(a->dq, a->rope, d->B, d->T, d->H, d->hd);
@@ -713,17 +764,17 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const float* p
     if (qkn) { // back through the per-head RMSNorm (its kernel accumulates dinp)
         K->zero(a->dq_raw, N * QD);
         K->zero(a->dk_raw, N * KVD);
-        K->rmsnorm_backward(a->dq_raw, g + w.q_norm, a->dq, a->q_raw + sl * N * QD, p + w.q_norm,
+        K->rmsnorm_backward(a->dq_raw, g + w.q_norm, a->dq, a->q_raw + sl * N * QD, p->q_norm,
                             a->q_rstd + sl * N * d->H, d->N * d->H, d->hd);
-        K->rmsnorm_backward(a->dk_raw, g + w.k_norm, a->dk, a->k_raw + sl * N * KVD, p + w.k_norm,
+        K->rmsnorm_backward(a->dk_raw, g + w.k_norm, a->dk, a->k_raw + sl * N * KVD, p->k_norm,
                             a->k_rstd + sl * N * d->KV, d->N * d->KV, d->hd);
         dq = a->dq_raw;
         dk = a->dk_raw;
     }
-    K->matmul_backward(dln, g + w.wq, dq, ln1, p + w.wq, d->N, d->C, (int)QD, 0);
-    K->matmul_backward(dln, g + w.wk, dk, ln1, p + w.wk, d->N, d->C, (int)KVD, 1);
-    K->matmul_backward(dln, g + w.wv, a->dv, ln1, p + w.wv, d->N, d->C, (int)KVD, 1);
-    K->rmsnorm_backward(dresid, g + w.attn_norm, dln, x, p + w.attn_norm, ln1_rstd, d->N, d->C);
+    linear_backward(K, dln, g + w.wq, dq, ln1, p->wq, d->N, d->C, (int)QD, 0);
+    linear_backward(K, dln, g + w.wk, dk, ln1, p->wk, d->N, d->C, (int)KVD, 1);
+    linear_backward(K, dln, g + w.wv, a->dv, ln1, p->wv, d->N, d->C, (int)KVD, 1);
+    K->rmsnorm_backward(dresid, g + w.attn_norm, dln, x, p->attn_norm, ln1_rstd, d->N, d->C);
     return 0;
 }
 
@@ -734,7 +785,7 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const float* p
  * dlogits in place, dln (rows) = dlogits W and gW += dlogits^T lnf. Returns
  * the summed loss of the counted rows. One chunk (the rows fit in
  * LOGITS_FLOATS) makes the same calls as an output layer without chunks. */
-static double head_chunks(const Dims* d, const ActPtrs* a, const LlamaActs* acts, const float* W,
+static double head_chunks(const Dims* d, const ActPtrs* a, const LlamaActs* acts, Weight W,
                           float* gW, float* logits_out, float dscale) {
     const ZrtKernels* K = d->K;
     const int N = d->N, C = d->C, V = d->cfg->vocab_size, R = acts->opts.logits_rows;
@@ -742,14 +793,14 @@ static double head_chunks(const Dims* d, const ActPtrs* a, const LlamaActs* acts
     for (int r0 = 0; r0 < N; r0 += R) {
         const int rows = N - r0 < R ? N - r0 : R;
         const float* lnf = a->lnf + (size_t)r0 * C; // (rows, C)
-        K->matmul_forward(a->logits, lnf, W, rows, C, V);  // (rows, V)
+        linear_forward(K, a->logits, lnf, W, rows, C, V); // (rows, V)
         if (logits_out)
             K->download(logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * sizeof(float));
         int cnt = 0;
         sum += K->crossentropy_forward_backward(gW ? a->logits : NULL, a->losses + r0, a->logits,
                                                 acts->tgt + r0, rows, V, dscale, &cnt);
         if (gW)
-            K->matmul_backward(a->dln + (size_t)r0 * C, gW, a->logits, lnf, W, rows, C, V, 0);
+            linear_backward(K, a->dln + (size_t)r0 * C, gW, a->logits, lnf, W, rows, C, V, 0);
     }
     return sum;
 }
@@ -798,8 +849,13 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     K->upload(acts->tok, tokens, (size_t)N * sizeof(int));
     K->upload(acts->tgt, targets, (size_t)N * sizeof(int));
     const int L = cfg->n_layers;
-    const Dims d = {cfg, K, B, T, N, cfg->dim, cfg->n_heads, cfg->n_kv_heads, llama_head_dim(cfg),
-                    cfg->ffn_hidden, acts->opts.recompute, acts->moe, hooks};
+    const Dims d = {cfg,           K,
+                    B,             T,
+                    N,             cfg->dim,
+                    cfg->n_heads,  cfg->n_kv_heads,
+                    llama_head_dim(cfg), cfg->ffn_hidden,
+                    acts->opts.recompute, !!hooks->bf16_units,
+                    acts->moe,     hooks};
     if (acts->moe) moe_begin_step(acts->moe, N);
     const size_t C = cfg->dim;
     const int hu = llama_head_unit(cfg);
@@ -807,14 +863,15 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
 
     // forward: unit 0 (embedding), blocks 1..L; the head only without a
     // backward (with one, the head runs in the backward's hold)
-    const float* p = hooks->acquire(hooks->ctx, 0, 0);
+    const void* p = hooks->acquire(hooks->ctx, 0, 0);
     if (!p) return step_error("acquire(0, forward) returned NULL");
-    K->embedding_forward(a.resid, acts->tok, p, N, d.C); // resid[0] (N, C)
+    embedding_forward(K, a.resid, acts->tok, weight_of(p, d.bf16), N, d.C); // resid[0] (N, C)
     hooks->release(hooks->ctx, 0, 0);
     for (int l = 0; l < L; l++) {
         p = hooks->acquire(hooks->ctx, 1 + l, 0);
         if (!p) return step_error("acquire(block, forward) returned NULL");
-        if (block_forward(&d, &a, l, p, 0)) return step_error("a MoE block failed (forward)");
+        const BlockParams bp = block_params(&d, &a, l, p);
+        if (block_forward(&d, &a, l, &bp, 0)) return step_error("a MoE block failed (forward)");
         hooks->release(hooks->ctx, 1 + l, 0);
     }
     if (acts->moe) moe_aux_loss(acts->moe);
@@ -829,30 +886,30 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     const float dscale = count ? 1.0f / (float)count : 0.0f;
     p = hooks->acquire(hooks->ctx, hu, backward);
     if (!p) return step_error("acquire(head) returned NULL");
-    K->rmsnorm_forward(a.lnf, a.lnf_rstd, resid_L, p + head_final_norm(cfg), N, d.C,
-                       cfg->norm_eps);
+    const float* final_norm = head_norm(&d, &a, p);
+    const Weight head = weight_at(weight_of(p, d.bf16), head_lm_head(cfg));
+    K->rmsnorm_forward(a.lnf, a.lnf_rstd, resid_L, final_norm, N, d.C, cfg->norm_eps);
     if (!backward) {
-        const double sum = head_chunks(&d, &a, acts, p + head_lm_head(cfg), NULL, logits_out,
-                                       dscale);
+        const double sum = head_chunks(&d, &a, acts, head, NULL, logits_out, dscale);
         hooks->release(hooks->ctx, hu, 0);
         return count ? (float)(sum / count) : 0.0f;
     }
 
     // backward: the head (its norm and weights), blocks L..1, unit 0 (embedding)
     float* g = hooks->grad_buffer(hooks->ctx, hu);
-    const double sum = head_chunks(&d, &a, acts, p + head_lm_head(cfg), g + head_lm_head(cfg),
-                                   logits_out, dscale);
+    const double sum = head_chunks(&d, &a, acts, head, g + head_lm_head(cfg), logits_out, dscale);
     const float loss = count ? (float)(sum / count) : 0.0f;
     K->zero(a.dresid, (size_t)N * C);
-    K->rmsnorm_backward(a.dresid, g + head_final_norm(cfg), a.dln, resid_L,
-                        p + head_final_norm(cfg), a.lnf_rstd, N, d.C);
+    K->rmsnorm_backward(a.dresid, g + head_final_norm(cfg), a.dln, resid_L, final_norm,
+                        a.lnf_rstd, N, d.C);
     if (hu != 0) hooks->grads_ready(hooks->ctx, hu);
     hooks->release(hooks->ctx, hu, 1);
     for (int l = L - 1; l >= 0; l--) {
         p = hooks->acquire(hooks->ctx, 1 + l, 1);
         if (!p) return step_error("acquire(block, backward) returned NULL");
         g = hooks->grad_buffer(hooks->ctx, 1 + l);
-        if (block_backward(&d, &a, l, p, g)) return step_error("a MoE block failed (backward)");
+        const BlockParams bp = block_params(&d, &a, l, p);
+        if (block_backward(&d, &a, l, &bp, g)) return step_error("a MoE block failed (backward)");
         hooks->grads_ready(hooks->ctx, 1 + l);
         hooks->release(hooks->ctx, 1 + l, 1);
     }

@@ -184,9 +184,14 @@ int llama_acts_routing(const LlamaActs* acts, int moe_block, LlamaMoeRouting* ou
 /* How the model gets its parameters and hands back gradients. */
 typedef struct {
     void* ctx;
-    /* Full (gathered) parameters of `unit`, valid until release(). phase is
-     * 0 for the forward pass and 1 for the backward pass. */
-    const float* (*acquire)(void* ctx, int unit, int phase);
+    /* Full (gathered) parameters of `unit`, valid until release(): fp32, or
+     * bf16 (uint16_t) when bf16_units is 1. phase is 0 for the forward pass
+     * and 1 for the backward pass. */
+    const void* (*acquire)(void* ctx, int unit, int phase);
+    /* 1: acquire() hands every unit over in bf16 (FSDP's bf16 gathers keep
+     * them so, models/weights.h); the step has the bits of one given their
+     * fp32 widenings. 0: fp32. */
+    int bf16_units;
     /* Done reading `unit` in this phase (forward: may reshard). */
     void (*release)(void* ctx, int unit, int phase);
     /* Full-size gradient buffer of `unit` (the model ACCUMULATES into it). */

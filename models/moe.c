@@ -260,28 +260,28 @@ static size_t expert_numel(const MoeDims* d) { return 3 * (size_t)d->Fe * d->C; 
 
 /* yl (rows, C) at chunk c's rows = the SwiGLU of each local expert over its
  * rows of that chunk of xin. */
-static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, const float* p,
+static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, Weight p,
                             float* yl, int chunk) {
     const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
     const int* rc = L->chunk_counts + (size_t)chunk * L->n_local;
     for (int j = 0, o = L->chunk_off[chunk]; j < L->n_local; o += rc[j], j++) {
         const int c = rc[j];
         if (!c) continue;
-        const float* we = p + (size_t)j * expert_numel(d);
+        const Weight we = weight_at(p, (size_t)j * expert_numel(d));
         const float* x = L->xin + (size_t)o * C;
         float *g = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe,
               *h = L->hid + (size_t)o * Fe;
-        K->matmul_forward(g, x, we, c, d->C, d->Fe);
-        K->matmul_forward(u, x, we + FC, c, d->C, d->Fe);
+        linear_forward(K, g, x, we, c, d->C, d->Fe);
+        linear_forward(K, u, x, weight_at(we, FC), c, d->C, d->Fe);
         K->swiglu_forward(h, g, u, c, d->Fe);
-        K->matmul_forward(yl + (size_t)o * C, h, we + 2 * FC, c, d->Fe, d->C);
+        linear_forward(K, yl + (size_t)o * C, h, weight_at(we, 2 * FC), c, d->Fe, d->C);
     }
 }
 
 /* dxl at chunk c's rows from dyl (the chunk's rows only, (rows of c, C));
  * the experts' gradients accumulate in g, chunk after chunk. */
 static void experts_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m,
-                             const ZrtKernels* K, const float* p, float* g, const float* dyl,
+                             const ZrtKernels* K, Weight p, float* g, const float* dyl,
                              float* dxl, int chunk) {
     const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
     const int* rc = L->chunk_counts + (size_t)chunk * L->n_local;
@@ -290,21 +290,22 @@ static void experts_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m,
         const int c = rc[j];
         if (!c) continue;
         const size_t off = (size_t)j * expert_numel(d);
-        const float *we = p + off, *x = L->xin + (size_t)o * C;
+        const Weight we = weight_at(p, off);
+        const float* x = L->xin + (size_t)o * C;
         float* ge = g + off;
         float *gt = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe,
               *h = L->hid + (size_t)o * Fe;
         const float* dy = dyl + (size_t)(o - base) * C;
         float* dx = dxl + (size_t)o * C;
         if (d->recompute) { // the forward's gate, up and hid again: same kernels, same bits
-            K->matmul_forward(gt, x, we, c, d->C, d->Fe);
-            K->matmul_forward(u, x, we + FC, c, d->C, d->Fe);
+            linear_forward(K, gt, x, we, c, d->C, d->Fe);
+            linear_forward(K, u, x, weight_at(we, FC), c, d->C, d->Fe);
             K->swiglu_forward(h, gt, u, c, d->Fe);
         }
-        K->matmul_backward(m->dhid, ge + 2 * FC, dy, h, we + 2 * FC, c, d->Fe, d->C, 0);
+        linear_backward(K, m->dhid, ge + 2 * FC, dy, h, weight_at(we, 2 * FC), c, d->Fe, d->C, 0);
         K->swiglu_backward(m->dgate, m->dup, m->dhid, gt, u, c, d->Fe);
-        K->matmul_backward(dx, ge, m->dgate, x, we, c, d->C, d->Fe, 0);
-        K->matmul_backward(dx, ge + FC, m->dup, x, we + FC, c, d->C, d->Fe, 1);
+        linear_backward(K, dx, ge, m->dgate, x, we, c, d->C, d->Fe, 0);
+        linear_backward(K, dx, ge + FC, m->dup, x, weight_at(we, FC), c, d->C, d->Fe, 1);
     }
 }
 
@@ -397,12 +398,12 @@ static int exchange_chunk(MoeLayer* L, const MoeDims* d, const ZrtKernels* K,
 
 /* ---------------------------------------------------------------- forward */
 
-int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, const float* x,
+int moe_forward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const float* x,
                 float* out, const LlamaParamHooks* hooks, int layer, int expert_unit) {
     const MoeDims* d = &m->d;
     MoeLayer* L = &m->layer[i];
     const size_t C = d->C, E = d->E;
-    K->matmul_forward(m->logits, x, router, d->N, d->C, d->E); // (N, E)
+    linear_forward(K, m->logits, x, router, d->N, d->C, d->E); // (N, E)
     route(d, L, K, m->logits);
     K->moe_gather(L->xs, x, L->pos, d->N, d->k, d->C);
     for (size_t e = 0; e < E; e++) m->tokens_per_expert[e] += L->routed[e];
@@ -412,8 +413,9 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, con
     // the exchange, chunk by chunk: while the experts compute chunk c the
     // runtime may already move chunk c+1 in and chunk c-1 out
     if (exchange_begin(m, L, hooks, layer, 0, L->xs)) return -1;
-    const float* p = hooks->acquire(hooks->ctx, expert_unit, 0);
-    if (!p) return moe_error("acquire(experts, forward) returned NULL", layer);
+    const void* unit = hooks->acquire(hooks->ctx, expert_unit, 0);
+    if (!unit) return moe_error("acquire(experts, forward) returned NULL", layer);
+    const Weight p = weight_of(unit, hooks->bf16_units);
     float* yl = hooks->dispatch ? m->yl : L->ys;
     for (int c = 0; c < L->n_chunks; c++) {
         const float* recv;
@@ -442,7 +444,7 @@ float moe_aux_loss(MoeActs* m) {
 
 /* --------------------------------------------------------------- backward */
 
-int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, const float* x,
+int moe_backward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const float* x,
                  const float* dout, float* dx, float* drouter, float aux_coef,
                  const LlamaParamHooks* hooks, int layer, int expert_unit) {
     const MoeDims* d = &m->d;
@@ -455,8 +457,9 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, co
     if (exchange_begin(m, L, hooks, layer, 1, m->dys)) return -1;
     if (d->recompute && swiglu_reserve(m, L, L->n_recv)) // views of the shared buffers
         return moe_error("out of memory for the recomputed expert activations", layer);
-    const float* p = hooks->acquire(hooks->ctx, expert_unit, 1);
-    if (!p) return moe_error("acquire(experts, backward) returned NULL", layer);
+    const void* unit = hooks->acquire(hooks->ctx, expert_unit, 1);
+    if (!unit) return moe_error("acquire(experts, backward) returned NULL", layer);
+    const Weight p = weight_of(unit, hooks->bf16_units);
     float* g = hooks->grad_buffer(hooks->ctx, expert_unit);
     float* dxl = hooks->dispatch ? m->dxl : m->dxs;
     for (int c = 0; c < L->n_chunks; c++) {
@@ -482,6 +485,6 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, co
     float* dlogits = m->logits; // (N, E), free again after the forward
     K->moe_router_backward(dlogits, L->probs, L->sel, L->w, m->dw, m->aux_dev, d->N, d->E,
                            d->k, d->norm_topk);
-    K->matmul_backward(dx, drouter, dlogits, x, router, d->N, d->C, d->E, 1);
+    linear_backward(K, dx, drouter, dlogits, x, router, d->N, d->C, d->E, 1);
     return 0;
 }

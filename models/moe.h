@@ -28,6 +28,7 @@
 
 #include "kernels.h"
 #include "llama.h"
+#include "weights.h"
 
 typedef struct {
     int N, C, E, k, Fe;    /* tokens, dim, experts, top-k, expert width */
@@ -122,9 +123,10 @@ void moe_begin_step(MoeActs* m, int N);
 
 /* Forward of MoE block i (the i-th MoE block, model block `layer`): x (N, C)
  * is the normed MLP input, out (N, C) is written. router (E, C) is a slice
- * of the block's unit; the experts come from hooks->acquire(expert_unit).
+ * of the block's unit; the experts come from hooks->acquire(expert_unit),
+ * in the dtype hooks->bf16_units says (weights.h).
  * Returns 0, or -1 with a message on stderr (a hook failed). */
-int moe_forward(MoeActs* m, int i, const ZrtKernels* K, const float* router, const float* x,
+int moe_forward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const float* x,
                 float* out, const LlamaParamHooks* hooks, int layer, int expert_unit);
 
 /* After the forward of every MoE block: the load-balancing loss from the
@@ -134,7 +136,7 @@ float moe_aux_loss(MoeActs* m);
 /* Backward of MoE block i: dout (N, C) is dLoss/d out; dx (N, C) is
  * overwritten with dLoss/d x; drouter (E, C) accumulates. aux_coef weights
  * the load-balancing loss in the loss being differentiated. */
-int moe_backward(MoeActs* m, int i, const ZrtKernels* K, const float* router, const float* x,
+int moe_backward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const float* x,
                  const float* dout, float* dx, float* drouter, float aux_coef,
                  const LlamaParamHooks* hooks, int layer, int expert_unit);
 

@@ -21,8 +21,9 @@
  *
  * Mixed precision. param_dtype bf16: each rank rounds its fp32 shard to bf16
  * (round to nearest even), the all-gather moves bf16 (half the bytes), and
- * the receiver widens to fp32 for compute, so every rank computes with
- * exactly the same bf16 values while the master weights stay fp32.
+ * the model reads the gathered unit in bf16 as it is (half the memory of
+ * a held unit; models/weights.h), so every rank computes with exactly the
+ * same bf16 values while the master weights stay fp32.
  * reduce_dtype bf16: the full gradient is rounded to bf16 before the
  * reduce-scatter; the reduced shard is widened and accumulated in fp32.
  *
@@ -348,11 +349,9 @@ void fsdp_gather_start(Fsdp* f, int u, void* send, void* recv, zipcclRequest_t* 
     f->gathers++;
 }
 
-void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full) {
-    FsdpUnit* U = &f->units[u];
+void fsdp_gather_finish(Fsdp* f, int u, const void* recv) {
+    /* the model reads recv as it is, a bf16 unit too (LlamaParamHooks.bf16_units) */
     fsdp_dump_param(f, u, recv);
-    if (f->param_dtype == zipcclBfloat16) f->K->bf16_to_float(full, recv, U->padded);
-    /* an fp32 gather received into full itself */
 }
 
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* recv,

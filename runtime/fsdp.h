@@ -17,11 +17,10 @@
  * unit like the others.
  *
  * The shards live in the memory of the run's kernel table (host, guarded or
- * CUDA), where the optimizer updates them (optim.h); the collectives move
- * host buffers, so on a device a shard is cast and downloaded on its way
- * out and the reduced part uploaded on its way in.
+ * CUDA), where the optimizer updates them (optim.h); the collectives take
+ * buffers of that memory (ZipCCL on device buffers: comm/algo/coll_device.c).
  *
- * Left out: hybrid sharding, CPU offload, collectives on device buffers.
+ * Left out: hybrid sharding, CPU offload.
  */
 #ifndef RUNTIME_FSDP_H
 #define RUNTIME_FSDP_H
@@ -106,15 +105,15 @@ void fsdp_unit_kinds(const LlamaConfig* m, int ep, int u, int has[PLAN_NKINDS]);
  * model's memory, K's (ZipCCL takes a device's buffers: fsdp_init gives the
  * gather and reduce-scatter communicators the device's memory table).
  * Gather: send holds `shard` bf16 elements (bf16 gathers; NULL for fp32,
- * which sends the shard itself), recv `padded` of param_dtype; finish makes
- * the model's fp32 unit `full` from recv: widened from bf16, nothing for
- * fp32 (full == recv). Reduce: gfull is the model's full fp32 gradient
+ * which sends the shard itself), recv `padded` of param_dtype, which is the
+ * unit the model reads once finish has run (bf16 as it is:
+ * LlamaParamHooks.bf16_units). Reduce: gfull is the model's full fp32 gradient
  * (padded), send a padded bf16 buffer (bf16 reductions; NULL for fp32, which
  * sends gfull), recv `shard` elements of reduce_dtype; finish adds recv into
  * the gradient shard. Calls of one communicator are issued in the same
  * order on every rank: the scheduler's plan sees to that. */
 void fsdp_gather_start(Fsdp* f, int u, void* send, void* recv, zipcclRequest_t* req);
-void fsdp_gather_finish(Fsdp* f, int u, const void* recv, float* full);
+void fsdp_gather_finish(Fsdp* f, int u, const void* recv);
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* recv,
                        zipcclRequest_t* req);
 void fsdp_reduce_finish(Fsdp* f, int u, const void* recv);

@@ -343,8 +343,8 @@ void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, SchedUnitBytes*
     const double padded = (double)((numel + G - 1) / G * G), shard = padded / (double)G;
     const int p16 = cfg->comm.param_dtype == zipcclBfloat16,
               r16 = cfg->comm.reduce_dtype == zipcclBfloat16;
-    b->held = padded * 4;                        /* the fp32 unit */
-    b->trans = p16 ? padded * 2 + shard * 2 : 0; /* bf16 receive buffer and send shard */
+    b->held = padded * (p16 ? 2 : 4); /* the unit in param_dtype, as gathered and read */
+    b->trans = p16 ? shard * 2 : 0;   /* the bf16 send shard */
     b->acc = padded * 4;                         /* the fp32 gradient */
     b->flight = r16 ? padded * 2 + shard * 2 : padded * 4 + shard * 4; /* sent, received */
 }
@@ -511,15 +511,16 @@ typedef struct {
 typedef struct {
     int state; /* 0 free, 1 gather in flight, 2 gathered */
     int gather;
-    float* full;
-    void* recv;
-    void* send; /* the shard as sent: its bf16 cast, or a device's download */
+    /* the gathered unit in param_dtype: the gather receives into it and the
+     * model reads it as it is (a bf16 one too: LlamaParamHooks.bf16_units),
+     * in the model's pool (the device pool with a device backend) */
+    void* unit;
+    void* send; /* the shard as sent: its bf16 cast (bf16 gathers) */
     zipcclRequest_t req;
     int rec;
     float* gbuf;
-    /* with a device backend (sched_set_backend): the model's copies of the
-     * gathered unit and of its gradient, in the device pool */
-    float* dfull;
+    /* with a device backend (sched_set_backend): the model's copy of the
+     * unit's gradient, in the device pool */
     float* dgbuf;
     double t_acq;
     void* ev_acq; /* --trace on a device: the compute stream at the acquisition */
@@ -572,6 +573,9 @@ struct Sched {
     size_t tlen, tcap;
     double t0;
 };
+
+/* The pool of the model's memory: the device's with a device backend. */
+static Pool* model_pool(Sched* s) { return s->dpool.K ? &s->dpool : &s->pool; }
 
 static void tprintf(Sched* s, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 static void tprintf(Sched* s, const char* fmt, ...) {
@@ -773,20 +777,15 @@ static void issue_gather(Sched* s) {
                F->name);
     const int p16 = f->param_dtype == zipcclBfloat16;
     /* The collective's buffers are the model's memory (ZipCCL takes device
-     * buffers): an fp32 gather lands in the unit itself; a bf16 one sends the
-     * shard's cast and lands in a bf16 buffer widened at the acquisition. On
-     * a host table the unit is allocated now, on a device then. */
-    const int dev = s->dpool.K != NULL;
-    Pool* P = dev ? &s->dpool : &s->pool;
-    float* unit = !p16 || !dev ? pool_get(P, F->padded * sizeof(float), 0) : NULL;
-    if (dev) U->dfull = unit;
-    else U->full = unit;
-    U->recv = p16 ? pool_get(P, F->padded * sizeof(uint16_t), 0) : unit;
-    pool_busy(P, U->recv, 1);
+     * buffers): the gather lands in the unit the model will read, in
+     * param_dtype; a bf16 one sends the shard's cast. */
+    Pool* P = model_pool(s);
+    U->unit = pool_get(P, F->padded * zipcclTypeSize(f->param_dtype), 0);
+    pool_busy(P, U->unit, 1);
     U->send = p16 ? pool_get(P, F->shard * sizeof(uint16_t), 0) : NULL;
     if (p16) pool_busy(P, U->send, 1);
     U->rec = new_rec(s, g->unit, PLAN_AG, (double)F->padded * (p16 ? 2 : 4));
-    fsdp_gather_start(f, g->unit, U->send, U->recv, &U->req);
+    fsdp_gather_start(f, g->unit, U->send, U->unit, &U->req);
     U->state = 1;
     U->gather = s->ag_issued++;
     s->live += s->gb[g->unit] + s->gt[g->unit];
@@ -799,7 +798,7 @@ static void retire_reduce(Sched* s) {
     SReduce* r = &s->rs[s->rs_retired];
     const char* name = s->f->units[r->unit].name;
     wait_req(s, &r->req, r->unit, PLAN_RS, SCHED_X_RS);
-    Pool* P = s->dpool.K ? &s->dpool : &s->pool;
+    Pool* P = model_pool(s);
     pool_busy(P, r->recv, 0);
     if (r->g16) pool_busy(P, r->g16, 0);
     else pool_busy(P, r->gfull, 0);
@@ -840,7 +839,7 @@ static void done(Sched* s, const SchedEvent* e) {
     poll_all(s);
 }
 
-static const float* hook_acquire(void* ctx, int u, int phase) {
+static const void* hook_acquire(void* ctx, int u, int phase) {
     Sched* s = ctx;
     const SchedEvent* e = expect(s, EV_ACQ, u, phase);
     SUnit* U = &s->u[u];
@@ -849,30 +848,24 @@ static const float* hook_acquire(void* ctx, int u, int phase) {
                    "scheduler: %s acquired, but its gather %d is not the one in flight",
                    s->f->units[u].name, e->gather);
         wait_req(s, &U->req, u, PLAN_AG, SCHED_X_AG);
-        const int dev = s->dpool.K != NULL;
-        Pool* P = dev ? &s->dpool : &s->pool;
-        pool_busy(P, U->recv, 0);
+        Pool* P = model_pool(s);
+        pool_busy(P, U->unit, 0);
         if (U->send) {
             pool_busy(P, U->send, 0);
             pool_put(P, U->send, "the send shard", s->f->units[u].name);
             U->send = NULL;
         }
-        /* a bf16 gather widens into the unit (on a device allocated now) */
-        if (dev && !U->dfull) U->dfull = pool_get(P, s->f->units[u].padded * sizeof(float), 0);
-        float* unit = dev ? U->dfull : U->full;
-        fsdp_gather_finish(s->f, u, U->recv, unit);
-        s->live -= s->gt[u]; /* the receive buffer and send shard go back */
-        if (U->recv != unit) pool_put(P, U->recv, "the gather buffer", s->f->units[u].name);
-        U->recv = NULL;
+        fsdp_gather_finish(s->f, u, U->unit);
+        s->live -= s->gt[u]; /* the send shard went back */
         U->state = 2;
     }
     /* the invariant: nothing reads a unit whose gather has not completed */
-    trainCheck(U->state == 2 && (!s->dpool.K || U->dfull),
-               "scheduler: %s read before its gather completed", s->f->units[u].name);
+    trainCheck(U->state == 2 && U->unit, "scheduler: %s read before its gather completed",
+               s->f->units[u].name);
     U->t_acq = zrt_now();
     if (s->trace && s->dpool.K) U->ev_acq = s->dpool.K->event_record();
     done(s, e);
-    return s->dpool.K ? U->dfull : U->full;
+    return U->unit;
 }
 
 static void hook_release(void* ctx, int u, int phase) {
@@ -889,9 +882,8 @@ static void hook_release(void* ctx, int u, int phase) {
         U->ev_acq = NULL;
     }
     if (e->drop) {
-        pool_put(&s->pool, U->full, "the gathered unit", s->f->units[u].name);
-        pool_put(&s->dpool, U->dfull, "the device copy of the gathered unit", s->f->units[u].name);
-        U->full = U->dfull = NULL;
+        pool_put(model_pool(s), U->unit, "the gathered unit", s->f->units[u].name);
+        U->unit = NULL;
         U->state = 0;
         s->live -= s->gb[u];
     }
@@ -933,7 +925,7 @@ static void hook_grads_ready(void* ctx, int u) {
     /* what the collective sends, in the model's memory: the bf16 cast of the
      * gradient (the model's buffer is free once it is made), or the gradient
      * itself (held until the reduce-scatter retires) */
-    Pool* P = dev ? &s->dpool : &s->pool;
+    Pool* P = model_pool(s);
     *r = (SReduce){.unit = u};
     void* send = NULL;
     if (r16) send = r->g16 = pool_get(P, F->padded * sizeof(uint16_t), 0);
@@ -1058,6 +1050,7 @@ static int hook_combine(void* ctx, int layer, int phase, float* rows) {
 LlamaParamHooks sched_hooks(Sched* s) {
     LlamaParamHooks h = {.ctx = s,
                          .acquire = hook_acquire,
+                         .bf16_units = s->f->param_dtype == zipcclBfloat16,
                          .release = hook_release,
                          .grad_buffer = hook_grad_buffer,
                          .grads_ready = hook_grads_ready};
@@ -1278,10 +1271,8 @@ void sched_end_step(Sched* s) {
         trainCheck(U->state != 1, "scheduler: the gather of %s was never waited for",
                    s->f->units[u].name);
         if (U->state == 2) {
-            pool_put(&s->pool, U->full, "the gathered unit", s->f->units[u].name);
-            pool_put(&s->dpool, U->dfull, "the device copy of the gathered unit",
-                     s->f->units[u].name);
-            U->full = U->dfull = NULL;
+            pool_put(model_pool(s), U->unit, "the gathered unit", s->f->units[u].name);
+            U->unit = NULL;
             U->state = 0;
             s->live -= s->gb[u];
         }

@@ -81,7 +81,7 @@ static int events_are(const Model* m, const char* const* want, int n, char* got,
     return same;
 }
 
-static const float* h_acquire(void* ctx, int unit, int phase) {
+static const void* h_acquire(void* ctx, int unit, int phase) {
     Model* m = ctx;
     log_event(m, "A%d%c", unit, phase ? 'b' : 'f');
     if (unit < 0 || unit >= m->nunits || m->gathered[unit]) {
@@ -562,7 +562,7 @@ static void check_moe_hooks(void) {
  * expert 1; capacity_factor 1 gives ceil(8 * 1 / 2) = 4 rows per expert, so
  * expert 0 keeps tokens 0, 1, 3, 4 (rows 0-3) and drops 6 and 7, expert 1
  * keeps 2 and 5 (rows 4, 5). A dropped token's output is 0 (its only slot). */
-static const float* cap_acquire(void* ctx, int unit, int phase) {
+static const void* cap_acquire(void* ctx, int unit, int phase) {
     (void)unit, (void)phase;
     return ctx;
 }
@@ -578,7 +578,7 @@ static void check_moe_capacity_order(void) {
     for (int i = 0; i < E * 3 * Fe * C; i++) experts[i] = 0.1f + 0.01f * (float)i;
     LlamaParamHooks h = {.ctx = experts, .acquire = cap_acquire, .release = cap_release};
     moe_begin_step(m, N);
-    const int rc = moe_forward(m, 0, zrt_kernels_cpu(), router, x, out, &h, 0, 1);
+    const int rc = moe_forward(m, 0, zrt_kernels_cpu(), weight_of(router, 0), x, out, &h, 0, 1);
     const int want_pos[N] = {0, 1, 4, 2, 3, 5, -1, -1};
     int same = rc == 0 && m->layer[0].dropped == 2;
     for (int n = 0; n < N; n++) same &= m->layer[0].pos_host[n] == want_pos[n];
@@ -1300,10 +1300,10 @@ static void check_optimizer_entries(const ZrtKernels* G, const char* name) {
 typedef struct {
     const ZrtKernels* K;
     int nunits;
-    float* p[MAX_UNITS];
+    void* p[MAX_UNITS]; /* fp32, or bf16 (STEP_BF16_UNITS) */
     float* g[MAX_UNITS];
 } DevModel;
-static const float* d_acquire(void* ctx, int u, int phase) {
+static const void* d_acquire(void* ctx, int u, int phase) {
     (void)phase;
     return ((DevModel*)ctx)->p[u];
 }
@@ -1311,34 +1311,52 @@ static void d_release(void* ctx, int u, int phase) { (void)ctx, (void)u, (void)p
 static float* d_grad_buffer(void* ctx, int u) { return ((DevModel*)ctx)->g[u]; }
 static void d_grads_ready(void* ctx, int u) { (void)ctx, (void)u; }
 
-/* Two micro-batches (gradients accumulate) of tiny_config's model, untied,
- * with QK-norm and odd shapes, on backend G against the CPU table: the
- * losses, logits and every unit's gradient within tol relative to the
- * largest value (tol 0: bit for bit). */
+/* Two micro-batches (gradients accumulate) of a model (tiny_config's,
+ * untied, with QK-norm and odd shapes, or a MoE one) on backend G against
+ * the host table R: the losses, logits and every unit's gradient within
+ * tol relative to the largest value (tol 0: bit for bit).
+ * STEP_BF16_UNITS: G's hooks hand the units over in bf16 (what FSDP's bf16
+ * gathers do) and R's hand their fp32 widenings: the same values, so the
+ * same bits on a host table. STEP_RECOMPUTE: both recompute the blocks. */
+enum { STEP_BF16_UNITS = 1, STEP_RECOMPUTE = 2 };
 static LlamaConfig moe_config(int variant);
 static void check_step_of(const ZrtKernels* G, const ZrtKernels* R, const char* name, double tol,
-                          const LlamaConfig* cfg_in) {
+                          const LlamaConfig* cfg_in, int flags) {
     LlamaConfig cfg = *cfg_in;
     enum { B = 2, T = 7 };
     Model m;
     DevModel d = {.K = G};
-    LlamaActs* ac = llama_acts_alloc_on(&cfg, B, T, R);
-    LlamaActs* ad = llama_acts_alloc_on(&cfg, B, T, G);
+    const LlamaMemOpts mo = {.recompute = !!(flags & STEP_RECOMPUTE)};
+    const int b16 = !!(flags & STEP_BF16_UNITS);
+    LlamaActs* ac = llama_acts_alloc_opts(&cfg, B, T, R, &mo);
+    LlamaActs* ad = llama_acts_alloc_opts(&cfg, B, T, G, &mo);
     char what[96];
     snprintf(what, sizeof what, "%s/step_setup", name);
     if (!CHECK(!model_init(&m, &cfg, 11) && ac && ad, what, "allocation failed")) return;
     model_randomize(&m, 5, 0.3f);
     d.nunits = m.nunits;
     for (int u = 0; u < m.nunits; u++) {
-        const size_t bytes = llama_unit_numel(&cfg, u) * sizeof(float);
-        d.p[u] = G->alloc(bytes);
+        const size_t n = llama_unit_numel(&cfg, u), bytes = n * sizeof(float);
         d.g[u] = G->alloc(bytes);
-        G->upload(d.p[u], m.params[u], bytes);
         G->memset0(d.g[u], bytes);
+        if (!b16) {
+            d.p[u] = G->alloc(bytes);
+            G->upload(d.p[u], m.params[u], bytes);
+            continue;
+        }
+        uint16_t* h = malloc(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) {
+            h[i] = zipcclFloatToBf16(m.params[u][i]);
+            m.params[u][i] = zipcclBf16ToFloat(h[i]); /* the reference's widening */
+        }
+        d.p[u] = G->alloc(n * sizeof(uint16_t));
+        G->upload(d.p[u], h, n * sizeof(uint16_t));
+        free(h);
     }
     const LlamaParamHooks hc = model_hooks(&m);
     const LlamaParamHooks hd = {.ctx = &d, .acquire = d_acquire, .release = d_release,
-                                .grad_buffer = d_grad_buffer, .grads_ready = d_grads_ready};
+                                .grad_buffer = d_grad_buffer, .grads_ready = d_grads_ready,
+                                .bf16_units = b16};
     const int V = cfg.vocab_size;
     int tok[B * T], tgt[B * T];
     static float lc[B * T * 512], ld[B * T * 512];
@@ -1403,13 +1421,95 @@ static void check_step_on(const ZrtKernels* G, const ZrtKernels* R, const char* 
     char n2[64];
     LlamaConfig c = tiny_config(0);
     c.qk_norm = 1;
-    check_step_of(G, R, name, tol, &c);
+    check_step_of(G, R, name, tol, &c, 0);
     for (int v = 0; v < 3; v++) {
         c = moe_config(v == 1);
         if (v == 2) c.capacity_factor = 0.75f;
         snprintf(n2, sizeof n2, "%s/moe%d", name, v);
-        check_step_of(G, R, n2, tol, &c);
+        check_step_of(G, R, n2, tol, &c, 0);
     }
+}
+
+/* Units in bf16 (FSDP's bf16 gathers): on backend G, a step over bf16 units
+ * against host table R over their fp32 widenings, dense untied with QK-norm,
+ * dense tied (the final norm in unit 0), with recomputation, and MoE. */
+static void check_step_bf16_units(const ZrtKernels* G, const ZrtKernels* R, const char* name,
+                                  double tol) {
+    char n2[80];
+    LlamaConfig c = tiny_config(0);
+    c.qk_norm = 1;
+    snprintf(n2, sizeof n2, "%s/bf16_units", name);
+    check_step_of(G, R, n2, tol, &c, STEP_BF16_UNITS);
+    snprintf(n2, sizeof n2, "%s/bf16_units_recompute", name);
+    check_step_of(G, R, n2, tol, &c, STEP_BF16_UNITS | STEP_RECOMPUTE);
+    c = tiny_config(1);
+    snprintf(n2, sizeof n2, "%s/bf16_units_tied", name);
+    check_step_of(G, R, n2, tol, &c, STEP_BF16_UNITS);
+    c = moe_config(0);
+    snprintf(n2, sizeof n2, "%s/bf16_units_moe", name);
+    check_step_of(G, R, n2, tol, &c, STEP_BF16_UNITS);
+    snprintf(n2, sizeof n2, "%s/bf16_units_moe_recompute", name);
+    check_step_of(G, R, n2, tol, &c, STEP_BF16_UNITS | STEP_RECOMPUTE);
+}
+
+/* The bf16-weight entries (_w16) of backend G against host table R's fp32
+ * entries given the widened weight, on the same inputs (tol 0: the same
+ * bits): forward, backward (dinp accumulated and dweight), the embedding. */
+static void check_w16_entries(const ZrtKernels* G, const ZrtKernels* R, const char* name,
+                              double tol) {
+    enum { N = 29, IC = 40, OC = 36, V = 11 };
+    static float x[N * IC], w[OC * IC], dy[N * OC], out[N * OC], ref[N * OC], dx[N * IC],
+        rdx[N * IC], dw[OC * IC], rdw[OC * IC], emb[N * IC], remb[N * IC], tab[V * IC];
+    static uint16_t w16[OC * IC], t16[V * IC];
+    int tok[N];
+    srand(91);
+    for (int i = 0; i < N * IC; i++) x[i] = ((float)rand() / RAND_MAX - 0.5f) * 3.0f;
+    for (int i = 0; i < N * OC; i++) dy[i] = ((float)rand() / RAND_MAX - 0.5f);
+    for (int i = 0; i < OC * IC; i++) {
+        w16[i] = zipcclFloatToBf16(((float)rand() / RAND_MAX - 0.5f) * 0.4f);
+        w[i] = zipcclBf16ToFloat(w16[i]);
+    }
+    for (int i = 0; i < V * IC; i++) {
+        t16[i] = zipcclFloatToBf16((float)rand() / RAND_MAX - 0.5f);
+        tab[i] = zipcclBf16ToFloat(t16[i]);
+    }
+    for (int n = 0; n < N; n++) tok[n] = (n * 7 + 3) % V;
+    float *dX = G->alloc(sizeof x), *dY = G->alloc(sizeof out), *dDY = G->alloc(sizeof dy),
+          *dDX = G->alloc(sizeof dx), *dDW = G->alloc(sizeof dw), *dE = G->alloc(sizeof emb);
+    uint16_t *dW = G->alloc(sizeof w16), *dT = G->alloc(sizeof t16);
+    int* dTok = G->alloc(sizeof tok);
+    G->upload(dX, x, sizeof x);
+    G->upload(dW, w16, sizeof w16);
+    G->upload(dT, t16, sizeof t16);
+    G->upload(dTok, tok, sizeof tok);
+    G->upload(dDY, dy, sizeof dy);
+    for (int i = 0; i < N * IC; i++) rdx[i] = dx[i] = 0.25f * (float)(i % 5); /* accumulated into */
+    G->upload(dDX, dx, sizeof dx);
+    G->memset0(dDW, sizeof dw);
+    memset(rdw, 0, sizeof rdw);
+    G->matmul_forward_w16(dY, dX, dW, N, IC, OC);
+    R->matmul_forward(ref, x, w, N, IC, OC);
+    G->matmul_backward_w16(dDX, dDW, dDY, dX, dW, N, IC, OC, 1);
+    R->matmul_backward(rdx, rdw, dy, x, w, N, IC, OC, 1);
+    G->embedding_forward_w16(dE, dTok, dT, N, IC);
+    R->embedding_forward(remb, tok, tab, N, IC);
+    G->download(out, dY, sizeof out);
+    G->download(dx, dDX, sizeof dx);
+    G->download(dw, dDW, sizeof dw);
+    G->download(emb, dE, sizeof emb);
+    double ef = 0, mf = 0, ex = 0, mx = 0, ew = 0, mw = 0;
+    for (int i = 0; i < N * OC; i++) ef = fmax(ef, fabs((double)out[i] - ref[i])), mf = fmax(mf, fabs((double)ref[i]));
+    for (int i = 0; i < N * IC; i++) ex = fmax(ex, fabs((double)dx[i] - rdx[i])), mx = fmax(mx, fabs((double)rdx[i]));
+    for (int i = 0; i < OC * IC; i++) ew = fmax(ew, fabs((double)dw[i] - rdw[i])), mw = fmax(mw, fabs((double)rdw[i]));
+    char what[96];
+    snprintf(what, sizeof what, "%s/matmul_w16", name);
+    CHECK(ef / mf <= tol && ex / mx <= tol && ew / mw <= tol, what,
+          "fwd %.3g dinp %.3g dweight %.3g relative to the widened weight's (bound %g)", ef / mf,
+          ex / mx, ew / mw, tol);
+    snprintf(what, sizeof what, "%s/embedding_w16", name);
+    CHECK(!memcmp(emb, remb, sizeof emb), what, "rows differ from the widened table's");
+    G->free(dX), G->free(dY), G->free(dDY), G->free(dDX), G->free(dDW), G->free(dE);
+    G->free(dW), G->free(dT), G->free(dTok);
 }
 
 /* The bf16 linear layers: on the same inputs, backend G's bf16 matmuls
@@ -1918,9 +2018,13 @@ int main(int argc, char** argv) {
         check_events(zrt_kernels_cuda(), "cuda");
         check_step_on(zrt_kernels_cuda(), zrt_kernels_cpu(), "cuda", 1e-5);
         check_matmul_bf16(zrt_kernels_cuda_bf16(), "cuda", 1e-5);
+        check_w16_entries(zrt_kernels_cuda(), zrt_kernels_cpu(), "cuda", 1e-5);
+        check_w16_entries(zrt_kernels_cuda_bf16(), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-5);
+        check_step_bf16_units(zrt_kernels_cuda(), zrt_kernels_cpu(), "cuda", 1e-5);
         // a whole step in bf16: a value that lands a hair apart on the two
         // sides may round to a neighbouring bf16, so the bound is bf16's
         check_step_on(zrt_kernels_cuda_bf16(), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-2);
+        check_step_bf16_units(zrt_kernels_cuda_bf16(), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-2);
         return tu_exit();
     }
     if (argc >= 2 && !strcmp(argv[1], "--threads")) { // tests/test_blas_cores.sh
@@ -1960,6 +2064,12 @@ int main(int argc, char** argv) {
     check_events(zrt_kernels_cpu_guarded(), "guarded");
     check_step_on(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
     check_matmul_bf16(zrt_kernels_cpu_bf16(), "cpu", 0.0); /* the twin itself: it rounds */
+    check_w16_entries(zrt_kernels_cpu(), zrt_kernels_cpu(), "cpu", 0.0);
+    check_w16_entries(zrt_kernels_cpu_bf16(), zrt_kernels_cpu_bf16(), "cpu_bf16", 0.0);
+    check_w16_entries(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
+    check_step_bf16_units(zrt_kernels_cpu(), zrt_kernels_cpu(), "cpu", 0.0);
+    check_step_bf16_units(zrt_kernels_cpu_bf16(), zrt_kernels_cpu_bf16(), "cpu_bf16", 0.0);
+    check_step_bf16_units(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
     check_cuda_kernels();
     return tu_exit();
 }

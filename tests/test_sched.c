@@ -52,7 +52,7 @@ static void rec(Rec* r, int type, int unit, int phase) {
     if (r->n < MAXEV) r->ev[r->n] = (SchedEvent){.type = (uint8_t)type, .phase = (uint8_t)phase, .unit = unit};
     r->n++;
 }
-static const float* r_acq(void* c, int u, int ph) { rec(c, EV_ACQ, u, ph); return ((Rec*)c)->params[u]; }
+static const void* r_acq(void* c, int u, int ph) { rec(c, EV_ACQ, u, ph); return ((Rec*)c)->params[u]; }
 static void r_rel(void* c, int u, int ph) { rec(c, EV_REL, u, ph); }
 static float* r_gbuf(void* c, int u) { rec(c, EV_GBUF, u, 1); return ((Rec*)c)->grads[u]; }
 static void r_grdy(void* c, int u) { rec(c, EV_GRDY, u, 1); }
