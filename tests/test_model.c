@@ -1559,23 +1559,25 @@ static void check_matmul_bf16(const ZrtKernels* G, const char* name, double tol)
     G->free(dX), G->free(dW), G->free(dY), G->free(dDY), G->free(dDX), G->free(dDW);
 }
 
-/* ------------------------------------- CUDA table vs CPU table (with a GPU) */
+/* ------------------------------------------ a table's kernels vs the CPU's */
 
-#ifdef ZIPCCL_HAVE_CUDA
-#include <cuda_runtime.h>
+/* The checks below reach the table's memory through its own entries only, so
+ * they run on the GPU (make test-gpu), on the warp emulator
+ * (tests/test_model_cuda_emu.sh) and on the guarded table alike. */
+static const ZrtKernels* g_tab; /* the table under test */
 
 static float* dev_copy(const void* h, size_t bytes) {
-    void* d = NULL;
-    if (cudaMalloc(&d, bytes) != cudaSuccess) return NULL;
-    if (h) cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-    else cudaMemset(d, 0, bytes);
+    void* d = g_tab->alloc(bytes);
+    if (!d) return NULL;
+    if (h) g_tab->upload(d, h, bytes);
+    else g_tab->memset0(d, bytes);
     return d;
 }
 
 /* max |a - b| / (max |b| + 1e-30) over n, b being the CPU result */
 static double rel_diff_dev(const float* dev, const float* host, size_t n) {
     float* h = malloc(n * sizeof(float));
-    cudaMemcpy(h, dev, n * sizeof(float), cudaMemcpyDeviceToHost);
+    g_tab->download(h, dev, n * sizeof(float));
     double md = 0.0, mx = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)h[i] - host[i]);
@@ -1590,15 +1592,12 @@ static void randf(float* x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 2.0f * scale;
 }
 
-/* Each CUDA kernel against the CPU kernel on the same random inputs:
+/* Each kernel of table G against the CPU kernel on the same random inputs:
  * relative max-norm error < 1e-5 (fp32, different summation orders). */
-static void check_cuda_kernels(void) {
-    const ZrtKernels* G = zrt_kernels_cuda();
+static void check_table_kernels(const ZrtKernels* G, const char* name) {
     const ZrtKernels* K = zrt_kernels_cpu();
-    if (!G) {
-        printf("note: no CUDA device visible, CUDA kernel checks not run\n");
-        return;
-    }
+    char what[64];
+    g_tab = G;
     enum { B = 2, T = 13, H = 6, KV = 3, hd = 8, C = 48, F = 40, V = 53, N = B * T };
     srand(21);
     // dy serves as (N, F), (N, C) and (N, H*hd) upstream gradient: C = H*hd >= F
@@ -1622,19 +1621,21 @@ static void check_cuda_kernels(void) {
     K->matmul_backward(dx, g, dy, x, w, N, C, F, 0);
     G->matmul_backward(dDX, dG, dDY, dX, dW, N, C, F, 0);
     double e2 = fmax(rel_diff_dev(dDX, dx, N * C), rel_diff_dev(dG, g, F * C));
-    CHECK(e1 < 1e-5 && e2 < 1e-5, "cuda/matmul", "fwd %.3g bwd %.3g", e1, e2);
+    snprintf(what, sizeof what, "%s/matmul", name);
+    CHECK(e1 < 1e-5 && e2 < 1e-5, what, "fwd %.3g bwd %.3g", e1, e2);
     // rmsnorm (weight = first C of w)
     K->rmsnorm_forward(dx, r, x, w, N, C, 1e-5f);
     G->rmsnorm_forward(dDX, dR, dX, dW, N, C, 1e-5f);
     e1 = rel_diff_dev(dDX, dx, N * C);
     memset(g, 0, sizeof g);
     memset(dx, 0, sizeof dx);
-    cudaMemset(dG, 0, sizeof g);
-    cudaMemset(dDX, 0, sizeof dx);
+    G->memset0(dG, sizeof g);
+    G->memset0(dDX, sizeof dx);
     K->rmsnorm_backward(dx, g, dy, x, w, r, N, C);
     G->rmsnorm_backward(dDX, dG, dDY, dX, dW, dR, N, C);
     e2 = fmax(rel_diff_dev(dDX, dx, N * C), rel_diff_dev(dG, g, C));
-    CHECK(e1 < 1e-5 && e2 < 1e-5, "cuda/rmsnorm", "fwd %.3g bwd %.3g", e1, e2);
+    snprintf(what, sizeof what, "%s/rmsnorm", name);
+    CHECK(e1 < 1e-5 && e2 < 1e-5, what, "fwd %.3g bwd %.3g", e1, e2);
     // rope + attention
     randf(q, sizeof q / 4, 1.0f);
     randf(k, sizeof k / 4, 1.0f);
@@ -1653,7 +1654,8 @@ static void check_cuda_kernels(void) {
     K->rope_backward(q, cs, B, T, H, hd);
     G->rope_backward(dQ, dCS, B, T, H, hd);
     e2 = rel_diff_dev(dQ, q, sizeof q / 4);
-    CHECK(e1 < 1e-5 && e2 < 1e-5, "cuda/rope", "fwd %.3g bwd %.3g", e1, e2);
+    snprintf(what, sizeof what, "%s/rope", name);
+    CHECK(e1 < 1e-5 && e2 < 1e-5, what, "fwd %.3g bwd %.3g", e1, e2);
     K->attention_forward(o, att, q, k, v, B, T, H, KV, hd, scratch);
     G->attention_forward(dO, dATT, dQ, dK, dV, B, T, H, KV, hd, dS);
     e1 = fmax(rel_diff_dev(dO, o, sizeof o / 4), rel_diff_dev(dATT, att, sizeof att / 4));
@@ -1662,7 +1664,8 @@ static void check_cuda_kernels(void) {
     G->attention_backward(dDQ, dDK, dDV, dDO, dO, dATT, dQ, dK, dV, B, T, H, KV, hd, dS);
     e2 = fmax(rel_diff_dev(dDQ, dq, sizeof dq / 4),
               fmax(rel_diff_dev(dDK, dk, sizeof dk / 4), rel_diff_dev(dDV, dv, sizeof dv / 4)));
-    CHECK(e1 < 1e-5 && e2 < 1e-5, "cuda/attention", "fwd %.3g bwd %.3g", e1, e2);
+    snprintf(what, sizeof what, "%s/attention", name);
+    CHECK(e1 < 1e-5 && e2 < 1e-5, what, "fwd %.3g bwd %.3g", e1, e2);
     // swiglu (gate = dy, up = y from the matmul above)
     float* dUP = dev_copy(y, sizeof y);
     float *dH = dev_copy(NULL, sizeof y), *dGATE2 = dev_copy(NULL, sizeof y),
@@ -1674,7 +1677,8 @@ static void check_cuda_kernels(void) {
     K->swiglu_backward(dg2, du2, h, dy, y, N, F);
     G->swiglu_backward(dGATE2, dUP2, dH, dDY, dUP, N, F);
     e2 = fmax(rel_diff_dev(dGATE2, dg2, N * F), rel_diff_dev(dUP2, du2, N * F));
-    CHECK(e1 < 1e-5 && e2 < 1e-5, "cuda/swiglu", "fwd %.3g bwd %.3g", e1, e2);
+    snprintf(what, sizeof what, "%s/swiglu", name);
+    CHECK(e1 < 1e-5 && e2 < 1e-5, what, "fwd %.3g bwd %.3g", e1, e2);
     // embedding (table = w viewed as (V, C) needs V*C <= F*C: V = 53 > F = 40, use a fresh one)
     static float table[V * C], dtable[V * C], emb[N * C];
     randf(table, V * C, 1.0f);
@@ -1688,7 +1692,8 @@ static void check_cuda_kernels(void) {
     K->embedding_backward(dtable, x, tok, N, C);
     G->embedding_backward(dDT, dX, dTok, N, C);
     e2 = rel_diff_dev(dDT, dtable, V * C);
-    CHECK(e1 == 0.0 && e2 < 1e-6, "cuda/embedding", "fwd %.3g bwd %.3g", e1, e2);
+    snprintf(what, sizeof what, "%s/embedding", name);
+    CHECK(e1 == 0.0 && e2 < 1e-6, what, "fwd %.3g bwd %.3g", e1, e2);
     // cross-entropy
     randf(logits, N * V, 3.0f);
     float *dL = dev_copy(logits, sizeof logits), *dDL = dev_copy(NULL, sizeof dl),
@@ -1697,7 +1702,8 @@ static void check_cuda_kernels(void) {
     double sc = K->crossentropy_forward_backward(dl, losses, logits, tgt, N, V, 0.1f, &cc);
     double sg = G->crossentropy_forward_backward(dDL, dLS, dL, dTgt, N, V, 0.1f, &cg);
     e1 = rel_diff_dev(dDL, dl, N * V);
-    CHECK(cc == cg && fabs(sc - sg) < 1e-5 * fabs(sc) && e1 < 1e-5, "cuda/crossentropy",
+    snprintf(what, sizeof what, "%s/crossentropy", name);
+    CHECK(cc == cg && fabs(sc - sg) < 1e-5 * fabs(sc) && e1 < 1e-5, what,
           "count %d/%d sum %.7g/%.7g dlogits %.3g", cc, cg, sc, sg, e1);
     // bf16: bit exact
     static uint16_t hb[N * C];
@@ -1705,17 +1711,13 @@ static void check_cuda_kernels(void) {
     K->round_to_bf16(hb, x, N * C);
     G->round_to_bf16(dB, dX, N * C);
     static uint16_t gb[N * C];
-    cudaMemcpy(gb, dB, sizeof gb, cudaMemcpyDeviceToHost);
-    CHECK(!memcmp(gb, hb, sizeof hb), "cuda/bf16", "rounding differs from the CPU");
+    G->download(gb, dB, sizeof gb);
+    snprintf(what, sizeof what, "%s/bf16", name);
+    CHECK(!memcmp(gb, hb, sizeof hb), what, "rounding differs from the CPU");
     void* all[] = {dX, dW, dY, dDY, dG, dDX, dR, dQ, dK, dV, dCS, dATT, dO, dS, dDQ, dDK, dDV,
                    dDO, dUP, dH, dGATE2, dUP2, dT, dDT, dE, dTok, dTgt, dL, dDL, dLS, dB};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cudaFree(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) G->free(all[i]);
 }
-#else
-static void check_cuda_kernels(void) {
-    printf("note: built without CUDA, CUDA kernel checks not run\n");
-}
-#endif
 
 /* ---------------------------------------------------- dump for the JAX test */
 
@@ -2012,7 +2014,7 @@ int main(int argc, char** argv) {
             printf("FAIL cuda: no usable CUDA device (or a build without CUDA)\n");
             return 1;
         }
-        check_cuda_kernels();
+        check_table_kernels(zrt_kernels_cuda(), "cuda");
         check_memory_entries(zrt_kernels_cuda(), "cuda");
         check_optimizer_entries(zrt_kernels_cuda(), "cuda");
         check_events(zrt_kernels_cuda(), "cuda");
@@ -2064,12 +2066,15 @@ int main(int argc, char** argv) {
     check_events(zrt_kernels_cpu_guarded(), "guarded");
     check_step_on(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
     check_matmul_bf16(zrt_kernels_cpu_bf16(), "cpu", 0.0); /* the twin itself: it rounds */
+    check_table_kernels(zrt_kernels_cpu_guarded(), "guarded");
     check_w16_entries(zrt_kernels_cpu(), zrt_kernels_cpu(), "cpu", 0.0);
     check_w16_entries(zrt_kernels_cpu_bf16(), zrt_kernels_cpu_bf16(), "cpu_bf16", 0.0);
     check_w16_entries(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
     check_step_bf16_units(zrt_kernels_cpu(), zrt_kernels_cpu(), "cpu", 0.0);
     check_step_bf16_units(zrt_kernels_cpu_bf16(), zrt_kernels_cpu_bf16(), "cpu_bf16", 0.0);
     check_step_bf16_units(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
-    check_cuda_kernels();
+    if (zrt_kernels_cuda()) check_table_kernels(zrt_kernels_cuda(), "cuda");
+    else printf("note: CUDA table checks not run here (%s); make test-gpu runs them on a GPU, "
+                "tests/test_model_cuda_emu.sh on the warp emulator\n", zrt_cuda_error());
     return tu_exit();
 }

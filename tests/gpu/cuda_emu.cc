@@ -7,13 +7,10 @@
  * ZIPCCL_CUDA_EMU defined, so the very same kernel bodies and host-side
  * launch sequence run here, with device memory replaced by host memory.
  *
- * The emulator: every CUDA thread of a block is a coroutine (ucontext) with
- * its own stack. A thread runs until it reaches a collective (ballot,
- * shuffle, __syncwarp: the whole warp; __syncthreads: the whole block),
- * then the next runs; a collective completes once every thread it needs has
- * arrived, which also catches divergent collectives (a CUDA hang or UB).
- * Blocks run one after another. What it does not model: memory-ordering
- * races, timing, and alignment faults; the device test covers those.
+ * The emulator (tests/gpu/warp_emu.h): every CUDA thread of a block is a
+ * coroutine that runs until it reaches a warp or block collective; blocks
+ * run one after another. It does not model memory-ordering races, timing or
+ * alignment faults; the device test covers those.
  *
  * Built by the Makefile as BUILD/gpu/cuda_emu (plain g++, no CUDA needed);
  * run in the suite by tests/test_codec_cuda_emu.sh. Argument --long adds
@@ -28,103 +25,7 @@
 #include <functional>
 #include <vector>
 
-/* ---- the emulator -------------------------------------------------------- */
-
-namespace emu {
-enum { RUN, WAIT_WARP, WAIT_BLOCK, DONE };
-enum { OP_BALLOT, OP_SHFL, OP_SYNCWARP };
-struct Thread {
-    ucontext_t ctx;
-    int state, op, src;
-    uint32_t val, res;
-};
-static const size_t kStack = 256 * 1024;
-static std::vector<Thread> threads;
-static std::vector<char*> stacks;
-static ucontext_t sched;
-static unsigned cur, nthreads;
-static uint64_t block_id;
-static std::vector<uint8_t> smem;
-static const std::function<void()>* body;
-
-[[noreturn]] static void die(const char* what) {
-    printf("FAIL cuda_emu: %s (block %llu)\n", what, (unsigned long long)block_id);
-    fflush(stdout);
-    exit(1);
-}
-
-static void entry() {
-    (*body)();
-    threads[cur].state = DONE;
-} /* returns to sched through uc_link */
-
-static uint32_t collective(int op, uint32_t val, int src) {
-    unsigned me = cur;
-    threads[me].op = op;
-    threads[me].val = val;
-    threads[me].src = src;
-    threads[me].state = WAIT_WARP;
-    swapcontext(&threads[me].ctx, &sched);
-    return threads[me].res;
-}
-
-static void launch(uint64_t grid, unsigned block, size_t smem_bytes, const std::function<void()>& fn) {
-    if (block == 0 || block % 32 || block > 1024) die("block size must be a multiple of 32, at most 1024");
-    if (threads.size() < block) {
-        threads.resize(block);
-        while (stacks.size() < block) stacks.push_back((char*)malloc(kStack));
-    }
-    nthreads = block;
-    body = &fn;
-    for (uint64_t b = 0; b < grid; b++) {
-        block_id = b;
-        smem.assign(smem_bytes + 16, 0xCD); /* garbage, as on a device */
-        for (unsigned t = 0; t < block; t++) {
-            Thread& T = threads[t];
-            getcontext(&T.ctx);
-            T.ctx.uc_stack.ss_sp = stacks[t];
-            T.ctx.uc_stack.ss_size = kStack;
-            T.ctx.uc_link = &sched;
-            makecontext(&T.ctx, entry, 0);
-            T.state = RUN;
-        }
-        for (;;) {
-            for (unsigned t = 0; t < block; t++)
-                if (threads[t].state == RUN) {
-                    cur = t;
-                    swapcontext(&sched, &threads[t].ctx);
-                }
-            int progress = 0, live = 0, at_barrier = 0;
-            for (unsigned w = 0; w < block / 32; w++) {
-                Thread* T = &threads[32 * w];
-                int waiting = 0;
-                for (int l = 0; l < 32; l++) waiting += T[l].state == WAIT_WARP;
-                if (waiting == 0) continue;
-                if (waiting != 32) die("warp collective reached by only part of the warp");
-                for (int l = 1; l < 32; l++)
-                    if (T[l].op != T[0].op) die("lanes of a warp are in different collectives");
-                uint32_t ballot = 0;
-                for (int l = 0; l < 32; l++) ballot |= (T[l].val & 1u) << l;
-                for (int l = 0; l < 32; l++) {
-                    T[l].res = T[0].op == OP_BALLOT ? ballot : T[0].op == OP_SHFL ? T[T[l].src & 31].val : 0;
-                    T[l].state = RUN;
-                }
-                progress = 1;
-            }
-            for (unsigned t = 0; t < block; t++) {
-                live += threads[t].state != DONE;
-                at_barrier += threads[t].state == WAIT_BLOCK;
-            }
-            if (!live) break;
-            if (!progress) {
-                if (at_barrier != live) die("deadlock");
-                for (unsigned t = 0; t < block; t++)
-                    if (threads[t].state == WAIT_BLOCK) threads[t].state = RUN;
-            }
-        }
-    }
-}
-} // namespace emu
+#include "warp_emu.h"
 
 static unsigned emu_tid(void) { return emu::cur; }
 static uint64_t emu_bid(void) { return emu::block_id; }
@@ -132,11 +33,7 @@ static uint8_t* emu_smem(void) { return emu::smem.data(); }
 static uint32_t emu_ballot(int p) { return emu::collective(emu::OP_BALLOT, (uint32_t)p, 0); }
 static uint32_t emu_shfl(uint32_t v, int src) { return emu::collective(emu::OP_SHFL, v, src); }
 static void emu_syncwarp(void) { emu::collective(emu::OP_SYNCWARP, 0, 0); }
-static void emu_syncthreads(void) {
-    unsigned me = emu::cur;
-    emu::threads[me].state = emu::WAIT_BLOCK;
-    swapcontext(&emu::threads[me].ctx, &emu::sched);
-}
+static void emu_syncthreads(void) { emu::syncthreads(); }
 static void emu_launch(uint64_t grid, unsigned block, size_t smem, const std::function<void()>& fn) {
     emu::launch(grid, block, smem, fn);
 }

@@ -1,0 +1,390 @@
+/*
+ * cuda_emu_runtime.h — the parts of the CUDA runtime, bf16 header and cuBLAS
+ * that kernels/cuda.cu uses, as plain C++ over the warp emulator
+ * (tests/gpu/warp_emu.h), so the model's CUDA kernel table compiles and runs
+ * on a machine without a GPU and is checked against the CPU table
+ * (tests/test_model_cuda_emu.sh).
+ *
+ * How kernels/cuda.cu becomes host code (the Makefile's rule for
+ * BUILD/gpu/test_model_emu): a sed rewrites each launch `k<<<g, b>>>(args)`
+ * into `emu::launcher(k, g, b)(args)`; this directory comes first on the
+ * include path, so <cuda_runtime.h>, <cuda_bf16.h> and <cublas_v2.h> are the
+ * files here; everything else in the file compiles as it is.
+ *
+ *   - threads: threadIdx, blockIdx, blockDim, gridDim read the emulator's
+ *     state; __syncthreads and __shfl_xor_sync are its collectives; a
+ *     __shared__ array is a static (blocks run one after another).
+ *   - memory: "device" memory is host memory, but every allocation is
+ *     recorded, and a copy whose direction does not match where its
+ *     pointers live fails as CUDA would not (it would corrupt or fault).
+ *   - cuBLAS: column-major GEMMs summed in double in index order (a
+ *     reference, not cuBLAS's order: the checks use cuBLAS-sized bounds).
+ *   - arithmetic: __fadd_rn and friends are the host's IEEE operations, no
+ *     contraction (nvcc contracts a*b+c into an FMA elsewhere, so results
+ *     other than the _rn paths differ from a GPU's in the last bits).
+ *
+ * Not modelled: streams (everything runs at once, in order), asynchrony,
+ * memory-ordering races, timing. Events read the host clock.
+ */
+#ifndef ZIPCCL_TEST_CUDA_EMU_RUNTIME_H
+#define ZIPCCL_TEST_CUDA_EMU_RUNTIME_H
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <map>
+
+#include "../warp_emu.h"
+
+/* ---- execution spaces and thread indices ---------------------------------- */
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static /* one block at a time: one copy serves each block in turn */
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+namespace emu {
+inline dim3 thread_idx() { return dim3(cur, 0, 0); }
+inline dim3 block_idx() {
+    const uint64_t b = block_id, gx = grid_dim[0], gy = grid_dim[1];
+    return dim3((unsigned)(b % gx), (unsigned)(b / gx % gy), (unsigned)(b / (gx * gy)));
+}
+inline dim3 block_dim() { return dim3(nthreads, 1, 1); }
+inline dim3 grid_dims() { return dim3(grid_dim[0], grid_dim[1], grid_dim[2]); }
+
+/* k<<<grid, block, smem, stream>>>(args) becomes launcher(k, grid, block,
+ * smem, stream)(args): the kernel runs to completion under the emulator. */
+template <class F>
+struct Launcher {
+    F kernel;
+    unsigned grid[3], block;
+    size_t smem;
+    template <class... A>
+    void operator()(A... args) const {
+        launch3(grid, block, smem, [&]() { kernel(args...); });
+    }
+};
+template <class F>
+Launcher<F> launcher(F kernel, dim3 grid, dim3 block, size_t smem = 0, void* stream = nullptr) {
+    (void)stream;
+    if (block.y != 1 || block.z != 1) die("kernels/cuda.cu launches one-dimensional blocks only");
+    if (!grid.x || !grid.y || !grid.z) die("a launch with an empty grid (CUDA refuses it)");
+    Launcher<F> l;
+    l.kernel = kernel;
+    l.grid[0] = grid.x, l.grid[1] = grid.y, l.grid[2] = grid.z;
+    l.block = block.x;
+    l.smem = smem;
+    return l;
+}
+} // namespace emu
+
+#define threadIdx (emu::thread_idx())
+#define blockIdx (emu::block_idx())
+#define blockDim (emu::block_dim())
+#define gridDim (emu::grid_dims())
+
+inline void __syncthreads() { emu::syncthreads(); }
+
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
+    static_assert(sizeof(T) == 4, "the emulator shuffles 32-bit values");
+    if (mask != 0xffffffffu) emu::die("__shfl_xor_sync with a partial mask");
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    const uint32_t r = emu::collective(emu::OP_SHFL, u, (int)((emu::cur & 31) ^ (unsigned)lane_mask));
+    T out;
+    memcpy(&out, &r, 4);
+    return out;
+}
+
+/* ---- device arithmetic ---------------------------------------------------- */
+
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
+/* ---- bf16 ------------------------------------------------------------------ */
+
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) {
+    __nv_bfloat16 b;
+    b.bits = u;
+    return b;
+}
+static_assert(sizeof(__nv_bfloat16) == 2, "bf16 is two bytes");
+
+/* ---- the runtime: errors, devices, memory, events ------------------------- */
+
+typedef enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 } cudaError_t;
+typedef cudaError_t cudaError;
+typedef enum {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3
+} cudaMemcpyKind;
+typedef void* cudaStream_t;
+struct CUevent_emu {
+    double t;
+};
+typedef CUevent_emu* cudaEvent_t;
+struct cudaDeviceProp {
+    char name[256];
+};
+
+namespace emu {
+/* every live allocation: base -> bytes; device (1) or pinned host (0) */
+struct Alloc {
+    size_t bytes;
+    int device;
+};
+inline std::map<const char*, Alloc>& allocs() {
+    static std::map<const char*, Alloc> m;
+    return m;
+}
+inline cudaError_t& last_error() {
+    static cudaError_t e = cudaSuccess;
+    return e;
+}
+/* 1 if [p, p + n) lies in a device allocation, 0 if it touches none, and a
+ * failure (CUDA would fault or corrupt) if it straddles one's end */
+inline int on_device(const void* p, size_t n) {
+    auto& m = allocs();
+    auto it = m.upper_bound((const char*)p);
+    if (it == m.begin()) return 0;
+    --it;
+    const char* base = it->first;
+    if ((const char*)p >= base + it->second.bytes) return 0;
+    if ((const char*)p + n > base + it->second.bytes) die("a copy runs past the end of its allocation");
+    return it->second.device;
+}
+inline void* allocate(size_t bytes, int device) {
+    void* p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (!p) return nullptr;
+    memset(p, 0xCD, bytes); /* garbage, as cudaMalloc leaves it */
+    allocs()[(const char*)p] = Alloc{bytes, device};
+    return p;
+}
+inline cudaError_t release(void* p, int device) {
+    if (!p) return cudaSuccess;
+    auto it = allocs().find((const char*)p);
+    if (it == allocs().end() || it->second.device != device) die("freeing memory this API did not allocate");
+    allocs().erase(it);
+    free(p);
+    return cudaSuccess;
+}
+inline double now_ms() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+} // namespace emu
+
+inline const char* cudaGetErrorString(cudaError_t e) {
+    return e == cudaSuccess ? "no error" : e == cudaErrorMemoryAllocation ? "out of memory" : "invalid argument";
+}
+inline cudaError_t cudaGetLastError() {
+    const cudaError_t e = emu::last_error();
+    emu::last_error() = cudaSuccess;
+    return e;
+}
+inline cudaError_t cudaGetDeviceCount(int* n) {
+    *n = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+    if (d != 0) return cudaErrorInvalidValue;
+    snprintf(p->name, sizeof p->name, "warp emulator (tests/gpu/warp_emu.h)");
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    size_t used = 0;
+    for (auto& a : emu::allocs()) used += a.second.device ? a.second.bytes : 0;
+    *total_bytes = (size_t)1 << 34;
+    *free_bytes = *total_bytes > used ? *total_bytes - used : 0;
+    return cudaSuccess;
+}
+template <class T>
+inline cudaError_t cudaMalloc(T** p, size_t bytes) {
+    *p = (T*)emu::allocate(bytes, 1);
+    return *p ? cudaSuccess : (emu::last_error() = cudaErrorMemoryAllocation);
+}
+template <class T>
+inline cudaError_t cudaMallocHost(T** p, size_t bytes) {
+    *p = (T*)emu::allocate(bytes, 0);
+    return *p ? cudaSuccess : (emu::last_error() = cudaErrorMemoryAllocation);
+}
+inline cudaError_t cudaFree(void* p) { return emu::release(p, 1); }
+inline cudaError_t cudaFreeHost(void* p) { return emu::release(p, 0); }
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    const int dd = emu::on_device(dst, n), sd = emu::on_device(src, n);
+    const int want_d = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const int want_s = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (dd != want_d || sd != want_s) emu::die("cudaMemcpy: a pointer is not where its kind says");
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
+                                   cudaStream_t s) {
+    (void)s;
+    return cudaMemcpy(dst, src, n, kind);
+}
+inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+    if (!emu::on_device(p, n)) emu::die("cudaMemset on memory that is not the device's");
+    memset(p, v, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
+    (void)s;
+    return cudaMemset(p, v, n);
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+    *e = new CUevent_emu{0.0};
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    (void)s;
+    e->t = emu::now_ms();
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    (void)e;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    *ms = (float)(b->t - a->t);
+    return cudaSuccess;
+}
+
+/* ---- cuBLAS ----------------------------------------------------------------- */
+
+typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7 } cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum {
+    CUBLAS_DEFAULT_MATH = 0,
+    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
+} cublasMath_t;
+typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
+struct cublasContext_emu {
+    int math;
+};
+typedef cublasContext_emu* cublasHandle_t;
+
+inline cublasStatus_t cublasCreate(cublasHandle_t* h) {
+    *h = new cublasContext_emu{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
+    h->math = (int)m;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline const char* cublasGetStatusString(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
+}
+
+namespace emu {
+/* Column-major C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C; element
+ * loads through ld_a / ld_b (fp32 or bf16); beta == 0 never reads C (cuBLAS
+ * allows C to be garbage then). Every operand must be device memory. */
+template <class LA, class LB>
+inline cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           float alpha, LA ld_a, int lda, LB ld_b, int ldb, float beta, float* C,
+                           int ldc) {
+    if (m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double acc = 0.0;
+            for (int l = 0; l < k; l++) {
+                const double a = ta == CUBLAS_OP_N ? ld_a((size_t)i + (size_t)l * lda)
+                                                   : ld_a((size_t)l + (size_t)i * lda);
+                const double b = tb == CUBLAS_OP_N ? ld_b((size_t)l + (size_t)j * ldb)
+                                                   : ld_b((size_t)j + (size_t)l * ldb);
+                acc += a * b;
+            }
+            float* c = C + (size_t)i + (size_t)j * ldc;
+            const float r = (float)((double)alpha * acc);
+            *c = beta == 0.0f ? r : r + beta * *c;
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline float bf16_load(const void* p, size_t i) {
+    uint16_t h;
+    memcpy(&h, (const uint16_t*)p + i, 2);
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline void need_device(const void* p, const char* what) {
+    if (p && !on_device(p, 1)) {
+        char m[96];
+        snprintf(m, sizeof m, "cuBLAS given a host pointer for %s", what);
+        die(m);
+    }
+}
+} // namespace emu
+
+inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                  int n, int k, const float* alpha, const float* A, int lda,
+                                  const float* B, int ldb, const float* beta, float* C, int ldc) {
+    (void)h;
+    emu::need_device(A, "A"), emu::need_device(B, "B"), emu::need_device(C, "C");
+    return emu::gemm(
+        ta, tb, m, n, k, *alpha, [A](size_t i) { return A[i]; }, lda, [B](size_t i) { return B[i]; },
+        ldb, *beta, C, ldc);
+}
+
+inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
+                                                cublasOperation_t tb, int m, int n, int k,
+                                                const float* alpha, const float* A, int lda,
+                                                long long sA, const float* B, int ldb, long long sB,
+                                                const float* beta, float* C, int ldc, long long sC,
+                                                int batch) {
+    for (int b = 0; b < batch; b++) {
+        const cublasStatus_t s = cublasSgemm(h, ta, tb, m, n, k, alpha, A + b * sA, lda, B + b * sB, ldb,
+                                             beta, C + b * sC, ldc);
+        if (s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                   int n, int k, const void* alpha, const void* A, cudaDataType at,
+                                   int lda, const void* B, cudaDataType bt, int ldb, const void* beta,
+                                   void* C, cudaDataType ct, int ldc, cublasComputeType_t comp,
+                                   cublasGemmAlgo_t algo) {
+    (void)h, (void)algo;
+    if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F || comp != CUBLAS_COMPUTE_32F)
+        return CUBLAS_STATUS_INVALID_VALUE; /* the only combination kernels/cuda.cu uses */
+    emu::need_device(A, "A"), emu::need_device(B, "B"), emu::need_device(C, "C");
+    return emu::gemm(
+        ta, tb, m, n, k, *(const float*)alpha, [A](size_t i) { return emu::bf16_load(A, i); }, lda,
+        [B](size_t i) { return emu::bf16_load(B, i); }, ldb, *(const float*)beta, (float*)C, ldc);
+}
+
+#endif

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# test: timeout=300 asan=no
+# test_model_cuda_emu.sh — the model's CUDA kernel table (kernels/cuda.cu) on
+# machines without a GPU: the file compiles as plain C++ over the warp
+# emulator (tests/gpu/warp_emu.h, tests/gpu/emu/: CUDA runtime and cuBLAS
+# stand-ins) and test_model's CUDA checks run against it: every kernel against
+# the CPU table (1e-5), the memory, optimizer (bit for bit) and event entries,
+# whole steps dense and MoE in fp32 and bf16 compute, the bf16-weight entries
+# and steps over bf16 units. What the emulator cannot show (cuBLAS's and the
+# GPU's own arithmetic, races, timing) waits for make test-gpu on a device.
+# Built by `make` as BUILD/gpu/test_model_emu.
+bin="${BUILD:-build}/gpu/test_model_emu"
+if [ ! -x "$bin" ]; then
+  echo "FAIL test_model_cuda_emu: $bin is not built (make BUILD=${BUILD:-build} $bin)"
+  exit 1
+fi
+exec "$bin" --cuda
