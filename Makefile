@@ -79,9 +79,11 @@ REPLAYS    := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/replay_%,$(FUZZ_SRC))
 # tests/gpu/*.cc -> BUILD/gpu/* (host emulation of the CUDA codec, plain C++,
 # run in the suite by tests/test_codec_cuda_emu.sh). Not in sanitizer builds.
 GPU_PROGS  := $(if $(SAN),,$(patsubst tests/gpu/%.cc,$(BUILD)/gpu/%,$(wildcard tests/gpu/*.cc)))
-# ... and the model's CUDA kernel table under the same emulator, checked by
-# test_model's CUDA checks (tests/test_model_cuda_emu.sh).
-GPU_PROGS  += $(if $(SAN),,$(BUILD)/gpu/test_model_emu)
+# ... and the model's CUDA kernel table and ZipCCL's CUDA device under the
+# same emulator, checked by test_model's and test_coll_device's CUDA checks
+# (tests/test_model_cuda_emu.sh, tests/test_coll_device_cuda_emu.sh).
+GPU_PROGS  += $(if $(SAN),,$(BUILD)/gpu/test_model_emu $(BUILD)/gpu/test_coll_device_emu \
+                            $(BUILD)/gpu/train_emu)
 ifdef HAVE_CUDA
 GPU_PROGS  += $(patsubst tests/gpu/%.cu,$(BUILD)/gpu/%,$(wildcard tests/gpu/*.cu))
 endif
@@ -142,24 +144,39 @@ $(BUILD)/tests/replay_%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/rep
 $(BUILD)/gpu/%: tests/gpu/%.cc comm/codec/codec_cuda.cu $(wildcard tests/gpu/*.h) $(LIBZIPCCL)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) -O2 -g -std=c++17 -Wall -Wextra -Werror $< $(LIBZIPCCL) $(LDLIBS) -o $@
-# kernels/cuda.cu as plain C++ for the warp emulator: each launch
-# k<<<g, b>>>(args) rewritten to emu::launcher(k, g, b)(args); the CUDA
-# headers are tests/gpu/emu's stand-ins (first on the include path), the
-# table's entry points renamed *_emu (cuda_emu_names.h) so it links beside
-# the library's own.
-EMU_CPPFLAGS := -Itests/gpu/emu -include tests/gpu/emu/cuda_emu_names.h \
-                $(filter-out -DZIPCCL_HAVE_CUDA=1 -I$(CUDA_HOME)/include,$(CPPFLAGS))
-$(BUILD)/obj/tests/gpu/kernels_cuda_emu.cc: kernels/cuda.cu
+# CUDA sources as plain C++ for the warp emulator (tests/gpu/warp_emu.h): each
+# launch k<<<g, b>>>(args) rewritten to emu::launcher(k, g, b)(args), the
+# CUDA headers tests/gpu/emu's stand-ins (first on the include path). Their
+# objects define the very symbols of the library's CUDA objects (or stubs),
+# so, linked ahead of the archives, they take their place: the model's table
+# (kernels/cuda.cu), ZipCCL's device (device_cuda.cu, the reduction kernels
+# of transport_nccl_kernels.cu, the codec's entry points:
+# tests/gpu/emu/codec_cuda_emu.cc).
+EMU_CPPFLAGS := -Itests/gpu/emu $(filter-out -DZIPCCL_HAVE_CUDA=1 -I$(CUDA_HOME)/include,$(CPPFLAGS))
+EMU_CXX       = $(CXX) $(EMU_CPPFLAGS) -O1 -g -std=c++17 -Wall -Wextra -Werror -MMD -MP
+$(BUILD)/obj/emu/%.cc: %.cu
 	@mkdir -p $(dir $@)
-	{ echo '#line 1 "kernels/cuda.cu"'; sed -E 's/([A-Za-z_][A-Za-z0-9_]*)<<<(.*)>>>\(/emu::launcher(\1, \2)(/' $<; } > $@
-$(BUILD)/obj/tests/gpu/kernels_cuda_emu.o: $(BUILD)/obj/tests/gpu/kernels_cuda_emu.cc \
-		$(wildcard tests/gpu/emu/*.h) tests/gpu/warp_emu.h kernels/kernels.h comm/zipccl_float.h
-	$(CXX) $(EMU_CPPFLAGS) -O1 -g -std=c++17 -Wall -Wextra -Werror -c $< -o $@
-$(BUILD)/obj/tests/test_model_emu.o: tests/test_model.c tests/gpu/emu/cuda_emu_names.h
+	{ echo '#line 1 "$<"'; sed -E 's/([A-Za-z_][A-Za-z0-9_]*)<<<(.*)>>>\(/emu::launcher(\1, \2)(/' $<; } > $@
+$(BUILD)/obj/emu/%.o: $(BUILD)/obj/emu/%.cc
+	$(EMU_CXX) -c $< -o $@
+$(BUILD)/obj/emu/codec_cuda_emu.o: tests/gpu/emu/codec_cuda_emu.cc
 	@mkdir -p $(dir $@)
-	$(CC) $(EMU_CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
-$(BUILD)/gpu/test_model_emu: $(BUILD)/obj/tests/test_model_emu.o \
-		$(BUILD)/obj/tests/gpu/kernels_cuda_emu.o $(LIBZRT) $(LIBZIPCCL)
+	$(EMU_CXX) -c $< -o $@
+EMU_ZIPCCL := $(addprefix $(BUILD)/obj/emu/,codec_cuda_emu.o comm/core/device_cuda.o \
+                comm/transport/transport_nccl_kernels.o)
+$(BUILD)/obj/emu/tests/%.o: tests/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_CPPFLAGS) -DZIPCCL_TEST_CUDA_EMU=1 $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/gpu/test_model_emu: $(BUILD)/obj/tests/test_model.o $(BUILD)/obj/emu/kernels/cuda.o \
+		$(LIBZRT) $(LIBZIPCCL)
+	@mkdir -p $(dir $@)
+	$(CXX) -fopenmp -pthread $^ $(LDLIBS) -o $@
+$(BUILD)/gpu/test_coll_device_emu: $(BUILD)/obj/emu/tests/test_coll_device.o $(EMU_ZIPCCL) $(LIBZIPCCL)
+	@mkdir -p $(dir $@)
+	$(CXX) -fopenmp -pthread $^ $(LDLIBS) -o $@
+# the trainer with both: runtime.device: cuda on the emulated GPU
+$(BUILD)/gpu/train_emu: $(BUILD)/obj/runtime/train.o $(BUILD)/obj/emu/kernels/cuda.o $(EMU_ZIPCCL) \
+		$(LIBZRT) $(LIBZIPCCL)
 	@mkdir -p $(dir $@)
 	$(CXX) -fopenmp -pthread $^ $(LDLIBS) -o $@
 $(BUILD)/gpu/%: tests/gpu/%.cu $(wildcard tests/gpu/*.h) $(LIBZIPCCL)

@@ -858,17 +858,3 @@ const char* zrt_blas_select_core(char** argv) {
     execv("/proc/self/exe", argv); // returns only on failure: run as we are
     return core;
 }
-
-/* Builds without CUDA (NO_CUDA=1, the sanitizer build) have no CUDA table;
- * with CUDA, kernels/cuda.cu defines this. */
-#ifndef ZIPCCL_HAVE_CUDA
-const ZrtKernels* zrt_kernels_cuda(void) { return NULL; }
-const ZrtKernels* zrt_kernels_cuda_bf16(void) { return NULL; }
-int zrt_cuda_bind(int local_rank) {
-    (void)local_rank;
-    return -1;
-}
-const char* zrt_cuda_error(void) { return "this build has no CUDA (built with NO_CUDA=1 or without nvcc)"; }
-const char* zrt_cuda_device_name(void) { return ""; }
-int zrt_cuda_device(void) { return -1; }
-#endif

@@ -16,9 +16,10 @@
 #                                       on a machine that has CUDA, cuBLAS and
 #                                       NCCL but not our Debian packages
 #
-# Convention for everyone adding GPU tests: any executable gpu/test_* is a
-# GPU test and is run here (the Makefile builds tests/gpu/test_*.cu into
-# BUILD/gpu/test_* when nvcc exists). It must print "PASS name" /
+# Convention for everyone adding GPU tests: any executable gpu/test_gpu_* is a
+# GPU test and is run here (the Makefile builds tests/gpu/test_gpu_*.cu into
+# BUILD/gpu/test_gpu_* when nvcc exists; BUILD/gpu/*_emu are the warp
+# emulator's programs, which make test runs). It must print "PASS name" /
 # "FAIL name: why" lines, exit non-zero on failure, and finish in under a
 # minute: this whole script has ~5 minutes on an H200 machine with 16 cores,
 # and each step is time-limited. A step that prints no PASS and no FAIL

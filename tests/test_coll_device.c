@@ -26,9 +26,14 @@
  * device, an NCCL-free build's stub, and ranks that disagree on where the
  * AllGather is coded (zipcclMismatch on every rank, naming it).
  * With --cuda (scripts/test_gpu.sh, on a GPU machine) the same comparison
- * runs with zipcclDeviceMemoryCuda: the CUDA codec codes the AllGather on
- * the device and must give the host path's bits.  Without a GPU the CUDA
- * table and codec themselves are what it leaves out.
+ * runs with zipcclDeviceMemoryCuda: the CUDA codec codes every compressed
+ * call on the device and must give the host path's bits.  Without a GPU the
+ * same --cuda run goes through the warp emulator (BUILD/gpu/
+ * test_coll_device_emu, tests/test_coll_device_cuda_emu.sh: device_cuda.cu,
+ * the codec's kernels and the reduction kernels as plain C++ over
+ * tests/gpu/emu), where it also runs the designs over the host stand-in
+ * network; what only a GPU shows is NCCL, streams that really overlap, and
+ * the device's own arithmetic and speed.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -745,6 +750,15 @@ int main(int argc, char** argv) {
         if (agree(ok)) {
             cu.bind(cu.ctx);
             compareAll(&cu, host, NULL);
+#ifdef ZIPCCL_TEST_CUDA_EMU
+            /* the warp emulator's device memory is host memory, so the host
+             * stand-in network (MPI messages) can carry it: the designs over
+             * a network with the CUDA codec and kernels, as over NCCL */
+            compareAll(&cu, host, "host");
+            compareAll(&cu, host, "hostsizes");
+            inPlace(&cu, host, NULL);
+            inPlace(&cu, host, "host");
+#endif
             if (nccl) {
                 compareAll(&cu, host, "nccl");
                 inPlace(&cu, host, "nccl");

@@ -1736,7 +1736,9 @@ static zipcclResult_t zk_decompress(const void* d_src, size_t srcSize, void* d_d
 /* 11. Public entry points (zipccl.h)                                        */
 /* ------------------------------------------------------------------------ */
 
-#ifndef ZIPCCL_CUDA_EMU
+/* Also in the emulated build of tests/gpu/emu/codec_cuda_emu.cc, over its
+ * CUDA runtime stand-in. */
+#if !defined(ZIPCCL_CUDA_EMU) || defined(ZIPCCL_CUDA_EMU_ENTRY_POINTS)
 extern "C" {
 
 int zipcclCudaAvailable(void) {

@@ -27,16 +27,6 @@
 
 #include "warp_emu.h"
 
-static unsigned emu_tid(void) { return emu::cur; }
-static uint64_t emu_bid(void) { return emu::block_id; }
-static uint8_t* emu_smem(void) { return emu::smem.data(); }
-static uint32_t emu_ballot(int p) { return emu::collective(emu::OP_BALLOT, (uint32_t)p, 0); }
-static uint32_t emu_shfl(uint32_t v, int src) { return emu::collective(emu::OP_SHFL, v, src); }
-static void emu_syncwarp(void) { emu::collective(emu::OP_SYNCWARP, 0, 0); }
-static void emu_syncthreads(void) { emu::syncthreads(); }
-static void emu_launch(uint64_t grid, unsigned block, size_t smem, const std::function<void()>& fn) {
-    emu::launch(grid, block, smem, fn);
-}
 
 #define ZIPCCL_CUDA_EMU 1
 #include "../../comm/codec/codec_cuda.cu"

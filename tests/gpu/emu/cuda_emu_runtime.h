@@ -17,8 +17,9 @@
  *   - memory: "device" memory is host memory, but every allocation is
  *     recorded, and a copy whose direction does not match where its
  *     pointers live fails as CUDA would not (it would corrupt or fault).
- *   - cuBLAS: column-major GEMMs summed in double in index order (a
- *     reference, not cuBLAS's order: the checks use cuBLAS-sized bounds).
+ *   - cuBLAS: its three GEMMs through the host's BLAS (OpenBLAS's SGEMM; bf16
+ *     operands widened first): the emulator checks the project's kernels,
+ *     not cuBLAS, and the checks keep cuBLAS-sized bounds.
  *   - arithmetic: __fadd_rn and friends are the host's IEEE operations, no
  *     contraction (nvcc contracts a*b+c into an FMA elsewhere, so results
  *     other than the _rn paths differ from a GPU's in the last bits).
@@ -35,6 +36,10 @@
 #include <time.h>
 
 #include <map>
+#include <mutex>
+#include <vector>
+
+#include <cblas.h>
 
 #include "../warp_emu.h"
 
@@ -72,8 +77,8 @@ struct Launcher {
         launch3(grid, block, smem, [&]() { kernel(args...); });
     }
 };
-template <class F>
-Launcher<F> launcher(F kernel, dim3 grid, dim3 block, size_t smem = 0, void* stream = nullptr) {
+template <class F, class S = void*>
+Launcher<F> launcher(F kernel, dim3 grid, dim3 block, size_t smem = 0, S stream = nullptr) {
     (void)stream;
     if (block.y != 1 || block.z != 1) die("kernels/cuda.cu launches one-dimensional blocks only");
     if (!grid.x || !grid.y || !grid.z) die("a launch with an empty grid (CUDA refuses it)");
@@ -140,9 +145,16 @@ typedef enum {
     cudaMemcpyDeviceToHost = 2,
     cudaMemcpyDeviceToDevice = 3
 } cudaMemcpyKind;
-typedef void* cudaStream_t;
+struct CUstream_emu {
+    int flags;
+};
+typedef CUstream_emu* cudaStream_t;
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
+enum { cudaEventDefault = 0, cudaEventDisableTiming = 2 };
+enum { cudaHostAllocDefault = 0, cudaHostAllocPortable = 1 };
 struct CUevent_emu {
     double t;
+    unsigned flags;
 };
 typedef CUevent_emu* cudaEvent_t;
 struct cudaDeviceProp {
@@ -159,6 +171,7 @@ inline std::map<const char*, Alloc>& allocs() {
     static std::map<const char*, Alloc> m;
     return m;
 }
+inline std::recursive_mutex map_lock; /* the map is shared by every thread */
 inline cudaError_t& last_error() {
     static cudaError_t e = cudaSuccess;
     return e;
@@ -166,6 +179,7 @@ inline cudaError_t& last_error() {
 /* 1 if [p, p + n) lies in a device allocation, 0 if it touches none, and a
  * failure (CUDA would fault or corrupt) if it straddles one's end */
 inline int on_device(const void* p, size_t n) {
+    std::lock_guard<std::recursive_mutex> hold(map_lock);
     auto& m = allocs();
     auto it = m.upper_bound((const char*)p);
     if (it == m.begin()) return 0;
@@ -179,11 +193,13 @@ inline void* allocate(size_t bytes, int device) {
     void* p = aligned_alloc(256, (bytes + 255) / 256 * 256);
     if (!p) return nullptr;
     memset(p, 0xCD, bytes); /* garbage, as cudaMalloc leaves it */
+    std::lock_guard<std::recursive_mutex> hold(map_lock);
     allocs()[(const char*)p] = Alloc{bytes, device};
     return p;
 }
 inline cudaError_t release(void* p, int device) {
     if (!p) return cudaSuccess;
+    std::lock_guard<std::recursive_mutex> hold(map_lock);
     auto it = allocs().find((const char*)p);
     if (it == allocs().end() || it->second.device != device) die("freeing memory this API did not allocate");
     allocs().erase(it);
@@ -218,6 +234,7 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     size_t used = 0;
+    std::lock_guard<std::recursive_mutex> hold(emu::map_lock);
     for (auto& a : emu::allocs()) used += a.second.device ? a.second.bytes : 0;
     *total_bytes = (size_t)1 << 34;
     *free_bytes = *total_bytes > used ? *total_bytes - used : 0;
@@ -232,6 +249,11 @@ template <class T>
 inline cudaError_t cudaMallocHost(T** p, size_t bytes) {
     *p = (T*)emu::allocate(bytes, 0);
     return *p ? cudaSuccess : (emu::last_error() = cudaErrorMemoryAllocation);
+}
+template <class T>
+inline cudaError_t cudaHostAlloc(T** p, size_t bytes, unsigned flags) {
+    (void)flags;
+    return cudaMallocHost(p, bytes);
 }
 inline cudaError_t cudaFree(void* p) { return emu::release(p, 1); }
 inline cudaError_t cudaFreeHost(void* p) { return emu::release(p, 0); }
@@ -257,10 +279,11 @@ inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
     (void)s;
     return cudaMemset(p, v, n);
 }
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
-    *e = new CUevent_emu{0.0};
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    *e = new CUevent_emu{0.0, flags};
     return cudaSuccess;
 }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
     delete e;
     return cudaSuccess;
@@ -275,8 +298,27 @@ inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     return cudaSuccess;
 }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    if ((a->flags | b->flags) & cudaEventDisableTiming) return cudaErrorInvalidValue; /* as CUDA */
     *ms = (float)(b->t - a->t);
     return cudaSuccess;
+}
+/* Streams: work runs when it is issued, so a stream is only a token and
+ * every wait is already satisfied. */
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+    *s = new CUstream_emu{(int)flags};
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    delete s;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    (void)s, (void)flags;
+    return e ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 /* ---- cuBLAS ----------------------------------------------------------------- */
@@ -308,28 +350,20 @@ inline const char* cublasGetStatusString(cublasStatus_t s) {
 }
 
 namespace emu {
-/* Column-major C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C; element
- * loads through ld_a / ld_b (fp32 or bf16); beta == 0 never reads C (cuBLAS
- * allows C to be garbage then). Every operand must be device memory. */
-template <class LA, class LB>
+/* Column-major C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C through
+ * the host's BLAS (OpenBLAS, which the CPU table runs too: what the
+ * emulator checks is the project's kernels and their launches, not cuBLAS);
+ * beta == 0 never reads C (cuBLAS allows C to be garbage then). */
 inline cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                           float alpha, LA ld_a, int lda, LB ld_b, int ldb, float beta, float* C,
-                           int ldc) {
+                           float alpha, const float* A, int lda, const float* B, int ldb,
+                           float beta, float* C, int ldc) {
     if (m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < m; i++) {
-            double acc = 0.0;
-            for (int l = 0; l < k; l++) {
-                const double a = ta == CUBLAS_OP_N ? ld_a((size_t)i + (size_t)l * lda)
-                                                   : ld_a((size_t)l + (size_t)i * lda);
-                const double b = tb == CUBLAS_OP_N ? ld_b((size_t)l + (size_t)j * ldb)
-                                                   : ld_b((size_t)j + (size_t)l * ldb);
-                acc += a * b;
-            }
-            float* c = C + (size_t)i + (size_t)j * ldc;
-            const float r = (float)((double)alpha * acc);
-            *c = beta == 0.0f ? r : r + beta * *c;
-        }
+    if (!m || !n) return CUBLAS_STATUS_SUCCESS;
+    if (beta == 0.0f)
+        for (int j = 0; j < n; j++) memset(C + (size_t)j * ldc, 0, (size_t)m * sizeof(float));
+    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha, A, lda, B, ldb, beta, C,
+                ldc);
     return CUBLAS_STATUS_SUCCESS;
 }
 inline float bf16_load(const void* p, size_t i) {
@@ -354,9 +388,7 @@ inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublas
                                   const float* B, int ldb, const float* beta, float* C, int ldc) {
     (void)h;
     emu::need_device(A, "A"), emu::need_device(B, "B"), emu::need_device(C, "C");
-    return emu::gemm(
-        ta, tb, m, n, k, *alpha, [A](size_t i) { return A[i]; }, lda, [B](size_t i) { return B[i]; },
-        ldb, *beta, C, ldc);
+    return emu::gemm(ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
 }
 
 inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
@@ -382,9 +414,16 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cubla
     if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F || comp != CUBLAS_COMPUTE_32F)
         return CUBLAS_STATUS_INVALID_VALUE; /* the only combination kernels/cuda.cu uses */
     emu::need_device(A, "A"), emu::need_device(B, "B"), emu::need_device(C, "C");
-    return emu::gemm(
-        ta, tb, m, n, k, *(const float*)alpha, [A](size_t i) { return emu::bf16_load(A, i); }, lda,
-        [B](size_t i) { return emu::bf16_load(B, i); }, ldb, *(const float*)beta, (float*)C, ldc);
+    /* the bf16 operands widened (exact), then the fp32 product */
+    /* (rows, cols) as stored: the last column ends at its last row */
+    const size_t ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
+    const size_t br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
+    const size_t na = ac ? (size_t)lda * (ac - 1) + ar : 0, nb = bc ? (size_t)ldb * (bc - 1) + br : 0;
+    std::vector<float> a(na), b(nb);
+    for (size_t i = 0; i < na; i++) a[i] = emu::bf16_load(A, i);
+    for (size_t i = 0; i < nb; i++) b[i] = emu::bf16_load(B, i);
+    return emu::gemm(ta, tb, m, n, k, *(const float*)alpha, a.data(), lda, b.data(), ldb,
+                     *(const float*)beta, (float*)C, ldc);
 }
 
 #endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# test: timeout=300 asan=no
+# test_coll_device_cuda_emu.sh — ZipCCL's CUDA device (comm/core/device_cuda.cu,
+# the CUDA codec's kernels and entry points, the reduction kernels of
+# comm/transport/transport_nccl_kernels.cu) on machines without a GPU: the
+# files compile as plain C++ over the warp emulator (tests/gpu/warp_emu.h,
+# tests/gpu/emu/) and test_coll_device's --cuda run goes through them at 1, 2
+# and 4 ranks: every collective, strategy and dtype on the emulated device
+# equals the host communicator bit for bit, staged and coded, over MPI and
+# over the host stand-in network, in place too. Built by `make` as
+# BUILD/gpu/test_coll_device_emu. NCCL, real streams and the GPU's speed
+# wait for make test-gpu on a device.
+bin="${BUILD:-build}/gpu/test_coll_device_emu"
+if [ ! -x "$bin" ]; then
+  echo "FAIL test_coll_device_cuda_emu: $bin is not built (make BUILD=${BUILD:-build} $bin)"
+  exit 1
+fi
+rc=0
+for np in 1 2 4; do
+  out=$(mpirun --oversubscribe --bind-to none -n "$np" "$bin" --cuda 2>&1) || rc=1
+  # the checks, named by rank count (one report per check, from rank 0)
+  printf '%s\n' "$out" | sed -E "s/^(PASS|FAIL|SKIP) ([^:]*)/\1 np${np}\/\2/"
+done
+exit $rc

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test: timeout=600 asan=no
+# test_train_cuda_emu.sh — runtime.device: cuda without a GPU: the trainer
+# linked with the warp emulator's CUDA (BUILD/gpu/train_emu: the model's
+# kernel table kernels/cuda.cu, ZipCCL's CUDA device, codec and reduction
+# kernels, all compiled as plain C++ over tests/gpu/warp_emu.h and
+# tests/gpu/emu/) trains the suite's tiny models as the CPU does:
+#   - 1 rank, fp32 gathers: every logged loss within 1e-5 of runtime.device:
+#     cpu, and two runs the same bits; the config's bf16 gathers (units kept
+#     in bf16, read by the _w16 entries) within 1e-5 too;
+#   - 2 ranks: compressed (coded by the CUDA codec's kernels on the device)
+#     == raw bit for bit, and within 1e-5 of two CPU ranks;
+#   - the MoE model at EP 2 on 2 ranks (the exchange's rows on the device):
+#     within 1e-4 of the CPU, compressed == raw;
+#   - model.compute: bf16 within 1e-4 of the CPU's bf16 twin; recomputation
+#     with a chunked output layer within 1e-5 of the CPU;
+#   - --trace: a device comm span for each collective, read from the CUDA
+#     device table's timing events.
+# What only a GPU shows (cuBLAS, the GPU's arithmetic, NCCL, real streams,
+# speed) is scripts/test_train_gpu.sh's, in make test-gpu.
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+EMU=$BUILD/gpu/train_emu
+[ -x "$EMU" ] || { echo "FAIL train_cuda_emu: $EMU not built"; exit 1; }
+[ -x "$TRAIN" ] || { echo "FAIL train_cuda_emu: $TRAIN not built"; exit 1; }
+
+tiny_yaml 4 2 2 1
+M="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_hidden=16
+   --set model.mlp_only_layers=1 --set model.norm_topk_prob=true --set model.capacity_factor=1.0
+   --set model.router_aux_loss_coef=0.01 --set model.qk_norm=true"
+# check NAME A B MODE [TOL]: compare_runs' verdict as one PASS or FAIL line
+check() {
+  local name=$1 a=$2 b=$3 r
+  shift 3
+  if r=$(python3 tests/compare_runs.py "$tmp/$a.jsonl" "$tmp/$b.jsonl" "$@" --same-steps 2>&1); then
+    pass "$name ($(echo "$r" | tail -1))"
+  else
+    fail "$name" "$(echo "$r" | tail -1)"
+  fi
+}
+cpu() { local np=$1 n=$2; shift 2; TRAIN=$BUILD/train run "$np" "$tmp/$n.jsonl" --set runtime.device=cpu "$@"; }
+emu() { local np=$1 n=$2; shift 2; TRAIN=$EMU run "$np" "$tmp/$n.jsonl" --set runtime.device=cuda "$@"; }
+
+F="--set comm.param_dtype=fp32"
+# shellcheck disable=SC2086
+if cpu 1 c1 $F && emu 1 e1 $F && emu 1 e1b $F; then
+  if grep -q "^# device: cuda" "$tmp/e1.jsonl.log"; then
+    check emu_fp32_matches_cpu_1rank c1 e1 close 1e-5
+    check emu_two_runs_same_bits e1 e1b exact
+  else
+    fail emu_1rank "the run did not say it computes on cuda: $(grep -m1 '^# device' "$tmp/e1.jsonl.log")"
+  fi
+else
+  fail emu_1rank "a run failed"
+fi
+if cpu 1 c1b && emu 1 e1u; then check emu_bf16_units_match_cpu_1rank c1b e1u close 1e-5
+else fail emu_bf16_units_1rank "a run failed"; fi
+
+if cpu 2 c2 && emu 2 e2 && emu 2 e2raw --set comm.strategy=raw; then
+  check emu_matches_cpu_2ranks c2 e2 close 1e-5
+  check emu_compressed_equals_raw_2ranks e2 e2raw exact
+else
+  fail emu_2ranks "a run failed"
+fi
+
+# shellcheck disable=SC2086
+if cpu 2 cm $M --set parallelism.ep=2 && emu 2 em $M --set parallelism.ep=2 &&
+   emu 2 emraw $M --set parallelism.ep=2 --set comm.strategy=raw; then
+  check emu_moe_ep2_matches_cpu cm em close 1e-4
+  check emu_moe_ep2_compressed_equals_raw em emraw exact
+else
+  fail emu_moe_ep2 "a run failed"
+fi
+
+if cpu 1 cb --set model.compute=bf16 && emu 1 eb --set model.compute=bf16; then
+  check emu_bf16_compute_matches_cpu_twin cb eb close 1e-4
+else
+  fail emu_bf16_compute "a run failed"
+fi
+R="--set train.recompute=full --set train.logits_rows=7"
+# shellcheck disable=SC2086
+if cpu 1 cr $R && emu 1 er $R; then check emu_recompute_matches_cpu cr er close 1e-5
+else fail emu_recompute "a run failed"; fi
+
+if emu 2 et --trace "$tmp/trace.json"; then
+  n=$(python3 -c "
+import json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev['traceEvents'] if isinstance(ev, dict) else ev
+print(sum(1 for e in ev if e.get('cat') == 'device_comm'))" "$tmp/trace.json" 2>&1)
+  if [ "${n:-0}" -gt 0 ] 2>/dev/null; then pass "emu_trace_has_device_comm_spans ($n spans)"
+  else fail emu_trace "no device comm span in the trace ($n)"; fi
+else
+  fail emu_trace "the run failed"
+fi
+exit $((fails > 0))
