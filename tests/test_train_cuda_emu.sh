@@ -6,10 +6,10 @@
 # kernels, all compiled as plain C++ over tests/gpu/warp_emu.h and
 # tests/gpu/emu/) trains the suite's tiny models as the CPU does:
 #   - 1 rank, fp32 gathers: every logged loss within 1e-5 of runtime.device:
-#     cpu, and two runs the same bits; the config's bf16 gathers (units kept
-#     in bf16, read by the _w16 entries) within 1e-5 too;
-#   - 2 ranks: compressed (coded by the CUDA codec's kernels on the device)
-#     == raw bit for bit, and within 1e-5 of two CPU ranks;
+#     cpu;
+#   - 2 ranks, the config's bf16 gathers (units kept in bf16, read by the
+#     _w16 entries): within 1e-5 of two CPU ranks, and compressed (coded by
+#     the CUDA codec's kernels on the device) == raw bit for bit;
 #   - the MoE model at EP 2 on 2 ranks (the exchange's rows on the device):
 #     within 1e-4 of the CPU, compressed == raw;
 #   - model.compute: bf16 within 1e-4 of the CPU's bf16 twin; recomputation
@@ -17,7 +17,8 @@
 #   - --trace: a device comm span for each collective, read from the CUDA
 #     device table's timing events.
 # What only a GPU shows (cuBLAS, the GPU's arithmetic, NCCL, real streams,
-# speed) is scripts/test_train_gpu.sh's, in make test-gpu.
+# speed; and determinism, which the emulator's one-thread-at-a-time order
+# cannot put to the test) is scripts/test_train_gpu.sh's, in make test-gpu.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -25,7 +26,7 @@ EMU=$BUILD/gpu/train_emu
 [ -x "$EMU" ] || { echo "FAIL train_cuda_emu: $EMU not built"; exit 1; }
 [ -x "$TRAIN" ] || { echo "FAIL train_cuda_emu: $TRAIN not built"; exit 1; }
 
-tiny_yaml 4 2 2 1
+tiny_yaml 3 2 2 1
 M="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_hidden=16
    --set model.mlp_only_layers=1 --set model.norm_topk_prob=true --set model.capacity_factor=1.0
    --set model.router_aux_loss_coef=0.01 --set model.qk_norm=true"
@@ -44,19 +45,15 @@ emu() { local np=$1 n=$2; shift 2; TRAIN=$EMU run "$np" "$tmp/$n.jsonl" --set ru
 
 F="--set comm.param_dtype=fp32"
 # shellcheck disable=SC2086
-if cpu 1 c1 $F && emu 1 e1 $F && emu 1 e1b $F; then
+if cpu 1 c1 $F && emu 1 e1 $F; then
   if grep -q "^# device: cuda" "$tmp/e1.jsonl.log"; then
     check emu_fp32_matches_cpu_1rank c1 e1 close 1e-5
-    check emu_two_runs_same_bits e1 e1b exact
   else
     fail emu_1rank "the run did not say it computes on cuda: $(grep -m1 '^# device' "$tmp/e1.jsonl.log")"
   fi
 else
   fail emu_1rank "a run failed"
 fi
-if cpu 1 c1b && emu 1 e1u; then check emu_bf16_units_match_cpu_1rank c1b e1u close 1e-5
-else fail emu_bf16_units_1rank "a run failed"; fi
-
 if cpu 2 c2 && emu 2 e2 && emu 2 e2raw --set comm.strategy=raw; then
   check emu_matches_cpu_2ranks c2 e2 close 1e-5
   check emu_compressed_equals_raw_2ranks e2 e2raw exact
