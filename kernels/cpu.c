@@ -588,13 +588,21 @@ static void cpu_matmul_forward_bf16(float* out, const float* inp, const float* w
     cpu_matmul_forward(out, a, w, N, IC, OC);
 }
 
+/* The bf16 backward given its weight operand w (rounded or widened by the
+ * caller; NULL without dinp): dout and inp rounded to bf16, fp32 sums. */
+static void matmul_backward_bf16_operands(float* dinp, float* dweight, const float* dout,
+                                          const float* inp, const float* w, int N, int IC,
+                                          int OC, int accumulate) {
+    const float* g = bf16_copy(0, dout, (size_t)N * OC);
+    const float* a = dweight ? bf16_copy(2, inp, (size_t)N * IC) : NULL;
+    cpu_matmul_backward(dinp, dweight, g, a, w, N, IC, OC, accumulate);
+}
+
 static void cpu_matmul_backward_bf16(float* dinp, float* dweight, const float* dout,
                                      const float* inp, const float* weight, int N, int IC, int OC,
                                      int accumulate) {
-    const float* g = bf16_copy(0, dout, (size_t)N * OC);
     const float* w = dinp ? bf16_copy(1, weight, (size_t)OC * IC) : NULL;
-    const float* a = dweight ? bf16_copy(2, inp, (size_t)N * IC) : NULL;
-    cpu_matmul_backward(dinp, dweight, g, a, w, N, IC, OC, accumulate);
+    matmul_backward_bf16_operands(dinp, dweight, dout, inp, w, N, IC, OC, accumulate);
 }
 
 /* bf16 weights: the fp32 table widens the weight and multiplies in fp32;
@@ -621,10 +629,8 @@ static void cpu_matmul_forward_bf16_w16(float* out, const float* inp, const uint
 static void cpu_matmul_backward_bf16_w16(float* dinp, float* dweight, const float* dout,
                                          const float* inp, const uint16_t* weight, int N, int IC,
                                          int OC, int accumulate) {
-    const float* g = bf16_copy(0, dout, (size_t)N * OC);
     const float* w = dinp ? widened_copy(1, weight, (size_t)OC * IC) : NULL;
-    const float* a = dweight ? bf16_copy(2, inp, (size_t)N * IC) : NULL;
-    cpu_matmul_backward(dinp, dweight, g, a, w, N, IC, OC, accumulate);
+    matmul_backward_bf16_operands(dinp, dweight, dout, inp, w, N, IC, OC, accumulate);
 }
 
 /* ------------------------------------------------------ mixture of experts */

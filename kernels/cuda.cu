@@ -562,18 +562,27 @@ struct ProfScope {
 
 /* ------------------------------------------------------- table entries */
 
+/* The fp32 linear layer (the entries below add the profile scope) */
+void matmul_forward_fp32(float* out, const float* inp, const float* weight, int N, int IC, int OC) {
+    gemm_rm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);
+}
+void matmul_backward_fp32(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const float* weight, int N, int IC, int OC, int accumulate) {
+    if (dinp)
+        gemm_rm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, accumulate ? 1.0f : 0.0f,
+                dinp, IC);
+    if (dweight) gemm_rm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+}
+
 void cu_matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC) {
     PROF(matmul_forward);
-    gemm_rm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);
+    matmul_forward_fp32(out, inp, weight, N, IC, OC);
 }
 
 void cu_matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                         const float* weight, int N, int IC, int OC, int accumulate) {
     PROF(matmul_backward);
-    if (dinp)
-        gemm_rm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, accumulate ? 1.0f : 0.0f,
-                dinp, IC);
-    if (dweight) gemm_rm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    matmul_backward_fp32(dinp, dweight, dout, inp, weight, N, IC, OC, accumulate);
 }
 
 /* bf16 copies of the operands, in three device buffers that grow */
@@ -598,19 +607,26 @@ void cu_matmul_forward_bf16(float* out, const float* inp, const float* weight, i
     gemm_rm_bf16(false, true, N, OC, IC, 1.0f, a, IC, w, IC, 0.0f, out, OC);
 }
 
-void cu_matmul_backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
-                             const float* weight, int N, int IC, int OC, int accumulate) {
-    PROF(matmul_backward);
+/* The bf16 backward given its weight operand w (bf16 already; NULL without
+ * dinp): dout and inp as bf16 copies, fp32 accumulation. */
+void matmul_backward_bf16_operands(float* dinp, float* dweight, const float* dout,
+                                   const float* inp, const __nv_bfloat16* w, int N, int IC, int OC,
+                                   int accumulate) {
     const __nv_bfloat16* g = bf16_operand(0, dout, (size_t)N * OC);
-    if (dinp) {
-        const __nv_bfloat16* w = bf16_operand(1, weight, (size_t)OC * IC);
+    if (dinp)
         gemm_rm_bf16(false, false, N, IC, OC, 1.0f, g, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp,
                      IC);
-    }
     if (dweight) {
         const __nv_bfloat16* a = bf16_operand(2, inp, (size_t)N * IC);
         gemm_rm_bf16(true, false, OC, IC, N, 1.0f, g, OC, a, IC, 1.0f, dweight, IC);
     }
+}
+
+void cu_matmul_backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
+                             const float* weight, int N, int IC, int OC, int accumulate) {
+    PROF(matmul_backward);
+    const __nv_bfloat16* w = dinp ? bf16_operand(1, weight, (size_t)OC * IC) : nullptr;
+    matmul_backward_bf16_operands(dinp, dweight, dout, inp, w, N, IC, OC, accumulate);
 }
 
 /* bf16 weights (a unit gathered in bf16): the fp32 table widens the weight
@@ -632,17 +648,14 @@ const float* widened_operand(const uint16_t* w, size_t n) {
 void cu_matmul_forward_w16(float* out, const float* inp, const uint16_t* weight, int N, int IC,
                            int OC) {
     PROF(matmul_forward);
-    const float* w = widened_operand(weight, (size_t)OC * IC);
-    gemm_rm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
+    matmul_forward_fp32(out, inp, widened_operand(weight, (size_t)OC * IC), N, IC, OC);
 }
 
 void cu_matmul_backward_w16(float* dinp, float* dweight, const float* dout, const float* inp,
                             const uint16_t* weight, int N, int IC, int OC, int accumulate) {
     PROF(matmul_backward);
-    if (dinp)
-        gemm_rm(false, false, N, IC, OC, 1.0f, dout, OC, widened_operand(weight, (size_t)OC * IC),
-                IC, accumulate ? 1.0f : 0.0f, dinp, IC);
-    if (dweight) gemm_rm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    const float* w = dinp ? widened_operand(weight, (size_t)OC * IC) : nullptr;
+    matmul_backward_fp32(dinp, dweight, dout, inp, w, N, IC, OC, accumulate);
 }
 
 const __nv_bfloat16* as_nv_bf16(const uint16_t* w) {
@@ -660,14 +673,8 @@ void cu_matmul_backward_bf16_w16(float* dinp, float* dweight, const float* dout,
                                  const float* inp, const uint16_t* weight, int N, int IC, int OC,
                                  int accumulate) {
     PROF(matmul_backward);
-    const __nv_bfloat16* g = bf16_operand(0, dout, (size_t)N * OC);
-    if (dinp)
-        gemm_rm_bf16(false, false, N, IC, OC, 1.0f, g, OC, as_nv_bf16(weight), IC,
-                     accumulate ? 1.0f : 0.0f, dinp, IC);
-    if (dweight) {
-        const __nv_bfloat16* a = bf16_operand(2, inp, (size_t)N * IC);
-        gemm_rm_bf16(true, false, OC, IC, N, 1.0f, g, OC, a, IC, 1.0f, dweight, IC);
-    }
+    matmul_backward_bf16_operands(dinp, dweight, dout, inp, as_nv_bf16(weight), N, IC, OC,
+                                  accumulate);
 }
 
 void cu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
