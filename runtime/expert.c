@@ -35,7 +35,7 @@
  * of the pair's n, so sender and receiver derive the same cut from the one
  * count exchange (a run may straddle two experts; each chunk is regrouped
  * expert-major on its own). Each chunk is one AlltoAllv each way, started
- * and waited apart, so that the scheduler (sched.c) can keep chunk c+1 on
+ * and waited apart, so that the scheduler (scheduler.c) can keep chunk c+1 on
  * the wire while the experts compute chunk c and chunk c-1 travels back:
  *
  *   dispatch_begin: counts (forward) -> the cut; nothing moves yet

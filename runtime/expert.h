@@ -15,7 +15,7 @@
  *
  * The exchange of a block comes in chunks (the rows of every pair of ranks
  * cut into near-equal runs), each started and waited on its own; what is
- * in flight when is the scheduler's choice (sched.c).
+ * in flight when is the scheduler's choice (scheduler.c).
  *
  * The rows live in the kernel table's memory: on a device the exchange's
  * communicator takes device buffers (fsdp_init gives it the device's table).
@@ -78,7 +78,7 @@ int expert_init(Expert* x, int ep, int n_experts, int n_layers, const zipcclCall
                 zipcclDataType_t dtype, const ZrtKernels* K, char* err, size_t errlen);
 void expert_free(Expert* x);
 
-/* One block's exchange in chunks (ctx = Expert*; sched.c drives them in
+/* One block's exchange in chunks (ctx = Expert*; scheduler.c drives them in
  * the order of LlamaParamHooks). dispatch_begin: the count exchange
  * (forward; the backward checks its counts and chunks against the
  * forward's), the cut into `chunks` chunks, *n_recv rows for this rank's

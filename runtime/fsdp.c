@@ -27,7 +27,7 @@
  * reduce_dtype bf16: the full gradient is rounded to bf16 before the
  * reduce-scatter; the reduced shard is widened and accumulated in fp32.
  *
- * When. This file is the mechanism only: runtime/sched.c decides when each
+ * When. This file is the mechanism only: runtime/scheduler.c decides when each
  * gather and reduce-scatter is issued and waited, and owns the buffers
  * (the model reaches these functions only through the scheduler's hooks).
  * "blocked_s" counts the time the compute thread waits on a collective: the

@@ -11,7 +11,7 @@
  *              ranks)
  *   inflight   gathered units (with a bf16 gather, its receive buffer and
  *              the shard cast for sending) and full gradients in flight at the step's
- *              peak (the schedule's own simulation, runtime/sched.c): set
+ *              peak (the schedule's own simulation, runtime/scheduler.c): set
  *              by prefetch depth, max_reduces_in_flight and the largest
  *              units, not by the model's size
  *   acts       activations for (batch_size, seq_len) with the run's

@@ -31,13 +31,13 @@ typedef struct {
     double exposed_s;                  /* the compute thread waiting on them  */
     uint64_t shared;                   /* calls whose counters came in one
                                         * reading with a neighbour's (split
-                                        * between them: sched.c)               */
+                                        * between them: scheduler.c)               */
 } PlanStats;
 
 typedef struct {
     int applies;             /* the unit has collectives of this kind            */
     zipcclCallConfig_t cfg;  /* what its calls ask for                           */
-    int calls_per_step;      /* from the schedule (sched.c fills these two)      */
+    int calls_per_step;      /* from the schedule (scheduler.c fills these two)      */
     uint64_t bytes_per_step; /* raw bytes this rank's calls move per step        */
 } PlanEntry;
 

@@ -1,8 +1,8 @@
 /*
- * scheduler.h — the overlap scheduler (runtime/sched.c; the header is not
- * sched.h, which would shadow the system header of that name under
- * -Iruntime): which collective of a step runs when
- * (see sched.c for the picture).
+ * scheduler.h — the overlap scheduler (runtime/scheduler.c; neither is
+ * called sched.h, which would shadow the system header of that name under
+ * -Iruntime): which collective of a step runs when (see scheduler.c for the
+ * picture).
  *
  * Two layers. The planner (sched_plan_build) is a pure function of the
  * model's unit order, the units' sizes and the knobs (prefetch depth,

@@ -12,7 +12,7 @@
  *   for each of grad_accum micro-batches:
  *       this rank's sequences of the global micro-batch (runtime/data.c)
  *       llama_step: forward and backward; its hooks are the scheduler's
- *         (runtime/sched.c), which all-gathers each unit before the model
+ *         (runtime/scheduler.c), which all-gathers each unit before the model
  *         reads it and reduce-scatters its gradient once complete (FSDP,
  *         runtime/fsdp.c, over ZipCCL)
  *   the last reduce-scatters; mean over the global batch; global-norm clip;

@@ -1,6 +1,6 @@
 // test: ranks=2 timeout=60
 /*
- * test_sched_exec.c — the scheduler's executor (runtime/sched.c) against the
+ * test_sched_exec.c — the scheduler's executor (runtime/scheduler.c) against the
  * real model, at 2 ranks with expert parallelism 2 and a chunked expert
  * exchange (moe.overlap_chunks 3): the run-time checks that the model's hook
  * calls follow the plan.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test: asan=no timeout=600
-# test_train_sched.sh — the overlap scheduler (runtime/sched.c) and the
+# test_train_sched.sh — the overlap scheduler (runtime/scheduler.c) and the
 # per-layer communication plan (runtime/plan.c), end to end.
 #   (a) overlap is numerically neutral: with overlap on (prefetch depth 0, 1
 #       and 3, the tightest in-flight bound, units kept gathered between
@@ -207,7 +207,7 @@ for dev in "swap:dispatch_wait(layers.0, chunk 1) where the plan has chunk 0" \
   mode=${dev%%:*} want=${dev#*:}
   name="deviating_model_stopped_$mode"
   mpirun --oversubscribe --bind-to none -n 2 "$BUILD/tests/test_sched_exec" "$mode" >"$tmp/dev.log" 2>&1; rc=$?
-  if [ $rc -ne 0 ] && grep -q "^FATAL (rank [01]) runtime/sched.c" "$tmp/dev.log" && grep -qF -- "$want" "$tmp/dev.log" &&
+  if [ $rc -ne 0 ] && grep -q "^FATAL (rank [01]) runtime/scheduler.c" "$tmp/dev.log" && grep -qF -- "$want" "$tmp/dev.log" &&
      ! grep -q "not_caught" "$tmp/dev.log"; then pass "$name"
   else fail "$name" "exit $rc: $(grep -m2 'FATAL\|FAIL' "$tmp/dev.log")"; fi
 done

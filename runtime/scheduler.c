@@ -1,5 +1,5 @@
 /*
- * sched.c — the overlap scheduler: the one file that answers "when".
+ * scheduler.c — the overlap scheduler: the one file that answers "when".
  *
  * One training step, two blocks, prefetch depth 1 (A = acquire, R = release,
  * G = grad buffer, D = grads ready; AG/RS the collectives the plan issues on
