@@ -30,7 +30,10 @@ MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 SUBMAKE    := $(MAKE) --no-print-directory
 
 COMM_DIRS  := comm/core comm/transport comm/algo comm/tune comm/codec
-CPPFLAGS   := -Icomm $(addprefix -I,$(COMM_DIRS)) -Ikernels -Imodels -Iruntime -D_GNU_SOURCE $(MPI_CFLAGS)
+# device/: the one device model (memory, streams, events) under both the
+# kernel tables and ZipCCL; built into libzipccl, which ships with it.
+DEV_DIRS   := device
+CPPFLAGS   := -Idevice -Icomm $(addprefix -I,$(COMM_DIRS)) -Ikernels -Imodels -Iruntime -D_GNU_SOURCE $(MPI_CFLAGS)
 CFLAGS     ?= -O2 -g
 override CFLAGS += -std=c11 -Wall -Wextra -Werror -fopenmp -pthread $(SAN)
 LDLIBS     := $(MPI_LIBS) -lopenblas -lyaml -ljansson -lzstd -llz4 -lxxhash -lm -lpthread -fopenmp
@@ -44,15 +47,15 @@ endif
 ifdef HAVE_CUDA
 CPPFLAGS   += -DZIPCCL_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 NVCCFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC
-CU_SRC     := $(wildcard $(addsuffix /*.cu,$(COMM_DIRS)) kernels/*.cu)
+CU_SRC     := $(wildcard $(addsuffix /*.cu,$(DEV_DIRS) $(COMM_DIRS)) kernels/*.cu)
 CU_OBJ     := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC))
 LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
               -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lnccl -lstdc++
 endif
 
-COMM_SRC   := $(wildcard $(addsuffix /*.c,$(COMM_DIRS)))
+COMM_SRC   := $(wildcard $(addsuffix /*.c,$(DEV_DIRS) $(COMM_DIRS)))
 RT_SRC     := $(filter-out runtime/train.c runtime/export_hf.c runtime/supervise.c,$(wildcard kernels/*.c models/*.c runtime/*.c))
-COMM_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMM_SRC)) $(filter $(BUILD)/obj/comm/%,$(CU_OBJ))
+COMM_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMM_SRC)) $(filter $(BUILD)/obj/comm/% $(BUILD)/obj/device/%,$(CU_OBJ))
 RT_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC)) $(filter $(BUILD)/obj/kernels/%,$(CU_OBJ))
 LIBZIPCCL  := $(BUILD)/libzipccl.a
 LIBZRT     := $(BUILD)/libzrt.a
@@ -149,7 +152,7 @@ $(BUILD)/gpu/%: tests/gpu/%.cc comm/codec/codec_cuda.cu $(wildcard tests/gpu/*.h
 # CUDA headers tests/gpu/emu's stand-ins (first on the include path). Their
 # objects define the very symbols of the library's CUDA objects (or stubs),
 # so, linked ahead of the archives, they take their place: the model's table
-# (kernels/cuda.cu), ZipCCL's device (device_cuda.cu, the reduction kernels
+# (kernels/cuda.cu), the CUDA device (device/device_cuda.cu), ZipCCL's reduction kernels
 # of transport_nccl_kernels.cu, the codec's entry points:
 # tests/gpu/emu/codec_cuda_emu.cc).
 EMU_CPPFLAGS := -Itests/gpu/emu $(filter-out -DZIPCCL_HAVE_CUDA=1 -I$(CUDA_HOME)/include,$(CPPFLAGS))
@@ -162,13 +165,14 @@ $(BUILD)/obj/emu/%.o: $(BUILD)/obj/emu/%.cc
 $(BUILD)/obj/emu/codec_cuda_emu.o: tests/gpu/emu/codec_cuda_emu.cc
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) -c $< -o $@
-EMU_ZIPCCL := $(addprefix $(BUILD)/obj/emu/,codec_cuda_emu.o comm/core/device_cuda.o \
+EMU_DEVICE := $(BUILD)/obj/emu/device/device_cuda.o
+EMU_ZIPCCL := $(EMU_DEVICE) $(addprefix $(BUILD)/obj/emu/,codec_cuda_emu.o \
                 comm/transport/transport_nccl_kernels.o)
 $(BUILD)/obj/emu/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(EMU_CPPFLAGS) -DZIPCCL_TEST_CUDA_EMU=1 $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/gpu/test_model_emu: $(BUILD)/obj/tests/test_model.o $(BUILD)/obj/emu/kernels/cuda.o \
-		$(LIBZRT) $(LIBZIPCCL)
+		$(EMU_DEVICE) $(LIBZRT) $(LIBZIPCCL)
 	@mkdir -p $(dir $@)
 	$(CXX) -fopenmp -pthread $^ $(LDLIBS) -o $@
 $(BUILD)/gpu/test_coll_device_emu: $(BUILD)/obj/emu/tests/test_coll_device.o $(EMU_ZIPCCL) $(LIBZIPCCL)

@@ -25,7 +25,9 @@
  *   - collectives share one argument order:
  *       (sendbuf, recvbuf, count, dtype, [op], comm, cfg, stream)
  *     where cfg may be NULL (communicator defaults) and stream is a
- *     cudaStream_t for NCCL communicators and NULL (ignored) for MPI ones.
+ *     cudaStream_t for NCCL communicators, a stream of the communicator's
+ *     device (zipcclCommSetDevice; NULL: its compute stream) for MPI ones
+ *     on device buffers, and NULL (ignored) for MPI ones on host buffers.
  *   - counts are in elements, sizes in bytes.
  */
 #ifndef ZIPCCL_H
@@ -289,97 +291,53 @@ zipcclResult_t zipcclCommRank(zipcclComm_t comm, int* rank);
 zipcclResult_t zipcclCommSize(zipcclComm_t comm, int* size);
 zipcclResult_t zipcclCommSetDefaults(zipcclComm_t comm, const zipcclCallConfig_t* cfg);
 
-/* ---- Device buffers over MPI ----------------------------------------------
+/* ---- Device buffers ---------------------------------------------------------
  * An MPI communicator's buffers are host memory until zipcclCommSetDevice
- * says they live on a device; from then on every call's sendbuf and recvbuf
- * are device memory (the caller's stream orders them: the copies run after
- * its work and before the call returns).  Each call is then run in one of
- * two ways, chosen by the table's `coding`:
- *   - staged: sendbuf goes down to host memory the device copies fast with
- *     (pinned), the call runs there as on host buffers (every strategy and
- *     design, the CPU codec), and what it received goes back up;
- *   - coded on the device: a compressed AllGather compresses this rank's
- *     block where it lives, so only its frame crosses the bus; the frames
- *     travel between the ranks as they are and are decoded into recvbuf on
- *     the device.  A compressed ReduceScatter compresses each peer's block
- *     on the device, and decodes and sums what it receives there (the
- *     canonical order, docs/COLLECTIVES.md §3: the same bits as on the
- *     host); AllReduce is that ReduceScatter then that AllGather, and the
- *     All-to-Alls compress each block for a peer.  Raw and native calls
- *     are staged.
- * Every rank of a communicator sets the same table kind (the call agreement
+ * says they live on a device (device/device.h: the one device model the
+ * project's kernels use too); from then on every call's sendbuf and recvbuf
+ * are that device's memory and `stream` is one of its streams (NULL: its
+ * compute stream).  The communicator gets a stream of its own on the
+ * device: each call records an event on the caller's stream when it is
+ * issued, and its copies, codec and sums run on the communicator's stream
+ * after that event (so after the work that wrote sendbuf, overlapping the
+ * caller's later work).  Each call is run in one of two ways:
+ *   - zipcclDeviceStaged: sendbuf goes down to host memory the device copies
+ *     fast with (pinned), the call runs there as on host buffers (every
+ *     strategy and design, the CPU codec), and what it received goes back up;
+ *   - zipcclDeviceCoded: a compressed call is coded where the buffers live
+ *     (the CUDA codec on a CUDA device; the CPU codec in place on a device
+ *     the host may read, such as zdev_cpu(), which runs the path on machines
+ *     without a GPU), so only frames cross the bus: AllGather compresses
+ *     this rank's block; ReduceScatter compresses each peer's block, decodes
+ *     and sums what it receives on the device in the canonical order
+ *     (docs/COLLECTIVES.md §3: the host's bits); AllReduce is that
+ *     ReduceScatter then that AllGather; the All-to-Alls compress each block
+ *     for a peer.  Raw and native calls are staged.
+ * Every rank of a communicator sets the same coding (the call agreement
  * compares it).  An NCCL communicator's buffers are device memory already:
  * zipcclCommSetDevice refuses it.  Call it before the first collective, on a
- * communicator with no call in flight. */
+ * communicator with no call in flight; the device must outlive the
+ * communicator.
+ *
+ * Which do I call?
+ *   host buffers over MPI          zipcclCommInitMpi, nothing else
+ *   device buffers, staged         + zipcclCommSetDevice(c, dev, zipcclDeviceStaged)
+ *   device buffers, coded there    + zipcclCommSetDevice(c, dev, zipcclDeviceCoded)
+ *   MPI control, NCCL data         + zipcclCommSetDevice(c, cuda, zipcclDeviceCoded)
+ *                                    + zipcclCommUseNccl(c)
+ *   NCCL alone                     zipcclCommInitNccl (device buffers, no
+ *                                    call agreement over MPI)              */
 typedef enum {
-    zipcclDeviceStaged = 0,    /* every call staged, the CPU codec on the host  */
-    zipcclDeviceCodeCuda = 1,  /* the CUDA codec codes on the device            */
-    zipcclDeviceCodeHost = 2   /* the host can read the buffers (host or managed
-                                * memory standing in for a device): the CPU codec
-                                * codes them in place, every step as for cuda,
-                                * so the path runs on machines without a GPU */
+    zipcclDeviceStaged = 0, /* every call staged, the CPU codec on the host   */
+    zipcclDeviceCoded = 1   /* compressed calls coded on the device           */
 } zipcclDeviceCoding_t;
 
-typedef struct {
-    const char* name;            /* for messages ("cuda", "cpu_guarded")      */
-    void* ctx;                   /* passed to every entry                     */
-    zipcclDeviceCoding_t coding;
-    /* Make the calling thread use the device (cudaSetDevice); the progress
-     * thread calls it before each call.  May be NULL. */
-    zipcclResult_t (*bind)(void* ctx);
-    /* Copies, after the stream's work (NULL: none), complete on return. */
-    zipcclResult_t (*toHost)(void* ctx, void* hostDst, const void* devSrc, size_t bytes, void* stream);
-    zipcclResult_t (*toDevice)(void* ctx, void* devDst, const void* hostSrc, size_t bytes, void* stream);
-    /* Device memory (the frames and the codec's workspace); NULL on OOM. */
-    void* (*alloc)(void* ctx, size_t bytes);
-    void (*free)(void* ctx, void* p);
-    /* Host memory the copies are fast with (pinned); NULL entries: malloc. */
-    void* (*hostAlloc)(void* ctx, size_t bytes);
-    void (*hostFree)(void* ctx, void* p);
-    /* The reduction of a coded ReduceScatter, on the device and on the
-     * stream (needed unless coding is staged): acc[i] = x[i] (first) or
-     * acc[i] += x[i] in fp32 (acc fp32 device memory, x of dtype); then
-     * out[i] = one rounding of acc[i] to dtype (avg: acc[i] / n first). */
-    zipcclResult_t (*accumulate)(void* ctx, float* acc, const void* x, size_t count, zipcclDataType_t dtype,
-                                 int first, void* stream);
-    zipcclResult_t (*finalize)(void* ctx, void* out, const float* acc, size_t count, zipcclDataType_t dtype,
-                               zipcclRedOp_t op, int n, void* stream);
-    /* A stream of the communicator's own (optional: all NULL, and the
-     * copies and codec run on the call's stream).  With them, each call
-     * records an event on the caller's stream when it is issued; its copies,
-     * codec and sum run on the communicator's stream after that event (so
-     * after the work that wrote sendbuf, not after the caller's later work,
-     * which they overlap), and the stream is synchronised before the call
-     * completes.  Needed together: streamCreate, streamDestroy, eventRecord
-     * (creates *event when NULL), streamWaitEvent, eventDestroy, synchronize. */
-    zipcclResult_t (*streamCreate)(void* ctx, void** stream);
-    void (*streamDestroy)(void* ctx, void* stream);
-    zipcclResult_t (*eventRecord)(void* ctx, void* stream, void** event);
-    zipcclResult_t (*streamWaitEvent)(void* ctx, void* stream, void* event);
-    void (*eventDestroy)(void* ctx, void* event);
-    zipcclResult_t (*synchronize)(void* ctx, void* stream);
-    /* Timing for traces (optional; with the stream entries): a new event
-     * recorded on the stream, which can be timed against others (CUDA: not
-     * cudaEventDisableTiming) and is freed with eventDestroy.  With it every
-     * call records one when its work starts on the communicator's stream and
-     * one when it ends; zipcclWaitSpan hands them to the caller. */
-    zipcclResult_t (*timedEventRecord)(void* ctx, void* stream, void** event);
-} zipcclDeviceMemory_t;
+typedef struct ZDevice ZDevice; /* device/device.h */
 
-/* The CUDA table for device `device`: cudaMemcpyAsync on the call's stream,
- * cudaMalloc, cudaHostAlloc; coding zipcclDeviceCodeCuda.
- * zipcclUnsupported in a build without CUDA or without that device. */
-zipcclResult_t zipcclDeviceMemoryCuda(int device, zipcclDeviceMemory_t* out);
-/* Host memory standing in for a device (coding zipcclDeviceCodeHost): malloc,
- * memcpy, the CPU codec and the host's reduction, so the coded path runs on
- * machines without a GPU (tests, zipccl-bench --device hostcoded). */
-void zipcclDeviceMemoryHost(zipcclDeviceMemory_t* out);
-/* The communicator's buffers are device memory from now on (the table is
- * copied; every entry but bind, hostAlloc and hostFree is required). */
-zipcclResult_t zipcclCommSetDevice(zipcclComm_t comm, const zipcclDeviceMemory_t* mem);
+zipcclResult_t zipcclCommSetDevice(zipcclComm_t comm, ZDevice* dev, zipcclDeviceCoding_t coding);
 
 /* ---- A device network: device buffers moved device to device ---------------
- * A communicator on a device table that codes there (cuda or host) may also
+ * A communicator whose device codes there (zipcclDeviceCoded) may also
  * be given a network that moves device memory between its ranks without the
  * host (NCCL's point-to-point).  The MPI communicator keeps the control: the
  * call agreement, the frame sizes of compressed calls (summed on the host,
@@ -416,15 +374,15 @@ typedef struct {
 
 /* Device buffers of `comm` move over `net` from now on (the table is
  * copied; its destroy is called when the communicator is destroyed).  Needs
- * zipcclCommSetDevice first, with a table that codes on the device.  Before
+ * zipcclCommSetDevice first, with zipcclDeviceCoded.  Before
  * the first collective, with no call in flight. */
 zipcclResult_t zipcclCommSetNet(zipcclComm_t comm, const zipcclDeviceNet_t* net);
 /* An NCCL communicator over the ranks of `comm` as its network: rank 0's
  * unique id travels over comm's host control, each rank joins with its
- * rank, on the device of comm's CUDA table (zipcclDeviceMemoryCuda).
+ * rank, on comm's CUDA device (zipcclCommSetDevice with zdev_cuda).
  * Collective over comm.  zipcclUnsupported in a build without NCCL. */
 zipcclResult_t zipcclCommUseNccl(zipcclComm_t comm);
-/* Host memory standing in for a device network (with zipcclDeviceMemoryHost):
+/* Host memory standing in for a device network (on zdev_cpu(), coded):
  * the exchange is MPI messages over comm's own transport, so the network's
  * path runs on machines without a GPU. */
 zipcclResult_t zipcclDeviceNetHost(zipcclComm_t comm, zipcclDeviceNet_t* out);
@@ -476,11 +434,10 @@ zipcclResult_t zipcclAlltoAllvAsync(const void* sendbuf, const size_t* sendcount
                                     const zipcclCallConfig_t* cfg, void* stream,
                                     zipcclRequest_t* req);
 zipcclResult_t zipcclWait(zipcclRequest_t req);             /* frees req          */
-/* zipcclWait, and the call's device span: the timing events recorded on the
- * communicator's stream when its work started and ended (the device table's
- * timedEventRecord; both or neither: NULL without one, on host buffers or
- * after a failure).  They are the caller's, to free with the table's
- * eventDestroy once timed. */
+/* zipcclWait, and the call's device span: timing events recorded on the
+ * communicator's stream when its work started and ended (both or neither:
+ * NULL on host buffers or after a failure).  They are the caller's, to time
+ * with zdev_event_elapsed_ms and free with zdev_event_destroy. */
 zipcclResult_t zipcclWaitSpan(zipcclRequest_t req, void** begin, void** end);
 zipcclResult_t zipcclTest(zipcclRequest_t req, int* done); /* frees req when done */
 

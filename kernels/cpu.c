@@ -742,57 +742,11 @@ static void cpu_moe_router_backward(float* dlogits, const float* probs, const in
     }
 }
 
-/* --------------------------------------------------------------- memory */
-
-/* 64-byte aligned like the activation arena always was; size rounded up so
- * aligned_alloc's contract holds */
-static void* cpu_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 63) & ~(size_t)63); }
-static void cpu_free(void* p) { free(p); }
-static void* cpu_host_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
-static void cpu_memcpy(void* dst, const void* src, size_t bytes) {
-    if (bytes) memcpy(dst, src, bytes);
-}
-static void cpu_memset0(void* p, size_t bytes) {
-    if (bytes) memset(p, 0, bytes);
-}
-static void cpu_synchronize(void) {}
-/* an event is the host's monotonic clock at record (seconds, a double) */
-static void* cpu_event_record(void) {
-    double* e = malloc(sizeof *e);
-    if (!e) return NULL;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    *e = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    return e;
-}
-static double cpu_event_elapsed_ms(void* a, void* b) {
-    return a && b ? (*(double*)b - *(double*)a) * 1e3 : 0.0;
-}
-static void cpu_event_free(void* e) { free(e); }
-static int cpu_mem_info(size_t* free_bytes, size_t* total_bytes) {
-    (void)free_bytes;
-    (void)total_bytes;
-    return -1; /* host memory: the trainer's estimate reads /proc itself */
-}
-
 /* ---------------------------------------------------------------- table */
 
-static const ZrtKernels cpu_kernels = {
+/* On zdev_cpu(), set at first use (the device is another file's static). */
+static ZrtKernels cpu_kernels = {
     .name = "cpu",
-    .host_memory = 1,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .host_alloc = cpu_host_alloc,
-    .host_free = cpu_free,
-    .upload = cpu_memcpy,
-    .download = cpu_memcpy,
-    .copy = cpu_memcpy,
-    .memset0 = cpu_memset0,
-    .synchronize = cpu_synchronize,
-    .mem_info = cpu_mem_info,
-    .event_record = cpu_event_record,
-    .event_elapsed_ms = cpu_event_elapsed_ms,
-    .event_free = cpu_event_free,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .matmul_forward_w16 = cpu_matmul_forward_w16,
@@ -828,11 +782,17 @@ static const ZrtKernels cpu_kernels = {
     .scale = cpu_scale,
 };
 
-const ZrtKernels* zrt_kernels_cpu(void) { return &cpu_kernels; }
+static void cpu_init(void) { cpu_kernels.dev = zdev_cpu(); }
+
+const ZrtKernels* zrt_kernels_cpu(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, cpu_init);
+    return &cpu_kernels;
+}
 
 static ZrtKernels cpu_bf16_kernels;
 static void cpu_bf16_init(void) {
-    cpu_bf16_kernels = cpu_kernels;
+    cpu_bf16_kernels = *zrt_kernels_cpu();
     cpu_bf16_kernels.name = "cpu_bf16";
     cpu_bf16_kernels.matmul_forward = cpu_matmul_forward_bf16;
     cpu_bf16_kernels.matmul_backward = cpu_matmul_backward_bf16;

@@ -1,146 +1,43 @@
 /*
- * cpu_guarded.c — the guarded CPU backend: the CPU kernel table with
- * "device" memory the host cannot touch outside a table call.
+ * cpu_guarded.c — the guarded CPU backend: the CPU kernel table on the
+ * guarded device (zdev_cpu_guarded(), device/device_host.c), whose memory
+ * the host cannot touch outside the device's own calls.
  *
- * Why: the GPU path's rule is that models/ and runtime/ reach backend memory
- * only through the table (kernels.h). On a machine without a GPU nothing
- * would catch a host loop reading a device pointer, until the first GPU run
- * crashed or, worse, read stale memory. Here every allocation is its own
- * anonymous mapping, PROT_NONE between calls; each table entry opens every
- * mapping (PROT_READ | PROT_WRITE), runs the CPU kernel, and closes them
- * again. A stray host dereference is a SIGSEGV at the line that did it.
+ * Why: the GPU path's rule is that models/ and runtime/ reach device memory
+ * only through the device and the kernel table. On a machine without a GPU
+ * nothing would catch a host loop reading a device pointer, until the first
+ * GPU run crashed or, worse, read stale memory. The guarded device keeps
+ * every allocation PROT_NONE between calls; each kernel here opens the
+ * guard (zdev_guard_enter: every mapping readable and writable, under the
+ * guard's lock), runs the CPU kernel and closes it again. A stray host
+ * dereference is a SIGSEGV at the line that did it.
  *
  * Same kernels, same bits as the host table it guards (zrt_kernels_cpu(),
- * or zrt_kernels_cpu_bf16() for model.compute: bf16); slower by two mprotect
- * calls per mapping and entry (the tests' models have a few dozen mappings).
- * Thread-safe by serialising: one recursive lock is held from an entry's
- * open to its close (and around allocation), so ZipCCL's progress threads may
- * copy a collective's device buffers (upload, download) while the trainer's
- * compute thread runs kernels: the two take turns, and no thread ever sees a
- * mapping another thread has just closed.
+ * or zrt_kernels_cpu_bf16() for model.compute: bf16); slower by two
+ * mprotect calls per mapping and kernel (the tests' models have a few dozen
+ * mappings). Thread-safe: the guard's lock serialises the kernels and
+ * ZipCCL's copies from its progress threads.
  *
- * Leaves out: catching reads of freed memory after the mapping is reused
- * (freed mappings are unmapped, so such a read faults too), and any check of
- * the kernels' own index arithmetic (AddressSanitizer's job).
+ * Leaves out: the kernels' own index arithmetic (AddressSanitizer's job).
  */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "kernels.h"
-
-typedef struct {
-    void* p;
-    size_t len; /* mapped bytes, whole pages */
-} Mapping;
-
-static Mapping* g_maps;
-static size_t g_n, g_cap;
-static int g_open; /* nesting depth: an entry may call another (under g_mu) */
-static pthread_mutex_t g_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-
-static size_t page_round(size_t n) {
-    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    return (n + pg - 1) / pg * pg;
-}
-
-static void protect_all(int prot) {
-    for (size_t i = 0; i < g_n; i++)
-        if (mprotect(g_maps[i].p, g_maps[i].len, prot)) {
-            perror("cpu_guarded: mprotect");
-            abort();
-        }
-}
-
-static void open_all(void) {
-    pthread_mutex_lock(&g_mu);
-    if (g_open++ == 0) protect_all(PROT_READ | PROT_WRITE);
-}
-static void close_all(void) {
-    if (--g_open == 0) protect_all(PROT_NONE);
-    pthread_mutex_unlock(&g_mu);
-}
 
 static const ZrtKernels* g_base; /* the host table it guards (cpu or cpu_bf16) */
 static const ZrtKernels* C(void) { return g_base ? g_base : zrt_kernels_cpu(); }
 
-/* --------------------------------------------------------------- memory */
-
-static void* g_alloc_locked(size_t bytes);
-static void* g_alloc(size_t bytes) {
-    pthread_mutex_lock(&g_mu);
-    void* p = g_alloc_locked(bytes);
-    pthread_mutex_unlock(&g_mu);
-    return p;
-}
-static void* g_alloc_locked(size_t bytes) {
-    const size_t len = page_round(bytes ? bytes : 1);
-    void* p = mmap(NULL, len, g_open ? PROT_READ | PROT_WRITE : PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    if (g_n == g_cap) {
-        size_t cap = g_cap ? 2 * g_cap : 64;
-        Mapping* m = realloc(g_maps, cap * sizeof *m);
-        if (!m) {
-            munmap(p, len);
-            return NULL;
-        }
-        g_maps = m;
-        g_cap = cap;
-    }
-    g_maps[g_n++] = (Mapping){p, len};
-    return p;
-}
-
-static void g_free(void* p) {
-    if (!p) return;
-    pthread_mutex_lock(&g_mu);
-    for (size_t i = 0; i < g_n; i++)
-        if (g_maps[i].p == p) {
-            munmap(p, g_maps[i].len);
-            g_maps[i] = g_maps[--g_n];
-            pthread_mutex_unlock(&g_mu);
-            return;
-        }
-    fprintf(stderr, "cpu_guarded: free of %p, which this backend did not allocate\n", p);
-    abort();
-}
-
-/* host memory is plain host memory here (not guarded) */
-static void* g_host_alloc(size_t bytes) { return C()->host_alloc(bytes); }
-static void g_host_free(void* p) { C()->host_free(p); }
-
-static void g_copy(void* dst, const void* src, size_t bytes) {
-    open_all();
-    C()->copy(dst, src, bytes);
-    close_all();
-}
-static void g_memset0(void* p, size_t bytes) {
-    open_all();
-    C()->memset0(p, bytes);
-    close_all();
-}
-static void g_synchronize(void) {}
-static int g_mem_info(size_t* free_bytes, size_t* total_bytes) {
-    return C()->mem_info(free_bytes, total_bytes);
-}
-/* events are host memory (the host table's): not guarded */
-static void* g_event_record(void) { return C()->event_record(); }
-static double g_event_elapsed_ms(void* a, void* b) { return C()->event_elapsed_ms(a, b); }
-static void g_event_free(void* e) { C()->event_free(e); }
 
 /* ---------------------------------------------------------------- kernels */
 
 /* Each entry: open, the CPU kernel, close. */
-#define GUARD(call)   \
-    do {              \
-        open_all();   \
-        call;         \
-        close_all();  \
+#define GUARD(call)          \
+    do {                     \
+        zdev_guard_enter();  \
+        call;                \
+        zdev_guard_leave();  \
     } while (0)
 
 static void g_matmul_forward(float* out, const float* inp, const float* weight, int N, int IC,
@@ -262,22 +159,8 @@ static double g_sumsq(const float* x, size_t n) {
 }
 static void g_scale(float* x, size_t n, float factor) { GUARD(C()->scale(x, n, factor)); }
 
-static const ZrtKernels guarded_kernels = {
+static ZrtKernels guarded_kernels = { /* .dev set at first use */
     .name = "cpu_guarded",
-    .host_memory = 0,
-    .alloc = g_alloc,
-    .free = g_free,
-    .host_alloc = g_host_alloc,
-    .host_free = g_host_free,
-    .upload = g_copy,
-    .download = g_copy,
-    .copy = g_copy,
-    .memset0 = g_memset0,
-    .synchronize = g_synchronize,
-    .mem_info = g_mem_info,
-    .event_record = g_event_record,
-    .event_elapsed_ms = g_event_elapsed_ms,
-    .event_free = g_event_free,
     .matmul_forward = g_matmul_forward,
     .matmul_backward = g_matmul_backward,
     .matmul_forward_w16 = g_matmul_forward_w16,
@@ -317,13 +200,14 @@ const ZrtKernels* zrt_kernels_cpu_guarded(void) { return zrt_kernels_guarded(zrt
 
 const ZrtKernels* zrt_kernels_guarded(const ZrtKernels* base) {
     static ZrtKernels bf16_twin;
-    if (!base || !base->host_memory) return NULL;
+    if (!base || base->dev != zdev_cpu()) return NULL;
     if (g_base && g_base != base) {
         fprintf(stderr, "cpu_guarded: one guarded table per process (asked for %s after %s)\n",
                 base->name, g_base->name);
         abort();
     }
     g_base = base;
+    guarded_kernels.dev = zdev_cpu_guarded();
     if (base == zrt_kernels_cpu()) return &guarded_kernels;
     bf16_twin = guarded_kernels; /* same wrappers, its name says which kernels */
     bf16_twin.name = "cpu_guarded_bf16";

@@ -1,8 +1,9 @@
 /*
  * cuda.cu — the CUDA kernel backend: the same table as kernels/cpu.c, with
  * cuBLAS SGEMM for every matrix product and simple one-purpose kernels for
- * the rest. Every pointer is a device pointer; everything runs on the
- * default stream of the calling thread's current device.
+ * the rest. Every pointer is a device pointer of the table's device
+ * (device/device.h, zdev_cuda), and everything runs on that device's compute
+ * stream (launches and cuBLAS alike), never on the legacy default stream.
  *
  * The trainer runs the model on this table with runtime.device: cuda
  * (runtime/train.c); tests/test_model.c --cuda checks every entry against
@@ -31,7 +32,8 @@
  * Leaves out: fused kernels, tiled (flash-style) attention: one call holds
  * its (B, H, T, T) probabilities in the scratch, and the backward recomputes
  * them instead of keeping them per layer (products in fp32), bf16 storage of
- * activations, streams and events beyond the default stream.
+ * activations, streams of its own (it runs on its device's compute stream;
+ * ZipCCL's streams order against it by events).
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -47,9 +49,9 @@ extern "C" {
 
 namespace {
 
-char g_err[256];
-char g_name[320];
-int g_bound = -1; // the device this process uses, -1 before zrt_cuda_bind / first use
+char g_err[1024];
+ZDevice* g_dev = nullptr;        // the device the tables run on, set by the first zrt_kernels_cuda
+cudaStream_t g_stream = nullptr; // its compute stream: every launch and cuBLAS call
 cublasHandle_t g_handle = nullptr;
 
 [[noreturn]] void zk_fail(const char* what, const char* why, const char* file, int line) {
@@ -70,6 +72,23 @@ cublasHandle_t g_handle = nullptr;
     } while (0)
 /* after every <<<...>>>: a bad launch configuration shows here */
 #define CKL(name) CK((cudaGetLastError()))
+/* a device call (device/device.h) that cannot fail in a sane run */
+#define CKD(call)                                                              \
+    do {                                                                       \
+        if ((call) != 0) zk_fail(#call, zdev_error(), __FILE__, __LINE__);     \
+    } while (0)
+
+/* The kernels' scratch: device memory from the table's device, grown when
+ * a call needs more and kept for the process, so a steady step allocates
+ * nothing. */
+void* scratch_grow(void* p, size_t* cap, size_t bytes) {
+    if (bytes <= *cap) return p;
+    zdev_free(g_dev, p);
+    p = zdev_alloc(g_dev, bytes);
+    if (!p) zk_fail("scratch_grow", zdev_error(), __FILE__, __LINE__);
+    *cap = bytes;
+    return p;
+}
 
 cublasHandle_t handle() { return g_handle; }
 
@@ -492,7 +511,7 @@ __global__ void k_scale(float* x, size_t n, float factor) {
     X(attention_backward) X(swiglu_forward) X(swiglu_backward) X(embedding_forward) \
     X(embedding_backward) X(crossentropy_forward_backward) X(moe_route) X(moe_prob_sum) \
     X(moe_gather) X(moe_combine) X(moe_combine_backward) X(moe_router_backward) X(add) X(zero) \
-    X(upload) X(download) X(copy) X(memset0) X(round_to_bf16) X(bf16_to_float) \
+    X(round_to_bf16) X(bf16_to_float) \
     X(round_bf16_inplace) X(add_bf16) X(adamw) X(sumsq) X(scale)
 enum ProfId {
 #define ZK_PROF_ID(n) P_##n,
@@ -507,7 +526,7 @@ const char* const kProfName[P_N] = {
 };
 struct Prof {
     int on;
-    cudaEvent_t a, b;
+    void *a, *b; /* timing events of the device */
     double ms[P_N];
     long long calls[P_N];
 } g_prof;
@@ -537,8 +556,8 @@ void prof_print() {
 void prof_start() {
     const char* e = getenv("ZRT_CUDA_PROFILE");
     if (!e || !*e || !strcmp(e, "0")) return;
-    CK(cudaEventCreate(&g_prof.a));
-    CK(cudaEventCreate(&g_prof.b));
+    CKD(zdev_event_create(g_dev, &g_prof.a, 1));
+    CKD(zdev_event_create(g_dev, &g_prof.b, 1));
     g_prof.on = 1;
     atexit(prof_print);
 }
@@ -546,14 +565,13 @@ void prof_start() {
 struct ProfScope {
     int id;
     explicit ProfScope(int i) : id(i) {
-        if (g_prof.on) CK(cudaEventRecord(g_prof.a, 0));
+        if (g_prof.on) CKD(zdev_event_record(g_dev, g_prof.a, nullptr));
     }
     ~ProfScope() {
         if (!g_prof.on) return;
-        float ms = 0;
-        CK(cudaEventRecord(g_prof.b, 0));
-        CK(cudaEventSynchronize(g_prof.b));
-        CK(cudaEventElapsedTime(&ms, g_prof.a, g_prof.b));
+        double ms = 0;
+        CKD(zdev_event_record(g_dev, g_prof.b, nullptr));
+        CKD(zdev_event_elapsed_ms(g_dev, g_prof.a, g_prof.b, &ms));
         g_prof.ms[id] += ms;
         g_prof.calls[id]++;
     }
@@ -587,16 +605,13 @@ void cu_matmul_backward(float* dinp, float* dweight, const float* dout, const fl
 
 /* bf16 copies of the operands, in three device buffers that grow */
 const __nv_bfloat16* bf16_operand(int slot, const float* x, size_t n) {
-    static __nv_bfloat16* buf[3];
+    static void* buf[3];
     static size_t cap[3];
-    if (n > cap[slot]) {
-        if (buf[slot]) CK(cudaFree(buf[slot]));
-        CK(cudaMalloc(&buf[slot], n * sizeof(__nv_bfloat16)));
-        cap[slot] = n;
-    }
-    k_to_nv_bf16<<<blocks_for(n, 256), 256>>>(buf[slot], x, n);
+    buf[slot] = scratch_grow(buf[slot], &cap[slot], n * sizeof(__nv_bfloat16));
+    __nv_bfloat16* b = (__nv_bfloat16*)buf[slot];
+    k_to_nv_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(b, x, n);
     CKL(k_to_nv_bf16);
-    return buf[slot];
+    return b;
 }
 
 void cu_matmul_forward_bf16(float* out, const float* inp, const float* weight, int N, int IC,
@@ -633,14 +648,11 @@ void cu_matmul_backward_bf16(float* dinp, float* dweight, const float* dout, con
  * into a device buffer that grows (exact) and runs SGEMM; the bf16 table
  * hands it to the tensor cores as it is, rounding only the other operands. */
 const float* widened_operand(const uint16_t* w, size_t n) {
-    static float* buf;
+    static void* scratch;
     static size_t cap;
-    if (n > cap) {
-        if (buf) CK(cudaFree(buf));
-        CK(cudaMalloc(&buf, n * sizeof(float)));
-        cap = n;
-    }
-    k_from_bf16<<<blocks_for(n, 256), 256>>>(buf, w, n);
+    scratch = scratch_grow(scratch, &cap, n * sizeof(float));
+    float* buf = (float*)scratch;
+    k_from_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(buf, w, n);
     CKL(k_from_bf16);
     return buf;
 }
@@ -680,27 +692,24 @@ void cu_matmul_backward_bf16_w16(float* dinp, float* dweight, const float* dout,
 void cu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                         int C, float eps) {
     PROF(rmsnorm_forward);
-    k_rmsnorm_fwd<<<N, 256>>>(out, rstd, inp, weight, C, eps);
+    k_rmsnorm_fwd<<<N, 256, 0, g_stream>>>(out, rstd, inp, weight, C, eps);
     CKL(k_rmsnorm_fwd);
 }
 
 void cu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                          const float* weight, const float* rstd, int N, int C) {
     PROF(rmsnorm_backward);
-    k_rmsnorm_bwd_x<<<N, 256>>>(dinp, dout, inp, weight, rstd, C);
+    k_rmsnorm_bwd_x<<<N, 256, 0, g_stream>>>(dinp, dout, inp, weight, rstd, C);
     CKL(k_rmsnorm_bwd_x);
-    static float* part = nullptr; // grows, kept for the process (a few hundred KB)
-    static size_t part_cap = 0;
+    static void* scratch = nullptr; // grows, kept for the process (a few hundred KB)
+    static size_t cap = 0;
     const int chunks = (N + RN_ROWS - 1) / RN_ROWS;
     if (chunks > 65535) zk_fail("rmsnorm_backward", "more than 65535 * 128 rows", __FILE__, __LINE__);
-    if ((size_t)chunks * C > part_cap) {
-        if (part) CK(cudaFree(part));
-        part_cap = (size_t)chunks * C;
-        CK(cudaMalloc(&part, part_cap * sizeof(float)));
-    }
-    k_rmsnorm_bwd_w_part<<<dim3(blocks_for(C, 64), chunks), 64>>>(part, dout, inp, rstd, N, C);
+    scratch = scratch_grow(scratch, &cap, (size_t)chunks * C * sizeof(float));
+    float* part = (float*)scratch;
+    k_rmsnorm_bwd_w_part<<<dim3(blocks_for(C, 64), chunks), 64, 0, g_stream>>>(part, dout, inp, rstd, N, C);
     CKL(k_rmsnorm_bwd_w_part);
-    k_rmsnorm_bwd_w_sum<<<blocks_for(C, 128), 128>>>(dweight, part, chunks, C);
+    k_rmsnorm_bwd_w_sum<<<blocks_for(C, 128), 128, 0, g_stream>>>(dweight, part, chunks, C);
     CKL(k_rmsnorm_bwd_w_sum);
 }
 
@@ -716,21 +725,21 @@ void cu_rope_table(float* cos_sin, int T, int hd, float theta) {
             h[((size_t)t * (hd / 2) + i) * 2] = (float)cos(a);
             h[((size_t)t * (hd / 2) + i) * 2 + 1] = (float)sin(a);
         }
-    CK(cudaMemcpy(cos_sin, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    CKD(zdev_upload(g_dev, cos_sin, h, n * sizeof(float))); // a host wait: h is freed next
     free(h);
 }
 
 void cu_rope_forward(float* x, const float* cs, int B, int T, int NH, int hd) {
     PROF(rope_forward);
     const size_t n = (size_t)B * T * NH * (hd / 2);
-    k_rope<<<blocks_for(n, 256), 256>>>(x, cs, B, T, NH, hd, 1.0f);
+    k_rope<<<blocks_for(n, 256), 256, 0, g_stream>>>(x, cs, B, T, NH, hd, 1.0f);
     CKL(k_rope);
 }
 
 void cu_rope_backward(float* dx, const float* cs, int B, int T, int NH, int hd) {
     PROF(rope_backward);
     const size_t n = (size_t)B * T * NH * (hd / 2);
-    k_rope<<<blocks_for(n, 256), 256>>>(dx, cs, B, T, NH, hd, -1.0f);
+    k_rope<<<blocks_for(n, 256), 256, 0, g_stream>>>(dx, cs, B, T, NH, hd, -1.0f);
     CKL(k_rope);
 }
 
@@ -759,7 +768,7 @@ static void cu_attention_probs(float* att, float* lse, const float* q, const flo
             gemm_rm_batched(false, true, T, T, hd, scale, qg, ldq, hd, kg, ldkv, 0, 0.0f, pg, T,
                             (long long)T * T, rep);
         }
-    k_causal_softmax<<<B * H * T, 128>>>(att, lse, T);
+    k_causal_softmax<<<B * H * T, 128, 0, g_stream>>>(att, lse, T);
     CKL(k_causal_softmax);
 }
 
@@ -800,9 +809,9 @@ void cu_attention_backward(float* dq, float* dk, float* dv, const float* dout, c
     float* Qh = dOh + n;
     float* dQh = Qh + n;
     cu_attention_probs(att, NULL, q, k, B, T, H, KV, hd);
-    k_bthd_to_bhtd<<<blocks_for(n, 256), 256>>>(dOh, dout, B, T, H, hd);
+    k_bthd_to_bhtd<<<blocks_for(n, 256), 256, 0, g_stream>>>(dOh, dout, B, T, H, hd);
     CKL(k_bthd_to_bhtd);
-    k_bthd_to_bhtd<<<blocks_for(n, 256), 256>>>(Qh, q, B, T, H, hd);
+    k_bthd_to_bhtd<<<blocks_for(n, 256), 256, 0, g_stream>>>(Qh, q, B, T, H, hd);
     CKL(k_bthd_to_bhtd);
     for (int b = 0; b < B; b++) { // dP for every group of batch element b
         const size_t bh = (size_t)b * H;
@@ -810,7 +819,7 @@ void cu_attention_backward(float* dq, float* dk, float* dv, const float* dout, c
                         v + (size_t)b * T * ldkv, ldkv, hd, 0.0f, dS + bh * TT, T,
                         (long long)rep * TT, KV);
     }
-    k_softmax_bwd<<<B * H * T, 128>>>(dS, att, T, scale);
+    k_softmax_bwd<<<B * H * T, 128, 0, g_stream>>>(dS, att, T, scale);
     CKL(k_softmax_bwd);
     for (int b = 0; b < B; b++) {
         const size_t bh = (size_t)b * H, bkv = (size_t)b * T * ldkv;
@@ -821,14 +830,14 @@ void cu_attention_backward(float* dq, float* dk, float* dv, const float* dout, c
         gemm_rm_batched(true, false, T, hd, rep * T, 1.0f, dS + bh * TT, T, (long long)rep * TT,
                         Qh + bh * Thd, hd, (long long)rep * Thd, 0.0f, dk + bkv, ldkv, hd, KV);
     }
-    k_bhtd_to_bthd<<<blocks_for(n, 256), 256>>>(dq, dQh, B, T, H, hd);
+    k_bhtd_to_bthd<<<blocks_for(n, 256), 256, 0, g_stream>>>(dq, dQh, B, T, H, hd);
     CKL(k_bhtd_to_bthd);
 }
 
 void cu_swiglu_forward(float* h, const float* gate, const float* up, int N, int F) {
     PROF(swiglu_forward);
     const size_t n = (size_t)N * F;
-    k_swiglu_fwd<<<blocks_for(n, 256), 256>>>(h, gate, up, n);
+    k_swiglu_fwd<<<blocks_for(n, 256), 256, 0, g_stream>>>(h, gate, up, n);
     CKL(k_swiglu_fwd);
 }
 
@@ -836,26 +845,26 @@ void cu_swiglu_backward(float* dgate, float* dup, const float* dh, const float* 
                         const float* up, int N, int F) {
     PROF(swiglu_backward);
     const size_t n = (size_t)N * F;
-    k_swiglu_bwd<<<blocks_for(n, 256), 256>>>(dgate, dup, dh, gate, up, n);
+    k_swiglu_bwd<<<blocks_for(n, 256), 256, 0, g_stream>>>(dgate, dup, dh, gate, up, n);
     CKL(k_swiglu_bwd);
 }
 
 void cu_embedding_forward(float* out, const int* tokens, const float* table, int N, int C) {
     PROF(embedding_forward);
-    k_embedding_fwd<<<blocks_for((size_t)N * C, 256), 256>>>(out, tokens, table, N, C);
+    k_embedding_fwd<<<blocks_for((size_t)N * C, 256), 256, 0, g_stream>>>(out, tokens, table, N, C);
     CKL(k_embedding_fwd);
 }
 
 void cu_embedding_forward_w16(float* out, const int* tokens, const uint16_t* table, int N,
                               int C) {
     PROF(embedding_forward);
-    k_embedding_fwd_w16<<<blocks_for((size_t)N * C, 256), 256>>>(out, tokens, table, N, C);
+    k_embedding_fwd_w16<<<blocks_for((size_t)N * C, 256), 256, 0, g_stream>>>(out, tokens, table, N, C);
     CKL(k_embedding_fwd_w16);
 }
 
 void cu_embedding_backward(float* dtable, const float* dout, const int* tokens, int N, int C) {
     PROF(embedding_backward);
-    k_embedding_bwd<<<blocks_for(C, 128), 128>>>(dtable, dout, tokens, N, C);
+    k_embedding_bwd<<<blocks_for(C, 128), 128, 0, g_stream>>>(dtable, dout, tokens, N, C);
     CKL(k_embedding_bwd);
 }
 
@@ -863,16 +872,17 @@ double cu_crossentropy_forward_backward(float* dlogits, float* losses, const flo
                                         const int* targets, int N, int V, float dscale,
                                         int* count) {
     PROF(crossentropy_forward_backward);
-    k_crossentropy<<<N, 256>>>(dlogits, losses, logits, targets, V, dscale);
+    k_crossentropy<<<N, 256, 0, g_stream>>>(dlogits, losses, logits, targets, V, dscale);
     CKL(k_crossentropy);
     // the sum on the device in row order, in double, like the CPU backend
     // (one thread: the order is the point); 16 bytes come back
     static void* d = nullptr;
-    if (!d) CK(cudaMalloc(&d, sizeof(double) + sizeof(int)));
-    k_loss_sum<<<1, 1>>>((double*)d, (int*)((double*)d + 1), losses, targets, N);
+    static size_t cap = 0;
+    d = scratch_grow(d, &cap, sizeof(double) + sizeof(int));
+    k_loss_sum<<<1, 1, 0, g_stream>>>((double*)d, (int*)((double*)d + 1), losses, targets, N);
     CKL(k_loss_sum);
     unsigned char h[sizeof(double) + sizeof(int)];
-    CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    CKD(zdev_download(g_dev, h, d, sizeof h)); // the step's loss: a host wait
     double total;
     memcpy(&total, h, sizeof total);
     memcpy(count, h + sizeof(double), sizeof(int));
@@ -883,7 +893,7 @@ void cu_moe_route(float* probs, int* sel, float* w, const float* logits, int N, 
                   int norm_topk) {
     PROF(moe_route);
     if (N <= 0) return;
-    k_moe_route<<<blocks_for(N, 128), 128>>>(probs, sel, w, logits, N, E, k, norm_topk);
+    k_moe_route<<<blocks_for(N, 128), 128, 0, g_stream>>>(probs, sel, w, logits, N, E, k, norm_topk);
     CKL(k_moe_route);
 }
 
@@ -891,23 +901,20 @@ void cu_moe_prob_sum(double* acc, const float* probs, int N, int E) {
     PROF(moe_prob_sum);
     // acc is host memory: up, add in the CPU's order, down (through a
     // buffer kept for the process, not one allocation per MoE block)
-    static double* d = nullptr;
-    static int cap = 0;
-    if (E > cap) {
-        if (d) CK(cudaFree(d));
-        CK(cudaMalloc(&d, (size_t)E * sizeof(double)));
-        cap = E;
-    }
-    CK(cudaMemcpy(d, acc, (size_t)E * sizeof(double), cudaMemcpyHostToDevice));
-    k_moe_prob_sum<<<blocks_for(E, 128), 128>>>(d, probs, N, E);
+    static void* scratch = nullptr;
+    static size_t cap = 0;
+    scratch = scratch_grow(scratch, &cap, (size_t)E * sizeof(double));
+    double* d = (double*)scratch;
+    CKD(zdev_upload(g_dev, d, acc, (size_t)E * sizeof(double)));
+    k_moe_prob_sum<<<blocks_for(E, 128), 128, 0, g_stream>>>(d, probs, N, E);
     CKL(k_moe_prob_sum);
-    CK(cudaMemcpy(acc, d, (size_t)E * sizeof(double), cudaMemcpyDeviceToHost));
+    CKD(zdev_download(g_dev, acc, d, (size_t)E * sizeof(double)));
 }
 
 void cu_moe_gather(float* xs, const float* x, const int* pos, int N, int k, int C) {
     PROF(moe_gather);
     if (N <= 0) return;
-    k_moe_gather<<<N * k, 128>>>(xs, x, pos, k, C);
+    k_moe_gather<<<N * k, 128, 0, g_stream>>>(xs, x, pos, k, C);
     CKL(k_moe_gather);
 }
 
@@ -915,7 +922,7 @@ void cu_moe_combine(float* out, const float* ys, const float* w, const int* pos,
                     int C) {
     PROF(moe_combine);
     if (N <= 0) return;
-    k_moe_combine<<<N, 128>>>(out, ys, w, pos, k, C);
+    k_moe_combine<<<N, 128, 0, g_stream>>>(out, ys, w, pos, k, C);
     CKL(k_moe_combine);
 }
 
@@ -923,7 +930,7 @@ void cu_moe_combine_backward(float* dw, float* dys, const float* dout, const flo
                              const float* w, const int* pos, int N, int k, int C) {
     PROF(moe_combine_backward);
     if (N <= 0) return;
-    k_moe_combine_bwd<<<N * k, 128>>>(dw, dys, dout, ys, w, pos, k, C);
+    k_moe_combine_bwd<<<N * k, 128, 0, g_stream>>>(dw, dys, dout, ys, w, pos, k, C);
     CKL(k_moe_combine_bwd);
 }
 
@@ -932,112 +939,51 @@ void cu_moe_router_backward(float* dlogits, const float* probs, const int* sel, 
                             int norm_topk) {
     PROF(moe_router_backward);
     if (N <= 0) return;
-    k_moe_router_bwd<<<blocks_for(N, 128), 128>>>(dlogits, probs, sel, w, dw, aux, N, E, k,
+    k_moe_router_bwd<<<blocks_for(N, 128), 128, 0, g_stream>>>(dlogits, probs, sel, w, dw, aux, N, E, k,
                                                   norm_topk);
     CKL(k_moe_router_bwd);
 }
 
 void cu_add(float* out, const float* a, const float* b, size_t n) {
     PROF(add);
-    k_add<<<blocks_for(n, 256), 256>>>(out, a, b, n);
+    k_add<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, a, b, n);
     CKL(k_add);
 }
 
 void cu_zero(float* x, size_t n) {
     PROF(zero);
-    if (n) CK(cudaMemset(x, 0, n * sizeof(float)));
-}
-
-/* ------------------------------------------------------------- memory */
-
-void* cu_alloc(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
-        (void)cudaGetLastError(); // out of memory is the caller's to report, not sticky
-        return nullptr;
-    }
-    return p;
-}
-void cu_free(void* p) {
-    if (p) CK(cudaFree(p));
-}
-void* cu_host_alloc(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return nullptr;
-    }
-    return p;
-}
-void cu_host_free(void* p) {
-    if (p) CK(cudaFreeHost(p));
-}
-void cu_upload(void* dst, const void* src, size_t bytes) {
-    PROF(upload);
-    if (bytes) CK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-}
-void cu_download(void* dst, const void* src, size_t bytes) {
-    PROF(download);
-    if (bytes) CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
-}
-void cu_copy(void* dst, const void* src, size_t bytes) {
-    PROF(copy);
-    if (bytes) CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
-}
-void cu_memset0(void* p, size_t bytes) {
-    PROF(memset0);
-    if (bytes) CK(cudaMemsetAsync(p, 0, bytes, 0));
-}
-void cu_synchronize(void) { CK(cudaDeviceSynchronize()); }
-void* cu_event_record(void) {
-    cudaEvent_t e = nullptr;
-    if (cudaEventCreate(&e) != cudaSuccess) return nullptr;
-    CK(cudaEventRecord(e, 0));
-    return (void*)e;
-}
-double cu_event_elapsed_ms(void* a, void* b) {
-    if (!a || !b) return 0.0;
-    float ms = 0.0f;
-    CK(cudaEventSynchronize((cudaEvent_t)b));
-    CK(cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b));
-    return (double)ms;
-}
-void cu_event_free(void* e) {
-    if (e) CK(cudaEventDestroy((cudaEvent_t)e));
-}
-int cu_mem_info(size_t* free_bytes, size_t* total_bytes) {
-    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? 0 : -1;
+    CKD(zdev_memset_async(g_dev, x, 0, n * sizeof(float), g_stream));
 }
 
 void cu_round_to_bf16(uint16_t* out, const float* in, size_t n) {
     PROF(round_to_bf16);
-    k_to_bf16<<<blocks_for(n, 256), 256>>>(out, in, n);
+    k_to_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, in, n);
     CKL(k_to_bf16);
 }
 
 void cu_bf16_to_float(float* out, const uint16_t* in, size_t n) {
     PROF(bf16_to_float);
-    k_from_bf16<<<blocks_for(n, 256), 256>>>(out, in, n);
+    k_from_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, in, n);
     CKL(k_from_bf16);
 }
 
 void cu_round_bf16_inplace(float* x, size_t n) {
     PROF(round_bf16_inplace);
-    k_round_bf16<<<blocks_for(n, 256), 256>>>(x, n);
+    k_round_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(x, n);
     CKL(k_round_bf16);
 }
 
 void cu_add_bf16(float* acc, const uint16_t* in, size_t n) {
     PROF(add_bf16);
     if (!n) return;
-    k_add_bf16<<<blocks_for(n, 256), 256>>>(acc, in, n);
+    k_add_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(acc, in, n);
     CKL(k_add_bf16);
 }
 
 void cu_adamw(float* p, const float* g, float* m, float* v, size_t n, const ZrtAdamWStep* s) {
     PROF(adamw);
     if (!n) return;
-    k_adamw<<<blocks_for(n, 256), 256>>>(p, g, m, v, n, *s);
+    k_adamw<<<blocks_for(n, 256), 256, 0, g_stream>>>(p, g, m, v, n, *s);
     CKL(k_adamw);
 }
 
@@ -1046,47 +992,35 @@ double cu_sumsq(const float* x, size_t n) {
     const size_t nb = (n + ZRT_SUMSQ_BLOCK - 1) / ZRT_SUMSQ_BLOCK;
     if (!nb) return 0.0;
     // the block sums: a device buffer and a pinned host copy kept for the process
-    static double *d = nullptr, *h = nullptr;
-    static size_t cap = 0;
-    if (nb > cap) {
-        if (d) CK(cudaFree(d));
-        if (h) CK(cudaFreeHost(h));
-        CK(cudaMalloc(&d, nb * sizeof(double)));
-        CK(cudaMallocHost(&h, nb * sizeof(double)));
-        cap = nb;
+    static void *d = nullptr, *h = nullptr;
+    static size_t cap = 0, hcap = 0;
+    d = scratch_grow(d, &cap, nb * sizeof(double));
+    if (nb * sizeof(double) > hcap) {
+        zdev_host_free(g_dev, h);
+        h = zdev_host_alloc(g_dev, nb * sizeof(double));
+        if (!h) zk_fail("sumsq", zdev_error(), __FILE__, __LINE__);
+        hcap = nb * sizeof(double);
     }
-    k_sumsq_blocks<<<blocks_for(nb, 128), 128>>>(d, x, n, nb);
+    k_sumsq_blocks<<<blocks_for(nb, 128), 128, 0, g_stream>>>((double*)d, x, n, nb);
     CKL(k_sumsq_blocks);
-    CK(cudaMemcpy(h, d, nb * sizeof(double), cudaMemcpyDeviceToHost));
+    CKD(zdev_download(g_dev, h, d, nb * sizeof(double))); // the norm: a host wait
+    const double* hb = (const double*)h;
     double total = 0.0;
-    for (size_t b = 0; b < nb; b++) total += h[b];
+    for (size_t b = 0; b < nb; b++) total += hb[b];
     return total;
 }
 
 void cu_scale(float* x, size_t n, float factor) {
     PROF(scale);
     if (!n) return;
-    k_scale<<<blocks_for(n, 256), 256>>>(x, n, factor);
+    k_scale<<<blocks_for(n, 256), 256, 0, g_stream>>>(x, n, factor);
     CKL(k_scale);
 }
 
 ZrtKernels make_table() {
     ZrtKernels t;
     t.name = "cuda";
-    t.host_memory = 0;
-    t.alloc = cu_alloc;
-    t.free = cu_free;
-    t.host_alloc = cu_host_alloc;
-    t.host_free = cu_host_free;
-    t.upload = cu_upload;
-    t.download = cu_download;
-    t.copy = cu_copy;
-    t.memset0 = cu_memset0;
-    t.synchronize = cu_synchronize;
-    t.mem_info = cu_mem_info;
-    t.event_record = cu_event_record;
-    t.event_elapsed_ms = cu_event_elapsed_ms;
-    t.event_free = cu_event_free;
+    t.dev = nullptr; // set by zrt_kernels_cuda
     t.matmul_forward = cu_matmul_forward;
     t.matmul_backward = cu_matmul_backward;
     t.matmul_forward_w16 = cu_matmul_forward_w16;
@@ -1123,7 +1057,7 @@ ZrtKernels make_table() {
     return t;
 }
 
-const ZrtKernels cuda_table = make_table();
+ZrtKernels cuda_table = make_table();
 
 ZrtKernels make_table_bf16() {
     ZrtKernels t = make_table();
@@ -1134,53 +1068,57 @@ ZrtKernels make_table_bf16() {
     t.matmul_backward_w16 = cu_matmul_backward_bf16_w16;
     return t;
 }
-const ZrtKernels cuda_table_bf16 = make_table_bf16();
+ZrtKernels cuda_table_bf16 = make_table_bf16();
 
-} // namespace
-
-extern "C" int zrt_cuda_bind(int local_rank) {
-    if (g_bound >= 0) return 0;
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        snprintf(g_err, sizeof g_err, "no usable CUDA device (cudaGetDeviceCount: %s, %d devices)",
-                 cudaGetErrorString(e), n);
+/* Set up the tables on dev: cuBLAS on its compute stream, true fp32. */
+int setup(ZDevice* dev) {
+    if (!dev) dev = zdev_cuda(0);
+    if (!dev) {
+        snprintf(g_err, sizeof g_err, "%s", zdev_error());
         return -1;
     }
-    const int dev = (local_rank < 0 ? 0 : local_rank) % n;
-    cudaDeviceProp prop;
-    if ((e = cudaSetDevice(dev)) != cudaSuccess ||
-        (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
-        snprintf(g_err, sizeof g_err, "CUDA device %d of %d: %s", dev, n, cudaGetErrorString(e));
+    if (g_dev) {
+        if (g_dev == dev) return 0;
+        snprintf(g_err, sizeof g_err, "the CUDA tables run on %s already (one device per process), not on %s",
+                 g_dev->label, dev->label);
+        return -1;
+    }
+    if (dev->kind != ZDEV_KIND_CUDA) {
+        snprintf(g_err, sizeof g_err, "the CUDA tables need a CUDA device, not %s", dev->name);
+        return -1;
+    }
+    if (zdev_bind(dev)) {
+        snprintf(g_err, sizeof g_err, "%s", zdev_error());
         return -1;
     }
     cublasStatus_t st = cublasCreate(&g_handle);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetStream(g_handle, (cudaStream_t)dev->stream);
     if (st != CUBLAS_STATUS_SUCCESS) {
-        snprintf(g_err, sizeof g_err, "cublasCreate on device %d: %s", dev,
-                 cublasGetStatusString(st));
+        snprintf(g_err, sizeof g_err, "cuBLAS on %s: %s", dev->label, cublasGetStatusString(st));
+        if (g_handle) cublasDestroy(g_handle);
         g_handle = nullptr;
         return -1;
     }
     // true fp32: no TF32, no reduced-precision reductions (the CPU-matching mode)
     cublasSetMathMode(g_handle, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
                                                CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-    snprintf(g_name, sizeof g_name, "%s (device %d of %d)", prop.name, dev, n);
+    g_dev = dev;
+    g_stream = (cudaStream_t)dev->stream;
+    cuda_table.dev = cuda_table_bf16.dev = dev;
     prof_start();
-    g_bound = dev;
     g_err[0] = 0;
     return 0;
 }
 
+} // namespace
+
 /* NULL when no device is usable, with the reason in zrt_cuda_error(). */
-extern "C" const ZrtKernels* zrt_kernels_cuda(void) {
-    if (g_bound < 0 && zrt_cuda_bind(0)) return NULL;
-    return &cuda_table;
+extern "C" const ZrtKernels* zrt_kernels_cuda(ZDevice* dev) {
+    return setup(dev) ? NULL : &cuda_table;
 }
 
-extern "C" const ZrtKernels* zrt_kernels_cuda_bf16(void) {
-    return zrt_kernels_cuda() ? &cuda_table_bf16 : NULL;
+extern "C" const ZrtKernels* zrt_kernels_cuda_bf16(ZDevice* dev) {
+    return setup(dev) ? NULL : &cuda_table_bf16;
 }
 
 extern "C" const char* zrt_cuda_error(void) { return g_err; }
-extern "C" const char* zrt_cuda_device_name(void) { return g_bound >= 0 ? g_name : ""; }
-extern "C" int zrt_cuda_device(void) { return g_bound; }

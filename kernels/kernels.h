@@ -3,15 +3,17 @@
  *
  * A backend is a struct of function pointers (ggml-style): the model code
  * calls every kernel through the table it was given (CPU, guarded CPU or
- * CUDA), so models/ never branches on the device. Every pointer argument is
- * a pointer of that backend's memory, which models/ and runtime/ obtain and
- * move only through the table's memory entries (alloc, upload, download,
- * ...): the host reads backend memory only at the edges (the batch in; the
- * loss, norms and metrics out; a shard on its way to or from a collective,
- * whose buffers are host memory; checkpoints, dumps and the Hugging Face
- * export). FSDP's shards, AdamW's moments and the optimizer step live in
- * the table's memory too. The guarded CPU backend (zrt_kernels_cpu_guarded) makes that a
- * rule the tests enforce: outside a table call its memory cannot be touched.
+ * CUDA), so models/ never branches on the device. The table holds kernels
+ * only: memory, copies, streams and events are its device's (the `dev`
+ * field, device/device.h, the one device model ZipCCL takes too). Every
+ * pointer argument is that device's memory, which models/ and runtime/
+ * obtain and move only through the device: the host reads it only at the
+ * edges (the batch in; the loss, norms and metrics out; checkpoints, dumps
+ * and the Hugging Face export). FSDP's shards, AdamW's moments, the
+ * gathered units, the collectives' buffers and the expert exchange's rows
+ * live there too. The guarded CPU table (zrt_kernels_cpu_guarded, on
+ * zdev_cpu_guarded()) makes that a rule the tests enforce: outside a
+ * device call or a kernel its memory cannot be touched.
  *
  * Conventions (shared by every backend):
  *   - fp32 everywhere (but the bf16 weights of the _w16 entries); N = number
@@ -40,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "zipccl_float.h"
 
 /* One AdamW step's constants (runtime/optim.c computes them once per
@@ -55,32 +58,14 @@ enum { ZRT_SUMSQ_BLOCK = 4096 };
 typedef struct ZrtKernels_ {
     const char* name; /* "cpu", "cpu_guarded", "cuda" */
 
-    /* ---- memory. A backend pointer is touched only through these entries
-     * and the kernels below. Copies and memsets are ordered with the kernels
-     * (one stream); download and synchronize return when the data is there. */
-    int host_memory; /* 1: backend memory is plain host memory (the CPU table) */
-    void* (*alloc)(size_t bytes);                               /* NULL: out of memory */
-    void (*free)(void* p);                                      /* NULL: nothing */
-    /* Host memory the backend copies to and from fastest (pinned, for CUDA);
-     * plain malloc for the CPU tables. */
-    void* (*host_alloc)(size_t bytes);
-    void (*host_free)(void* p);
-    void (*upload)(void* dst, const void* src, size_t bytes);   /* host -> backend */
-    void (*download)(void* dst, const void* src, size_t bytes); /* backend -> host */
-    void (*copy)(void* dst, const void* src, size_t bytes);     /* backend -> backend */
-    void (*memset0)(void* p, size_t bytes);                     /* p[0..bytes) = 0 */
-    void (*synchronize)(void);
-    /* Free and total bytes of the backend's memory; 0, or -1 when unknown. */
-    int (*mem_info)(size_t* free_bytes, size_t* total_bytes);
-    /* Events on the compute stream, to time device work (--trace):
-     * event_record returns an event recorded now, after the work already
-     * issued (NULL: none could be made); event_elapsed_ms waits for b and
-     * returns the milliseconds from a to b; event_free releases one. A host
-     * table finishes every call before returning, so its event is the host
-     * clock at the moment of record. */
-    void* (*event_record)(void);
-    double (*event_elapsed_ms)(void* a, void* b);
-    void (*event_free)(void* e);
+    /* The device the kernels run on (device/device.h): every pointer
+     * argument below is its memory, allocated, copied and freed through it
+     * (zdev_alloc, zdev_upload, ...); the kernels run on its compute stream
+     * (ZDevice.stream), in issue order, so a kernel reads what the kernels
+     * and copies issued before it on that stream wrote. Entries that return
+     * a host value (crossentropy_forward_backward, sumsq, moe_prob_sum)
+     * wait for it: the step's host waits (device.h counts them). */
+    ZDevice* dev;
 
     /* out (N, OC) = inp (N, IC) @ weight (OC, IC)^T */
     void (*matmul_forward)(float* out, const float* inp, const float* weight, int N, int IC,
@@ -227,16 +212,14 @@ const ZrtKernels* zrt_kernels_cpu(void);
  * re-exec happened or it failed) the OpenBLAS core name in use. */
 const char* zrt_blas_select_core(char** argv);
 
-/* The guarded CPU backend: the CPU kernels, with memory the host cannot
- * touch outside a table call. Every allocation is its own mapping, kept
- * PROT_NONE except while a table call runs, so a host dereference of
- * "device" memory anywhere in models/ or runtime/ dies with SIGSEGV on a
- * machine without a GPU, as it would (later, and less clearly) on a GPU.
- * Same kernels, same bits as zrt_kernels_cpu(). Not thread-safe: one
- * compute thread calls it (the trainer's). */
+/* The guarded CPU backend: the CPU kernels on zdev_cpu_guarded(), whose
+ * memory the host cannot touch outside a device call; each kernel opens
+ * the guard (zdev_guard_enter) for its run. Same kernels, same bits as the
+ * host table it guards; thread-safe (the guard's lock serialises kernels
+ * and ZipCCL's copies). */
 const ZrtKernels* zrt_kernels_cpu_guarded(void);
 /* The same guard over another host table (cpu or cpu_bf16); one base per
- * process. NULL when base is not host memory. */
+ * process. NULL when base is not on zdev_cpu(). */
 const ZrtKernels* zrt_kernels_guarded(const ZrtKernels* base);
 
 /* bf16 compute (model.compute: bf16): the linear layers (matmul_forward /
@@ -246,25 +229,20 @@ const ZrtKernels* zrt_kernels_guarded(const ZrtKernels* base);
  * fp32), the reference of the CUDA table's tensor-core GEMMs (cublasGemmEx,
  * bf16 in, fp32 compute). Attention's own products stay fp32. */
 const ZrtKernels* zrt_kernels_cpu_bf16(void);
-const ZrtKernels* zrt_kernels_cuda_bf16(void); /* NULL as zrt_kernels_cuda */
 
-/* The CUDA backend, or NULL when the build has no CUDA or no device is
- * usable (why: zrt_cuda_error()). The first call binds the calling
- * process to device `local_rank % device count` (zrt_cuda_bind, which a
- * trainer calls first with its node-local rank; 0 otherwise). Kernels run
- * on one stream of that device; a failed CUDA call or launch inside a
- * kernel entry is fatal (file, line and CUDA's message on stderr, exit 1),
- * as a failed kernel would leave the training state undefined. */
-const ZrtKernels* zrt_kernels_cuda(void);
-/* Choose the device for this process: local_rank % count. Returns 0, or -1
- * with the reason in zrt_cuda_error(). Call before zrt_kernels_cuda(). */
-int zrt_cuda_bind(int local_rank);
-/* Why the last zrt_cuda_bind or zrt_kernels_cuda failed ("" if it did not;
- * "built without CUDA" in such builds). */
+/* The CUDA tables on `dev` (a device from zdev_cuda; NULL: device 0), or
+ * NULL when the build has no CUDA, dev is not a CUDA device or cuBLAS
+ * cannot start on it (why: zrt_cuda_error()). One device per process: the
+ * first call sets it up (cuBLAS on the device's compute stream), a later
+ * call for another device fails. Kernels launch on dev->stream; a failed
+ * launch inside a kernel entry is fatal (file, line and CUDA's message on
+ * stderr, exit 1), as a failed kernel would leave the training state
+ * undefined. The fp32 table is true fp32 (TF32 off, cuBLAS's reduced-
+ * precision reductions disallowed: the CPU-matching mode). */
+const ZrtKernels* zrt_kernels_cuda(ZDevice* dev);
+const ZrtKernels* zrt_kernels_cuda_bf16(ZDevice* dev);
+/* Why the last zrt_kernels_cuda failed ("" if it did not). */
 const char* zrt_cuda_error(void);
-/* The bound device's name ("" without one) and index (-1 without one). */
-const char* zrt_cuda_device_name(void);
-int zrt_cuda_device(void);
 
 /* The bf16 <-> fp32 helpers the backends must match bit for bit are
  * zipcclFloatToBf16 / zipcclBf16ToFloat (comm/zipccl_float.h, host and device). */

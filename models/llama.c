@@ -23,7 +23,7 @@
  *
  * Backend memory (kernels.h): the arena, the tokens and every parameter and
  * gradient pointer the hooks hand over belong to the table the activations
- * were allocated on (llama_acts_alloc_on); this file touches them only
+ * were allocated on (llama_acts_alloc); this file touches them only
  * through that table, and so does moe.c.
  *
  * Parameters come in fp32, or in bf16 when FSDP gathered them so
@@ -500,11 +500,7 @@ static LlamaMemOpts resolve_opts(const LlamaConfig* cfg, int N, const LlamaMemOp
     return r;
 }
 
-size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T) {
-    return llama_acts_bytes_opts(cfg, B, T, zrt_kernels_cpu(), NULL);
-}
-
-size_t llama_acts_bytes_on(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K) {
+size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K) {
     return llama_acts_bytes_opts(cfg, B, T, K, NULL);
 }
 
@@ -521,11 +517,7 @@ size_t llama_acts_bytes_opts(const LlamaConfig* cfg, int B, int T, const ZrtKern
     return bytes;
 }
 
-LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T) {
-    return llama_acts_alloc_opts(cfg, B, T, zrt_kernels_cpu(), NULL);
-}
-
-LlamaActs* llama_acts_alloc_on(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K) {
+LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T, const ZrtKernels* K) {
     return llama_acts_alloc_opts(cfg, B, T, K, NULL);
 }
 
@@ -545,9 +537,9 @@ LlamaActs* llama_acts_alloc_opts(const LlamaConfig* cfg, int B, int T, const Zrt
     a->bytes = llama_acts_bytes_opts(cfg, B, T, K, opts);
     ActPtrs p;
     const size_t arena = acts_layout(cfg, K, &a->opts, B, T, NULL, &p) * sizeof(float);
-    a->mem = K->alloc(arena);
-    a->tok = K->alloc((size_t)B * T * sizeof(int));
-    a->tgt = K->alloc((size_t)B * T * sizeof(int));
+    a->mem = zdev_alloc(K->dev, arena);
+    a->tok = zdev_alloc(K->dev, (size_t)B * T * sizeof(int));
+    a->tgt = zdev_alloc(K->dev, (size_t)B * T * sizeof(int));
     if (a->mem && cfg->n_experts > 0) {
         const MoeDims d = moe_dims(cfg, B * T, &a->opts);
         a->moe = moe_acts_alloc(&d, n_moe_layers(cfg), K);
@@ -563,9 +555,9 @@ void llama_acts_free(LlamaActs* acts) {
     if (!acts) return;
     moe_acts_free(acts->moe);
     if (acts->K) {
-        acts->K->free(acts->mem);
-        acts->K->free(acts->tok);
-        acts->K->free(acts->tgt);
+        zdev_free(acts->K->dev, acts->mem);
+        zdev_free(acts->K->dev, acts->tok);
+        zdev_free(acts->K->dev, acts->tgt);
     }
     free(acts);
 }
@@ -795,7 +787,7 @@ static double head_chunks(const Dims* d, const ActPtrs* a, const LlamaActs* acts
         const float* lnf = a->lnf + (size_t)r0 * C; // (rows, C)
         linear_forward(K, a->logits, lnf, W, rows, C, V); // (rows, V)
         if (logits_out)
-            K->download(logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * sizeof(float));
+            zdevCheck(zdev_download(K->dev, logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * sizeof(float)));
         int cnt = 0;
         sum += K->crossentropy_forward_backward(gW ? a->logits : NULL, a->losses + r0, a->logits,
                                                 acts->tgt + r0, rows, V, dscale, &cnt);
@@ -846,8 +838,8 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     acts_layout(cfg, K, &acts->opts, B, T, acts->mem, &a);
     // the batch in: the one upload of a step (targets stay on the host too,
     // for the count below)
-    K->upload(acts->tok, tokens, (size_t)N * sizeof(int));
-    K->upload(acts->tgt, targets, (size_t)N * sizeof(int));
+    zdevCheck(zdev_upload(K->dev, acts->tok, tokens, (size_t)N * sizeof(int)));
+    zdevCheck(zdev_upload(K->dev, acts->tgt, targets, (size_t)N * sizeof(int)));
     const int L = cfg->n_layers;
     const Dims d = {cfg,           K,
                     B,             T,

@@ -144,23 +144,20 @@ typedef struct {
                           * without dispatch hooks */
 } LlamaMemOpts;
 
-/* Bytes of activation memory llama_acts_alloc() needs for (B, T), and
- * llama_acts_alloc_on() on backend K (its attention scratch differs), and
- * with options (NULL: the defaults). */
-size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T);
+/* Bytes of activation memory llama_acts_alloc() needs for (B, T) on
+ * backend K (its attention scratch differs), and with options (NULL: the
+ * defaults). */
 struct ZrtKernels_;
-size_t llama_acts_bytes_on(const LlamaConfig* cfg, int B, int T, const struct ZrtKernels_* K);
+size_t llama_acts_bytes(const LlamaConfig* cfg, int B, int T, const struct ZrtKernels_* K);
 size_t llama_acts_bytes_opts(const LlamaConfig* cfg, int B, int T, const struct ZrtKernels_* K,
                              const LlamaMemOpts* opts);
 
 typedef struct LlamaActs LlamaActs; /* opaque, model-owned activations */
-/* On the CPU table (host memory). NULL on OOM. */
-LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T);
-/* On backend K (kernels.h): the step runs every kernel on K, and the hooks
- * must hand over parameters and gradient buffers in K's memory (and, with
- * the expert-exchange hooks, rows in K's memory). NULL on OOM. */
-LlamaActs* llama_acts_alloc_on(const LlamaConfig* cfg, int B, int T,
-                               const struct ZrtKernels_* K);
+/* On backend K (kernels.h, in its device's memory): the step runs every
+ * kernel on K, and the hooks must hand over parameters and gradient
+ * buffers in K's memory (and, with the expert-exchange hooks, rows in K's
+ * memory). NULL on OOM. */
+LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T, const struct ZrtKernels_* K);
 /* With options (NULL: the defaults; recompute other than 0 or 1: NULL). */
 LlamaActs* llama_acts_alloc_opts(const LlamaConfig* cfg, int B, int T,
                                  const struct ZrtKernels_* K, const LlamaMemOpts* opts);

@@ -64,16 +64,16 @@ static int swiglu_reserve(MoeActs* m, MoeLayer* L, int rows) {
     const size_t Fe = m->d.Fe;
     if (!m->d.recompute) {
         if (rows <= L->cap) return 0;
-        float* mem = m->K->alloc((size_t)rows * 3 * Fe * sizeof(float));
+        float* mem = zdev_alloc(m->K->dev, (size_t)rows * 3 * Fe * sizeof(float));
         if (!mem) return -1;
-        m->K->free(L->gate);
+        zdev_free(m->K->dev, L->gate);
         L->gate = mem;
         L->cap = rows;
     } else {
         if (rows > m->sg_cap) {
-            float* mem = m->K->alloc((size_t)rows * 3 * Fe * sizeof(float));
+            float* mem = zdev_alloc(m->K->dev, (size_t)rows * 3 * Fe * sizeof(float));
             if (!mem) return -1;
-            m->K->free(m->sg_mem);
+            zdev_free(m->K->dev, m->sg_mem);
             m->sg_mem = mem;
             m->sg_cap = rows;
         }
@@ -93,9 +93,9 @@ static int layer_reserve(MoeActs* m, MoeLayer* L, int rows, int with_x) {
     const size_t C = m->d.C;
     if (swiglu_reserve(m, L, rows)) return -1;
     if (with_x && rows > L->xl_cap) {
-        float* x = K->alloc((size_t)rows * C * sizeof(float) + 1);
+        float* x = zdev_alloc(K->dev, (size_t)rows * C * sizeof(float) + 1);
         if (!x) return -1;
-        K->free(L->xl);
+        zdev_free(K->dev, L->xl);
         L->xl = x;
         L->xl_cap = rows;
     }
@@ -119,9 +119,9 @@ static int chunks_reserve(MoeLayer* L, int n_chunks, int n_local) {
 static int scratch_reserve(MoeActs* m, int rows) {
     if (rows <= m->cap) return 0;
     const size_t C = m->d.C, Fe = m->d.Fe;
-    float* mem = m->K->alloc((size_t)rows * (C + 3 * Fe) * sizeof(float));
+    float* mem = zdev_alloc(m->K->dev, (size_t)rows * (C + 3 * Fe) * sizeof(float));
     if (!mem) return -1;
-    m->K->free(m->yl);
+    zdev_free(m->K->dev, m->yl);
     // yl is forward scratch (free once the block's combine completed), dxl
     // backward scratch: every forward runs before every backward, and the
     // recomputing backward does not run the experts' forward, so one buffer
@@ -142,7 +142,7 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K) {
     m->n_layers = n_layers;
     m->layer = calloc((size_t)n_layers, sizeof *m->layer);
     const size_t N = d->N, E = d->E, k = d->k, C = d->C;
-    m->logits = K->alloc((N * E + N * k + 2 * N * k * C + E) * sizeof(float));
+    m->logits = zdev_alloc(K->dev, (N * E + N * k + 2 * N * k * C + E) * sizeof(float));
     m->tokens_per_expert = calloc(E, sizeof(long long));
     m->prob_sum = calloc(E, sizeof(double));
     m->aux_host = calloc(E, sizeof(float));
@@ -154,16 +154,16 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K) {
         m->dxs = m->dys + N * k * C;
         m->aux_dev = m->dxs + N * k * C;
     }
-    if (ok && d->exchange) ok = (m->xs_shared = K->alloc(N * k * C * sizeof(float) + 1)) != NULL;
+    if (ok && d->exchange) ok = (m->xs_shared = zdev_alloc(K->dev, N * k * C * sizeof(float) + 1)) != NULL;
     const size_t own_xs = d->exchange ? 0 : N * k * C;
     for (int i = 0; ok && i < n_layers; i++) {
         MoeLayer* L = &m->layer[i];
         // backend: probs (N, E) | sel (N, k) | w (N, k) | pos (N, k) | ys | xs (own)
-        float* f = K->alloc((N * E + 3 * N * k + N * k * C + own_xs) * sizeof(float));
+        float* f = zdev_alloc(K->dev, (N * E + 3 * N * k + N * k * C + own_xs) * sizeof(float));
         // host: sel, pos (N, k) | counts, routed (E)
         int* h = malloc((2 * N * k + 2 * E) * sizeof(int));
         if (!f || !h) {
-            K->free(f);
+            zdev_free(K->dev, f);
             free(h);
             ok = 0;
             break;
@@ -192,17 +192,17 @@ void moe_acts_free(MoeActs* m) {
     const ZrtKernels* K = m->K;
     for (int i = 0; m->layer && i < m->n_layers; i++) {
         MoeLayer* L = &m->layer[i];
-        K->free(L->xl);
-        if (!m->d.recompute) K->free(L->gate);
-        K->free(L->probs);
+        zdev_free(K->dev, L->xl);
+        if (!m->d.recompute) zdev_free(K->dev, L->gate);
+        zdev_free(K->dev, L->probs);
         free(L->sel_host);
         free(L->chunk_counts);
     }
     free(m->layer);
-    K->free(m->logits);
-    K->free(m->yl);
-    K->free(m->xs_shared);
-    K->free(m->sg_mem);
+    zdev_free(K->dev, m->logits);
+    zdev_free(K->dev, m->yl);
+    zdev_free(K->dev, m->xs_shared);
+    zdev_free(K->dev, m->sg_mem);
     free(m->tokens_per_expert);
     free(m->prob_sum);
     free(m->aux_host);
@@ -226,7 +226,7 @@ void moe_begin_step(MoeActs* m, int N) {
 static void route(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, const float* logits) {
     const int N = d->N, E = d->E, k = d->k;
     K->moe_route(L->probs, L->sel, L->w, logits, N, E, k, d->norm_topk);
-    K->download(L->sel_host, L->sel, (size_t)N * k * sizeof(int));
+    zdevCheck(zdev_download(K->dev, L->sel_host, L->sel, (size_t)N * k * sizeof(int)));
     // stable counting sort of the pairs (n, j) by expert; past an expert's
     // capacity a pair is dropped (pos -1), so earlier tokens keep their slots
     const long long cap = d->capacity_factor > 0
@@ -249,7 +249,7 @@ static void route(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, const floa
         const int e = L->sel_host[i];
         L->pos_host[i] = seen[e]++ < L->counts[e] ? next[e]++ : -1;
     }
-    K->upload(L->pos, L->pos_host, (size_t)N * k * sizeof(int));
+    zdevCheck(zdev_upload(K->dev, L->pos, L->pos_host, (size_t)N * k * sizeof(int)));
 }
 
 /* ---------------------------------------------------------------- experts */
@@ -388,7 +388,7 @@ static int exchange_chunk(MoeLayer* L, const MoeDims* d, const ZrtKernels* K,
     if (phase == 0) {
         memcpy(cc, rc, (size_t)L->n_local * sizeof(int));
         L->chunk_off[chunk + 1] = o + n;
-        if (n) K->copy(L->xl + (size_t)o * d->C, *recv, (size_t)n * d->C * sizeof(float));
+        if (n) zdevCheck(zdev_copy_async(K->dev, L->xl + (size_t)o * d->C, *recv, (size_t)n * d->C * sizeof(float), ZDEV_DEVICE_TO_DEVICE, NULL));
     } else if (o + n != L->chunk_off[chunk + 1] ||
                memcmp(rc, cc, (size_t)L->n_local * sizeof(int))) {
         return moe_error("the backward dispatch received another layout than the forward", layer);
@@ -481,7 +481,7 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const fl
     const double R = (double)d->N * m->n_layers;
     for (size_t e = 0; e < E; e++)
         m->aux_host[e] = (float)(aux_coef * (double)E * (double)m->tokens_per_expert[e] / (R * R));
-    K->upload(m->aux_dev, m->aux_host, E * sizeof(float));
+    zdevCheck(zdev_upload(K->dev, m->aux_dev, m->aux_host, E * sizeof(float)));
     float* dlogits = m->logits; // (N, E), free again after the forward
     K->moe_router_backward(dlogits, L->probs, L->sel, L->w, m->dw, m->aux_dev, d->N, d->E,
                            d->k, d->norm_topk);

@@ -155,8 +155,8 @@ void expert_free(Expert* x) {
     zipcclCommDestroy(x->comm);
     MPI_Comm_free((MPI_Comm*)x->mpi_ep);
     free(x->mpi_ep);
-    if (x->scratch->ranked) x->K->free(x->scratch->ranked);
-    if (x->scratch->dsend16) x->K->free(x->scratch->dsend16);
+    if (x->scratch->ranked) zdev_free(x->K->dev, x->scratch->ranked);
+    if (x->scratch->dsend16) zdev_free(x->K->dev, x->scratch->dsend16);
     free(x->scratch->sc);
     free(x->scratch->dreq);
     free(x->scratch);
@@ -182,15 +182,15 @@ static int fail(int layer, int phase, const char* what, zipcclResult_t r) {
  * model's rows are): the exchange's collectives take them as they are. */
 static int reserve(const ZrtKernels* K, struct ExpertScratch* b, size_t floats) {
     if (floats <= b->cap) return 0;
-    float* m = K->alloc(3 * floats * sizeof(float) + 1);
-    uint16_t* h = K->alloc(4 * floats * sizeof(uint16_t) + 1);
+    float* m = zdev_alloc(K->dev, 3 * floats * sizeof(float) + 1);
+    uint16_t* h = zdev_alloc(K->dev, 4 * floats * sizeof(uint16_t) + 1);
     if (!m || !h) {
-        if (m) K->free(m);
-        if (h) K->free(h);
+        if (m) zdev_free(K->dev, m);
+        if (h) zdev_free(K->dev, h);
         return -1;
     }
-    if (b->ranked) K->free(b->ranked);
-    if (b->dsend16) K->free(b->dsend16);
+    if (b->ranked) zdev_free(K->dev, b->ranked);
+    if (b->dsend16) zdev_free(K->dev, b->dsend16);
     b->ranked = m;
     b->grouped = m + floats;
     b->back = m + 2 * floats;
@@ -336,8 +336,8 @@ static void regroup(const Expert* x, const int* split, const int* local, const f
             for (int jj = 0; jj < j; jj++) em += (size_t)local[jj];
             for (int ss = 0; ss < s; ss++) em += (size_t)split[ss * El + j];
             const size_t n = (size_t)split[s * El + j] * C;
-            if (n && to_expert_major) x->K->copy(to + em * C, from + rm * C, n * sizeof(float));
-            else if (n) x->K->copy(to + rm * C, from + em * C, n * sizeof(float));
+            if (n && to_expert_major) zdevCheck(zdev_copy_async(x->K->dev, to + em * C, from + rm * C, n * sizeof(float), ZDEV_DEVICE_TO_DEVICE, NULL));
+            else if (n) zdevCheck(zdev_copy_async(x->K->dev, to + rm * C, from + em * C, n * sizeof(float), ZDEV_DEVICE_TO_DEVICE, NULL));
             rm += (size_t)split[s * El + j];
         }
 }

@@ -46,6 +46,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "device_setup.h"
 #include "kernels.h"
 #include "log.h"
 #include "optim.h"
@@ -84,113 +85,6 @@ int fsdp_plan_build(const TrainConfig* cfg, CommPlan* plan, char* err, size_t er
     free(names);
     free(has);
     return rc;
-}
-
-/* ---- the communicators' device memory ------------------------------------- */
-
-/* A device table's memory for ZipCCL (zipcclCommSetDevice): the CUDA table's
- * own (zipcclDeviceMemoryCuda: the CUDA codec codes every compressed call
- * on the GPU), or, for another device (the guarded CPU
- * backend), the kernel table's copies with every call staged through host
- * memory and the CPU codec. */
-static zipcclResult_t k_to_host(void* ctx, void* h, const void* d, size_t bytes, void* stream) {
-    (void)stream;
-    ((const ZrtKernels*)ctx)->download(h, d, bytes);
-    return zipcclSuccess;
-}
-static zipcclResult_t k_to_device(void* ctx, void* d, const void* h, size_t bytes, void* stream) {
-    (void)stream;
-    ((const ZrtKernels*)ctx)->upload(d, h, bytes);
-    return zipcclSuccess;
-}
-static void* k_alloc(void* ctx, size_t bytes) { return ((const ZrtKernels*)ctx)->alloc(bytes); }
-static void k_free(void* ctx, void* p) { ((const ZrtKernels*)ctx)->free(p); }
-static void* k_host_alloc(void* ctx, size_t bytes) { return ((const ZrtKernels*)ctx)->host_alloc(bytes); }
-/* Streams and events over the kernel table's: one stream (the table's own;
- * its calls finish before they return, so no wait is needed), events from
- * event_record, so ZipCCL's timing events of a call (zipcclWaitSpan) are
- * the table's and --trace times them like the compute's. */
-static zipcclResult_t k_stream_create(void* ctx, void** stream) {
-    *stream = ctx; /* a token: the table's one stream */
-    return zipcclSuccess;
-}
-static void k_stream_destroy(void* ctx, void* stream) { (void)ctx, (void)stream; }
-static zipcclResult_t k_timed_record(void* ctx, void* stream, void** event) {
-    (void)stream;
-    *event = ((const ZrtKernels*)ctx)->event_record();
-    return *event ? zipcclSuccess : zipcclSystemError;
-}
-static zipcclResult_t k_event_record(void* ctx, void* stream, void** event) {
-    if (*event) ((const ZrtKernels*)ctx)->event_free(*event);
-    return k_timed_record(ctx, stream, event);
-}
-static zipcclResult_t k_stream_wait(void* ctx, void* stream, void* event) {
-    (void)ctx, (void)stream, (void)event;
-    return zipcclSuccess;
-}
-static void k_event_free(void* ctx, void* event) { ((const ZrtKernels*)ctx)->event_free(event); }
-static zipcclResult_t k_synchronize(void* ctx, void* stream) {
-    (void)stream;
-    ((const ZrtKernels*)ctx)->synchronize();
-    return zipcclSuccess;
-}
-static void k_host_free(void* ctx, void* p) { ((const ZrtKernels*)ctx)->host_free(p); }
-
-/* ZRT_COMM_HOSTCODED=1 on a host table: the gathers and reduce-scatters go
- * through ZipCCL's device path with host memory standing in for the device
- * (zipcclDeviceMemoryHost: compressed calls coded "on the device" by the CPU
- * codec), the path a GPU run takes with the CUDA codec; with
- * ZRT_COMM_HOSTNET=1 as well they travel over ZipCCL's host stand-in for a
- * device network (zipcclDeviceNetHost), the path comm.net: nccl takes.
- * Test hooks (tests/test_train_device.sh), not modes to train in.
- *
- * comm.net: nccl gives each communicator (FSDP's gathers and reduce-scatters,
- * the expert-parallel and expert-data-parallel ones) an NCCL communicator
- * over its ranks, made from it (zipcclCommUseNccl). */
-static const char* set_net(const Fsdp* f, const ZrtKernels* K, zipcclComm_t* comms, int n) {
-    const char* hn = getenv("ZRT_COMM_HOSTNET");
-    if (!strcmp(f->cfg->runtime.net, "nccl")) {
-        for (int i = 0; i < n; i++) zipcclCheck(zipcclCommUseNccl(comms[i]));
-        return "nccl";
-    }
-    if (K->host_memory && hn && !strcmp(hn, "1")) {
-        for (int i = 0; i < n; i++) {
-            zipcclDeviceNet_t net;
-            zipcclCheck(zipcclDeviceNetHost(comms[i], &net));
-            zipcclCheck(zipcclCommSetNet(comms[i], &net));
-        }
-        return "host";
-    }
-    return NULL;
-}
-
-static void set_device_memory(const Fsdp* f, const ZrtKernels* K, zipcclComm_t* comms, int n) {
-    zipcclDeviceMemory_t t = {.name = K->name, .ctx = (void*)K, .coding = zipcclDeviceStaged,
-                              .toHost = k_to_host, .toDevice = k_to_device, .alloc = k_alloc,
-                              .free = k_free, .hostAlloc = k_host_alloc, .hostFree = k_host_free,
-                              .streamCreate = k_stream_create, .streamDestroy = k_stream_destroy,
-                              .eventRecord = k_event_record, .streamWaitEvent = k_stream_wait,
-                              .eventDestroy = k_event_free, .synchronize = k_synchronize,
-                              .timedEventRecord = k_timed_record};
-    if (K->host_memory) zipcclDeviceMemoryHost(&t);
-    else if (zrt_cuda_device() >= 0 && !strncmp(K->name, "cuda", 4))
-        zipcclCheck(zipcclDeviceMemoryCuda(zrt_cuda_device(), &t));
-    for (int i = 0; i < n; i++) zipcclCheck(zipcclCommSetDevice(comms[i], &t));
-    const char* net = set_net(f, K, comms, n);
-    if (f->rank == 0 && net)
-        printf("# collectives: the gathers and reduce-scatters take %s buffers, moved device to device over "
-               "%s%s (every call direct; compressed ones coded by the %s codec)%s\n", t.name, net,
-               strcmp(net, "host") ? "" : " (host memory standing in: ZRT_COMM_HOSTNET)",
-               t.coding == zipcclDeviceCodeCuda ? "CUDA" : "CPU",
-               f->ep > 1 ? "; so does the expert exchange's AlltoAllv" : "");
-    else if (f->rank == 0)
-        printf("# collectives: the gathers and reduce-scatters take %s buffers (%s)%s\n", t.name,
-               t.coding == zipcclDeviceStaged ? "staged through host memory, the CPU codec"
-               : t.coding == zipcclDeviceCodeCuda ? "compressed calls coded on the GPU by the CUDA codec, "
-                                                    "the others staged through pinned host memory"
-                                                  : "host memory standing in for a device: compressed calls "
-                                                    "coded in place by the CPU codec (ZRT_COMM_HOSTCODED)",
-               f->ep > 1 ? "; so does the expert exchange's AlltoAllv" : "");
 }
 
 void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* plan) {
@@ -248,10 +142,9 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
     /* On a device the gathers, reduce-scatters and the expert exchange take
      * device buffers: ZipCCL stages them, or codes compressed calls on the
      * GPU (COLLECTIVES.md §5a). */
-    const char* hc = getenv("ZRT_COMM_HOSTCODED");
-    if (!K->host_memory || (hc && !strcmp(hc, "1"))) {
+    if (device_comms_on_device(K)) {
         zipcclComm_t dev[5] = {f->comm_ag, f->comm_rs, f->comm_ag_x, f->comm_rs_x, f->expert.comm};
-        set_device_memory(f, K, dev, f->ep > 1 ? 5 : 2);
+        device_attach_comms(cfg, K, dev, f->ep > 1 ? 5 : 2, f->rank, f->ep > 1);
     }
 
     f->units = zrt_calloc((size_t)f->n_units, sizeof(FsdpUnit), "FSDP units");
@@ -272,10 +165,10 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
         U->shard = U->padded / G;
         float** st[4] = {&U->param, &U->grad, &U->m, &U->v};
         for (int i = 0; i < 4; i++) {
-            *st[i] = K->alloc(U->shard * sizeof(float));
+            *st[i] = zdev_alloc(K->dev, U->shard * sizeof(float));
             trainCheck(*st[i], "out of %s memory for the shards of %s (%zu floats each)", K->name,
                        U->name, U->shard);
-            K->memset0(*st[i], U->shard * sizeof(float));
+            zdevCheck(zdev_memset_async(K->dev, *st[i], 0, U->shard * sizeof(float), NULL));
         }
         U->ag_cfg = f->plan.e[u][PLAN_AG].cfg;
         U->rs_cfg = f->plan.e[u][PLAN_RS].cfg;
@@ -303,10 +196,10 @@ void fsdp_free(Fsdp* f) {
     if (!f->units) return;
     for (int u = 0; u < f->n_units; u++) {
         FsdpUnit* U = &f->units[u];
-        f->K->free(U->param);
-        f->K->free(U->grad);
-        f->K->free(U->m);
-        f->K->free(U->v);
+        zdev_free(f->K->dev, U->param);
+        zdev_free(f->K->dev, U->grad);
+        zdev_free(f->K->dev, U->m);
+        zdev_free(f->K->dev, U->v);
     }
     fsdp_host_release(f);
     free(f->host_state);
@@ -378,8 +271,8 @@ void fsdp_reduce_finish(Fsdp* f, int u, const void* recv) {
 
 /* A dump copies what a collective sent or received (K's memory). */
 static void dump_copy(Fsdp* f, void* dst, const void* src, size_t bytes) {
-    if (f->K->host_memory) memcpy(dst, src, bytes);
-    else f->K->download(dst, src, bytes);
+    if (f->K->dev->host_access) memcpy(dst, src, bytes);
+    else zdevCheck(zdev_download(f->K->dev, dst, src, bytes));
 }
 
 void fsdp_dump_param(Fsdp* f, int u, const void* buf) {
@@ -398,7 +291,7 @@ void fsdp_dump_grad(Fsdp* f, int u, const void* buf) {
 
 void fsdp_zero_grads(Fsdp* f) {
     for (int u = 0; u < f->n_units; u++)
-        f->K->memset0(f->units[u].grad, f->units[u].shard * sizeof(float));
+        zdevCheck(zdev_memset_async(f->K->dev, f->units[u].grad, 0, f->units[u].shard * sizeof(float), NULL));
 }
 
 void fsdp_scale_grads(Fsdp* f, float s) {
@@ -461,16 +354,16 @@ static void host_copy_free(Fsdp* f, int u, int which) {
  * itself goes out and the unit lands in a device buffer, then comes down. */
 static void gather_device(Fsdp* f, FsdpUnit* U, int which, zipcclComm_t comm, float* out) {
     const ZrtKernels* K = f->K;
-    float* d = K->alloc(U->padded * sizeof(float));
+    float* d = zdev_alloc(K->dev, U->padded * sizeof(float));
     trainCheck(d, "out of %s memory gathering %s (%zu floats)", K->name, U->name, U->padded);
     zipcclCheck(zipcclAllGather(state_of(U, which), d, U->shard, zipcclFloat32, comm, &U->ag_cfg, NULL));
-    K->download(out, d, U->padded * sizeof(float));
-    K->free(d);
+    zdevCheck(zdev_download(K->dev, out, d, U->padded * sizeof(float)));
+    zdev_free(K->dev, d);
 }
 
 void fsdp_gather_full(Fsdp* f, int u, int which, float* out) {
     FsdpUnit* U = &f->units[u];
-    const int dev = !f->K->host_memory;
+    const int dev = !f->K->dev->host_access;
     if (!U->group) {
         if (dev) {
             gather_device(f, U, which, f->comm_ag, out);
@@ -511,7 +404,7 @@ void fsdp_shard_range(const Fsdp* f, int u, size_t* lo, size_t* hi) {
 float* fsdp_shard_host(Fsdp* f, int u, int which, int download) {
     FsdpUnit* U = &f->units[u];
     float* st = state_of(U, which);
-    if (f->K->host_memory) return st;
+    if (f->K->dev->host_access) return st;
     float** h = &f->host_state[(size_t)u * 3 + which];
     if (!*h) {
         /* plain host memory: pinning a whole model's shards for a
@@ -520,16 +413,16 @@ float* fsdp_shard_host(Fsdp* f, int u, int which, int download) {
         trainCheck(*h, "out of host memory for a copy of the shard of %s (%zu floats)", U->name,
                    U->shard);
     }
-    if (download) f->K->download(*h, st, U->shard * sizeof(float));
+    if (download) zdevCheck(zdev_download(f->K->dev, *h, st, U->shard * sizeof(float)));
     return *h;
 }
 
 void fsdp_shard_commit(Fsdp* f, int u, int which) {
-    if (f->K->host_memory) return;
+    if (f->K->dev->host_access) return;
     FsdpUnit* U = &f->units[u];
     const float* h = f->host_state[(size_t)u * 3 + which];
     trainCheck(h, "fsdp: %s committed without its host copy", U->name);
-    f->K->upload(state_of(U, which), h, U->shard * sizeof(float));
+    zdevCheck(zdev_upload(f->K->dev, state_of(U, which), h, U->shard * sizeof(float)));
 }
 
 void fsdp_host_release(Fsdp* f) {
@@ -545,7 +438,7 @@ void fsdp_load_full(Fsdp* f, int u, int which, const float* full) {
     for (size_t i = 0; i < U->shard; i++)
         dst[i] = lo + i < U->numel ? full[U->full_off + lo + i] : 0.0f;
     fsdp_shard_commit(f, u, which);
-    if (!f->K->host_memory) host_copy_free(f, u, which);
+    if (!f->K->dev->host_access) host_copy_free(f, u, which);
 }
 
 uint64_t fsdp_param_hash(Fsdp* f) {

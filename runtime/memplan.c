@@ -48,7 +48,7 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
      * comm.net: nccl (the scratch is the device's, below) */
     const double wp = cfg->comm.param_dtype == zipcclBfloat16 ? 2 : 4,
                  wr = cfg->comm.reduce_dtype == zipcclBfloat16 ? 2 : 4;
-    const int nccl = !K->host_memory && !strcmp(cfg->runtime.net, "nccl");
+    const int nccl = !K->dev->host_access && !strcmp(cfg->runtime.net, "nccl");
     mp->comm = nranks > 1 && !nccl ? 1.125 * largest * (wp + (2 * wr * (nranks - 1) + 4) / nranks) : 0;
     /* the expert exchange's buffers, shared by the MoE blocks
      * (runtime/expert.c): three fp32 row sets of the N*k rows a rank sends
@@ -68,7 +68,7 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     mp->base = base;
     const double shard_total = mp->params + mp->grads + mp->optim;
     mp->host = mp->base + mp->data + mp->comm;
-    if (K->host_memory) {
+    if (K->dev->host_access) {
         mp->host += shard_total + mp->acts + mp->inflight;
     } else {
         /* the shards, activations and the collectives' buffers in flight on
@@ -97,7 +97,7 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
 
 void memplan_print(const MemPlan* mp, const TrainConfig* cfg, const ZrtKernels* K, FILE* f) {
     char b[14][32];
-    const int dev = !K->host_memory;
+    const int dev = !K->dev->host_access;
     fprintf(f,
             "# memory plan per rank at %d rank%s (%s): shards %s (params %s, grads %s, AdamW m+v "
             "%s) + gathered units and gradients in flight %s (the schedule's peak) "

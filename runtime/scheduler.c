@@ -413,7 +413,7 @@ typedef struct {
 } Pool;
 
 static void pool_release(Pool* pl, PoolBuf* b) {
-    if (pl->K) pl->K->free(b->p);
+    if (pl->K) zdev_free(pl->K->dev, b->p);
     else free(b->p);
     pl->total -= (double)b->cap;
     *b = pl->b[--pl->n];
@@ -447,7 +447,7 @@ static void* pool_get(Pool* pl, size_t bytes, int zero) {
             trainCheck(nb, "out of memory for the buffer pool");
             pl->b = nb;
         }
-        void* p = pl->K ? pl->K->alloc(bytes) : zrt_malloc(bytes, "scheduler buffer");
+        void* p = pl->K ? zdev_alloc(pl->K->dev, bytes) : zrt_malloc(bytes, "scheduler buffer");
         trainCheck(p, "out of %s memory: %zu bytes for a gathered unit or a gradient "
                       "(runtime.device: see the memory estimate at start)",
                    pl->K ? pl->K->name : "host", bytes);
@@ -457,7 +457,7 @@ static void* pool_get(Pool* pl, size_t bytes, int zero) {
     }
     best->used = 1;
     best->busy = 0;
-    if (zero && pl->K) pl->K->memset0(best->p, bytes);
+    if (zero && pl->K) zdevCheck(zdev_memset_async(pl->K->dev, best->p, 0, bytes, NULL));
     else if (zero) memset(best->p, 0, bytes);
     return best->p;
 }
@@ -839,6 +839,8 @@ static void done(Sched* s, const SchedEvent* e) {
     poll_all(s);
 }
 
+static void* trace_event(Sched* s); /* --trace on a device (below) */
+
 static const void* hook_acquire(void* ctx, int u, int phase) {
     Sched* s = ctx;
     const SchedEvent* e = expect(s, EV_ACQ, u, phase);
@@ -863,7 +865,7 @@ static const void* hook_acquire(void* ctx, int u, int phase) {
     trainCheck(U->state == 2 && U->unit, "scheduler: %s read before its gather completed",
                s->f->units[u].name);
     U->t_acq = zrt_now();
-    if (s->trace && s->dpool.K) U->ev_acq = s->dpool.K->event_record();
+    if (s->trace && s->dpool.K) U->ev_acq = trace_event(s);
     done(s, e);
     return U->unit;
 }
@@ -878,7 +880,7 @@ static void hook_release(void* ctx, int u, int phase) {
                 phase ? "bwd" : "fwd", s->f->units[u].name, s->f->rank, us(s, U->t_acq),
                 (zrt_now() - U->t_acq) * 1e6, s->micro);
     if (s->trace && s->dpool.K && U->ev_acq) {
-        push_dspan(s, (DevSpan){U->ev_acq, s->dpool.K->event_record(), u, phase, s->micro, -1, 0, 0});
+        push_dspan(s, (DevSpan){U->ev_acq, trace_event(s), u, phase, s->micro, -1, 0, 0});
         U->ev_acq = NULL;
     }
     if (e->drop) {
@@ -1134,7 +1136,7 @@ Sched* sched_create(Fsdp* f, const TrainConfig* cfg, int trace) {
 void sched_set_backend(Sched* s, const ZrtKernels* K) {
     trainCheck(!s->p && s->dpool.n == 0 && s->pool.n == 0,
                "scheduler: the backend is set before the first step");
-    s->dpool.K = K && !K->host_memory ? K : NULL;
+    s->dpool.K = K && !K->dev->host_access ? K : NULL;
     if (s->trace && s->dpool.K && s->f->ep > 1) { /* the exchange's device spans too */
         s->f->expert.on_span = expert_span;
         s->f->expert.span_ctx = s;
@@ -1165,6 +1167,25 @@ void sched_destroy(Sched* s) {
     free(s);
 }
 
+/* --trace on a device: a timing event recorded now on the compute stream,
+ * after the work already issued (NULL when none could be made: the span is
+ * left out). */
+static void* trace_event(Sched* s) {
+    ZDevice* d = s->dpool.K->dev;
+    void* e = NULL;
+    if (zdev_event_create(d, &e, 1)) return NULL;
+    if (zdev_event_record(d, e, NULL)) {
+        zdev_event_destroy(d, e);
+        return NULL;
+    }
+    return e;
+}
+
+static double elapsed_ms(const ZrtKernels* K, void* a, void* b) {
+    double ms = 0;
+    return a && b && zdev_event_elapsed_ms(K->dev, a, b, &ms) == 0 ? ms : 0.0;
+}
+
 /* An exchange's name on the trace's tracks: which way, and the chunk. */
 static void a2a_name(char* out, size_t cap, int xdir, int phase, int chunk) {
     snprintf(out, cap, "%s%s c%d", xdir == 1 ? "dispatch" : "combine", phase ? "_grad" : "", chunk);
@@ -1188,21 +1209,21 @@ static void trace_device_spans(Sched* s) {
                        "{\"micro\": %d}}",
                     what, s->f->units[d->unit].name,
                     comm ? "device_comm" : "device", s->f->rank, 1 + NSLOTS + comm,
-                    us(s, s->dref_t) + K->event_elapsed_ms(s->dref, d->a) * 1e3,
-                    K->event_elapsed_ms(d->a, d->b) * 1e3, d->micro);
-        K->event_free(d->a);
-        K->event_free(d->b);
+                    us(s, s->dref_t) + elapsed_ms(K, s->dref, d->a) * 1e3,
+                    elapsed_ms(K, d->a, d->b) * 1e3, d->micro);
+        zdev_event_destroy(K->dev, d->a);
+        zdev_event_destroy(K->dev, d->b);
     }
     s->n_dspan = 0;
-    if (s->dref) K->event_free(s->dref);
+    zdev_event_destroy(K->dev, s->dref);
     s->dref = NULL;
 }
 
 void sched_begin_step(Sched* s, int train) {
     trainCheck(!s->p, "scheduler: a step began inside another");
     if (s->trace && s->dpool.K) { /* the reference: recorded with the device idle */
-        s->dpool.K->synchronize();
-        s->dref = s->dpool.K->event_record();
+        zdevCheck(zdev_stream_sync(s->dpool.K->dev, NULL));
+        s->dref = trace_event(s);
         s->dref_t = zrt_now();
     }
     s->p = train ? &s->train : &s->eval;

@@ -123,7 +123,7 @@ void train_log_step(TrainRun* r, const TrainStepLog* s) {
                            s->wire[2] > 0 ? s->raw[2] / s->wire[2] : 1.0,
                            (unsigned long long)(s->c1[2].calls - s->c0[2].calls), s->a2a_ms);
             }
-            if (!r->K->host_memory) printf(" | bus %.2f MB %.1f ms", s->bus_bytes / 1e6, s->bus_ms);
+            if (!r->K->dev->host_access) printf(" | bus %.2f MB %.1f ms", s->bus_bytes / 1e6, s->bus_ms);
             if (!isnan(s->val)) printf(" | val %.4f", s->val);
             printf(" | eta %s\n", eta);
             fflush(stdout);
@@ -173,7 +173,7 @@ void train_log_step(TrainRun* r, const TrainStepLog* s) {
                 }
                 fprintf(r->json, "]");
             }
-            if (!r->K->host_memory) /* ZipCCL's copies of the device's gathers and reduce-scatters */
+            if (!r->K->dev->host_access) /* ZipCCL's copies of the device's gathers and reduce-scatters */
                 fprintf(r->json, ", \"bus_bytes\": %.0f, \"bus_ms\": %.9g", s->bus_bytes, s->bus_ms);
             if (!isnan(s->val)) fprintf(r->json, ", \"val_loss\": %.9g", s->val);
             fprintf(r->json, "}\n");

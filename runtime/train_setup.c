@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "device_setup.h"
 #include "hf.h"
 #include "log.h"
 #include "train_run.h"
@@ -153,21 +154,16 @@ static void parse_args(int argc, char** argv, TrainArgs* a) {
     }
 }
 
-/* The backend the model computes on (runtime.device), every rank bound to
- * the GPU of its node-local rank for cuda. A device that cannot be used
- * is an error naming the key, agreed by every rank. */
+/* The backend the model computes on (runtime.device; device_setup.c), every
+ * rank bound to the GPU of its node-local rank for cuda. A device that
+ * cannot be used is an error naming the key, agreed by every rank. */
 static const ZrtKernels* select_backend(const TrainConfig* cfg, int local_rank) {
-    const char* dev = cfg->runtime.device;
-    const int bf16 = !strcmp(cfg->runtime.compute, "bf16");
-    const ZrtKernels* host = bf16 ? zrt_kernels_cpu_bf16() : zrt_kernels_cpu();
-    if (!strcmp(dev, "cpu")) return host;
-    if (!strcmp(dev, "cpu_guarded")) return zrt_kernels_guarded(host);
-    char msg[800], w[400];
-    const int bad = zrt_cuda_bind(local_rank) != 0 || !zrt_kernels_cuda();
-    snprintf(msg, sizeof msg, "%s: key 'runtime.device': cuda: %s",
-             config_where(cfg, "runtime.device", w, sizeof w), zrt_cuda_error());
-    train_agree_or_fail(bad, msg);
-    return bf16 ? zrt_kernels_cuda_bf16() : zrt_kernels_cuda();
+    char why[512] = "", msg[1000], w[400];
+    const ZrtKernels* K = device_select(cfg, local_rank, why, sizeof why);
+    snprintf(msg, sizeof msg, "%s: key 'runtime.device': %s: %s",
+             config_where(cfg, "runtime.device", w, sizeof w), cfg->runtime.device, why);
+    train_agree_or_fail(K == NULL, msg);
+    return K;
 }
 
 /* What the backend's matmul reaches on this rank (FLOP/s), for MFU on a
@@ -179,24 +175,24 @@ static double backend_matmul_peak(const ZrtKernels* K) {
     const size_t bytes = (size_t)n * n * sizeof(float);
     float* h = zrt_malloc(bytes, "matmul probe");
     for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)(i % 17) * 0.01f;
-    float *a = K->alloc(bytes), *b = K->alloc(bytes), *c = K->alloc(bytes);
+    float *a = zdev_alloc(K->dev, bytes), *b = zdev_alloc(K->dev, bytes), *c = zdev_alloc(K->dev, bytes);
     trainCheck(a && b && c, "out of %s memory for the matmul probe", K->name);
-    K->upload(a, h, bytes);
-    K->upload(b, h, bytes);
+    zdevCheck(zdev_upload(K->dev, a, h, bytes));
+    zdevCheck(zdev_upload(K->dev, b, h, bytes));
     K->matmul_forward(c, a, b, n, n, n);
-    K->synchronize();
+    zdevCheck(zdev_stream_sync(K->dev, NULL));
     double best = 0;
     const double start = zrt_now();
     for (int r = 0; r < 3 && (r == 0 || zrt_now() - start < 0.3); r++) {
         const double t0 = zrt_now();
         for (int i = 0; i < 4; i++) K->matmul_forward(c, a, b, n, n, n);
-        K->synchronize();
+        zdevCheck(zdev_stream_sync(K->dev, NULL));
         const double f = 4 * 2.0 * n * (double)n * n / (zrt_now() - t0);
         best = f > best ? f : best;
     }
-    K->free(a);
-    K->free(b);
-    K->free(c);
+    zdev_free(K->dev, a);
+    zdev_free(K->dev, b);
+    zdev_free(K->dev, c);
     free(h);
     return best;
 }
@@ -233,12 +229,12 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
     int local = 1;
     MPI_Comm_size(node, &local);
     const double avail = (double)zrt_mem_available(), need = mp->host * local;
-    if (!K->host_memory) {
+    if (!K->dev->host_access) {
         size_t dfree = 0, dtotal = 0;
         int sharing = 1, dev_bad = 0;
-        if (K->mem_info(&dfree, &dtotal) == 0) {
+        if (zdev_mem_info(K->dev, &dfree, &dtotal) == 0) {
             MPI_Comm dc; /* the ranks of this host on this device */
-            MPI_Comm_split(node, zrt_cuda_device(), 0, &dc);
+            MPI_Comm_split(node, K->dev->ordinal, 0, &dc);
             MPI_Comm_size(dc, &sharing);
             MPI_Comm_free(&dc);
             dev_bad = mp->device * sharing > 0.9 * (double)dfree;
@@ -285,7 +281,7 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
                  zrt_fmt_bytes(mp->host, b[0], 32),
                  zrt_fmt_bytes(mp->params + mp->grads + mp->optim, b[1], 32),
                  zrt_fmt_bytes(mp->inflight, b[2], 32),
-                 zrt_fmt_bytes(K->host_memory ? mp->acts : 0, b[3], 32),
+                 zrt_fmt_bytes(K->dev->host_access ? mp->acts : 0, b[3], 32),
                  zrt_fmt_bytes(mp->comm, b[4], 32), zrt_fmt_bytes(mp->data, b[5], 32),
                  zrt_fmt_bytes(mp->base, b[6], 32), local, zrt_fmt_bytes(need, b[7], 32),
                  zrt_fmt_bytes(avail, (char[32]){0}, 32),
@@ -445,10 +441,10 @@ static int plan_or_refuse(TrainRun* r) {
     if (args->plan) { /* the plan at args->plan ranks, and nothing else */
         if (r->rank == 0) {
             const ZrtKernels* PK = zrt_kernels_cpu();
-            if (!strcmp(cfg->runtime.device, "cuda") && zrt_kernels_cuda()) PK = zrt_kernels_cuda();
+            if (!strcmp(cfg->runtime.device, "cuda") && zrt_kernels_cuda(NULL)) PK = zrt_kernels_cuda(NULL);
             MemPlan mp;
             /* OpenBLAS's work buffers into the base, as in a run */
-            if (PK->host_memory) zrt_sgemm_peak(0.05);
+            if (PK->dev->host_access) zrt_sgemm_peak(0.05);
             if (memplan_build(cfg, args->plan, PK, data_bytes(cfg), (double)zrt_rss_now(), &mp,
                               err, sizeof err))
                 train_config_fail(err);
@@ -469,10 +465,11 @@ static void choose_device(TrainRun* r, double* peak_rank) {
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &local_rank);
     const ZrtKernels* K = r->K = select_backend(cfg, local_rank);
-    if (r->rank == 0 && !K->host_memory)
+    if (r->rank == 0 && !K->dev->host_access)
         printf("# device: %s%s%s; the model, FSDP's shards, the optimizer and the collectives' "
                "buffers live there\n",
-               K->name, strncmp(K->name, "cuda", 4) ? "" : ", ", zrt_cuda_device_name());
+               K->name, K->dev->kind == ZDEV_KIND_CUDA ? ", " : "",
+               K->dev->kind == ZDEV_KIND_CUDA ? K->dev->label : "");
     if (r->rank == 0 && strcmp(cfg->runtime.compute, "fp32"))
         printf("# compute: %s (kernel table %s): the linear layers multiply bf16 operands, fp32 "
                "accumulation; attention, norms and the loss stay fp32\n",
@@ -480,7 +477,7 @@ static void choose_device(TrainRun* r, double* peak_rank) {
     /* ---- the matmul peak for MFU: every rank at once, summed (the host's
      * SGEMM, or the device's through the kernel table); before the memory
      * plan, whose measured base then holds OpenBLAS's work buffers ---- */
-    *peak_rank = K->host_memory ? zrt_sgemm_peak(0.3) : backend_matmul_peak(K);
+    *peak_rank = K->dev->host_access ? zrt_sgemm_peak(0.3) : backend_matmul_peak(K);
     check_memory(cfg, K, node, &r->mplan);
     MPI_Comm_free(&node);
 }
@@ -589,7 +586,7 @@ static void build_model(TrainRun* r, HfSource** hf_src, double peak_rank) {
     if (r->rank == 0) {
         printf("# %s peak %.2f GFLOP/s (all ranks); strategies: allgather %s, reducescatter "
                "%s",
-               K->host_memory ? "sgemm" : "matmul", r->peak / 1e9, zipcclStrategyName(fsdp->units[1 % fsdp->n_units].ag_cfg.strategy),
+               K->dev->host_access ? "sgemm" : "matmul", r->peak / 1e9, zipcclStrategyName(fsdp->units[1 % fsdp->n_units].ag_cfg.strategy),
                zipcclStrategyName(fsdp->units[1 % fsdp->n_units].rs_cfg.strategy));
         if (fsdp->ep > 1)
             printf(", alltoall %s",

@@ -20,14 +20,16 @@
 #                    are posted once the agreement is in) and answers liveness
 #                    queries in its waits (zipcclIdle); it calls only common.c
 #                    and the transport table
-#   2 transport      transport/: the MPI and NCCL tables; core/device_cuda:
-#                    the CUDA device-memory table (copies, allocation, the
-#                    NCCL transport's reduction kernels)
+#   2 transport      transport/: the MPI and NCCL tables (and the CUDA
+#                    reduction kernels of the device designs)
 #   1 codec          codec/: usable alone (zipcclCompress is public), so it
 #                    never reaches the wire
 #   0 common         core/common.c: errors, names, dtype helpers, the clock,
 #                    host allocation, the float conversions, the host's
 #                    reduction arithmetic
+#  -1 device         device/ (outside comm/, built into libzipccl): the one
+#                    device model the kernel tables use too; it calls
+#                    nothing of comm/
 #
 # How: every object of the library under BUILD/obj/comm (comm/bench/ holds
 # programs over the public API, not the library) is read with nm; each
@@ -60,7 +62,7 @@ layer() {
     transport/*)         echo "2 transport" ;;
     codec/*)             echo "1 codec" ;;
     core/common.c)       echo "0 common" ;;
-    core/device_cuda*)   echo "2 transport" ;;
+    device/*)            echo "-1 device" ;;
     *)                   echo "" ;;
   esac
 }
@@ -69,9 +71,11 @@ fails=0
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
 
-objs=()
+objs=() # relative to $objdir; the device layer's as ../device/NAME.o
 [ -d "$objdir" ] && while IFS= read -r o; do objs+=("$o"); done \
   < <(cd "$objdir" && find . -name '*.o' ! -path './bench/*' | sed 's#^\./##' | LC_ALL=C sort)
+[ -d "$objdir/../device" ] && while IFS= read -r o; do objs+=("../device/$o"); done \
+  < <(cd "$objdir/../device" && find . -name '*.o' | sed 's#^\./##' | LC_ALL=C sort)
 if [ ${#objs[@]} -eq 0 ]; then
   fail comm_layers "no comm/ objects under $objdir (build first: make all)"
   exit 1
@@ -79,7 +83,7 @@ fi
 
 # The source a object was built from: core/coll.o -> core/coll.c,
 # codec/codec_cuda.cu.o -> codec/codec_cuda.cu.
-src_of() { case "$1" in *.cu.o) echo "${1%.o}" ;; *) echo "${1%.o}.c" ;; esac; }
+src_of() { local o=${1#../}; case "$o" in *.cu.o) echo "${o%.o}" ;; *) echo "${o%.o}.c" ;; esac; }
 
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 : >"$tmp/defs"; : >"$tmp/refs"; : >"$tmp/layers"

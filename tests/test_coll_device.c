@@ -1,16 +1,18 @@
 // test: ranks=1,2,4 timeout=240
 /*
  * test_coll_device.c — device buffers over MPI (zipcclCommSetDevice,
- * comm/core/coll_run.c), on machines without a GPU.  Two stand-in devices:
- *   - guarded: every allocation is its own mapping, PROT_NONE except inside
- *     the table's own copies, so any host read or write of "device" memory by
- *     ZipCCL dies with SIGSEGV; coding staged (the CPU codec on the host);
- *   - hostcoded (zipcclDeviceMemoryHost): host memory with coding host, so a
+ * comm/core/coll_run.c), on machines without a GPU.  Two devices of
+ * device/device.h stand in:
+ *   - guarded (zdev_cpu_guarded): every allocation is its own mapping,
+ *     PROT_NONE except inside the device's own copies, so any host read or
+ *     write of "device" memory by ZipCCL dies with SIGSEGV; staged (the CPU
+ *     codec on the host);
+ *   - hostcoded (zdev_cpu, zipcclDeviceCoded): host memory coded in place, so a
  *     compressed AllGather or ReduceScatter takes the device-coded path
  *     (frames compressed in place, only frames staged, sizes summed, frames
  *     exchanged by the AlltoAllv design, decoded, ReduceScatter's sum in the
- *     canonical order through the table) with the CPU codec and the host's
- *     reduction in the CUDA ones' place: every step but the CUDA kernels.
+ *     canonical order) with the CPU codec and the host's reduction in the
+ *     CUDA ones' place: every step but the CUDA kernels.
  * For each device, every collective (AllGather, ReduceScatter, AllReduce,
  * AlltoAll, AlltoAllv with gaps in recvbuf; in-place AllGather,
  * ReduceScatter and AllReduce), strategy (native, raw,
@@ -19,16 +21,16 @@
  * host path is checked against MPI's collectives by test_coll), AlltoAllv
  * leaves the gaps of recvbuf alone, and the counters say what crossed the
  * bus (staged: the whole send and receive; coded AllGather: frames only,
- * less than staged).  Then the refusals: a table without an entry, cuda
- * coding where the CUDA codec cannot run, a copy that fails on one rank (it
- * says so, its peers time out naming it instead of hanging, and a fresh
- * communicator works), zipcclDeviceMemoryCuda without a
- * device, an NCCL-free build's stub, and ranks that disagree on where the
- * AllGather is coded (zipcclMismatch on every rank, naming it).
+ * less than staged).  Then the refusals: a bad coding, coding where no codec
+ * can read the memory, the CUDA codec where it cannot run, a copy that fails
+ * on one rank (it says so, its peers time out naming it instead of hanging,
+ * and a fresh communicator works), zdev_cuda without a device, an NCCL-free
+ * build's stub, and ranks that disagree on where the AllGather is coded
+ * (zipcclMismatch on every rank, naming it).
  * With --cuda (scripts/test_gpu.sh, on a GPU machine) the same comparison
- * runs with zipcclDeviceMemoryCuda: the CUDA codec codes every compressed
- * call on the device and must give the host path's bits.  Without a GPU the
- * same --cuda run goes through the warp emulator (BUILD/gpu/
+ * runs on zdev_cuda, coded: the CUDA codec codes every compressed call on
+ * the device and must give the host path's bits.  Without a GPU the same
+ * --cuda run goes through the warp emulator (BUILD/gpu/
  * test_coll_device_emu, tests/test_coll_device_cuda_emu.sh: device_cuda.cu,
  * the codec's kernels and the reduction kernels as plain C++ over
  * tests/gpu/emu), where it also runs the designs over the host stand-in
@@ -45,174 +47,140 @@
 
 #include <mpi.h>
 
+#include "device.h"
 #include "gauss.h"
 #include "testutil.h"
 #include "zipccl.h"
 #include "zipccl_internal.h"
 #include "mpitest.h"
 
-/* ---- the guarded stand-in ----------------------------------------------------- */
+/* ---- the devices ------------------------------------------------------------- */
 
-#define MAXMAPS 64
-static struct { void* p; size_t len; } g_maps[MAXMAPS];
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static size_t pageRound(size_t b) {
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    return (b + pg - 1) / pg * pg;
-}
-static void* gAlloc(void* ctx, size_t bytes) {
-    (void)ctx;
-    size_t len = pageRound(bytes ? bytes : 1);
-    void* p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    pthread_mutex_lock(&g_mu);
-    for (int i = 0; i < MAXMAPS; i++)
-        if (!g_maps[i].p) {
-            g_maps[i].p = p, g_maps[i].len = len;
-            pthread_mutex_unlock(&g_mu);
-            return p;
-        }
-    pthread_mutex_unlock(&g_mu);
-    munmap(p, len);
-    return NULL;
-}
-static void gFree(void* ctx, void* p) {
-    (void)ctx;
-    pthread_mutex_lock(&g_mu);
-    for (int i = 0; i < MAXMAPS; i++)
-        if (g_maps[i].p == p) {
-            munmap(p, g_maps[i].len);
-            g_maps[i].p = NULL;
-        }
-    pthread_mutex_unlock(&g_mu);
-}
-/* The mapping holding [p, p + bytes), opened for the copy (-1: none). */
-static int gOpen(const void* p, size_t bytes) {
-    for (int i = 0; i < MAXMAPS; i++) {
-        const char* b = g_maps[i].p;
-        if (b && (const char*)p >= b && (const char*)p + bytes <= b + g_maps[i].len) {
-            mprotect(g_maps[i].p, g_maps[i].len, PROT_READ | PROT_WRITE);
-            return i;
-        }
-    }
-    return -1;
-}
-static zipcclResult_t gCopy(void* dst, const void* src, size_t bytes, const void* dev) {
-    pthread_mutex_lock(&g_mu);
-    int m = gOpen(dev, bytes);
-    if (m >= 0) memcpy(dst, src, bytes);
-    if (m >= 0) mprotect(g_maps[m].p, g_maps[m].len, PROT_NONE);
-    pthread_mutex_unlock(&g_mu);
-    return m >= 0 ? zipcclSuccess : zipcclInvalidArgument; /* not device memory of ours */
-}
-static zipcclResult_t gToHost(void* ctx, void* h, const void* d, size_t bytes, void* stream) {
-    (void)ctx, (void)stream;
-    return gCopy(h, d, bytes, d);
-}
-static zipcclResult_t gToDevice(void* ctx, void* d, const void* h, size_t bytes, void* stream) {
-    (void)ctx, (void)stream;
-    return gCopy(d, h, bytes, d);
-}
-
-static const zipcclDeviceMemory_t kGuarded = {.name = "guarded", .coding = zipcclDeviceStaged, .toHost = gToHost,
-                                              .toDevice = gToDevice, .alloc = gAlloc, .free = gFree};
-static zipcclDeviceMemory_t kHostCoded; /* zipcclDeviceMemoryHost */
+/* A device and how a communicator runs calls on it. */
+typedef struct {
+    const char* name;
+    ZDevice* dev;
+    zipcclDeviceCoding_t coding;
+} Dev;
+static Dev kGuarded, kHostCoded;
 
 /* ---- the streamed stand-in ---------------------------------------------------------- */
 
-/* The host-coded table with the stream entries, streams and events as
- * bookkeeping: every copy and sum of ZipCCL's (g_inCall) must run on a
- * communicator's stream, after the event of its call was recorded on the
- * caller's stream and waited there; every call synchronises it, except over
- * a network, where it records its end on the communicator's stream and the
- * caller's stream waits for that (the tests' caller stream is NULL). */
+/* Host memory whose streams and events are bookkeeping: every copy of
+ * ZipCCL's (g_inCall) must run on a communicator's stream, after the event
+ * of its call was recorded on the caller's stream (the compute stream: the
+ * tests pass NULL) and waited there; every call synchronises it (and each
+ * blocking copy does), except over a network, where it records its end on
+ * the communicator's stream and the caller's stream waits for that. */
 static int g_inCall;
 typedef struct { int id; } FakeStream;
-typedef struct { int recorded, onComm, seq; } FakeEvent;
+typedef struct { int recorded, onComm, seq, timing; } FakeEvent;
+static FakeStream g_callerStream = {0xCA11};
 static struct {
     int streams, streamsFreed, events, eventsFreed, records, waits, waitsUnrecorded, syncs, onStream, offStream;
+    int copies;                 /* copies during calls */
     int doneRecords, doneWaits; /* ends recorded on a communicator's stream; the caller's waits for them */
     int timed, seq;             /* timing events recorded; a clock for all of them */
 } g_st;
 static int known(void* stream) { return stream && ((FakeStream*)stream)->id == 0x5EA; }
-static void onWhich(void* stream) {
-    if (!g_inCall) return;
-    if (known(stream)) g_st.onStream++;
-    else g_st.offStream++;
-}
-static zipcclResult_t sCopy(void* ctx, void* dst, const void* src, size_t bytes, void* stream) {
-    (void)ctx;
-    onWhich(stream);
+static int caller(void* stream) { return stream == &g_callerStream; }
+static int sCopy(ZDevice* d, void* dst, const void* src, size_t bytes, ZDevDir dir, void* stream) {
+    (void)d, (void)dir;
+    if (g_inCall) {
+        g_st.copies++;
+        if (known(stream)) g_st.onStream++;
+        else g_st.offStream++;
+    }
     memcpy(dst, src, bytes);
-    return zipcclSuccess;
+    return 0;
 }
-static zipcclDeviceMemory_t kHostBase; /* zipcclDeviceMemoryHost, for its sum */
-static zipcclResult_t sAccumulate(void* ctx, float* acc, const void* x, size_t count, zipcclDataType_t dtype,
-                                  int first, void* stream) {
-    onWhich(stream);
-    return kHostBase.accumulate(ctx, acc, x, count, dtype, first, stream);
-}
-static zipcclResult_t sFinalize(void* ctx, void* out, const float* acc, size_t count, zipcclDataType_t dtype,
-                                zipcclRedOp_t op, int n, void* stream) {
-    onWhich(stream);
-    return kHostBase.finalize(ctx, out, acc, count, dtype, op, n, stream);
-}
-static zipcclResult_t sStreamCreate(void* ctx, void** stream) {
-    (void)ctx;
+static int sStreamCreate(ZDevice* d, void** stream) {
+    (void)d;
     FakeStream* s = malloc(sizeof *s);
     s->id = 0x5EA;
     *stream = s;
     g_st.streams++;
-    return zipcclSuccess;
+    return 0;
 }
-static void sStreamDestroy(void* ctx, void* stream) {
-    (void)ctx;
+static void sStreamDestroy(ZDevice* d, void* stream) {
+    (void)d;
     g_st.streamsFreed += known(stream);
-    free(stream);
+    if (!caller(stream)) free(stream);
 }
-static zipcclResult_t sEventRecord(void* ctx, void* stream, void** event) {
-    (void)ctx;
-    if (stream && !known(stream)) g_st.offStream++; /* the tests call with the NULL stream */
-    if (!*event) {
-        *event = calloc(1, sizeof(FakeEvent));
-        g_st.events++;
-    }
-    ((FakeEvent*)*event)->recorded = 1;
-    ((FakeEvent*)*event)->onComm = known(stream);
-    if (known(stream)) g_st.doneRecords++;
-    else g_st.records++;
-    return zipcclSuccess;
+static int sStreamSync(ZDevice* d, void* stream) {
+    (void)d;
+    if (known(stream)) g_st.syncs++;
+    return 0;
 }
-static zipcclResult_t sTimedEventRecord(void* ctx, void* stream, void** event) {
-    (void)ctx;
+static int sEventCreate(ZDevice* d, void** event, int timing) {
+    (void)d;
     FakeEvent* e = calloc(1, sizeof *e);
-    e->onComm = known(stream);
-    e->seq = ++g_st.seq;
+    e->timing = timing;
     *event = e;
     g_st.events++;
-    g_st.timed++;
-    return zipcclSuccess;
+    return 0;
 }
-static zipcclResult_t sStreamWaitEvent(void* ctx, void* stream, void* event) {
-    (void)ctx;
-    FakeEvent* e = event;
-    /* the communicator's stream waits for the caller's event; the caller's
-     * (NULL) for the communicator's */
-    if (!e || !e->recorded || (stream ? !known(stream) || e->onComm : !e->onComm)) g_st.waitsUnrecorded++;
-    else if (stream) e->recorded = 0, g_st.waits++; /* each record waited once */
-    else e->recorded = 0, g_st.doneWaits++;
-    return zipcclSuccess;
-}
-static void sEventDestroy(void* ctx, void* event) {
-    (void)ctx;
+static void sEventDestroy(ZDevice* d, void* event) {
+    (void)d;
     g_st.eventsFreed++;
     free(event);
 }
-static zipcclResult_t sSynchronize(void* ctx, void* stream) {
-    (void)ctx;
-    if (known(stream)) g_st.syncs++;
-    return zipcclSuccess;
+static int sEventRecord(ZDevice* d, void* event, void* stream) {
+    (void)d;
+    FakeEvent* e = event;
+    if (!known(stream) && !caller(stream)) g_st.offStream++;
+    e->onComm = known(stream);
+    if (e->timing) { /* a span's start or end */
+        e->seq = ++g_st.seq;
+        g_st.timed++;
+        return 0;
+    }
+    e->recorded = 1;
+    if (known(stream)) g_st.doneRecords++;
+    else g_st.records++;
+    return 0;
+}
+static int sStreamWaitEvent(ZDevice* d, void* stream, void* event) {
+    (void)d;
+    FakeEvent* e = event;
+    /* the communicator's stream waits for the caller's event; the caller's
+     * for the communicator's */
+    if (!e || !e->recorded || (known(stream) ? e->onComm : !caller(stream) || !e->onComm)) g_st.waitsUnrecorded++;
+    else if (known(stream)) e->recorded = 0, g_st.waits++; /* each record waited once */
+    else e->recorded = 0, g_st.doneWaits++;
+    return 0;
+}
+static int sEventSync(ZDevice* d, void* event) {
+    (void)d, (void)event;
+    return 0;
+}
+static int sElapsed(ZDevice* d, void* a, void* b, double* ms) {
+    (void)d, (void)a, (void)b;
+    *ms = 0;
+    return 0;
+}
+static int sSynchronize(ZDevice* d) {
+    (void)d;
+    return 0;
+}
+static ZDeviceOps kStreamedOps;
+static ZDevice kStreamedDev;
+static Dev kStreamed;
+static void streamedInit(void) {
+    kStreamedOps = *zdev_cpu()->ops; /* host memory; streams and events below */
+    kStreamedOps.copy = sCopy;
+    kStreamedOps.stream_create = sStreamCreate, kStreamedOps.stream_destroy = sStreamDestroy;
+    kStreamedOps.stream_sync = sStreamSync;
+    kStreamedOps.event_create = sEventCreate, kStreamedOps.event_destroy = sEventDestroy;
+    kStreamedOps.event_record = sEventRecord, kStreamedOps.stream_wait_event = sStreamWaitEvent;
+    kStreamedOps.event_sync = sEventSync, kStreamedOps.event_elapsed_ms = sElapsed;
+    kStreamedOps.synchronize = sSynchronize;
+    kStreamedDev = *zdev_cpu();
+    kStreamedDev.name = "streamed";
+    kStreamedDev.kind = ZDEV_KIND_OTHER;
+    kStreamedDev.ops = &kStreamedOps;
+    kStreamedDev.stream = &g_callerStream;
+    kStreamed = (Dev){"streamed", &kStreamedDev, zipcclDeviceCoded};
 }
 
 /* ---- the comparison --------------------------------------------------------------- */
@@ -269,11 +237,11 @@ static zipcclResult_t call(zipcclCollKind_t kind, const void* sb, void* rb, size
  * communicator against the host one. */
 /* A device communicator on `mem`, over the network `net` names: NULL, "host"
  * (zipcclDeviceNetHost) or "nccl" (zipcclCommUseNccl). */
-static zipcclComm_t devComm(const zipcclDeviceMemory_t* mem, const char* net) {
+static zipcclComm_t devComm(const Dev* mem, const char* net) {
     MPI_Comm w = MPI_COMM_WORLD;
     zipcclComm_t dev = NULL;
     int ok = zipcclCommInitMpi(&dev, &w) == zipcclSuccess;
-    ok = ok && zipcclCommSetDevice(dev, mem) == zipcclSuccess;
+    ok = ok && zipcclCommSetDevice(dev, mem->dev, mem->coding) == zipcclSuccess;
     if (ok && net && (!strcmp(net, "host") || !strcmp(net, "hostsizes"))) {
         zipcclDeviceNet_t t;
         ok = zipcclDeviceNetHost(dev, &t) == zipcclSuccess && zipcclCommSetNet(dev, &t) == zipcclSuccess;
@@ -291,7 +259,7 @@ static zipcclComm_t devComm(const zipcclDeviceMemory_t* mem, const char* net) {
     return dev;
 }
 
-static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const char* net) {
+static void compareAll(const Dev* mem, zipcclComm_t host, const char* net) {
     zipcclComm_t dev = devComm(mem, net);
     if (!dev) return;
     static const zipcclCollKind_t kinds[] = {zipcclCollAllGather, zipcclCollReduceScatter, zipcclCollAllReduce,
@@ -330,10 +298,10 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const
                 fill(in, s.sendElems, dt, (uint64_t)(rank * 1000 + k * 10 + di));
                 memset(outH, 0x5A, rB + 1);
                 memset(outD, 0x5A, rB + 1);
-                void* dIn = mem->alloc(mem->ctx, sB + 1);
-                void* dOut = mem->alloc(mem->ctx, rB + 1);
-                mem->toDevice(mem->ctx, dIn, in, sB, NULL);
-                mem->toDevice(mem->ctx, dOut, outD, rB, NULL); /* the gaps' sentinel */
+                void* dIn = zdev_alloc(mem->dev, sB + 1);
+                void* dOut = zdev_alloc(mem->dev, rB + 1);
+                zdev_upload(mem->dev, dIn, in, sB);
+                zdev_upload(mem->dev, dOut, outD, rB); /* the gaps' sentinel */
                 zipcclResult_t rh = call(kind, in, outH, count, &s, dt, host, &hostCfg);
                 zipcclCounters_t before, after;
                 zipcclCommGetCounters(dev, kind, &before);
@@ -341,7 +309,7 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const
                 zipcclResult_t rd = call(kind, dIn, dOut, count, &s, dt, dev, &cfg);
                 g_inCall = 0;
                 zipcclCommGetCounters(dev, kind, &after);
-                mem->toHost(mem->ctx, outD, dOut, rB, NULL);
+                zdev_download(mem->dev, outD, dOut, rB);
                 char label[120];
                 snprintf(label, sizeof label, "%s %s %s", zipcclCollName(kind), runs[ri].name,
                          dt == zipcclBfloat16 ? "bf16" : "fp32");
@@ -402,8 +370,8 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const
                     codedSmaller = 0;
                 }
                 nCases++;
-                mem->free(mem->ctx, dIn);
-                mem->free(mem->ctx, dOut);
+                zdev_free(mem->dev, dIn);
+                zdev_free(mem->dev, dOut);
                 free(in), free(outH), free(outD);
             }
     char name[120], tag[60];
@@ -426,27 +394,31 @@ static void compareAll(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const
 
 /* ---- a failing copy and in-place calls -------------------------------------------- */
 
-/* The host-coded table whose copies to the host fail on rank 1 from the
- * `failAfter`-th on: rank 1 reports the copy (naming the table), its peers
+/* The host device whose copies to the host fail on rank 1 from the
+ * `failAfter`-th on: rank 1 reports the copy (naming the device), its peers
  * time out (ZIPCCL_TIMEOUT_S=2) naming whom they waited for instead of
  * hanging, and a fresh communicator over the same MPI communicator works. */
 static int g_copies, g_failAfter = -1;
-static zipcclResult_t failingToHost(void* ctx, void* h, const void* d, size_t bytes, void* stream) {
-    (void)ctx, (void)stream;
-    if (rank == 1 && g_failAfter >= 0 && g_copies++ >= g_failAfter) return zipcclSystemError;
-    memcpy(h, d, bytes);
-    return zipcclSuccess;
+static int failingCopyOp(ZDevice* d, void* dst, const void* src, size_t bytes, ZDevDir dir, void* stream) {
+    if (dir == ZDEV_DEVICE_TO_HOST && rank == 1 && g_failAfter >= 0 && g_copies++ >= g_failAfter)
+        return zdev_set_error("a planted failure of the test's device");
+    return zdev_cpu()->ops->copy(d, dst, src, bytes, dir, stream);
 }
 
 static void failingCopy(void) {
     if (nranks < 2) return;
-    zipcclDeviceMemory_t t = kHostCoded;
-    t.name = "failing";
-    t.toHost = failingToHost;
+    static ZDeviceOps ops;
+    static ZDevice fdev;
+    ops = *zdev_cpu()->ops;
+    ops.copy = failingCopyOp;
+    fdev = *zdev_cpu();
+    fdev.name = "failing";
+    fdev.ops = &ops;
     MPI_Comm w = MPI_COMM_WORLD;
     zipcclComm_t c = NULL;
     setenv("ZIPCCL_TIMEOUT_S", "2", 1);
-    int ok = zipcclCommInitMpi(&c, &w) == zipcclSuccess && zipcclCommSetDevice(c, &t) == zipcclSuccess;
+    int ok = zipcclCommInitMpi(&c, &w) == zipcclSuccess &&
+             zipcclCommSetDevice(c, &fdev, zipcclDeviceCoded) == zipcclSuccess;
     unsetenv("ZIPCCL_TIMEOUT_S");
     const size_t n = 4096;
     float* in = malloc(n * sizeof(float));
@@ -460,7 +432,8 @@ static void failingCopy(void) {
     g_failAfter = -1;
     const char* d = zipcclGetLastErrorDetail();
     if (rank == 1)
-        EXPECT(r == zipcclSystemError && strstr(d, "failing memory"), "rank 1 got %d (%s)", (int)r, d);
+        EXPECT(r == zipcclSystemError && strstr(d, "(failing)") && strstr(d, "planted failure"), "rank 1 got %d (%s)",
+               (int)r, d);
     else
         /* the ring's ranks wait on their left neighbour, which waits on
          * rank 1: the ring's rank 2 names rank 1, the others the one they wait for */
@@ -469,7 +442,8 @@ static void failingCopy(void) {
     report(ok, "device_failing_copy_is_reported_peers_time_out_naming_it");
     zipcclCommDestroy(c);
     /* a fresh communicator on the same ranks works */
-    ok = zipcclCommInitMpi(&c, &w) == zipcclSuccess && zipcclCommSetDevice(c, &kHostCoded) == zipcclSuccess &&
+    ok = zipcclCommInitMpi(&c, &w) == zipcclSuccess &&
+         zipcclCommSetDevice(c, kHostCoded.dev, kHostCoded.coding) == zipcclSuccess &&
          zipcclAllGather(in, out, n, zipcclFloat32, c, &raw, NULL) == zipcclSuccess;
     for (int p = 0; ok && p < nranks; p++) {
         float* want = malloc(n * sizeof(float));
@@ -485,7 +459,7 @@ static void failingCopy(void) {
 /* In-place calls on device buffers (AllGather from its own block of recvbuf,
  * ReduceScatter into its own block of sendbuf, AllReduce), staged and coded,
  * equal the host communicator's out-of-place results. */
-static void inPlace(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const char* net) {
+static void inPlace(const Dev* mem, zipcclComm_t host, const char* net) {
     zipcclComm_t dev = devComm(mem, net);
     if (!dev) return;
     int ok = 1;
@@ -498,41 +472,41 @@ static void inPlace(const zipcclDeviceMemory_t* mem, zipcclComm_t host, const ch
     for (int si = 0; si < 2; si++) {
         zipcclCallConfig_t cfg = {strats[si], zipcclCodecFast, net ? zipcclAlgoDefault : zipcclAlgoRing};
         const char* sn = si ? "compressed" : "raw";
-        void* d = mem->alloc(mem->ctx, N * esz);
+        void* d = zdev_alloc(mem->dev, N * esz);
         /* AllGather: this rank's block already in place */
         fill(in, n, dt, (uint64_t)(rank + 50));
         zipcclAllGather(in, ref, n, dt, host, &cfg, NULL);
-        mem->toDevice(mem->ctx, (char*)d + (size_t)rank * n * esz, in, n * esz, NULL);
+        zdev_upload(mem->dev, (char*)d + (size_t)rank * n * esz, in, n * esz);
         zipcclResult_t r = zipcclAllGather((char*)d + (size_t)rank * n * esz, d, n, dt, dev, &cfg, NULL);
-        mem->toHost(mem->ctx, got, d, N * esz, NULL);
+        zdev_download(mem->dev, got, d, N * esz);
         EXPECT(r == zipcclSuccess && !memcmp(ref, got, N * esz), "%s AllGather in place: %d (%s)", sn, (int)r,
                zipcclGetLastErrorDetail());
         /* ReduceScatter: the result lands in this rank's block of sendbuf */
         fill(in, N, dt, (uint64_t)(rank + 70));
         zipcclReduceScatter(in, ref, n, dt, zipcclSum, host, &cfg, NULL);
-        mem->toDevice(mem->ctx, d, in, N * esz, NULL);
+        zdev_upload(mem->dev, d, in, N * esz);
         char* mine = (char*)d + (size_t)rank * n * esz;
         r = zipcclReduceScatter(d, mine, n, dt, zipcclSum, dev, &cfg, NULL);
-        mem->toHost(mem->ctx, got, mine, n * esz, NULL);
+        zdev_download(mem->dev, got, mine, n * esz);
         EXPECT(r == zipcclSuccess && !memcmp(ref, got, n * esz), "%s ReduceScatter in place: %d (%s)", sn, (int)r,
                zipcclGetLastErrorDetail());
         /* AllReduce */
         fill(in, n, dt, (uint64_t)(rank + 90));
         zipcclAllReduce(in, ref, n, dt, zipcclSum, host, &cfg, NULL);
-        mem->toDevice(mem->ctx, d, in, n * esz, NULL);
+        zdev_upload(mem->dev, d, in, n * esz);
         r = zipcclAllReduce(d, d, n, dt, zipcclSum, dev, &cfg, NULL);
-        mem->toHost(mem->ctx, got, d, n * esz, NULL);
+        zdev_download(mem->dev, got, d, n * esz);
         EXPECT(r == zipcclSuccess && !memcmp(ref, got, n * esz), "%s AllReduce in place: %d (%s)", sn, (int)r,
                zipcclGetLastErrorDetail());
         /* AlltoAll */
         fill(in, N, dt, (uint64_t)(rank + 110));
         zipcclAlltoAll(in, ref, n, dt, host, &cfg, NULL);
-        mem->toDevice(mem->ctx, d, in, N * esz, NULL);
+        zdev_upload(mem->dev, d, in, N * esz);
         r = zipcclAlltoAll(d, d, n, dt, dev, &cfg, NULL);
-        mem->toHost(mem->ctx, got, d, N * esz, NULL);
+        zdev_download(mem->dev, got, d, N * esz);
         EXPECT(r == zipcclSuccess && !memcmp(ref, got, N * esz), "%s AlltoAll in place: %d (%s)", sn, (int)r,
                zipcclGetLastErrorDetail());
-        mem->free(mem->ctx, d);
+        zdev_free(mem->dev, d);
     }
     char name[80];
     snprintf(name, sizeof name, "device_%s%s%s_in_place_equals_host", mem->name, net ? "_net_" : "", net ? net : "");
@@ -548,72 +522,62 @@ static void refusals(void) {
     zipcclComm_t c = NULL;
     zipcclCommInitMpi(&c, &w);
     int ok = 1;
-    zipcclDeviceMemory_t t = kHostCoded;
-    t.toDevice = NULL;
-    EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument &&
-               strstr(zipcclGetLastErrorDetail(), "no toDevice entry"),
-           "a table without toDevice: %s", zipcclGetLastErrorDetail());
-    t = kHostCoded;
-    t.coding = (zipcclDeviceCoding_t)7;
-    EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "coding 7"),
+    EXPECT(zipcclCommSetDevice(c, zdev_cpu(), (zipcclDeviceCoding_t)7) == zipcclInvalidArgument &&
+               strstr(zipcclGetLastErrorDetail(), "coding 7"),
            "coding 7: %s", zipcclGetLastErrorDetail());
-    t = kHostCoded;
-    t.finalize = NULL;
-    EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "no finalize"),
-           "a coding table without finalize: %s", zipcclGetLastErrorDetail());
-    t = kHostCoded;
-    t.coding = zipcclDeviceCodeCuda;
+    EXPECT(zipcclCommSetDevice(c, zdev_cpu_guarded(), zipcclDeviceCoded) == zipcclInvalidArgument &&
+               strstr(zipcclGetLastErrorDetail(), "neither codec"),
+           "coded on memory no codec can read: %s", zipcclGetLastErrorDetail());
+    ZDevice fakeCuda = *zdev_cpu(); /* says CUDA, is not */
+    fakeCuda.kind = ZDEV_KIND_CUDA, fakeCuda.host_access = 0, fakeCuda.name = "fakecuda";
     if (!zipcclCudaAvailable())
-        EXPECT(zipcclCommSetDevice(c, &t) == zipcclUnsupported && strstr(zipcclGetLastErrorDetail(), "CUDA codec"),
+        EXPECT(zipcclCommSetDevice(c, &fakeCuda, zipcclDeviceCoded) == zipcclUnsupported &&
+                   strstr(zipcclGetLastErrorDetail(), "CUDA codec"),
                "cuda coding without a device: %s", zipcclGetLastErrorDetail());
-    zipcclDeviceMemory_t cu;
     if (!zipcclCudaAvailable())
-        EXPECT(zipcclDeviceMemoryCuda(0, &cu) == zipcclUnsupported && zipcclGetLastErrorDetail()[0],
-               "zipcclDeviceMemoryCuda without a device: %s", zipcclGetLastErrorDetail());
-    EXPECT(zipcclCommSetDevice(NULL, &kHostCoded) == zipcclInvalidArgument, "a null communicator was taken");
-    t = kHostCoded;
-    t.timedEventRecord = sTimedEventRecord;
-    EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "no stream"),
-           "timing events without streams: %s", zipcclGetLastErrorDetail());
-    report(ok, "device_table_refusals");
+        EXPECT(zdev_cuda(0) == NULL && zdev_error()[0], "zdev_cuda without a device: %s", zdev_error());
+    EXPECT(zipcclCommSetDevice(NULL, zdev_cpu(), zipcclDeviceCoded) == zipcclInvalidArgument,
+           "a null communicator was taken");
+    EXPECT(zipcclCommSetDevice(c, NULL, zipcclDeviceCoded) == zipcclInvalidArgument, "a null device was taken");
+    report(ok, "device_refusals");
     zipcclCommDestroy(c);
 
-    /* Networks: only for device buffers a table codes where they are; an
-     * exchange entry; NCCL only over the CUDA table (and only with NCCL). */
+    /* Networks: only for device buffers coded where they are; an exchange
+     * entry; NCCL only on a CUDA device (and only with NCCL). */
     ok = 1;
     zipcclCommInitMpi(&c, &w);
     zipcclDeviceNet_t net;
     EXPECT(zipcclDeviceNetHost(c, &net) == zipcclSuccess, "zipcclDeviceNetHost: %s", zipcclGetLastErrorDetail());
     EXPECT(zipcclCommSetNet(c, &net) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "SetDevice"),
            "a network on host buffers: %s", zipcclGetLastErrorDetail());
-    zipcclCommSetDevice(c, &kGuarded);
-    EXPECT(zipcclCommSetNet(c, &net) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "codes"),
-           "a network on a staged table: %s", zipcclGetLastErrorDetail());
-    EXPECT(zipcclCommUseNccl(c) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "zipcclDeviceMemoryCuda"),
-           "NCCL on a table that is not CUDA's: %s", zipcclGetLastErrorDetail());
-    zipcclCommSetDevice(c, &kHostCoded);
+    zipcclCommSetDevice(c, kGuarded.dev, kGuarded.coding);
+    EXPECT(zipcclCommSetNet(c, &net) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "code"),
+           "a network on a staged device: %s", zipcclGetLastErrorDetail());
+    EXPECT(zipcclCommUseNccl(c) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "zdev_cuda"),
+           "NCCL on a device that is not CUDA's: %s", zipcclGetLastErrorDetail());
+    zipcclCommSetDevice(c, kHostCoded.dev, kHostCoded.coding);
     zipcclDeviceNet_t bad = net;
     bad.exchange = NULL;
     EXPECT(zipcclCommSetNet(c, &bad) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "no exchange"),
            "a network without exchange: %s", zipcclGetLastErrorDetail());
-    EXPECT(zipcclCommSetNet(c, &net) == zipcclSuccess, "a network on the host-coded table: %s",
+    EXPECT(zipcclCommSetNet(c, &net) == zipcclSuccess, "a network on the host-coded device: %s",
            zipcclGetLastErrorDetail());
-    void* buf = kHostCoded.alloc(NULL, 64 * (size_t)nranks);
+    void* buf = zdev_alloc(zdev_cpu(), 64 * (size_t)nranks);
     zipcclCallConfig_t ring = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing};
     EXPECT(zipcclAllGather(buf, buf, 8, zipcclFloat32, c, &ring, NULL) == zipcclUnsupported &&
                strstr(zipcclGetLastErrorDetail(), "direct"),
            "a ring asked for over a network: %s", zipcclGetLastErrorDetail());
-    kHostCoded.free(NULL, buf);
+    zdev_free(zdev_cpu(), buf);
     report(ok, "device_net_refusals");
     zipcclCommDestroy(c);
 
     if (nranks < 2) return;
     /* Rank 0 codes its AllGather on the device, the others stage theirs. */
     zipcclCommInitMpi(&c, &w);
-    zipcclCommSetDevice(c, rank == 0 ? &kHostCoded : &kGuarded);
-    const zipcclDeviceMemory_t* m = rank == 0 ? &kHostCoded : &kGuarded;
-    void* d = m->alloc(m->ctx, 4096);
-    void* e = m->alloc(m->ctx, 4096 * (size_t)nranks);
+    const Dev* m = rank == 0 ? &kHostCoded : &kGuarded;
+    zipcclCommSetDevice(c, m->dev, m->coding);
+    void* d = zdev_alloc(m->dev, 4096);
+    void* e = zdev_alloc(m->dev, 4096 * (size_t)nranks);
     zipcclCallConfig_t cfg = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing};
     zipcclResult_t r = zipcclAllGather(d, e, 1000, zipcclFloat32, c, &cfg, NULL);
     ok = 1;
@@ -621,8 +585,8 @@ static void refusals(void) {
            "rank %d: mixed coding gave %d (%s)", rank, (int)r, zipcclGetLastErrorDetail());
     report(ok, "device_mixed_coding_is_a_mismatch_on_every_rank");
     zipcclCommDestroy(c);
-    m->free(m->ctx, d);
-    m->free(m->ctx, e);
+    zdev_free(m->dev, d);
+    zdev_free(m->dev, e);
 
     /* Rank 0 moves its buffers over a network, the others stage them. */
     c = devComm(&kHostCoded, NULL);
@@ -631,8 +595,8 @@ static void refusals(void) {
         zipcclDeviceNetHost(c, &hn);
         zipcclCommSetNet(c, &hn);
     }
-    d = kHostCoded.alloc(NULL, 4096);
-    e = kHostCoded.alloc(NULL, 4096 * (size_t)nranks);
+    d = zdev_alloc(zdev_cpu(), 4096);
+    e = zdev_alloc(zdev_cpu(), 4096 * (size_t)nranks);
     cfg.strategy = zipcclStrategyRaw;
     r = c ? zipcclAllGather(d, e, 1000, zipcclFloat32, c, &cfg, NULL) : zipcclInternalError;
     ok = 1;
@@ -640,27 +604,19 @@ static void refusals(void) {
            "rank %d: a network on rank 0 only gave %d (%s)", rank, (int)r, zipcclGetLastErrorDetail());
     report(ok, "device_net_on_some_ranks_is_a_mismatch_on_every_rank");
     zipcclCommDestroy(c);
-    kHostCoded.free(NULL, d);
-    kHostCoded.free(NULL, e);
+    zdev_free(zdev_cpu(), d);
+    zdev_free(zdev_cpu(), e);
 }
 
 /* The streamed stand-in through every comparison: the same bits, and the
  * stream discipline (each call: one event recorded at issue on the caller's
  * stream, waited once on the communicator's stream before any copy; every
- * copy and sum on that stream; the stream synchronised; one stream per
- * communicator, everything freed at its destroy). */
+ * copy on that stream; the stream synchronised once per call besides the
+ * blocking copies; one stream per communicator, everything freed at its
+ * destroy). */
 static void streamed(zipcclComm_t host, const char* net) {
-    zipcclDeviceMemoryHost(&kHostBase);
-    zipcclDeviceMemory_t t = kHostBase;
-    t.name = "streamed";
-    t.toHost = sCopy, t.toDevice = sCopy;
-    t.accumulate = sAccumulate, t.finalize = sFinalize;
-    t.streamCreate = sStreamCreate, t.streamDestroy = sStreamDestroy;
-    t.eventRecord = sEventRecord, t.streamWaitEvent = sStreamWaitEvent;
-    t.eventDestroy = sEventDestroy, t.synchronize = sSynchronize;
-    t.timedEventRecord = sTimedEventRecord;
     memset(&g_st, 0, sizeof g_st);
-    compareAll(&t, host, net);
+    compareAll(&kStreamed, host, net);
     int ok = 1;
     EXPECT(g_st.streams == 1 && g_st.streamsFreed == 1, "streams: %d created, %d freed (one communicator)",
            g_st.streams, g_st.streamsFreed);
@@ -668,15 +624,16 @@ static void streamed(zipcclComm_t host, const char* net) {
            "38 calls: %d events recorded at issue, %d waited, %d waits without a matching record", g_st.records,
            g_st.waits, g_st.waitsUnrecorded);
     if (!net)
-        EXPECT(g_st.syncs == 38 + 1 && g_st.doneRecords == 0,
-               "%d synchronisations (one per call and one at the destroy), %d ends recorded", g_st.syncs,
-               g_st.doneRecords);
+        EXPECT(g_st.syncs == 38 + g_st.copies + 1 && g_st.doneRecords == 0,
+               "%d synchronisations (one per call, one per blocking copy (%d), one at the destroy), %d ends "
+               "recorded", g_st.syncs, g_st.copies, g_st.doneRecords);
     else
-        EXPECT(g_st.syncs == 1 && g_st.doneRecords == 38 && g_st.doneWaits == 38,
-               "over a network: %d synchronisations (only the destroy's), %d ends recorded on the "
-               "communicator's stream, %d waited by the caller's", g_st.syncs, g_st.doneRecords, g_st.doneWaits);
-    EXPECT(g_st.onStream > 0 && g_st.offStream == 0, "%d copies and sums on the stream, %d off it",
-           g_st.onStream, g_st.offStream);
+        EXPECT(g_st.syncs == 1 && g_st.copies == 0 && g_st.doneRecords == 38 && g_st.doneWaits == 38,
+               "over a network: %d synchronisations (only the destroy's), %d copies, %d ends recorded on the "
+               "communicator's stream, %d waited by the caller's", g_st.syncs, g_st.copies, g_st.doneRecords,
+               g_st.doneWaits);
+    EXPECT((net || g_st.onStream > 0) && g_st.offStream == 0, "%d copies on the stream, %d off it", g_st.onStream,
+           g_st.offStream);
     EXPECT(g_st.events >= 1 && g_st.eventsFreed == g_st.events, "events: %d created, %d freed", g_st.events,
            g_st.eventsFreed);
     EXPECT(g_st.timed == 2 * 38, "%d timing events for 38 calls (a start and an end each)", g_st.timed);
@@ -684,10 +641,10 @@ static void streamed(zipcclComm_t host, const char* net) {
                    : "device_streamed_calls_follow_the_callers_event_on_their_own_stream");
     /* zipcclWaitSpan hands over the call's start and end, both on the
      * communicator's stream, in that order; zipcclWait freed the others. */
-    zipcclComm_t sc = devComm(&t, net);
+    zipcclComm_t sc = devComm(&kStreamed, net);
     if (sc) {
         ok = 1;
-        void* d = t.alloc(t.ctx, 4096 * (size_t)nranks);
+        void* d = zdev_alloc(&kStreamedDev, 4096 * (size_t)nranks);
         zipcclRequest_t req = NULL;
         void *b = NULL, *e = NULL;
         zipcclCallConfig_t cfg = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDefault};
@@ -697,25 +654,14 @@ static void streamed(zipcclComm_t host, const char* net) {
         const FakeEvent *fb = b, *fe = e;
         EXPECT(r == zipcclSuccess && fb && fe && fb->onComm && fe->onComm && seq0 < fb->seq && fb->seq < fe->seq,
                "zipcclWaitSpan: %d (%s), start %p end %p", (int)r, zipcclGetLastErrorDetail(), b, e);
-        if (b) t.eventDestroy(t.ctx, b);
-        if (e) t.eventDestroy(t.ctx, e);
-        t.free(t.ctx, d);
+        zdev_event_destroy(&kStreamedDev, b);
+        zdev_event_destroy(&kStreamedDev, e);
+        zdev_free(&kStreamedDev, d);
         zipcclCommDestroy(sc);
         EXPECT(g_st.events == g_st.eventsFreed, "events: %d created, %d freed", g_st.events, g_st.eventsFreed);
         report(ok, net ? "device_net_wait_span_hands_over_the_calls_start_and_end"
                        : "device_wait_span_hands_over_the_calls_start_and_end");
     }
-    if (net) return;
-    t.timedEventRecord = NULL;
-    t.streamDestroy = NULL;
-    MPI_Comm w = MPI_COMM_WORLD;
-    zipcclComm_t c = NULL;
-    zipcclCommInitMpi(&c, &w);
-    ok = 1;
-    EXPECT(zipcclCommSetDevice(c, &t) == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "5 of the 6"),
-           "a table with 5 of the 6 stream entries: %s", zipcclGetLastErrorDetail());
-    report(ok, "device_stream_entries_all_or_none");
-    zipcclCommDestroy(c);
 }
 
 int main(int argc, char** argv) {
@@ -731,7 +677,9 @@ int main(int argc, char** argv) {
     }
     MPI_Comm w = MPI_COMM_WORLD;
     zipcclComm_t host = NULL;
-    zipcclDeviceMemoryHost(&kHostCoded);
+    kGuarded = (Dev){"guarded", zdev_cpu_guarded(), zipcclDeviceStaged};
+    kHostCoded = (Dev){"hostcoded", zdev_cpu(), zipcclDeviceCoded};
+    streamedInit();
     if (zipcclCommInitMpi(&host, &w) != zipcclSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
     int cuda = argc > 1 && !strcmp(argv[1], "--cuda");
     int nccl = cuda && argc > 2 && !strcmp(argv[2], "--nccl"); /* one rank per GPU */
@@ -743,12 +691,12 @@ int main(int argc, char** argv) {
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
         MPI_Comm_rank(node, &local);
         MPI_Comm_free(&node);
-        zipcclDeviceMemory_t cu;
-        int ok = zipcclDeviceMemoryCuda(local, &cu) == zipcclSuccess || zipcclDeviceMemoryCuda(0, &cu) == zipcclSuccess;
-        snprintf(why, sizeof why, "rank %d: %s", rank, zipcclGetLastErrorDetail());
+        const int ndev = zdev_cuda_count();
+        Dev cu = {"cuda", zdev_cuda(ndev > 0 ? local % ndev : 0), zipcclDeviceCoded};
+        int ok = cu.dev != NULL;
+        snprintf(why, sizeof why, "rank %d: %s", rank, zdev_error());
         report(ok, "device_cuda_table");
         if (agree(ok)) {
-            cu.bind(cu.ctx);
             compareAll(&cu, host, NULL);
 #ifdef ZIPCCL_TEST_CUDA_EMU
             /* the warp emulator's device memory is host memory, so the host

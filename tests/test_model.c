@@ -296,7 +296,7 @@ static void check_config(void) {
         snprintf(name, sizeof name, "config_check/rejects_%s", bad[i].name);
         CHECK(rc == -1 && strstr(err, bad[i].needle), name, "rc %d, message '%s'", rc, err);
     }
-    CHECK(llama_acts_alloc(&good, 2, good.max_seq_len + 1) == NULL, "acts_alloc/rejects_T_gt_max",
+    CHECK(llama_acts_alloc(&good, 2, good.max_seq_len + 1, zrt_kernels_cpu()) == NULL, "acts_alloc/rejects_T_gt_max",
           "allocated T > max_seq_len");
 }
 
@@ -375,7 +375,7 @@ static void check_gradients_of(const LlamaConfig* c, const char* tag, float fd_h
     m.fsdp_like = 1;
     int tok[14], tgt[14];
     make_batch(tok, tgt, B, T, cfg.vocab_size, 7);
-    LlamaActs* acts = llama_acts_alloc(&cfg, B, T);
+    LlamaActs* acts = llama_acts_alloc(&cfg, B, T, zrt_kernels_cpu());
     LlamaParamHooks h = model_hooks(&m);
     float loss = llama_step(&cfg, acts, tok, tgt, B, T, &h, 1, NULL);
     char name[96];
@@ -517,7 +517,7 @@ static void check_moe_hooks(void) {
     model_randomize(&b, 3, 0.5f);
     int tok[14], tgt[14];
     make_batch(tok, tgt, B, T, cfg.vocab_size, 3);
-    LlamaActs* acts = llama_acts_alloc(&cfg, B, T);
+    LlamaActs* acts = llama_acts_alloc(&cfg, B, T, zrt_kernels_cpu());
     LlamaParamHooks ha = model_hooks(&a), hb = model_hooks(&b);
     hb.dispatch = h_dispatch;
     hb.dispatch_wait = h_dispatch_wait;
@@ -605,7 +605,7 @@ static void check_moe_capacity(const LlamaConfig* c) {
     model_randomize(&m, 3, 0.5f);
     int tok[14], tgt[14];
     make_batch(tok, tgt, B, T, cfg.vocab_size, 3);
-    LlamaActs* acts = llama_acts_alloc(&cfg, B, T);
+    LlamaActs* acts = llama_acts_alloc(&cfg, B, T, zrt_kernels_cpu());
     LlamaParamHooks h = model_hooks(&m);
     float loss = llama_step(&cfg, acts, tok, tgt, B, T, &h, 1, NULL);
     const int k = cfg.n_experts_per_tok, E = cfg.n_experts;
@@ -639,7 +639,7 @@ static void check_hooks_and_loss(void) {
     m.fsdp_like = 1;
     int tok[14], tgt[14];
     make_batch(tok, tgt, B, T, cfg.vocab_size, 3);
-    LlamaActs* acts = llama_acts_alloc(&cfg, B, T);
+    LlamaActs* acts = llama_acts_alloc(&cfg, B, T, zrt_kernels_cpu());
     LlamaParamHooks h = model_hooks(&m);
     float* logits = malloc((size_t)B * T * cfg.vocab_size * sizeof(float));
     float loss = llama_step(&cfg, acts, tok, tgt, B, T, &h, 1, logits);
@@ -975,7 +975,7 @@ static void check_thread_invariance_of(const LlamaConfig* c, const char* name) {
         if (model_init(&m[i], &cfg, 9)) return;
     int* tok = malloc(sizeof(int) * B * T);
     int* tgt = malloc(sizeof(int) * B * T);
-    LlamaActs* acts = llama_acts_alloc(&cfg, B, T);
+    LlamaActs* acts = llama_acts_alloc(&cfg, B, T, zrt_kernels_cpu());
     if (!tok || !tgt || !acts) return;
     make_batch(tok, tgt, B, T, cfg.vocab_size, 5);
     const int saved = omp_get_max_threads();
@@ -1153,28 +1153,28 @@ static void check_guarded_device(void) {
     enum { n = 3000 };
     static float a[n], b[n], out[n], ref[n];
     for (int i = 0; i < n; i++) a[i] = 0.25f * (float)(i % 13) - 1.0f, b[i] = (float)i / 7.0f;
-    float* da = G->alloc(n * sizeof(float));
-    float* db = G->alloc(n * sizeof(float));
-    CHECK(da && db && !G->host_memory && K->host_memory, "guarded/alloc", "allocation failed");
+    float* da = zdev_alloc(G->dev, n * sizeof(float));
+    float* db = zdev_alloc(G->dev, n * sizeof(float));
+    CHECK(da && db && !G->dev->host_access && K->dev->host_access, "guarded/alloc", "allocation failed");
     if (!da || !db) return;
-    G->upload(da, a, sizeof a);
-    G->upload(db, b, sizeof b);
+    zdevCheck(zdev_upload(G->dev, da, a, sizeof a));
+    zdevCheck(zdev_upload(G->dev, db, b, sizeof b));
     CHECK(child_faults(da, 0) && child_faults(db, 1), "guarded/host_access_faults",
           "the host read or wrote guarded memory outside a table call without a fault");
     G->add(da, da, db, n);
     K->add(ref, a, b, n);
     CHECK(child_faults(da, 0), "guarded/closed_after_a_kernel",
           "guarded memory stayed open after a kernel call");
-    G->download(out, da, sizeof out);
+    zdevCheck(zdev_download(G->dev, out, da, sizeof out));
     CHECK(!memcmp(out, ref, sizeof out), "guarded/kernel_matches_cpu",
           "the guarded add differs from the CPU add");
-    G->memset0(db, sizeof b);
-    G->download(out, db, sizeof out);
+    zdevCheck(zdev_memset_async(G->dev, db, 0, sizeof b, NULL));
+    zdevCheck(zdev_download(G->dev, out, db, sizeof out));
     int zero = 1;
     for (int i = 0; i < n; i++) zero &= out[i] == 0.0f;
     CHECK(zero, "guarded/memset0", "memset0 left non-zero values");
-    G->free(da);
-    G->free(db);
+    zdev_free(G->dev, da);
+    zdev_free(G->dev, db);
 }
 
 /* upload -> copy -> download returns the bytes; memset0 zeroes a range;
@@ -1183,25 +1183,25 @@ static void check_memory_entries(const ZrtKernels* G, const char* name) {
     enum { n = 5000 };
     static float a[n], b[n];
     for (int i = 0; i < n; i++) a[i] = (float)i * 0.5f - 7.0f;
-    float *x = G->alloc(sizeof a), *y = G->alloc(sizeof a);
+    float *x = zdev_alloc(G->dev, sizeof a), *y = zdev_alloc(G->dev, sizeof a);
     char what[96];
     snprintf(what, sizeof what, "%s/memory_alloc", name);
     if (!CHECK(x && y, what, "alloc failed")) return;
     snprintf(what, sizeof what, "%s/memory_round_trip", name);
-    G->upload(x, a, sizeof a);
-    G->copy(y, x, sizeof a);
-    G->memset0(x + 100, 50 * sizeof(float));
-    G->download(b, y, sizeof b);
+    zdevCheck(zdev_upload(G->dev, x, a, sizeof a));
+    zdevCheck(zdev_copy_async(G->dev, y, x, sizeof a, ZDEV_DEVICE_TO_DEVICE, NULL));
+    zdevCheck(zdev_memset_async(G->dev, x + 100, 0, 50 * sizeof(float), NULL));
+    zdevCheck(zdev_download(G->dev, b, y, sizeof b));
     int ok = !memcmp(a, b, sizeof a);
-    G->download(b, x, sizeof b);
+    zdevCheck(zdev_download(G->dev, b, x, sizeof b));
     for (int i = 0; i < n; i++) ok &= b[i] == (i >= 100 && i < 150 ? 0.0f : a[i]);
-    G->synchronize();
+    zdevCheck(zdev_stream_sync(G->dev, NULL));
     size_t fr = 0, tot = 0;
-    const int mi = G->mem_info(&fr, &tot);
+    const int mi = zdev_mem_info(G->dev, &fr, &tot);
     CHECK(ok && (mi == -1 || (mi == 0 && fr > 0 && fr <= tot)), what,
           "bytes %s, mem_info %d (%zu of %zu)", ok ? "same" : "DIFFER", mi, fr, tot);
-    G->free(x);
-    G->free(y);
+    zdev_free(G->dev, x);
+    zdev_free(G->dev, y);
 }
 
 /* Events on table G: recorded around a product, the time between them is
@@ -1210,25 +1210,29 @@ static void check_events(const ZrtKernels* G, const char* name) {
     enum { n = 256 };
     static float h[n * n];
     for (int i = 0; i < n * n; i++) h[i] = (float)(i % 7) * 0.1f;
-    float *a = G->alloc(sizeof h), *c = G->alloc(sizeof h);
+    float *a = zdev_alloc(G->dev, sizeof h), *c = zdev_alloc(G->dev, sizeof h);
     char what[96];
     snprintf(what, sizeof what, "%s/events_alloc", name);
     if (!CHECK(a && c, what, "alloc failed")) return;
     snprintf(what, sizeof what, "%s/events", name);
-    G->upload(a, h, sizeof h);
-    void* e0 = G->event_record();
+    zdevCheck(zdev_upload(G->dev, a, h, sizeof h));
+    void *e0 = NULL, *e1 = NULL, *e2 = NULL;
+    int bad = zdev_event_create(G->dev, &e0, 1) || zdev_event_create(G->dev, &e1, 1) ||
+              zdev_event_create(G->dev, &e2, 1);
+    bad = bad || zdev_event_record(G->dev, e0, NULL);
     G->matmul_forward(c, a, a, n, n, n);
-    void* e1 = G->event_record();
+    bad = bad || zdev_event_record(G->dev, e1, NULL);
     G->matmul_forward(c, a, a, n, n, n);
-    void* e2 = G->event_record();
-    const double t01 = G->event_elapsed_ms(e0, e1), t02 = G->event_elapsed_ms(e0, e2);
-    CHECK(e0 && e1 && e2 && isfinite(t01) && t01 >= 0 && t02 >= t01, what,
-          "events %p %p %p, %.3f ms then %.3f ms", e0, e1, e2, t01, t02);
-    G->event_free(e0);
-    G->event_free(e1);
-    G->event_free(e2);
-    G->free(a);
-    G->free(c);
+    bad = bad || zdev_event_record(G->dev, e2, NULL);
+    double t01 = -1, t02 = -1;
+    bad = bad || zdev_event_elapsed_ms(G->dev, e0, e1, &t01) || zdev_event_elapsed_ms(G->dev, e0, e2, &t02);
+    CHECK(!bad && isfinite(t01) && t01 >= 0 && t02 >= t01, what, "events %p %p %p, %.3f ms then %.3f ms (%s)", e0,
+          e1, e2, t01, t02, bad ? zdev_error() : "");
+    zdev_event_destroy(G->dev, e0);
+    zdev_event_destroy(G->dev, e1);
+    zdev_event_destroy(G->dev, e2);
+    zdev_free(G->dev, a);
+    zdev_free(G->dev, c);
 }
 
 /* The optimizer's entries and the bf16 accumulate on table G against the
@@ -1246,22 +1250,22 @@ static void check_optimizer_entries(const ZrtKernels* G, const char* name) {
         p[i] = (float)rand() / RAND_MAX - 0.5f;
         m[i] = v[i] = 0.0f;
     }
-    float *dp = G->alloc(sizeof p), *dg = G->alloc(sizeof g), *dm = G->alloc(sizeof m),
-          *dv = G->alloc(sizeof v);
-    uint16_t* d16 = G->alloc(sizeof h16);
+    float *dp = zdev_alloc(G->dev, sizeof p), *dg = zdev_alloc(G->dev, sizeof g), *dm = zdev_alloc(G->dev, sizeof m),
+          *dv = zdev_alloc(G->dev, sizeof v);
+    uint16_t* d16 = zdev_alloc(G->dev, sizeof h16);
     char what[96];
     snprintf(what, sizeof what, "%s/optimizer_alloc", name);
     if (!CHECK(dp && dg && dm && dv && d16, what, "alloc failed")) return;
-    G->upload(dp, p, sizeof p);
-    G->memset0(dm, sizeof m);
-    G->memset0(dv, sizeof v);
+    zdevCheck(zdev_upload(G->dev, dp, p, sizeof p));
+    zdevCheck(zdev_memset_async(G->dev, dm, 0, sizeof m, NULL));
+    zdevCheck(zdev_memset_async(G->dev, dv, 0, sizeof v, NULL));
     AdamWConfig c = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup_steps = 1, .total_steps = 10,
                      .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     int same = 1;
     double ss_cpu = 0, ss_dev = 0;
     for (int t = 1; t <= 4; t++) {
         for (int i = 0; i < n; i++) g[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.01f * (float)t;
-        G->upload(dg, g, sizeof g);
+        zdevCheck(zdev_upload(G->dev, dg, g, sizeof g));
         ss_cpu = K->sumsq(g, n);
         ss_dev = G->sumsq(dg, n);
         same &= ss_cpu == ss_dev;
@@ -1271,26 +1275,26 @@ static void check_optimizer_entries(const ZrtKernels* G, const char* name) {
         adamw_update(K, &c, p, g, m, v, n, t, lr, wd);
         adamw_update(G, &c, dp, dg, dm, dv, n, t, lr, wd);
     }
-    G->download(got, dp, sizeof got);
+    zdevCheck(zdev_download(G->dev, got, dp, sizeof got));
     same &= !memcmp(got, p, sizeof p);
-    G->download(got, dm, sizeof got);
+    zdevCheck(zdev_download(G->dev, got, dm, sizeof got));
     same &= !memcmp(got, m, sizeof m);
-    G->download(got, dv, sizeof got);
+    zdevCheck(zdev_download(G->dev, got, dv, sizeof got));
     same &= !memcmp(got, v, sizeof v);
     snprintf(what, sizeof what, "%s/adamw_sumsq_scale", name);
     CHECK(same, what, "differ from the CPU table (sumsq %.17g vs %.17g)", ss_dev, ss_cpu);
     K->round_to_bf16(h16, g, n);
-    G->upload(d16, h16, sizeof h16);
+    zdevCheck(zdev_upload(G->dev, d16, h16, sizeof h16));
     K->add_bf16(p, h16, n);
     G->add_bf16(dp, d16, n);
-    G->download(got, dp, sizeof got);
+    zdevCheck(zdev_download(G->dev, got, dp, sizeof got));
     snprintf(what, sizeof what, "%s/add_bf16", name);
     CHECK(!memcmp(got, p, sizeof p), what, "differs from the CPU table");
-    G->free(dp);
-    G->free(dg);
-    G->free(dm);
-    G->free(dv);
-    G->free(d16);
+    zdev_free(G->dev, dp);
+    zdev_free(G->dev, dg);
+    zdev_free(G->dev, dm);
+    zdev_free(G->dev, dv);
+    zdev_free(G->dev, d16);
 }
 
 /* ---------------------------------------------- a whole step on a backend */
@@ -1337,11 +1341,11 @@ static void check_step_of(const ZrtKernels* G, const ZrtKernels* R, const char* 
     d.nunits = m.nunits;
     for (int u = 0; u < m.nunits; u++) {
         const size_t n = llama_unit_numel(&cfg, u), bytes = n * sizeof(float);
-        d.g[u] = G->alloc(bytes);
-        G->memset0(d.g[u], bytes);
+        d.g[u] = zdev_alloc(G->dev, bytes);
+        zdevCheck(zdev_memset_async(G->dev, d.g[u], 0, bytes, NULL));
         if (!b16) {
-            d.p[u] = G->alloc(bytes);
-            G->upload(d.p[u], m.params[u], bytes);
+            d.p[u] = zdev_alloc(G->dev, bytes);
+            zdevCheck(zdev_upload(G->dev, d.p[u], m.params[u], bytes));
             continue;
         }
         uint16_t* h = malloc(n * sizeof(uint16_t));
@@ -1349,8 +1353,8 @@ static void check_step_of(const ZrtKernels* G, const ZrtKernels* R, const char* 
             h[i] = zipcclFloatToBf16(m.params[u][i]);
             m.params[u][i] = zipcclBf16ToFloat(h[i]); /* the reference's widening */
         }
-        d.p[u] = G->alloc(n * sizeof(uint16_t));
-        G->upload(d.p[u], h, n * sizeof(uint16_t));
+        d.p[u] = zdev_alloc(G->dev, n * sizeof(uint16_t));
+        zdevCheck(zdev_upload(G->dev, d.p[u], h, n * sizeof(uint16_t)));
         free(h);
     }
     const LlamaParamHooks hc = model_hooks(&m);
@@ -1382,7 +1386,7 @@ static void check_step_of(const ZrtKernels* G, const ZrtKernels* R, const char* 
     for (int u = 0; u < m.nunits; u++) {
         const size_t n = llama_unit_numel(&cfg, u);
         float* h = malloc(n * sizeof(float));
-        G->download(h, d.g[u], n * sizeof(float));
+        zdevCheck(zdev_download(G->dev, h, d.g[u], n * sizeof(float)));
         double md = 0, mx = 0;
         for (size_t i = 0; i < n; i++) {
             md = fmax(md, fabs((double)h[i] - m.grads[u][i]));
@@ -1390,8 +1394,8 @@ static void check_step_of(const ZrtKernels* G, const ZrtKernels* R, const char* 
         }
         if (md / (mx + 1e-30) > worst_grad) worst_grad = md / (mx + 1e-30), worst_unit = u;
         free(h);
-        G->free(d.p[u]);
-        G->free(d.g[u]);
+        zdev_free(G->dev, d.p[u]);
+        zdev_free(G->dev, d.g[u]);
     }
     snprintf(what, sizeof what, "%s/step_gradients", name);
     CHECK(worst_grad <= tol, what, "unit %d differs by %.3g relative (bound %g)", worst_unit,
@@ -1474,18 +1478,18 @@ static void check_w16_entries(const ZrtKernels* G, const ZrtKernels* R, const ch
         tab[i] = zipcclBf16ToFloat(t16[i]);
     }
     for (int n = 0; n < N; n++) tok[n] = (n * 7 + 3) % V;
-    float *dX = G->alloc(sizeof x), *dY = G->alloc(sizeof out), *dDY = G->alloc(sizeof dy),
-          *dDX = G->alloc(sizeof dx), *dDW = G->alloc(sizeof dw), *dE = G->alloc(sizeof emb);
-    uint16_t *dW = G->alloc(sizeof w16), *dT = G->alloc(sizeof t16);
-    int* dTok = G->alloc(sizeof tok);
-    G->upload(dX, x, sizeof x);
-    G->upload(dW, w16, sizeof w16);
-    G->upload(dT, t16, sizeof t16);
-    G->upload(dTok, tok, sizeof tok);
-    G->upload(dDY, dy, sizeof dy);
+    float *dX = zdev_alloc(G->dev, sizeof x), *dY = zdev_alloc(G->dev, sizeof out), *dDY = zdev_alloc(G->dev, sizeof dy),
+          *dDX = zdev_alloc(G->dev, sizeof dx), *dDW = zdev_alloc(G->dev, sizeof dw), *dE = zdev_alloc(G->dev, sizeof emb);
+    uint16_t *dW = zdev_alloc(G->dev, sizeof w16), *dT = zdev_alloc(G->dev, sizeof t16);
+    int* dTok = zdev_alloc(G->dev, sizeof tok);
+    zdevCheck(zdev_upload(G->dev, dX, x, sizeof x));
+    zdevCheck(zdev_upload(G->dev, dW, w16, sizeof w16));
+    zdevCheck(zdev_upload(G->dev, dT, t16, sizeof t16));
+    zdevCheck(zdev_upload(G->dev, dTok, tok, sizeof tok));
+    zdevCheck(zdev_upload(G->dev, dDY, dy, sizeof dy));
     for (int i = 0; i < N * IC; i++) rdx[i] = dx[i] = 0.25f * (float)(i % 5); /* accumulated into */
-    G->upload(dDX, dx, sizeof dx);
-    G->memset0(dDW, sizeof dw);
+    zdevCheck(zdev_upload(G->dev, dDX, dx, sizeof dx));
+    zdevCheck(zdev_memset_async(G->dev, dDW, 0, sizeof dw, NULL));
     memset(rdw, 0, sizeof rdw);
     G->matmul_forward_w16(dY, dX, dW, N, IC, OC);
     R->matmul_forward(ref, x, w, N, IC, OC);
@@ -1493,10 +1497,10 @@ static void check_w16_entries(const ZrtKernels* G, const ZrtKernels* R, const ch
     R->matmul_backward(rdx, rdw, dy, x, w, N, IC, OC, 1);
     G->embedding_forward_w16(dE, dTok, dT, N, IC);
     R->embedding_forward(remb, tok, tab, N, IC);
-    G->download(out, dY, sizeof out);
-    G->download(dx, dDX, sizeof dx);
-    G->download(dw, dDW, sizeof dw);
-    G->download(emb, dE, sizeof emb);
+    zdevCheck(zdev_download(G->dev, out, dY, sizeof out));
+    zdevCheck(zdev_download(G->dev, dx, dDX, sizeof dx));
+    zdevCheck(zdev_download(G->dev, dw, dDW, sizeof dw));
+    zdevCheck(zdev_download(G->dev, emb, dE, sizeof emb));
     double ef = 0, mf = 0, ex = 0, mx = 0, ew = 0, mw = 0;
     for (int i = 0; i < N * OC; i++) ef = fmax(ef, fabs((double)out[i] - ref[i])), mf = fmax(mf, fabs((double)ref[i]));
     for (int i = 0; i < N * IC; i++) ex = fmax(ex, fabs((double)dx[i] - rdx[i])), mx = fmax(mx, fabs((double)rdx[i]));
@@ -1508,8 +1512,8 @@ static void check_w16_entries(const ZrtKernels* G, const ZrtKernels* R, const ch
           ex / mx, ew / mw, tol);
     snprintf(what, sizeof what, "%s/embedding_w16", name);
     CHECK(!memcmp(emb, remb, sizeof emb), what, "rows differ from the widened table's");
-    G->free(dX), G->free(dY), G->free(dDY), G->free(dDX), G->free(dDW), G->free(dE);
-    G->free(dW), G->free(dT), G->free(dTok);
+    zdev_free(G->dev, dX), zdev_free(G->dev, dY), zdev_free(G->dev, dDY), zdev_free(G->dev, dDX), zdev_free(G->dev, dDW), zdev_free(G->dev, dE);
+    zdev_free(G->dev, dW), zdev_free(G->dev, dT), zdev_free(G->dev, dTok);
 }
 
 /* The bf16 linear layers: on the same inputs, backend G's bf16 matmuls
@@ -1526,21 +1530,21 @@ static void check_matmul_bf16(const ZrtKernels* G, const char* name, double tol)
     for (int i = 0; i < N * IC; i++) x[i] = ((float)rand() / RAND_MAX - 0.5f) * 3.0f;
     for (int i = 0; i < OC * IC; i++) w[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.4f;
     for (int i = 0; i < N * OC; i++) dy[i] = ((float)rand() / RAND_MAX - 0.5f);
-    float *dX = G->alloc(sizeof x), *dW = G->alloc(sizeof w), *dY = G->alloc(sizeof y),
-          *dDY = G->alloc(sizeof dy), *dDX = G->alloc(sizeof dx), *dDW = G->alloc(sizeof dw);
-    G->upload(dX, x, sizeof x);
-    G->upload(dW, w, sizeof w);
-    G->upload(dDY, dy, sizeof dy);
-    G->memset0(dDW, sizeof dw);
+    float *dX = zdev_alloc(G->dev, sizeof x), *dW = zdev_alloc(G->dev, sizeof w), *dY = zdev_alloc(G->dev, sizeof y),
+          *dDY = zdev_alloc(G->dev, sizeof dy), *dDX = zdev_alloc(G->dev, sizeof dx), *dDW = zdev_alloc(G->dev, sizeof dw);
+    zdevCheck(zdev_upload(G->dev, dX, x, sizeof x));
+    zdevCheck(zdev_upload(G->dev, dW, w, sizeof w));
+    zdevCheck(zdev_upload(G->dev, dDY, dy, sizeof dy));
+    zdevCheck(zdev_memset_async(G->dev, dDW, 0, sizeof dw, NULL));
     memset(rdw, 0, sizeof rdw);
     G->matmul_forward(dY, dX, dW, N, IC, OC);
     R->matmul_forward(ref, x, w, N, IC, OC);
     F->matmul_forward(f32, x, w, N, IC, OC);
     G->matmul_backward(dDX, dDW, dDY, dX, dW, N, IC, OC, 0);
     R->matmul_backward(rdx, rdw, dy, x, w, N, IC, OC, 0);
-    G->download(out, dY, sizeof out);
-    G->download(dx, dDX, sizeof dx);
-    G->download(dw, dDW, sizeof dw);
+    zdevCheck(zdev_download(G->dev, out, dY, sizeof out));
+    zdevCheck(zdev_download(G->dev, dx, dDX, sizeof dx));
+    zdevCheck(zdev_download(G->dev, dw, dDW, sizeof dw));
     double e = 0, m = 0, ef = 0;
     for (int i = 0; i < N * OC; i++) {
         e = fmax(e, fabs((double)out[i] - ref[i]));
@@ -1556,7 +1560,7 @@ static void check_matmul_bf16(const ZrtKernels* G, const char* name, double tol)
     CHECK(e / m <= tol && eb <= tol && ef / m > 1e-4, what,
           "fwd %.3g bwd %.3g relative to the CPU twin (bound %g); fp32 vs bf16 %.3g (must be > 1e-4)",
           e / m, eb, tol, ef / m);
-    G->free(dX), G->free(dW), G->free(dY), G->free(dDY), G->free(dDX), G->free(dDW);
+    zdev_free(G->dev, dX), zdev_free(G->dev, dW), zdev_free(G->dev, dY), zdev_free(G->dev, dDY), zdev_free(G->dev, dDX), zdev_free(G->dev, dDW);
 }
 
 /* ------------------------------------------ a table's kernels vs the CPU's */
@@ -1567,17 +1571,17 @@ static void check_matmul_bf16(const ZrtKernels* G, const char* name, double tol)
 static const ZrtKernels* g_tab; /* the table under test */
 
 static float* dev_copy(const void* h, size_t bytes) {
-    void* d = g_tab->alloc(bytes);
+    void* d = zdev_alloc(g_tab->dev, bytes);
     if (!d) return NULL;
-    if (h) g_tab->upload(d, h, bytes);
-    else g_tab->memset0(d, bytes);
+    if (h) zdevCheck(zdev_upload(g_tab->dev, d, h, bytes));
+    else zdevCheck(zdev_memset_async(g_tab->dev, d, 0, bytes, NULL));
     return d;
 }
 
 /* max |a - b| / (max |b| + 1e-30) over n, b being the CPU result */
 static double rel_diff_dev(const float* dev, const float* host, size_t n) {
     float* h = malloc(n * sizeof(float));
-    g_tab->download(h, dev, n * sizeof(float));
+    zdevCheck(zdev_download(g_tab->dev, h, dev, n * sizeof(float)));
     double md = 0.0, mx = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)h[i] - host[i]);
@@ -1629,8 +1633,8 @@ static void check_table_kernels(const ZrtKernels* G, const char* name) {
     e1 = rel_diff_dev(dDX, dx, N * C);
     memset(g, 0, sizeof g);
     memset(dx, 0, sizeof dx);
-    G->memset0(dG, sizeof g);
-    G->memset0(dDX, sizeof dx);
+    zdevCheck(zdev_memset_async(G->dev, dG, 0, sizeof g, NULL));
+    zdevCheck(zdev_memset_async(G->dev, dDX, 0, sizeof dx, NULL));
     K->rmsnorm_backward(dx, g, dy, x, w, r, N, C);
     G->rmsnorm_backward(dDX, dG, dDY, dX, dW, dR, N, C);
     e2 = fmax(rel_diff_dev(dDX, dx, N * C), rel_diff_dev(dG, g, C));
@@ -1711,12 +1715,12 @@ static void check_table_kernels(const ZrtKernels* G, const char* name) {
     K->round_to_bf16(hb, x, N * C);
     G->round_to_bf16(dB, dX, N * C);
     static uint16_t gb[N * C];
-    G->download(gb, dB, sizeof gb);
+    zdevCheck(zdev_download(G->dev, gb, dB, sizeof gb));
     snprintf(what, sizeof what, "%s/bf16", name);
     CHECK(!memcmp(gb, hb, sizeof hb), what, "rounding differs from the CPU");
     void* all[] = {dX, dW, dY, dDY, dG, dDX, dR, dQ, dK, dV, dCS, dATT, dO, dS, dDQ, dDK, dDV,
                    dDO, dUP, dH, dGATE2, dUP2, dT, dDT, dE, dTok, dTgt, dL, dDL, dLS, dB};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) G->free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zdev_free(G->dev, all[i]);
 }
 
 /* ---------------------------------------------------- dump for the JAX test */
@@ -1782,7 +1786,7 @@ static int dump(const char* dir, int train, int argc, char** argv) {
     mkdir(dir, 0755);
     Model m;
     if (model_init(&m, &c, 2024)) return 2;
-    LlamaActs* acts = llama_acts_alloc(&c, B, T);
+    LlamaActs* acts = llama_acts_alloc(&c, B, T, zrt_kernels_cpu());
     int* tok = malloc(sizeof(int) * B * T);
     int* tgt = malloc(sizeof(int) * B * T);
     float* logits = malloc(sizeof(float) * B * T * c.vocab_size);
@@ -1947,7 +1951,7 @@ static int bench(int argc, char** argv, const char* core) {
     }
     Model m;
     LlamaActs* acts = NULL;
-    if (model_init(&m, &c, 1) || !(acts = llama_acts_alloc(&c, B, T))) {
+    if (model_init(&m, &c, 1) || !(acts = llama_acts_alloc(&c, B, T, zrt_kernels_cpu()))) {
         fprintf(stderr, "out of memory\n");
         return 2;
     }
@@ -1960,7 +1964,7 @@ static int bench(int argc, char** argv, const char* core) {
     printf("bench: %.1fM params (V=%d C=%d L=%d H=%d KV=%d F=%d tied=%d), B=%d T=%d, "
            "activations %.0f MiB\n",
            llama_num_params(&c) / 1e6, c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads,
-           c.ffn_hidden, c.tie_embeddings, B, T, llama_acts_bytes(&c, B, T) / 1048576.0);
+           c.ffn_hidden, c.tie_embeddings, B, T, llama_acts_bytes(&c, B, T, zrt_kernels_cpu()) / 1048576.0);
     // The SGEMM peak runs with the BLAS threads the environment asked for,
     // before the first model step (the CPU backend switches OpenBLAS to one
     // thread per OpenMP thread when it starts). The machine is shared: each
@@ -2010,23 +2014,23 @@ int main(int argc, char** argv) {
     if (argc >= 3 && !strcmp(argv[1], "--dump-train")) return dump(argv[2], 1, argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "--bench")) return bench(argc, argv, core);
     if (argc >= 2 && !strcmp(argv[1], "--cuda")) { // scripts/test_gpu.sh: the GPU checks only
-        if (!zrt_kernels_cuda()) {
+        if (!zrt_kernels_cuda(NULL)) {
             printf("FAIL cuda: no usable CUDA device (or a build without CUDA)\n");
             return 1;
         }
-        check_table_kernels(zrt_kernels_cuda(), "cuda");
-        check_memory_entries(zrt_kernels_cuda(), "cuda");
-        check_optimizer_entries(zrt_kernels_cuda(), "cuda");
-        check_events(zrt_kernels_cuda(), "cuda");
-        check_step_on(zrt_kernels_cuda(), zrt_kernels_cpu(), "cuda", 1e-5);
-        check_matmul_bf16(zrt_kernels_cuda_bf16(), "cuda", 1e-5);
-        check_w16_entries(zrt_kernels_cuda(), zrt_kernels_cpu(), "cuda", 1e-5);
-        check_w16_entries(zrt_kernels_cuda_bf16(), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-5);
-        check_step_bf16_units(zrt_kernels_cuda(), zrt_kernels_cpu(), "cuda", 1e-5);
+        check_table_kernels(zrt_kernels_cuda(NULL), "cuda");
+        check_memory_entries(zrt_kernels_cuda(NULL), "cuda");
+        check_optimizer_entries(zrt_kernels_cuda(NULL), "cuda");
+        check_events(zrt_kernels_cuda(NULL), "cuda");
+        check_step_on(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
+        check_matmul_bf16(zrt_kernels_cuda_bf16(NULL), "cuda", 1e-5);
+        check_w16_entries(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
+        check_w16_entries(zrt_kernels_cuda_bf16(NULL), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-5);
+        check_step_bf16_units(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
         // a whole step in bf16: a value that lands a hair apart on the two
         // sides may round to a neighbouring bf16, so the bound is bf16's
-        check_step_on(zrt_kernels_cuda_bf16(), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-2);
-        check_step_bf16_units(zrt_kernels_cuda_bf16(), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-2);
+        check_step_on(zrt_kernels_cuda_bf16(NULL), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-2);
+        check_step_bf16_units(zrt_kernels_cuda_bf16(NULL), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-2);
         return tu_exit();
     }
     if (argc >= 2 && !strcmp(argv[1], "--threads")) { // tests/test_blas_cores.sh
@@ -2073,7 +2077,7 @@ int main(int argc, char** argv) {
     check_step_bf16_units(zrt_kernels_cpu(), zrt_kernels_cpu(), "cpu", 0.0);
     check_step_bf16_units(zrt_kernels_cpu_bf16(), zrt_kernels_cpu_bf16(), "cpu_bf16", 0.0);
     check_step_bf16_units(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
-    if (zrt_kernels_cuda()) check_table_kernels(zrt_kernels_cuda(), "cuda");
+    if (zrt_kernels_cuda(NULL)) check_table_kernels(zrt_kernels_cuda(NULL), "cuda");
     else printf("note: CUDA table checks not run here (%s); make test-gpu runs them on a GPU, "
                 "tests/test_model_cuda_emu.sh on the warp emulator\n", zrt_cuda_error());
     return tu_exit();

@@ -142,7 +142,7 @@ static void check_order(const char* name, int moe, int ep_chunks, int backward) 
     const int B = 2, T = 4;
     int tok[8], tgt[8];
     for (int i = 0; i < B * T; i++) tok[i] = (i * 7) % 64, tgt[i] = (i * 5 + 3) % 64;
-    LlamaActs* a = llama_acts_alloc(&r.cfg, B, T);
+    LlamaActs* a = llama_acts_alloc(&r.cfg, B, T, zrt_kernels_cpu());
     float loss = llama_step(&r.cfg, a, tok, tgt, B, T, &h, backward, NULL);
     static SchedEvent want[MAXEV];
     int n = sched_model_order(&r.cfg, ep_chunks, backward, want, MAXEV);

@@ -83,7 +83,7 @@ static float one_step(int overlap, int deviate) {
     const int B = 2, T = 8;
     int tok[16], tgt[16];
     for (int i = 0; i < B * T; i++) tok[i] = (i * 7 + rank * 3) % 256, tgt[i] = (i * 5 + 1) % 256;
-    LlamaActs* a = llama_acts_alloc(&cfg.model, B, T);
+    LlamaActs* a = llama_acts_alloc(&cfg.model, B, T, zrt_kernels_cpu());
     sched_begin_step(s, 1);
     sched_begin_micro(s);
     const float loss = llama_step(&cfg.model, a, tok, tgt, B, T, &h, 1, NULL);

@@ -132,7 +132,7 @@ hostcoded_same() {
   shift 2
   if run "$np" "$tmp/${name}_h.jsonl" --set comm.strategy=compressed "$@" &&
      ZRT_COMM_HOSTCODED=1 run "$np" "$tmp/${name}_c.jsonl" --set comm.strategy=compressed "$@"; then
-    if ! grep -q "^# collectives: .*hostcoded" "$tmp/${name}_c.jsonl.log"; then
+    if ! grep -q "^# collectives: .*ZRT_COMM_HOSTCODED" "$tmp/${name}_c.jsonl.log"; then
       fail "$name" "the run did not say its collectives took the device path"
     else
       same_or_fail "$name" "$tmp/${name}_h.jsonl" "$tmp/${name}_c.jsonl"

@@ -54,40 +54,40 @@
 enum { kDevFrames = 0, kDevWork = 1, kDevAcc = 2, kDevTmp = 3, kDevBlocks = 4, kDevBlock = 5, kDevSizes = 6 }; /* device scratch */
 
 /* Grow *p to at least `bytes` (by 1/8 more, as the communicator's
- * scratch) with the table's device allocator (dev) or its host staging one;
- * old contents are not kept.  NULL when out of memory. */
-static void* grow(const zipcclDeviceMemory_t* d, int dev, void** p, size_t* cap, size_t bytes) {
+ * scratch) in the device's memory (dev) or its pinned host memory; old
+ * contents are not kept.  NULL when out of memory. */
+static void* grow(ZDevice* d, int dev, void** p, size_t* cap, size_t bytes) {
     if (bytes == 0) bytes = 1;
     if (*cap >= bytes) return *p;
-    if (*p) dev ? d->free(d->ctx, *p) : d->hostFree ? d->hostFree(d->ctx, *p) : free(*p);
+    dev ? zdev_free(d, *p) : zdev_host_free(d, *p);
     *cap = bytes + bytes / 8;
-    *p = dev ? d->alloc(d->ctx, *cap) : d->hostAlloc ? d->hostAlloc(d->ctx, *cap) : malloc(*cap);
+    *p = dev ? zdev_alloc(d, *cap) : zdev_host_alloc(d, *cap);
     if (!*p) *cap = 0;
     return *p;
 }
 void* zipcclHostStage(struct zipcclComm* c, int slot, size_t bytes) {
-    return grow(&c->dev, 0, &c->hostStage[slot], &c->hostStageCap[slot], bytes);
+    return grow(c->dev, 0, &c->hostStage[slot], &c->hostStageCap[slot], bytes);
 }
 static void* devScratch(struct zipcclComm* c, int slot, size_t bytes) {
-    return grow(&c->dev, 1, &c->devScratch[slot], &c->devScratchCap[slot], bytes);
+    return grow(c->dev, 1, &c->devScratch[slot], &c->devScratchCap[slot], bytes);
 }
 
 void zipcclDeviceRelease(struct zipcclComm* c) {
     if (!c->onDevice) return;
-    const zipcclDeviceMemory_t* d = &c->dev;
-    if (d->bind) d->bind(d->ctx);
+    ZDevice* d = c->dev;
+    zdev_bind(d);
     if (c->devStream) {
-        d->synchronize(d->ctx, c->devStream);
-        d->streamDestroy(d->ctx, c->devStream);
+        zdev_stream_sync(d, c->devStream);
+        zdev_stream_destroy(d, c->devStream);
         c->devStream = NULL;
     }
     for (int i = 0; i < ZIPCCL_DEV_SLOTS; i++) {
-        if (c->devScratch[i]) d->free(d->ctx, c->devScratch[i]);
+        zdev_free(d, c->devScratch[i]);
         c->devScratch[i] = NULL;
         c->devScratchCap[i] = 0;
     }
     for (int i = 0; i < 2; i++) {
-        if (c->hostStage[i]) d->hostFree ? d->hostFree(d->ctx, c->hostStage[i]) : free(c->hostStage[i]);
+        zdev_host_free(d, c->hostStage[i]);
         c->hostStage[i] = NULL;
         c->hostStageCap[i] = 0;
     }
@@ -97,15 +97,15 @@ void zipcclDeviceRelease(struct zipcclComm* c) {
 static zipcclResult_t busCopy(struct zipcclComm* c, const zipcclOp* op, void* dst, const void* src, size_t bytes,
                               zipcclExecStats* st, int up) {
     if (!bytes) return zipcclSuccess;
-    const zipcclDeviceMemory_t* d = &c->dev;
     const double t = zipcclNow();
-    zipcclResult_t r = (up ? d->toDevice : d->toHost)(d->ctx, dst, src, bytes, op->stream);
+    const int bad = zdev_copy(c->dev, dst, src, bytes, up ? ZDEV_HOST_TO_DEVICE : ZDEV_DEVICE_TO_HOST, op->stream);
     st->busSeconds += zipcclNow() - t;
     st->busBytes += bytes;
-    if (r == zipcclSuccess) return r;
-    return zipcclPrefixError(r, up ? "%s: copying %zu bytes from the host to %s memory"
-                                   : "%s: copying %zu bytes from %s memory to the host",
-                             zipcclCollName(op->kind), bytes, d->name);
+    if (!bad) return zipcclSuccess;
+    char doing[96];
+    snprintf(doing, sizeof doing, up ? "copying %zu bytes from the host to the device"
+                                     : "copying %zu bytes from the device to the host", bytes);
+    return zipcclDevFail(c, zipcclCollName(op->kind), doing);
 }
 zipcclResult_t zipcclDown(struct zipcclComm* c, const zipcclOp* op, void* host, const void* dev, size_t bytes,
                           zipcclExecStats* st) {
@@ -118,7 +118,45 @@ zipcclResult_t zipcclUp(struct zipcclComm* c, const zipcclOp* op, void* dev, con
 
 zipcclResult_t zipcclNoMemory(const struct zipcclComm* c, const zipcclOp* op, const char* where, size_t bytes) {
     return zipcclSetError(zipcclSystemError, "%s: out of %s memory for %zu bytes of %s", zipcclCollName(op->kind),
-                          where[0] == 'd' ? c->dev.name : "host", bytes, where + 2);
+                          where[0] == 'd' ? c->dev->name : "host", bytes, where + 2);
+}
+
+/* ---- the canonical sum on the device ---------------------------------------- */
+
+#ifdef ZIPCCL_HAVE_CUDA
+/* transport/transport_nccl_kernels.cu */
+int zipcclCudaAccumulate(float* acc, const void* x, size_t n, int dtype, int first, void* stream);
+int zipcclCudaFinalize(void* out, const float* acc, size_t n, int dtype, int avg, int nranks, void* stream);
+#endif
+
+/* acc[i] = x[i] (first) or acc[i] += x[i] in fp32, on the call's stream:
+ * the CUDA kernels on a CUDA device, the host's arithmetic (the same bits)
+ * on a device the host may read. */
+static zipcclResult_t accumulate(struct zipcclComm* c, const zipcclOp* op, float* acc, const void* x, size_t count,
+                                 int first) {
+    if (c->dev->kind != ZDEV_KIND_CUDA) {
+        zipcclAccumulate(acc, x, count, op->dtype, first);
+        return zipcclSuccess;
+    }
+#ifdef ZIPCCL_HAVE_CUDA
+    if (zipcclCudaAccumulate(acc, x, count, (int)op->dtype, first, op->stream) == 0) return zipcclSuccess;
+#endif
+    return zipcclSetError(zipcclSystemError, "%s: the accumulate kernel failed on %s", zipcclCollName(op->kind),
+                          c->dev->name);
+}
+
+/* out[i] = one rounding of acc[i] to the dtype (avg: acc[i] / n first). */
+static zipcclResult_t finalize(struct zipcclComm* c, const zipcclOp* op, void* out, const float* acc, size_t count) {
+    if (c->dev->kind != ZDEV_KIND_CUDA) {
+        zipcclFinalize(out, acc, count, op->dtype, op->op, c->nranks);
+        return zipcclSuccess;
+    }
+#ifdef ZIPCCL_HAVE_CUDA
+    if (zipcclCudaFinalize(out, acc, count, (int)op->dtype, op->op == zipcclAvg, c->nranks, op->stream) == 0)
+        return zipcclSuccess;
+#endif
+    return zipcclSetError(zipcclSystemError, "%s: the finalize kernel failed on %s", zipcclCollName(op->kind),
+                          c->dev->name);
 }
 
 /* AlltoAllv: elements from buffer start to the end of the last block. */
@@ -150,7 +188,7 @@ typedef struct {
 static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const zipcclExecStats* st, int sendSlots,
                                  size_t maxCount, Frames* f) {
     const int n = c->nranks;
-    f->codec = zipcclCodecOpsFor(c->dev.coding == zipcclDeviceCodeCuda);
+    f->codec = zipcclCodecOpsFor(c->dev->kind == ZDEV_KIND_CUDA);
     f->slot = (f->codec->bound(maxCount, op->dtype, 0) + 1 + 255) & ~(size_t)255;
     const size_t all = (size_t)(sendSlots + n) * f->slot;
     f->dsend = devScratch(c, kDevFrames, all);
@@ -357,7 +395,6 @@ static zipcclResult_t codedReduceScatter(struct zipcclComm* c, const zipcclOp* o
     const int n = c->nranks, r = c->rank;
     const zipcclDataType_t dt = op->dtype;
     const size_t esz = zipcclTypeSize(dt), count = counts[r];
-    const zipcclDeviceMemory_t* d = &c->dev;
     Frames f;
     ZIPCCL_TRY(framesInit(c, op, st, n, maxOf(counts, n), &f));
     float* acc = devScratch(c, kDevAcc, count * sizeof(float));
@@ -389,13 +426,13 @@ static zipcclResult_t codedReduceScatter(struct zipcclComm* c, const zipcclOp* o
         for (int k = 1; k < n && res == zipcclSuccess; k++) {
             const int i = (r + k) % n;
             ZIPCCL_TRY(decode(c, op, st, &f, 0, i, i, (size_t)size[(size_t)i * n + r], tmp, count));
-            res = d->accumulate(d->ctx, acc, tmp, count, dt, k == 1, op->stream);
+            res = accumulate(c, op, acc, tmp, count, k == 1);
         }
     }
     /* Our own block last (alone on one rank), then one rounding. */
-    if (res == zipcclSuccess) res = d->accumulate(d->ctx, acc, sendbuf + displs[r] * esz, count, dt, n == 1, op->stream);
-    if (res == zipcclSuccess) res = d->finalize(d->ctx, out, acc, count, dt, op->op, n, op->stream);
-    return res == zipcclSuccess ? res : zipcclPrefixError(res, "ReduceScatter: the sum on %s", d->name);
+    if (res == zipcclSuccess) res = accumulate(c, op, acc, sendbuf + displs[r] * esz, count, n == 1);
+    if (res == zipcclSuccess) res = finalize(c, op, out, acc, count);
+    return res;
 }
 
 /* ---- the All-to-Alls coded on the device (over a network) -------------------------- */
@@ -480,7 +517,6 @@ static zipcclResult_t rawReduceScatter(struct zipcclComm* c, const zipcclOp* op,
     const int n = c->nranks, r = c->rank;
     const zipcclDataType_t dt = op->dtype;
     const size_t esz = zipcclTypeSize(dt), count = counts[r], blk = count * esz;
-    const zipcclDeviceMemory_t* d = &c->dev;
     float* acc = devScratch(c, kDevAcc, count * sizeof(float));
     if (!acc) return zipcclNoMemory(c, op, "d:the fp32 accumulator", count * sizeof(float));
     char* blocks = n > 1 ? devScratch(c, kDevBlocks, (size_t)n * blk) : NULL;
@@ -497,10 +533,10 @@ static zipcclResult_t rawReduceScatter(struct zipcclComm* c, const zipcclOp* op,
     zipcclResult_t res = zipcclSuccess;
     for (int k = 1; k <= n && res == zipcclSuccess; k++) {
         const int i = (r + k) % n; /* r+1, ..., r-1, then ours */
-        res = d->accumulate(d->ctx, acc, i == r ? send[r] : recv[i], count, dt, k == 1, op->stream);
+        res = accumulate(c, op, acc, i == r ? send[r] : recv[i], count, k == 1);
     }
-    if (res == zipcclSuccess) res = d->finalize(d->ctx, out, acc, count, dt, op->op, n, op->stream);
-    return res == zipcclSuccess ? res : zipcclPrefixError(res, "ReduceScatter: the sum on %s", d->name);
+    if (res == zipcclSuccess) res = finalize(c, op, out, acc, count);
+    return res;
 }
 
 /* Each block to its rank (ours: a copy); in place, the input copied first. */

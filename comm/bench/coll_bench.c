@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "device.h"
 #include "zipccl.h"
 #include "zipccl_float.h"
 #include "zipccl_tune.h"
@@ -631,28 +632,29 @@ static void pickedName(const CollTest* coll, const zipcclCounters_t* k, char* ou
 typedef struct {
     CollEnv env;          /* what the collectives see of the run */
     long long totalWrong; /* over every row, all ranks           */
-    int onDevice;         /* --device cuda / hostcoded: the calls' buffers are mem's */
-    zipcclDeviceMemory_t mem;
+    int onDevice;         /* --device cuda / hostcoded: the calls' buffers are dev's */
+    ZDevice* dev;
+    const char* devName;  /* "cuda", "hostcoded" */
 } Ctx;
 
 /* A device twin of a host buffer (the host one itself on host buffers). */
 static void* devTwin(Ctx* c, void* host, size_t bytes) {
     if (!c->onDevice) return host;
-    void* d = c->mem.alloc(c->mem.ctx, bytes ? bytes : 1);
+    void* d = zdev_alloc(c->dev, bytes ? bytes : 1);
     if (!d) {
-        fprintf(stderr, "zipccl-bench: out of %s memory for %zu bytes\n", c->mem.name, bytes);
+        fprintf(stderr, "zipccl-bench: out of %s memory for %zu bytes: %s\n", c->devName, bytes, zdev_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     return d;
 }
 static void devFreeTwin(Ctx* c, void* d, void* host) {
-    if (d != host) c->mem.free(c->mem.ctx, d);
+    if (d != host) zdev_free(c->dev, d);
 }
 static void toDev(Ctx* c, void* d, const void* h, size_t bytes) {
-    if (d != h) ZCHECK(c->mem.toDevice(c->mem.ctx, d, h, bytes, NULL));
+    if (d != h) zdevCheck(zdev_upload(c->dev, d, h, bytes));
 }
 static void toHost(Ctx* c, void* h, const void* d, size_t bytes) {
-    if (d != h) ZCHECK(c->mem.toHost(c->mem.ctx, h, d, bytes, NULL));
+    if (d != h) zdevCheck(zdev_download(c->dev, h, d, bytes));
 }
 
 /* Counters of one call: after - before, per field. */
@@ -955,7 +957,7 @@ static void printHeader(const Ctx* c, const Options* o) {
 
     printf("# zipccl-bench  ZipCCL %d.%d (format %d)\n", ZIPCCL_VERSION_MAJOR,
            ZIPCCL_VERSION_MINOR, ZIPCCL_FORMAT_VERSION);
-    printf("# date %s  nranks %d  buffers %s\n# hosts", date, c->env.nranks, c->onDevice ? c->mem.name : "host");
+    printf("# date %s  nranks %d  buffers %s\n# hosts", date, c->env.nranks, c->onDevice ? c->devName : "host");
     for (int r = 0; r < c->env.nranks; r++) printf(" %d:%s", r, all + (size_t)r * sizeof me);
     printf("\n# machine %s %s %s, %s, %ld cpus, load %.2f %.2f %.2f\n", u.nodename, u.sysname,
            u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
@@ -1000,12 +1002,18 @@ int main(int argc, char** argv) {
             MCHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
             MCHECK(MPI_Comm_rank(node, &local));
             MPI_Comm_free(&node);
-            if (zipcclDeviceMemoryCuda(local, &c.mem) != zipcclSuccess) ZCHECK(zipcclDeviceMemoryCuda(0, &c.mem));
-            ZCHECK(c.mem.bind(c.mem.ctx));
+            const int n = zdev_cuda_count();
+            c.dev = zdev_cuda(n > 0 ? local % n : 0);
+            if (!c.dev) {
+                fprintf(stderr, "zipccl-bench: --device cuda: %s\n", zdev_error());
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+            c.devName = "cuda";
         } else {
-            zipcclDeviceMemoryHost(&c.mem);
+            c.dev = zdev_cpu();
+            c.devName = "hostcoded";
         }
-        ZCHECK(zipcclCommSetDevice(c.env.comm, &c.mem));
+        ZCHECK(zipcclCommSetDevice(c.env.comm, c.dev, zipcclDeviceCoded));
         c.onDevice = 1;
         if (o.net == 1) ZCHECK(zipcclCommUseNccl(c.env.comm));
         if (o.net == 2) {

@@ -48,6 +48,7 @@ extern "C" {
 #include "zipccl_internal.h"
 }
 #include "codec_format.h"
+#include "device.h" /* zdev_count_sync: the codec's host waits are counted with the device's */
 
 /* ------------------------------------------------------------------------ */
 /* 1. Execution-space shims: CUDA or the host warp emulator                  */
@@ -1344,6 +1345,7 @@ static zipcclResult_t zk_memset(void* d, int v, size_t n, void* stream) {
 }
 static zipcclResult_t zk_sync(void* stream) {
     (void)stream;
+    zdev_count_sync();
     return zipcclSuccess;
 }
 #else
@@ -1384,7 +1386,9 @@ static zipcclResult_t zk_memcpy(void* d, const void* s, size_t n, void* stream) 
 static zipcclResult_t zk_memset(void* d, int v, size_t n, void* stream) {
     return zk_cuda(cudaMemsetAsync(d, v, n, (cudaStream_t)stream), "cudaMemsetAsync");
 }
+/* a host wait the device layer counts like its own (device.h) */
 static zipcclResult_t zk_sync(void* stream) {
+    zdev_count_sync();
     return zk_cuda(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
 }
 #endif

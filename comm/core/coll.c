@@ -97,10 +97,8 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
      * (zipcclWait), so neither the host nor the caller's stream stalls on
      * the device here. */
     if (res == zipcclSuccess && c->hasNet && c->devStream) {
-        res = c->dev.eventRecord(c->dev.ctx, c->devStream, &op->doneEvent);
-        if (res == zipcclSuccess) op->doneRecorded = 1;
-        else res = zipcclPrefixError(res, "%s: recording its end on %s's stream", zipcclCollName(op->kind),
-                                     c->dev.name);
+        if (zipcclDevRecord(c, &op->doneEvent, c->devStream) == 0) op->doneRecorded = 1;
+        else res = zipcclDevFail(c, zipcclCollName(op->kind), "recording its end on the communicator's stream");
     }
     /* A call that moved no data (count 0) still completes its agreement, and
      * after a local failure the agreement's verdict, if it is a disagreement,
@@ -254,8 +252,8 @@ static struct zipcclComm* commAlloc(const zipcclTransport* tp) {
  * the table that made them. */
 static void dropEvents(struct zipcclComm* c) {
     for (zipcclOp* op = c->freeOps; op; op = op->next) {
-        if (op->devEvent) c->dev.eventDestroy(c->dev.ctx, op->devEvent);
-        if (op->doneEvent) c->dev.eventDestroy(c->dev.ctx, op->doneEvent);
+        zdev_event_destroy(c->dev, op->devEvent);
+        zdev_event_destroy(c->dev, op->doneEvent);
         op->devEvent = op->doneEvent = NULL;
     }
 }
@@ -402,7 +400,7 @@ zipcclResult_t zipcclCommInitMpi(zipcclComm_t* comm, const void* mpiComm) {
     return commInit(comm, &zipcclTransportMpi, mpiComm, "zipcclCommInitMpi");
 }
 
-static zipcclResult_t setDevice(struct zipcclComm* c, const zipcclDeviceMemory_t* mem);
+static zipcclResult_t setDevice(struct zipcclComm* c, ZDevice* dev, zipcclDeviceCoding_t coding);
 
 /* NCCL's own communicator: its buffers are the device memory of the NCCL
  * communicator's GPU (the CUDA table) and move over that same communicator
@@ -413,11 +411,12 @@ zipcclResult_t zipcclCommInitNccl(zipcclComm_t* comm, void* ncclComm) {
     struct zipcclComm* c = *comm;
     int device = 0;
     zipcclDeviceNet_t net;
-    zipcclDeviceMemory_t mem;
+    ZDevice* dev = NULL;
     zipcclResult_t res = zipcclNcclTransportNet(c, &device, &net);
     if (res != zipcclSuccess) goto fail;
-    res = zipcclDeviceMemoryCuda(device, &mem);
-    if (res == zipcclSuccess) res = setDevice(c, &mem);
+    dev = zdev_cuda(device);
+    res = dev ? setDevice(c, dev, zipcclDeviceCoded)
+              : zipcclSetError(zipcclUnsupported, "NCCL's device %d: %s", device, zdev_error());
     if (res == zipcclSuccess) res = zipcclCommSetNet(c, &net);
     if (res == zipcclSuccess) return res;
     if (!c->hasNet && net.destroy) net.destroy(net.ctx);
@@ -499,55 +498,40 @@ static int noCallsInFlight(struct zipcclComm* c) {
     return !busy;
 }
 
-zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, const zipcclDeviceMemory_t* mem) {
-    if (!c || !mem) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: null argument");
+zipcclResult_t zipcclCommSetDevice(zipcclComm_t c, ZDevice* dev, zipcclDeviceCoding_t coding) {
+    if (!c || !dev) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: null argument");
     if (c->tp->device)
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: the buffers of a %s communicator are "
                               "device memory already", c->tp->name);
-    return setDevice(c, mem);
+    return setDevice(c, dev, coding);
 }
 
-static zipcclResult_t setDevice(struct zipcclComm* c, const zipcclDeviceMemory_t* mem) {
-    const char* name = mem->name ? mem->name : "the device";
-    const char* none = !mem->toHost ? "toHost" : !mem->toDevice ? "toDevice" : !mem->alloc ? "alloc"
-                     : !mem->free ? "free" : NULL;
-    if (none) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's table has no %s entry", name, none);
-    if (mem->coding != zipcclDeviceStaged && (!mem->accumulate || !mem->finalize))
-        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s codes on the device but its table has no "
-                              "%s entry (a coded ReduceScatter sums there)", name,
-                              !mem->accumulate ? "accumulate" : "finalize");
-    if ((int)mem->coding < 0 || mem->coding > zipcclDeviceCodeHost)
-        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's coding %d is not staged (0), cuda "
-                              "(1) or host (2)", name, (int)mem->coding);
-    const int streams = (mem->streamCreate != NULL) + (mem->streamDestroy != NULL) + (mem->eventRecord != NULL) +
-                        (mem->streamWaitEvent != NULL) + (mem->eventDestroy != NULL) + (mem->synchronize != NULL);
-    if (mem->timedEventRecord && streams == 0)
-        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's table has timedEventRecord but no "
-                              "stream entries (its events are recorded on the communicator's stream)", name);
-    if (streams != 0 && streams != 6)
-        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's table has %d of the 6 stream "
-                              "entries (streamCreate, streamDestroy, eventRecord, streamWaitEvent, eventDestroy, "
-                              "synchronize): all or none", name, streams);
-    if (mem->coding == zipcclDeviceCodeCuda && !zipcclCudaAvailable())
+static zipcclResult_t setDevice(struct zipcclComm* c, ZDevice* dev, zipcclDeviceCoding_t coding) {
+    const char* name = dev->name ? dev->name : "the device";
+    if ((int)coding < 0 || coding > zipcclDeviceCoded)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: coding %d is not staged (0) or coded (1)",
+                              (int)coding);
+    if (coding == zipcclDeviceCoded && dev->kind != ZDEV_KIND_CUDA && !dev->host_access)
+        return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: %s's memory can be coded by neither codec "
+                              "(the CUDA codec needs a CUDA device, the CPU codec memory the host may read): "
+                              "use zipcclDeviceStaged", name);
+    if (coding == zipcclDeviceCoded && dev->kind == ZDEV_KIND_CUDA && !zipcclCudaAvailable())
         return zipcclSetError(zipcclUnsupported, "zipcclCommSetDevice: %s codes with the CUDA codec, which cannot "
                               "run here (a build without CUDA, or no usable device)", name);
     if (!noCallsInFlight(c))
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetDevice: the communicator has calls in flight; "
                               "set the device before the first call");
-    /* the previous table's memory, stream and events, with that table, and
-     * a network that moved its memory */
+    /* the previous device's memory, stream and events, and a network that
+     * moved its memory */
     zipcclDeviceRelease(c);
     dropEvents(c);
     dropNet(c);
     void* stream = NULL;
-    if (mem->streamCreate) {
-        zipcclResult_t r = mem->bind ? mem->bind(mem->ctx) : zipcclSuccess;
-        if (r == zipcclSuccess) r = mem->streamCreate(mem->ctx, &stream);
-        if (r != zipcclSuccess)
-            return zipcclPrefixError(r, "zipcclCommSetDevice: creating %s's stream for the communicator", name);
-    }
-    c->dev = *mem;
-    c->dev.name = name;
+    if (zdev_bind(dev) || zdev_stream_create(dev, &stream))
+        return zipcclSetError(zipcclSystemError, "zipcclCommSetDevice: creating %s's stream for the communicator: %s",
+                              name, zdev_error());
+    c->dev = dev;
+    c->devCoding = coding;
     c->devStream = stream;
     c->onDevice = 1;
     return zipcclSuccess;
@@ -558,10 +542,10 @@ zipcclResult_t zipcclCommSetNet(zipcclComm_t c, const zipcclDeviceNet_t* net) {
     const char* name = net->name ? net->name : "the network";
     if (!net->exchange)
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetNet: %s's table has no exchange entry", name);
-    if (!c->onDevice || c->dev.coding == zipcclDeviceStaged)
+    if (!c->onDevice || c->devCoding == zipcclDeviceStaged)
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetNet: %s moves device buffers, and compressed "
-                              "calls code them where they are: call zipcclCommSetDevice with a table that codes on "
-                              "the device (cuda or host) first", name);
+                              "calls code them where they are: call zipcclCommSetDevice with zipcclDeviceCoded "
+                              "first", name);
     if (!noCallsInFlight(c))
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommSetNet: the communicator has calls in flight; "
                               "set the network before the first call");
@@ -581,9 +565,9 @@ zipcclResult_t zipcclCommUseNccl(zipcclComm_t c) {
     if (!zipcclHostControl(c))
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommUseNccl: the %s communicator has no host control to "
                               "spread NCCL's unique id with (use an MPI communicator)", c->tp->name);
-    if (!c->onDevice || c->dev.coding != zipcclDeviceCodeCuda)
+    if (!c->onDevice || c->devCoding != zipcclDeviceCoded || c->dev->kind != ZDEV_KIND_CUDA)
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommUseNccl: NCCL moves CUDA memory: call "
-                              "zipcclCommSetDevice with zipcclDeviceMemoryCuda first");
+                              "zipcclCommSetDevice with a CUDA device (zdev_cuda) and zipcclDeviceCoded first");
     if (!noCallsInFlight(c))
         return zipcclSetError(zipcclInvalidArgument, "zipcclCommUseNccl: the communicator has calls in flight");
     /* Rank 0's unique id, byte by byte as doubles, summed with the others'
@@ -600,7 +584,8 @@ zipcclResult_t zipcclCommUseNccl(zipcclComm_t c) {
     for (int i = 0; i < ZIPCCL_NCCL_ID_BYTES; i++) v[i] = id[i];
     ZIPCCL_TRY(zipcclAgreedAllreduce(c, v, v, ZIPCCL_NCCL_ID_BYTES, zipcclTpSum, "zipcclCommUseNccl: spreading the id"));
     for (int i = 0; i < ZIPCCL_NCCL_ID_BYTES; i++) id[i] = (unsigned char)v[i];
-    if (c->dev.bind) ZIPCCL_TRY(c->dev.bind(c->dev.ctx));
+    if (zdev_bind(c->dev))
+        return zipcclSetError(zipcclSystemError, "zipcclCommUseNccl: binding %s: %s", c->dev->name, zdev_error());
     zipcclDeviceNet_t net;
     ZIPCCL_TRY(zipcclNcclNetCreate(c->rank, c->nranks, id, &net));
     res = zipcclCommSetNet(c, &net);
@@ -703,12 +688,12 @@ static zipcclResult_t issue(zipcclOp* tmpl, const zipcclCallConfig_t* cfg, zipcc
     op->doneRecorded = 0;
     op->spanBegin = op->spanEnd = NULL;
     if (c->devStream) { /* the point on the caller's stream the call's copies follow */
-        zipcclResult_t er = c->dev.eventRecord(c->dev.ctx, op->stream, &op->devEvent);
-        if (er != zipcclSuccess) {
+        if (zipcclDevRecord(c, &op->devEvent, op->stream)) {
+            zipcclResult_t er = zipcclDevFail(c, what, "recording an event on the caller's stream");
             pthread_mutex_lock(&c->mu);
             opGive(c, op);
             pthread_mutex_unlock(&c->mu);
-            return zipcclPrefixError(er, "%s: recording an event on the caller's stream (%s)", what, c->dev.name);
+            return er;
         }
     }
     if (tmpl->kind == zipcclCollAlltoAllv) { /* the caller may reuse its arrays at once */
@@ -744,17 +729,15 @@ static zipcclResult_t finish(zipcclOp* op, void** begin, void** end) {
     if (begin && end && op->result == zipcclSuccess) { /* the caller takes the span's events */
         *begin = op->spanBegin, *end = op->spanEnd;
     } else {
-        if (op->spanBegin) c->dev.eventDestroy(c->dev.ctx, op->spanBegin);
-        if (op->spanEnd) c->dev.eventDestroy(c->dev.ctx, op->spanEnd);
+        zdev_event_destroy(c->dev, op->spanBegin);
+        zdev_event_destroy(c->dev, op->spanEnd);
     }
     op->spanBegin = op->spanEnd = NULL;
     zipcclResult_t res = op->result;
     if (res != zipcclSuccess) zipcclSetError(res, "%s", op->detail);
     if (res == zipcclSuccess && op->doneRecorded) {
-        res = c->dev.streamWaitEvent(c->dev.ctx, op->stream, op->doneEvent);
-        if (res != zipcclSuccess)
-            res = zipcclPrefixError(res, "%s: ordering the caller's stream after it (%s)", zipcclCollName(op->kind),
-                                    c->dev.name);
+        if (zdev_stream_wait_event(c->dev, op->stream, op->doneEvent))
+            res = zipcclDevFail(c, zipcclCollName(op->kind), "ordering the caller's stream after it");
     }
     opGive(c, op);
     return res;

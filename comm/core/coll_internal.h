@@ -32,6 +32,7 @@
 #include <math.h>
 
 #include "codec_ops.h"
+#include "device.h"
 #include "transport.h"
 #include "tune.h"
 #include "zipccl.h"
@@ -66,8 +67,8 @@ typedef struct zipcclRequest {
                       * zipcclWait (kept with the pooled op) */
     int doneRecorded;
     void *spanBegin, *spanEnd; /* timing events of the call's device work
-                                * (dev.timedEventRecord), until handed over
-                                * by zipcclWaitSpan or freed */
+                                * (coll_run.c), until handed over by
+                                * zipcclWaitSpan or freed */
 } zipcclOp;
 
 /* What one executed call cost; folded into the counters and the switcher. */
@@ -87,8 +88,8 @@ struct zipcclExecStats {
      * memory, and the time those copies took. */
     uint64_t busBytes;
     double busSeconds;
-    /* The call's device span (coll_run.c, dev.timedEventRecord): timing
-     * events when its work started and ended on the communicator's stream. */
+    /* The call's device span (coll_run.c): timing events when its work
+     * started and ended on the communicator's stream. */
     void *spanBegin, *spanEnd;
 };
 
@@ -235,11 +236,14 @@ struct zipcclComm {
     size_t scratchCap[ZIPCCL_SCRATCH_SLOTS];
 
     /* Device buffers over a host transport (zipcclCommSetDevice, coll_run.c):
-     * the caller's table, the device's scratch (frames, codec workspace) and
-     * the host staging (send, receive), grown like the scratch above. */
+     * the device (device/device.h) and how calls run on it, the
+     * communicator's own stream there, the device's scratch (frames, codec
+     * workspace) and the host staging (send, receive), grown like the
+     * scratch above. */
     int onDevice;
-    zipcclDeviceMemory_t dev;
-    void* devStream;     /* the communicator's stream (dev.streamCreate), or NULL */
+    ZDevice* dev;
+    zipcclDeviceCoding_t devCoding;
+    void* devStream;     /* the communicator's stream on dev                 */
 #define ZIPCCL_DEV_SLOTS 7 /* frames, codec workspace, fp32 accumulator, a decoded block,
                             * received blocks (raw on a net), a reduced block,
                             * frame sizes (over a net) */
@@ -280,7 +284,20 @@ static inline int zipcclHostControl(const struct zipcclComm* c) { return (c->tp-
  * (algo/coll_device.c): its messages differ from the host designs', so the
  * call agreement compares it. */
 static inline int zipcclCodedOnDevice(const struct zipcclComm* c) {
-    return c->onDevice && c->dev.coding != zipcclDeviceStaged;
+    return c->onDevice && c->devCoding != zipcclDeviceStaged;
+}
+
+/* A failed device call (device.h) as a result code: what the call was
+ * doing, on which device, and the device's reason. */
+static inline zipcclResult_t zipcclDevFail(const struct zipcclComm* c, const char* what, const char* doing) {
+    return zipcclSetError(zipcclSystemError, "%s: %s (%s): %s", what, doing, c->dev->name, zdev_error());
+}
+
+/* Record *event on stream, making it (for ordering only) on first use;
+ * 0, or -1 with the device's reason. */
+static inline int zipcclDevRecord(struct zipcclComm* c, void** event, void* stream) {
+    if (!*event && zdev_event_create(c->dev, event, 0)) return -1;
+    return zdev_event_record(c->dev, *event, stream);
 }
 
 /* Slot i of a request array of the communicator's transport. */

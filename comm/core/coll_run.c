@@ -7,16 +7,16 @@
  *                    designs over its messages (algo/coll_algos.c);
  *   device buffers   (zipcclCommSetDevice; NCCL's own communicators too)
  *     on the device  every call over a device network, and every compressed
- *                    call on a table that codes on the device: the designs
+ *                    call on a device set to zipcclDeviceCoded: the designs
  *                    of algo/coll_device.c (coded on the device, frames
  *                    through host memory or over the network);
  *     staged         the rest: sendbuf down into host staging (pinned, from
- *                    the caller's table), the host run above on the staging
+ *                    the device), the host run above on the staging
  *                    with the CPU codec, what was received back up: every
  *                    strategy and design, the same bits as on host buffers.
  *
- * On a table with streams the call runs on the communicator's stream, after
- * the event recorded on the caller's stream at issue; it is synchronised
+ * On a device the call runs on the communicator's stream, after the event
+ * recorded on the caller's stream at issue; it is synchronised
  * before the call completes, except over a network, where the call ends
  * with an event the caller's stream waits for (coll.c).  A copy that fails
  * leaves the peers waiting for this rank: they time out naming it, as for a
@@ -81,77 +81,32 @@ static zipcclResult_t runStaged(struct zipcclComm* c, const zipcclOp* op, zipccl
     return zipcclSuccess;
 }
 
-/* ---- the host stand-in ------------------------------------------------------------ */
-
-static zipcclResult_t hostCopy(void* ctx, void* dst, const void* src, size_t bytes, void* stream) {
-    (void)ctx, (void)stream;
-    memcpy(dst, src, bytes);
-    return zipcclSuccess;
-}
-static void* hostAllocAny(void* ctx, size_t bytes) {
-    (void)ctx;
-    return malloc(bytes ? bytes : 1);
-}
-static void hostFreeAny(void* ctx, void* p) {
-    (void)ctx;
-    free(p);
-}
-static zipcclResult_t hostAccumulate(void* ctx, float* acc, const void* x, size_t count, zipcclDataType_t dtype,
-                                     int first, void* stream) {
-    (void)ctx, (void)stream;
-    zipcclAccumulate(acc, x, count, dtype, first);
-    return zipcclSuccess;
-}
-static zipcclResult_t hostFinalize(void* ctx, void* out, const float* acc, size_t count, zipcclDataType_t dtype,
-                                   zipcclRedOp_t op, int n, void* stream) {
-    (void)ctx, (void)stream;
-    zipcclFinalize(out, acc, count, dtype, op, n);
-    return zipcclSuccess;
-}
-
-void zipcclDeviceMemoryHost(zipcclDeviceMemory_t* out) {
-    const zipcclDeviceMemory_t t = {.name = "hostcoded", .coding = zipcclDeviceCodeHost, .toHost = hostCopy,
-                                    .toDevice = hostCopy, .alloc = hostAllocAny, .free = hostFreeAny,
-                                    .accumulate = hostAccumulate, .finalize = hostFinalize};
-    if (out) *out = t;
-}
-
 /* ---- the entry ------------------------------------------------------------------- */
 
 /* A timing event on the communicator's stream (a trace's span). */
 static zipcclResult_t span(struct zipcclComm* c, const zipcclOp* op, void** event) {
-    zipcclResult_t r = c->dev.timedEventRecord(c->dev.ctx, c->devStream, event);
-    return r == zipcclSuccess ? r : zipcclPrefixError(r, "%s: recording a timing event (%s)",
-                                                      zipcclCollName(op->kind), c->dev.name);
+    if (zdev_event_create(c->dev, event, 1) == 0 && zdev_event_record(c->dev, *event, c->devStream) == 0)
+        return zipcclSuccess;
+    zipcclResult_t r = zipcclDevFail(c, zipcclCollName(op->kind), "recording a timing event");
+    zdev_event_destroy(c->dev, *event);
+    *event = NULL;
+    return r;
 }
 
 zipcclResult_t zipcclRunDecided(struct zipcclComm* c, const zipcclOp* op, zipcclStrategy_t s, zipcclExecStats* st) {
     if (!c->onDevice) return runHost(c, op, s, st);
-    if (c->dev.bind) {
-        zipcclResult_t r = c->dev.bind(c->dev.ctx);
-        if (r != zipcclSuccess) return zipcclPrefixError(r, "%s: binding this thread to %s", zipcclCollName(op->kind),
-                                                         c->dev.name);
-    }
-    /* With a stream of its own the call runs there, after the point the
-     * caller's stream had reached at issue, and is complete on return. */
+    if (zdev_bind(c->dev)) return zipcclDevFail(c, zipcclCollName(op->kind), "binding this thread");
+    /* The call runs on the communicator's stream, after the point the
+     * caller's stream had reached at issue, and is complete on return
+     * (over a network: ordered, with an event at its end, coll.c). */
     zipcclOp d = *op;
-    const zipcclDeviceMemory_t* m = &c->dev;
-    if (c->devStream) {
-        d.stream = c->devStream;
-        if (op->devEvent) {
-            zipcclResult_t r = m->streamWaitEvent(m->ctx, c->devStream, op->devEvent);
-            if (r != zipcclSuccess)
-                return zipcclPrefixError(r, "%s: ordering after the caller's stream (%s)", zipcclCollName(op->kind),
-                                         m->name);
-        }
-        if (m->timedEventRecord) ZIPCCL_TRY(span(c, op, &st->spanBegin));
-    }
+    d.stream = c->devStream;
+    if (op->devEvent && zdev_stream_wait_event(c->dev, c->devStream, op->devEvent))
+        return zipcclDevFail(c, zipcclCollName(op->kind), "ordering after the caller's stream");
+    ZIPCCL_TRY(span(c, op, &st->spanBegin));
     zipcclResult_t res = zipcclRunsOnDevice(c, s) ? zipcclRunOnDevice(c, &d, s, st) : runStaged(c, &d, s, st);
-    if (res == zipcclSuccess && st->spanBegin) res = span(c, op, &st->spanEnd);
-    if (res == zipcclSuccess && c->devStream && !c->hasNet) { /* over a network: an event (coll.c) */
-        res = m->synchronize(m->ctx, c->devStream);
-        if (res != zipcclSuccess)
-            res = zipcclPrefixError(res, "%s: synchronising %s's stream", zipcclCollName(op->kind), m->name);
-    }
+    if (res == zipcclSuccess) res = span(c, op, &st->spanEnd);
+    if (res == zipcclSuccess && !c->hasNet && zdev_stream_sync(c->dev, c->devStream))
+        res = zipcclDevFail(c, zipcclCollName(op->kind), "synchronising the communicator's stream");
     return res;
 }

@@ -341,6 +341,14 @@ inline cublasStatus_t cublasCreate(cublasHandle_t* h) {
     *h = new cublasContext_emu{0};
     return CUBLAS_STATUS_SUCCESS;
 }
+inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    (void)h;
+    return s ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE; /* the tables never use the legacy stream */
+}
 inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
     h->math = (int)m;
     return CUBLAS_STATUS_SUCCESS;
