@@ -23,7 +23,8 @@
 # compressed, and how many runs were within 3%; then, as the sweep's verdict
 # reads a point (scripts/plot_coll.py), auto's median over the runs against
 # the fastest fixed entry's (every design timed, "compressed/f3" included).
-# docs/lab/auto_tuning.md's A/B tables (docs/lab/data/auto_*_ab.jsonl) were made this way.
+# docs/lab/auto_tuning.md's A/B tables were made this way (their rows are
+# docs/lab/data/auto_*_ab.jsonl at commit b08f58b: git show b08f58b:PATH).
 set -u
 cd "$(dirname "$0")/.."
 ARGS="$*"

@@ -59,7 +59,7 @@ enum { kReprobeEvery = 64, kReprobeMost = 1024 };
  * with 5, auto / fastest fixed design at 4-64 MiB (AllGather, AlltoAll(v),
  * 5 runs x 9 timed calls each) was 1.016x in the median against 1.019x
  * (mean 1.020 against 1.027, within 3%: 32 against 26 of 45;
- * docs/lab/data/auto_runs_large_ab.jsonl), for 2 more calls per candidate once
+ * docs/lab/auto_tuning.md), for 2 more calls per candidate once
  * per bucket. */
 enum { kRunsTiny = ZIPCCL_TUNE_RUNS, kRunsSmall = 7, kRunsLarge = 5 };
 static const double kTinyBytes = 128 << 10, kSmallBytes = 1 << 20;
