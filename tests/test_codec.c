@@ -740,6 +740,84 @@ static void hostile(void) {
     free(x);
 }
 
+/* FORMAT.md §8's ordering rules, the faults whose result is not left open:
+ * (1) shorter than a header is corrupt even with the magic and an unknown
+ * version, (2) a whole header with the magic and an unknown version is
+ * unsupported whatever else is wrong, (3) a checksummed frame's header
+ * checksum is checked before its chunk table is used. */
+static void precedence(void) {
+    uint8_t out[64];
+    char tn[128];
+    /* (1) 5..15 bytes: the magic, an unknown version, the rest garbage */
+    const uint8_t versions[3] = {0, 5, 255};
+    for (int v = 0; v < 3; v++) {
+        int ok = 1;
+        char why[160] = "";
+        for (size_t len = 5; len < 16 && ok; len++) {
+            uint8_t h[16];
+            memset(h, 0xAB, sizeof h);
+            memcpy(h, "ZCC1", 4);
+            h[4] = versions[v];
+            zipcclFrameInfo_t fi;
+            zipcclResult_t ri = zipcclGetFrameInfo(h, len, &fi);
+            for (int a = 0; a < npaths && ok; a++) {
+                zipcclResult_t r = dec(h, len, out, sizeof out, 0, paths[a]);
+                if (r != zipcclCorruptStream || ri != zipcclCorruptStream)
+                    ok = 0, snprintf(why, sizeof why, "%zu bytes [%s]: decompress %s, frame info %s", len,
+                                     simd_name(paths[a]), zipcclGetErrorString(r), zipcclGetErrorString(ri));
+            }
+        }
+        snprintf(tn, sizeof tn, "precedence_short_frame_version_%u_corrupt", versions[v]);
+        CHECK(ok, tn, "%s", why);
+        /* (2) the same bytes as a whole header: unsupported, although dtype,
+         * flags, chunk_log2 and count are all out of range */
+        uint8_t h[16];
+        memset(h, 0xAB, sizeof h);
+        memcpy(h, "ZCC1", 4);
+        h[4] = versions[v];
+        zipcclFrameInfo_t fi;
+        zipcclResult_t ri = zipcclGetFrameInfo(h, sizeof h, &fi), r = dec(h, sizeof h, out, sizeof out, 0, zipcclSimdAuto);
+        snprintf(tn, sizeof tn, "precedence_header_version_%u_unsupported", versions[v]);
+        CHECK(r == zipcclUnsupported && ri == zipcclUnsupported, tn, "decompress %s, frame info %s",
+              zipcclGetErrorString(r), zipcclGetErrorString(ri));
+    }
+    /* (3) a checksummed compressed frame of two chunks whose chunk table is
+     * wrong (sizes that no longer sum to the frame, an entry below 8, one far
+     * past the end): a header checksum mismatch, and no output */
+    size_t count = 16384 + 700, bytes = count * 2;
+    uint64_t rng_saved = rng_state; /* the later checks keep their inputs */
+    uint8_t* x = make_gauss(zipcclBfloat16, count, 0.02);
+    rng_state = rng_saved;
+    uint8_t* o = malloc(bytes);
+    for (int codec = zipcclCodecFast; codec <= LAST_CODEC; codec = next_coded(codec)) {
+        size_t bound = zipcclCompressBound(count, zipcclBfloat16, 1), fs;
+        uint8_t* f = malloc(bound);
+        uint8_t* m = malloc(bound);
+        zipcclCodecParams_t p = {(zipcclCodec_t)codec, 1, zipcclSimdAuto};
+        zipcclResult_t rc = zipcclCompress(x, count, zipcclBfloat16, f, bound, &fs, &p);
+        snprintf(tn, sizeof tn, "precedence_%s_setup", codec_name(codec));
+        int ok = CHECK(rc == zipcclSuccess && f[6] == 1, tn, "compress %s, flags %u", zipcclGetErrorString(rc), f[6]);
+        struct { const char* what; uint32_t entry; } cases[] = {
+            {"plus_one", get32(f + 16) + 1}, {"below_8", 3}, {"past_the_end", 0xFFFFFFF0u},
+        };
+        for (size_t k = 0; ok && k < sizeof cases / sizeof cases[0]; k++)
+            for (int a = 0; a < npaths; a++) {
+                memcpy(m, f, fs);
+                put32(m + 16, cases[k].entry);
+                memset(o, 0xA5, bytes);
+                zipcclResult_t r = dec(m, fs, o, bytes, 0, paths[a]);
+                size_t touched = 0;
+                for (size_t i = 0; i < bytes; i++) touched += o[i] != 0xA5;
+                snprintf(tn, sizeof tn, "precedence_%s_header_checksum_before_chunk_table_%s_%s", codec_name(codec),
+                         cases[k].what, simd_name(paths[a]));
+                CHECK(r == zipcclChecksumMismatch && !touched, tn, "got %s, %zu output bytes written",
+                      zipcclGetErrorString(r), touched);
+            }
+        free(f); free(m);
+    }
+    free(x); free(o);
+}
+
 /* ------------------------------------------------------------------------ */
 /* C chunks (FORMAT.md 4.7, version 3)                                       */
 /* ------------------------------------------------------------------------ */
@@ -1541,6 +1619,7 @@ int main(void) {
 
     attacks();
     hostile();
+    precedence();
     constant_chunks();
     tier_heavy();
     return tu_exit();

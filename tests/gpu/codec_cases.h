@@ -681,6 +681,48 @@ static void cc_constant_damage(const Backend* b, zipcclDataType_t dt) {
     }
 }
 
+/* FORMAT.md §8's ordering rules, both decoders alike: 5..15 bytes with the
+ * magic and an unknown version are corrupt (too short for a header), 16 are
+ * unsupported whatever else they hold, and a checksummed frame's header
+ * checksum is checked before its chunk table is used. */
+static void cc_precedence(const Backend* b) {
+    char n2[200];
+    const uint8_t versions[3] = {0, 5, 255};
+    for (int v = 0; v < 3; v++)
+        for (size_t len = 5; len <= 16; len++) {
+            std::vector<uint8_t> g(len, 0xAB);
+            memcpy(g.data(), "ZCC1", 4);
+            g[4] = versions[v];
+            const CcBoth x = cc_decode_both(b, g, 64);
+            zipcclResult_t want = len < 16 ? zipcclCorruptStream : zipcclUnsupported;
+            snprintf(n2, sizeof n2, "%s/precedence/version_%u_%zu_bytes", b->name, versions[v], len);
+            CHECK(x.r == x.rc && x.r == want && x.guard_ok, n2, "%s %d, cpu %d, want %d, guard %d", b->name, x.r,
+                  x.rc, want, x.guard_ok);
+        }
+    size_t count = 16384 + 700, cap = count * 2;
+    std::vector<uint8_t> src = cc_make(zipcclBfloat16, D_GAUSS, count), f;
+    const zipcclCodec_t codecs[2] = {zipcclCodecFast, zipcclCodecDense};
+    for (int c = 0; c < 2; c++) {
+        zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+        p.codec = codecs[c];
+        p.checksum = 1;
+        snprintf(n2, sizeof n2, "%s/precedence/%s/setup", b->name, cc_codec_name(codecs[c]));
+        int ok = b->compress(src.data(), count, zipcclBfloat16, &p, &f) == zipcclSuccess;
+        if (!CHECK(ok && f.size() > 24 && f[6] == 1, n2, "compress ok %d, %zu bytes", ok, f.size())) continue;
+        const struct { const char* what; uint32_t entry; } cases[] = {
+            {"plus_one", cc_ld32(&f[16]) + 1}, {"below_8", 3}, {"past_the_end", 0xFFFFFFF0u}};
+        for (const auto& k : cases) {
+            std::vector<uint8_t> g(f);
+            for (int i = 0; i < 4; i++) g[16 + i] = (uint8_t)(k.entry >> (8 * i));
+            const CcBoth x = cc_decode_both(b, g, cap);
+            snprintf(n2, sizeof n2, "%s/precedence/%s/header_checksum_before_chunk_table_%s", b->name,
+                     cc_codec_name(codecs[c]), k.what);
+            CHECK(x.r == x.rc && x.r == zipcclChecksumMismatch && x.guard_ok, n2, "%s %d, cpu %d, guard %d", b->name,
+                  x.r, x.rc, x.guard_ok);
+        }
+    }
+}
+
 /* Decoders accept any chunk_log2 in 10..20 (FORMAT.md §2), though our
  * encoders write 14: hand-built frames of raw chunks, with checksums. */
 static void cc_chunk_log2(const Backend* b) {

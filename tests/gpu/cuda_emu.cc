@@ -186,6 +186,7 @@ int main(int argc, char** argv) {
     cc_constant_damage(&kEmu, zipcclBfloat16);
     cc_constant_damage(&kEmu, zipcclFloat16);
     cc_constant_damage(&kEmu, zipcclFloat32);
+    cc_precedence(&kEmu);
 
     const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
     const zipcclCodec_t* codecs = cc_codecs; /* fast (T), f3, dense, f2 */

@@ -105,6 +105,7 @@ static int run_tests(void) {
     cc_constant_damage(&kDev, zipcclBfloat16);
     cc_constant_damage(&kDev, zipcclFloat16);
     cc_constant_damage(&kDev, zipcclFloat32);
+    cc_precedence(&kDev);
     const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
     const zipcclCodec_t* codecs = cc_codecs; /* fast (F2), f3, dense */
     const size_t counts[] = {0, 1, 63, 64, 65, 1000, 16383, 16384, 16385, 1u << 20};
