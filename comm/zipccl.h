@@ -43,8 +43,9 @@ extern "C" {
 #define ZIPCCL_VERSION_MAJOR 0
 #define ZIPCCL_VERSION_MINOR 1
 /* The newest frame version this library reads and writes (docs/FORMAT.md);
- * it reads every older one (1, 2, 3) and writes the lowest that fits a frame
- * (FORMAT.md §2). tests/test_codec.c holds it to the codec's own. */
+ * it reads every older one (1, 2, 3). It writes 4 for every compressed frame
+ * of codec dense and the lowest that fits for every other frame (FORMAT.md
+ * §2). tests/test_codec.c holds it to the codec's own. */
 #define ZIPCCL_FORMAT_VERSION 4
 
 /* ------------------------------------------------------------------------ */

@@ -1343,6 +1343,27 @@ static void check_worked_examples(void) {
           "format_version_constant", "ZIPCCL_FORMAT_VERSION %d, the codec's %d, a dense frame's %d (%s)",
           ZIPCCL_FORMAT_VERSION, ZCF_VERSION, big_frame[4], big_frame[6] & 2 ? "stored" : "compressed");
     free(big_frame);
+    /* codec dense writes version 4 for every compressed frame, also one that
+     * would fit version 1 (R chunks of tables 0..7 only, no C chunk): FORMAT.md
+     * §2, zipccl.h */
+    size_t nd = 3 * 16384, bound = zipcclCompressBound(nd, zipcclBfloat16, 0);
+    uint8_t* f = malloc(bound);
+    int found = 0, version = -1;
+    uint64_t rng_saved = rng_state; /* the later checks keep their inputs */
+    for (int s = 0; s < 8 && !found; s++) {
+        uint8_t* x = make_gauss(zipcclBfloat16, nd, ldexp(1.0, -3 * s));
+        if (zipcclCompress(x, nd, zipcclBfloat16, f, bound, &size, &p) == zipcclSuccess && !(f[6] & 2)) {
+            int fits_v1 = 1;
+            for (size_t k = 0, at = 16 + 4 * 3; k < 3; at += get32(f + 16 + 4 * k), k++)
+                fits_v1 &= (f[at] == 0 || f[at] == 2) && f[at + 2] < 8;
+            if (fits_v1) found = 1, version = f[4];
+        }
+        free(x);
+    }
+    rng_state = rng_saved;
+    CHECK(found && version == 4, "format_dense_writes_version_4_where_1_fits", "%s, version %d",
+          found ? "found" : "no dense frame of tables 0..7 only", version);
+    free(f);
 }
 
 int main(void) {
