@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "kernels.h"
+#include "moe_route.h"
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -638,30 +639,9 @@ static void cpu_matmul_backward_bf16_w16(float* dinp, float* dweight, const floa
 static void cpu_moe_route(float* probs, int* sel_all, float* w_all, const float* logits, int N,
                           int E, int k, int norm_topk) {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float* l = logits + (size_t)n * E;
-        float* p = probs + (size_t)n * E;
-        float mx = -INFINITY, sum = 0.0f;
-        for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
-        for (int e = 0; e < E; e++) sum += p[e] = expf(l[e] - mx);
-        const float inv = 1.0f / sum;
-        for (int e = 0; e < E; e++) p[e] *= inv;
-        int* sel = sel_all + (size_t)n * k;
-        float* w = w_all + (size_t)n * k;
-        float wsum = 0.0f;
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int i = 0; i < j; i++) taken |= sel[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[j] = best;
-            wsum += w[j] = p[best];
-        }
-        if (norm_topk)
-            for (int j = 0; j < k; j++) w[j] /= wsum;
-    }
+    for (int n = 0; n < N; n++)
+        moe_route_row(probs + (size_t)n * E, sel_all + (size_t)n * k, w_all + (size_t)n * k,
+                      logits + (size_t)n * E, E, k, norm_topk);
 }
 
 static void cpu_moe_prob_sum(double* acc, const float* probs, int N, int E) {

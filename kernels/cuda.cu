@@ -46,6 +46,7 @@
 extern "C" {
 #include "kernels.h"
 }
+#include "moe_route.h"
 
 namespace {
 
@@ -318,28 +319,8 @@ __global__ void k_moe_route(float* probs, int* sel_all, float* w_all, const floa
                             int E, int k, int norm_topk) {
     const int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
-    const float* l = logits + (size_t)n * E;
-    float* p = probs + (size_t)n * E;
-    float mx = -INFINITY, sum = 0.0f;
-    for (int e = 0; e < E; e++) mx = fmaxf(mx, l[e]);
-    for (int e = 0; e < E; e++) sum += p[e] = expf(l[e] - mx);
-    const float inv = 1.0f / sum;
-    for (int e = 0; e < E; e++) p[e] *= inv;
-    int* sel = sel_all + (size_t)n * k;
-    float* w = w_all + (size_t)n * k;
-    float wsum = 0.0f;
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int i = 0; i < j; i++) taken |= sel[i] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[j] = best;
-        wsum += w[j] = p[best];
-    }
-    if (norm_topk)
-        for (int j = 0; j < k; j++) w[j] /= wsum;
+    moe_route_row(probs + (size_t)n * E, sel_all + (size_t)n * k, w_all + (size_t)n * k,
+                  logits + (size_t)n * E, E, k, norm_topk);
 }
 
 /* one thread per expert, rows in order, in double: the CPU's order */
