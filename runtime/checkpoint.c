@@ -79,18 +79,23 @@ static int cmp_str(const void* a, const void* b) {
     return strcmp(*(char* const*)a, *(char* const*)b);
 }
 
-/* Keep the newest `keep` step_* directories under root. */
-static void prune(const char* root, int keep) {
-    if (keep <= 0) return;
+int checkpoint_list_steps(const char* root, char** names, int max) {
     DIR* d = opendir(root);
-    if (!d) return;
-    char* names[4096];
+    if (!d) return 0;
     int n = 0;
     struct dirent* e;
-    while ((e = readdir(d)) && n < 4096)
+    while ((e = readdir(d)) && n < max)
         if (!strncmp(e->d_name, "step_", 5)) names[n++] = strdup(e->d_name);
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], cmp_str); /* zero-padded: sorts by step */
+    return n;
+}
+
+/* Keep the newest `keep` step_* directories under root. */
+static void prune(const char* root, int keep) {
+    if (keep <= 0) return;
+    char* names[CHECKPOINT_MAX_STEPS];
+    const int n = checkpoint_list_steps(root, names, CHECKPOINT_MAX_STEPS);
     for (int i = 0; i < n; i++) {
         if (i < n - keep) {
             char p[1100];

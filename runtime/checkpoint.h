@@ -73,6 +73,14 @@ int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errl
  * not fit the model in err. */
 int checkpoint_load(Fsdp* f, const CheckpointInfo* ck, char* err, size_t errlen);
 
+/* The step directories under a checkpoint root: the names of its entries
+ * that start with "step_", oldest first (the steps are zero-padded, so by
+ * name is by step), at most max of them, each malloc'ed for the caller to
+ * free. Returns how many; 0 when root cannot be opened. Used by the pruning
+ * of checkpoint_save and by build/supervise to find the newest good one. */
+#define CHECKPOINT_MAX_STEPS 4096
+int checkpoint_list_steps(const char* root, char** names, int max);
+
 /* The parameters of an opened checkpoint unit by unit, for tools that run
  * without ranks (build/export-hf streams them into hf_export_stream):
  * checkpoint_read_unit fills out with llama_unit_numel(&ck->cfg.model, u)

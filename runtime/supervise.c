@@ -524,28 +524,17 @@ static EndKind supervise_attempt(const Opts* o, Job* j, int* stopped_by) {
 
 /* ---- checkpoints ---- */
 
-static int cmp_desc(const void* a, const void* b) {
-    return strcmp(*(char* const*)b, *(char* const*)a);
-}
-
 /* The newest step directory under root that checkpoint_open accepts, into
  * dir; every newer one it refuses is said with why. *newest: the highest
  * step of any step directory (good or not), -1 if none. Returns its step,
  * or -1 if none is good. */
 static int pick_checkpoint(const char* root, char* dir, size_t dirlen, int* newest) {
     *newest = -1;
-    DIR* d = opendir(root);
-    if (!d) return -1;
-    char* names[4096];
-    int n = 0;
-    struct dirent* e;
-    while ((e = readdir(d)) && n < 4096)
-        if (!strncmp(e->d_name, "step_", 5)) names[n++] = strdup(e->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_desc); /* zero-padded: newest first */
+    char* names[CHECKPOINT_MAX_STEPS];
+    const int n = checkpoint_list_steps(root, names, CHECKPOINT_MAX_STEPS);
     int found = -1;
     static CheckpointInfo ck;
-    for (int i = 0; i < n; i++) {
+    for (int i = n - 1; i >= 0; i--) { /* newest first */
         const int s = atoi(names[i] + 5);
         if (s > *newest) *newest = s;
         if (found >= 0) continue;
