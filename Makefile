@@ -29,7 +29,7 @@ MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 SUBMAKE    := $(MAKE) --no-print-directory
 
-COMM_DIRS  := comm/core comm/transport comm/algo comm/tune comm/codec
+COMM_DIRS  := comm/base comm/core comm/run comm/agree comm/transport comm/algo comm/tune comm/codec
 # device/: the one device model (memory, streams, events) under both the
 # kernel tables and ZipCCL; built into libzipccl, which ships with it.
 DEV_DIRS   := device

@@ -46,7 +46,7 @@ ZIPCCL_HOST_DEVICE static inline uint16_t zipcclFloatToBf16(float v) {
 }
 
 /* fp16 -> fp32, exact (NaNs come out quiet).  Host loops over many elements use the table of
- * zipcclFp16Table (comm/core/common.c) instead, which is faster without F16C. */
+ * zipcclFp16Table (comm/base/common.c) instead, which is faster without F16C. */
 ZIPCCL_HOST_DEVICE static inline float zipcclFp16ToFloat(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;

@@ -41,7 +41,7 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     o.recompute = 1;
     mp->acts_full = (double)llama_acts_bytes_opts(m, B, T, K, &o);
     /* ZipCCL's staging, which each communicator keeps at its largest call
-     * (grown by 1/8 more, comm/core/coll_internal.h): a gather's frames (its
+     * (grown by 1/8 more, comm/base/comm_state.h): a gather's frames (its
      * shard out, the n-1 others in: about one unit at the wire dtype) and a
      * reduce-scatter's (n-1 blocks out, n-1 in: 2 (n-1)/n of a unit, and
      * its fp32 accumulator, 1/n); nothing at one rank, and nothing with

@@ -8,12 +8,12 @@
 #   8 tune/switcher  tune/switcher.c: auto's decision, calibration, pooling
 #   7 tune/explore   tune/tune_explore.c: the measured selection
 #   6 tune/model     tune/tune_model.c: the cost model (pure functions)
-#   5 run            core/coll_run.c: a decided call on its buffers (host, or
+#   5 run            run/coll_run.c: a decided call on its buffers (host, or
 #                    a device's: staged, or handed to algo/coll_device.c)
 #   4 designs        algo/: the collective algorithms over the transport table
 #                    (coll_algos.c, host buffers) and on device buffers
 #                    (coll_device.c: coded on the device, over a network)
-#   3 agreement      core/coll_agree.c: the call agreement, liveness queries,
+#   3 agreement      agree/coll_agree.c: the call agreement, liveness queries,
 #                    the waits of the transport's own collectives.  Below the
 #                    designs: a design finishes the agreement itself (its first
 #                    sends go out while the descriptors travel, its receives
@@ -24,7 +24,7 @@
 #                    reduction kernels of the device designs)
 #   1 codec          codec/: usable alone (zipcclCompress is public), so it
 #                    never reaches the wire
-#   0 common         core/common.c: errors, names, dtype helpers, the clock,
+#   0 common         base/common.c: errors, names, dtype helpers, the clock,
 #                    host allocation, the float conversions, the host's
 #                    reduction arithmetic
 #  -1 device         device/ (outside comm/, built into libzipccl): the one
@@ -38,7 +38,7 @@
 # printed as a FAIL: caller file -> callee function in file (layers).  Calls
 # through the transport and codec tables are pointers, which nm does not see;
 # the table's owner is the layer below by construction.  Static inline
-# helpers of the shared header (coll_internal.h) compile into each object and
+# helpers of the shared header (comm_state.h) compile into each object and
 # are not seen either: keep them to what every layer may use.
 #
 # Prints PASS/FAIL lines (tests/test_comm_layers.sh runs it in the suite) and
@@ -56,12 +56,12 @@ layer() {
     tune/switcher.c)     echo "8 tune/switcher" ;;
     tune/tune_explore.c) echo "7 tune/explore" ;;
     tune/tune_model.c)   echo "6 tune/model" ;;
-    core/coll_run.c)     echo "5 run" ;;
+    run/coll_run.c)      echo "5 run" ;;
     algo/*)              echo "4 designs" ;;
-    core/coll_agree.c)   echo "3 agreement" ;;
+    agree/coll_agree.c)  echo "3 agreement" ;;
     transport/*)         echo "2 transport" ;;
     codec/*)             echo "1 codec" ;;
-    core/common.c)       echo "0 common" ;;
+    base/common.c)       echo "0 common" ;;
     device/*)            echo "-1 device" ;;
     *)                   echo "" ;;
   esac

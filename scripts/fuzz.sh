@@ -5,7 +5,7 @@
 # and trim them before committing). Builds into build-fuzz/ with clang, which
 # it installs if missing. A crash leaves its input in build-fuzz/ and fails.
 #
-# Only the codec sources are compiled in (comm/codec/codec_cpu.c, comm/core/common.c):
+# Only the codec sources are compiled in (comm/codec/codec_cpu.c, comm/base/common.c):
 # the targets exercise the codec, not the transports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ status=0
 for src in tests/fuzz/fuzz_*.c; do
   name=$(basename "$src" .c)
   echo "== $name: building"
-  clang $CFLAGS "$src" comm/codec/codec_cpu.c comm/core/common.c -lxxhash -lpthread -o "$OUT/$name"
+  clang $CFLAGS "$src" comm/codec/codec_cpu.c comm/base/common.c -lxxhash -lpthread -o "$OUT/$name"
   corpus=tests/fuzz/corpus/$name
   mkdir -p "$corpus" "$OUT/$name.crashes"
   before=$(ls "$corpus" | wc -l)

@@ -20,7 +20,7 @@
 
 #include <mpi.h>
 
-#include "coll_internal.h"
+#include "comm_state.h"
 #include "gauss.h"
 #include "testutil.h"
 #include "zipccl.h"

@@ -1,7 +1,7 @@
 // test: ranks=1,2,4 timeout=240
 /*
  * test_coll_device.c — device buffers over MPI (zipcclCommSetDevice,
- * comm/core/coll_run.c), on machines without a GPU.  Two devices of
+ * comm/run/coll_run.c), on machines without a GPU.  Two devices of
  * device/device.h stand in:
  *   - guarded (zdev_cpu_guarded): every allocation is its own mapping,
  *     PROT_NONE except inside the device's own copies, so any host read or

@@ -10,7 +10,7 @@
  *     text on every rank after its "<collective> on rank <r>: " prefix, and
  *     that prefix once;
  *   - zipcclCommBroken from the next call, its detail naming the failure.
- * Before the call agreement (comm/core/coll_agree.c) the cases here crashed
+ * Before the call agreement (comm/agree/coll_agree.c) the cases here crashed
  * inside Open MPI (a message larger than its receive is written past the
  * receive's end by the shared-memory transport's single-copy path: SIGSEGV,
  * "corrupted top size"), aborted the job (native), or returned success with

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll_internal.h"
+#include "comm_state.h"
 #include "testutil.h"
 #include "zipccl.h"
 #include "zipccl_float.h"

@@ -46,7 +46,7 @@
 
 #include "coll_agree.h"
 #include "coll_algos.h"
-#include "coll_internal.h"
+#include "comm_state.h"
 #include "zipccl_float.h"
 
 /* The reduction arithmetic is common.c's (zipcclAccumulate, zipcclFinalize),

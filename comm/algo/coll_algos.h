@@ -7,7 +7,7 @@
 #ifndef ZIPCCL_COLL_ALGOS_H
 #define ZIPCCL_COLL_ALGOS_H
 
-#include "coll_internal.h"
+#include "comm_state.h"
 
 /* Run `op` with the design and strategy (raw or compressed) of op->cfg,
  * already decided; what it cost goes into *st. */

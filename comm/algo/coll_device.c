@@ -1,7 +1,7 @@
 /*
  * coll_device.c — the designs on device buffers: a call whose sendbuf and
  * recvbuf are a device's memory (zipcclCommSetDevice), run where they live.
- * core/coll_run.c stages the other calls through host memory (the host
+ * run/coll_run.c stages the other calls through host memory (the host
  * designs on pinned staging); the ones here keep the data on the device:
  *
  *   coded on the device, frames through host memory (a table that codes on

@@ -1,6 +1,6 @@
 /*
  * coll_device.h — what the designs on device buffers (algo/coll_device.c)
- * offer the layer that runs a decided call (core/coll_run.c): a device
+ * offer the layer that runs a decided call (run/coll_run.c): a device
  * communicator's memory (its device scratch, its pinned host staging, the
  * copies between them, counted on the call) and the calls that run on the
  * device: over a device network (every collective), or coded on the device
@@ -12,7 +12,7 @@
 #ifndef ZIPCCL_COLL_DEVICE_H
 #define ZIPCCL_COLL_DEVICE_H
 
-#include "coll_internal.h"
+#include "comm_state.h"
 
 /* ---- a device communicator's memory ---- */
 enum { zipcclStageSend = 0, zipcclStageRecv = 1 }; /* host staging slots */

@@ -43,7 +43,7 @@
 #include "coll_agree.h"
 #include "coll_algos.h"
 #include "coll_device.h"
-#include "coll_internal.h"
+#include "comm_state.h"
 #include "coll_run.h"
 #include "switcher.h"
 #include "tune_explore.h"

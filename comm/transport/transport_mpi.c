@@ -32,7 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "coll_internal.h"
+#include "comm_state.h"
 #include "zipccl_float.h"
 
 typedef struct {

@@ -28,7 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coll_internal.h"
+#include "comm_state.h"
 
 /* ---- the request entries of a transport without messages ------------------ */
 /* Calls run on the device through the network: no request slot is ever in

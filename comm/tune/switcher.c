@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "coll_agree.h"
-#include "coll_internal.h"
+#include "comm_state.h"
 #include "switcher.h"
 #include "tune_explore.h"
 

@@ -9,7 +9,7 @@
 #ifndef ZIPCCL_SWITCHER_H
 #define ZIPCCL_SWITCHER_H
 
-#include "coll_internal.h"
+#include "comm_state.h"
 
 void zipcclModelDefaults(zipcclModel* m);
 /* alpha and beta, once per communicator (collective): the ping-pong unless

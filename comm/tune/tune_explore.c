@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "coll_agree.h"
-#include "coll_internal.h"
+#include "comm_state.h"
 #include "tune_explore.h"
 
 /* Measured selection: runs per candidate before exploiting, the re-measure

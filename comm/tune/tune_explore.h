@@ -8,7 +8,7 @@
 #ifndef ZIPCCL_TUNE_EXPLORE_H
 #define ZIPCCL_TUNE_EXPLORE_H
 
-#include "coll_internal.h"
+#include "comm_state.h"
 
 /* Auto chooses by measuring (ZIPCCL_AUTO_EXPLORE, a transport with host
  * control, several ranks); 0: by the cost model alone. */

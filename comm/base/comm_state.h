@@ -1,5 +1,7 @@
 /*
- * coll_internal.h — what every collective file of libzipccl sees: the
+ * comm_state.h — the ground of libzipccl's collective layers (comm/base/,
+ * with common.c and zipccl_internal.h), which every layer above includes
+ * and which calls nothing: the
  * communicator, the queued operation (which is also the request handle),
  * what a run cost, the state of the switcher and of the call agreement (the
  * communicator holds them), and small inline helpers any layer may use.  It
@@ -8,22 +10,24 @@
  *
  * Layers, top to bottom; a call goes down, never up (scripts/check_layers.sh
  * checks the objects, docs/COLLECTIVES.md §0 has the map):
- *   coll.c          front door: API, validation, queue, counters
+ *   core/coll.c     front door: API, validation, queue, counters
  *   switcher.h      tune/: auto's decision (switcher.c) over the measured
  *   tune_explore.h  selection (tune_explore.c) over the cost model (tune.h)
- *   coll_run.h      core/coll_run.c: a decided call on its buffers (host: the
+ *   coll_run.h      run/coll_run.c: a decided call on its buffers (host: the
  *                   transport's collective or a design; device: staged or
  *                   coded on the device), the front door's only way down to a run
  *   coll_algos.h    algo/: our designs, written once over the transport table
- *   coll_agree.h    the call agreement, liveness queries, the waits of the
+ *   coll_agree.h    agree/: the call agreement, liveness queries, the waits of the
  *                   transport's own collectives (the designs finish the
  *                   agreement themselves, so it sits below them)
  *   transport.h     the transport table (transport_mpi.c, transport_nccl.c)
  *   codec_ops.h     the codec table (CPU or CUDA, as the transport's buffers live)
- *   common.c        errors, names, dtype helpers, the clock (zipccl_internal.h)
+ *   common.c        base/: errors, names, dtype helpers, the clock (zipccl_internal.h)
+ *   device.h        device/ (outside comm/): the device model of a
+ *                   communicator's device buffers
  */
-#ifndef ZIPCCL_COLL_INTERNAL_H
-#define ZIPCCL_COLL_INTERNAL_H
+#ifndef ZIPCCL_COMM_STATE_H
+#define ZIPCCL_COMM_STATE_H
 
 #include <pthread.h>
 #include <stdint.h>

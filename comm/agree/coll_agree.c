@@ -68,7 +68,7 @@
 #include <string.h>
 
 #include "coll_agree.h"
-#include "coll_internal.h"
+#include "comm_state.h"
 
 #define W ZIPCCL_DESC_WORDS
 enum { kDescVersion = 1 };

@@ -10,7 +10,7 @@
 #ifndef ZIPCCL_COLL_AGREE_H
 #define ZIPCCL_COLL_AGREE_H
 
-#include "coll_internal.h"
+#include "comm_state.h"
 
 zipcclResult_t zipcclAgreeInit(struct zipcclComm* c); /* after the transport's init */
 void zipcclAgreeFree(struct zipcclComm* c);

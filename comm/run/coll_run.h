@@ -1,5 +1,5 @@
 /*
- * coll_run.h — what core/coll_run.c offers the front door: running a call
+ * coll_run.h — what run/coll_run.c offers the front door: running a call
  * whose design is decided, on host buffers or on device buffers over a host
  * transport, and freeing a communicator's device staging.  It calls down
  * only: the designs (coll_algos.h), the call agreement's waits and small
@@ -9,7 +9,7 @@
 #ifndef ZIPCCL_COLL_RUN_H
 #define ZIPCCL_COLL_RUN_H
 
-#include "coll_internal.h"
+#include "comm_state.h"
 
 /* Run `op` with strategy s (native, raw or compressed) and the design of
  * op->cfg, already decided and the same on every rank; what it cost goes
