@@ -171,9 +171,10 @@ typedef struct {
 } ZDevCounters;
 void zdev_set_compute_thread(void); /* the calling thread is the compute thread */
 void zdev_counters(ZDevCounters* out);
-/* A synchronisation made outside this API, on a stream the caller owns
- * (the CUDA codec's entry points, which wait for a frame's size): counted
- * as one sync like the API's own. */
+/* A host wait made outside this API: the CUDA codec's entry points, which
+ * synchronise a stream to learn a frame's size, and the host kernel
+ * tables' entries that return a value, which stand for the wait a device
+ * makes (kernels.h): counted as one sync like the API's own. */
 void zdev_count_sync(void);
 
 /* ---- errors ------------------------------------------------------------------ */

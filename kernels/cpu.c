@@ -435,6 +435,7 @@ static void cpu_embedding_backward(float* dtable, const float* dout, const int* 
 static double cpu_crossentropy_forward_backward(float* dlogits, float* losses,
                                                 const float* logits, const int* targets, int N,
                                                 int V, float dscale, int* count) {
+    zdev_count_sync(); /* the host value a device makes the host wait for (kernels.h) */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* l = logits + (size_t)n * V;
@@ -521,6 +522,7 @@ static void cpu_adamw(float* p, const float* g, float* m, float* v, size_t n,
 }
 
 static double cpu_sumsq(const float* x, size_t n) {
+    zdev_count_sync(); /* likewise */
     const size_t nblocks = (n + ZRT_SUMSQ_BLOCK - 1) / ZRT_SUMSQ_BLOCK;
     double total = 0.0;
     enum { PART = 1024 }; /* block sums computed in parallel this many at a time */
@@ -645,6 +647,7 @@ static void cpu_moe_route(float* probs, int* sel_all, float* w_all, const float*
 }
 
 static void cpu_moe_prob_sum(double* acc, const float* probs, int N, int E) {
+    zdev_count_sync(); /* likewise */
     for (size_t n = 0; n < (size_t)N; n++)
         for (size_t e = 0; e < (size_t)E; e++) acc[e] += probs[n * E + e];
 }

@@ -886,7 +886,8 @@ void cu_moe_prob_sum(double* acc, const float* probs, int N, int E) {
     static size_t cap = 0;
     scratch = scratch_grow(scratch, &cap, (size_t)E * sizeof(double));
     double* d = (double*)scratch;
-    CKD(zdev_upload(g_dev, d, acc, (size_t)E * sizeof(double)));
+    // acc stays unchanged until the download below has waited for the stream
+    CKD(zdev_copy_async(g_dev, d, acc, (size_t)E * sizeof(double), ZDEV_HOST_TO_DEVICE, nullptr));
     k_moe_prob_sum<<<blocks_for(E, 128), 128, 0, g_stream>>>(d, probs, N, E);
     CKL(k_moe_prob_sum);
     CKD(zdev_download(g_dev, acc, d, (size_t)E * sizeof(double)));

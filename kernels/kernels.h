@@ -64,7 +64,10 @@ typedef struct ZrtKernels_ {
      * (ZDevice.stream), in issue order, so a kernel reads what the kernels
      * and copies issued before it on that stream wrote. Entries that return
      * a host value (crossentropy_forward_backward, sumsq, moe_prob_sum)
-     * wait for it: the step's host waits (device.h counts them). */
+     * wait for it: one host wait each, which device.h counts on every
+     * table alike (the host tables count the wait they stand for with
+     * zdev_count_sync), so a step's count is the program's, not the
+     * device's. */
     ZDevice* dev;
 
     /* out (N, OC) = inp (N, IC) @ weight (OC, IC)^T */

@@ -429,6 +429,8 @@ struct LlamaActs {
     int* tok;     // (B*T) backend copy of the step's tokens
     int* tgt;     // (B*T) backend copy of the step's targets
     MoeActs* moe; // the MoE blocks' activations (NULL for a dense model)
+    int rope_B, rope_T; // the RoPE table in the arena is the last step's for (B, T);
+                        // 0: none yet (only a step of another shape moves it)
 };
 
 static MoeDims moe_dims(const LlamaConfig* cfg, int N, const LlamaMemOpts* o) {
@@ -851,7 +853,10 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     if (acts->moe) moe_begin_step(acts->moe, N);
     const size_t C = cfg->dim;
     const int hu = llama_head_unit(cfg);
-    K->rope_table(a.rope, T, d.hd, cfg->rope_theta);
+    if (acts->rope_B != B || acts->rope_T != T) { // once per shape: a device's table is an upload
+        K->rope_table(a.rope, T, d.hd, cfg->rope_theta);
+        acts->rope_B = B, acts->rope_T = T;
+    }
 
     // forward: unit 0 (embedding), blocks 1..L; the head only without a
     // backward (with one, the head runs in the backward's hold)

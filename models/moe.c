@@ -58,12 +58,18 @@ size_t moe_acts_bytes(const MoeDims* d, int n_layers) {
            E * (sizeof(long long) + sizeof(double));
 }
 
+/* A buffer that must grow past its size (an exchange that received more
+ * rows than the plan's count) grows by an eighth more, so a router's
+ * wandering maximum does not reallocate it step after step. */
+static int grown(int rows) { return rows + rows / 8; }
+
 /* gate, up, hid for `rows` rows: the block's own (grown as needed), or the
  * shared ones with d->recompute. The contents are not kept. */
 static int swiglu_reserve(MoeActs* m, MoeLayer* L, int rows) {
     const size_t Fe = m->d.Fe;
     if (!m->d.recompute) {
         if (rows <= L->cap) return 0;
+        rows = grown(rows);
         float* mem = zdev_alloc(m->K->dev, (size_t)rows * 3 * Fe * sizeof(float));
         if (!mem) return -1;
         zdev_free(m->K->dev, L->gate);
@@ -71,6 +77,7 @@ static int swiglu_reserve(MoeActs* m, MoeLayer* L, int rows) {
         L->cap = rows;
     } else {
         if (rows > m->sg_cap) {
+            rows = grown(rows);
             float* mem = zdev_alloc(m->K->dev, (size_t)rows * 3 * Fe * sizeof(float));
             if (!mem) return -1;
             zdev_free(m->K->dev, m->sg_mem);
@@ -93,6 +100,7 @@ static int layer_reserve(MoeActs* m, MoeLayer* L, int rows, int with_x) {
     const size_t C = m->d.C;
     if (swiglu_reserve(m, L, rows)) return -1;
     if (with_x && rows > L->xl_cap) {
+        rows = grown(rows);
         float* x = zdev_alloc(K->dev, (size_t)rows * C * sizeof(float) + 1);
         if (!x) return -1;
         zdev_free(K->dev, L->xl);
@@ -118,6 +126,7 @@ static int chunks_reserve(MoeLayer* L, int n_chunks, int n_local) {
 
 static int scratch_reserve(MoeActs* m, int rows) {
     if (rows <= m->cap) return 0;
+    rows = grown(rows);
     const size_t C = m->d.C, Fe = m->d.Fe;
     float* mem = zdev_alloc(m->K->dev, (size_t)rows * (C + 3 * Fe) * sizeof(float));
     if (!mem) return -1;
@@ -146,8 +155,11 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K) {
     m->tokens_per_expert = calloc(E, sizeof(long long));
     m->prob_sum = calloc(E, sizeof(double));
     m->aux_host = calloc(E, sizeof(float));
+    /* the rows an expert side holds: the plan's count (moe_rows_received),
+     * reserved now so a steady step allocates nothing */
+    const int rows0 = (int)moe_rows_received(d);
     int ok = m->layer && m->logits && m->tokens_per_expert && m->prob_sum && m->aux_host &&
-             !scratch_reserve(m, d->N * d->k);
+             !scratch_reserve(m, rows0);
     if (ok) {
         m->dw = m->logits + N * E;
         m->dys = m->dw + N * k;
@@ -178,7 +190,7 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K) {
         L->pos_host = h, h += N * k;
         L->counts = h, h += E;
         L->routed = h;
-        ok = !layer_reserve(m, L, d->N * d->k, 0) && !chunks_reserve(L, 1, d->E);
+        ok = !layer_reserve(m, L, rows0, d->exchange) && !chunks_reserve(L, 1, d->E);
     }
     if (!ok) {
         moe_acts_free(m);

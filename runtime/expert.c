@@ -182,6 +182,7 @@ static int fail(int layer, int phase, const char* what, zipcclResult_t r) {
  * model's rows are): the exchange's collectives take them as they are. */
 static int reserve(const ZrtKernels* K, struct ExpertScratch* b, size_t floats) {
     if (floats <= b->cap) return 0;
+    floats += floats / 8; /* by an eighth more: the router's maximum wanders */
     float* m = zdev_alloc(K->dev, 3 * floats * sizeof(float) + 1);
     uint16_t* h = zdev_alloc(K->dev, 4 * floats * sizeof(uint16_t) + 1);
     if (!m || !h) {

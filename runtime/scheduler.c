@@ -395,10 +395,11 @@ int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* e
  * at most their size and at least half of it (blocks are alike, so this
  * reuses nearly everything); `busy` marks a buffer a collective is reading
  * or writing, and giving such a buffer back is a fatal error. The pool
- * holds at most `limit` bytes (the plan's peak) where it can: a request
- * nothing fits frees idle buffers, the largest first, before allocating, so
- * buffers of sizes no later request matches do not pile up beyond the
- * plan (a unit's shape mix made them 20-70% more than the peak). */
+ * holds at most `limit` bytes (the plan's peak) where it can: at the bound
+ * a request nothing fits takes a larger idle buffer if there is one, else
+ * frees idle buffers, the largest first, before allocating, so buffers of
+ * sizes no later request matches do not pile up beyond the plan (a unit's
+ * shape mix made them 20-70% more than the peak). */
 typedef struct {
     void* p;
     size_t cap;
@@ -433,6 +434,14 @@ static void* pool_get(Pool* pl, size_t bytes, int zero) {
         if (!b->used && b->cap >= bytes && b->cap / 2 <= bytes && (!best || b->cap < best->cap))
             best = b;
     }
+    /* At the bound, an idle buffer larger than twice the request serves it
+     * before any is freed: a device allocation and free in a steady step
+     * cost more than the bytes (cudaFree waits for the device). */
+    if (!best && pl->limit > 0 && pl->total + (double)bytes > pl->limit)
+        for (int i = 0; i < pl->n; i++) {
+            PoolBuf* b = &pl->b[i];
+            if (!b->used && b->cap >= bytes && (!best || b->cap < best->cap)) best = b;
+        }
     while (!best && pl->limit > 0 && pl->total + (double)bytes > pl->limit) {
         PoolBuf* idle = NULL;
         for (int i = 0; i < pl->n; i++)

@@ -24,11 +24,12 @@
  * got it; then all write a checkpoint of that step and leave with
  * TRAIN_EXIT_PREEMPTED (75, EX_TEMPFAIL: "try again", from the checkpoint).
  *
- * runtime.device: cpu | cuda | cpu_guarded picks the kernel table the model,
- * FSDP's shards and the optimizer use; the collectives move host buffers
- * (the scheduler stages each unit and gradient across). Left out: MoE
- * expert parallelism on a device, collectives on device buffers (the GPU
- * issues' part 2).
+ * runtime.device: cpu | cuda | cpu_guarded picks the device and its kernel
+ * table (runtime/device_setup.c): the model, FSDP's shards, the optimizer,
+ * the gathered units and the expert exchange's rows live in its memory, and
+ * the collectives take its buffers (ZipCCL codes compressed calls where
+ * they live, or stages them). This thread is the device's compute thread:
+ * the step's host waits are counted on it (device/device.h, the step log).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -282,6 +283,7 @@ int main(int argc, char** argv) {
      * thread, so asynchronous gathers and reduce-scatters overlap compute. */
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    zdev_set_compute_thread(); /* ZipCCL's progress threads count apart */
     static TrainRun run; /* large (configs): not on the stack */
     TrainRun* r = &run;
     if (train_setup(r, argc, argv)) { /* --plan N: printed, nothing to train */

@@ -53,12 +53,25 @@ void train_log_start(TrainRun* r, TrainStepLog* s) {
     s->a2a_blocked0 = fsdp->ep > 1 ? fsdp->expert.blocked_s : 0;
     s->a2a_sync0 = fsdp->ep > 1 ? fsdp->expert.sync_s : 0;
     sched_exposed(r->sched, s->x0);
+    zdev_counters(&s->d0);
     s->t0 = zrt_now();
     s->val = NAN;
 }
 
+/* The step's host waits, allocations and frees (device.h's counts). */
+static long long waits_of(const ZDevCount* a, const ZDevCount* b) {
+    return (long long)((b->syncs + b->copies) - (a->syncs + a->copies));
+}
+static long long allocs_of(const TrainStepLog* s) {
+    return (long long)((s->d1.compute.allocs + s->d1.other.allocs) - (s->d0.compute.allocs + s->d0.other.allocs));
+}
+static long long frees_of(const TrainStepLog* s) {
+    return (long long)((s->d1.compute.frees + s->d1.other.frees) - (s->d0.compute.frees + s->d0.other.frees));
+}
+
 void train_log_finish(TrainRun* r, TrainStepLog* s) {
     Fsdp* fsdp = &r->fsdp;
+    zdev_counters(&s->d1);
     for (int k = 0; k < 3; k++) fsdp_counters(fsdp, kKinds[k], &s->c1[k]);
     s->codec_ms = 0;
     for (int k = 0; k < 3; k++) {
@@ -123,7 +136,10 @@ void train_log_step(TrainRun* r, const TrainStepLog* s) {
                            s->wire[2] > 0 ? s->raw[2] / s->wire[2] : 1.0,
                            (unsigned long long)(s->c1[2].calls - s->c0[2].calls), s->a2a_ms);
             }
-            if (!r->K->dev->host_access) printf(" | bus %.2f MB %.1f ms", s->bus_bytes / 1e6, s->bus_ms);
+            if (!r->K->dev->host_access)
+                printf(" | bus %.2f MB %.1f ms | host waits %lld (+%lld comm) allocs %lld", s->bus_bytes / 1e6,
+                       s->bus_ms, waits_of(&s->d0.compute, &s->d1.compute), waits_of(&s->d0.other, &s->d1.other),
+                       allocs_of(s));
             if (!isnan(s->val)) printf(" | val %.4f", s->val);
             printf(" | eta %s\n", eta);
             fflush(stdout);
@@ -175,6 +191,11 @@ void train_log_step(TrainRun* r, const TrainStepLog* s) {
             }
             if (!r->K->dev->host_access) /* ZipCCL's copies of the device's gathers and reduce-scatters */
                 fprintf(r->json, ", \"bus_bytes\": %.0f, \"bus_ms\": %.9g", s->bus_bytes, s->bus_ms);
+            /* device.h's counts, on every device (rank 0's; every rank runs the same program) */
+            fprintf(r->json, ", \"host_waits\": %lld, \"host_waits_comm\": %lld, \"dev_allocs\": %lld, "
+                             "\"dev_frees\": %lld",
+                    waits_of(&s->d0.compute, &s->d1.compute), waits_of(&s->d0.other, &s->d1.other), allocs_of(s),
+                    frees_of(s));
             if (!isnan(s->val)) fprintf(r->json, ", \"val_loss\": %.9g", s->val);
             fprintf(r->json, "}\n");
             fflush(r->json);

@@ -103,6 +103,10 @@ typedef struct {
     double raw[3], wire[3], codec_ms, comm_ms[3], xms[SCHED_NX], exposed_ms;
     double bus_bytes, bus_ms; /* device: ZipCCL's device <-> host copies (gathers, reduce-scatters) */
     double a2a_ms, a2a_sync_ms;
+    /* the device's counts (device.h) at the step's start and end: host
+     * waits (synchronisations, blocking copies) of the compute thread and of
+     * ZipCCL's progress threads, allocations and frees */
+    ZDevCounters d0, d1;
 } TrainStepLog;
 
 /* ---- train_setup.c ---- */

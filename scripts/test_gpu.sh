@@ -4,7 +4,8 @@
 # CUDA kernel table against the CPU table, device buffers over MPI with the
 # CUDA table and codec at 2 and 4 ranks (test_coll_device --cuda, zipccl-bench
 # --device cuda), NCCL as their device network at one rank (--cuda --nccl),
-# the training checks, and every other GPU test program,
+# the training checks, a steady step's host waits beside the warp
+# emulator's (tests/test_host_waits.sh), and every other GPU test program,
 # writing all output to one folder ($OUT if set, else BUILD/gpu-out) and to
 # stdout. Ends with "N passed, N failed".
 #
@@ -161,6 +162,10 @@ done
 if [ -x scripts/test_train_gpu.sh ]; then
   run_step train_gpu 420 env BIN="$BIN" OUT_DIR="$OUT_DIR" scripts/test_train_gpu.sh
 fi
+# the host waits of a steady step on this device, next to the warp
+# emulator's (tests/test_host_waits.sh's budget): the same program counts
+# the same waits, so the two must agree
+run_step host_waits 150 env TRAIN="$BIN/train" DEV=cuda bash tests/test_host_waits.sh
 # the collective table's GPU twin (issue 36 item 5): zipccl-bench with its
 # buffers on the GPU, 2 and 4 ranks over MPI on the GPU(s) here, every row
 # checked bit for bit (#wrong), JSON lines in coll_bench_cuda.jsonl

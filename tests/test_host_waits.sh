@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# test: timeout=600 asan=no
+# test_host_waits.sh — a budget of host waits per training step, held
+# without a GPU.
+#
+# device/device.c counts, per process, every host wait (stream, event and
+# device synchronisations, blocking copies, the host value a kernel returns,
+# the CUDA codec's frame-size waits) and every allocation and free, split
+# between the trainer's compute thread and ZipCCL's progress threads; the
+# step log carries the step's counts (host_waits, host_waits_comm,
+# dev_allocs, dev_frees; rank 0's). Here the suite's tiny dense and MoE
+# models train 3 steps (2 micro-batches each) at 1 and 2 ranks on the
+# guarded CPU device (collectives staged through host memory) and on the
+# warp emulator's CUDA device (BUILD/gpu/train_emu: compressed calls coded
+# by the CUDA codec's kernels), and each steady step (2 and 3) must
+#   - allocate and free nothing on the device or in pinned memory;
+#   - stay within the budget below, per case: the compute thread's waits
+#     and the progress threads'. The budget is the count measured when it
+#     was written: a change that adds a wait fails here, and a change that
+#     removes some lowers the budget in the same commit (the GPU issues).
+# The table of counts is printed either way.
+#
+# On a GPU (scripts/test_gpu.sh): DEV=cuda TRAIN=build/train runs the
+# emulator's cases on the real device and checks its counts equal the
+# emulator's (the same program: a difference is a wait one of them takes
+# that the other does not).
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+DEV=${DEV:-}
+EMU=${EMU:-$BUILD/gpu/train_emu}
+
+# case -> "compute comm": the budget (the emulator's counts for the cuda
+# cases, which a GPU run must equal)
+declare -A BUDGET=(
+  [guarded_dense_np1]="10 60"
+  [guarded_dense_np2]="10 60"
+  [guarded_moe_np1]="19 78"
+  [guarded_moe_ep2_np2]="19 110"
+  [cuda_dense_np1]="10 68"
+  [cuda_dense_np2]="10 142"
+  [cuda_moe_ep2_np2]="19 236"
+)
+
+tiny_yaml 3 2 0 1
+M="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_hidden=16
+   --set model.mlp_only_layers=1 --set model.norm_topk_prob=true --set model.capacity_factor=1.0
+   --set model.router_aux_loss_coef=0.01 --set model.qk_norm=true"
+
+# counts FILE STEP: "compute comm allocs frees" of that step's JSON line
+counts() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    if d.get("step") == int(sys.argv[2]) and "host_waits" in d and not d.get("final"):
+        print(d["host_waits"], d["host_waits_comm"], d["dev_allocs"], d["dev_frees"])
+        break
+PY
+}
+
+printf '%-22s %8s %8s %8s %8s\n' "# case (steady step)" compute comm allocs frees
+# one NAME TRAINER DEVICE NP [args...]
+one() {
+  local name=$1 trainer=$2 device=$3 np=$4; shift 4
+  local out=$tmp/$name.jsonl
+  # shellcheck disable=SC2086
+  if ! TRAIN=$trainer run "$np" "$out" --set runtime.device="$device" "$@"; then
+    fail "host_waits_$name" "the run failed"
+    return
+  fi
+  local s2 s3
+  s2=$(counts "$out" 2)
+  s3=$(counts "$out" 3)
+  if [ -z "$s2" ] || [ -z "$s3" ]; then
+    fail "host_waits_$name" "no host_waits in the step log"
+    return
+  fi
+  read -r c2 m2 a2 f2 <<<"$s2"
+  read -r c3 m3 a3 f3 <<<"$s3"
+  printf '%-22s %8s %8s %8s %8s\n' "$name" "$c3" "$m3" "$a3" "$f3"
+  if [ "$a2$f2$a3$f3" != 0000 ]; then
+    fail "host_waits_${name}_no_allocation" "steps 2 and 3 allocated $a2, $a3 and freed $f2, $f3"
+  else
+    pass "host_waits_${name}_no_allocation_in_a_steady_step"
+  fi
+  if [ "$c2 $m2" != "$c3 $m3" ]; then
+    fail "host_waits_${name}_steady" "step 2 waited $c2 + $m2 times, step 3 $c3 + $m3"
+  fi
+  read -r bc bm <<<"${BUDGET[$name]}"
+  if [ -n "$DEV" ]; then # on a GPU: the emulator's counts, exactly
+    if [ "$c3 $m3" = "$bc $bm" ]; then pass "host_waits_${name}_equal_the_emulators ($c3 + $m3)"
+    else fail "host_waits_${name}_equal_the_emulators" "this device $c3 + $m3, the emulator $bc + $bm"; fi
+  elif [ "$c3" -le "$bc" ] && [ "$m3" -le "$bm" ]; then
+    pass "host_waits_${name}_within_budget (compute $c3 <= $bc, comm $m3 <= $bm)"
+  else
+    fail "host_waits_${name}_within_budget" "compute $c3 (budget $bc), comm $m3 (budget $bm)"
+  fi
+}
+
+if [ -n "$DEV" ]; then
+  one cuda_dense_np1 "$TRAIN" "$DEV" 1
+  one cuda_dense_np2 "$TRAIN" "$DEV" 2
+  # shellcheck disable=SC2086
+  one cuda_moe_ep2_np2 "$TRAIN" "$DEV" 2 $M --set parallelism.ep=2
+else
+  [ -x "$TRAIN" ] || { echo "FAIL host_waits: $TRAIN not built"; exit 1; }
+  one guarded_dense_np1 "$TRAIN" cpu_guarded 1
+  one guarded_dense_np2 "$TRAIN" cpu_guarded 2
+  # shellcheck disable=SC2086
+  one guarded_moe_np1 "$TRAIN" cpu_guarded 1 $M
+  # shellcheck disable=SC2086
+  one guarded_moe_ep2_np2 "$TRAIN" cpu_guarded 2 $M --set parallelism.ep=2
+  if [ -x "$EMU" ]; then
+    one cuda_dense_np1 "$EMU" cuda 1
+    one cuda_dense_np2 "$EMU" cuda 2
+    # shellcheck disable=SC2086
+    one cuda_moe_ep2_np2 "$EMU" cuda 2 $M --set parallelism.ep=2
+  else
+    echo "FAIL host_waits_emulator: $EMU not built"
+  fi
+fi
+exit $((fails > 0))
