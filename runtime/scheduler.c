@@ -883,13 +883,17 @@ static void hook_release(void* ctx, int u, int phase) {
     Sched* s = ctx;
     const SchedEvent* e = expect(s, EV_REL, u, phase);
     SUnit* U = &s->u[u];
+    /* the device's end of the span first, then the host's clock, so that on a
+     * host device the two spans end together */
+    void* ev_rel = s->trace && s->dpool.K && U->ev_acq ? trace_event(s) : NULL;
+    const double t_rel = zrt_now();
     if (s->trace)
         tprintf(s, ",\n{\"name\": \"%s %s\", \"cat\": \"compute\", \"ph\": \"X\", \"pid\": %d, "
                    "\"tid\": 0, \"ts\": %.1f, \"dur\": %.1f, \"args\": {\"micro\": %d}}",
                 phase ? "bwd" : "fwd", s->f->units[u].name, s->f->rank, us(s, U->t_acq),
-                (zrt_now() - U->t_acq) * 1e6, s->micro);
+                (t_rel - U->t_acq) * 1e6, s->micro);
     if (s->trace && s->dpool.K && U->ev_acq) {
-        push_dspan(s, (DevSpan){U->ev_acq, trace_event(s), u, phase, s->micro, -1, 0, 0});
+        push_dspan(s, (DevSpan){U->ev_acq, ev_rel, u, phase, s->micro, -1, 0, 0});
         U->ev_acq = NULL;
     }
     if (e->drop) {
