@@ -521,8 +521,7 @@ static void cpu_adamw(float* p, const float* g, float* m, float* v, size_t n,
     }
 }
 
-static double cpu_sumsq(const float* x, size_t n) {
-    zdev_count_sync(); /* likewise */
+static void cpu_sumsq(double* out, const float* x, size_t n) {
     const size_t nblocks = (n + ZRT_SUMSQ_BLOCK - 1) / ZRT_SUMSQ_BLOCK;
     double total = 0.0;
     enum { PART = 1024 }; /* block sums computed in parallel this many at a time */
@@ -539,7 +538,7 @@ static double cpu_sumsq(const float* x, size_t n) {
         }
         for (size_t j = 0; j < nb; j++) total += part[j];
     }
-    return total;
+    *out = total;
 }
 
 static void cpu_scale(float* x, size_t n, float factor) {

@@ -152,11 +152,7 @@ static void g_adamw(float* p, const float* g, float* m, float* v, size_t n,
                     const ZrtAdamWStep* s) {
     GUARD(C()->adamw(p, g, m, v, n, s));
 }
-static double g_sumsq(const float* x, size_t n) {
-    double r;
-    GUARD(r = C()->sumsq(x, n));
-    return r;
-}
+static void g_sumsq(double* out, const float* x, size_t n) { GUARD(C()->sumsq(out, x, n)); }
 static void g_scale(float* x, size_t n, float factor) { GUARD(C()->scale(x, n, factor)); }
 
 static ZrtKernels guarded_kernels = { /* .dev set at first use */

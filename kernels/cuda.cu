@@ -466,7 +466,7 @@ __global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, 
 }
 
 /* one thread per ZRT_SUMSQ_BLOCK block, in index order, in double: the
- * CPU's order; the host adds the block sums in order */
+ * CPU's order; k_sum_in_order adds the block sums in order */
 __global__ void k_sumsq_blocks(double* part, const float* x, size_t n, size_t nblocks) {
     const size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= nblocks) return;
@@ -477,6 +477,14 @@ __global__ void k_sumsq_blocks(double* part, const float* x, size_t n, size_t nb
         sum = __dadd_rn(sum, __dmul_rn(xi, xi));
     }
     part[b] = sum;
+}
+
+/* out = part[0] + part[1] + ... in that order, in double (one thread: the
+ * order is the point; a few hundred values per unit) */
+__global__ void k_sum_in_order(double* out, const double* part, size_t n) {
+    double total = 0.0;
+    for (size_t i = 0; i < n; i++) total = __dadd_rn(total, part[i]);
+    *out = total;
 }
 
 __global__ void k_scale(float* x, size_t n, float factor) {
@@ -969,27 +977,19 @@ void cu_adamw(float* p, const float* g, float* m, float* v, size_t n, const ZrtA
     CKL(k_adamw);
 }
 
-double cu_sumsq(const float* x, size_t n) {
+void cu_sumsq(double* out, const float* x, size_t n) {
     PROF(sumsq);
     const size_t nb = (n + ZRT_SUMSQ_BLOCK - 1) / ZRT_SUMSQ_BLOCK;
-    if (!nb) return 0.0;
-    // the block sums: a device buffer and a pinned host copy kept for the process
-    static void *d = nullptr, *h = nullptr;
-    static size_t cap = 0, hcap = 0;
-    d = scratch_grow(d, &cap, nb * sizeof(double));
-    if (nb * sizeof(double) > hcap) {
-        zdev_host_free(g_dev, h);
-        h = zdev_host_alloc(g_dev, nb * sizeof(double));
-        if (!h) zk_fail("sumsq", zdev_error(), __FILE__, __LINE__);
-        hcap = nb * sizeof(double);
+    // the block sums: a device buffer kept for the process
+    static void* d = nullptr;
+    static size_t cap = 0;
+    d = scratch_grow(d, &cap, (nb ? nb : 1) * sizeof(double));
+    if (nb) {
+        k_sumsq_blocks<<<blocks_for(nb, 128), 128, 0, g_stream>>>((double*)d, x, n, nb);
+        CKL(k_sumsq_blocks);
     }
-    k_sumsq_blocks<<<blocks_for(nb, 128), 128, 0, g_stream>>>((double*)d, x, n, nb);
-    CKL(k_sumsq_blocks);
-    CKD(zdev_download(g_dev, h, d, nb * sizeof(double))); // the norm: a host wait
-    const double* hb = (const double*)h;
-    double total = 0.0;
-    for (size_t b = 0; b < nb; b++) total += hb[b];
-    return total;
+    k_sum_in_order<<<1, 1, 0, g_stream>>>(out, (const double*)d, nb);
+    CKL(k_sum_in_order);
 }
 
 void cu_scale(float* x, size_t n, float factor) {

@@ -63,8 +63,8 @@ typedef struct ZrtKernels_ {
      * (zdev_alloc, zdev_upload, ...); the kernels run on its compute stream
      * (ZDevice.stream), in issue order, so a kernel reads what the kernels
      * and copies issued before it on that stream wrote. Entries that return
-     * a host value (crossentropy_forward_backward, sumsq, moe_prob_sum)
-     * wait for it: one host wait each, which device.h counts on every
+     * a host value (crossentropy_forward_backward, moe_prob_sum) wait for
+     * it: one host wait each, which device.h counts on every
      * table alike (the host tables count the wait they stand for with
      * zdev_count_sync), so a step's count is the program's, not the
      * device's. */
@@ -191,9 +191,11 @@ typedef struct ZrtKernels_ {
      *   m = b1 m + (1 - b1) g;  v = b2 v + ((1 - b2) g) g
      *   p = p - lr ((m / bc1) / (sqrt(v / bc2) + eps) + wd p) */
     void (*adamw)(float* p, const float* g, float* m, float* v, size_t n, const ZrtAdamWStep* s);
-    /* Sum of x^2 in double: fixed ZRT_SUMSQ_BLOCK-element blocks, each summed
-     * in index order, the block sums added in order (result on the host). */
-    double (*sumsq)(const float* x, size_t n);
+    /* out (1, a double in the device's memory) = sum of x^2 in double: fixed
+     * ZRT_SUMSQ_BLOCK-element blocks, each summed in index order, the block
+     * sums added in order. Nothing comes back to the host: the caller reads
+     * many such sums in one copy (the gradient norm: one per step). */
+    void (*sumsq)(double* out, const float* x, size_t n);
     /* x (n) *= factor */
     void (*scale)(float* x, size_t n, float factor);
 } ZrtKernels;

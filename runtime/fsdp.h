@@ -59,6 +59,7 @@ typedef struct {
     int rank, nranks, n_units;
     FsdpUnit* units;
     float** host_state;    /* a device's host copies (unit, which), fsdp_shard_host */
+    double* norm_parts;    /* (n_units) the gradient's sum of squares per unit, device memory */
     zipcclComm_t comm_ag;  /* parameter all-gathers                          */
     zipcclComm_t comm_rs;  /* gradient reduce-scatters                       */
     zipcclComm_t comm_misc;/* small all-gathers: losses, norms               */

@@ -33,13 +33,13 @@ EMU=${EMU:-$BUILD/gpu/train_emu}
 # case -> "compute comm": the budget (the emulator's counts for the cuda
 # cases, which a GPU run must equal)
 declare -A BUDGET=(
-  [guarded_dense_np1]="10 60"
-  [guarded_dense_np2]="10 60"
-  [guarded_moe_np1]="19 78"
-  [guarded_moe_ep2_np2]="19 110"
-  [cuda_dense_np1]="10 68"
-  [cuda_dense_np2]="10 142"
-  [cuda_moe_ep2_np2]="19 236"
+  [guarded_dense_np1]="7 60"
+  [guarded_dense_np2]="7 60"
+  [guarded_moe_np1]="15 78"
+  [guarded_moe_ep2_np2]="15 110"
+  [cuda_dense_np1]="7 68"
+  [cuda_dense_np2]="7 142"
+  [cuda_moe_ep2_np2]="15 236"
 )
 
 tiny_yaml 3 2 0 1

@@ -37,6 +37,14 @@
 #include "optim.h"
 #include "testutil.h"
 
+/* The CPU table's sum of squares of host memory (kernels.h: into a double
+ * of the device's memory, which on the CPU table is the host's). */
+static double host_sumsq(const float* x, size_t n) {
+    double s = 0;
+    zrt_kernels_cpu()->sumsq(&s, x, n);
+    return s;
+}
+
 /* ------------------------------------------------------- a tiny "runtime" */
 
 #define MAX_UNITS 64
@@ -713,7 +721,7 @@ static void check_hooks_and_loss(void) {
         last = l;
         double ss = 0.0;
         for (int u = 0; u < llama_num_units(&cfg); u++)
-            ss += zrt_kernels_cpu()->sumsq(m.grads[u], llama_unit_numel(&cfg, u));
+            ss += host_sumsq(m.grads[u], llama_unit_numel(&cfg, u));
         float clip = optim_clip_factor(sqrt(ss), 1.0f);
         for (int u = 0; u < llama_num_units(&cfg); u++) {
             size_t n = llama_unit_numel(&cfg, u);
@@ -1066,14 +1074,14 @@ static void check_optim(void) {
         x[i] = (float)sin(i * 0.37);
         want += (double)x[i] * x[i];
     }
-    double got = zrt_kernels_cpu()->sumsq(x, 100003);
+    double got = host_sumsq(x, 100003);
     CHECK(fabs(got - want) < 1e-9 * want, "optim/sumsq", "%.12g vs %.12g", got, want);
     float f = optim_clip_factor(4.0, 1.0f);
     CHECK(fabsf(f - 0.25f) < 1e-6f && optim_clip_factor(0.5, 1.0f) == 1.0f &&
               optim_clip_factor(NAN, 1.0f) == 1.0f && optim_clip_factor(9.0, 0.0f) == 1.0f,
           "optim/clip_factor", "factor(4, 1) = %g", (double)f);
     zrt_kernels_cpu()->scale(x, 100003, 0.5f);
-    CHECK(fabs(zrt_kernels_cpu()->sumsq(x, 100003) - want / 4) < 1e-9 * want, "optim/scale", "scaled sumsq");
+    CHECK(fabs(host_sumsq(x, 100003) - want / 4) < 1e-9 * want, "optim/scale", "scaled sumsq");
     free(x);
 }
 
@@ -1253,9 +1261,10 @@ static void check_optimizer_entries(const ZrtKernels* G, const char* name) {
     float *dp = zdev_alloc(G->dev, sizeof p), *dg = zdev_alloc(G->dev, sizeof g), *dm = zdev_alloc(G->dev, sizeof m),
           *dv = zdev_alloc(G->dev, sizeof v);
     uint16_t* d16 = zdev_alloc(G->dev, sizeof h16);
+    double* dss = zdev_alloc(G->dev, sizeof(double));
     char what[96];
     snprintf(what, sizeof what, "%s/optimizer_alloc", name);
-    if (!CHECK(dp && dg && dm && dv && d16, what, "alloc failed")) return;
+    if (!CHECK(dp && dg && dm && dv && d16 && dss, what, "alloc failed")) return;
     zdevCheck(zdev_upload(G->dev, dp, p, sizeof p));
     zdevCheck(zdev_memset_async(G->dev, dm, 0, sizeof m, NULL));
     zdevCheck(zdev_memset_async(G->dev, dv, 0, sizeof v, NULL));
@@ -1266,8 +1275,9 @@ static void check_optimizer_entries(const ZrtKernels* G, const char* name) {
     for (int t = 1; t <= 4; t++) {
         for (int i = 0; i < n; i++) g[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.01f * (float)t;
         zdevCheck(zdev_upload(G->dev, dg, g, sizeof g));
-        ss_cpu = K->sumsq(g, n);
-        ss_dev = G->sumsq(dg, n);
+        K->sumsq(&ss_cpu, g, n);
+        G->sumsq(dss, dg, n);
+        zdevCheck(zdev_download(G->dev, &ss_dev, dss, sizeof ss_dev));
         same &= ss_cpu == ss_dev;
         K->scale(g, n, 0.75f);
         G->scale(dg, n, 0.75f);
@@ -1295,6 +1305,7 @@ static void check_optimizer_entries(const ZrtKernels* G, const char* name) {
     zdev_free(G->dev, dm);
     zdev_free(G->dev, dv);
     zdev_free(G->dev, d16);
+    zdev_free(G->dev, dss);
 }
 
 /* ---------------------------------------------- a whole step on a backend */
@@ -1826,7 +1837,7 @@ static int dump(const char* dir, int train, int argc, char** argv) {
             model_zero_grads(&m);
             losses[s] = llama_step(&c, acts, tok, tgt, B, T, &h, 1, NULL);
             double ss = 0.0;
-            for (int u = 0; u < llama_num_units(&c); u++) ss += zrt_kernels_cpu()->sumsq(m.grads[u], llama_unit_numel(&c, u));
+            for (int u = 0; u < llama_num_units(&c); u++) ss += host_sumsq(m.grads[u], llama_unit_numel(&c, u));
             float clip = optim_clip_factor(sqrt(ss), DUMP_CLIP);
             for (int u = 0; u < llama_num_units(&c); u++) {
                 size_t n = llama_unit_numel(&c, u);
