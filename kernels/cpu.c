@@ -432,10 +432,9 @@ static void cpu_embedding_backward(float* dtable, const float* dout, const int* 
 
 /* ------------------------------------------------- softmax cross-entropy */
 
-static double cpu_crossentropy_forward_backward(float* dlogits, float* losses,
-                                                const float* logits, const int* targets, int N,
-                                                int V, float dscale, int* count) {
-    zdev_count_sync(); /* the host value a device makes the host wait for (kernels.h) */
+static void cpu_crossentropy_forward_backward(float* dlogits, float* losses,
+                                              const float* logits, const int* targets, int N,
+                                              int V, float dscale, double* loss_sum) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* l = logits + (size_t)n * V;
@@ -462,14 +461,9 @@ static double cpu_crossentropy_forward_backward(float* dlogits, float* losses,
     // summed in row order here, not with reduction(+), so the result does
     // not depend on the thread count
     double total = 0.0;
-    int counted = 0;
     for (int n = 0; n < N; n++)
-        if (targets[n] >= 0) {
-            total += losses[n];
-            counted++;
-        }
-    *count = counted;
-    return total;
+        if (targets[n] >= 0) total += losses[n];
+    *loss_sum += total;
 }
 
 /* --------------------------------------------------------------- vectors */

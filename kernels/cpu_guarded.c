@@ -106,12 +106,10 @@ static void g_embedding_backward(float* dtable, const float* dout, const int* to
                                  int C_) {
     GUARD(C()->embedding_backward(dtable, dout, tokens, N, C_));
 }
-static double g_crossentropy(float* dlogits, float* losses, const float* logits,
-                             const int* targets, int N, int V, float dscale, int* count) {
-    double r;
-    GUARD(r = C()->crossentropy_forward_backward(dlogits, losses, logits, targets, N, V, dscale,
-                                                 count));
-    return r;
+static void g_crossentropy(float* dlogits, float* losses, const float* logits,
+                           const int* targets, int N, int V, float dscale, double* loss_sum) {
+    GUARD(C()->crossentropy_forward_backward(dlogits, losses, logits, targets, N, V, dscale,
+                                             loss_sum));
 }
 static void g_add(float* out, const float* a, const float* b, size_t n) {
     GUARD(C()->add(out, a, b, n));

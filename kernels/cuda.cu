@@ -302,17 +302,11 @@ __global__ void k_crossentropy(float* dlogits, float* losses, const float* logit
  * small), one block per row or pair for the rows of C */
 
 /* the counted rows' losses summed in row order in double (one thread) */
-__global__ void k_loss_sum(double* total, int* count, const float* losses, const int* targets,
-                           int N) {
+__global__ void k_loss_sum(double* total, const float* losses, const int* targets, int N) {
     double t = 0.0;
-    int c = 0;
     for (int n = 0; n < N; n++)
-        if (targets[n] >= 0) {
-            t = __dadd_rn(t, (double)losses[n]);
-            c++;
-        }
-    *total = t;
-    *count = c;
+        if (targets[n] >= 0) t = __dadd_rn(t, (double)losses[n]);
+    *total = __dadd_rn(*total, t);
 }
 
 __global__ void k_moe_route(float* probs, int* sel_all, float* w_all, const float* logits, int N,
@@ -857,25 +851,16 @@ void cu_embedding_backward(float* dtable, const float* dout, const int* tokens, 
     CKL(k_embedding_bwd);
 }
 
-double cu_crossentropy_forward_backward(float* dlogits, float* losses, const float* logits,
-                                        const int* targets, int N, int V, float dscale,
-                                        int* count) {
+void cu_crossentropy_forward_backward(float* dlogits, float* losses, const float* logits,
+                                      const int* targets, int N, int V, float dscale,
+                                      double* loss_sum) {
     PROF(crossentropy_forward_backward);
     k_crossentropy<<<N, 256, 0, g_stream>>>(dlogits, losses, logits, targets, V, dscale);
     CKL(k_crossentropy);
     // the sum on the device in row order, in double, like the CPU backend
-    // (one thread: the order is the point); 16 bytes come back
-    static void* d = nullptr;
-    static size_t cap = 0;
-    d = scratch_grow(d, &cap, sizeof(double) + sizeof(int));
-    k_loss_sum<<<1, 1, 0, g_stream>>>((double*)d, (int*)((double*)d + 1), losses, targets, N);
+    // (one thread: the order is the point), added into *loss_sum there
+    k_loss_sum<<<1, 1, 0, g_stream>>>(loss_sum, losses, targets, N);
     CKL(k_loss_sum);
-    unsigned char h[sizeof(double) + sizeof(int)];
-    CKD(zdev_download(g_dev, h, d, sizeof h)); // the step's loss: a host wait
-    double total;
-    memcpy(&total, h, sizeof total);
-    memcpy(count, h + sizeof(double), sizeof(int));
-    return total;
 }
 
 void cu_moe_route(float* probs, int* sel, float* w, const float* logits, int N, int E, int k,

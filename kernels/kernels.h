@@ -62,9 +62,8 @@ typedef struct ZrtKernels_ {
      * argument below is its memory, allocated, copied and freed through it
      * (zdev_alloc, zdev_upload, ...); the kernels run on its compute stream
      * (ZDevice.stream), in issue order, so a kernel reads what the kernels
-     * and copies issued before it on that stream wrote. Entries that return
-     * a host value (crossentropy_forward_backward, moe_prob_sum) wait for
-     * it: one host wait each, which device.h counts on every
+     * and copies issued before it on that stream wrote. An entry that
+     * returns a host value (moe_prob_sum) waits for it: one host wait each, which device.h counts on every
      * table alike (the host tables count the wait they stand for with
      * zdev_count_sync), so a step's count is the program's, not the
      * device's. */
@@ -135,13 +134,15 @@ typedef struct ZrtKernels_ {
 
     /* Row-wise softmax cross-entropy over logits (N, V). targets < 0 are
      * ignored. losses (N) receives each row's loss (0 for ignored rows);
-     * returns their SUM over counted rows (double, in row order) and sets
-     * *count. If dlogits is not NULL it receives
+     * *loss_sum (one double of the device's memory) += their sum over the
+     * counted rows, summed in row order in double first (nothing comes back
+     * to the host: the caller counts the targets, which it has, and reads
+     * the sums when it needs them). If dlogits is not NULL it receives
      * (softmax - onehot(target)) * dscale for counted rows and 0 for ignored
      * rows; dlogits may alias logits (in place). */
-    double (*crossentropy_forward_backward)(float* dlogits, float* losses, const float* logits,
-                                            const int* targets, int N, int V, float dscale,
-                                            int* count);
+    void (*crossentropy_forward_backward)(float* dlogits, float* losses, const float* logits,
+                                          const int* targets, int N, int V, float dscale,
+                                          double* loss_sum);
 
     /* Small vector helpers, so models/ never touches backend memory itself:
      * out (n) = a + b (out may alias a or b); x (n) = 0. */

@@ -431,6 +431,9 @@ struct LlamaActs {
     MoeActs* moe; // the MoE blocks' activations (NULL for a dense model)
     int rope_B, rope_T; // the RoPE table in the arena is the last step's for (B, T);
                         // 0: none yet (only a step of another shape moves it)
+    double* loss;       // (1) backend: the step's summed loss, read back by the step
+    double* loss_sink;  // set (llama_acts_set_loss_sink): the caller's slot instead,
+                        // and the step reads nothing back
 };
 
 static MoeDims moe_dims(const LlamaConfig* cfg, int N, const LlamaMemOpts* o) {
@@ -542,11 +545,12 @@ LlamaActs* llama_acts_alloc_opts(const LlamaConfig* cfg, int B, int T, const Zrt
     a->mem = zdev_alloc(K->dev, arena);
     a->tok = zdev_alloc(K->dev, (size_t)B * T * sizeof(int));
     a->tgt = zdev_alloc(K->dev, (size_t)B * T * sizeof(int));
+    a->loss = zdev_alloc(K->dev, sizeof(double));
     if (a->mem && cfg->n_experts > 0) {
         const MoeDims d = moe_dims(cfg, B * T, &a->opts);
         a->moe = moe_acts_alloc(&d, n_moe_layers(cfg), K);
     }
-    if (!a->mem || !a->tok || !a->tgt || (cfg->n_experts > 0 && !a->moe)) {
+    if (!a->mem || !a->tok || !a->tgt || !a->loss || (cfg->n_experts > 0 && !a->moe)) {
         llama_acts_free(a);
         return NULL;
     }
@@ -560,9 +564,12 @@ void llama_acts_free(LlamaActs* acts) {
         zdev_free(acts->K->dev, acts->mem);
         zdev_free(acts->K->dev, acts->tok);
         zdev_free(acts->K->dev, acts->tgt);
+        zdev_free(acts->K->dev, acts->loss);
     }
     free(acts);
 }
+
+void llama_acts_set_loss_sink(LlamaActs* acts, double* sum) { acts->loss_sink = sum; }
 
 float llama_acts_aux_loss(const LlamaActs* acts) { return acts && acts->moe ? acts->moe->aux : 0; }
 
@@ -776,27 +783,34 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const BlockPar
 
 /* The output layer and the loss, opts.logits_rows token rows at a time:
  * logits (R, V) = lnf W^T, the rows' cross-entropy, and with gW (backward)
- * dlogits in place, dln (rows) = dlogits W and gW += dlogits^T lnf. Returns
- * the summed loss of the counted rows. One chunk (the rows fit in
+ * dlogits in place, dln (rows) = dlogits W and gW += dlogits^T lnf.
+ * *loss_sum (device) = the summed loss of the counted rows. One chunk (the rows fit in
  * LOGITS_FLOATS) makes the same calls as an output layer without chunks. */
-static double head_chunks(const Dims* d, const ActPtrs* a, const LlamaActs* acts, Weight W,
-                          float* gW, float* logits_out, float dscale) {
+static void head_chunks(const Dims* d, const ActPtrs* a, const LlamaActs* acts, Weight W,
+                        float* gW, float* logits_out, float dscale, double* loss_sum) {
     const ZrtKernels* K = d->K;
     const int N = d->N, C = d->C, V = d->cfg->vocab_size, R = acts->opts.logits_rows;
-    double sum = 0;
+    zdevCheck(zdev_memset_async(K->dev, loss_sum, 0, sizeof(double), NULL));
     for (int r0 = 0; r0 < N; r0 += R) {
         const int rows = N - r0 < R ? N - r0 : R;
         const float* lnf = a->lnf + (size_t)r0 * C; // (rows, C)
         linear_forward(K, a->logits, lnf, W, rows, C, V); // (rows, V)
         if (logits_out)
             zdevCheck(zdev_download(K->dev, logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * sizeof(float)));
-        int cnt = 0;
-        sum += K->crossentropy_forward_backward(gW ? a->logits : NULL, a->losses + r0, a->logits,
-                                                acts->tgt + r0, rows, V, dscale, &cnt);
+        K->crossentropy_forward_backward(gW ? a->logits : NULL, a->losses + r0, a->logits,
+                                         acts->tgt + r0, rows, V, dscale, loss_sum);
         if (gW)
             linear_backward(K, a->dln + (size_t)r0 * C, gW, a->logits, lnf, W, rows, C, V, 0);
     }
-    return sum;
+}
+
+/* The step's mean loss from its summed loss: read back (a host wait), or
+ * left in the caller's sink (llama_acts_set_loss_sink) and 0 returned. */
+static float step_loss(const LlamaActs* acts, int count) {
+    if (acts->loss_sink) return 0.0f;
+    double sum = 0;
+    zdevCheck(zdev_download(acts->K->dev, &sum, acts->loss, sizeof sum));
+    return count ? (float)(sum / count) : 0.0f;
 }
 
 static float step_error(const char* why) {
@@ -886,16 +900,16 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     const float* final_norm = head_norm(&d, &a, p);
     const Weight head = weight_at(weight_of(p, d.bf16), head_lm_head(cfg));
     K->rmsnorm_forward(a.lnf, a.lnf_rstd, resid_L, final_norm, N, d.C, cfg->norm_eps);
+    double* loss_sum = acts->loss_sink ? acts->loss_sink : acts->loss;
     if (!backward) {
-        const double sum = head_chunks(&d, &a, acts, head, NULL, logits_out, dscale);
+        head_chunks(&d, &a, acts, head, NULL, logits_out, dscale, loss_sum);
         hooks->release(hooks->ctx, hu, 0);
-        return count ? (float)(sum / count) : 0.0f;
+        return step_loss(acts, count);
     }
 
     // backward: the head (its norm and weights), blocks L..1, unit 0 (embedding)
     float* g = hooks->grad_buffer(hooks->ctx, hu);
-    const double sum = head_chunks(&d, &a, acts, head, g + head_lm_head(cfg), logits_out, dscale);
-    const float loss = count ? (float)(sum / count) : 0.0f;
+    head_chunks(&d, &a, acts, head, g + head_lm_head(cfg), logits_out, dscale, loss_sum);
     K->zero(a.dresid, (size_t)N * C);
     K->rmsnorm_backward(a.dresid, g + head_final_norm(cfg), a.dln, resid_L, final_norm,
                         a.lnf_rstd, N, d.C);
@@ -914,5 +928,5 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     g = hooks->grad_buffer(hooks->ctx, 0);
     K->embedding_backward(g, a.dresid, acts->tok, N, d.C);
     hooks->grads_ready(hooks->ctx, 0);
-    return loss;
+    return step_loss(acts, count); // at the end: the read-back waits for the whole backward
 }

@@ -162,6 +162,15 @@ LlamaActs* llama_acts_alloc(const LlamaConfig* cfg, int B, int T, const struct Z
 LlamaActs* llama_acts_alloc_opts(const LlamaConfig* cfg, int B, int T,
                                  const struct ZrtKernels_* K, const LlamaMemOpts* opts);
 void llama_acts_free(LlamaActs* acts);
+/* Where the following steps put their loss: sum (one double of the acts'
+ * backend memory) receives each step's summed loss over its counted
+ * targets (targets >= 0), and the step returns 0 instead of the mean loss,
+ * reading nothing back; the caller reads several steps' sums in one copy
+ * and divides each by its count (the trainer: one copy per optimizer
+ * step). NULL (the default): each step reads its loss back and returns
+ * the mean. */
+void llama_acts_set_loss_sink(LlamaActs* acts, double* sum);
+
 /* The load-balancing loss of the last llama_step on these activations
  * (before its coefficient; 0 for dense models), and the tokens routed to
  * each expert there, summed over MoE layers: counts (E). */

@@ -193,6 +193,17 @@ static void expert_load_stats(TrainRun* r, TrainStepLog* s) {
     }
 }
 
+/* Micro-batch a's mean loss from its summed loss on the device; fetch: copy
+ * every micro-batch's sum back first (one host wait for all of them). */
+static float micro_loss(TrainRun* r, int a, int fetch) {
+    static double sums[4096];
+    const int A = r->cfg.data.grad_accum;
+    trainCheck(A <= 4096, "data.grad_accum %d: at most 4096", A);
+    if (fetch) zdevCheck(zdev_download(r->K->dev, sums, r->loss_sums, (size_t)A * sizeof(double)));
+    const int count = r->loss_counts[a];
+    return count ? (float)(sums[a] / count) : 0.0f;
+}
+
 /* One optimizer step: every micro-batch forward and backward (the
  * scheduler's hooks gather and reduce beneath), then the mean over the
  * global batch, the global norm, clipping and AdamW. Fills the step's
@@ -208,6 +219,7 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
     fsdp_zero_grads(fsdp);
     sched_begin_step(sched, 1);
     double loss_sum = 0, aux_sum = 0;
+    int refused = 0;
     s->data_s = s->model_s = 0;
     if (r->moe)
         memset(r->expert_load, 0, (size_t)(r->n_moe + 1) * mc->n_experts * sizeof *r->expert_load);
@@ -223,12 +235,18 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
         /* --dump-tensors: the first micro-batch's logits too */
         float* logits = dump_now && a == 0 ? r->dump_logits : NULL;
         const double tm = zrt_now();
+        /* the loss stays on the device (slot a) and comes back at the step's end */
+        llama_acts_set_loss_sink(r->acts, r->loss_sums + a);
         const float l = llama_step(mc, r->acts, r->tok, r->tgt, B, T, &r->hooks, 1, logits);
+        llama_acts_set_loss_sink(r->acts, NULL);
+        refused |= isnan(l); /* bad input: no loss in the slot; the step's check below says so */
         s->model_s += zrt_now() - tm;
+        int count = 0;
+        for (int n = 0; n < B * T; n++) count += r->tgt[n] >= 0;
+        r->loss_counts[a] = count;
         if (logits)
             dump_batch(r->rank, r->args.dump_dir, step_no, r->tok, r->tgt, logits, B, T,
-                       mc->vocab_size, l);
-        loss_sum += l;
+                       mc->vocab_size, micro_loss(r, a, 1));
         if (r->moe) { /* per MoE block: pairs routed to each expert; then the drops */
             aux_sum += llama_acts_aux_loss(r->acts);
             LlamaMoeRouting rt;
@@ -241,6 +259,10 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
         sched_end_micro(sched);
         r->st.samples += (long long)B * r->nranks;
     }
+    /* the micro-batches' losses: one copy back, each divided by its count
+     * and added in order, as each step's returned loss was */
+    for (int a = 0; a < A; a++) loss_sum += micro_loss(r, a, a == 0);
+    if (refused) loss_sum = NAN;
     const double t_rs = zrt_now();
     sched_end_step(sched);
     sched_trace_span(sched, "the last reduce-scatters", t_rs, zrt_now());

@@ -71,6 +71,8 @@ typedef struct {
     LlamaParamHooks hooks; /* the scheduler's: how the model reaches its units */
     LlamaActs* acts;
     int *tok, *tgt;      /* (B, T) the micro-batch */
+    double* loss_sums;   /* (grad_accum) device: each micro-batch's summed loss */
+    int* loss_counts;    /* (grad_accum) its counted targets (host)         */
     long long* windows;  /* (B) its windows' indices (--trace-data) */
     float* dump_logits;  /* --dump-tensors: (B, T, V) */
     FILE* json;          /* the JSON log (rank 0; NULL without one) */

@@ -558,6 +558,12 @@ static void build_model(TrainRun* r, HfSource** hf_src, double peak_rank) {
     r->hooks = sched_hooks(sched);
     r->tok = zrt_malloc((size_t)B * T * sizeof(int), "tokens");
     r->tgt = zrt_malloc((size_t)B * T * sizeof(int), "targets");
+    /* the micro-batches' summed losses stay on the device until the step's
+     * end: one copy back per step (llama_acts_set_loss_sink) */
+    r->loss_sums = zdev_alloc(K->dev, (size_t)cfg->data.grad_accum * sizeof(double));
+    r->loss_counts = zrt_malloc((size_t)cfg->data.grad_accum * sizeof(int), "loss counts");
+    trainCheck(r->loss_sums, "out of %s memory for the step's losses", K->name);
+    zdevCheck(zdev_memset_async(K->dev, r->loss_sums, 0, (size_t)cfg->data.grad_accum * sizeof(double), NULL));
     if (*hf_src) {
         train_agree_or_fail(hf_load(fsdp, *hf_src, herr, sizeof herr) != 0, herr);
         if (r->rank == 0)
@@ -666,6 +672,8 @@ void train_teardown(TrainRun* r) {
     free(r->block_load);
     free(r->tok);
     free(r->tgt);
+    if (r->K) zdev_free(r->K->dev, r->loss_sums);
+    free(r->loss_counts);
     llama_acts_free(r->acts);
     sched_destroy(r->sched);
     fsdp_free(&r->fsdp);

@@ -36,13 +36,13 @@ EMU=${EMU:-$BUILD/gpu/train_emu}
 # case -> "compute comm": the budget (the emulator's counts for the cuda
 # cases, which a GPU run must equal)
 declare -A BUDGET=(
-  [guarded_dense_np1]="7 60"
-  [guarded_dense_np2]="7 60"
-  [guarded_moe_np1]="15 78"
-  [guarded_moe_ep2_np2]="15 110"
-  [cuda_dense_np1]="7 68"
-  [cuda_dense_np2]="7 142"
-  [cuda_moe_ep2_np2]="15 236"
+  [guarded_dense_np1]="6 60"
+  [guarded_dense_np2]="6 60"
+  [guarded_moe_np1]="14 78"
+  [guarded_moe_ep2_np2]="14 110"
+  [cuda_dense_np1]="6 68"
+  [cuda_dense_np2]="6 142"
+  [cuda_moe_ep2_np2]="14 236"
 )
 
 tiny_yaml 4 2 0 1
