@@ -4,14 +4,17 @@
 # CUDA kernel table against the CPU table, device buffers over MPI with the
 # CUDA table and codec at 2 and 4 ranks (test_coll_device --cuda, zipccl-bench
 # --device cuda), NCCL as their device network at one rank (--cuda --nccl),
-# the training checks, a steady step's host waits beside the warp
-# emulator's (tests/test_host_waits.sh), and every other GPU test program,
-# writing all output to one folder ($OUT if set, else BUILD/gpu-out) and to
-# stdout. Ends with "N passed, N failed".
+# the training checks, the PyTorch baseline of the same model beside them
+# (scripts/torch_baseline.py: a figure), a steady step's host waits beside
+# the warp emulator's (tests/test_host_waits.sh), and every other GPU test
+# program, writing all output to one folder ($OUT if set, else
+# BUILD/gpu-out) and to stdout. Ends with "N passed, N failed".
 #
 #   scripts/test_gpu.sh                 build here (make -j16), then run
 #   GPU_SKIP_CODEC_BENCH=1              leave out the codec benchmark (its sweep
 #                                       takes ~45 s of a short device lease)
+#   GPU_TORCH_COMPILE=1                 the PyTorch baseline adds its torch.compile
+#                                       row (compilation takes a minute or more)
 #   scripts/test_gpu.sh --bundle FILE   run the programs of a bundle made by
 #                                       scripts/gpu_bundle.sh (`make gpu-bundle`)
 #                                       on a machine that has CUDA, cuBLAS and
@@ -29,7 +32,9 @@
 # Files written to the output folder (at most 8, so a remote run can bring
 # them all back): test_gpu.log (everything), build.log, nvidia-smi.txt,
 # gpu_codec_bench.jsonl (one JSON line per codec x dtype x size),
-# coll_bench_cuda.jsonl (zipccl-bench --device cuda at 2 and 4 ranks).
+# coll_bench_cuda.jsonl (zipccl-bench --device cuda at 2 and 4 ranks),
+# train_gpu.log and train_gpu_runs.jsonl (scripts/test_train_gpu.sh),
+# torch_baseline.jsonl (scripts/torch_baseline.py, one line per row).
 #
 # Without a CUDA device (no nvidia-smi, or no usable device) it prints
 # "no CUDA device: skipped" and exits 0.
@@ -162,6 +167,40 @@ done
 if [ -x scripts/test_train_gpu.sh ]; then
   run_step train_gpu 420 env BIN="$BIN" OUT_DIR="$OUT_DIR" scripts/test_train_gpu.sh
 fi
+# The side-by-side baseline (docs/BENCHMARKS.md, "PyTorch on the same card"):
+# the llama-100m of train_gpu's figure at its shape, batch 32 x 256, trained
+# by PyTorch on this card (LlamaForCausalLM, SDPA, bf16 autocast, fused
+# AdamW), 3 warmup + 10 timed steps. A figure, not a check: PASS says only
+# that it ran and wrote its numbers (torch_baseline.jsonl). It runs with
+# torch's own CUDA libraries, not the bundle's LD_LIBRARY_PATH.
+torch_baseline_step() { # torch_baseline_step JSON ARGS...
+  local json=$1
+  shift
+  unset LD_LIBRARY_PATH OPAL_PREFIX
+  "${PYTHON:-python3}" scripts/torch_baseline.py "$@" --json "$json" || return $?
+  "${PYTHON:-python3}" - "$json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows:
+    name = "torch_baseline_" + ("compile" if r["compile"] else "eager")
+    if r["status"] == "ok" and r["tokens_per_s"] > 0:
+        mfu = "MFU %.1f%% of %s" % (100 * r["mfu"], r["peak_source"]) if r["mfu"] else "no peak known"
+        print("PASS %s (a figure, not a check: %s, %d x %d, %s: %.1f ms/step, %.0f tok/s, %s)"
+              % (name, r["config"], r["batch_size"], r["seq_len"], r["dtype"],
+                 r["step_ms_median"], r["tokens_per_s"], mfu))
+    elif r["compile"]:
+        print("   %s: no row (%s)" % (name, r.get("error", r["status"])))
+    else:
+        print("FAIL %s: no numbers (%s)" % (name, r.get("error", r["status"])))
+if not any(not r["compile"] for r in rows):
+    print("FAIL torch_baseline_eager: no row in " + sys.argv[1])
+PY
+}
+export -f torch_baseline_step
+rm -f "$OUT_DIR/torch_baseline.jsonl"
+run_step torch_baseline "$([ -n "${GPU_TORCH_COMPILE:-}" ] && echo 300 || echo 75)" \
+  bash -c 'torch_baseline_step "$@"' _ "$OUT_DIR/torch_baseline.jsonl" configs/llama-100m.yaml \
+  --set data.batch_size=32 --device cuda --steps 10 --warmup 3 ${GPU_TORCH_COMPILE:+--compile}
 # the host waits of a steady step on this device, next to the warp
 # emulator's (tests/test_host_waits.sh's budget): the same program counts
 # the same waits, so the two must agree
