@@ -189,6 +189,11 @@ void train_log_step(TrainRun* r, const TrainStepLog* s) {
                 }
                 fprintf(r->json, "]");
             }
+            /* what mfu is against (the run header's "# MFU against" line) */
+            fprintf(r->json, ", \"mfu_peak_flops_per_s\": %.9g, \"mfu_peak_source\": \"%s\"", r->peak,
+                    r->peak_source);
+            if (!r->K->dev->host_access)
+                fprintf(r->json, ", \"matmul_probe_flops_per_s\": %.9g", r->probe);
             if (!r->K->dev->host_access) /* ZipCCL's copies of the device's gathers and reduce-scatters */
                 fprintf(r->json, ", \"bus_bytes\": %.0f, \"bus_ms\": %.9g", s->bus_bytes, s->bus_ms);
             /* device.h's counts, on every device (rank 0's; every rank runs the same program) */

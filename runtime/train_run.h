@@ -21,6 +21,7 @@
 #include "llama.h"
 #include "memplan.h"
 #include "optim.h"
+#include "peaks.h"
 #include "plan.h"
 #include "scheduler.h"
 
@@ -61,7 +62,14 @@ typedef struct {
     int first_step;      /* st.step when this process started */
 
     const ZrtKernels* K; /* the kernel table the model and the shards use */
-    double peak;         /* matmul FLOP/s, all ranks together: MFU's denominator */
+    /* MFU's denominator (docs/RUNTIME.md "Logs"), all ranks together */
+    double peak;         /* FLOP/s: the spec, the probe or the host's SGEMM */
+    const char* peak_source; /* "spec" (card, runtime/peaks.c) | "probe" (a device
+                              * the table lacks) | "sgemm" (the host, measured) */
+    const ZrtCardPeak* card; /* the spec's card (every rank's in the table), or NULL */
+    int n_devices;       /* the devices under the ranks, counted once each */
+    double probe;        /* the matmul probe (a device's through its kernel
+                          * table, the host's SGEMM), FLOP/s, all ranks */
     MemPlan mplan;       /* the memory plan (memplan.h) */
     CommPlan comm_plan;  /* built at set-up from the config; FSDP takes it over */
 

@@ -166,10 +166,12 @@ static const ZrtKernels* select_backend(const TrainConfig* cfg, int local_rank) 
     return K;
 }
 
-/* What the backend's matmul reaches on this rank (FLOP/s), for MFU on a
- * device: the best of three rounds of four 2048^3 products through the
- * table, timed after a warm-up; fewer rounds once 0.3 s have gone (a slow
- * device, such as the test suite's emulated GPU). */
+/* What the backend's matmul_forward (the compute dtype's products) reaches
+ * on this rank (FLOP/s): a probe, printed as one, and MFU's denominator
+ * only on a card runtime/peaks.c lacks. The best of three rounds of four
+ * 2048^3 products through the table, timed after a warm-up; fewer rounds
+ * once 0.3 s have gone (a slow device, such as the test suite's emulated
+ * GPU). */
 static double backend_matmul_peak(const ZrtKernels* K) {
     const int n = 2048;
     const size_t bytes = (size_t)n * n * sizeof(float);
@@ -456,9 +458,73 @@ static int plan_or_refuse(TrainRun* r) {
     return 0;
 }
 
-/* The kernel table (runtime.device), the matmul peak and the memory plan,
+/* MFU's denominator, all ranks together (docs/RUNTIME.md "Logs"). On a
+ * CUDA device: the card's dense spec peak for the compute dtype
+ * (runtime/peaks.c), once per device however many ranks share it; the
+ * matmul probe through the kernel table runs anyway, is printed as a probe,
+ * and stands in when a rank's card is not in the table. On the host: the
+ * SGEMM peak measured on every rank at once, summed (a shared machine has
+ * no spec peak). */
+static void mfu_peak(TrainRun* r, MPI_Comm node) {
+    const ZrtKernels* K = r->K;
+    const int cuda = K->dev->kind == ZDEV_KIND_CUDA;
+    const double probe = K->dev->host_access ? zrt_sgemm_peak(0.3) : backend_matmul_peak(K);
+    const ZrtCardPeak* card = cuda ? zrt_card_peak(K->dev->label) : NULL;
+    const double spec = zrt_card_peak_flops(card, r->cfg.runtime.compute);
+    int sharing = 1; /* the ranks of this host on this device */
+    if (cuda) {
+        MPI_Comm dc;
+        MPI_Comm_split(node, K->dev->ordinal, 0, &dc);
+        MPI_Comm_size(dc, &sharing);
+        MPI_Comm_free(&dc);
+    }
+    double mine[3] = {probe, spec / sharing, 1.0 / sharing}, all[3];
+    int known = spec > 0, all_known = 0;
+    MPI_Allreduce(mine, all, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&known, &all_known, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    r->probe = all[0];
+    r->n_devices = (int)lround(all[2]);
+    r->card = all_known ? card : NULL;
+    r->peak = all_known ? all[1] : all[0];
+    r->peak_source = all_known ? "spec" : K->dev->host_access ? "sgemm" : "probe";
+}
+
+/* FLOP/s for a header: TFLOP/s from 1e12 on. */
+static const char* fmt_flops(double f, char* buf, size_t n) {
+    if (f >= 1e12) snprintf(buf, n, "%.1f TFLOP/s", f / 1e12);
+    else snprintf(buf, n, "%.2f GFLOP/s", f / 1e9);
+    return buf;
+}
+
+/* The run header's line on what MFU is against. */
+static void print_mfu_peak(const TrainRun* r) {
+    const ZrtKernels* K = r->K;
+    char a[32];
+    if (r->card) {
+        printf("# MFU against %s's %s dense peak %.6g TFLOP/s (spec: %s, runtime/peaks.c)",
+               r->card->name, r->cfg.runtime.compute,
+               zrt_card_peak_flops(r->card, r->cfg.runtime.compute) / 1e12, r->card->source);
+        if (r->n_devices > 1) printf(" x %d devices = %.6g TFLOP/s", r->n_devices, r->peak / 1e12);
+        printf("; %s matmul probe through the kernel table: %s (all ranks), a probe, not the spec\n",
+               r->cfg.runtime.compute, fmt_flops(r->probe, a, sizeof a));
+    } else if (!K->dev->host_access) {
+        /* this rank's card may be in the table and another rank's not */
+        char which[sizeof K->dev->label + 2] = "another rank's device";
+        if (!zrt_card_peak_flops(zrt_card_peak(K->dev->label), r->cfg.runtime.compute))
+            snprintf(which, sizeof which, "\"%s\"", K->dev->label);
+        printf("# MFU against the %s matmul probe through the kernel table: %s (all ranks), a "
+               "probe, not the spec: runtime/peaks.c has no %s peak for %s\n",
+               r->cfg.runtime.compute, fmt_flops(r->peak, a, sizeof a), r->cfg.runtime.compute, which);
+    } else {
+        printf("# MFU against the host's SGEMM peak %s (all ranks), measured at start-up: a "
+               "shared machine has no spec peak\n",
+               fmt_flops(r->peak, a, sizeof a));
+    }
+}
+
+/* The kernel table (runtime.device), MFU's peak and the memory plan,
  * refused when it does not fit. */
-static void choose_device(TrainRun* r, double* peak_rank) {
+static void choose_device(TrainRun* r) {
     TrainConfig* cfg = &r->cfg;
     MPI_Comm node; /* the ranks on this host: device binding and memory */
     int local_rank = 0;
@@ -474,10 +540,9 @@ static void choose_device(TrainRun* r, double* peak_rank) {
         printf("# compute: %s (kernel table %s): the linear layers multiply bf16 operands, fp32 "
                "accumulation; attention, norms and the loss stay fp32\n",
                cfg->runtime.compute, K->name);
-    /* ---- the matmul peak for MFU: every rank at once, summed (the host's
-     * SGEMM, or the device's through the kernel table); before the memory
-     * plan, whose measured base then holds OpenBLAS's work buffers ---- */
-    *peak_rank = K->dev->host_access ? zrt_sgemm_peak(0.3) : backend_matmul_peak(K);
+    /* ---- MFU's peak, before the memory plan, whose measured base then
+     * holds OpenBLAS's work buffers (the host's SGEMM probe) ---- */
+    mfu_peak(r, node);
     check_memory(cfg, K, node, &r->mplan);
     MPI_Comm_free(&node);
 }
@@ -537,7 +602,7 @@ static void open_data(TrainRun* r) {
 
 /* The model's shards (FSDP), activations and scheduler; the weights from
  * Hugging Face or the checkpoint; the logs' files; what the run will do. */
-static void build_model(TrainRun* r, HfSource** hf_src, double peak_rank) {
+static void build_model(TrainRun* r, HfSource** hf_src) {
     TrainConfig* cfg = &r->cfg;
     const TrainArgs* args = &r->args;
     CheckpointInfo* ck = &r->ck;
@@ -548,7 +613,6 @@ static void build_model(TrainRun* r, HfSource** hf_src, double peak_rank) {
     const int B = cfg->data.batch_size, T = cfg->data.seq_len;
     char err[1024], herr[4096];
     fsdp_init(fsdp, cfg, K, &r->comm_plan);
-    r->peak = fsdp_mean_over_ranks(fsdp, peak_rank) * r->nranks;
     const LlamaMemOpts mopts = train_mem_opts(cfg);
     LlamaActs* acts = r->acts = llama_acts_alloc_opts(mc, B, T, K, &mopts);
     trainCheck(acts, "cannot allocate %zu bytes of activations for B=%d T=%d on %s",
@@ -590,9 +654,9 @@ static void build_model(TrainRun* r, HfSource** hf_src, double peak_rank) {
         trainCheck(r->json, "cannot open the JSON log %s: %s", cfg->log.json, strerror(errno));
     }
     if (r->rank == 0) {
-        printf("# %s peak %.2f GFLOP/s (all ranks); strategies: allgather %s, reducescatter "
-               "%s",
-               K->dev->host_access ? "sgemm" : "matmul", r->peak / 1e9, zipcclStrategyName(fsdp->units[1 % fsdp->n_units].ag_cfg.strategy),
+        print_mfu_peak(r);
+        printf("# strategies: allgather %s, reducescatter %s",
+               zipcclStrategyName(fsdp->units[1 % fsdp->n_units].ag_cfg.strategy),
                zipcclStrategyName(fsdp->units[1 % fsdp->n_units].rs_cfg.strategy));
         if (fsdp->ep > 1)
             printf(", alltoall %s",
@@ -654,10 +718,9 @@ int train_setup(TrainRun* r, int argc, char** argv) {
         if (hf) hf_close(hf);
         return 1;
     }
-    double peak_rank = 0;
-    choose_device(r, &peak_rank);
+    choose_device(r);
     open_data(r);
-    build_model(r, &hf, peak_rank);
+    build_model(r, &hf);
     r->first_step = r->st.step;
     r->t_start = zrt_now();
     return 0;

@@ -15,7 +15,13 @@
 #   - model.compute: bf16 within 1e-4 of the CPU's bf16 twin; recomputation
 #     with a chunked output layer within 1e-5 of the CPU;
 #   - --trace: a device comm span for each collective, read from the CUDA
-#     device table's timing events.
+#     device table's timing events;
+#   - MFU's peak (runtime/peaks.c): the emulator is no card the table knows,
+#     so the header says MFU is against the matmul probe, a probe, not the
+#     spec, and the JSON's mfu_peak_source is "probe"; named a card
+#     (ZRT_EMU_DEVICE_NAME), the card's spec for the compute dtype (an H200
+#     at bf16: 989.5 TFLOP/s; an H100 SXM at fp32: 66.9, once for two ranks
+#     on its one device), the probe printed beside it as a probe.
 # What only a GPU shows (cuBLAS, the GPU's arithmetic, NCCL, real streams,
 # speed; and determinism, which the emulator's one-thread-at-a-time order
 # cannot put to the test) is scripts/test_train_gpu.sh's, in make test-gpu.
@@ -44,19 +50,60 @@ cpu() { local np=$1 n=$2; shift 2; TRAIN=$BUILD/train run "$np" "$tmp/$n.jsonl" 
 emu() { local np=$1 n=$2; shift 2; TRAIN=$EMU run "$np" "$tmp/$n.jsonl" --set runtime.device=cuda "$@"; }
 
 F="--set comm.param_dtype=fp32"
+# mfu_check NAME RUN SOURCE PEAK HEADER: the run's header line on MFU
+# matches HEADER (a glob), and every step's JSON line says mfu_peak_source
+# SOURCE, mfu_peak_flops_per_s PEAK ("probe": the matmul probe's figure)
+# and mfu = flops_per_s / that peak
+mfu_check() {
+  local name=$1 run=$2 src=$3 peak=$4 head=$5 line r
+  line=$(grep -m1 '^# MFU against' "$tmp/$run.jsonl.log")
+  # shellcheck disable=SC2053
+  if [[ "$line" != $head ]]; then
+    fail "$name" "the header says '$line', not '$head'"
+    return
+  fi
+  if r=$(python3 - "$tmp/$run.jsonl" "$src" "$peak" <<'PY' 2>&1
+import json, sys
+path, src, peak = sys.argv[1], sys.argv[2], sys.argv[3]
+rows = [json.loads(l) for l in open(path) if '"final"' not in l]
+assert rows, "no step lines"
+for o in rows:
+    p = o["mfu_peak_flops_per_s"]
+    want = o["matmul_probe_flops_per_s"] if peak == "probe" else float(peak)
+    assert o["mfu_peak_source"] == src, "step %d: source %s" % (o["step"], o["mfu_peak_source"])
+    assert abs(p - want) <= 1e-9 * want, "step %d: peak %g, expected %g" % (o["step"], p, want)
+    assert o["matmul_probe_flops_per_s"] > 0, "step %d: no probe" % o["step"]
+    assert abs(o["mfu"] * p - o["flops_per_s"]) <= 1e-6 * o["flops_per_s"], "step %d: mfu %g" % (o["step"], o["mfu"])
+print("%d steps, peak %.6g TFLOP/s (%s)" % (len(rows), rows[0]["mfu_peak_flops_per_s"] / 1e12, src))
+PY
+  ); then
+    pass "$name ($r)"
+  else
+    fail "$name" "$(echo "$r" | tail -1)"
+  fi
+}
+
 # shellcheck disable=SC2086
 if cpu 1 c1 $F && emu 1 e1 $F; then
   if grep -q "^# device: cuda" "$tmp/e1.jsonl.log"; then
     check emu_fp32_matches_cpu_1rank c1 e1 close 1e-5
+    mfu_check emu_mfu_unknown_card_against_probe e1 probe probe "# MFU against the fp32 matmul \
+probe through the kernel table: * (all ranks), a probe, not the spec: runtime/peaks.c has no fp32 \
+peak for \"warp emulator (tests/gpu/warp_emu.h) (device 0 of 1)\""
   else
     fail emu_1rank "the run did not say it computes on cuda: $(grep -m1 '^# device' "$tmp/e1.jsonl.log")"
   fi
 else
   fail emu_1rank "a run failed"
 fi
-if cpu 2 c2 && emu 2 e2 && emu 2 e2raw --set comm.strategy=raw; then
+if cpu 2 c2 && emu 2 e2 &&
+   ZRT_EMU_DEVICE_NAME="NVIDIA H100 80GB HBM3" emu 2 e2raw --set comm.strategy=raw; then
   check emu_matches_cpu_2ranks c2 e2 close 1e-5
   check emu_compressed_equals_raw_2ranks e2 e2raw exact
+  mfu_check emu_mfu_h100_fp32_spec_once_per_device e2raw spec 66.9e12 \
+    "# MFU against NVIDIA H100 SXM's fp32 dense peak 66.9 TFLOP/s (spec: NVIDIA H100 whitepaper \
+and datasheet, runtime/peaks.c); fp32 matmul probe through the kernel table: * (all ranks), a \
+probe, not the spec"
 else
   fail emu_2ranks "a run failed"
 fi
@@ -70,8 +117,11 @@ else
   fail emu_moe_ep2 "a run failed"
 fi
 
-if cpu 1 cb --set model.compute=bf16 && emu 1 eb --set model.compute=bf16; then
+if cpu 1 cb --set model.compute=bf16 && ZRT_EMU_DEVICE_NAME="NVIDIA H200" emu 1 eb --set model.compute=bf16; then
   check emu_bf16_compute_matches_cpu_twin cb eb close 1e-4
+  mfu_check emu_mfu_h200_bf16_spec eb spec 989.5e12 \
+    "# MFU against NVIDIA H200 SXM's bf16 dense peak 989.5 TFLOP/s (spec: NVIDIA H200 datasheet, \
+runtime/peaks.c); bf16 matmul probe through the kernel table: * (all ranks), a probe, not the spec"
 else
   fail emu_bf16_compute "a run failed"
 fi

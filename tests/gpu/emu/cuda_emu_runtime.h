@@ -226,9 +226,13 @@ inline cudaError_t cudaGetDeviceCount(int* n) {
     return cudaSuccess;
 }
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+/* The name is the emulator's own, or ZRT_EMU_DEVICE_NAME: a test runs the
+ * trainer as if on a named card (tests/test_train_cuda_emu.sh: MFU against
+ * that card's spec peak, runtime/peaks.c). */
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
     if (d != 0) return cudaErrorInvalidValue;
-    snprintf(p->name, sizeof p->name, "warp emulator (tests/gpu/warp_emu.h)");
+    const char* as = getenv("ZRT_EMU_DEVICE_NAME");
+    snprintf(p->name, sizeof p->name, "%s", as && *as ? as : "warp emulator (tests/gpu/warp_emu.h)");
     return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
