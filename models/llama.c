@@ -434,6 +434,7 @@ struct LlamaActs {
     double* loss;       // (1) backend: the step's summed loss, read back by the step
     double* loss_sink;  // set (llama_acts_set_loss_sink): the caller's slot instead,
                         // and the step reads nothing back
+    int async_batch;    // llama_acts_set_async_batch: the batch goes up without a wait
 };
 
 static MoeDims moe_dims(const LlamaConfig* cfg, int N, const LlamaMemOpts* o) {
@@ -570,6 +571,8 @@ void llama_acts_free(LlamaActs* acts) {
 }
 
 void llama_acts_set_loss_sink(LlamaActs* acts, double* sum) { acts->loss_sink = sum; }
+
+void llama_acts_set_async_batch(LlamaActs* acts, int on) { acts->async_batch = on; }
 
 float llama_acts_aux_loss(const LlamaActs* acts) { return acts && acts->moe ? acts->moe->aux : 0; }
 
@@ -854,8 +857,13 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     acts_layout(cfg, K, &acts->opts, B, T, acts->mem, &a);
     // the batch in: the one upload of a step (targets stay on the host too,
     // for the count below)
-    zdevCheck(zdev_upload(K->dev, acts->tok, tokens, (size_t)N * sizeof(int)));
-    zdevCheck(zdev_upload(K->dev, acts->tgt, targets, (size_t)N * sizeof(int)));
+    if (acts->async_batch) { // the caller keeps them unchanged until its next wait
+        zdevCheck(zdev_copy_async(K->dev, acts->tok, tokens, (size_t)N * sizeof(int), ZDEV_HOST_TO_DEVICE, NULL));
+        zdevCheck(zdev_copy_async(K->dev, acts->tgt, targets, (size_t)N * sizeof(int), ZDEV_HOST_TO_DEVICE, NULL));
+    } else {
+        zdevCheck(zdev_upload(K->dev, acts->tok, tokens, (size_t)N * sizeof(int)));
+        zdevCheck(zdev_upload(K->dev, acts->tgt, targets, (size_t)N * sizeof(int)));
+    }
     const int L = cfg->n_layers;
     const Dims d = {cfg,           K,
                     B,             T,

@@ -170,6 +170,14 @@ void llama_acts_free(LlamaActs* acts);
  * step). NULL (the default): each step reads its loss back and returns
  * the mean. */
 void llama_acts_set_loss_sink(LlamaActs* acts, double* sum);
+/* on: the following steps copy their tokens and targets up without waiting
+ * for the copies, so the caller must leave those host buffers unchanged
+ * until it has waited for the device after the step (a read-back does:
+ * the trainer rewrites a micro-batch's buffers a step later, after the
+ * step's loss came back), and on a device they should be pinned memory
+ * (zdev_host_alloc). 0 (the default): each step's copies are done when it
+ * returns. */
+void llama_acts_set_async_batch(LlamaActs* acts, int on);
 
 /* The load-balancing loss of the last llama_step on these activations
  * (before its coefficient; 0 for dense models), and the tokens routed to

@@ -148,8 +148,6 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
     }
 
     f->units = zrt_calloc((size_t)f->n_units, sizeof(FsdpUnit), "FSDP units");
-    f->norm_parts = zdev_alloc(K->dev, (size_t)f->n_units * sizeof(double));
-    trainCheck(f->norm_parts, "out of %s memory for the gradient norm's parts", K->name);
     f->host_state = zrt_calloc((size_t)f->n_units * 3, sizeof(float*), "FSDP host copies");
     float* init = NULL;
     size_t init_cap = 0;
@@ -204,7 +202,6 @@ void fsdp_free(Fsdp* f) {
         zdev_free(f->K->dev, U->v);
     }
     fsdp_host_release(f);
-    zdev_free(f->K->dev, f->norm_parts);
     free(f->host_state);
     free(f->units);
     plan_free(&f->plan);
@@ -328,12 +325,11 @@ static double sum_over_ranks(Fsdp* f, double x) {
 
 double fsdp_mean_over_ranks(Fsdp* f, double x) { return sum_over_ranks(f, x) / f->nranks; }
 
-double fsdp_grad_norm(Fsdp* f) {
-    /* each unit's sum of squares into its slot on the device, one copy back
-     * (one host wait per step), added in unit order */
-    for (int u = 0; u < f->n_units; u++) f->K->sumsq(f->norm_parts + u, f->units[u].grad, f->units[u].shard);
-    double parts[FSDP_MAX_UNITS];
-    zdevCheck(zdev_download(f->K->dev, parts, f->norm_parts, (size_t)f->n_units * sizeof(double)));
+void fsdp_grad_sumsq(Fsdp* f, double* parts) {
+    for (int u = 0; u < f->n_units; u++) f->K->sumsq(parts + u, f->units[u].grad, f->units[u].shard);
+}
+
+double fsdp_grad_norm_of(Fsdp* f, const double* parts) {
     double ss = 0;
     for (int u = 0; u < f->n_units; u++) ss += parts[u];
     return sqrt(sum_over_ranks(f, ss));

@@ -59,7 +59,6 @@ typedef struct {
     int rank, nranks, n_units;
     FsdpUnit* units;
     float** host_state;    /* a device's host copies (unit, which), fsdp_shard_host */
-    double* norm_parts;    /* (n_units) the gradient's sum of squares per unit, device memory */
     zipcclComm_t comm_ag;  /* parameter all-gathers                          */
     zipcclComm_t comm_rs;  /* gradient reduce-scatters                       */
     zipcclComm_t comm_misc;/* small all-gathers: losses, norms               */
@@ -129,9 +128,15 @@ void fsdp_dump_grad(Fsdp* f, int u, const void* buf);
 void fsdp_zero_grads(Fsdp* f);
 /* Multiply every gradient shard by s (the mean over the global batch). */
 void fsdp_scale_grads(Fsdp* f, float s);
-/* Global L2 norm of the gradient: per-rank sums of squares (units in order),
- * all-gathered, summed in rank order — the same on every rank, every run. */
-double fsdp_grad_norm(Fsdp* f);
+/* The global gradient norm in two halves, so the caller brings the sums of
+ * squares back together with its own values in one copy (the trainer: one
+ * host wait per step): fsdp_grad_sumsq puts each unit's sum of squares of
+ * this rank's shard into parts[u] (n_units doubles of the device's memory,
+ * the table's sumsq: fixed order); fsdp_grad_norm_of adds the copied-back
+ * parts in unit order, all-gathers the per-rank sums and adds them in rank
+ * order (the same on every rank, every run), and takes the root. */
+void fsdp_grad_sumsq(Fsdp* f, double* parts);
+double fsdp_grad_norm_of(Fsdp* f, const double* parts);
 
 /* Mean over ranks of one value per rank, summed in rank order. */
 double fsdp_mean_over_ranks(Fsdp* f, double x);

@@ -193,13 +193,9 @@ static void expert_load_stats(TrainRun* r, TrainStepLog* s) {
     }
 }
 
-/* Micro-batch a's mean loss from its summed loss on the device; fetch: copy
- * every micro-batch's sum back first (one host wait for all of them). */
-static float micro_loss(TrainRun* r, int a, int fetch) {
-    static double sums[4096];
-    const int A = r->cfg.data.grad_accum;
-    trainCheck(A <= 4096, "data.grad_accum %d: at most 4096", A);
-    if (fetch) zdevCheck(zdev_download(r->K->dev, sums, r->loss_sums, (size_t)A * sizeof(double)));
+/* Micro-batch a's mean loss from its summed loss (sums: the step's scalars
+ * as copied back), as llama_step would have returned it. */
+static float micro_loss(const TrainRun* r, const double* sums, int a) {
     const int count = r->loss_counts[a];
     return count ? (float)(sums[a] / count) : 0.0f;
 }
@@ -227,8 +223,12 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
         /* Step s, micro-batch a reads global samples
          * (s*A + a)*G .. +G-1 (G = B * ranks): st.samples counts them. */
         const double td = zrt_now();
-        data_batch(&r->ds, 0, r->st.samples, r->rank, r->nranks, B, r->tok, r->tgt, r->windows);
-        trace_batch(r, step_no, a, "train", r->st.samples, B, r->windows, r->tok, T);
+        /* micro-batch a's own host buffers: their copies up need no wait (the
+         * step's read-back at its end waits for them before step + 1 rewrites) */
+        int* tok = r->batch_ring + (size_t)a * 2 * B * T;
+        int* tgt = tok + (size_t)B * T;
+        data_batch(&r->ds, 0, r->st.samples, r->rank, r->nranks, B, tok, tgt, r->windows);
+        trace_batch(r, step_no, a, "train", r->st.samples, B, r->windows, tok, T);
         sched_trace_span(sched, "data", td, zrt_now());
         s->data_s += zrt_now() - td;
         sched_begin_micro(sched);
@@ -236,17 +236,22 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
         float* logits = dump_now && a == 0 ? r->dump_logits : NULL;
         const double tm = zrt_now();
         /* the loss stays on the device (slot a) and comes back at the step's end */
-        llama_acts_set_loss_sink(r->acts, r->loss_sums + a);
-        const float l = llama_step(mc, r->acts, r->tok, r->tgt, B, T, &r->hooks, 1, logits);
+        llama_acts_set_loss_sink(r->acts, r->step_scalars + a);
+        llama_acts_set_async_batch(r->acts, 1);
+        const float l = llama_step(mc, r->acts, tok, tgt, B, T, &r->hooks, 1, logits);
+        llama_acts_set_async_batch(r->acts, 0);
         llama_acts_set_loss_sink(r->acts, NULL);
         refused |= isnan(l); /* bad input: no loss in the slot; the step's check below says so */
         s->model_s += zrt_now() - tm;
         int count = 0;
-        for (int n = 0; n < B * T; n++) count += r->tgt[n] >= 0;
+        for (int n = 0; n < B * T; n++) count += tgt[n] >= 0;
         r->loss_counts[a] = count;
-        if (logits)
-            dump_batch(r->rank, r->args.dump_dir, step_no, r->tok, r->tgt, logits, B, T,
-                       mc->vocab_size, micro_loss(r, a, 1));
+        if (logits) { /* its loss now (one more wait, on dump steps only) */
+            double sum0 = 0;
+            zdevCheck(zdev_download(r->K->dev, &sum0, r->step_scalars, sizeof sum0));
+            dump_batch(r->rank, r->args.dump_dir, step_no, tok, tgt, logits, B, T,
+                       mc->vocab_size, micro_loss(r, &sum0, 0));
+        }
         if (r->moe) { /* per MoE block: pairs routed to each expert; then the drops */
             aux_sum += llama_acts_aux_loss(r->acts);
             LlamaMoeRouting rt;
@@ -259,10 +264,6 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
         sched_end_micro(sched);
         r->st.samples += (long long)B * r->nranks;
     }
-    /* the micro-batches' losses: one copy back, each divided by its count
-     * and added in order, as each step's returned loss was */
-    for (int a = 0; a < A; a++) loss_sum += micro_loss(r, a, a == 0);
-    if (refused) loss_sum = NAN;
     const double t_rs = zrt_now();
     sched_end_step(sched);
     sched_trace_span(sched, "the last reduce-scatters", t_rs, zrt_now());
@@ -270,6 +271,14 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
     const double t_opt = zrt_now();
     /* Sum over ranks and micro-batches -> mean over the global batch. */
     fsdp_scale_grads(fsdp, 1.0f / (float)(r->nranks * A));
+    /* the step's one read-back: the micro-batches' summed losses and every
+     * unit's gradient sum of squares, together */
+    fsdp_grad_sumsq(fsdp, r->step_scalars + A);
+    double* sc = zrt_malloc(((size_t)A + fsdp->n_units) * sizeof(double), "step scalars");
+    zdevCheck(zdev_download(r->K->dev, sc, r->step_scalars, ((size_t)A + fsdp->n_units) * sizeof(double)));
+    /* each micro-batch's mean loss, added in order, as each step's returned loss was */
+    for (int a = 0; a < A; a++) loss_sum += micro_loss(r, sc, a);
+    if (refused) loss_sum = NAN;
     s->loss = fsdp_mean_over_ranks(fsdp, loss_sum / A);
     /* MoE: the aux loss (mean over ranks and micro-batches) and how far the
      * busiest expert is above the mean load over the whole global batch
@@ -280,7 +289,8 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
         s->aux = fsdp_mean_over_ranks(fsdp, aux_sum / A);
         expert_load_stats(r, s);
     }
-    s->norm = fsdp_grad_norm(fsdp);
+    s->norm = fsdp_grad_norm_of(fsdp, sc + A);
+    free(sc);
     trainCheck(isfinite(s->loss) && isfinite(s->norm),
                "step %d: loss %g, grad norm %g are not finite (hint: lower optimizer.lr, "
                "raise warmup_steps)",

@@ -78,8 +78,13 @@ typedef struct {
     Sched* sched;
     LlamaParamHooks hooks; /* the scheduler's: how the model reaches its units */
     LlamaActs* acts;
-    int *tok, *tgt;      /* (B, T) the micro-batch */
-    double* loss_sums;   /* (grad_accum) device: each micro-batch's summed loss */
+    int *tok, *tgt;      /* (B, T) a micro-batch (validation) */
+    int* batch_ring;     /* (grad_accum, 2, B*T) pinned host memory: micro-batch a's
+                          * tokens then targets, uploaded without a wait; rewritten a
+                          * step later, after the step's read-back */
+    double* step_scalars; /* device: each micro-batch's summed loss (grad_accum), then
+                          * each unit's gradient sum of squares (n_units): one copy
+                          * back per step */
     int* loss_counts;    /* (grad_accum) its counted targets (host)         */
     long long* windows;  /* (B) its windows' indices (--trace-data) */
     float* dump_logits;  /* --dump-tensors: (B, T, V) */

@@ -622,12 +622,16 @@ static void build_model(TrainRun* r, HfSource** hf_src) {
     r->hooks = sched_hooks(sched);
     r->tok = zrt_malloc((size_t)B * T * sizeof(int), "tokens");
     r->tgt = zrt_malloc((size_t)B * T * sizeof(int), "targets");
-    /* the micro-batches' summed losses stay on the device until the step's
-     * end: one copy back per step (llama_acts_set_loss_sink) */
-    r->loss_sums = zdev_alloc(K->dev, (size_t)cfg->data.grad_accum * sizeof(double));
+    r->batch_ring = zdev_host_alloc(K->dev, (size_t)cfg->data.grad_accum * 2 * B * T * sizeof(int));
+    trainCheck(r->batch_ring, "out of pinned host memory for the micro-batches' tokens");
+    /* the micro-batches' summed losses and the gradient's sums of squares
+     * stay on the device until the optimizer needs the norm: one copy back
+     * per step (llama_acts_set_loss_sink, fsdp_grad_sumsq) */
+    const size_t n_scalars = (size_t)cfg->data.grad_accum + (size_t)fsdp->n_units;
+    r->step_scalars = zdev_alloc(K->dev, n_scalars * sizeof(double));
     r->loss_counts = zrt_malloc((size_t)cfg->data.grad_accum * sizeof(int), "loss counts");
-    trainCheck(r->loss_sums, "out of %s memory for the step's losses", K->name);
-    zdevCheck(zdev_memset_async(K->dev, r->loss_sums, 0, (size_t)cfg->data.grad_accum * sizeof(double), NULL));
+    trainCheck(r->step_scalars, "out of %s memory for the step's losses and norm", K->name);
+    zdevCheck(zdev_memset_async(K->dev, r->step_scalars, 0, n_scalars * sizeof(double), NULL));
     if (*hf_src) {
         train_agree_or_fail(hf_load(fsdp, *hf_src, herr, sizeof herr) != 0, herr);
         if (r->rank == 0)
@@ -735,7 +739,8 @@ void train_teardown(TrainRun* r) {
     free(r->block_load);
     free(r->tok);
     free(r->tgt);
-    if (r->K) zdev_free(r->K->dev, r->loss_sums);
+    if (r->K) zdev_free(r->K->dev, r->step_scalars);
+    if (r->K) zdev_host_free(r->K->dev, r->batch_ring);
     free(r->loss_counts);
     llama_acts_free(r->acts);
     sched_destroy(r->sched);
