@@ -5,7 +5,9 @@
  * it against the values written in the text (the independent reference),
  * and that bad files are refused with the file, the line and the key; that
  * errors name the --set they came from and suggest the nearest known key;
- * and what config_resume_check lets a resumed run change.
+ * and what config_resume_check lets a resumed run change. Also
+ * zrt_printable (runtime/log.c), through which these messages quote what
+ * the file or the command line said: byte by byte against its rules.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "log.h"
 #include "testutil.h"
 
 static char g_path[64];
@@ -43,9 +46,60 @@ static void expect_error(const char* name, const char* text, const char* frag1,
           "rc %d, error '%s', wanted '%s' and '%s'", rc, err, frag1, frag2 ? frag2 : "");
 }
 
+/* zrt_printable_n of the literal's bytes (cap bytes of output) must give want. */
+#define LIT(s) s, sizeof(s) - 1
+static void expect_printable(const char* name, const char* in, size_t n, size_t cap,
+                             const char* want) {
+    char out[256];
+    memset(out, 'Z', sizeof out);
+    zrt_printable_n(in, n, out, cap);
+    CHECK(!strcmp(out, want) && out[cap] == 'Z', name, "got '%s', want '%s'", out, want);
+}
+
+static void printable_checks(void) {
+    static const char* const same[] = {"model.layers.0.mlp.up_proj.weight", "/tmp/run 1/x.yaml",
+                                       "caf\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87",
+                                       "\xf0\x9f\x98\x80", "~!@#$%^&*()_+{}|:\"<>?`-=[];',./"};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        char out[128];
+        ok &= !strcmp(zrt_printable(same[i], out, sizeof out), same[i]);
+    }
+    CHECK(ok, "printable_passes_ascii_and_utf8", "a printable string changed");
+    expect_printable("printable_escape_sequence", LIT("\x1b]0;pwned\x07\x1b[31mEVIL"), 64,
+                     "\\x1b]0;pwned\\x07\\x1b[31mEVIL");
+    expect_printable("printable_c0_del_nul", LIT("a\tb\nc\rd\x7f\x01\x00" "e"), 64,
+                     "a\\x09b\\x0ac\\x0dd\\x7f\\x01\\x00e");
+    expect_printable("printable_backslash_doubled", LIT("C:\\x1b"), 64, "C:\\\\x1b");
+    expect_printable("printable_c1_controls", LIT("\xc2\x9b" "31m\xc2\x80\xc2\x9f\xc2\xa0"), 64,
+                     "\\xc2\\x9b31m\\xc2\\x80\\xc2\\x9f\xc2\xa0");
+    expect_printable("printable_bidi_and_line_separators",
+                     LIT("a\xe2\x80\xae" "b\xe2\x81\xa6" "c\xe2\x80\xa8" "d\xe2\x80\x8f"), 64,
+                     "a\\xe2\\x80\\xaeb\\xe2\\x81\\xa6c\\xe2\\x80\\xa8d\\xe2\\x80\\x8f");
+    expect_printable("printable_lone_continuation", LIT("a\x80" "b\xbf"), 64, "a\\x80b\\xbf");
+    expect_printable("printable_cut_sequence", LIT("\xe4\xb8" "a\xf0\x9f\x98"), 64,
+                     "\\xe4\\xb8a\\xf0\\x9f\\x98");
+    expect_printable("printable_overlong", LIT("\xc0\xaf\xc1\xbf\xe0\x80\xaf\xf0\x80\x80\xaf"), 64,
+                     "\\xc0\\xaf\\xc1\\xbf\\xe0\\x80\\xaf\\xf0\\x80\\x80\\xaf");
+    expect_printable("printable_surrogate_and_past_max", LIT("\xed\xa0\x80\xf4\x90\x80\x80\xf5\xff"),
+                     64, "\\xed\\xa0\\x80\\xf4\\x90\\x80\\x80\\xf5\\xff");
+    expect_printable("printable_last_code_points", LIT("\xf4\x8f\xbf\xbf\xed\x9f\xbf"), 64,
+                     "\xf4\x8f\xbf\xbf\xed\x9f\xbf");
+    /* cut between escapes, never inside one, and marked */
+    expect_printable("printable_fits_exactly", LIT("abcdefghi"), 10, "abcdefghi");
+    expect_printable("printable_truncated", LIT("abcdefghij"), 10, "abcdef...");
+    expect_printable("printable_truncated_at_escape", LIT("abcd\x1bxyz"), 10, "abcd...");
+    expect_printable("printable_truncated_at_utf8", LIT("abcd\xe4\xb8\xadxy"), 9, "abcd...");
+    expect_printable("printable_tiny_buffer", LIT("abcdef"), 3, "..");
+    char out[8];
+    CHECK(!strcmp(zrt_printable(NULL, out, sizeof out), "(null)"), "printable_null", "%s", out);
+    CHECK(!strcmp(PRINTABLE("x\x1b"), "x\\x1b"), "printable_macro", "%s", PRINTABLE("x\x1b"));
+}
+
 int main(void) {
     TrainConfig c;
     char err[512];
+    printable_checks();
 
     /* A full file: every section, nested and flow style, comments. */
     int rc = load("# comment\n"
