@@ -9,6 +9,8 @@
  * needs no communication: every rank reads the pieces of the rank files
  * that overlap its own slices. Reading returns its errors (a bad --resume
  * is bad input, refused cleanly by every rank alike); saving dies on them.
+ * Paths and what a checkpoint's files say (manifest entries, `latest`,
+ * ranges) are quoted in messages through zrt_printable (log.h).
  */
 #include "checkpoint.h"
 
@@ -42,7 +44,7 @@ static void mkdir_p(const char* dir) {
             *p = '/';
         }
     trainCheck(mkdir(tmp, 0755) == 0 || errno == EEXIST, "checkpoint: cannot create %s: %s",
-               dir, strerror(errno));
+               PRINTABLE(dir), strerror(errno));
 }
 
 static void rm_step_dir(const char* dir) {
@@ -114,7 +116,7 @@ static int verify_manifest(const char* dir, int quick, char* err, size_t errlen)
 static void close_checked(FILE* fp, const char* path) {
     const int bad = ferror(fp) || fflush(fp) != 0 || fsync(fileno(fp)) != 0;
     const int e = errno;
-    trainCheck(fclose(fp) == 0 && !bad, "checkpoint: writing %s failed: %s", path,
+    trainCheck(fclose(fp) == 0 && !bad, "checkpoint: writing %s failed: %s", PRINTABLE(path),
                strerror(bad ? e : errno));
 }
 
@@ -124,7 +126,8 @@ static void close_checked(FILE* fp, const char* path) {
  * whose bytes were still in the page cache. */
 static void sync_path(const char* path) {
     int fd = open(path, O_RDONLY);
-    trainCheck(fd >= 0 && fsync(fd) == 0, "checkpoint: cannot sync %s: %s", path, strerror(errno));
+    trainCheck(fd >= 0 && fsync(fd) == 0, "checkpoint: cannot sync %s: %s", PRINTABLE(path),
+               strerror(errno));
     close(fd);
 }
 
@@ -194,7 +197,7 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
     uint64_t mine[2] = {0, 0};
     size_t bytes = 0;
     trainCheck(!zrt_file_fnv1a64(path, &mine[1], &bytes), "checkpoint: cannot read %s back: %s",
-               path, strerror(errno));
+               PRINTABLE(path), strerror(errno));
     mine[0] = bytes;
     uint64_t* all = f->rank == 0 ? zrt_malloc(2 * (size_t)f->nranks * sizeof(uint64_t), "hashes")
                                  : NULL;
@@ -236,7 +239,7 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
     if (f->rank == 0) {
         snprintf(path, sizeof path, "%s/state.json", dir);
         FILE* fp = fopen(path, "w");
-        trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
+        trainCheck(fp, "checkpoint: cannot write %s: %s", PRINTABLE(path), strerror(errno));
         fprintf(fp,
                 "{\"step\": %d, \"samples\": %lld, \"nranks\": %d, \"data_seed\": %lld, "
                 "\"train_seed\": %lld, \"data_fnv1a64\": \"%016" PRIx64 "\"}\n",
@@ -244,13 +247,13 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
         close_checked(fp, path);
         snprintf(path, sizeof path, "%s/config.yaml", dir);
         fp = fopen(path, "w");
-        trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
+        trainCheck(fp, "checkpoint: cannot write %s: %s", PRINTABLE(path), strerror(errno));
         config_print(cfg, fp);
         close_checked(fp, path);
 
         snprintf(path, sizeof path, "%s/manifest.json.tmp", dir);
         fp = fopen(path, "w");
-        trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
+        trainCheck(fp, "checkpoint: cannot write %s: %s", PRINTABLE(path), strerror(errno));
         fprintf(fp, "{\"format\": \"zipccl-runtime-checkpoint-2\", \"step\": %d, \"nranks\": %d, "
                     "\"files\": [",
                 st->step, f->nranks);
@@ -268,8 +271,8 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
             uint64_t h;
             snprintf(fpth, sizeof fpth, "%s/%s", dir, small[i]);
             sync_path(fpth);
-            trainCheck(!zrt_file_fnv1a64(fpth, &h, &n), "checkpoint: cannot read %s: %s", fpth,
-                       strerror(errno));
+            trainCheck(!zrt_file_fnv1a64(fpth, &h, &n), "checkpoint: cannot read %s: %s",
+                       PRINTABLE(fpth), strerror(errno));
             fprintf(fp, ",\n  {\"name\": \"%s\", \"bytes\": %zu, \"fnv1a64\": \"%016" PRIx64 "\"}",
                     small[i], n, h);
         }
@@ -278,7 +281,8 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
         free(all);
         char final[1200];
         snprintf(final, sizeof final, "%s/manifest.json", dir);
-        trainCheck(rename(path, final) == 0, "checkpoint: rename %s: %s", path, strerror(errno));
+        trainCheck(rename(path, final) == 0, "checkpoint: rename %s: %s", PRINTABLE(path),
+                   strerror(errno));
         sync_path(dir);
         /* read back against the manifest before anything points at it (each
          * rank file was read back by its rank: here its size, the rest in full) */
@@ -286,16 +290,17 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st) {
         trainCheck(!verify_manifest(dir, 1, verr, sizeof verr),
                    "checkpoint: %s was written but does not read back (%s); %s/latest still names "
                    "the previous checkpoint",
-                   dir, verr, cfg->ckpt.dir);
+                   PRINTABLE(dir), verr, PRINTABLE(cfg->ckpt.dir));
 
         /* `latest` last: a reader that finds it finds a complete checkpoint. */
         snprintf(path, sizeof path, "%s/latest.tmp", cfg->ckpt.dir);
         fp = fopen(path, "w");
-        trainCheck(fp, "checkpoint: cannot write %s: %s", path, strerror(errno));
+        trainCheck(fp, "checkpoint: cannot write %s: %s", PRINTABLE(path), strerror(errno));
         fprintf(fp, "step_%08d\n", st->step);
         close_checked(fp, path);
         snprintf(final, sizeof final, "%s/latest", cfg->ckpt.dir);
-        trainCheck(rename(path, final) == 0, "checkpoint: rename %s: %s", path, strerror(errno));
+        trainCheck(rename(path, final) == 0, "checkpoint: rename %s: %s", PRINTABLE(path),
+                   strerror(errno));
         sync_path(cfg->ckpt.dir);
         prune(cfg->ckpt.dir, cfg->ckpt.keep);
     }
@@ -310,14 +315,15 @@ static int verify_manifest(const char* dir, int quick, char* err, size_t errlen)
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     FILE* fp = fopen(path, "rb");
     if (!fp)
-        return zrt_errf(err, errlen, "--resume: %s is not a checkpoint (no manifest.json: %s)", dir,
-                        strerror(errno));
+        return zrt_errf(err, errlen, "--resume: %s is not a checkpoint (no manifest.json: %s)",
+                        PRINTABLE(dir), strerror(errno));
     fseek(fp, 0, SEEK_END);
     const long size = ftell(fp);
     fseek(fp, 0, SEEK_SET);
     if (size < 0 || size > (64l << 20)) {
         fclose(fp);
-        return zrt_errf(err, errlen, "--resume: %s is not a manifest (%ld bytes)", path, size);
+        return zrt_errf(err, errlen, "--resume: %s is not a manifest (%ld bytes)", PRINTABLE(path),
+                        size);
     }
     char* text = zrt_malloc((size_t)size + 1, "manifest");
     const size_t n = fread(text, 1, (size_t)size, fp);
@@ -330,8 +336,9 @@ static int verify_manifest(const char* dir, int quick, char* err, size_t errlen)
         size_t bytes;
         if (sscanf(p, "{\"name\": \"%127[^\"]\", \"bytes\": %zu, \"fnv1a64\": \"%31[0-9a-f]\"}",
                    name, &bytes, hex) != 3) {
-            rc = zrt_errf(err, errlen, "--resume: %s/manifest.json is malformed near '%.40s'", dir,
-                          p);
+            char near[168];
+            rc = zrt_errf(err, errlen, "--resume: %s/manifest.json is malformed near '%s'",
+                          PRINTABLE(dir), zrt_printable_n(p, strnlen(p, 40), near, sizeof near));
             break;
         }
         char fpth[1400];
@@ -342,13 +349,14 @@ static int verify_manifest(const char* dir, int quick, char* err, size_t errlen)
         if (quick && !strncmp(name, "rank_", 5)) {
             if (stat(fpth, &sb) || (size_t)sb.st_size != bytes)
                 rc = zrt_errf(err, errlen, "--resume: %s is missing or not the manifest's %zu bytes",
-                              fpth, bytes);
+                              PRINTABLE(fpth), bytes);
             continue;
         }
         size_t got;
         uint64_t h;
         if (zrt_file_fnv1a64(fpth, &h, &got)) {
-            rc = zrt_errf(err, errlen, "--resume: cannot read %s: %s", fpth, strerror(errno));
+            rc = zrt_errf(err, errlen, "--resume: cannot read %s: %s", PRINTABLE(fpth),
+                          strerror(errno));
             break;
         }
         char ghex[32];
@@ -357,12 +365,12 @@ static int verify_manifest(const char* dir, int quick, char* err, size_t errlen)
             rc = zrt_errf(err, errlen,
                           "--resume: %s does not match the manifest (%zu bytes, hash %s; "
                           "manifest says %zu bytes, hash %s)",
-                          fpth, got, ghex, bytes, hex);
+                          PRINTABLE(fpth), got, ghex, bytes, hex);
     }
     free(text);
     if (!rc && files < 3)
         rc = zrt_errf(err, errlen, "--resume: %s/manifest.json lists %d files, expected 3 or more",
-                      dir, files);
+                      PRINTABLE(dir), files);
     return rc;
 }
 
@@ -389,12 +397,12 @@ static int load_file(Fsdp* f, const char* path, int first_which, char* err, size
                 size_t n = rows[t] * cols[t];
                 if (!T)
                     rc = zrt_errf(err, errlen, "--resume: %s has no tensor '%s' (different model?)",
-                                  path, name);
+                                  PRINTABLE(path), name);
                 else if (strcmp(T->dtype, "F32") || T->numel != n)
                     rc = zrt_errf(err, errlen,
                                   "--resume: %s: tensor '%s' is %s with %llu values, the model "
                                   "needs F32 with %zu (different model?)",
-                                  path, name, T->dtype, (unsigned long long)T->numel, n);
+                                  PRINTABLE(path), name, T->dtype, (unsigned long long)T->numel, n);
                 else if (st_read(sf, T, full + off, n * sizeof(float), e, sizeof e))
                     rc = zrt_errf(err, errlen, "--resume: %s", e);
                 off += n;
@@ -418,7 +426,7 @@ int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errl
         char name[128] = "";
         int ok = fscanf(fp, "%127s", name) == 1;
         fclose(fp);
-        if (!ok) return zrt_errf(err, errlen, "--resume: %s is empty", latest);
+        if (!ok) return zrt_errf(err, errlen, "--resume: %s is empty", PRINTABLE(latest));
         snprintf(ck->dir, sizeof ck->dir, "%s/%s", path, name);
     } else {
         snprintf(ck->dir, sizeof ck->dir, "%s", path);
@@ -427,7 +435,8 @@ int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errl
     char p[1200], text[1024];
     snprintf(p, sizeof p, "%s/state.json", ck->dir);
     fp = fopen(p, "r");
-    if (!fp) return zrt_errf(err, errlen, "--resume: cannot read %s: %s", p, strerror(errno));
+    if (!fp)
+        return zrt_errf(err, errlen, "--resume: cannot read %s: %s", PRINTABLE(p), strerror(errno));
     size_t n = fread(text, 1, sizeof text - 1, fp);
     fclose(fp);
     text[n] = '\0';
@@ -435,7 +444,7 @@ int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errl
     if (sscanf(text, "{\"step\": %d, \"samples\": %lld, \"nranks\": %d", &st->step, &st->samples,
                &ck->nranks) != 3 ||
         st->step < 0 || st->samples < 0 || ck->nranks < 1)
-        return zrt_errf(err, errlen, "--resume: %s is malformed", p);
+        return zrt_errf(err, errlen, "--resume: %s is malformed", PRINTABLE(p));
     /* Checkpoints from before the data hash was recorded resume unchecked. */
     const char* h = strstr(text, "\"data_fnv1a64\": \"");
     if (h) st->data_hash = strtoull(h + 17, NULL, 16);
@@ -486,9 +495,11 @@ static int read_range(st_file** sf, const CheckpointInfo* ck, const char* un, in
         const char* range = st_get_metadata(sf[r], un);
         if (!range) continue;
         size_t a, b;
+        char shown[168];
         if (sscanf(range, "%zu %zu", &a, &b) != 2 || b < a)
-            return zrt_errf(err, errlen, "--resume: %s/" RANK_FILE ": the range of %s is '%.40s'",
-                            ck->dir, r, un, range);
+            return zrt_errf(err, errlen, "--resume: %s/" RANK_FILE ": the range of %s is '%s'",
+                            PRINTABLE(ck->dir), r, un,
+                            zrt_printable_n(range, strnlen(range, 40), shown, sizeof shown));
         const size_t s0 = a > lo ? a : lo, e0 = b < hi ? b : hi;
         if (s0 >= e0) continue;
         const st_tensor* T = st_find(sf[r], tname);
@@ -496,7 +507,7 @@ static int read_range(st_file** sf, const CheckpointInfo* ck, const char* un, in
             return zrt_errf(err, errlen,
                             "--resume: %s/" RANK_FILE ": tensor '%s' is missing or not F32 with "
                             "%zu values (its range %zu..%zu)",
-                            ck->dir, r, tname, b - a, a, b);
+                            PRINTABLE(ck->dir), r, tname, b - a, a, b);
         if (st_read_range(sf[r], T, (s0 - a) * sizeof(float), (e0 - s0) * sizeof(float),
                           dst + (s0 - lo), e, sizeof e))
             return zrt_errf(err, errlen, "--resume: %s", e);
@@ -506,7 +517,8 @@ static int read_range(st_file** sf, const CheckpointInfo* ck, const char* un, in
         return zrt_errf(err, errlen,
                         "--resume: %s: the rank files hold %zu of the %zu values of %s%s in "
                         "%zu..%zu (different model?)",
-                        ck->dir, covered, hi - lo, which == 0 ? "" : which == 1 ? "m." : "v.", un,
+                        PRINTABLE(ck->dir), covered, hi - lo,
+                        which == 0 ? "" : which == 1 ? "m." : "v.", un,
                         lo, hi);
     return 0;
 }
@@ -583,7 +595,7 @@ int checkpoint_read_unit(CheckpointReader* r, int u, float* out, char* err, size
         const st_tensor* T = st_find(r->model, names[t]);
         if (!T || strcmp(T->dtype, "F32") || T->numel != n)
             rc = zrt_errf(err, errlen, "%s: tensor '%s' missing or not F32 with %zu values",
-                          r->path, names[t], n);
+                          PRINTABLE(r->path), names[t], n);
         else if (st_read(r->model, T, out + off, n * sizeof(float), e, sizeof e))
             rc = zrt_errf(err, errlen, "%s", e);
         off += n;

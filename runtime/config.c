@@ -13,6 +13,11 @@
  * (a list of mappings) and checkpoint.allow_changes (a list of names), are
  * read by hand.
  *
+ * What the file or the command line said (keys, values, paths, --set
+ * assignments) is quoted through zrt_printable (log.h); a `where` string
+ * ("FILE:LINE", "--set a=b", "DIR/config.json: 'field'") is made printable
+ * when it is composed, so messages print it as it is.
+ *
  * Left out: anchors and merge keys beyond libyaml's own resolution.
  */
 #include "config.h"
@@ -267,7 +272,7 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
         long long x = strtoll(v, &end, 10);
         if (!*v || *end || errno)
             return zrt_errf(err, errlen, "%s: key '%s': expected an integer, got '%s'", where,
-                        k->name, v);
+                        k->name, PRINTABLE(v));
         if ((double)x < k->lo || (double)x > k->hi)
             return zrt_errf(err, errlen, "%s: key '%s': %lld is out of range [%.0f, %.0f]%s%s",
                         where, k->name, x, k->lo, k->hi, *k->help ? " — " : "", k->help);
@@ -280,7 +285,7 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
         double x = strtod(v, &end);
         if (!*v || *end || errno || !isfinite(x))
             return zrt_errf(err, errlen, "%s: key '%s': expected a number, got '%s'", where, k->name,
-                        v);
+                        PRINTABLE(v));
         if (x < k->lo || x > k->hi)
             return zrt_errf(err, errlen, "%s: key '%s': %g is out of range [%g, %g]%s%s", where,
                         k->name, x, k->lo, k->hi, *k->help ? " — " : "", k->help);
@@ -299,7 +304,7 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
             x = 0;
         else
             return zrt_errf(err, errlen, "%s: key '%s': expected true or false, got '%s'", where,
-                        k->name, v);
+                        k->name, PRINTABLE(v));
         if (x < k->lo || x > k->hi)
             return zrt_errf(err, errlen, "%s: key '%s': only %s is supported%s%s", where, k->name,
                         k->lo ? "true" : "false", *k->help ? " — " : "", k->help);
@@ -316,14 +321,14 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
         zipcclStrategy_t s;
         if (parse_strategy(v, k->lo == 0, &s))
             return zrt_errf(err, errlen, "%s: key '%s': unknown strategy '%s' (expected %s)", where,
-                        k->name, v, k->help);
+                        k->name, PRINTABLE(v), k->help);
         *(zipcclStrategy_t*)base = s;
         return 0;
     }
     case K_CODEC:
         if (zipcclCodecParse(v, (zipcclCodec_t*)base) != zipcclSuccess)
             return zrt_errf(err, errlen, "%s: key '%s': unknown codec '%s' (expected fast|dense|f2|f3)",
-                        where, k->name, v);
+                        where, k->name, PRINTABLE(v));
         return 0;
     case K_ALGO: {
         zipcclAlgo_t a = zipcclAlgoDefault;
@@ -331,7 +336,7 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
             return zrt_errf(err, errlen,
                             "%s: key '%s': unknown algorithm '%s' (expected default|ring|direct|"
                             "oneshot)",
-                            where, k->name, v);
+                            where, k->name, PRINTABLE(v));
         *(zipcclAlgo_t*)base = a;
         return 0;
     }
@@ -345,7 +350,7 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
             long x = strtol(p, &end, 10);
             if (end == p || errno || (*end && *end != ',' && *end != ' '))
                 return zrt_errf(err, errlen, "%s: key '%s': expected block indices, got '%s'",
-                                where, k->name, v);
+                                where, k->name, PRINTABLE(v));
             if (x < k->lo || x > k->hi)
                 return zrt_errf(err, errlen, "%s: key '%s': block %ld is out of range [%.0f, %.0f]",
                                 where, k->name, x, k->lo, k->hi);
@@ -361,7 +366,7 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
         else if (!strcmp(v, "fp16") && k->hi == 1) *(zipcclDataType_t*)base = zipcclFloat16;
         else
             return zrt_errf(err, errlen, "%s: key '%s': unknown dtype '%s' (expected %s)",
-                        where, k->name, v, k->hi == 1 ? "fp32|bf16|fp16" : "fp32|bf16");
+                        where, k->name, PRINTABLE(v), k->hi == 1 ? "fp32|bf16|fp16" : "fp32|bf16");
         return 0;
     }
     return zrt_errf(err, errlen, "%s: key '%s': internal: bad key type", where, k->name);
@@ -466,7 +471,7 @@ static const char* suggestion(const char* name) {
 
 typedef struct {
     yaml_document_t* doc;
-    const char* file;
+    const char* file; /* printable (zrt_printable), for messages */
     char* err;
     size_t errlen;
 } Walk;
@@ -515,20 +520,20 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
                     return zrt_errf(w->err, w->errlen,
                                 "%s:%zu: key 'comm.overrides.strategy': unknown strategy '%s' "
                                 "(expected native|raw|compressed|auto)",
-                                w->file, kl, vs);
+                                w->file, kl, PRINTABLE(vs));
             } else if (!strcmp(ks, "codec")) {
                 if (zipcclCodecParse(vs, &o.codec) != zipcclSuccess)
                     return zrt_errf(w->err, w->errlen,
                                 "%s:%zu: key 'comm.overrides.codec': unknown codec '%s' "
                                 "(expected fast|dense|f2|f3)",
-                                w->file, kl, vs);
+                                w->file, kl, PRINTABLE(vs));
             } else if (!strcmp(ks, "algo")) {
                 zipcclAlgo_t a = zipcclAlgoDefault;
                 if (strcmp(vs, "default") && zipcclAlgoParse(vs, &a) != zipcclSuccess)
                     return zrt_errf(w->err, w->errlen,
                                 "%s:%zu: key 'comm.overrides.algo': unknown algorithm '%s' "
                                 "(expected default|ring|direct|oneshot)",
-                                w->file, kl, vs);
+                                w->file, kl, PRINTABLE(vs));
                 o.algo = (int)a;
             } else if (!strcmp(ks, "kind")) {
                 if (!strcmp(vs, "all")) o.kind = -1;
@@ -539,12 +544,12 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
                     return zrt_errf(w->err, w->errlen,
                                 "%s:%zu: key 'comm.overrides.kind': unknown kind '%s' "
                                 "(expected all|allgather|reducescatter|alltoall)",
-                                w->file, kl, vs);
+                                w->file, kl, PRINTABLE(vs));
             } else {
                 return zrt_errf(w->err, w->errlen,
                             "%s:%zu: unknown key 'comm.overrides.%s' (expected pattern, "
                             "strategy, codec, algo, kind)",
-                            w->file, kl, ks);
+                            w->file, kl, PRINTABLE(ks));
             }
         }
         if (!o.pattern[0] ||
@@ -574,7 +579,7 @@ static int walk_mapping(TrainConfig* c, Walk* w, yaml_node_t* map, const char* p
                 return zrt_errf(w->err, w->errlen,
                             "%s:%zu: unknown key '%s'%s (sections: model, data, train, optimizer, "
                             "schedule, parallelism, comm, logging, checkpoint)",
-                            w->file, line, name, suggestion(name));
+                            w->file, line, PRINTABLE(name), suggestion(name));
             if (v->type == YAML_SCALAR_NODE && !*scalar(v)) continue; /* empty section */
             if (v->type != YAML_MAPPING_NODE)
                 return zrt_errf(w->err, w->errlen, "%s:%zu: key '%s': expected a mapping", w->file,
@@ -590,9 +595,9 @@ static int walk_mapping(TrainConfig* c, Walk* w, yaml_node_t* map, const char* p
         }
         const KeyDesc* kd = find_key(name);
         if (!kd)
-            return zrt_errf(w->err, w->errlen, "%s:%zu: unknown key '%s'%s", w->file, line, name,
-                        suggestion(name));
-        char where[CFG_PATH_MAX + 32];
+            return zrt_errf(w->err, w->errlen, "%s:%zu: unknown key '%s'%s", w->file, line,
+                        PRINTABLE(name), suggestion(name));
+        char where[ZRT_PRINTABLE_CAP + 32];
         snprintf(where, sizeof where, "%s:%zu", w->file, v->start_mark.line + 1);
         if ((kd->offset == OFF(ckpt.allow_changes) || kd->type == K_LAYERS) &&
             v->type == YAML_SEQUENCE_NODE) {
@@ -627,17 +632,19 @@ static int walk_mapping(TrainConfig* c, Walk* w, yaml_node_t* map, const char* p
 
 int config_load(TrainConfig* c, const char* path, char* err, size_t errlen) {
     FILE* f = fopen(path, "rb");
-    if (!f) return zrt_errf(err, errlen, "%s: cannot open config: %s", path, strerror(errno));
+    if (!f)
+        return zrt_errf(err, errlen, "%s: cannot open config: %s", PRINTABLE(path),
+                        strerror(errno));
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) {
         fclose(f);
-        return zrt_errf(err, errlen, "%s: libyaml failed to initialise", path);
+        return zrt_errf(err, errlen, "%s: libyaml failed to initialise", PRINTABLE(path));
     }
     yaml_parser_set_input_file(&parser, f);
     int rc = 0;
     if (!yaml_parser_load(&parser, &doc)) {
-        rc = zrt_errf(err, errlen, "%s:%zu:%zu: YAML syntax error: %s%s%s", path,
+        rc = zrt_errf(err, errlen, "%s:%zu:%zu: YAML syntax error: %s%s%s", PRINTABLE(path),
                   parser.problem_mark.line + 1, parser.problem_mark.column + 1,
                   parser.problem ? parser.problem : "?", parser.context ? " " : "",
                   parser.context ? parser.context : "");
@@ -648,10 +655,11 @@ int config_load(TrainConfig* c, const char* path, char* err, size_t errlen) {
     /* Known before the walk: origins recorded while walking refer to it. */
     snprintf(c->source, sizeof c->source, "%s", path);
     yaml_node_t* root = yaml_document_get_root_node(&doc);
-    Walk w = {&doc, path, err, errlen};
-    if (!root) rc = zrt_errf(err, errlen, "%s: empty config", path);
+    char file[ZRT_PRINTABLE_CAP];
+    Walk w = {&doc, zrt_printable(path, file, sizeof file), err, errlen};
+    if (!root) rc = zrt_errf(err, errlen, "%s: empty config", w.file);
     else if (root->type != YAML_MAPPING_NODE)
-        rc = zrt_errf(err, errlen, "%s:%zu: the top level must be a mapping of sections", path,
+        rc = zrt_errf(err, errlen, "%s:%zu: the top level must be a mapping of sections", w.file,
                   root->start_mark.line + 1);
     else rc = walk_mapping(c, &w, root, "");
     yaml_document_delete(&doc);
@@ -663,16 +671,18 @@ int config_load(TrainConfig* c, const char* path, char* err, size_t errlen) {
 int config_set(TrainConfig* c, const char* a, char* err, size_t errlen) {
     const char* eq = strchr(a, '=');
     if (!eq || eq == a)
-        return zrt_errf(err, errlen, "--set '%s': expected dotted.key=value", a);
+        return zrt_errf(err, errlen, "--set '%s': expected dotted.key=value", PRINTABLE(a));
     char name[160];
     size_t n = (size_t)(eq - a);
-    if (n >= sizeof name) return zrt_errf(err, errlen, "--set '%s': key too long", a);
+    if (n >= sizeof name) return zrt_errf(err, errlen, "--set '%s': key too long", PRINTABLE(a));
     memcpy(name, a, n);
     name[n] = '\0';
-    char where[200];
-    snprintf(where, sizeof where, "--set %s", a);
+    char where[ZRT_PRINTABLE_CAP + 8];
+    snprintf(where, sizeof where, "--set %s", PRINTABLE(a));
     const KeyDesc* kd = find_key(name);
-    if (!kd) return zrt_errf(err, errlen, "%s: unknown key '%s'%s", where, name, suggestion(name));
+    if (!kd)
+        return zrt_errf(err, errlen, "%s: unknown key '%s'%s", where, PRINTABLE(name),
+                        suggestion(name));
     if (set_key(c, kd, eq + 1, where, 0, a, err, errlen)) return -1;
     /* The command line's strategy is meant for A/B runs: it names the
      * strategy of every collective, so per-kind and per-layer choices from
@@ -682,7 +692,7 @@ int config_set(TrainConfig* c, const char* a, char* err, size_t errlen) {
 }
 
 const char* config_where(const TrainConfig* c, const char* key, char* buf, size_t n) {
-    const char* src = c->source[0] ? c->source : "the defaults";
+    const char* src = c->source[0] ? PRINTABLE(c->source) : "the defaults";
     size_t kl = strlen(key);
     if (kl && key[kl - 1] == '.') {
         /* Sections ("optimizer.,schedule."): the file, and every --set that
@@ -699,7 +709,7 @@ const char* config_where(const TrainConfig* c, const char* key, char* buf, size_
             if (!ext && c->origin[i].ext[0]) ext = c->origin[i].ext;
             if (!c->origin[i].set[0]) continue;
             used += (size_t)snprintf(buf + used, n - used, "%s--set %s", first ? " with " : ", ",
-                                     c->origin[i].set);
+                                     PRINTABLE(c->origin[i].set));
             first = 0;
         }
         if (ext && used < n) {
@@ -712,7 +722,7 @@ const char* config_where(const TrainConfig* c, const char* key, char* buf, size_
     }
     const KeyDesc* k = find_key(key);
     size_t i = k ? (size_t)(k - kKeys) : 0;
-    if (k && c->origin[i].set[0]) snprintf(buf, n, "--set %s", c->origin[i].set);
+    if (k && c->origin[i].set[0]) snprintf(buf, n, "--set %s", PRINTABLE(c->origin[i].set));
     else if (k && c->origin[i].ext[0]) snprintf(buf, n, "%s", c->origin[i].ext);
     else if (k && c->origin[i].line > 0) snprintf(buf, n, "%s:%d", src, c->origin[i].line);
     else snprintf(buf, n, "%s", src);
@@ -728,9 +738,12 @@ int config_given(const TrainConfig* c, const char* key) {
     return c->origin[i].line > 0 || c->origin[i].set[0];
 }
 
+/* Room for value_text of any key: a string key's every byte escaped. */
+#define VALUE_TEXT_MAX (4 * CFG_PATH_MAX + 8)
+
 /* Equal values, as the key means them: head_dim 0 is dim / n_heads. */
 static int same_value(const TrainConfig* a, const TrainConfig* b, const KeyDesc* k) {
-    char x[CFG_PATH_MAX + 8], y[CFG_PATH_MAX + 8];
+    char x[VALUE_TEXT_MAX], y[VALUE_TEXT_MAX];
     if (k->offset == OFF(model.head_dim))
         return llama_head_dim(&a->model) == llama_head_dim(&b->model);
     return !strcmp(value_text(a, k, x, sizeof x), value_text(b, k, y, sizeof y));
@@ -747,12 +760,12 @@ int config_set_external(TrainConfig* c, const char* key, const char* value, cons
         memcpy(theirs, c, sizeof *theirs);
         int rc = set_value(theirs, k, value, where, err, errlen);
         if (!rc && !same_value(c, theirs, k)) {
-            char mine[CFG_PATH_MAX + 8], w[400];
+            char mine[VALUE_TEXT_MAX], w[400];
             value_text(c, k, mine, sizeof mine);
             rc = zrt_errf(err, errlen,
                           "%s: key '%s': %s contradicts %s, which says %s (the key's value "
                           "comes from there: drop the key, or make it agree)",
-                          config_where(c, key, w, sizeof w), key, mine, where, value);
+                          config_where(c, key, w, sizeof w), key, mine, where, PRINTABLE(value));
         }
         free(theirs);
         if (rc) return rc;
@@ -797,26 +810,30 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
         strcmp(c->data.tokenizer, "u16") && strcmp(c->data.tokenizer, "i32"))
         return zrt_errf(err, errlen,
                         "%s: key 'data.tokenizer': unknown tokenizer '%s' (byte|bpe|u16|i32)",
-                        config_where(c, "data.tokenizer", w1, sizeof w1), c->data.tokenizer);
+                        config_where(c, "data.tokenizer", w1, sizeof w1),
+                        PRINTABLE(c->data.tokenizer));
     if (strcmp(c->runtime.device, "cpu") && strcmp(c->runtime.device, "cuda") &&
         strcmp(c->runtime.device, "cpu_guarded"))
         return zrt_errf(err, errlen,
                         "%s: key 'runtime.device': unknown device '%s' (cpu|cuda|cpu_guarded)",
-                        config_where(c, "runtime.device", w1, sizeof w1), c->runtime.device);
+                        config_where(c, "runtime.device", w1, sizeof w1),
+                        PRINTABLE(c->runtime.device));
     if (strcmp(c->runtime.net, "mpi") && strcmp(c->runtime.net, "nccl"))
         return zrt_errf(err, errlen, "%s: key 'comm.net': unknown network '%s' (mpi|nccl)",
-                        config_where(c, "comm.net", w1, sizeof w1), c->runtime.net);
+                        config_where(c, "comm.net", w1, sizeof w1), PRINTABLE(c->runtime.net));
     if (!strcmp(c->runtime.net, "nccl") && strcmp(c->runtime.device, "cuda"))
         return zrt_errf(err, errlen, "%s: key 'comm.net': nccl moves GPU memory, but runtime.device is '%s' (%s); "
                         "use comm.net: mpi",
-                        config_where(c, "comm.net", w1, sizeof w1), c->runtime.device,
+                        config_where(c, "comm.net", w1, sizeof w1), PRINTABLE(c->runtime.device),
                         config_where(c, "runtime.device", w2, sizeof w2));
     if (strcmp(c->train.recompute, "none") && strcmp(c->train.recompute, "full"))
         return zrt_errf(err, errlen, "%s: key 'train.recompute': unknown mode '%s' (none|full)",
-                        config_where(c, "train.recompute", w1, sizeof w1), c->train.recompute);
+                        config_where(c, "train.recompute", w1, sizeof w1),
+                        PRINTABLE(c->train.recompute));
     if (strcmp(c->runtime.compute, "fp32") && strcmp(c->runtime.compute, "bf16"))
         return zrt_errf(err, errlen, "%s: key 'model.compute': unknown mode '%s' (fp32|bf16)",
-                        config_where(c, "model.compute", w1, sizeof w1), c->runtime.compute);
+                        config_where(c, "model.compute", w1, sizeof w1),
+                        PRINTABLE(c->runtime.compute));
     if (!strcmp(c->data.tokenizer, "bpe") && c->model.vocab_size < 256 + c->data.bpe_merges)
         return zrt_errf(err, errlen,
                         "%s: key 'model.vocab_size': %d is too small for the bpe tokenizer with %d "
@@ -883,7 +900,7 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
         config_where(c, "checkpoint.allow_changes", w1, sizeof w1);
         if (!k)
             return zrt_errf(err, errlen, "%s: key 'checkpoint.allow_changes': unknown key '%s'%s",
-                            w1, name, suggestion(name));
+                            w1, PRINTABLE(name), suggestion(name));
         if (k->resume == R_NEVER)
             return zrt_errf(err, errlen,
                             "%s: key 'checkpoint.allow_changes': '%s' can never change when "
@@ -922,7 +939,11 @@ static void fmt_number(char* buf, size_t n, double x, int is_float) {
     }
 }
 
-/* Key k's value as config_print writes it. */
+/* Key k's value as config_print writes it. A string goes through
+ * zrt_printable (the printout is on the terminal too) in double quotes:
+ * its escapes of ASCII bytes (\\, \xNN) are YAML's, so it reads back; a
+ * byte of a C1 control or of invalid UTF-8 does not (YAML's \xNN is a code
+ * point). */
 static const char* value_text(const TrainConfig* c, const KeyDesc* k, char* buf, size_t n) {
     const char* base = (const char*)c + k->offset;
     switch (k->type) {
@@ -933,7 +954,11 @@ static const char* value_text(const TrainConfig* c, const KeyDesc* k, char* buf,
         else fmt_number(buf, n, *(const double*)base, 0);
         break;
     case K_BOOL: snprintf(buf, n, "%s", *(const int*)base ? "true" : "false"); break;
-    case K_STR: snprintf(buf, n, "\"%s\"", base); break;
+    case K_STR: {
+        char shown[VALUE_TEXT_MAX];
+        snprintf(buf, n, "\"%s\"", zrt_printable(base, shown, sizeof shown));
+        break;
+    }
     case K_STRATEGY:
         /* A forced strategy prints as the only one, so the printout
          * reads back (checkpoints store it) to the same behaviour. */
@@ -977,7 +1002,7 @@ static void override_text(const CommOverride* o0, int forced, char* buf, size_t 
     CommOverride o1 = *o0;
     if (forced) o1.strategy = zipcclStrategyDefault;
     const CommOverride* o = &o1;
-    size_t used = (size_t)snprintf(buf, n, "{pattern: \"%s\"", o->pattern);
+    size_t used = (size_t)snprintf(buf, n, "{pattern: \"%s\"", PRINTABLE(o->pattern));
     if (o->strategy != zipcclStrategyDefault && used < n)
         used += (size_t)snprintf(buf + used, n - used, ", strategy: %s", strategy_names[o->strategy]);
     if (o->codec != zipcclCodecDefault && used < n)
@@ -1003,7 +1028,7 @@ static const char* overrides_text(const TrainConfig* c, char* buf, size_t n) {
 
 void config_print(const TrainConfig* c, FILE* f) {
     const char* section = "";
-    char buf[CFG_PATH_MAX + 8];
+    char buf[VALUE_TEXT_MAX];
     for (size_t i = 0; i < N_KEYS; i++) {
         const KeyDesc* k = &kKeys[i];
         const char* dot = strchr(k->name, '.');
@@ -1067,7 +1092,7 @@ int config_resume_check(const TrainConfig* saved, int saved_nranks, const TrainC
     Out bad = {err, errlen, 0}, warn = {notes, notes_len, 0};
     char free_list[2048] = "";
     Out fr = {free_list, sizeof free_list, 0};
-    char a[CFG_PATH_MAX + 8], b[CFG_PATH_MAX + 8], where[400];
+    char a[VALUE_TEXT_MAX], b[VALUE_TEXT_MAX], where[400];
     int n_bad = 0;
     if (errlen) err[0] = '\0';
     if (notes_len) notes[0] = '\0';

@@ -147,7 +147,8 @@ int config_load(TrainConfig* cfg, const char* path, char* err, size_t errlen);
 int config_set(TrainConfig* cfg, const char* assignment, char* err, size_t errlen);
 
 /* A value for `key` from another file (`where` names it and the field,
- * e.g. "runs/hf/config.json: 'hidden_size'"): set it, unless the YAML or a
+ * e.g. "runs/hf/config.json: 'hidden_size'", printable: a path in it
+ * through zrt_printable, log.h): set it, unless the YAML or a
  * --set gave the key a different value, which is an error naming both
  * places (a value that agrees is fine). Later messages about the key name
  * `where`. Returns 0, or -1 with the message in err. */

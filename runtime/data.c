@@ -5,6 +5,9 @@
  * depends on (seed, epoch), cut into global micro-batches, strided over
  * ranks. Everything here is plain arithmetic so the trainer can jump to any
  * step on resume without replaying the data.
+ *
+ * Paths and what the token metadata says are quoted in messages through
+ * zrt_printable (log.h).
  */
 #include "data.h"
 #include "log.h"
@@ -192,12 +195,13 @@ static int bpe_open(Dataset* d, const char* path, const unsigned char* text, siz
         return 0;
     }
     d->tokens = malloc(n * sizeof(int) + 1);
-    if (!d->tokens) return zrt_errf(err, errlen, "%s: out of memory for %zu tokens", path, n);
+    if (!d->tokens)
+        return zrt_errf(err, errlen, "%s: out of memory for %zu tokens", PRINTABLE(path), n);
     for (size_t i = 0; i < n; i++) d->tokens[i] = text[i];
     size_t nt = (size_t)split, nv = n - (size_t)split;
     Bpe bpe = {0};
     if (bpe_train(&bpe, d->tokens, &nt, M))
-        return zrt_errf(err, errlen, "%s: out of memory training the BPE", path);
+        return zrt_errf(err, errlen, "%s: out of memory training the BPE", PRINTABLE(path));
     /* Validation bytes follow the (shrunken) training tokens. */
     memmove(d->tokens + nt, d->tokens + split, nv * sizeof(int));
     for (int m = 0; m < bpe.n_merges; m++)
@@ -219,25 +223,25 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
         return zrt_errf(err, errlen,
                     "%s: cannot open data file: %s (the default corpus is made by "
                     "scripts/prepare_data.sh)",
-                    path, strerror(errno));
+                    PRINTABLE(path), strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0) {
         fclose(f);
-        return zrt_errf(err, errlen, "%s: cannot seek: %s", path, strerror(errno));
+        return zrt_errf(err, errlen, "%s: cannot seek: %s", PRINTABLE(path), strerror(errno));
     }
     long sz = ftell(f);
     rewind(f);
     size_t width = !strcmp(tokenizer, "u16") ? 2 : !strcmp(tokenizer, "i32") ? 4 : 1;
     if (sz <= 0 || (size_t)sz % width) {
         fclose(f);
-        return zrt_errf(err, errlen, "%s: %ld bytes is not a whole number of %zu-byte tokens", path,
-                    sz, width);
+        return zrt_errf(err, errlen, "%s: %ld bytes is not a whole number of %zu-byte tokens",
+                        PRINTABLE(path), sz, width);
     }
     size_t n = (size_t)sz / width;
     unsigned char* raw = malloc((size_t)sz);
     if (!raw || fread(raw, 1, (size_t)sz, f) != (size_t)sz) {
         free(raw);
         fclose(f);
-        return zrt_errf(err, errlen, "%s: cannot read %ld bytes", path, sz);
+        return zrt_errf(err, errlen, "%s: cannot read %ld bytes", PRINTABLE(path), sz);
     }
     fclose(f);
     if (!strcmp(tokenizer, "bpe")) {
@@ -251,7 +255,7 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
         d->tokens = malloc(n * sizeof(int) + 1);
         if (!d->tokens) {
             free(raw);
-            return zrt_errf(err, errlen, "%s: out of memory for %zu tokens", path, n);
+            return zrt_errf(err, errlen, "%s: out of memory for %zu tokens", PRINTABLE(path), n);
         }
         for (size_t i = 0; i < n; i++) {
             if (width == 1) d->tokens[i] = raw[i];
@@ -271,7 +275,7 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
             long long t = d->tokens[i];
             data_close(d);
             return zrt_errf(err, errlen, "%s: token %lld at index %zu is outside the vocabulary [0, %d)",
-                        path, t, i, vocab);
+                        PRINTABLE(path), t, i, vocab);
         }
     }
     n = d->n_tokens;
@@ -282,15 +286,15 @@ int data_open(Dataset* d, const char* path, const char* tokenizer, int bpe_merge
     d->n_windows[1] = n_val > (size_t)T ? (n_val - 1) / (size_t)T : 0;
     if (d->n_windows[0] < 1) {
         data_close(d);
-        return zrt_errf(err, errlen, "%s: %zu training tokens do not fill one sequence of %d", path,
-                    d->n_train, T + 1);
+        return zrt_errf(err, errlen, "%s: %zu training tokens do not fill one sequence of %d",
+                        PRINTABLE(path), d->n_train, T + 1);
     }
     if (val_fraction > 0 && d->n_windows[1] < 1) {
         data_close(d);
         return zrt_errf(err, errlen,
                     "%s: validation split (%zu tokens) does not fill one sequence of %d; raise "
                     "data.val_fraction or set it to 0",
-                    path, n_val, T + 1);
+                    PRINTABLE(path), n_val, T + 1);
     }
     d->perm = malloc(d->n_windows[0] * sizeof(uint32_t));
     if (!d->perm) {
@@ -369,8 +373,8 @@ int data_read_meta(const char* path, DataMeta* m, char* err, size_t errlen) {
     json_error_t je;
     json_t* o = json_load_file(m->path, JSON_REJECT_DUPLICATES, &je);
     if (!o)
-        return zrt_errf(err, errlen, "%s:%d:%d: not valid JSON: %s", m->path, je.line, je.column,
-                        je.text);
+        return zrt_errf(err, errlen, "%s:%d:%d: not valid JSON: %s", PRINTABLE(m->path), je.line,
+                        je.column, PRINTABLE(je.text));
     int rc = -1;
     json_t* f = json_object_get(o, "format");
     json_t* dt = json_object_get(o, "dtype");
@@ -380,18 +384,18 @@ int data_read_meta(const char* path, DataMeta* m, char* err, size_t errlen) {
     if (!json_is_object(o) || !json_is_string(f) ||
         strcmp(json_string_value(f), "zipccl-runtime-tokens-1")) {
         zrt_errf(err, errlen, "%s: not token metadata of scripts/prepare_data.py (\"format\": "
-                 "\"zipccl-runtime-tokens-1\")", m->path);
+                 "\"zipccl-runtime-tokens-1\")", PRINTABLE(m->path));
         goto done;
     }
     if (!json_is_string(dt) || (strcmp(json_string_value(dt), "u16") &&
                                 strcmp(json_string_value(dt), "i32"))) {
-        zrt_errf(err, errlen, "%s: field 'dtype' must be \"u16\" or \"i32\"", m->path);
+        zrt_errf(err, errlen, "%s: field 'dtype' must be \"u16\" or \"i32\"", PRINTABLE(m->path));
         goto done;
     }
     if (!json_is_integer(n) || json_integer_value(n) < 1 || !json_is_integer(v) ||
         json_integer_value(v) < 1) {
         zrt_errf(err, errlen, "%s: fields 'tokens' and 'vocab_size' must be integers >= 1",
-                 m->path);
+                 PRINTABLE(m->path));
         goto done;
     }
     snprintf(m->dtype, sizeof m->dtype, "%s", json_string_value(dt));
@@ -410,15 +414,16 @@ int data_read_meta(const char* path, DataMeta* m, char* err, size_t errlen) {
     struct stat sb;
     const long long width = !strcmp(m->dtype, "u16") ? 2 : 4;
     if (stat(path, &sb)) {
-        zrt_errf(err, errlen, "%s: cannot read the tokens %s describes: %s", path, m->path,
-                 strerror(errno));
+        zrt_errf(err, errlen, "%s: cannot read the tokens %s describes: %s", PRINTABLE(path),
+                 PRINTABLE(m->path), strerror(errno));
         goto done;
     }
     if ((long long)sb.st_size != m->tokens * width) {
         zrt_errf(err, errlen,
                  "%s: %lld bytes, but %s says %lld %s tokens (%lld bytes): the token file is "
                  "truncated, or not the one its metadata describes",
-                 path, (long long)sb.st_size, m->path, m->tokens, m->dtype, m->tokens * width);
+                 PRINTABLE(path), (long long)sb.st_size, PRINTABLE(m->path), m->tokens, m->dtype,
+                 m->tokens * width);
         goto done;
     }
     rc = 0;

@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
         } else if (a[0] == '-') {
             usage(stderr);
             char msg[300];
-            snprintf(msg, sizeof msg, "unknown or incomplete option '%s'", a);
+            snprintf(msg, sizeof msg, "unknown or incomplete option '%s'", PRINTABLE(a));
             return fail(msg);
         } else if (!ckpt) {
             ckpt = a;
@@ -128,8 +128,9 @@ int main(int argc, char** argv) {
     checkpoint_reader_close(feed.r);
     free(feed.buf);
     if (rc) return fail(feed.err[0] ? feed.err : err);
-    printf("export-hf: %s (step %d) -> %s (%s%s%s)\n", ck.dir, ck.st.step, out,
-           zipcclTypeName(o.dtype), o.source_dir && o.source_dir[0] ? ", from " : "",
-           o.source_dir && o.source_dir[0] ? o.source_dir : "");
+    const int from = o.source_dir && o.source_dir[0];
+    printf("export-hf: %s (step %d) -> %s (%s%s%s)\n", PRINTABLE(ck.dir), ck.st.step,
+           PRINTABLE(out), zipcclTypeName(o.dtype), from ? ", from " : "",
+           from ? PRINTABLE(o.source_dir) : "");
     return 0;
 }

@@ -506,14 +506,15 @@ static void write_dump(Fsdp* f, void** bufs, zipcclDataType_t dt, const char* pa
         free(rows);
         free(names);
     }
-    trainCheck(!st_writer_write(w, path, err, sizeof err), "tensor dump %s: %s", path, err);
+    trainCheck(!st_writer_write(w, path, err, sizeof err), "tensor dump %s: %s", PRINTABLE(path),
+               err);
     st_writer_free(w);
 }
 
 void fsdp_dump_write(Fsdp* f, const char* dir, int step) {
     if (!f->dump_armed) return;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        trainCheck(0, "--dump-tensors: cannot create %s: %s", dir, strerror(errno));
+        trainCheck(0, "--dump-tensors: cannot create %s: %s", PRINTABLE(dir), strerror(errno));
     char path[1024];
     snprintf(path, sizeof path, "%s/step%d_rank%d_params.safetensors", dir, step, f->rank);
     write_dump(f, f->dump_param, f->param_dtype, path, "params");

@@ -15,6 +15,9 @@
  * with round to nearest even, through comm/zipccl_float.h (the tree's one
  * home of those conversions).
  *
+ * Messages quote every path, field name, value and tensor name that came
+ * from the files or the command line through zrt_printable (log.h).
+ *
  * Left out: see hf.h.
  */
 #include "hf.h"
@@ -113,8 +116,10 @@ static int cfg_fail(Cfg* c, const char* field, const char* fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    if (field) return zrt_errf(c->err, c->errlen, "%s: field '%s': %s", c->path, field, what);
-    return zrt_errf(c->err, c->errlen, "%s: %s", c->path, what);
+    if (field)
+        return zrt_errf(c->err, c->errlen, "%s: field '%s': %s", PRINTABLE(c->path),
+                        PRINTABLE(field), what);
+    return zrt_errf(c->err, c->errlen, "%s: %s", PRINTABLE(c->path), what);
 }
 
 /* The field's value (NULL when absent or null), marked as read. */
@@ -183,7 +188,7 @@ static int check_rope_object(Cfg* c, const char* name, double* theta, int* have_
             return cfg_fail(c, name,
                             "rope_type '%s' is not implemented (only the default RoPE: no rope "
                             "scaling; docs/MODEL.md)",
-                            type);
+                            PRINTABLE(type));
     }
     const char* k;
     json_t* v;
@@ -198,7 +203,8 @@ static int check_rope_object(Cfg* c, const char* name, double* theta, int* have_
         if (!strcmp(k, "partial_rotary_factor") && json_is_number(v) &&
             json_number_value(v) == 1.0)
             continue;
-        return cfg_fail(c, name, "'%s' is not implemented (only the default RoPE, rope_theta)", k);
+        return cfg_fail(c, name, "'%s' is not implemented (only the default RoPE, rope_theta)",
+                        PRINTABLE(k));
     }
     return 0;
 }
@@ -217,15 +223,15 @@ static int hf_read_config_full(const char* dir, HfArch* arch, LlamaConfig* m, Ma
     struct stat sb;
     if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
         return zrt_errf(err, errlen, "%s: not a directory (model.init_from wants a Hugging Face "
-                        "model directory: config.json and model.safetensors)", dir);
+                        "model directory: config.json and model.safetensors)", PRINTABLE(dir));
     json_error_t je;
     json_t* root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         if (access(path, F_OK))
             return zrt_errf(err, errlen, "%s: cannot read: %s (a Hugging Face model directory "
-                            "has a config.json)", path, strerror(errno));
-        return zrt_errf(err, errlen, "%s:%d:%d: not valid JSON: %s", path, je.line, je.column,
-                        je.text);
+                            "has a config.json)", PRINTABLE(path), strerror(errno));
+        return zrt_errf(err, errlen, "%s:%d:%d: not valid JSON: %s", PRINTABLE(path), je.line,
+                        je.column, PRINTABLE(je.text));
     }
     Cfg c = {path, root, {0}, 0, err, errlen};
     int rc = -1;
@@ -250,7 +256,7 @@ static int hf_read_config_full(const char* dir, HfArch* arch, LlamaConfig* m, Ma
             cfg_fail(&c, "architectures",
                      "'%s' is not supported (LlamaForCausalLM, Qwen3ForCausalLM, "
                      "Qwen3MoeForCausalLM)",
-                     cls);
+                     PRINTABLE(cls));
             goto done;
         }
     }
@@ -265,12 +271,12 @@ static int hf_read_config_full(const char* dir, HfArch* arch, LlamaConfig* m, Ma
             if (!strcmp(json_string_value(mt), kArchs[i].model_type)) b = i;
         if (b < 0) {
             cfg_fail(&c, "model_type", "'%s' is not supported (llama, qwen3, qwen3_moe)",
-                     json_string_value(mt));
+                     PRINTABLE(json_string_value(mt)));
             goto done;
         }
         if (a >= 0 && a != b) {
             cfg_fail(&c, "model_type", "'%s' does not go with architectures '%s'",
-                     json_string_value(mt), kArchs[a].cls);
+                     PRINTABLE(json_string_value(mt)), kArchs[a].cls);
             goto done;
         }
         a = b;
@@ -534,10 +540,10 @@ int hf_apply_config(TrainConfig* cfg, const char* dir, char* err, size_t errlen)
             continue;
         char where[PATH_CAP + 96];
         if (!strcmp(map[i].field, "architectures")) /* what the class implies */
-            snprintf(where, sizeof where, "%s/config.json: 'architectures' (%s)", dir,
+            snprintf(where, sizeof where, "%s/config.json: 'architectures' (%s)", PRINTABLE(dir),
                      kArchs[arch].cls);
         else
-            snprintf(where, sizeof where, "%s/config.json: '%s'", dir, map[i].field);
+            snprintf(where, sizeof where, "%s/config.json: '%s'", PRINTABLE(dir), map[i].field);
         if (config_set_external(cfg, map[i].key, map[i].text, where, err, errlen)) return -1;
     }
     return 0;
@@ -717,7 +723,7 @@ static int add_file(HfSource* s, const char* name, char* err, size_t errlen) {
         if (!strcmp(s->file_names[i], name)) return i;
     if (!name[0] || strchr(name, '/') || !strcmp(name, "..") || !strcmp(name, "."))
         return zrt_errf(err, errlen, "%s/model.safetensors.index.json: shard name '%s' is not a "
-                        "file name in the directory", s->dir, name), -2;
+                        "file name in the directory", PRINTABLE(s->dir), PRINTABLE(name)), -2;
     s->files = realloc(s->files, (size_t)(s->n_files + 1) * sizeof *s->files);
     s->file_names = realloc(s->file_names, (size_t)(s->n_files + 1) * sizeof *s->file_names);
     trainCheck(s->files && s->file_names, "out of memory");
@@ -728,7 +734,7 @@ static int add_file(HfSource* s, const char* name, char* err, size_t errlen) {
     if (st_open(path, &s->files[s->n_files], e, sizeof e)) {
         if (access(path, F_OK))
             zrt_errf(err, errlen, "%s: the shard is missing (%s/model.safetensors.index.json "
-                     "lists it)", path, s->dir);
+                     "lists it)", PRINTABLE(path), PRINTABLE(s->dir));
         else
             zrt_errf(err, errlen, "%s", e);
         return -2;
@@ -761,30 +767,32 @@ int hf_open(const char* dir, const LlamaConfig* m, HfSource** out, char* err, si
             snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir);
             if (access(path, F_OK))
                 zrt_errf(err, errlen, "%s: no model.safetensors and no model.safetensors.index.json"
-                         "%s", dir, access(bin, F_OK) ? "" : " (pytorch_model.bin, a pickle, is "
-                         "not read: save the model with safe_serialization)");
+                         "%s", PRINTABLE(dir), access(bin, F_OK) ? "" : " (pytorch_model.bin, a "
+                         "pickle, is not read: save the model with safe_serialization)");
             else
-                zrt_errf(err, errlen, "%s:%d:%d: not valid JSON: %s", path, je.line, je.column,
-                         je.text);
+                zrt_errf(err, errlen, "%s:%d:%d: not valid JSON: %s", PRINTABLE(path), je.line,
+                         je.column, PRINTABLE(je.text));
             goto done;
         }
         json_t* wm = json_object_get(index, "weight_map");
         if (!json_is_object(wm) || !json_object_size(wm)) {
-            zrt_errf(err, errlen, "%s: no \"weight_map\" object naming the shards", path);
+            zrt_errf(err, errlen, "%s: no \"weight_map\" object naming the shards",
+                     PRINTABLE(path));
             goto done;
         }
         const char* k;
         json_t* v;
         json_object_foreach(wm, k, v) {
             if (!json_is_string(v)) {
-                zrt_errf(err, errlen, "%s: weight_map entry '%s' is not a file name", path, k);
+                zrt_errf(err, errlen, "%s: weight_map entry '%s' is not a file name",
+                         PRINTABLE(path), PRINTABLE(k));
                 goto done;
             }
             int fi = add_file(s, json_string_value(v), err, errlen);
             if (fi < 0) goto done;
             if (!st_find(s->files[fi], k)) {
-                zrt_errf(err, errlen, "%s/%s: no tensor '%s', which the index places there", dir,
-                         s->file_names[fi], k);
+                zrt_errf(err, errlen, "%s/%s: no tensor '%s', which the index places there",
+                         PRINTABLE(dir), PRINTABLE(s->file_names[fi]), PRINTABLE(k));
                 goto done;
             }
         }
@@ -801,8 +809,9 @@ int hf_open(const char* dir, const LlamaConfig* m, HfSource** out, char* err, si
     qsort(s->t, s->nt, sizeof *s->t, cmp_src);
     for (size_t i = 1; i < s->nt; i++)
         if (!strcmp(s->t[i - 1].name, s->t[i].name)) {
-            zrt_errf(err, errlen, "%s: tensor '%s' is in both %s and %s", dir, s->t[i].name,
-                     s->file_names[s->t[i - 1].file], s->file_names[s->t[i].file]);
+            zrt_errf(err, errlen, "%s: tensor '%s' is in both %s and %s", PRINTABLE(dir),
+                     PRINTABLE(s->t[i].name), PRINTABLE(s->file_names[s->t[i - 1].file]),
+                     PRINTABLE(s->file_names[s->t[i].file]));
             goto done;
         }
     for (int l = 0; l < m->n_layers; l++) {
@@ -828,7 +837,7 @@ int hf_open(const char* dir, const LlamaConfig* m, HfSource** out, char* err, si
                 snprintf(also, sizeof also, " (nor the stacked model.layers.%d.mlp.experts."
                          "gate_up_proj / down_proj)", l);
             zrt_errf(err, errlen, "%s: no tensor '%s'%s, which the model of config.json needs "
-                     "for our %s", dir, p.name, also, ours[i].name);
+                     "for our %s", PRINTABLE(dir), p.name, also, ours[i].name);
             free(ours);
             goto done;
         }
@@ -836,7 +845,7 @@ int hf_open(const char* dir, const LlamaConfig* m, HfSource** out, char* err, si
         const char* dt = t->t->dtype;
         if (strcmp(dt, "F32") && strcmp(dt, "BF16") && strcmp(dt, "F16")) {
             zrt_errf(err, errlen, "%s/%s: tensor '%s' is %s; the import reads F32, BF16 and F16",
-                     dir, fname, p.name, dt);
+                     PRINTABLE(dir), PRINTABLE(fname), p.name, dt);
             free(ours);
             goto done;
         }
@@ -853,7 +862,7 @@ int hf_open(const char* dir, const LlamaConfig* m, HfSource** out, char* err, si
                 uw += (size_t)snprintf(want + uw, sizeof want - uw, "%s%lld", d ? ", " : "",
                                        (long long)p.shape[d]);
             zrt_errf(err, errlen, "%s/%s: tensor '%s' has shape (%s), the model of config.json "
-                     "needs (%s)", dir, fname, p.name, got, want);
+                     "needs (%s)", PRINTABLE(dir), PRINTABLE(fname), p.name, got, want);
             free(ours);
             goto done;
         }
@@ -868,8 +877,8 @@ int hf_open(const char* dir, const LlamaConfig* m, HfSource** out, char* err, si
         SrcTensor* emb = src_find(s, "model.embed_tokens.weight");
         if (head->t->numel != emb->t->numel) {
             zrt_errf(err, errlen, "%s/%s: tensor 'lm_head.weight' of a tied model "
-                     "(tie_word_embeddings) has another shape than the embedding", dir,
-                     s->file_names[head->file]);
+                     "(tie_word_embeddings) has another shape than the embedding", PRINTABLE(dir),
+                     PRINTABLE(s->file_names[head->file]));
             goto done;
         }
         head->used = 1;
@@ -881,8 +890,8 @@ int hf_open(const char* dir, const LlamaConfig* m, HfSource** out, char* err, si
         if (!s->t[i].used && ln >= li && !strcmp(s->t[i].name + ln - li, inv)) s->t[i].used = 1;
         if (!s->t[i].used) {
             zrt_errf(err, errlen, "%s/%s: tensor '%s' has no place in the model of config.json "
-                     "(%s, %d layers%s); refusing to leave it out", dir,
-                     s->file_names[s->t[i].file], s->t[i].name,
+                     "(%s, %d layers%s); refusing to leave it out", PRINTABLE(dir),
+                     PRINTABLE(s->file_names[s->t[i].file]), PRINTABLE(s->t[i].name),
                      m->n_experts ? "Qwen3-MoE" : m->qk_norm ? "Qwen3" : "Llama", m->n_layers,
                      m->tie_embeddings ? ", tied embeddings" : "");
             goto done;
@@ -928,7 +937,8 @@ static int read_tensor(HfSource* s, const HfPlace* p, size_t rows, size_t cols, 
                       sizeof e)) {
         free(raw);
         if (tmp != dst) free(tmp);
-        return zrt_errf(err, errlen, "%s/%s: %s", s->dir, s->file_names[t->file], e);
+        return zrt_errf(err, errlen, "%s/%s: %s", PRINTABLE(s->dir),
+                        PRINTABLE(s->file_names[t->file]), e);
     }
     widen(tmp, raw, n, t->t->dtype);
     free(raw);
@@ -966,7 +976,8 @@ int hf_read_unit(HfSource* s, int unit, float* full, char* err, size_t errlen) {
             rc = zrt_errf(err, errlen,
                           "%s/%s: lm_head.weight differs from model.embed_tokens.weight, but "
                           "config.json ties them (tie_word_embeddings): which one is the model?",
-                          s->dir, s->file_names[src_find(s, "lm_head.weight")->file]);
+                          PRINTABLE(s->dir),
+                          PRINTABLE(s->file_names[src_find(s, "lm_head.weight")->file]));
         free(head);
     }
     free(names);
@@ -1068,11 +1079,11 @@ static int write_json_file(json_t* root, const char* path, char* err, size_t err
     char tmp[PATH_CAP * 2 + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE* fp = fopen(tmp, "w");
-    if (!fp) return zrt_errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    if (!fp) return zrt_errf(err, errlen, "cannot write %s: %s", PRINTABLE(tmp), strerror(errno));
     emit(fp, root, 0);
     fputc('\n', fp);
     if (fclose(fp) || rename(tmp, path))
-        return zrt_errf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return zrt_errf(err, errlen, "cannot write %s: %s", PRINTABLE(path), strerror(errno));
     return 0;
 }
 
@@ -1159,13 +1170,13 @@ static void mkdir_p(const char* dir) {
 
 static int copy_file(const char* from, const char* to, char* err, size_t errlen) {
     FILE* in = fopen(from, "rb");
-    if (!in) return zrt_errf(err, errlen, "cannot read %s: %s", from, strerror(errno));
+    if (!in) return zrt_errf(err, errlen, "cannot read %s: %s", PRINTABLE(from), strerror(errno));
     char tmp[PATH_CAP * 2 + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", to);
     FILE* out = fopen(tmp, "wb");
     if (!out) {
         fclose(in);
-        return zrt_errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        return zrt_errf(err, errlen, "cannot write %s: %s", PRINTABLE(tmp), strerror(errno));
     }
     char buf[1 << 16];
     size_t n;
@@ -1174,7 +1185,7 @@ static int copy_file(const char* from, const char* to, char* err, size_t errlen)
     ok &= !ferror(in);
     fclose(in);
     if (fclose(out) || !ok || rename(tmp, to))
-        return zrt_errf(err, errlen, "cannot write %s: %s", to, strerror(errno));
+        return zrt_errf(err, errlen, "cannot write %s: %s", PRINTABLE(to), strerror(errno));
     return 0;
 }
 
@@ -1232,7 +1243,7 @@ int hf_export_stream(const LlamaConfig* m, HfUnitFn get, void* ctx, const HfExpo
         if (hf_read_config(o->source_dir, &arch, &sm, err, errlen)) return -1;
         snprintf(path, sizeof path, "%s/config.json", o->source_dir);
         src = json_load_file(path, 0, NULL);
-        if (!src) return zrt_errf(err, errlen, "%s: cannot read", path);
+        if (!src) return zrt_errf(err, errlen, "%s: cannot read", PRINTABLE(path));
     } else if (m->n_experts > 0) {
         if (!m->qk_norm) {
             return zrt_errf(err, errlen,
@@ -1253,7 +1264,8 @@ int hf_export_stream(const LlamaConfig* m, HfUnitFn get, void* ctx, const HfExpo
         if (realpath(o->source_dir, a) && realpath(outdir, b) && !strcmp(a, b)) {
             json_decref(src);
             return zrt_errf(err, errlen, "export: %s is the directory the model came from "
-                            "(model.init_from); writing there would replace its weights", outdir);
+                            "(model.init_from); writing there would replace its weights",
+                            PRINTABLE(outdir));
         }
     }
     const size_t es = zipcclTypeSize(o->dtype);
@@ -1263,8 +1275,8 @@ int hf_export_stream(const LlamaConfig* m, HfUnitFn get, void* ctx, const HfExpo
     struct stat sb;
     if (stat(outdir, &sb) || !S_ISDIR(sb.st_mode)) {
         json_decref(src);
-        return zrt_errf(err, errlen, "export: cannot create the directory %s: %s", outdir,
-                        strerror(errno));
+        return zrt_errf(err, errlen, "export: cannot create the directory %s: %s",
+                        PRINTABLE(outdir), strerror(errno));
     }
     remove_old_weights(outdir);
 

@@ -51,7 +51,7 @@ int plan_build(CommPlan* p, const TrainConfig* cfg, int n_units, const char (*na
     p->n_units = n_units;
     const zipcclStrategy_t per_kind[PLAN_NKINDS] = {cfg->comm.allgather, cfg->comm.reducescatter,
                                                     cfg->comm.alltoall};
-    const char* file = cfg->source[0] ? cfg->source : "config";
+    const char* file = cfg->source[0] ? PRINTABLE(cfg->source) : "config";
     for (int j = 0; j < cfg->comm.n_overrides; j++) {
         const CommOverride* o = &cfg->comm.overrides[j];
         int matched = 0, algo_ok = o->algo < 0;
@@ -73,7 +73,7 @@ int plan_build(CommPlan* p, const TrainConfig* cfg, int n_units, const char (*na
             return zrt_errf(err, errlen,
                             "%s:%d: key 'comm.overrides': rule %d (pattern \"%s\", kind %s) matches "
                             "no unit (units with that kind: %s)",
-                            file, o->line, j + 1, o->pattern,
+                            file, o->line, j + 1, PRINTABLE(o->pattern),
                             o->kind < 0 ? "all" : plan_kind_name(o->kind == zipcclCollAllGather ? 0 : o->kind == zipcclCollReduceScatter ? 1 : 2),
                             list[0] ? list : "none");
         }

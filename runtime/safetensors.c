@@ -12,6 +12,10 @@
  * duplicate keys, nesting deeper than the format has) is refused with the
  * byte position, which is what a user debugging a broken dump wants.
  *
+ * Names, keys and paths are quoted in messages through zrt_printable
+ * (log.h): a header's strings are the file's to choose, escape sequences
+ * included.
+ *
  * Left out: byte-level UTF-8 validation of names (they are passed through),
  * "\u0000" inside strings (C strings cannot hold it), memory mapping.
  */
@@ -25,6 +29,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "log.h"
 
 /* ------------------------------------------------------------------------ */
 /* dtypes, errors, small helpers                                            */
@@ -127,21 +133,25 @@ int st_writer_add(st_writer* w, const char* name, const char* dtype, int ndim,
     if (!strcmp(name, "__metadata__"))
         return st_fail(err, errlen, "\"__metadata__\" is reserved, not a tensor name");
     size_t es = st_dtype_size(dtype);
-    if (!es) return st_fail(err, errlen, "tensor '%s': unknown dtype '%s'", name, dtype);
+    if (!es)
+        return st_fail(err, errlen, "tensor '%s': unknown dtype '%s'", PRINTABLE(name),
+                       PRINTABLE(dtype));
     if (ndim < 0 || ndim > ST_MAX_DIMS)
-        return st_fail(err, errlen, "tensor '%s': ndim %d outside 0..%d", name, ndim, ST_MAX_DIMS);
-    if (ndim > 0 && !shape) return st_fail(err, errlen, "tensor '%s': null shape", name);
+        return st_fail(err, errlen, "tensor '%s': ndim %d outside 0..%d", PRINTABLE(name), ndim,
+                       ST_MAX_DIMS);
+    if (ndim > 0 && !shape)
+        return st_fail(err, errlen, "tensor '%s': null shape", PRINTABLE(name));
     uint64_t numel, want;
     char why[128];
     if (shape_bytes(ndim, shape, es, &numel, &want, why, sizeof why))
-        return st_fail(err, errlen, "tensor '%s': %s", name, why);
+        return st_fail(err, errlen, "tensor '%s': %s", PRINTABLE(name), why);
     if (want != (uint64_t)bytes)
-        return st_fail(err, errlen, "tensor '%s': shape x %s size is %llu bytes, got %zu", name,
-                       dtype, (unsigned long long)want, bytes);
-    if (bytes && !data) return st_fail(err, errlen, "tensor '%s': null data", name);
+        return st_fail(err, errlen, "tensor '%s': shape x %s size is %llu bytes, got %zu",
+                       PRINTABLE(name), dtype, (unsigned long long)want, bytes);
+    if (bytes && !data) return st_fail(err, errlen, "tensor '%s': null data", PRINTABLE(name));
     for (size_t i = 0; i < w->nt; i++)
         if (!strcmp(w->t[i].name, name))
-            return st_fail(err, errlen, "tensor '%s' added twice", name);
+            return st_fail(err, errlen, "tensor '%s' added twice", PRINTABLE(name));
     if (w->nt == w->tcap) {
         size_t cap = w->tcap ? 2 * w->tcap : 16;
         wtensor* t = realloc(w->t, cap * sizeof *t);
@@ -282,7 +292,7 @@ int st_writer_write(st_writer* w, const char* path, char* err, size_t errlen) {
     memcpy(tmp + plen, ".tmp", 5);
     FILE* fp = fopen(tmp, "wb");
     if (!fp) {
-        st_fail(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+        st_fail(err, errlen, "cannot create '%s': %s", PRINTABLE(tmp), strerror(errno));
         return free(tmp), free(h.p), -1;
     }
     unsigned char len8[8];
@@ -295,12 +305,13 @@ int st_writer_write(st_writer* w, const char* path, char* err, size_t errlen) {
     if (!bad && fsync(fileno(fp))) bad = 1, saved = errno;
     if (fclose(fp) && !bad) bad = 1, saved = errno;
     if (!bad && rename(tmp, path)) {
-        st_fail(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        st_fail(err, errlen, "cannot rename '%s' to '%s': %s", PRINTABLE(tmp), PRINTABLE(path),
+                strerror(errno));
         unlink(tmp);
         return free(tmp), free(h.p), -1;
     }
     if (bad) {
-        st_fail(err, errlen, "writing '%s' failed: %s", tmp, strerror(saved));
+        st_fail(err, errlen, "writing '%s' failed: %s", PRINTABLE(tmp), strerror(saved));
         unlink(tmp);
         return free(tmp), free(h.p), -1;
     }
@@ -339,7 +350,11 @@ static void jws(jparser* j) {
 static int jexpect(jparser* j, char c) {
     jws(j);
     if (j->p >= j->end) return jfail(j, "expected '%c', found end of header", c);
-    if (*j->p != c) return jfail(j, "expected '%c', found '%c'", c, *j->p);
+    if (*j->p != c) {
+        char found[8];
+        return jfail(j, "expected '%c', found '%s'", c,
+                     zrt_printable_n(j->p, 1, found, sizeof found));
+    }
     j->p++;
     return 0;
 }
@@ -433,7 +448,9 @@ static int jstring(jparser* j, char** out) {
         }
         default:
             j->p -= 2;
-            return free(s), jfail(j, "invalid escape '\\%c'", e ? e : '?');
+            char shown[8];
+            return free(s), jfail(j, "invalid escape '\\%s'",
+                                  zrt_printable_n(&e, 1, shown, sizeof shown));
         }
     }
     j->p++; /* closing quote */
@@ -505,59 +522,69 @@ static int parse_tensor(jparser* j, st_file* f, char* name) {
     int have_dtype = 0, have_shape = 0, have_offsets = 0, noff = 0;
     int64_t off[2] = {0, 0};
     if (jexpect(j, '{')) return -1;
-    if (jaccept(j, '}')) return jfail(j, "tensor '%s' has no fields", name);
+    if (jaccept(j, '}')) return jfail(j, "tensor '%s' has no fields", PRINTABLE(name));
     do {
         char* key;
         if (jstring(j, &key)) return -1;
         if (jexpect(j, ':')) return free(key), -1;
         if (!strcmp(key, "dtype")) {
             char* dt;
-            if (have_dtype++) return free(key), jfail(j, "tensor '%s': dtype given twice", name);
+            if (have_dtype++)
+                return free(key), jfail(j, "tensor '%s': dtype given twice", PRINTABLE(name));
             if (jstring(j, &dt)) return free(key), -1;
             t->elem_size = st_dtype_size(dt);
             if (!t->elem_size) {
-                jfail(j, "tensor '%s': unknown dtype '%.16s'", name, dt);
+                char shown[40];
+                jfail(j, "tensor '%s': unknown dtype '%s'", PRINTABLE(name),
+                      zrt_printable(dt, shown, sizeof shown));
                 return free(dt), free(key), -1;
             }
             snprintf(t->dtype, sizeof t->dtype, "%s", dt);
             free(dt);
         } else if (!strcmp(key, "shape")) {
-            if (have_shape++) return free(key), jfail(j, "tensor '%s': shape given twice", name);
+            if (have_shape++)
+                return free(key), jfail(j, "tensor '%s': shape given twice", PRINTABLE(name));
             if (jint_array(j, t->shape, ST_MAX_DIMS, &t->ndim, "shape")) return free(key), -1;
         } else if (!strcmp(key, "data_offsets")) {
             if (have_offsets++)
-                return free(key), jfail(j, "tensor '%s': data_offsets given twice", name);
+                return free(key),
+                       jfail(j, "tensor '%s': data_offsets given twice", PRINTABLE(name));
             if (jint_array(j, off, 2, &noff, "data_offsets")) return free(key), -1;
             if (noff != 2)
-                return free(key), jfail(j, "tensor '%s': data_offsets needs 2 entries", name);
+                return free(key),
+                       jfail(j, "tensor '%s': data_offsets needs 2 entries", PRINTABLE(name));
         } else {
-            jfail(j, "tensor '%s': unknown field '%.32s'", name, key);
+            char shown[72];
+            jfail(j, "tensor '%s': unknown field '%s'", PRINTABLE(name),
+                  zrt_printable(key, shown, sizeof shown));
             return free(key), -1;
         }
         free(key);
     } while (jaccept(j, ','));
     if (jexpect(j, '}')) return -1;
     if (!have_dtype || !have_shape || !have_offsets)
-        return jfail(j, "tensor '%s' lacks %s", name,
+        return jfail(j, "tensor '%s' lacks %s", PRINTABLE(name),
                      !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
 
     /* Semantics: sizes agree and the bytes lie inside the data section. */
     char why[128];
     if (shape_bytes(t->ndim, t->shape, t->elem_size, &t->numel, &t->bytes, why, sizeof why))
-        return st_fail(j->err, j->errlen, "tensor '%s': %s", name, why);
+        return st_fail(j->err, j->errlen, "tensor '%s': %s", PRINTABLE(name), why);
     uint64_t data_size = f->file_size - f->data_start;
     if (off[0] < 0 || off[1] < off[0])
-        return st_fail(j->err, j->errlen, "tensor '%s': bad data_offsets [%lld, %lld]", name,
+        return st_fail(j->err, j->errlen, "tensor '%s': bad data_offsets [%lld, %lld]",
+                       PRINTABLE(name),
                        (long long)off[0], (long long)off[1]);
     if ((uint64_t)off[1] > data_size)
         return st_fail(j->err, j->errlen,
                        "tensor '%s': data_offsets [%lld, %lld] run past the end of the data "
                        "(%llu bytes; file truncated?)",
-                       name, (long long)off[0], (long long)off[1], (unsigned long long)data_size);
+                       PRINTABLE(name), (long long)off[0], (long long)off[1],
+                       (unsigned long long)data_size);
     if ((uint64_t)(off[1] - off[0]) != t->bytes)
         return st_fail(j->err, j->errlen,
                        "tensor '%s': shape x %s size is %llu bytes but data_offsets span %llu",
-                       name, t->dtype, (unsigned long long)t->bytes,
+                       PRINTABLE(name), t->dtype, (unsigned long long)t->bytes,
                        (unsigned long long)(off[1] - off[0]));
     t->offset = f->data_start + (uint64_t)off[0];
     return 0;
@@ -573,13 +600,17 @@ static int parse_metadata(jparser* j, st_file* f) {
         if (jexpect(j, ':')) return free(k), -1;
         jws(j);
         if (j->p < j->end && *j->p != '"') {
-            jfail(j, "__metadata__ value of '%.32s' must be a string", k);
+            char shown[72];
+            jfail(j, "__metadata__ value of '%s' must be a string",
+                  zrt_printable(k, shown, sizeof shown));
             return free(k), -1;
         }
         if (jstring(j, &v)) return free(k), -1;
         for (size_t i = 0; i < f->nmd; i++)
             if (!strcmp(f->md[i].key, k)) {
-                jfail(j, "__metadata__ key '%.32s' given twice", k);
+                char shown[72];
+                jfail(j, "__metadata__ key '%s' given twice",
+                      zrt_printable(k, shown, sizeof shown));
                 return free(k), free(v), -1;
             }
         if (f->nmd == f->mdcap) {
@@ -636,12 +667,12 @@ static int check_tensor_set(st_file* f, char* err, size_t errlen) {
     for (size_t i = 1; i < f->nt; i++)
         if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name))
             return free(by_off), st_fail(err, errlen, "tensor '%s' appears twice in the header",
-                                         f->by_name[i]->name);
+                                         PRINTABLE(f->by_name[i]->name));
     int rc = 0;
     for (size_t i = 1; i < f->nt && !rc; i++)
         if (by_off[i - 1]->offset + by_off[i - 1]->bytes > by_off[i]->offset)
             rc = st_fail(err, errlen, "tensors '%s' and '%s' overlap in the file",
-                         by_off[i - 1]->name, by_off[i]->name);
+                         PRINTABLE(by_off[i - 1]->name), PRINTABLE(by_off[i]->name));
     free(by_off);
     return rc;
 }
@@ -662,11 +693,12 @@ int st_open(const char* path, st_file** out, char* err, size_t errlen) {
     if (!path || !out) return st_fail(err, errlen, "st_open: null argument");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return st_fail(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0)
+        return st_fail(err, errlen, "cannot open '%s': %s", PRINTABLE(path), strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return st_fail(err, errlen, "'%s' is not a regular file", path);
+        return st_fail(err, errlen, "'%s' is not a regular file", PRINTABLE(path));
     }
     st_file* f = calloc(1, sizeof *f);
     if (!f) return close(fd), st_fail(err, errlen, "out of memory");
@@ -675,7 +707,8 @@ int st_open(const char* path, st_file** out, char* err, size_t errlen) {
 
     unsigned char len8[8];
     if (f->file_size < 8 || pread_full(fd, len8, 8, 0) != 8) {
-        st_fail(err, errlen, "'%s': %llu bytes, too short for the 8-byte header length", path,
+        st_fail(err, errlen, "'%s': %llu bytes, too short for the 8-byte header length",
+                PRINTABLE(path),
                 (unsigned long long)f->file_size);
         return st_close(f), -1;
     }
@@ -683,12 +716,12 @@ int st_open(const char* path, st_file** out, char* err, size_t errlen) {
     for (int i = 7; i >= 0; i--) n = n << 8 | len8[i];
     if (n > ST_MAX_HEADER_BYTES) {
         st_fail(err, errlen, "'%s': header length %llu exceeds the %u-byte limit (not a "
-                "safetensors file?)", path, (unsigned long long)n, ST_MAX_HEADER_BYTES);
+                "safetensors file?)", PRINTABLE(path), (unsigned long long)n, ST_MAX_HEADER_BYTES);
         return st_close(f), -1;
     }
     if (n > f->file_size - 8) {
         st_fail(err, errlen, "'%s': header length %llu runs past the end of the %llu-byte file",
-                path, (unsigned long long)n, (unsigned long long)f->file_size);
+                PRINTABLE(path), (unsigned long long)n, (unsigned long long)f->file_size);
         return st_close(f), -1;
     }
     f->data_start = 8 + n;
@@ -697,7 +730,7 @@ int st_open(const char* path, st_file** out, char* err, size_t errlen) {
                                         (unsigned long long)n);
     if (pread_full(fd, h, n, 8) != n) {
         free(h);
-        st_fail(err, errlen, "'%s': cannot read the header: %s", path, strerror(errno));
+        st_fail(err, errlen, "'%s': cannot read the header: %s", PRINTABLE(path), strerror(errno));
         return st_close(f), -1;
     }
     jparser j = {h, h, h + n, err, errlen};
@@ -706,7 +739,7 @@ int st_open(const char* path, st_file** out, char* err, size_t errlen) {
     int bad = parse_header(&j, f) || check_tensor_set(f, why, sizeof why);
     free(h);
     if (bad) {
-        st_fail(err, errlen, "'%s': %s", path, why);
+        st_fail(err, errlen, "'%s': %s", PRINTABLE(path), why);
         return st_close(f), -1;
     }
     *out = f;
@@ -738,13 +771,14 @@ int st_read(const st_file* f, const st_tensor* t, void* dst, size_t dst_capacity
     if (t < f->t || t >= f->t + f->nt)
         return st_fail(err, errlen, "st_read: tensor does not belong to this file");
     if (dst_capacity < t->bytes)
-        return st_fail(err, errlen, "tensor '%s' has %llu bytes, destination holds %zu", t->name,
+        return st_fail(err, errlen, "tensor '%s' has %llu bytes, destination holds %zu",
+                       PRINTABLE(t->name),
                        (unsigned long long)t->bytes, dst_capacity);
     errno = 0;
     size_t got = pread_full(f->fd, dst, (size_t)t->bytes, t->offset);
     if (got != t->bytes)
         return st_fail(err, errlen, "tensor '%s': read %zu of %llu bytes at offset %llu (%s)",
-                       t->name, got, (unsigned long long)t->bytes,
+                       PRINTABLE(t->name), got, (unsigned long long)t->bytes,
                        (unsigned long long)t->offset, errno ? strerror(errno) : "end of file");
     return 0;
 }
@@ -756,13 +790,14 @@ int st_read_range(const st_file* f, const st_tensor* t, uint64_t begin, size_t n
         return st_fail(err, errlen, "st_read_range: tensor does not belong to this file");
     if (begin > t->bytes || n > t->bytes - begin)
         return st_fail(err, errlen, "tensor '%s': bytes [%llu, %llu) lie outside its %llu bytes",
-                       t->name, (unsigned long long)begin, (unsigned long long)(begin + n),
+                       PRINTABLE(t->name), (unsigned long long)begin,
+                       (unsigned long long)(begin + n),
                        (unsigned long long)t->bytes);
     errno = 0;
     size_t got = pread_full(f->fd, dst, n, t->offset + begin);
     if (got != n)
         return st_fail(err, errlen, "tensor '%s': read %zu of %zu bytes at offset %llu (%s)",
-                       t->name, got, n, (unsigned long long)(t->offset + begin),
+                       PRINTABLE(t->name), got, n, (unsigned long long)(t->offset + begin),
                        errno ? strerror(errno) : "end of file");
     return 0;
 }

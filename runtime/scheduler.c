@@ -1347,14 +1347,14 @@ void sched_trace_write(Sched* s, const char* path) {
     MPI_Gatherv(s->tb, len, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (f->rank == 0) {
         FILE* fp = fopen(path, "w");
-        trainCheck(fp, "--trace: cannot write %s: %s", path, strerror(errno));
+        trainCheck(fp, "--trace: cannot write %s: %s", PRINTABLE(path), strerror(errno));
         fprintf(fp, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
         for (int r = 0; r < f->nranks; r++) {
             if (r) fprintf(fp, ",\n");
             fwrite(all + displs[r], 1, (size_t)lens[r], fp);
         }
         fprintf(fp, "\n]}\n");
-        trainCheck(fclose(fp) == 0, "--trace: writing %s failed", path);
+        trainCheck(fclose(fp) == 0, "--trace: writing %s failed", PRINTABLE(path));
     }
     free(lens);
     free(displs);

@@ -22,7 +22,9 @@
  * `--resume DIR`, replacing a --resume of CMD. A newer directory that does
  * not verify (truncated, corrupted, missing files, no manifest) is named
  * with why, and the previous kept one is tried. Each restart is one line:
- * what failed, which step resumes from where, what was lost.
+ * what failed, which step resumes from where, what was lost. Paths,
+ * arguments and the job's own line quoted in one go through zrt_printable
+ * (log.h); the job's output itself passes through as it is.
  *
  * SIGTERM / SIGINT / SIGUSR1 to the supervisor: it sends SIGUSR1 to CMD
  * (mpirun forwards it to every rank; the trainer finishes its step, writes
@@ -55,6 +57,7 @@
 
 #include "checkpoint.h"
 #include "config.h"
+#include "log.h"
 
 #define EXIT_BAD_INPUT 2  /* the trainer's status for bad config / arguments / files */
 #define EXIT_PREEMPTED 75 /* the trainer's TRAIN_EXIT_PREEMPTED */
@@ -120,7 +123,8 @@ static double parse_seconds(const char* opt, const char* v) {
     char* end;
     double x = strtod(v, &end);
     if (end == v || *end || !(x >= 0) || x > 1e7) {
-        fprintf(stderr, "supervise: error: %s expects seconds >= 0, got '%s'\n", opt, v);
+        fprintf(stderr, "supervise: error: %s expects seconds >= 0, got '%s'\n", opt,
+                PRINTABLE(v));
         exit(2);
     }
     return x;
@@ -177,7 +181,7 @@ static void parse_args(int argc, char** argv, Opts* o) {
             long v = strtol(argv[++i], &end, 10);
             if (end == argv[i] || *end || v < 0 || v > 1000000) {
                 fprintf(stderr, "supervise: error: --max-restarts expects 0..1000000, got '%s'\n",
-                        argv[i]);
+                        PRINTABLE(argv[i]));
                 exit(2);
             }
             o->max_restarts = (int)v;
@@ -194,7 +198,7 @@ static void parse_args(int argc, char** argv, Opts* o) {
             o->auto_resume = 1;
         } else if (s[0] == '-') {
             usage(stderr);
-            fprintf(stderr, "supervise: error: unknown or incomplete option '%s'\n", s);
+            fprintf(stderr, "supervise: error: unknown or incomplete option '%s'\n", PRINTABLE(s));
             exit(2);
         } else {
             break; /* CMD starts here */
@@ -308,6 +312,14 @@ typedef struct {
     char detail[400];      /* death (mpirun), 2 FATAL, 1 "error:" */
 } Job;
 
+/* The first 200 bytes of the job's line s as the detail, printable. */
+static void set_detail(Job* j, const char* s) {
+    zrt_printable_n(s, strnlen(s, 200), j->detail, sizeof j->detail - 3);
+    const size_t k = strlen(j->detail);
+    if (strlen(s) > 200 && (k < 3 || strcmp(j->detail + k - 3, "...")))
+        strcat(j->detail, "...");
+}
+
 static void note_line(Job* j, const char* line) {
     int n, m;
     if (sscanf(line, "step %d/%d", &n, &m) == 2 && n > j->last_step) j->last_step = n;
@@ -317,17 +329,17 @@ static void note_line(Job* j, const char* line) {
         int r;
         const char* how = strstr(line, " exited ");
         if (sscanf(p + 26, "%d", &r) == 1 && how) {
-            snprintf(j->detail, sizeof j->detail, "rank %d%s", r, how);
+            snprintf(j->detail, sizeof j->detail, "rank %d%s", r, PRINTABLE(how));
             size_t k = strlen(j->detail);
             while (k && (j->detail[k - 1] == '.' || isspace((unsigned char)j->detail[k - 1])))
                 j->detail[--k] = '\0';
             j->detail_rank = 3;
         }
     } else if ((p = strstr(line, "FATAL")) && j->detail_rank < 2) {
-        snprintf(j->detail, sizeof j->detail, "%.200s%s", p, strlen(p) > 200 ? "..." : "");
+        set_detail(j, p);
         j->detail_rank = 2;
     } else if ((p = strstr(line, "error:")) && j->detail_rank < 1) {
-        snprintf(j->detail, sizeof j->detail, "%.200s%s", line, strlen(line) > 200 ? "..." : "");
+        set_detail(j, line);
         j->detail_rank = 1;
     }
 }
@@ -406,7 +418,8 @@ static int launch(Job* j, char** argv) {
         dup2(po[1], 1);
         dup2(pe[1], 2);
         execvp(argv[0], argv);
-        fprintf(stderr, "supervise: error: cannot run %s: %s\n", argv[0], strerror(errno));
+        fprintf(stderr, "supervise: error: cannot run %s: %s\n", PRINTABLE(argv[0]),
+                strerror(errno));
         _exit(127);
     }
     close(po[1]);
@@ -545,7 +558,8 @@ static int pick_checkpoint(const char* root, char* dir, size_t dirlen, int* newe
             found = ck.st.step;
         } else {
             const char* why = strncmp(err, "--resume: ", 10) ? err : err + 10;
-            say("checkpoint %s is not usable (%s): falling back to the previous one", path, why);
+            say("checkpoint %s is not usable (%s): falling back to the previous one",
+                PRINTABLE(path), why);
         }
     }
     for (int i = 0; i < n; i++) free(names[i]);
@@ -625,8 +639,9 @@ int main(int argc, char** argv) {
     char hang[64] = "off";
     if (o.hang_timeout > 0) snprintf(hang, sizeof hang, "%g s", o.hang_timeout);
     if (o.ckpt[0])
-        say("checkpoints under %s (from %s); at most %d restart%s, hang timeout %s", o.ckpt,
-            o.ckpt_from, o.max_restarts, o.max_restarts == 1 ? "" : "s", hang);
+        say("checkpoints under %s (from %s); at most %d restart%s, hang timeout %s",
+            PRINTABLE(o.ckpt), PRINTABLE(o.ckpt_from), o.max_restarts,
+            o.max_restarts == 1 ? "" : "s", hang);
     else
         say("no checkpoint root (--ckpt, or checkpoint.dir in CMD's config): a restart begins at "
             "%s; at most %d restart%s, hang timeout %s",
@@ -639,9 +654,10 @@ int main(int argc, char** argv) {
         int newest;
         start_step = pick_checkpoint(o.ckpt, resume_dir, sizeof resume_dir, &newest);
         if (start_step >= 0)
-            say("--auto-resume: resuming step %d from %s", start_step, resume_dir);
+            say("--auto-resume: resuming step %d from %s", start_step, PRINTABLE(resume_dir));
         else {
-            say("--auto-resume: no usable checkpoint under %s: starting as CMD says", o.ckpt);
+            say("--auto-resume: no usable checkpoint under %s: starting as CMD says",
+                PRINTABLE(o.ckpt));
             start_step = 0;
             resume_dir[0] = '\0';
         }
@@ -670,7 +686,7 @@ int main(int argc, char** argv) {
             if (code == EXIT_PREEMPTED)
                 say("stopped by %s: the job wrote its checkpoint and exited (code %d); continue "
                     "with --auto-resume, or --resume %s",
-                    strsignal(g_signal), code, o.ckpt[0] ? o.ckpt : "DIR");
+                    strsignal(g_signal), code, o.ckpt[0] ? PRINTABLE(o.ckpt) : "DIR");
             else
                 say("stopped by %s: the job ended with %s, not the preempted code %d: no "
                     "checkpoint of the stop was confirmed",
@@ -700,18 +716,18 @@ int main(int argc, char** argv) {
         restarts += counted;
         char from[1400];
         if (step >= 0) {
-            snprintf(from, sizeof from, "resuming step %d from %s", step, next);
+            snprintf(from, sizeof from, "resuming step %d from %s", step, PRINTABLE(next));
             snprintf(resume_dir, sizeof resume_dir, "%s", next);
         } else if (own_resume) {
             snprintf(from, sizeof from, "no usable checkpoint%s%s: resuming from CMD's --resume %s",
-                     o.ckpt[0] ? " under " : "", o.ckpt, own_resume);
+                     o.ckpt[0] ? " under " : "", PRINTABLE(o.ckpt), PRINTABLE(own_resume));
             resume_dir[0] = '\0';
             static CheckpointInfo ck;
             char err[2048];
             step = checkpoint_open(own_resume, &ck, err, sizeof err) ? 0 : ck.st.step;
         } else {
             snprintf(from, sizeof from, "no usable checkpoint%s%s: restarting from step 0",
-                     o.ckpt[0] ? " under " : "", o.ckpt);
+                     o.ckpt[0] ? " under " : "", PRINTABLE(o.ckpt));
             resume_dir[0] = '\0';
             step = 0;
         }

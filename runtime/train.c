@@ -97,7 +97,7 @@ static void dump_batch(int rank, const char* dir, int step, const int* tok, cons
                        const float* logits, int B, int T, int V, float loss) {
     char err[512], path[1100], lbuf[32];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        trainCheck(0, "--dump-tensors: cannot create %s: %s", dir, strerror(errno));
+        trainCheck(0, "--dump-tensors: cannot create %s: %s", PRINTABLE(dir), strerror(errno));
     st_writer* w = st_writer_begin();
     trainCheck(w, "out of memory for the batch dump");
     const int64_t bt[2] = {B, T}, btv[3] = {B, T, V};
@@ -111,7 +111,8 @@ static void dump_batch(int rank, const char* dir, int step, const int* tok, cons
     snprintf(lbuf, sizeof lbuf, "%.9g", (double)loss);
     st_writer_set_metadata(w, "loss", lbuf, err, sizeof err);
     snprintf(path, sizeof path, "%s/step%d_rank%d_batch.safetensors", dir, step, rank);
-    trainCheck(!st_writer_write(w, path, err, sizeof err), "batch dump %s: %s", path, err);
+    trainCheck(!st_writer_write(w, path, err, sizeof err), "batch dump %s: %s", PRINTABLE(path),
+               err);
     st_writer_free(w);
 }
 
@@ -347,7 +348,8 @@ int main(int argc, char** argv) {
         if (dump_now) {
             fsdp_dump_write(&r->fsdp, r->args.dump_dir, step_no);
             if (r->rank == 0)
-                printf("# dumped the step %d tensors to %s\n", step_no, r->args.dump_dir);
+                printf("# dumped the step %d tensors to %s\n", step_no,
+                       PRINTABLE(r->args.dump_dir));
         }
         fsdp_check_compression(&r->fsdp, chk);
         train_log_finish(r, &s);

@@ -224,7 +224,9 @@ void train_log_end(TrainRun* r, int preempted, int saved_step) {
     }
     if (args->trace) {
         sched_trace_write(r->sched, args->trace);
-        if (r->rank == 0) printf("# trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", args->trace);
+        if (r->rank == 0)
+            printf("# trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
+                   PRINTABLE(args->trace));
     }
     /* The measured peak against the plan: the largest resident-set
      * high-water mark of the ranks, read before the hash below gathers each
@@ -278,8 +280,8 @@ void train_log_end(TrainRun* r, int preempted, int saved_step) {
         /* No "final" JSON line: the run is not finished. */
         char where[CFG_PATH_MAX + 64] = "no checkpoint.dir: nothing saved";
         if (saved_step == st->step)
-            snprintf(where, sizeof where, "checkpoint %s/step_%08d written", cfg->ckpt.dir,
-                     st->step);
+            snprintf(where, sizeof where, "checkpoint %s/step_%08d written",
+                     PRINTABLE(cfg->ckpt.dir), st->step);
         printf("# preempted: SIGTERM/SIGUSR1 on %d of %d rank%s; stopped after step %d of %d, "
                "%s; param hash %016" PRIx64 "; exit %d\n",
                preempted, r->nranks, r->nranks > 1 ? "s" : "", st->step, cfg->train.steps, where,

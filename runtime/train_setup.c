@@ -6,6 +6,8 @@
  * memory plan (refused when it cannot fit); the data; the model's shards,
  * activations and scheduler; the weights (init, Hugging Face or the
  * checkpoint). train.c calls train_setup() and then runs the steps.
+ * Arguments, paths and values of the config quoted in messages and log
+ * lines go through zrt_printable (log.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -114,7 +116,8 @@ static void parse_args(int argc, char** argv, TrainArgs* a) {
                     snprintf(msg, sizeof msg,
                              "--dump-tensors: STEPS must be ascending step numbers >= 1, comma-separated "
                              "(at most %d), got '%s'",
-                             (int)(sizeof a->dump_steps / sizeof a->dump_steps[0]), list);
+                             (int)(sizeof a->dump_steps / sizeof a->dump_steps[0]),
+                             PRINTABLE(list));
                     train_config_fail(msg);
                 }
                 a->dump_steps[a->n_dump_steps++] = (int)v;
@@ -139,12 +142,13 @@ static void parse_args(int argc, char** argv, TrainArgs* a) {
             a->trace = argv[++i];
         } else if (s[0] == '-') {
             if (g_rank == 0) usage(stderr);
-            snprintf(msg, sizeof msg, "unknown or incomplete option '%s'", s);
+            snprintf(msg, sizeof msg, "unknown or incomplete option '%s'", PRINTABLE(s));
             train_config_fail(msg);
         } else if (!a->config) {
             a->config = s;
         } else {
-            snprintf(msg, sizeof msg, "unexpected argument '%s' (one config file only)", s);
+            snprintf(msg, sizeof msg, "unexpected argument '%s' (one config file only)",
+                     PRINTABLE(s));
             train_config_fail(msg);
         }
     }
@@ -161,7 +165,7 @@ static const ZrtKernels* select_backend(const TrainConfig* cfg, int local_rank) 
     char why[512] = "", msg[1000], w[400];
     const ZrtKernels* K = device_select(cfg, local_rank, why, sizeof why);
     snprintf(msg, sizeof msg, "%s: key 'runtime.device': %s: %s",
-             config_where(cfg, "runtime.device", w, sizeof w), cfg->runtime.device, why);
+             config_where(cfg, "runtime.device", w, sizeof w), PRINTABLE(cfg->runtime.device), why);
     train_agree_or_fail(K == NULL, msg);
     return K;
 }
@@ -279,7 +283,7 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
                  "available (%s). Hint: "
                  "more hosts, train.recompute: full, a smaller model, or a smaller "
                  "data.batch_size / seq_len.",
-                 cfg->source, (double)llama_num_params(&cfg->model) / 1e9,
+                 PRINTABLE(cfg->source), (double)llama_num_params(&cfg->model) / 1e9,
                  zrt_fmt_bytes(mp->host, b[0], 32),
                  zrt_fmt_bytes(mp->params + mp->grads + mp->optim, b[1], 32),
                  zrt_fmt_bytes(mp->inflight, b[2], 32),
@@ -315,7 +319,7 @@ static void read_config(TrainRun* r, DataMeta* dmeta) {
     train_agree_or_fail(data_read_meta(cfg->data.path, dmeta, herr, sizeof herr) != 0, herr);
     if (dmeta->present) {
         char where[1300];
-        snprintf(where, sizeof where, "%s: 'dtype'", dmeta->path);
+        snprintf(where, sizeof where, "%s: 'dtype'", PRINTABLE(dmeta->path));
         train_agree_or_fail(
             config_set_external(cfg, "data.tokenizer", dmeta->dtype, where, herr, sizeof herr) != 0,
             herr);
@@ -326,7 +330,8 @@ static void read_config(TrainRun* r, DataMeta* dmeta) {
         snprintf(msg, sizeof msg,
                  "%s: the tokenizer that made %s has %lld tokens (vocab_size), more than the "
                  "model's %d (model.vocab_size, %s): its ids would index past the embedding",
-                 dmeta->path, cfg->data.path, dmeta->vocab_size, cfg->model.vocab_size,
+                 PRINTABLE(dmeta->path), PRINTABLE(cfg->data.path), dmeta->vocab_size,
+                 cfg->model.vocab_size,
                  config_where(cfg, "model.vocab_size", w, sizeof w));
         train_config_fail(msg);
     }
@@ -365,7 +370,9 @@ static void read_resume(TrainRun* r) {
         if (config_resume_check(&ck->cfg, ck->nranks, cfg, r->nranks, r->notes, sizeof r->notes, msg,
                                 sizeof msg)) {
             char full[sizeof msg + 2200];
-            snprintf(full, sizeof full, "--resume %.1000s (%.1100s): %s", args->resume, ck->dir, msg);
+            char shown[1000];
+            snprintf(full, sizeof full, "--resume %s (%s): %s",
+                     zrt_printable(args->resume, shown, sizeof shown), PRINTABLE(ck->dir), msg);
             train_config_fail(full);
         }
         *st = ck->st;
@@ -373,7 +380,7 @@ static void read_resume(TrainRun* r) {
             snprintf(msg, sizeof msg,
                      "--resume %s: the checkpoint is at step %d, beyond train.steps %d (hint: "
                      "--set train.steps=N)",
-                     args->resume, st->step, cfg->train.steps);
+                     PRINTABLE(args->resume), st->step, cfg->train.steps);
             train_config_fail(msg);
         }
     }
@@ -385,7 +392,7 @@ static void print_config(TrainRun* r, const DataMeta* dmeta) {
     const LlamaConfig* mc = &cfg->model;
     const int B = cfg->data.batch_size, T = cfg->data.seq_len, A = cfg->data.grad_accum;
     if (r->rank == 0) {
-        printf("# effective config (%s, %d rank%s)\n", cfg->source, r->nranks,
+        printf("# effective config (%s, %d rank%s)\n", PRINTABLE(cfg->source), r->nranks,
                r->nranks > 1 ? "s" : "");
         config_print(cfg, stdout);
         printf("# model: %.3f M parameters, %d units; global batch %d x %d x %d ranks x %d accum "
@@ -404,7 +411,7 @@ static void print_config(TrainRun* r, const DataMeta* dmeta) {
         fputs(r->notes, stdout);
         if (cfg->init_from[0] && args->resume)
             printf("# model.init_from %s: the model keys come from its config.json, the weights "
-                   "from the checkpoint\n", cfg->init_from);
+                   "from the checkpoint\n", PRINTABLE(cfg->init_from));
         if (cfg->init_from[0] && dmeta->present && dmeta->tokenizer[0]) {
             /* the data's tokenizer (its copy beside the tokens) against the model's */
             char tp[CFG_PATH_MAX + 32];
@@ -414,7 +421,7 @@ static void print_config(TrainRun* r, const DataMeta* dmeta) {
                 h != hd)
                 printf("# warning: %s was made with another tokenizer.json (%s) than the model's "
                        "(%s): the ids may not mean what the model learnt\n",
-                       cfg->data.path, dmeta->tokenizer, tp);
+                       PRINTABLE(cfg->data.path), PRINTABLE(dmeta->tokenizer), PRINTABLE(tp));
         }
         fflush(stdout);
     }
@@ -582,14 +589,15 @@ static void open_data(TrainRun* r) {
                  "--resume %s: the training data is not the checkpoint's: %s with the %s "
                  "tokenizer hashes to %016" PRIx64 ", the checkpoint's to %016" PRIx64
                  " (the file changed, or another one)",
-                 args->resume, cfg->data.path, cfg->data.tokenizer, data_fnv, st->data_hash);
+                 PRINTABLE(args->resume), PRINTABLE(cfg->data.path), PRINTABLE(cfg->data.tokenizer),
+                 data_fnv, st->data_hash);
         train_agree_or_fail(1, msg);
     }
     st->data_hash = data_fnv;
     if (r->rank == 0)
         printf("# data: %s, %s tokenizer%s, %zu tokens (%zu train, %zu validation), %zu train "
                "sequences, %.1f s\n",
-               cfg->data.path, cfg->data.tokenizer,
+               PRINTABLE(cfg->data.path), PRINTABLE(cfg->data.tokenizer),
                strcmp(cfg->data.tokenizer, "bpe") ? "" : ds->bpe_cached ? " (cached)" : " (trained)",
                ds->n_tokens, ds->n_train, ds->n_tokens - ds->n_train, ds->n_windows[0],
                zrt_now() - t_data);
@@ -635,7 +643,7 @@ static void build_model(TrainRun* r, HfSource** hf_src) {
     if (*hf_src) {
         train_agree_or_fail(hf_load(fsdp, *hf_src, herr, sizeof herr) != 0, herr);
         if (r->rank == 0)
-            printf("# weights: %s (%s), fresh optimizer state\n", cfg->init_from,
+            printf("# weights: %s (%s), fresh optimizer state\n", PRINTABLE(cfg->init_from),
                    hf_source_summary(*hf_src));
         hf_close(*hf_src);
         *hf_src = NULL;
@@ -644,18 +652,21 @@ static void build_model(TrainRun* r, HfSource** hf_src) {
     if (args->resume) {
         train_agree_or_fail(checkpoint_load(fsdp, ck, err, sizeof err), err);
         if (r->rank == 0)
-            printf("# resumed from %s at step %d (%lld samples consumed)\n", ck->dir, st->step,
+            printf("# resumed from %s at step %d (%lld samples consumed)\n", PRINTABLE(ck->dir),
+                   st->step,
                    st->samples);
     }
     r->windows = zrt_malloc((size_t)B * sizeof(long long), "window indices");
     if (args->trace_data && r->rank == 0) {
         r->trace_data = fopen(args->trace_data, "w");
-        trainCheck(r->trace_data, "cannot open the data trace %s: %s", args->trace_data, strerror(errno));
+        trainCheck(r->trace_data, "cannot open the data trace %s: %s", PRINTABLE(args->trace_data),
+                   strerror(errno));
     }
 
     if (r->rank == 0 && cfg->log.json[0]) {
         r->json = fopen(cfg->log.json, "w");
-        trainCheck(r->json, "cannot open the JSON log %s: %s", cfg->log.json, strerror(errno));
+        trainCheck(r->json, "cannot open the JSON log %s: %s", PRINTABLE(cfg->log.json),
+                   strerror(errno));
     }
     if (r->rank == 0) {
         print_mfu_peak(r);
