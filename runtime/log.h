@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "printable.h"
+
 #include "zipccl.h"
 
 /* Print "FATAL (rank R) file:line: message" and abort all ranks. */
@@ -68,36 +70,6 @@ size_t zrt_rss_now(void);
 /* "1.23 GiB" into buf. */
 const char* zrt_fmt_bytes(double bytes, char* buf, size_t n);
 
-/* s as text that is safe to print: a name, key, value or path read from a
- * file or given on the command line may hold bytes a terminal obeys (ESC
- * sequences set its title and colours, move the cursor, or fake a log line
- * after a newline), so every error and log line quotes such a string
- * through this. Printable ASCII passes through unchanged, and so does valid
- * UTF-8 of printable characters ("é", "中"). Becomes \xNN (two lower-case
- * hex digits) per byte: the C0 controls 0x00-0x1f (tab and newline too),
- * DEL 0x7f, the C1 controls U+0080-U+009F, the characters that move text
- * (U+2028 and U+2029 line and paragraph separators; the bidirectional
- * marks, embeddings, overrides and isolates U+061C, U+200E-U+200F,
- * U+202A-U+202E, U+2066-U+2069), and every byte that is not part of valid
- * UTF-8 (a lone continuation byte, a cut sequence, an overlong form, a
- * surrogate, past U+10FFFF). A backslash becomes \\, so the result is
- * unambiguous: "\x1b" in it always means the byte 0x1b. For ASCII bytes
- * these are also the escapes of YAML's double-quoted scalars.
- *
- * The result goes into out[cap], always NUL-terminated; when it does not
- * fit it is cut between escapes (never inside one) and ends in "..."; the
- * return value is out (a NULL s gives "(null)"). zrt_printable_n reads n
- * bytes, NUL included, for strings that are not NUL-terminated.
- * Left out: other invisible or look-alike characters (zero-width spaces and
- * joiners, the byte-order mark, homoglyphs, combining marks), which cannot
- * move the cursor or change a terminal's state; quoting; line breaking. */
-const char* zrt_printable(const char* s, char* out, size_t cap);
-const char* zrt_printable_n(const void* s, size_t n, char* out, size_t cap);
-
-/* zrt_printable into a temporary buffer of ZRT_PRINTABLE_CAP bytes that
- * lives until the end of the enclosing block, for use as an argument:
- *     zrt_errf(err, errlen, "tensor '%s': ...", PRINTABLE(t->name));  */
-#define ZRT_PRINTABLE_CAP 1024
-#define PRINTABLE(s) zrt_printable((s), (char[ZRT_PRINTABLE_CAP]){0}, ZRT_PRINTABLE_CAP)
+/* zrt_printable, PRINTABLE: runtime/printable.h (included above). */
 
 #endif

@@ -59,6 +59,7 @@ __attribute__((format(printf, 3, 4))) static int st_fail(char* err, size_t errle
         va_start(ap, fmt);
         vsnprintf(err, errlen, fmt, ap);
         va_end(ap);
+        zrt_trim_utf8(err); /* a cut message ends between characters */
     }
     return -1;
 }
@@ -338,6 +339,7 @@ __attribute__((format(printf, 2, 3))) static int jfail(jparser* j, const char* f
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    zrt_trim_utf8(msg);
     return st_fail(j->err, j->errlen, "header JSON, byte %zu: %s", (size_t)(j->p - j->begin), msg);
 }
 

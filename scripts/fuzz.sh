@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# fuzz.sh SECONDS — run every codec fuzz target (tests/fuzz/fuzz_*.c) under
+# fuzz.sh SECONDS — run every fuzz target (tests/fuzz/fuzz_*.c) under
 # libFuzzer for SECONDS each, with ASan and UBSan, growing the committed
 # corpus in tests/fuzz/corpus/<target>/ (new inputs are written there; review
 # and trim them before committing). Builds into build-fuzz/ with clang, which
 # it installs if missing. A crash leaves its input in build-fuzz/ and fails.
 #
-# Only the codec sources are compiled in (comm/codec/codec_cpu.c, comm/base/common.c):
-# the targets exercise the codec, not the transports.
+# Each target names the sources it is built with on a line of its header,
+# "fuzz-sources: FILE ..." (the codec's: comm/codec/codec_cpu.c
+# comm/base/common.c; the safetensors reader's: runtime/safetensors.c
+# runtime/printable.c): a target exercises its parser, not MPI or the
+# transports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
@@ -18,12 +21,15 @@ if ! command -v clang >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/l
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
 fi
 mkdir -p "$OUT"
-CFLAGS="-O1 -g -std=c11 -D_GNU_SOURCE -Icomm -Icomm/core -Icomm/codec -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+CFLAGS="-O1 -g -std=c11 -D_GNU_SOURCE -Icomm -Icomm/base -Icomm/codec -Iruntime -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 status=0
 for src in tests/fuzz/fuzz_*.c; do
   name=$(basename "$src" .c)
   echo "== $name: building"
-  clang $CFLAGS "$src" comm/codec/codec_cpu.c comm/base/common.c -lxxhash -lpthread -o "$OUT/$name"
+  srcs=$(sed -n 's/^ \* fuzz-sources: //p' "$src")
+  [ -n "$srcs" ] || { echo "== $name: no 'fuzz-sources:' line in its header"; status=1; continue; }
+  # shellcheck disable=SC2086
+  clang $CFLAGS "$src" $srcs -lxxhash -lpthread -o "$OUT/$name"
   corpus=tests/fuzz/corpus/$name
   mkdir -p "$corpus" "$OUT/$name.crashes"
   before=$(ls "$corpus" | wc -l)

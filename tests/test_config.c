@@ -56,7 +56,27 @@ static void expect_printable(const char* name, const char* in, size_t n, size_t 
     CHECK(!strcmp(out, want) && out[cap] == 'Z', name, "got '%s', want '%s'", out, want);
 }
 
+/* zrt_trim_utf8: a message cut inside a multi-byte character loses the
+ * partial character, a whole one stays (a fuzz_safetensors finding: a
+ * 512-byte error cut a name's printable UTF-8). */
+static void trim_checks(void) {
+    static const struct { const char *in, *want; } cases[] = {
+        {"ab\xc3", "ab"}, {"ab\xc3\xa9", "ab\xc3\xa9"}, {"ab\xe4\xb8", "ab"}, {"ab\xe4\xb8\xad", "ab\xe4\xb8\xad"},
+        {"x\xf0\x9f\x98", "x"}, {"x\xf0\x9f\x98\x80", "x\xf0\x9f\x98\x80"}, {"plain", "plain"}, {"", ""}};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char b[32];
+        snprintf(b, sizeof b, "%s", cases[i].in);
+        ok &= !strcmp(zrt_trim_utf8(b), cases[i].want);
+    }
+    CHECK(ok, "printable_trim_cut_character", "a cut character stayed or a whole one went");
+    char err[12];
+    zrt_errf(err, sizeof err, "tensor %s", "\xe4\xb8\xad\xe6\x96\x87"); /* cut after one of two characters */
+    CHECK(!strcmp(err, "tensor \xe4\xb8\xad"), "errf_cut_ends_between_characters", "got '%s'", err);
+}
+
 static void printable_checks(void) {
+    trim_checks();
     static const char* const same[] = {"model.layers.0.mlp.up_proj.weight", "/tmp/run 1/x.yaml",
                                        "caf\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87",
                                        "\xf0\x9f\x98\x80", "~!@#$%^&*()_+{}|:\"<>?`-=[];',./"};

@@ -10,6 +10,7 @@
  * Any disagreement aborts, which libFuzzer reports as a crash. Built with
  * clang -fsanitize=fuzzer by scripts/fuzz.sh, and with gcc plus
  * replay_main.c (a plain main over corpus files) by the Makefile.
+ * fuzz-sources: comm/codec/codec_cpu.c comm/base/common.c
  */
 #include <stdint.h>
 #include <stdio.h>
