@@ -46,22 +46,9 @@ from safetensors.numpy import save_file
 d = sys.argv[1]
 evil = os.fsencode(sys.argv[2])                       # the command line's bytes
 evil_u = "\x1b]0;pwned\x07\x1b[31mEVIL\x01\x7f\u009b\u202e"  # as JSON can say it
-V, C, L, H, KV, F = 61, 32, 2, 4, 2, 48
-cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V,
-       "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H,
-       "num_key_value_heads": KV, "max_position_embeddings": 64, "rms_norm_eps": 1e-05,
-       "rope_theta": 10000.0, "tie_word_embeddings": False, "hidden_act": "silu"}
-rng = np.random.default_rng(0)
-t = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
-hd = C // H
-for l in range(L):
-    p = f"model.layers.{l}."
-    t.update({p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,),
-              p + "self_attn.q_proj.weight": (H * hd, C), p + "self_attn.k_proj.weight": (KV * hd, C),
-              p + "self_attn.v_proj.weight": (KV * hd, C), p + "self_attn.o_proj.weight": (C, H * hd),
-              p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
-              p + "mlp.down_proj.weight": (C, F)})
-w = {k: (0.05 * rng.standard_normal(s)).astype(np.float32) for k, s in t.items()}
+sys.path.insert(0, "tests")
+from tiny_hf import V, C, KV, F, HD as hd, CONFIG as cfg, llama_weights
+w, rng = llama_weights()
 
 def model_dir(name, config=cfg):
     o = os.path.join(d, name)
