@@ -31,6 +31,13 @@ comm: {strategy: compressed, param_dtype: bf16, reduce_dtype: fp32}
 YAML
 }
 
+# The MoE twin of the tiny model: --set overrides on top of tiny.yaml (4
+# experts, top-2, the second block dense, renormalised top-k, capacity 1.0,
+# the aux loss, QK-norm).
+TINY_MOE="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_hidden=16
+   --set model.mlp_only_layers=1 --set model.norm_topk_prob=true --set model.capacity_factor=1.0
+   --set model.router_aux_loss_coef=0.01 --set model.qk_norm=true"
+
 # run NP OUT [args...]: $TRAIN on $tmp/tiny.yaml at NP ranks, the JSON log
 # in OUT and the output in OUT.log (its tail printed when the run fails)
 run() {

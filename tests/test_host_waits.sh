@@ -46,9 +46,7 @@ declare -A BUDGET=(
 )
 
 tiny_yaml 4 2 0 1
-M="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_hidden=16
-   --set model.mlp_only_layers=1 --set model.norm_topk_prob=true --set model.capacity_factor=1.0
-   --set model.router_aux_loss_coef=0.01 --set model.qk_norm=true"
+M=$TINY_MOE
 
 # counts FILE STEP: "compute comm allocs frees" of that step's JSON line
 counts() {

@@ -33,9 +33,7 @@ EMU=$BUILD/gpu/train_emu
 [ -x "$TRAIN" ] || { echo "FAIL train_cuda_emu: $TRAIN not built"; exit 1; }
 
 tiny_yaml 3 2 2 1
-M="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_hidden=16
-   --set model.mlp_only_layers=1 --set model.norm_topk_prob=true --set model.capacity_factor=1.0
-   --set model.router_aux_loss_coef=0.01 --set model.qk_norm=true"
+M=$TINY_MOE
 # check NAME A B MODE [TOL]: compare_runs' verdict as one PASS or FAIL line
 check() {
   local name=$1 a=$2 b=$3 r

@@ -102,9 +102,7 @@ guarded_same() {
 
 # (a') the MoE model (top-2 of 4 experts, one dense block, a capacity that
 # drops pairs, the aux loss) at EP 1: guarded == cpu at 1 and 2 ranks
-M="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_ffn_hidden=16
-   --set model.mlp_only_layers=1 --set model.norm_topk_prob=true --set model.capacity_factor=1.0
-   --set model.router_aux_loss_coef=0.01 --set model.qk_norm=true"
+M=$TINY_MOE
 # shellcheck disable=SC2086
 for np in 1 2; do guarded_same "guarded_equals_cpu_moe_${np}ranks" "$np" $M; done
 
