@@ -36,7 +36,6 @@
 /* ---- shared: pinned memory, streams, events --------------------------------- */
 
 static void* h_host_alloc(ZDevice* d, size_t bytes) {
-    (void)d;
     void* p = malloc(bytes);
     if (!p) zdev_set_error("%s: out of host memory (%zu bytes)", d->name, bytes);
     return p;

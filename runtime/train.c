@@ -275,7 +275,7 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
     /* the step's one read-back: the micro-batches' summed losses and every
      * unit's gradient sum of squares, together */
     fsdp_grad_sumsq(fsdp, r->step_scalars + A);
-    double* sc = zrt_malloc(((size_t)A + fsdp->n_units) * sizeof(double), "step scalars");
+    double* sc = r->step_scalars_host;
     zdevCheck(zdev_download(r->K->dev, sc, r->step_scalars, ((size_t)A + fsdp->n_units) * sizeof(double)));
     /* each micro-batch's mean loss, added in order, as each step's returned loss was */
     for (int a = 0; a < A; a++) loss_sum += micro_loss(r, sc, a);
@@ -291,7 +291,6 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
         expert_load_stats(r, s);
     }
     s->norm = fsdp_grad_norm_of(fsdp, sc + A);
-    free(sc);
     trainCheck(isfinite(s->loss) && isfinite(s->norm),
                "step %d: loss %g, grad norm %g are not finite (hint: lower optimizer.lr, "
                "raise warmup_steps)",

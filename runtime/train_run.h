@@ -84,7 +84,8 @@ typedef struct {
                           * step later, after the step's read-back */
     double* step_scalars; /* device: each micro-batch's summed loss (grad_accum), then
                           * each unit's gradient sum of squares (n_units): one copy
-                          * back per step */
+                          * back per step, into step_scalars_host */
+    double* step_scalars_host;
     int* loss_counts;    /* (grad_accum) its counted targets (host)         */
     long long* windows;  /* (B) its windows' indices (--trace-data) */
     float* dump_logits;  /* --dump-tensors: (B, T, V) */

@@ -637,6 +637,7 @@ static void build_model(TrainRun* r, HfSource** hf_src) {
      * per step (llama_acts_set_loss_sink, fsdp_grad_sumsq) */
     const size_t n_scalars = (size_t)cfg->data.grad_accum + (size_t)fsdp->n_units;
     r->step_scalars = zdev_alloc(K->dev, n_scalars * sizeof(double));
+    r->step_scalars_host = zrt_malloc(n_scalars * sizeof(double), "step scalars");
     r->loss_counts = zrt_malloc((size_t)cfg->data.grad_accum * sizeof(int), "loss counts");
     trainCheck(r->step_scalars, "out of %s memory for the step's losses and norm", K->name);
     zdevCheck(zdev_memset_async(K->dev, r->step_scalars, 0, n_scalars * sizeof(double), NULL));
@@ -753,6 +754,7 @@ void train_teardown(TrainRun* r) {
     if (r->K) zdev_free(r->K->dev, r->step_scalars);
     if (r->K) zdev_host_free(r->K->dev, r->batch_ring);
     free(r->loss_counts);
+    free(r->step_scalars_host);
     llama_acts_free(r->acts);
     sched_destroy(r->sched);
     fsdp_free(&r->fsdp);
