@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test: timeout=300 asan=no
-# test_coll_device_cuda_emu.sh — ZipCCL's CUDA device (comm/core/device_cuda.cu,
+# test_coll_device_cuda_emu.sh — the CUDA device (device/device_cuda.cu,
 # the CUDA codec's kernels and entry points, the reduction kernels of
 # comm/transport/transport_nccl_kernels.cu) on machines without a GPU: the
 # files compile as plain C++ over the warp emulator (tests/gpu/warp_emu.h,

@@ -119,10 +119,10 @@ guarded_same guarded_equals_cpu_moe_ep2_4ranks 4 $M --set parallelism.ep=2 \
   --set comm.alltoall_dtype=bf16 --set moe.overlap_chunks=2 --set model.capacity_factor=0
 
 # (a''') the path a GPU run's collectives take, with host memory standing in
-# for the device (ZRT_COMM_HOSTCODED=1: ZipCCL's zipcclDeviceMemoryHost, so
-# compressed gathers and reduce-scatters are coded "on the device" by the CPU
-# codec: one frame per peer, the sizes summed, the frames exchanged, the
-# reduce-scatter's sum in the canonical order through the table): compressed
+# for the device (ZRT_COMM_HOSTCODED=1: the collectives take zdev_cpu(),
+# coded, so compressed gathers and reduce-scatters are coded "on the device"
+# by the CPU codec: one frame per peer, the sizes summed, the frames
+# exchanged, the reduce-scatter's sum in the canonical order): compressed
 # runs equal the host path's bit for bit, dense at 2 ranks and MoE at EP 2 on
 # 4 ranks (whose expert-data-parallel communicators take the path too).
 hostcoded_same() {
