@@ -115,8 +115,9 @@ static const KeyDesc kKeys[] = {
     {"train.steps", K_INT, OFF(train.steps), 1, INT_MAX, 0, "optimizer steps", R_FREE},
     {"train.seed", K_I64, OFF(train.seed), 0, 9e18, 0, "parameter init seed", R_NEVER},
     {"train.recompute", K_STR, OFF(train.recompute), 0, 0, SZ(train.recompute),
-     "none|full: full keeps each block's input only and recomputes its forward in the "
-     "backward (same bits)", R_FREE},
+     "auto|none|full: full keeps each block's input only and recomputes its forward in the "
+     "backward (same bits); auto: full only when the memory plan does not fit without it",
+     R_FREE},
     {"train.logits_rows", K_INT, OFF(train.logits_rows), 0, INT_MAX, 0,
      "token rows of the output layer at once, 0: as many as 128 MiB of logits hold", R_FREE},
     {"optimizer.lr", K_FLOAT, OFF(optim.lr), 0, 10, 0, "peak learning rate", R_ASK},
@@ -177,6 +178,9 @@ static const KeyDesc kKeys[] = {
      "fp32|bf16: the linear layers' products (bf16: tensor cores, fp32 accumulation)", R_ASK},
     {"runtime.device", K_STR, OFF(runtime.device), 0, 0, SZ(runtime.device),
      "cpu|cuda|cpu_guarded: where the model computes", R_FREE},
+    {"runtime.memory_gib", K_FLOAT, OFF(runtime.memory_gib), 0, 1 << 20, 0,
+     "memory per rank the plan must fit, GiB (the device's with a device); 0: 90% of what the "
+     "host has available (the device free), shared by its ranks; --plan: 80", R_FREE},
     {"comm.net", K_STR, OFF(runtime.net), 0, 0, SZ(runtime.net),
      "mpi|nccl: a device's collectives through host memory over MPI, or device to device over NCCL "
      "(runtime.device cuda; control stays on MPI)", R_FREE},
@@ -243,7 +247,7 @@ void config_defaults(TrainConfig* c) {
     snprintf(c->runtime.device, sizeof c->runtime.device, "cpu");
     snprintf(c->runtime.net, sizeof c->runtime.net, "mpi");
     snprintf(c->runtime.compute, sizeof c->runtime.compute, "fp32");
-    snprintf(c->train.recompute, sizeof c->train.recompute, "none");
+    snprintf(c->train.recompute, sizeof c->train.recompute, "auto");
 }
 
 
@@ -826,8 +830,9 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
                         "use comm.net: mpi",
                         config_where(c, "comm.net", w1, sizeof w1), PRINTABLE(c->runtime.device),
                         config_where(c, "runtime.device", w2, sizeof w2));
-    if (strcmp(c->train.recompute, "none") && strcmp(c->train.recompute, "full"))
-        return zrt_errf(err, errlen, "%s: key 'train.recompute': unknown mode '%s' (none|full)",
+    if (strcmp(c->train.recompute, "none") && strcmp(c->train.recompute, "full") &&
+        strcmp(c->train.recompute, "auto"))
+        return zrt_errf(err, errlen, "%s: key 'train.recompute': unknown mode '%s' (auto|none|full)",
                         config_where(c, "train.recompute", w1, sizeof w1),
                         PRINTABLE(c->train.recompute));
     if (strcmp(c->runtime.compute, "fp32") && strcmp(c->runtime.compute, "bf16"))

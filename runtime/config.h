@@ -62,8 +62,10 @@ typedef struct {
     struct {
         int steps;               /* optimizer steps to run (end step) */
         long long seed;          /* parameter init */
-        char recompute[8];       /* "none" | "full": a block keeps only its input and
-                                  * its backward runs its forward again (llama.h) */
+        char recompute[8];       /* "auto" | "none" | "full": a block keeps only its
+                                  * input and its backward runs its forward again
+                                  * (llama.h); auto: full when the memory plan does
+                                  * not fit without it (memplan.h) */
         int logits_rows;         /* output-layer rows at once, 0: by size (llama.h) */
     } train;
     struct {
@@ -122,6 +124,9 @@ typedef struct {
                           * layers' products in bf16, fp32 accumulation) */
         char net[8];     /* key comm.net: "mpi" | "nccl": how a device's
                           * collective buffers travel between the ranks */
+        double memory_gib; /* memory per rank the plan must fit, GiB (the
+                            * device's with a device); 0: what the machine has
+                            * (memplan.h; --plan: 80) */
     } runtime;
     char source[CFG_PATH_MAX]; /* the file it came from */
     /* Where each key's value came from, by its place in config.c's table:

@@ -33,13 +33,15 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     if (sched_check_config(cfg, nranks, &mp->inflight, err, errlen)) return -1;
     const int B = cfg->data.batch_size, T = cfg->data.seq_len;
     const int exchange = m->n_experts > 0 && EP > 1;
-    LlamaMemOpts o = {.recompute = !strcmp(cfg->train.recompute, "full"),
-                      .logits_rows = cfg->train.logits_rows, .expert_exchange = exchange};
-    mp->acts = (double)llama_acts_bytes_opts(m, B, T, K, &o);
-    o.recompute = 0;
+    LlamaMemOpts o = {.recompute = 0, .logits_rows = cfg->train.logits_rows,
+                      .expert_exchange = exchange};
     mp->acts_none = (double)llama_acts_bytes_opts(m, B, T, K, &o);
     o.recompute = 1;
     mp->acts_full = (double)llama_acts_bytes_opts(m, B, T, K, &o);
+    /* auto starts without recomputation (memplan_recompute) */
+    mp->recompute_auto = !strcmp(cfg->train.recompute, "auto");
+    mp->recompute = !strcmp(cfg->train.recompute, "full");
+    mp->acts = mp->recompute ? mp->acts_full : mp->acts_none;
     /* ZipCCL's staging, which each communicator keeps at its largest call
      * (grown by 1/8 more, comm/base/comm_state.h): a gather's frames (its
      * shard out, the n-1 others in: about one unit at the wire dtype) and a
@@ -95,6 +97,20 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
     return 0;
 }
 
+int memplan_fits(const MemPlan* mp, const ZrtKernels* K, double host_budget, double device_budget) {
+    return (host_budget <= 0 || mp->host <= host_budget) &&
+           (device_budget <= 0 || K->dev->host_access || mp->device <= device_budget);
+}
+
+void memplan_recompute(MemPlan* mp, const ZrtKernels* K) {
+    if (mp->recompute) return;
+    const double less = mp->acts_none - mp->acts_full; /* the device's on a device */
+    mp->recompute = 1;
+    mp->acts = mp->acts_full;
+    if (K->dev->host_access) mp->host -= less;
+    else mp->device -= less;
+}
+
 void memplan_print(const MemPlan* mp, const TrainConfig* cfg, const ZrtKernels* K, FILE* f) {
     char b[14][32];
     const int dev = !K->dev->host_access;
@@ -108,7 +124,8 @@ void memplan_print(const MemPlan* mp, const TrainConfig* cfg, const ZrtKernels* 
             zrt_fmt_bytes(mp->params, b[1], 32), zrt_fmt_bytes(mp->grads, b[2], 32),
             zrt_fmt_bytes(mp->optim, b[3], 32),
             zrt_fmt_bytes(mp->inflight, b[5], 32), zrt_fmt_bytes(mp->acts, b[6], 32),
-            dev ? " on the device" : "", cfg->train.recompute,
+            dev ? " on the device" : "",
+            mp->recompute_auto ? (mp->recompute ? "auto: full" : "auto: none") : cfg->train.recompute,
             zrt_fmt_bytes(mp->acts_none, b[7], 32), zrt_fmt_bytes(mp->acts_full, b[8], 32),
             zrt_fmt_bytes(mp->comm, b[9], 32), zrt_fmt_bytes(mp->data, b[10], 32),
             zrt_fmt_bytes(mp->base, b[11], 32), zrt_fmt_bytes(mp->host, b[12], 32));

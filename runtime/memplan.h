@@ -17,7 +17,9 @@
  *   acts       activations for (batch_size, seq_len) with the run's
  *              train.recompute and train.logits_rows (models/llama.h);
  *              acts_none / acts_full: the same without and with
- *              recomputation, for comparison
+ *              recomputation, for comparison. train.recompute: auto plans
+ *              without recomputation, and the caller switches it on
+ *              (memplan_recompute) when that does not fit its memory
  *   comm       ZipCCL's staging: the frames of the largest unit's gather
  *              (one unit at the wire dtype) and reduce-scatter (2 (n-1)/n
  *              of one, and a 1/n fp32 accumulator), 1/8 growth room; none
@@ -48,6 +50,9 @@ typedef struct {
     double params, grads, optim; /* the shards */
     double inflight;
     double acts, acts_none, acts_full;
+    int recompute;      /* 1: acts is acts_full (train.recompute: full, or auto switched by
+                         * memplan_recompute); what the run builds its activations with */
+    int recompute_auto; /* train.recompute: auto: the caller decides against its budget */
     double comm, data, base;
     double host, device; /* totals: per rank; device 0 on a host backend */
 } MemPlan;
@@ -57,6 +62,15 @@ typedef struct {
  * or -1 with the reason in err (the schedule's refusals, naming the key). */
 int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, double data_bytes,
                   double base, MemPlan* mp, char* err, size_t errlen);
+
+/* Whether the plan fits host_budget bytes of host memory and (on a
+ * device) device_budget of device memory per rank; a budget <= 0 bounds
+ * nothing. */
+int memplan_fits(const MemPlan* mp, const ZrtKernels* K, double host_budget, double device_budget);
+
+/* Switch the plan to recomputation (acts_full, and the totals with it):
+ * what train.recompute: auto does when the plan without it does not fit. */
+void memplan_recompute(MemPlan* mp, const ZrtKernels* K);
 
 /* The breakdown, one "# memory ..." line per part, to f. */
 void memplan_print(const MemPlan* mp, const TrainConfig* cfg, const ZrtKernels* K, FILE* f);

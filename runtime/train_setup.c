@@ -85,6 +85,9 @@ static void usage(FILE* f) {
             "                         with scripts/plot_trace.py\n"
             "  --plan NRANKS          print the memory plan per rank at NRANKS ranks (shards,\n"
             "                         units in flight, activations, ...) and exit\n"
+            "                         for runtime.memory_gib per rank (default there 80:\n"
+            "                         an 80 GB card); train.recompute: auto recomputes if\n"
+            "                         it must\n"
             "SIGTERM or SIGUSR1: finish the step, write its checkpoint (checkpoint.dir) and exit\n"
             "with status 75; build/supervise restarts runs that fail (docs/RUNTIME.md)\n");
 }
@@ -203,10 +206,10 @@ static double backend_matmul_peak(const ZrtKernels* K) {
     return best;
 }
 
-/* The activations' memory options from the config (train.recompute,
- * train.logits_rows). */
-static LlamaMemOpts train_mem_opts(const TrainConfig* cfg) {
-    return (LlamaMemOpts){.recompute = !strcmp(cfg->train.recompute, "full"),
+/* The activations' memory options: recomputation as the memory plan
+ * resolved it (train.recompute: auto), train.logits_rows. */
+static LlamaMemOpts train_mem_opts(const TrainConfig* cfg, const MemPlan* mp) {
+    return (LlamaMemOpts){.recompute = mp->recompute,
                           .logits_rows = cfg->train.logits_rows,
                           .expert_exchange = cfg->model.n_experts > 0 && cfg->parallel.ep > 1};
 }
@@ -230,21 +233,38 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
     if (memplan_build(cfg, g_nranks, K, data_bytes(cfg), (double)zrt_rss_now(), mp, err,
                       sizeof err))
         train_config_fail(err);
-    if (g_rank == 0) memplan_print(mp, cfg, K, stdout);
-    /* Ranks on this host (node: their communicator) share its memory. */
-    int local = 1;
+    /* Ranks on this host (node: their communicator) share its memory, the
+     * ranks on one device its free memory. */
+    int local = 1, sharing = 1;
     MPI_Comm_size(node, &local);
-    const double avail = (double)zrt_mem_available(), need = mp->host * local;
-    if (!K->dev->host_access) {
-        size_t dfree = 0, dtotal = 0;
-        int sharing = 1, dev_bad = 0;
-        if (zdev_mem_info(K->dev, &dfree, &dtotal) == 0) {
-            MPI_Comm dc; /* the ranks of this host on this device */
-            MPI_Comm_split(node, K->dev->ordinal, 0, &dc);
-            MPI_Comm_size(dc, &sharing);
-            MPI_Comm_free(&dc);
-            dev_bad = mp->device * sharing > 0.9 * (double)dfree;
-        }
+    const double avail = (double)zrt_mem_available();
+    size_t dfree = 0, dtotal = 0;
+    const int dev = !K->dev->host_access, dev_info = dev && zdev_mem_info(K->dev, &dfree, &dtotal) == 0;
+    if (dev_info) {
+        MPI_Comm dc; /* the ranks of this host on this device */
+        MPI_Comm_split(node, K->dev->ordinal, 0, &dc);
+        MPI_Comm_size(dc, &sharing);
+        MPI_Comm_free(&dc);
+    }
+    /* A rank's budget: 90% of its share of what the host has available
+     * (and of the device's free memory), or runtime.memory_gib if less. */
+    const double limit = cfg->runtime.memory_gib * (double)(1ull << 30);
+    double host_budget = avail > 0 ? 0.9 * avail / local : 0,
+           dev_budget = dev_info ? 0.9 * (double)dfree / sharing : 0;
+    if (limit > 0 && !dev) host_budget = host_budget > 0 && host_budget < limit ? host_budget : limit;
+    if (limit > 0 && dev) dev_budget = dev_budget > 0 && dev_budget < limit ? dev_budget : limit;
+    /* train.recompute: auto: recompute when the plan without it does not
+     * fit on some rank, all ranks alike */
+    if (mp->recompute_auto) {
+        int fits = memplan_fits(mp, K, host_budget, dev_budget), all = 0;
+        MPI_Allreduce(&fits, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!all) memplan_recompute(mp, K);
+    }
+    if (g_rank == 0) memplan_print(mp, cfg, K, stdout);
+    const char* hint = mp->recompute ? "" : "train.recompute: full, ";
+    const double need = mp->host * local;
+    if (dev) {
+        const int dev_bad = dev_budget > 0 && mp->device > dev_budget;
         if (g_rank == 0) {
             char b[2][32];
             printf("# device memory: %d rank%s on the device need %s of %s free\n", sharing,
@@ -255,14 +275,20 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
         MPI_Allreduce(&dev_bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (any) {
             char msg[1024], b[3][32], w[400];
+            char lim[64] = "";
+            if (limit > 0) snprintf(lim, sizeof lim, " (runtime.memory_gib %g)", cfg->runtime.memory_gib);
             snprintf(msg, sizeof msg,
                      "%s: key 'runtime.device': the model does not fit on the device: "
                      "activations %s + gathered units and gradients in flight %s per rank, x %d "
-                     "rank%s on one device, but %s is free. Hint: train.recompute: full, a "
+                     "rank%s on one device, but %s is free%s. Hint: %sa "
                      "smaller data.batch_size / seq_len, or more devices.",
                      config_where(cfg, "runtime.device", w, sizeof w),
                      zrt_fmt_bytes(mp->acts, b[0], 32), zrt_fmt_bytes(mp->inflight, b[1], 32),
-                     sharing, sharing > 1 ? "s" : "", zrt_fmt_bytes((double)dfree, b[2], 32));
+                     sharing, sharing > 1 ? "s" : "",
+                     zrt_fmt_bytes(limit > 0 && (!dfree || limit < 0.9 * (double)dfree / sharing) ? limit * sharing
+                                                                                          : (double)dfree,
+                                   b[2], 32),
+                     lim, hint);
             train_config_fail(msg);
         }
     }
@@ -272,16 +298,19 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
                zrt_fmt_bytes(avail, (char[32]){0}, 32));
     /* Decide together: a rank that stopped alone would leave the others
      * waiting in their first collective. */
-    int bad = avail > 0 && need > 0.9 * avail, any_bad = 0;
+    int bad = host_budget > 0 && mp->host > host_budget, any_bad = 0;
     MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (any_bad) {
-        char b[8][32], msg[2048];
+        char b[8][32], msg[2048], lim[96] = "";
+        if (limit > 0)
+            snprintf(lim, sizeof lim, " or than runtime.memory_gib (%g GiB per rank)",
+                     cfg->runtime.memory_gib);
         snprintf(msg, sizeof msg,
                  "%s: the model does not fit: %.3g B parameters need %s per rank (shards %s, "
                  "gathered units + gradients in flight %s, activations %s, comm %s, data %s, "
                  "process %s); %d ranks on this host need %s, more than 90%% of the %s "
-                 "available (%s). Hint: "
-                 "more hosts, train.recompute: full, a smaller model, or a smaller "
+                 "available (%s)%s. Hint: "
+                 "more hosts, %sa smaller model, or a smaller "
                  "data.batch_size / seq_len.",
                  PRINTABLE(cfg->source), (double)llama_num_params(&cfg->model) / 1e9,
                  zrt_fmt_bytes(mp->host, b[0], 32),
@@ -291,7 +320,7 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
                  zrt_fmt_bytes(mp->comm, b[4], 32), zrt_fmt_bytes(mp->data, b[5], 32),
                  zrt_fmt_bytes(mp->base, b[6], 32), local, zrt_fmt_bytes(need, b[7], 32),
                  zrt_fmt_bytes(avail, (char[32]){0}, 32),
-                 zrt_fmt_bytes(0.9 * avail, (char[32]){0}, 32));
+                 zrt_fmt_bytes(0.9 * avail, (char[32]){0}, 32), lim, hint);
         train_config_fail(msg);
     }
 }
@@ -457,7 +486,17 @@ static int plan_or_refuse(TrainRun* r) {
             if (memplan_build(cfg, args->plan, PK, data_bytes(cfg), (double)zrt_rss_now(), &mp,
                               err, sizeof err))
                 train_config_fail(err);
+            /* the budget: the card's memory with a device, else the host's */
+            const double gib = cfg->runtime.memory_gib > 0 ? cfg->runtime.memory_gib : 80,
+                         budget = gib * (double)(1ull << 30);
+            const double hb = PK->dev->host_access ? budget : 0;
+            if (mp.recompute_auto && !memplan_fits(&mp, PK, hb, budget)) memplan_recompute(&mp, PK);
             memplan_print(&mp, cfg, PK, stdout);
+            char b[32];
+            printf("# fits %g GiB per rank (runtime.memory_gib): %s (%s %s)\n", gib,
+                   memplan_fits(&mp, PK, hb, budget) ? "yes" : "no",
+                   PK->dev->host_access ? "host" : "device",
+                   zrt_fmt_bytes(PK->dev->host_access ? mp.host : mp.device, b, sizeof b));
         }
         plan_free(&r->comm_plan);
         return 1;
@@ -621,7 +660,7 @@ static void build_model(TrainRun* r, HfSource** hf_src) {
     const int B = cfg->data.batch_size, T = cfg->data.seq_len;
     char err[1024], herr[4096];
     fsdp_init(fsdp, cfg, K, &r->comm_plan);
-    const LlamaMemOpts mopts = train_mem_opts(cfg);
+    const LlamaMemOpts mopts = train_mem_opts(cfg, &r->mplan);
     LlamaActs* acts = r->acts = llama_acts_alloc_opts(mc, B, T, K, &mopts);
     trainCheck(acts, "cannot allocate %zu bytes of activations for B=%d T=%d on %s",
                llama_acts_bytes_opts(mc, B, T, K, &mopts), B, T, K->name);
