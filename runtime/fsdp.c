@@ -48,6 +48,7 @@
 
 #include "device_setup.h"
 #include "kernels.h"
+#include "zipccl_float.h"
 #include "log.h"
 #include "optim.h"
 #include "safetensors.h"
@@ -229,8 +230,16 @@ zipcclComm_t fsdp_comm(const Fsdp* f, int u, int kind) {
  * memory on a host table, the device's on a device, where ZipCCL takes
  * device buffers), so one path serves both: a bf16 gather sends the
  * shard's cast in `send`, an fp32 one the shard itself. */
+int fsdp_unit_local(const Fsdp* f, int u) { return group_size(f, &f->units[u]) == 1; }
+
 void fsdp_gather_start(Fsdp* f, int u, void* send, void* recv, zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
+    if (fsdp_unit_local(f, u)) { /* the cast a bf16 unit is read as, or nothing */
+        *req = NULL;
+        if (f->param_dtype == zipcclBfloat16) f->K->round_to_bf16(recv, U->param, U->shard);
+        else trainCheck(recv == U->param, "fsdp: %s is local: the model reads its shard", U->name);
+        return;
+    }
     const void* out = U->param;
     if (f->param_dtype == zipcclBfloat16) {
         trainCheck(send, "fsdp: the gather of %s without its send buffer", U->name);
@@ -250,6 +259,12 @@ void fsdp_gather_finish(Fsdp* f, int u, const void* recv) {
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* recv,
                        zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
+    if (fsdp_unit_local(f, u)) { /* into the fp32 shard, no rounding */
+        *req = NULL;
+        fsdp_dump_grad(f, u, gfull);
+        f->K->add(U->grad, U->grad, gfull, U->shard);
+        return;
+    }
     if (f->reduce_dtype == zipcclBfloat16) {
         trainCheck(send, "fsdp: the reduce-scatter of %s without its send buffer", U->name);
         f->K->round_to_bf16(send, gfull, U->padded);
@@ -265,6 +280,7 @@ void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* rec
  * the shard never depend on which collective happened to finish first. */
 void fsdp_reduce_finish(Fsdp* f, int u, const void* recv) {
     FsdpUnit* U = &f->units[u];
+    if (fsdp_unit_local(f, u)) return; /* added at start */
     if (f->reduce_dtype == zipcclBfloat16) f->K->add_bf16(U->grad, recv, U->shard);
     else f->K->add(U->grad, U->grad, recv, U->shard);
 }
@@ -284,9 +300,19 @@ void fsdp_dump_param(Fsdp* f, int u, const void* buf) {
 
 void fsdp_dump_grad(Fsdp* f, int u, const void* buf) {
     if (!f->dump_armed || f->dump_grad[u]) return;
-    size_t bytes = f->units[u].padded * zipcclTypeSize(f->reduce_dtype);
-    f->dump_grad[u] = zrt_malloc(bytes, "tensor dump");
-    dump_copy(f, f->dump_grad[u], buf, bytes);
+    const size_t n = f->units[u].padded;
+    f->dump_grad[u] = zrt_malloc(n * zipcclTypeSize(f->reduce_dtype), "tensor dump");
+    if (!fsdp_unit_local(f, u) || f->reduce_dtype != zipcclBfloat16) {
+        dump_copy(f, f->dump_grad[u], buf, n * zipcclTypeSize(f->reduce_dtype));
+        return;
+    }
+    /* a local unit's gradient is fp32 (fsdp_unit_local); the file holds the
+     * reduce dtype's cast, as a reduce-scatter would have sent it */
+    float* g = zrt_malloc(n * sizeof(float), "tensor dump");
+    dump_copy(f, g, buf, n * sizeof(float));
+    uint16_t* out = f->dump_grad[u];
+    for (size_t i = 0; i < n; i++) out[i] = zipcclFloatToBf16(g[i]);
+    free(g);
 }
 
 void fsdp_zero_grads(Fsdp* f) {
@@ -596,7 +622,7 @@ void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3]) {
         if (k < 2) {
             for (int u = 0; u < f->n_units; u++) {
                 zipcclStrategy_t s = k == 0 ? f->units[u].ag_cfg.strategy : f->units[u].rs_cfg.strategy;
-                wanted |= s == zipcclStrategyCompressed;
+                wanted |= s == zipcclStrategyCompressed && !fsdp_unit_local(f, u);
             }
         } else if (f->ep > 1) {
             for (int l = 0; l < f->cfg->model.n_layers; l++)

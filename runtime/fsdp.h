@@ -117,6 +117,15 @@ void fsdp_gather_finish(Fsdp* f, int u, const void* recv);
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* recv,
                        zipcclRequest_t* req);
 void fsdp_reduce_finish(Fsdp* f, int u, const void* recv);
+/* Whether unit u is not sharded: its group is this rank alone (one rank,
+ * or an expert unit at EP = the rank count). Such a unit has no
+ * collectives, codec or staging: for an fp32 gather the model reads the
+ * shard itself (the scheduler passes U->param as recv and start does
+ * nothing), for a bf16 one start casts the shard into recv (send unused);
+ * reduce start adds gfull into the gradient shard in fp32, whatever
+ * comm.reduce_dtype says (send and recv unused, finish does nothing): what
+ * an fp32 reduce-scatter over one rank gives, bit for bit. *req is NULL. */
+int fsdp_unit_local(const Fsdp* f, int u);
 /* The communicator unit u's calls of kind k (PLAN_AG, PLAN_RS) go over. */
 zipcclComm_t fsdp_comm(const Fsdp* f, int u, int kind);
 /* --dump-tensors, when armed: keep a copy of what unit u's gather brought

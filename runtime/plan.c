@@ -124,6 +124,10 @@ static void cell(const PlanEntry* e, char* buf, size_t n) {
         snprintf(buf, n, "-");
         return;
     }
+    if (e->local) { /* one rank's group: a cast or nothing, and an add (fsdp.h) */
+        snprintf(buf, n, "local (no collective) %dx", e->calls_per_step);
+        return;
+    }
     const int comp = e->cfg.strategy == zipcclStrategyCompressed || e->cfg.strategy == zipcclStrategyAuto;
     char bytes[32];
     snprintf(buf, n, "%s%s%s/%s %dx %s", zipcclStrategyName(e->cfg.strategy), comp ? "/" : "",

@@ -37,6 +37,8 @@ typedef struct {
 typedef struct {
     int applies;             /* the unit has collectives of this kind            */
     zipcclCallConfig_t cfg;  /* what its calls ask for                           */
+    int local;               /* its group is this rank alone: no collective
+                              * (fsdp_unit_local; scheduler.c sets it)          */
     int calls_per_step;      /* from the schedule (scheduler.c fills these two)      */
     uint64_t bytes_per_step; /* raw bytes this rank's calls move per step        */
 } PlanEntry;

@@ -524,6 +524,7 @@ typedef struct {
      * model reads it as it is (a bf16 one too: LlamaParamHooks.bf16_units),
      * in the model's pool (the device pool with a device backend) */
     void* unit;
+    int pooled; /* unit is the pool's (not: an fp32 local unit's shard itself) */
     void* send; /* the shard as sent: its bf16 cast (bf16 gathers) */
     zipcclRequest_t req;
     int rec;
@@ -758,6 +759,7 @@ static void expert_span(void* ctx, void* a, void* b, int layer, int phase, int c
  * device, the call's device span comes with it (ZipCCL's timing events on
  * its communicator's stream, made by the device's own event type). */
 static void wait_req(Sched* s, zipcclRequest_t* req, int u, int kind, int xk) {
+    if (!*req) return; /* a local unit's: no collective (fsdp_unit_local) */
     const double t0 = zrt_now();
     if (s->trace && s->dpool.K) {
         void *a = NULL, *b = NULL;
@@ -789,11 +791,13 @@ static void issue_gather(Sched* s) {
      * buffers): the gather lands in the unit the model will read, in
      * param_dtype; a bf16 one sends the shard's cast. */
     Pool* P = model_pool(s);
-    U->unit = pool_get(P, F->padded * zipcclTypeSize(f->param_dtype), 0);
-    pool_busy(P, U->unit, 1);
-    U->send = p16 ? pool_get(P, F->shard * sizeof(uint16_t), 0) : NULL;
-    if (p16) pool_busy(P, U->send, 1);
-    U->rec = new_rec(s, g->unit, PLAN_AG, (double)F->padded * (p16 ? 2 : 4));
+    const int local = fsdp_unit_local(f, g->unit); /* no collective: fsdp.h */
+    U->pooled = !local || p16;
+    U->unit = U->pooled ? pool_get(P, F->padded * zipcclTypeSize(f->param_dtype), 0) : F->param;
+    if (U->pooled) pool_busy(P, U->unit, 1);
+    U->send = p16 && !local ? pool_get(P, F->shard * sizeof(uint16_t), 0) : NULL;
+    if (U->send) pool_busy(P, U->send, 1);
+    U->rec = local ? -1 : new_rec(s, g->unit, PLAN_AG, (double)F->padded * (p16 ? 2 : 4));
     fsdp_gather_start(f, g->unit, U->send, U->unit, &U->req);
     U->state = 1;
     U->gather = s->ag_issued++;
@@ -808,9 +812,11 @@ static void retire_reduce(Sched* s) {
     const char* name = s->f->units[r->unit].name;
     wait_req(s, &r->req, r->unit, PLAN_RS, SCHED_X_RS);
     Pool* P = model_pool(s);
-    pool_busy(P, r->recv, 0);
-    if (r->g16) pool_busy(P, r->g16, 0);
-    else pool_busy(P, r->gfull, 0);
+    if (r->recv) { /* else a local unit's, added at issue */
+        pool_busy(P, r->recv, 0);
+        if (r->g16) pool_busy(P, r->g16, 0);
+        else pool_busy(P, r->gfull, 0);
+    }
     fsdp_reduce_finish(s->f, r->unit, r->recv);
     pool_put(P, r->recv, "the reduce-scatter output", name);
     pool_put(P, r->g16, "the bf16 gradient", name);
@@ -860,7 +866,7 @@ static const void* hook_acquire(void* ctx, int u, int phase) {
                    s->f->units[u].name, e->gather);
         wait_req(s, &U->req, u, PLAN_AG, SCHED_X_AG);
         Pool* P = model_pool(s);
-        pool_busy(P, U->unit, 0);
+        if (U->pooled) pool_busy(P, U->unit, 0);
         if (U->send) {
             pool_busy(P, U->send, 0);
             pool_put(P, U->send, "the send shard", s->f->units[u].name);
@@ -897,7 +903,7 @@ static void hook_release(void* ctx, int u, int phase) {
         U->ev_acq = NULL;
     }
     if (e->drop) {
-        pool_put(model_pool(s), U->unit, "the gathered unit", s->f->units[u].name);
+        if (U->pooled) pool_put(model_pool(s), U->unit, "the gathered unit", s->f->units[u].name);
         U->unit = NULL;
         U->state = 0;
         s->live -= s->gb[u];
@@ -942,6 +948,15 @@ static void hook_grads_ready(void* ctx, int u) {
      * itself (held until the reduce-scatter retires) */
     Pool* P = model_pool(s);
     *r = (SReduce){.unit = u};
+    if (fsdp_unit_local(f, u)) { /* added into the shard now: no collective (fsdp.h) */
+        r->rec = -1;
+        fsdp_reduce_start(f, u, g, NULL, NULL, &r->req);
+        pool_put(P, g, "the full gradient", F->name);
+        U->gbuf = U->dgbuf = NULL;
+        s->live += s->rf[u] - s->rb[u];
+        done(s, e);
+        return;
+    }
     void* send = NULL;
     if (r16) send = r->g16 = pool_get(P, F->padded * sizeof(uint16_t), 0);
     else r->gfull = g;
@@ -1105,6 +1120,7 @@ Sched* sched_create(Fsdp* f, const TrainConfig* cfg, int trace) {
         const int u = s->train.ag[g].unit;
         const FsdpUnit* F = &f->units[u];
         const double G = (double)F->padded / (double)F->shard;
+        f->plan.e[u][PLAN_AG].local = fsdp_unit_local(f, u);
         f->plan.e[u][PLAN_AG].calls_per_step++;
         f->plan.e[u][PLAN_AG].bytes_per_step +=
             (uint64_t)((double)F->padded * zipcclTypeSize(f->param_dtype) * (G - 1) / G);
@@ -1113,6 +1129,7 @@ Sched* sched_create(Fsdp* f, const TrainConfig* cfg, int trace) {
         const int u = s->train.rs_unit[i];
         const FsdpUnit* F = &f->units[u];
         const double G = (double)F->padded / (double)F->shard;
+        f->plan.e[u][PLAN_RS].local = fsdp_unit_local(f, u);
         f->plan.e[u][PLAN_RS].calls_per_step++;
         f->plan.e[u][PLAN_RS].bytes_per_step +=
             (uint64_t)((double)F->padded * zipcclTypeSize(f->reduce_dtype) * (G - 1) / G);
@@ -1305,7 +1322,7 @@ void sched_end_step(Sched* s) {
         trainCheck(U->state != 1, "scheduler: the gather of %s was never waited for",
                    s->f->units[u].name);
         if (U->state == 2) {
-            pool_put(model_pool(s), U->unit, "the gathered unit", s->f->units[u].name);
+            if (U->pooled) pool_put(model_pool(s), U->unit, "the gathered unit", s->f->units[u].name);
             U->unit = NULL;
             U->state = 0;
             s->live -= s->gb[u];
