@@ -20,6 +20,7 @@
 
 #include "codec_format.h" /* ZCF_VERSION: the newest version the codec reads */
 #include "codec_tables.h" /* the normative rANS tables of FORMAT.md §5 */
+#include "gpu/codec_boundary.h" /* chunks coded to raw - 1, raw, raw + 1 bytes */
 #include "testutil.h"
 #include "zipccl.h"
 
@@ -203,7 +204,10 @@ static size_t ref_planes(uint8_t* out, const uint8_t* v, size_t m, int w) {
     return 8 * (size_t)w * H;
 }
 
-/* One chunk per FORMAT.md §4 (mode 1, 2 or 3), raw if not smaller. */
+/* One chunk per FORMAT.md §4 (mode 1, 2, 3 or 4), raw if not smaller; the
+ * coded size it compared with raw is left in ref_coded_size (0: T had no
+ * candidate). */
+static size_t ref_coded_size;
 static size_t ref_chunk(ref_dt_t d, int mode, const uint8_t* x, size_t n, uint8_t* final) {
     uint8_t* out = malloc(8 + 64 + 8 * n + 48 * ((n + 63) / 64) + 64); /* any encoding fits */
     uint32_t emax = (1u << d.E) - 1;
@@ -317,6 +321,7 @@ static size_t ref_chunk(ref_dt_t d, int mode, const uint8_t* x, size_t n, uint8_
     }
     memcpy(out + pos, esc, nesc); pos += nesc;
     free(rest); free(esc); free(sym);
+    ref_coded_size = traw ? 0 : pos;
     if (pos >= 8 + n * d.es || traw) {
         memset(out, 0, 8);
         memcpy(out + 8, x, n * d.es);
@@ -1058,6 +1063,79 @@ static void constant_chunks(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Chunks coded to exactly raw - 1, raw and raw + 1 bytes                     */
+/* ------------------------------------------------------------------------ */
+/* tests/gpu/codec_boundary.h's cases, which the CUDA codec's tests run too
+ * (codec_cases.h's cc_boundary): a chunk is coded only when its coding is
+ * smaller than raw (FORMAT.md §7 item 5), and these land on either side of
+ * that line and on it. Each must be found; FORMAT.md's reference encoder
+ * above must agree with the generator's size function on the coded size;
+ * every path's frame must equal the reference's and decode; and the chunk
+ * is coded (raw - 1 bytes) for raw - 1, raw for raw and raw + 1. */
+static void boundary_chunks(void) {
+    const zipcclDataType_t dts[3] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    const int codecs[4] = {zipcclCodecFast, zipcclCodecF3, zipcclCodecDense, zipcclCodecF2};
+    for (int di = 0; di < 3; di++)
+        for (int ci = 0; ci < 4; ci++) {
+            int found = 1, sizes = 1, frames = 1, choice = 1;
+            char wf[200] = "", ws[200] = "", wr[300] = "", wc[200] = "";
+            for (int tail = 0; tail < 2; tail++)
+                for (int delta = -1; delta <= 1; delta++) {
+                    zcb_case_t k;
+                    if (!zcb_find(dts[di], (zipcclCodec_t)codecs[ci], tail, delta, &k)) {
+                        found = 0;
+                        snprintf(wf, sizeof wf, "%s chunk at raw %+d: no seed of %d gives it",
+                                 tail ? "short tail" : "full", delta, ZCB_SEEDS);
+                        free(k.data);
+                        continue;
+                    }
+                    size_t es = esize(dts[di]);
+                    uint8_t* chunk = malloc(k.raw);
+                    ref_chunk(ref_dt(dts[di]), mode_of(codecs[ci]), k.data + k.at * es, k.n, chunk);
+                    if (ref_coded_size != k.coded) {
+                        sizes = 0;
+                        snprintf(ws, sizeof ws, "%s chunk at raw %+d: reference %zu bytes, generator %zu",
+                                 tail ? "short tail" : "full", delta, ref_coded_size, k.coded);
+                    }
+                    free(chunk);
+                    for (int cs = 0; cs < 2; cs++) {
+                        char w[256];
+                        size_t fs;
+                        if (!roundtrip(dts[di], codecs[ci], cs, k.data, k.count, 0, &fs, w, sizeof w)) {
+                            frames = 0;
+                            snprintf(wr, sizeof wr, "%s chunk at raw %+d, checksum %d: %s", tail ? "short tail" : "full",
+                                     delta, cs, w);
+                        }
+                        size_t bound = zipcclCompressBound(k.count, dts[di], cs);
+                        uint8_t* f = malloc(bound);
+                        zipcclCodecParams_t p = {(zipcclCodec_t)codecs[ci], cs, zipcclSimdAuto};
+                        fs = 0;
+                        zipcclCompress(k.data, k.count, dts[di], f, bound, &fs, &p);
+                        int mode = zcb_chunk_mode(&k, f, fs), want_mode = delta < 0 ? mode_of(codecs[ci]) : 0;
+                        size_t got = zcb_chunk_size(&k, f, fs), want = delta < 0 ? k.coded : k.raw;
+                        if (mode != want_mode || got != want) {
+                            choice = 0;
+                            snprintf(wc, sizeof wc, "%s chunk coded to raw %+d, checksum %d: mode %d, %zu bytes; want mode %d, %zu bytes",
+                                     tail ? "short tail" : "full", delta, cs, mode, got, want_mode, want);
+                        }
+                        free(f);
+                    }
+                    free(k.data);
+                }
+            char tn[96];
+            const char* tag = dts[di] == zipcclBfloat16 ? "bf16" : dts[di] == zipcclFloat16 ? "fp16" : "fp32";
+            snprintf(tn, sizeof tn, "boundary/%s/%s/found", tag, codec_name(codecs[ci]));
+            CHECK(found, tn, "%s", wf);
+            snprintf(tn, sizeof tn, "boundary/%s/%s/reference_coded_size", tag, codec_name(codecs[ci]));
+            CHECK(sizes, tn, "%s", ws);
+            snprintf(tn, sizeof tn, "boundary/%s/%s/frames_equal_reference_and_roundtrip", tag, codec_name(codecs[ci]));
+            CHECK(frames, tn, "%s", wr);
+            snprintf(tn, sizeof tn, "boundary/%s/%s/coded_iff_below_raw", tag, codec_name(codecs[ci]));
+            CHECK(choice, tn, "%s", wc);
+        }
+}
+
+/* ------------------------------------------------------------------------ */
 /* T tiers on every path: shapes, heavy lower tiers, damaged frames          */
 /* ------------------------------------------------------------------------ */
 /* Gaussian data leaves most of T's decoder idle: shapes a, b <= 1, tier 3
@@ -1642,6 +1720,7 @@ int main(void) {
     hostile();
     precedence();
     constant_chunks();
+    boundary_chunks();
     tier_heavy();
     return tu_exit();
 }

@@ -22,6 +22,7 @@
 #include <xxhash.h>
 
 #include "../testutil.h"
+#include "codec_boundary.h"
 #include "zipccl.h"
 
 typedef struct {
@@ -625,6 +626,46 @@ static void cc_constant(const Backend* b) {
         std::fill(g.begin() + 16384 * es, g.begin() + 2 * 16384 * es, 0);
         for (int cs = 0; cs < 2; cs++) cc_roundtrip_data(b, dts[d], zipcclCodecFast, cs, "gauss_zero_gauss", g, 2 * 16384 + 5000);
     }
+}
+
+/* Chunks whose coding lands exactly on raw - 1, raw and raw + 1 bytes
+ * (tests/gpu/codec_boundary.h), every codec that codes, every dtype, as a
+ * full first chunk and as a short last one: the backend's frame equals the
+ * CPU's byte for byte (cc_roundtrip_data), and the chunk is coded, of raw - 1
+ * bytes, exactly when its coding is smaller than raw, raw otherwise. An
+ * encoder whose fits test lets a coding of raw bytes through fails the raw
+ * cases; one that stops a byte early fails the raw - 1 ones. */
+static void cc_boundary(const Backend* b) {
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < CC_NCODECS; c++)
+            for (int tail = 0; tail < 2; tail++)
+                for (int delta = -1; delta <= 1; delta++) {
+                    char label[64], n2[200];
+                    snprintf(label, sizeof label, "boundary_%s_raw%+d", tail ? "short_tail" : "full_chunk", delta);
+                    snprintf(n2, sizeof n2, "%s/%s/%s/%s/found", b->name, cc_dt_name(dts[d]),
+                             cc_codec_name(cc_codecs[c]), label);
+                    zcb_case_t k;
+                    if (!CHECK(zcb_find(dts[d], cc_codecs[c], tail, delta, &k), n2,
+                               "no seed of %d codes a chunk to raw %+d bytes", ZCB_SEEDS, delta)) {
+                        free(k.data);
+                        continue;
+                    }
+                    std::vector<uint8_t> src(k.data, k.data + k.count * cc_es(dts[d]));
+                    free(k.data);
+                    int cs = (d + c + tail + delta + 1) % 2;
+                    std::vector<uint8_t> f = cc_roundtrip_data(b, dts[d], cc_codecs[c], cs, label, src, k.count);
+                    int mode = zcb_chunk_mode(&k, f.data(), f.size());
+                    size_t got = zcb_chunk_size(&k, f.data(), f.size());
+                    int want_mode = delta < 0 ? cc_mode_of(cc_codecs[c]) : 0;
+                    size_t want = delta < 0 ? k.coded : k.raw;
+                    snprintf(n2, sizeof n2, "%s/%s/%s/cs%d/%s/coded_iff_below_raw", b->name, cc_dt_name(dts[d]),
+                             cc_codec_name(cc_codecs[c]), cs, label);
+                    CHECK(mode == want_mode && got == want, n2,
+                          "chunk %zu of %zu elements (coding %zu bytes, raw %zu; %zu escapes planted, seed %u, top %u, "
+                          "table %u): mode %d, %zu bytes; want mode %d, %zu bytes",
+                          k.index, k.n, k.coded, k.raw, k.k, k.seed, k.top, k.table, mode, got, want_mode, want);
+                }
 }
 
 /* Damaged C chunks: both decoders refuse them alike (a version-2 frame

@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
     cc_f2_shapes(&kEmu);
     cc_tail_tables(&kEmu);
     cc_constant(&kEmu);
+    cc_boundary(&kEmu);
     cc_constant_damage(&kEmu, zipcclBfloat16);
     cc_constant_damage(&kEmu, zipcclFloat16);
     cc_constant_damage(&kEmu, zipcclFloat32);

@@ -8,7 +8,10 @@
  *                             byte for byte and each side decodes the other's;
  *                             damaged frames (random and F2-specific faults)
  *                             get the CPU decoder's verdict without writes
- *                             past the output.
+ *                             past the output; chunks whose coding takes
+ *                             exactly raw - 1, raw and raw + 1 bytes
+ *                             (codec_boundary.h) coded or raw as the CPU
+ *                             codes them.
  *   test_gpu_codec --bench [--json FILE]
  *                             throughput on device-resident Gaussian data,
  *                             bf16/fp16/fp32, every codec, 1 MiB to 1 GiB,
@@ -102,6 +105,7 @@ static int run_tests(void) {
     cc_f2_shapes(&kDev);
     cc_tail_tables(&kDev);
     cc_constant(&kDev);
+    cc_boundary(&kDev);
     cc_constant_damage(&kDev, zipcclBfloat16);
     cc_constant_damage(&kDev, zipcclFloat16);
     cc_constant_damage(&kDev, zipcclFloat32);
