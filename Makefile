@@ -201,9 +201,12 @@ test-asan: deps
 	@$(SUBMAKE) asan-all
 	@scripts/run_tests.sh build-asan
 
+# ... and tests/mutate_codec_boundary.sh: boundary changes planted in each
+# codec encoder (in temporary copies) must fail the boundary cases.
 test-long: deps
 	@$(SUBMAKE) all
 	@ZIPCCL_TEST_LONG=1 scripts/run_tests.sh $(BUILD)
+	@tests/mutate_codec_boundary.sh $(BUILD)
 
 run: deps
 	@$(SUBMAKE) all
