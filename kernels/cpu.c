@@ -499,13 +499,14 @@ static void cpu_add_bf16(float* acc, const uint16_t* in, size_t n) {
 
 /* ------------------------------------------------------------- optimizer */
 
-static void cpu_adamw(float* p, const float* g, float* m, float* v, size_t n,
-                      const ZrtAdamWStep* s) {
+/* adamw on one slice, its gradient read as (g * gscale) * clip (1, 1: g) */
+static void adamw_slice(float* p, const float* g, float* m, float* v, size_t n,
+                        const ZrtAdamWStep* s, float wd, float gscale, float clip) {
     const float b1 = s->beta1, b2 = s->beta2, c1 = s->one_minus_beta1, c2 = s->one_minus_beta2;
-    const float bc1 = s->bc1, bc2 = s->bc2, eps = s->eps, lr = s->lr, wd = s->weight_decay;
+    const float bc1 = s->bc1, bc2 = s->bc2, eps = s->eps, lr = s->lr;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
-        const float gi = g[i];
+        const float gi = g[i] * gscale * clip; /* exact when both are 1 */
         const float mi = b1 * m[i] + c1 * gi;
         const float vi = b2 * v[i] + c2 * gi * gi;
         m[i] = mi;
@@ -515,7 +516,19 @@ static void cpu_adamw(float* p, const float* g, float* m, float* v, size_t n,
     }
 }
 
-static void cpu_sumsq(double* out, const float* x, size_t n) {
+static void cpu_adamw(float* p, const float* g, float* m, float* v, size_t n,
+                      const ZrtAdamWStep* s) {
+    adamw_slice(p, g, m, v, n, s, s->weight_decay, 1.0f, 1.0f);
+}
+
+static void cpu_adamw_multi(const ZrtAdamWSlice* sl, int ns, const ZrtAdamWStep* s, float gscale,
+                            float clip) {
+    for (int k = 0; k < ns; k++)
+        adamw_slice(sl[k].p, sl[k].g, sl[k].m, sl[k].v, sl[k].n, s, sl[k].weight_decay, gscale, clip);
+}
+
+/* sumsq of x * gscale (1: of x) */
+static double sumsq_scaled(const float* x, size_t n, float gscale) {
     const size_t nblocks = (n + ZRT_SUMSQ_BLOCK - 1) / ZRT_SUMSQ_BLOCK;
     double total = 0.0;
     enum { PART = 1024 }; /* block sums computed in parallel this many at a time */
@@ -527,12 +540,21 @@ static void cpu_sumsq(double* out, const float* x, size_t n) {
             const size_t a = (b0 + j) * ZRT_SUMSQ_BLOCK;
             const size_t e = a + ZRT_SUMSQ_BLOCK < n ? a + ZRT_SUMSQ_BLOCK : n;
             double sum = 0.0;
-            for (size_t i = a; i < e; i++) sum += (double)x[i] * x[i];
+            for (size_t i = a; i < e; i++) {
+                const double xi = x[i] * gscale;
+                sum += xi * xi;
+            }
             part[j] = sum;
         }
         for (size_t j = 0; j < nb; j++) total += part[j];
     }
-    *out = total;
+    return total;
+}
+
+static void cpu_sumsq(double* out, const float* x, size_t n) { *out = sumsq_scaled(x, n, 1.0f); }
+
+static void cpu_sumsq_multi(double* out, float* const* x, const size_t* n, int nx, float gscale) {
+    for (int k = 0; k < nx; k++) out[k] = sumsq_scaled(x[k], n[k], gscale);
 }
 
 static void cpu_scale(float* x, size_t n, float factor) {
@@ -755,6 +777,8 @@ static ZrtKernels cpu_kernels = {
     .add_bf16 = cpu_add_bf16,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
+    .adamw_multi = cpu_adamw_multi,
+    .sumsq_multi = cpu_sumsq_multi,
     .scale = cpu_scale,
 };
 

@@ -152,6 +152,13 @@ static void g_adamw(float* p, const float* g, float* m, float* v, size_t n,
 }
 static void g_sumsq(double* out, const float* x, size_t n) { GUARD(C()->sumsq(out, x, n)); }
 static void g_scale(float* x, size_t n, float factor) { GUARD(C()->scale(x, n, factor)); }
+static void g_adamw_multi(const ZrtAdamWSlice* sl, int ns, const ZrtAdamWStep* s, float gscale,
+                          float clip) {
+    GUARD(C()->adamw_multi(sl, ns, s, gscale, clip));
+}
+static void g_sumsq_multi(double* out, float* const* x, const size_t* n, int nx, float gscale) {
+    GUARD(C()->sumsq_multi(out, x, n, nx, gscale));
+}
 
 static ZrtKernels guarded_kernels = { /* .dev set at first use */
     .name = "cpu_guarded",
@@ -187,6 +194,8 @@ static ZrtKernels guarded_kernels = { /* .dev set at first use */
     .add_bf16 = g_add_bf16,
     .adamw = g_adamw,
     .sumsq = g_sumsq,
+    .adamw_multi = g_adamw_multi,
+    .sumsq_multi = g_sumsq_multi,
     .scale = g_scale,
 };
 

@@ -43,6 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <vector>
+
 extern "C" {
 #include "kernels.h"
 }
@@ -459,6 +461,64 @@ __global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, 
     p[i] = __fsub_rn(p[i], __fmul_rn(s.lr, step));
 }
 
+/* AdamW over many slices in one launch: block b runs chunk b, a piece of
+ * at most kAdamChunk elements of one slice (chunk[b]: the slice, the start),
+ * its gradient read as (g * gscale) * clip (kernels.h adamw_multi) */
+enum { kAdamChunk = 16384 };
+struct AdamChunk {
+    int slice;
+    size_t start;
+};
+__global__ void k_adamw_multi(const ZrtAdamWSlice* sl, const AdamChunk* chunk, ZrtAdamWStep s,
+                              float gscale, float clip) {
+    const AdamChunk c = chunk[blockIdx.x];
+    const ZrtAdamWSlice t = sl[c.slice];
+    const size_t end = c.start + kAdamChunk < t.n ? c.start + kAdamChunk : t.n;
+    for (size_t i = c.start + threadIdx.x; i < end; i += blockDim.x) {
+        const float gi = __fmul_rn(__fmul_rn(t.g[i], gscale), clip);
+        const float mi = __fadd_rn(__fmul_rn(s.beta1, t.m[i]), __fmul_rn(s.one_minus_beta1, gi));
+        const float vi =
+            __fadd_rn(__fmul_rn(s.beta2, t.v[i]), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
+        t.m[i] = mi;
+        t.v[i] = vi;
+        const float mhat = __fdiv_rn(mi, s.bc1), vhat = __fdiv_rn(vi, s.bc2);
+        const float step = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), s.eps)),
+                                     __fmul_rn(t.weight_decay, t.p[i]));
+        t.p[i] = __fsub_rn(t.p[i], __fmul_rn(s.lr, step));
+    }
+}
+
+/* sumsq_multi's block sums: thread b sums block b of all arrays' blocks
+ * (blk[b]: the array, its start), x * gscale, in index order, in double */
+struct SumsqBlock {
+    int array;
+    size_t start;
+};
+__global__ void k_sumsq_multi_blocks(double* part, const float* const* x, const size_t* n,
+                                     const SumsqBlock* blk, size_t nblocks, float gscale) {
+    const size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= nblocks) return;
+    const SumsqBlock k = blk[b];
+    const float* a = x[k.array];
+    const size_t e = k.start + ZRT_SUMSQ_BLOCK < n[k.array] ? k.start + ZRT_SUMSQ_BLOCK : n[k.array];
+    double sum = 0.0;
+    for (size_t i = k.start; i < e; i++) {
+        const double xi = (double)__fmul_rn(a[i], gscale);
+        sum = __dadd_rn(sum, __dmul_rn(xi, xi));
+    }
+    part[b] = sum;
+}
+
+/* out[k] = the block sums of array k (part[first[k]] .. part[first[k+1]-1])
+ * added in order: one thread per array */
+__global__ void k_sum_runs_in_order(double* out, const double* part, const size_t* first, int nx) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= nx) return;
+    double total = 0.0;
+    for (size_t i = first[k]; i < first[k + 1]; i++) total = __dadd_rn(total, part[i]);
+    out[k] = total;
+}
+
 /* one thread per ZRT_SUMSQ_BLOCK block, in index order, in double: the
  * CPU's order; k_sum_in_order adds the block sums in order */
 __global__ void k_sumsq_blocks(double* part, const float* x, size_t n, size_t nblocks) {
@@ -495,7 +555,7 @@ __global__ void k_scale(float* x, size_t n, float factor) {
     X(embedding_backward) X(crossentropy_forward_backward) X(moe_route) X(moe_prob_sum) \
     X(moe_gather) X(moe_combine) X(moe_combine_backward) X(moe_router_backward) X(add) X(zero) \
     X(round_to_bf16) X(bf16_to_float) \
-    X(round_bf16_inplace) X(add_bf16) X(adamw) X(sumsq) X(scale)
+    X(round_bf16_inplace) X(add_bf16) X(adamw) X(sumsq) X(scale) X(adamw_multi) X(sumsq_multi)
 enum ProfId {
 #define ZK_PROF_ID(n) P_##n,
     ZK_PROF_ENTRIES(ZK_PROF_ID)
@@ -977,6 +1037,65 @@ void cu_sumsq(double* out, const float* x, size_t n) {
     CKL(k_sum_in_order);
 }
 
+/* A host table kept on the device: uploaded when its bytes differ from the
+ * last upload's (a trainer's tables are the same every step), grown like
+ * the scratch. Returns the device copy. */
+struct DevTable {
+    void* dev = nullptr;
+    size_t cap = 0;
+    std::vector<unsigned char> last;
+};
+static void* dev_table(DevTable* t, const void* host, size_t bytes) {
+    if (t->last.size() == bytes && !memcmp(t->last.data(), host, bytes)) return t->dev;
+    t->dev = scratch_grow(t->dev, &t->cap, bytes ? bytes : 1);
+    if (bytes) CKD(zdev_upload(g_dev, t->dev, host, bytes)); // a host wait, when the table changes
+    t->last.assign((const unsigned char*)host, (const unsigned char*)host + bytes);
+    return t->dev;
+}
+
+void cu_adamw_multi(const ZrtAdamWSlice* sl, int ns, const ZrtAdamWStep* s, float gscale, float clip) {
+    PROF(adamw_multi);
+    static DevTable slices, chunks;
+    static std::vector<AdamChunk> host;
+    if (ns <= 0) return;
+    const ZrtAdamWSlice* dsl = (const ZrtAdamWSlice*)dev_table(&slices, sl, (size_t)ns * sizeof *sl);
+    host.clear();
+    for (int k = 0; k < ns; k++)
+        for (size_t a = 0; a < sl[k].n; a += kAdamChunk) host.push_back(AdamChunk{k, a});
+    if (host.empty()) return;
+    const AdamChunk* dch = (const AdamChunk*)dev_table(&chunks, host.data(), host.size() * sizeof(AdamChunk));
+    k_adamw_multi<<<(unsigned)host.size(), 256, 0, g_stream>>>(dsl, dch, *s, gscale, clip);
+    CKL(k_adamw_multi);
+}
+
+void cu_sumsq_multi(double* out, float* const* x, const size_t* n, int nx, float gscale) {
+    PROF(sumsq_multi);
+    static DevTable xs, ns, blks, firsts;
+    static std::vector<SumsqBlock> hb;
+    static std::vector<size_t> hf;
+    static void* part = nullptr;
+    static size_t cap = 0;
+    if (nx <= 0) return;
+    hb.clear();
+    hf.assign(1, 0);
+    for (int k = 0; k < nx; k++) {
+        for (size_t a = 0; a < n[k]; a += ZRT_SUMSQ_BLOCK) hb.push_back(SumsqBlock{k, a});
+        hf.push_back(hb.size());
+    }
+    const float* const* dx = (const float* const*)dev_table(&xs, x, (size_t)nx * sizeof *x);
+    const size_t* dn = (const size_t*)dev_table(&ns, n, (size_t)nx * sizeof *n);
+    const size_t* df = (const size_t*)dev_table(&firsts, hf.data(), hf.size() * sizeof(size_t));
+    const size_t nb = hb.size();
+    part = scratch_grow(part, &cap, (nb ? nb : 1) * sizeof(double));
+    if (nb) {
+        const SumsqBlock* db = (const SumsqBlock*)dev_table(&blks, hb.data(), nb * sizeof(SumsqBlock));
+        k_sumsq_multi_blocks<<<blocks_for(nb, 128), 128, 0, g_stream>>>((double*)part, dx, dn, db, nb, gscale);
+        CKL(k_sumsq_multi_blocks);
+    }
+    k_sum_runs_in_order<<<blocks_for((size_t)nx, 128), 128, 0, g_stream>>>(out, (const double*)part, df, nx);
+    CKL(k_sum_runs_in_order);
+}
+
 void cu_scale(float* x, size_t n, float factor) {
     PROF(scale);
     if (!n) return;
@@ -1021,6 +1140,8 @@ ZrtKernels make_table() {
     t.adamw = cu_adamw;
     t.sumsq = cu_sumsq;
     t.scale = cu_scale;
+    t.adamw_multi = cu_adamw_multi;
+    t.sumsq_multi = cu_sumsq_multi;
     return t;
 }
 

@@ -55,6 +55,18 @@ typedef struct {
 
 enum { ZRT_SUMSQ_BLOCK = 4096 };
 
+/* One tensor slice of the multi-tensor optimizer (adamw_multi): n
+ * elements of the parameters, the gradient and AdamW's moments (the
+ * device's memory), and the weight decay the slice takes (0 for norms). */
+typedef struct {
+    float* p;
+    const float* g;
+    float* m;
+    float* v;
+    size_t n;
+    float weight_decay;
+} ZrtAdamWSlice;
+
 typedef struct ZrtKernels_ {
     const char* name; /* "cpu", "cpu_guarded", "cuda" */
 
@@ -199,6 +211,20 @@ typedef struct ZrtKernels_ {
     void (*sumsq)(double* out, const float* x, size_t n);
     /* x (n) *= factor */
     void (*scale)(float* x, size_t n, float factor);
+    /* The step's optimizer in a few launches (one for all slices, however
+     * many units and tensors), with the mean's scale and the clip folded in:
+     * adamw_multi runs adamw on every slice, each with its own weight
+     * decay, reading its gradient as (g * gscale) * clip, two roundings in
+     * that order: the bits of scaling the gradient by gscale and then by
+     * clip in memory, which it leaves as it is. sumsq_multi: out[k] (nx
+     * doubles of the device's memory) = sumsq of (x[k] * gscale), element
+     * by element, for every array k (n[k] elements), in sumsq's order.
+     * slices, x and n are host arrays; a device keeps their copy and
+     * uploads it again only when they change (a trainer's are the same
+     * every step: no copy, no wait, after the first). */
+    void (*adamw_multi)(const ZrtAdamWSlice* slices, int nslices, const ZrtAdamWStep* s,
+                        float gscale, float clip);
+    void (*sumsq_multi)(double* out, float* const* x, const size_t* n, int nx, float gscale);
 } ZrtKernels;
 
 /* The CPU backend (OpenBLAS SGEMM + OpenMP loops). Never NULL. */

@@ -204,6 +204,9 @@ void fsdp_free(Fsdp* f) {
     }
     fsdp_host_release(f);
     free(f->host_state);
+    free(f->slices);
+    free(f->grad_of);
+    free(f->grad_n);
     free(f->units);
     plan_free(&f->plan);
     free(f->dump_param);
@@ -320,11 +323,6 @@ void fsdp_zero_grads(Fsdp* f) {
         zdevCheck(zdev_memset_async(f->K->dev, f->units[u].grad, 0, f->units[u].shard * sizeof(float), NULL));
 }
 
-void fsdp_scale_grads(Fsdp* f, float s) {
-    if (s == 1.0f) return;
-    for (int u = 0; u < f->n_units; u++) f->K->scale(f->units[u].grad, f->units[u].shard, s);
-}
-
 /* One double per rank, added in rank order on every rank. The double
  * travels as two fp32 words through a native (MPI) all-gather, which moves
  * bytes untouched; scalars have nothing to compress, and keeping them off
@@ -351,14 +349,55 @@ static double sum_over_ranks(Fsdp* f, double x) {
 
 double fsdp_mean_over_ranks(Fsdp* f, double x) { return sum_over_ranks(f, x) / f->nranks; }
 
-void fsdp_grad_sumsq(Fsdp* f, double* parts) {
-    for (int u = 0; u < f->n_units; u++) f->K->sumsq(parts + u, f->units[u].grad, f->units[u].shard);
+void fsdp_grad_sumsq(Fsdp* f, double* parts, float gscale) {
+    if (!f->grad_of) {
+        f->grad_of = zrt_malloc((size_t)f->n_units * sizeof *f->grad_of, "the optimizer's tables");
+        f->grad_n = zrt_malloc((size_t)f->n_units * sizeof *f->grad_n, "the optimizer's tables");
+    }
+    for (int u = 0; u < f->n_units; u++) {
+        f->grad_of[u] = f->units[u].grad;
+        f->grad_n[u] = f->units[u].shard;
+    }
+    f->K->sumsq_multi(parts, f->grad_of, f->grad_n, f->n_units, gscale);
 }
 
 double fsdp_grad_norm_of(Fsdp* f, const double* parts) {
     double ss = 0;
     for (int u = 0; u < f->n_units; u++) ss += parts[u];
     return sqrt(sum_over_ranks(f, ss));
+}
+
+/* The slices: each tensor's overlap with this rank's shard of its unit
+ * (an expert unit's: its slice of the experts), in unit and tensor order. */
+static void make_slices(Fsdp* f, float wd) {
+    f->n_slices = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        FsdpUnit* U = &f->units[u];
+        const int nt = llama_unit_tensors(&f->cfg->model, u, NULL, NULL, NULL, 0);
+        size_t rows[nt > 0 ? nt : 1], cols[nt > 0 ? nt : 1];
+        llama_unit_tensors(&f->cfg->model, u, NULL, rows, cols, nt);
+        size_t lo, hi, off = 0;
+        fsdp_shard_range(f, u, &lo, &hi);
+        for (int k = 0; k < nt; k++) {
+            const size_t a = off, b = off + rows[k] * cols[k];
+            off = b;
+            if (b <= lo || a >= hi) continue;
+            const size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+            if (f->n_slices == f->cap_slices) {
+                f->cap_slices = f->cap_slices ? 2 * f->cap_slices : 64;
+                f->slices = realloc(f->slices, (size_t)f->cap_slices * sizeof *f->slices);
+                trainCheck(f->slices, "out of memory for the optimizer's tables");
+            }
+            f->slices[f->n_slices++] = (ZrtAdamWSlice){
+                U->param + (s - lo), U->grad + (s - lo), U->m + (s - lo), U->v + (s - lo), e - s,
+                cols[k] == 1 ? 0.0f : wd};
+        }
+    }
+}
+
+void fsdp_adamw(Fsdp* f, const ZrtAdamWStep* s, float gscale, float clip) {
+    make_slices(f, s->weight_decay);
+    f->K->adamw_multi(f->slices, f->n_slices, s, gscale, clip);
 }
 
 static float* state_of(FsdpUnit* U, int which) {

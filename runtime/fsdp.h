@@ -75,6 +75,14 @@ typedef struct {
     double misc_s;         /* of which the bookkeeping scalars               */
     uint64_t gathers;      /* all-gathers issued                             */
 
+    /* the optimizer's tables (fsdp_adamw, fsdp_grad_sumsq), host memory,
+     * remade each step in place: the same every step, so a device uploads
+     * them once (kernels.h adamw_multi) */
+    ZrtAdamWSlice* slices; /* every tensor's part of this rank's shards      */
+    int n_slices, cap_slices;
+    float** grad_of;       /* per unit: its gradient shard, and its length   */
+    size_t* grad_n;
+
     /* --dump-tensors: when armed, keep what each collective sent this step */
     int dump_armed;
     void** dump_param;     /* per unit: full gathered unit (param dtype)     */
@@ -135,17 +143,23 @@ void fsdp_dump_grad(Fsdp* f, int u, const void* buf);
 
 /* Zero the gradient shards (start of a step). */
 void fsdp_zero_grads(Fsdp* f);
-/* Multiply every gradient shard by s (the mean over the global batch). */
-void fsdp_scale_grads(Fsdp* f, float s);
 /* The global gradient norm in two halves, so the caller brings the sums of
  * squares back together with its own values in one copy (the trainer: one
  * host wait per step): fsdp_grad_sumsq puts each unit's sum of squares of
- * this rank's shard into parts[u] (n_units doubles of the device's memory,
- * the table's sumsq: fixed order); fsdp_grad_norm_of adds the copied-back
- * parts in unit order, all-gathers the per-rank sums and adds them in rank
- * order (the same on every rank, every run), and takes the root. */
-void fsdp_grad_sumsq(Fsdp* f, double* parts);
+ * this rank's gradient shard times gscale (the mean over the global batch,
+ * folded in: the shard keeps the sum) into parts[u] (n_units doubles of
+ * the device's memory; the table's sumsq_multi: one launch pair, fixed
+ * order); fsdp_grad_norm_of adds the copied-back parts in unit order,
+ * all-gathers the per-rank sums and adds them in rank order (the same on
+ * every rank, every run), and takes the root. */
+void fsdp_grad_sumsq(Fsdp* f, double* parts, float gscale);
 double fsdp_grad_norm_of(Fsdp* f, const double* parts);
+/* AdamW on every shard in one launch (the table's adamw_multi), one slice
+ * per tensor so that matrices decay by s->weight_decay and vectors (norms)
+ * not, each gradient read as (g * gscale) * clip: the mean's scale and the
+ * global-norm clip folded in, the bits of scaling the shards by each in
+ * turn. */
+void fsdp_adamw(Fsdp* f, const ZrtAdamWStep* s, float gscale, float clip);
 
 /* Mean over ranks of one value per rank, summed in rank order. */
 double fsdp_mean_over_ranks(Fsdp* f, double x);

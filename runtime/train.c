@@ -139,36 +139,6 @@ static double validate(TrainRun* r, int step) {
     return fsdp_mean_over_ranks(&r->fsdp, sum / cfg->data.val_batches);
 }
 
-/* AdamW on this rank's shard of every unit, one call per tensor overlap so
- * norms (vectors) are not decayed while matrices are. */
-static void optimizer_step(Fsdp* f, const AdamWConfig* oc, int t, float lr) {
-    size_t cap = 0, *rows = NULL, *cols = NULL;
-    for (int u = 0; u < f->n_units; u++) {
-        FsdpUnit* U = &f->units[u];
-        const int nt = llama_unit_tensors(&f->cfg->model, u, NULL, NULL, NULL, 0);
-        if ((size_t)nt > cap) {
-            free(rows);
-            cap = (size_t)nt;
-            rows = zrt_malloc(2 * cap * sizeof(size_t), "tensor shapes");
-            cols = rows + cap;
-        }
-        llama_unit_tensors(&f->cfg->model, u, NULL, rows, cols, nt);
-        // this rank's shard as a range of the whole unit (experts: its slice)
-        size_t lo, hi, off = 0;
-        fsdp_shard_range(f, u, &lo, &hi);
-        for (int k = 0; k < nt; k++) {
-            size_t a = off, b = off + rows[k] * cols[k];
-            off = b;
-            if (b <= lo || a >= hi) continue;
-            size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
-            float wd = cols[k] == 1 ? 0.0f : oc->weight_decay;
-            adamw_update(f->K, oc, U->param + (s - lo), U->grad + (s - lo), U->m + (s - lo),
-                         U->v + (s - lo), e - s, t, lr, wd);
-        }
-    }
-    free(rows);
-}
-
 /* The MoE blocks' expert load of the step: pairs per expert summed over
  * micro-batches and ranks; per block its min, max and MaxVio. */
 static void expert_load_stats(TrainRun* r, TrainStepLog* s) {
@@ -270,11 +240,13 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
     sched_trace_span(sched, "the last reduce-scatters", t_rs, zrt_now());
 
     const double t_opt = zrt_now();
-    /* Sum over ranks and micro-batches -> mean over the global batch. */
-    fsdp_scale_grads(fsdp, 1.0f / (float)(r->nranks * A));
+    /* Sum over ranks and micro-batches -> mean over the global batch: the
+     * scale the norm and AdamW read the gradient shards with (kernels.h
+     * adamw_multi: the bits of scaling them in memory first). */
+    const float gscale = 1.0f / (float)(r->nranks * A);
     /* the step's one read-back: the micro-batches' summed losses and every
      * unit's gradient sum of squares, together */
-    fsdp_grad_sumsq(fsdp, r->step_scalars + A);
+    fsdp_grad_sumsq(fsdp, r->step_scalars + A, gscale);
     double* sc = r->step_scalars_host;
     zdevCheck(zdev_download(r->K->dev, sc, r->step_scalars, ((size_t)A + fsdp->n_units) * sizeof(double)));
     /* each micro-batch's mean loss, added in order, as each step's returned loss was */
@@ -296,11 +268,9 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
                "raise warmup_steps)",
                step_no, s->loss, s->norm);
     const float clip = optim_clip_factor(s->norm, (float)cfg->optim.grad_clip);
-    if (clip != 1.0f)
-        for (int u = 0; u < fsdp->n_units; u++)
-            r->K->scale(fsdp->units[u].grad, fsdp->units[u].shard, clip);
     s->lr = adamw_lr(&r->oc, step);
-    optimizer_step(fsdp, &r->oc, step_no, s->lr);
+    const ZrtAdamWStep as = adamw_step(&r->oc, step_no, s->lr, r->oc.weight_decay);
+    fsdp_adamw(fsdp, &as, gscale, clip);
     sched_trace_span(sched, "loss, norm, clip, AdamW", t_opt, zrt_now());
     s->opt_ms = (zrt_now() - t_opt) * 1e3;
     s->tail_ms = (t_opt - t_rs) * 1e3;

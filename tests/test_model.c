@@ -1308,6 +1308,84 @@ static void check_optimizer_entries(const ZrtKernels* G, const char* name) {
     zdev_free(G->dev, dss);
 }
 
+/* The multi-tensor entries (adamw_multi, sumsq_multi) on table G against
+ * the single ones on the CPU with the gradient scaled in memory first (by
+ * gscale, then by clip: what the trainer did before they existed), bit for
+ * bit: three slices of one buffer (one spanning several of a device's
+ * chunks, one a partial sum-of-squares block, one without weight decay),
+ * over three steps, the clip on in one of them; and the CPU's own
+ * multi-tensor entries against the same reference. */
+static void check_optimizer_multi(const ZrtKernels* G, const char* name) {
+    const ZrtKernels* K = zrt_kernels_cpu();
+    enum { n0 = 40000, n1 = ZRT_SUMSQ_BLOCK + 77, n2 = 515, n = n0 + n1 + n2 };
+    const size_t len[3] = {n0, n1, n2}, at[3] = {0, n0, n0 + n1};
+    const float wds[3] = {0.1f, 0.0f, 0.1f};
+    static float p[3][n], g[n], gs[n], m[3][n], v[3][n], got[n];
+    srand(11);
+    for (int i = 0; i < n; i++) {
+        p[0][i] = p[1][i] = (float)rand() / RAND_MAX - 0.5f;
+        m[0][i] = m[1][i] = v[0][i] = v[1][i] = 0.0f;
+    }
+    float *dp = zdev_alloc(G->dev, sizeof got), *dg = zdev_alloc(G->dev, sizeof got),
+          *dm = zdev_alloc(G->dev, sizeof got), *dv = zdev_alloc(G->dev, sizeof got);
+    double* dss = zdev_alloc(G->dev, 3 * sizeof(double));
+    char what[96];
+    snprintf(what, sizeof what, "%s/optimizer_multi_alloc", name);
+    if (!CHECK(dp && dg && dm && dv && dss, what, "alloc failed")) return;
+    zdevCheck(zdev_upload(G->dev, dp, p[0], sizeof got));
+    zdevCheck(zdev_memset_async(G->dev, dm, 0, sizeof got, NULL));
+    zdevCheck(zdev_memset_async(G->dev, dv, 0, sizeof got, NULL));
+    AdamWConfig c = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup_steps = 1, .total_steps = 10,
+                     .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    int same_dev = 1, same_cpu = 1;
+    for (int t = 1; t <= 3; t++) {
+        for (int i = 0; i < n; i++) g[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.3f * (float)t;
+        zdevCheck(zdev_upload(G->dev, dg, g, sizeof got));
+        const float gscale = 1.0f / 6.0f, clip = t == 2 ? 0.37f : 1.0f, lr = adamw_lr(&c, t - 1);
+        /* the reference: scale in memory, sums of squares, clip, one adamw per slice */
+        memcpy(gs, g, sizeof gs);
+        K->scale(gs, n, gscale);
+        double ref[3], cpu[3], dev[3];
+        for (int k = 0; k < 3; k++) K->sumsq(&ref[k], gs + at[k], len[k]);
+        if (clip != 1.0f) K->scale(gs, n, clip);
+        for (int k = 0; k < 3; k++)
+            adamw_update(K, &c, p[0] + at[k], gs + at[k], m[0] + at[k], v[0] + at[k], len[k], t, lr, wds[k]);
+        /* the CPU's multi-tensor entries and G's */
+        const ZrtAdamWStep st = adamw_step(&c, t, lr, c.weight_decay);
+        float* hx[3] = {g, g + at[1], g + at[2]};
+        float* dx[3] = {dg, dg + at[1], dg + at[2]};
+        K->sumsq_multi(cpu, hx, len, 3, gscale);
+        G->sumsq_multi(dss, dx, len, 3, gscale);
+        zdevCheck(zdev_download(G->dev, dev, dss, sizeof dev));
+        ZrtAdamWSlice hs[3], ds[3];
+        for (int k = 0; k < 3; k++) {
+            hs[k] = (ZrtAdamWSlice){p[1] + at[k], g + at[k], m[1] + at[k], v[1] + at[k], len[k], wds[k]};
+            ds[k] = (ZrtAdamWSlice){dp + at[k], dg + at[k], dm + at[k], dv + at[k], len[k], wds[k]};
+        }
+        K->adamw_multi(hs, 3, &st, gscale, clip);
+        G->adamw_multi(ds, 3, &st, gscale, clip);
+        same_cpu &= !memcmp(ref, cpu, sizeof ref);
+        same_dev &= !memcmp(ref, dev, sizeof ref);
+    }
+    same_cpu &= !memcmp(p[0], p[1], sizeof got) && !memcmp(m[0], m[1], sizeof got) &&
+                !memcmp(v[0], v[1], sizeof got);
+    zdevCheck(zdev_download(G->dev, got, dp, sizeof got));
+    same_dev &= !memcmp(got, p[0], sizeof got);
+    zdevCheck(zdev_download(G->dev, got, dm, sizeof got));
+    same_dev &= !memcmp(got, m[0], sizeof got);
+    zdevCheck(zdev_download(G->dev, got, dv, sizeof got));
+    same_dev &= !memcmp(got, v[0], sizeof got);
+    snprintf(what, sizeof what, "%s/adamw_sumsq_multi_cpu_equals_scaled_single", name);
+    CHECK(same_cpu, what, "the CPU's multi-tensor entries differ from scaling in memory");
+    snprintf(what, sizeof what, "%s/adamw_sumsq_multi_equals_cpu", name);
+    CHECK(same_dev, what, "differ from the CPU's single entries on scaled gradients");
+    zdev_free(G->dev, dp);
+    zdev_free(G->dev, dg);
+    zdev_free(G->dev, dm);
+    zdev_free(G->dev, dv);
+    zdev_free(G->dev, dss);
+}
+
 /* ---------------------------------------------- a whole step on a backend */
 
 /* Hooks over per-unit buffers in a backend's memory (what the scheduler
@@ -2035,6 +2113,7 @@ int main(int argc, char** argv) {
         check_table_kernels(zrt_kernels_cuda(NULL), "cuda");
         check_memory_entries(zrt_kernels_cuda(NULL), "cuda");
         check_optimizer_entries(zrt_kernels_cuda(NULL), "cuda");
+        check_optimizer_multi(zrt_kernels_cuda(NULL), "cuda");
         check_events(zrt_kernels_cuda(NULL), "cuda");
         check_step_on(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
         check_matmul_bf16(zrt_kernels_cuda_bf16(NULL), "cuda", 1e-5);
@@ -2080,6 +2159,7 @@ int main(int argc, char** argv) {
     check_memory_entries(zrt_kernels_cpu(), "cpu");
     check_memory_entries(zrt_kernels_cpu_guarded(), "guarded");
     check_optimizer_entries(zrt_kernels_cpu_guarded(), "guarded");
+    check_optimizer_multi(zrt_kernels_cpu_guarded(), "guarded");
     check_events(zrt_kernels_cpu(), "cpu");
     check_events(zrt_kernels_cpu_guarded(), "guarded");
     check_step_on(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
