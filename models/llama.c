@@ -893,7 +893,11 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
         if (block_forward(&d, &a, l, &bp, 0)) return step_error("a MoE block failed (forward)");
         hooks->release(hooks->ctx, 1 + l, 0);
     }
-    if (acts->moe) moe_aux_loss(acts->moe);
+    if (acts->moe) {
+        if (moe_aux_stats(acts->moe, backward ? hooks : NULL))
+            return step_error("the aux loss's statistics failed");
+        moe_aux_loss(acts->moe);
+    }
     // the head (unit hu: the final norm and the head's weights): the final
     // norm, then logits and loss a chunk of rows at a time; with a backward
     // each chunk's dlogits go straight into the head's gradients

@@ -241,6 +241,16 @@ typedef struct {
     int (*combine_send)(void* ctx, int layer, int phase, int chunk, const float* local,
                         float* rows);
     int (*combine)(void* ctx, int layer, int phase, float* rows);
+    /* The load-balancing loss's batch (MoE). NULL: this micro-batch. Else
+     * called once per step with a backward, after the last block's forward,
+     * with `stats` (n) this micro-batch's numbers the aux loss is made of
+     * (per expert: (token, slot) pairs, router probabilities summed; rows),
+     * which it replaces by their sums over the micro-batches the aux loss is
+     * to cover, the same on every participant (added in a fixed order: the
+     * result is deterministic). The aux loss is then that batch's, and the
+     * gradient the one a participant takes when the participants' gradients
+     * are meaned (models/moe.c). Returns 0, or -1 (the step fails). */
+    int (*aux_reduce)(void* ctx, double* stats, int n);
 } LlamaParamHooks;
 
 /* One micro-batch: forward, loss, and (if backward) backward.

@@ -15,11 +15,17 @@
  * S (k) and weights w_j = p_S[j] (or p_S[j] / s, s = sum_j p_S[j]):
  *   dw_j    = <dout, y_j>                      (y_j: expert j's output)
  *   dp_S[j] = dw_j, or (dw_j - sum_i dw_i w_i) / s with norm_topk_prob
- *   dp_e   += coef * E * F_e / R^2             (aux loss; F_e pooled pair
- *                                               counts, R pooled rows)
+ *   dp_e   += coef * E * F_e / (R_a * R)       (aux loss; F_e pair counts
+ *                                               and R_a rows of the batch the
+ *                                               aux covers, R this one's rows)
  *   dlogit  = p * (dp - <dp, p>)               (softmax)
  * The top-k choice itself has no gradient (as in HF: the one-hot mask and
- * the index are constants).
+ * the index are constants). When the aux covers this micro-batch only,
+ * R_a = R and the term is the aux's own gradient; when it covers the
+ * micro-batches of W ranks (R_a = W R, hooks->aux_reduce), it is W times the
+ * whole batch's gradient w.r.t. this rank's probabilities, F_e global and
+ * constant: the runtime means the W ranks' gradients, which gives the whole
+ * batch's.
  */
 #include "moe.h"
 
@@ -155,10 +161,12 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K) {
     m->tokens_per_expert = calloc(E, sizeof(long long));
     m->prob_sum = calloc(E, sizeof(double));
     m->aux_host = calloc(E, sizeof(float));
+    m->aux_stats = calloc(2 * E + 1, sizeof(double));
     /* the rows an expert side holds: the plan's count (moe_rows_received),
      * reserved now so a steady step allocates nothing */
     const int rows0 = (int)moe_rows_received(d);
     int ok = m->layer && m->logits && m->tokens_per_expert && m->prob_sum && m->aux_host &&
+             m->aux_stats &&
              !scratch_reserve(m, rows0);
     if (ok) {
         m->dw = m->logits + N * E;
@@ -218,6 +226,7 @@ void moe_acts_free(MoeActs* m) {
     free(m->tokens_per_expert);
     free(m->prob_sum);
     free(m->aux_host);
+    free(m->aux_stats);
     free(m);
 }
 
@@ -446,11 +455,25 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const flo
     return 0;
 }
 
+int moe_aux_stats(MoeActs* m, const LlamaParamHooks* hooks) {
+    const int E = m->d.E;
+    double* st = m->aux_stats;
+    for (int e = 0; e < E; e++) st[e] = (double)m->tokens_per_expert[e];
+    memcpy(st + E, m->prob_sum, (size_t)E * sizeof(double));
+    st[2 * E] = (double)m->d.N * m->n_layers;
+    if (hooks && hooks->aux_reduce && hooks->aux_reduce(hooks->ctx, st, 2 * E + 1)) {
+        fprintf(stderr, "moe: aux_reduce failed\n");
+        return -1;
+    }
+    return 0;
+}
+
 float moe_aux_loss(MoeActs* m) {
     const int E = m->d.E;
-    const double R = (double)m->d.N * m->n_layers;
+    const double* st = m->aux_stats;
+    const double R = st[2 * E];
     double aux = 0.0;
-    for (int e = 0; e < E; e++) aux += (double)m->tokens_per_expert[e] / R * (m->prob_sum[e] / R);
+    for (int e = 0; e < E; e++) aux += st[e] / R * (st[E + e] / R);
     return m->aux = (float)(aux * E);
 }
 
@@ -490,9 +513,9 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const fl
     // dx[n] = sum_j dx(n, j), slots in order; then the router, whose
     // load-balancing term is the same for every row
     K->moe_combine(dx, m->dxs, NULL, L->pos, d->N, d->k, d->C);
-    const double R = (double)d->N * m->n_layers;
+    const double R = (double)d->N * m->n_layers, Ra = m->aux_stats[2 * E];
     for (size_t e = 0; e < E; e++)
-        m->aux_host[e] = (float)(aux_coef * (double)E * (double)m->tokens_per_expert[e] / (R * R));
+        m->aux_host[e] = (float)(aux_coef * (double)E * m->aux_stats[e] / (Ra * R));
     zdevCheck(zdev_upload(K->dev, m->aux_dev, m->aux_host, E * sizeof(float)));
     float* dlogits = m->logits; // (N, E), free again after the forward
     K->moe_router_backward(dlogits, L->probs, L->sel, L->w, m->dw, m->aux_dev, d->N, d->E,

@@ -106,6 +106,10 @@ typedef struct {
     long long* tokens_per_expert; /* (E) (token, slot) pairs */
     double* prob_sum;             /* (E) sum of router probabilities over rows */
     float* aux_host;              /* (E) scratch for aux_dev */
+    /* the statistics the aux loss is computed from (host): counts (E) |
+     * probability sums (E) | rows (1), this micro-batch's own, or summed
+     * over the batch the aux covers (moe_aux_stats) */
+    double* aux_stats;            /* (2E + 1) */
     float aux;                    /* E * sum_e f_e P_e of the last forward */
     long long dropped;            /* pairs the capacity dropped, all blocks */
 } MoeActs;
@@ -129,8 +133,14 @@ void moe_begin_step(MoeActs* m, int N);
 int moe_forward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const float* x,
                 float* out, const LlamaParamHooks* hooks, int layer, int expert_unit);
 
-/* After the forward of every MoE block: the load-balancing loss from the
- * pooled statistics (also kept in m->aux). */
+/* After the forward of every MoE block: the statistics of the aux loss
+ * (m->aux_stats): this micro-batch's pooled counts, probability sums and
+ * rows, then, with hooks and hooks->aux_reduce, the sums over the batch the
+ * aux loss covers. Returns 0, or -1 with a message (the hook failed). */
+int moe_aux_stats(MoeActs* m, const LlamaParamHooks* hooks);
+
+/* The load-balancing loss from m->aux_stats (moe_aux_stats first; also kept
+ * in m->aux): E * sum_e (F_e / R) (P_e / R), R the rows it covers. */
 float moe_aux_loss(MoeActs* m);
 
 /* Backward of MoE block i: dout (N, C) is dLoss/d out; dx (N, C) is

@@ -150,6 +150,9 @@ static const KeyDesc kKeys[] = {
     {"moe.overlap_chunks", K_INT, OFF(moe.overlap_chunks), 1, 64, 0,
      "chunks of each MoE block's expert exchange, pipelined with the experts (1: whole)",
      R_FREE},
+    {"moe.aux_loss_scope", K_STR, OFF(moe.aux_loss_scope), 0, 0, SZ(moe.aux_loss_scope),
+     "global|rank: the load-balancing loss over the micro-batch of all ranks, or each rank's "
+     "own (meaned)", R_ASK},
     {"comm.strategy", K_STRATEGY, OFF(comm.strategy), 1, 4, 0,
      "native|raw|compressed|auto", R_FREE},
     {"comm.allgather", K_STRATEGY, OFF(comm.allgather), 0, 4, 0,
@@ -229,6 +232,7 @@ void config_defaults(TrainConfig* c) {
     c->parallel.overlap = 1;
     c->parallel.ep = 1;
     c->moe.overlap_chunks = 1;
+    snprintf(c->moe.aux_loss_scope, sizeof c->moe.aux_loss_scope, "global");
     c->model.decoder_sparse_step = 1;
     c->model.router_aux_loss_coef = 0.001f; /* HF's default */
     c->comm.strategy = zipcclStrategyCompressed;
@@ -871,7 +875,7 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
         static const char* const moe_keys[] = {
             "model.n_experts_per_tok", "model.moe_ffn_hidden", "model.decoder_sparse_step",
             "model.mlp_only_layers",   "model.norm_topk_prob", "model.router_aux_loss_coef",
-            "model.capacity_factor"};
+            "model.capacity_factor",   "moe.aux_loss_scope"};
         for (size_t i = 0; i < sizeof moe_keys / sizeof moe_keys[0]; i++) {
             const size_t ki = (size_t)(find_key(moe_keys[i]) - kKeys);
             if (c->origin[ki].line > 0 || c->origin[ki].set[0])
@@ -882,6 +886,10 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
                                 config_where(c, "model.n_experts", w2, sizeof w2));
         }
     }
+    if (strcmp(c->moe.aux_loss_scope, "global") && strcmp(c->moe.aux_loss_scope, "rank"))
+        return zrt_errf(err, errlen, "%s: key 'moe.aux_loss_scope': unknown scope '%s' (global|rank)",
+                        config_where(c, "moe.aux_loss_scope", w1, sizeof w1),
+                        PRINTABLE(c->moe.aux_loss_scope));
     if (c->moe.overlap_chunks > 1 && (c->model.n_experts == 0 || c->parallel.ep < 2))
         return zrt_errf(err, errlen,
                         "%s: key 'moe.overlap_chunks': %d chunks asked for, but there is no "

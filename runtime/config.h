@@ -89,6 +89,8 @@ typedef struct {
     } parallel;
     struct {
         int overlap_chunks;        /* chunks of each MoE block's expert exchange (1: whole) */
+        char aux_loss_scope[8];    /* "global": the load-balancing loss of the micro-batch
+                                    * of all ranks; "rank": each rank's own, meaned */
     } moe;
     struct {
         zipcclStrategy_t strategy;                 /* every collective */

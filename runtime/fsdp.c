@@ -323,28 +323,33 @@ void fsdp_zero_grads(Fsdp* f) {
         zdevCheck(zdev_memset_async(f->K->dev, f->units[u].grad, 0, f->units[u].shard * sizeof(float), NULL));
 }
 
-/* One double per rank, added in rank order on every rank. The double
- * travels as two fp32 words through a native (MPI) all-gather, which moves
- * bytes untouched; scalars have nothing to compress, and keeping them off
- * the compressed path keeps the per-kind compression counters about the
- * tensors only. */
-static double sum_over_ranks(Fsdp* f, double x) {
-    float mine[2];
-    memcpy(mine, &x, sizeof x);
-    float* all = zrt_malloc((size_t)f->nranks * sizeof mine, "rank values");
+/* n doubles per rank, each added in rank order on every rank (in place).
+ * A double travels as two fp32 words through a native (MPI) all-gather,
+ * which moves bytes untouched; scalars have nothing to compress, and keeping
+ * them off the compressed path keeps the per-kind compression counters about
+ * the tensors only. */
+void fsdp_sum_over_ranks(Fsdp* f, double* x, int n) {
+    float* all = zrt_malloc((size_t)f->nranks * n * sizeof(double), "rank values");
     zipcclCallConfig_t c = {zipcclStrategyNative, zipcclCodecDefault, zipcclAlgoDefault};
     double t0 = zrt_now();
-    zipcclCheck(zipcclAllGather(mine, all, 2, zipcclFloat32, f->comm_misc, &c, NULL));
+    zipcclCheck(zipcclAllGather(x, all, (size_t)2 * n, zipcclFloat32, f->comm_misc, &c, NULL));
     f->blocked_s += zrt_now() - t0;
     f->misc_s += zrt_now() - t0;
-    double s = 0;
-    for (int r = 0; r < f->nranks; r++) {
-        double v;
-        memcpy(&v, all + 2 * r, sizeof v);
-        s += v;
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int r = 0; r < f->nranks; r++) {
+            double v;
+            memcpy(&v, all + 2 * ((size_t)r * n + i), sizeof v);
+            s += v;
+        }
+        x[i] = s;
     }
     free(all);
-    return s;
+}
+
+static double sum_over_ranks(Fsdp* f, double x) {
+    fsdp_sum_over_ranks(f, &x, 1);
+    return x;
 }
 
 double fsdp_mean_over_ranks(Fsdp* f, double x) { return sum_over_ranks(f, x) / f->nranks; }

@@ -163,6 +163,9 @@ void fsdp_adamw(Fsdp* f, const ZrtAdamWStep* s, float gscale, float clip);
 
 /* Mean over ranks of one value per rank, summed in rank order. */
 double fsdp_mean_over_ranks(Fsdp* f, double x);
+/* x (n) := its sum over ranks, each element added in rank order: the same
+ * bits on every rank, every run. A blocking collective on comm_misc. */
+void fsdp_sum_over_ranks(Fsdp* f, double* x, int n);
 
 /* Gather a unit's whole fp32 array of `which` (0 param, 1 m, 2 v), every
  * expert included, into out (fsdp_full_floats floats) on every rank. */

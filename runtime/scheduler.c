@@ -1077,6 +1077,14 @@ static int hook_combine(void* ctx, int layer, int phase, float* rows) {
     return exchange(ctx, EV_COMB, &a);
 }
 
+/* The aux loss over the micro-batch of every rank (moe.aux_loss_scope
+ * global): its statistics summed over the ranks, in rank order. */
+static int hook_aux_reduce(void* ctx, double* stats, int n) {
+    Sched* s = ctx;
+    fsdp_sum_over_ranks(s->f, stats, n);
+    return 0;
+}
+
 LlamaParamHooks sched_hooks(Sched* s) {
     LlamaParamHooks h = {.ctx = s,
                          .acquire = hook_acquire,
@@ -1090,6 +1098,8 @@ LlamaParamHooks sched_hooks(Sched* s) {
         h.combine_send = hook_combine_send;
         h.combine = hook_combine;
     }
+    if (s->cfg->model.n_experts > 0 && !strcmp(s->cfg->moe.aux_loss_scope, "global"))
+        h.aux_reduce = hook_aux_reduce;
     return h;
 }
 

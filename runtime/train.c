@@ -253,13 +253,16 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
     for (int a = 0; a < A; a++) loss_sum += micro_loss(r, sc, a);
     if (refused) loss_sum = NAN;
     s->loss = fsdp_mean_over_ranks(fsdp, loss_sum / A);
-    /* MoE: the aux loss (mean over ranks and micro-batches) and how far the
-     * busiest expert is above the mean load over the whole global batch
-     * (MaxVio, 0 when balanced). */
+    /* MoE: the aux loss, mean over micro-batches (moe.aux_loss_scope global:
+     * each micro-batch's is that of all ranks, the same on each; rank: also
+     * the mean over ranks of each rank's own) and how far the busiest expert
+     * is above the mean load over the whole global batch (MaxVio, 0 when
+     * balanced). */
     s->aux = s->maxvio = 0;
     s->dropped = 0;
     if (r->moe) {
-        s->aux = fsdp_mean_over_ranks(fsdp, aux_sum / A);
+        const int global = !strcmp(cfg->moe.aux_loss_scope, "global");
+        s->aux = global ? aux_sum / A : fsdp_mean_over_ranks(fsdp, aux_sum / A);
         expert_load_stats(r, s);
     }
     s->norm = fsdp_grad_norm_of(fsdp, sc + A);
