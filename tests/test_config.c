@@ -306,6 +306,22 @@ int main(void) {
         config_set(&d, "parallelism.ep=2", err, sizeof err);
         CHECK(config_validate(&d, err, sizeof err) == 0 && d.moe.overlap_chunks == 4,
               "overlap_chunks_with_ep2_accepted", "%s", err);
+        /* moe.aux_loss_scope: global (default) | rank, MoE models only */
+        CHECK(!strcmp(d.moe.aux_loss_scope, "global"), "aux_loss_scope_default_global", "%s",
+              d.moe.aux_loss_scope);
+        CHECK(config_set(&d, "moe.aux_loss_scope=rank", err, sizeof err) == 0 &&
+                  config_validate(&d, err, sizeof err) == 0 && !strcmp(d.moe.aux_loss_scope, "rank"),
+              "aux_loss_scope_rank_accepted", "%s", err);
+        CHECK(config_set(&d, "moe.aux_loss_scope=batch", err, sizeof err) == 0 &&
+                  config_validate(&d, err, sizeof err) == -1 &&
+                  strstr(err, "--set moe.aux_loss_scope=batch") &&
+                  strstr(err, "key 'moe.aux_loss_scope': unknown scope 'batch' (global|rank)"),
+              "aux_loss_scope_unknown_refused", "%s", err);
+        config_defaults(&d);
+        CHECK(config_set(&d, "moe.aux_loss_scope=rank", err, sizeof err) == 0 &&
+                  config_validate(&d, err, sizeof err) == -1 &&
+                  strstr(err, "key 'moe.aux_loss_scope' is for mixture-of-experts models"),
+              "aux_loss_scope_on_dense_refused", "%s", err);
     }
     /* Where a value came from: errors name the --set assignment or the
      * file's line, and unknown keys suggest the nearest known one. */
