@@ -453,6 +453,12 @@ int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errl
     char e[1024];
     if (config_load(&ck->cfg, p, e, sizeof e))
         return zrt_errf(err, errlen, "--resume: cannot read the checkpoint's config: %s", e);
+    /* A MoE checkpoint from before moe.aux_loss_scope, written by several
+     * ranks, trained with each rank's own aux loss: its absence reads as
+     * "rank", so resuming with today's default (global) is a change the
+     * resume check names (at one rank the two are the same bits). */
+    if (!config_given(&ck->cfg, "moe.aux_loss_scope") && ck->cfg.model.n_experts > 0 && ck->nranks > 1)
+        snprintf(ck->cfg.moe.aux_loss_scope, sizeof ck->cfg.moe.aux_loss_scope, "rank");
     return 0;
 }
 

@@ -293,4 +293,35 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "must be ascending step numbers" "$tmp/dumpb.log" && ! grep -q "^step " "$tmp/dumpb.log"; then
   pass "$name"
 else fail "$name" "exit $rc: $(tail -2 "$tmp/dumpb.log")"; fi
+# a MoE checkpoint from before moe.aux_loss_scope (its config.yaml without
+# the key, the manifest matching) trained with each rank's own aux loss:
+# resuming it under today's default (global) is refused naming the key,
+# accepted with the old scope or when allowed
+name="resume_pre_aux_scope_moe_checkpoint"
+# shellcheck disable=SC2086
+if run 2 "$tmp/aux.log" $TINY_MOE --set train.steps=4 --set checkpoint.dir="$tmp/ckaux" --set checkpoint.every=2; then
+  python3 - "$tmp/ckaux/step_00000002" <<'PY'
+import os, re, sys
+d = sys.argv[1]
+cfg = os.path.join(d, "config.yaml")
+text = "".join(l for l in open(cfg) if "aux_loss_scope" not in l).encode()
+open(cfg, "wb").write(text)
+h = 0xcbf29ce484222325
+for b in text: h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+m = os.path.join(d, "manifest.json")
+man = re.sub(r'("config.yaml", "bytes": )\d+(, "fnv1a64": ")[0-9a-f]+', r'\g<1>%d\g<2>%016x' % (len(text), h), open(m).read())
+open(m, "w").write(man)
+PY
+  # shellcheck disable=SC2086
+  run 2 "$tmp/aux1.log" $TINY_MOE --set train.steps=4 --resume "$tmp/ckaux/step_00000002"; rc1=$?
+  # shellcheck disable=SC2086
+  run 2 "$tmp/aux2.log" $TINY_MOE --set train.steps=4 --resume "$tmp/ckaux/step_00000002" --set moe.aux_loss_scope=rank; rc2=$?
+  # shellcheck disable=SC2086
+  run 2 "$tmp/aux3.log" $TINY_MOE --set train.steps=4 --resume "$tmp/ckaux/step_00000002" \
+    --set checkpoint.allow_changes=moe.aux_loss_scope; rc3=$?
+  if [ $rc1 = 2 ] && grep -q 'moe.aux_loss_scope: "rank" in the checkpoint, "global" now' "$tmp/aux1.log" &&
+     [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q "warning: resume: moe.aux_loss_scope" "$tmp/aux3.log"; then
+    pass "$name"
+  else fail "$name" "exits $rc1 $rc2 $rc3: $(grep -h 'aux_loss_scope\|error' "$tmp"/aux[123].log | head -3)"; fi
+else fail "$name" "run failed"; fi
 exit $((fails > 0))
