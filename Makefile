@@ -5,7 +5,7 @@
 #   make test        run the whole suite (normal build + ASan/UBSan build)
 #   make run         train the embedded default (tiny Llama, 4 ranks, compressed)
 #   make run-moe     train a tiny Qwen3-MoE (8 experts, top-2, 4 ranks, EP 2)
-#   make fuzz        run the codec fuzzers for FUZZ_SECONDS each (libFuzzer)
+#   make fuzz        run the fuzzers (codec, loaders) for FUZZ_SECONDS each (libFuzzer)
 #   make test-gpu    GPU tests + GPU benchmarks (needs a CUDA device)
 #   make gpu-bundle  pack them for a GPU machine without our packages
 #   make bench       CPU codec benchmark
@@ -219,6 +219,11 @@ run-moe: deps
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# A variable's value, for scripts/fuzz.sh (make print-LDLIBS, print-CPPFLAGS):
+# its loader targets compile and link as the library does.
+print-%:
+	@echo $($*)
 
 test-gpu: all
 	@scripts/test_gpu.sh
