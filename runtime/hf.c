@@ -154,6 +154,14 @@ static int get_num(Cfg* c, const char* name, double def, double* out) {
     return 0;
 }
 
+/* A value the model keeps: inside the range the config key of the same
+ * meaning takes (runtime/config.c's table), so that what this reader
+ * accepts hf_apply_config can set. */
+static int num_in(Cfg* c, const char* name, double x, double lo, double hi) {
+    if (!(x >= lo && x <= hi)) return cfg_fail(c, name, "%g is out of range [%g, %g]", x, lo, hi);
+    return 0;
+}
+
 static int get_bool(Cfg* c, const char* name, int def, int* out) {
     json_t* v = field(c, name);
     if (!v) {
@@ -372,6 +380,10 @@ static int hf_read_config_full(const char* dir, HfArch* arch, LlamaConfig* m, Ma
         goto done;
     }
     theta = have_inner ? inner : have_top ? top : have_scaling_theta ? scaling_theta : theta;
+    if (num_in(&c, have_inner ? "rope_parameters" : have_top ? "rope_theta" : "rope_scaling", theta,
+               1.0, 1e12) ||
+        num_in(&c, "rms_norm_eps", eps, 1e-12, 1.0))
+        goto done;
 
     /* Mixture of experts (Qwen3-MoE): its fields in another architecture are
      * a mislabelled model, not something to drop. */
@@ -398,7 +410,9 @@ static int hf_read_config_full(const char* dir, HfArch* arch, LlamaConfig* m, Ma
             get_bool(&c, "norm_topk_prob", 0, &norm_topk))
             goto done;
         *aux_given = json_object_get(root, "router_aux_loss_coef") != NULL;
-        if (get_num(&c, "router_aux_loss_coef", 0.001, &aux)) goto done;
+        if (get_num(&c, "router_aux_loss_coef", 0.001, &aux) ||
+            num_in(&c, "router_aux_loss_coef", aux, 0.0, 1000.0))
+            goto done;
         json_t* mo = field(&c, "mlp_only_layers");
         if (mo) {
             size_t i;
