@@ -381,6 +381,7 @@ int data_read_meta(const char* path, DataMeta* m, char* err, size_t errlen) {
     json_t* n = json_object_get(o, "tokens");
     json_t* v = json_object_get(o, "vocab_size");
     json_t* tf = json_object_get(o, "tokenizer_file");
+    m->bos_id = m->eos_id = -1;
     if (!json_is_object(o) || !json_is_string(f) ||
         strcmp(json_string_value(f), "zipccl-runtime-tokens-1")) {
         zrt_errf(err, errlen, "%s: not token metadata of scripts/prepare_data.py (\"format\": "
@@ -401,29 +402,58 @@ int data_read_meta(const char* path, DataMeta* m, char* err, size_t errlen) {
     snprintf(m->dtype, sizeof m->dtype, "%s", json_string_value(dt));
     m->tokens = json_integer_value(n);
     m->vocab_size = json_integer_value(v);
-    json_t* bos = json_object_get(o, "bos_id");
-    json_t* eos = json_object_get(o, "eos_id");
-    m->bos_id = json_is_integer(bos) ? json_integer_value(bos) : -1;
-    m->eos_id = json_is_integer(eos) ? json_integer_value(eos) : -1;
-    if (json_is_string(tf) && json_string_value(tf)[0]) {
-        /* beside the tokens: relative to PATH's directory */
+    const long long width = !strcmp(m->dtype, "u16") ? 2 : 4;
+    /* ids are u16, or i32 >= 0: the vocabulary they can index */
+    const long long max_vocab = width == 2 ? 65536 : 2147483648ll;
+    if (m->vocab_size > max_vocab) {
+        zrt_errf(err, errlen, "%s: field 'vocab_size': %lld is more than %s ids can tell apart "
+                 "(%lld)", PRINTABLE(m->path), m->vocab_size, m->dtype, max_vocab);
+        goto done;
+    }
+    static const char* const kIds[2] = {"bos_id", "eos_id"};
+    long long* ids[2] = {&m->bos_id, &m->eos_id};
+    for (int i = 0; i < 2; i++) {
+        json_t* id = json_object_get(o, kIds[i]);
+        *ids[i] = -1;
+        if (!id || json_is_null(id)) continue;
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) >= m->vocab_size) {
+            zrt_errf(err, errlen, "%s: field '%s' must be null or a token id in [0, vocab_size "
+                     "%lld)", PRINTABLE(m->path), kIds[i], m->vocab_size);
+            goto done;
+        }
+        *ids[i] = json_integer_value(id);
+    }
+    if (tf && !json_is_null(tf)) {
+        /* a file beside the tokens (prepare_data.py writes its base name):
+         * a name, not a path that reaches elsewhere */
+        const char* name = json_is_string(tf) ? json_string_value(tf) : NULL;
         const char* slash = strrchr(path, '/');
-        snprintf(m->tokenizer, sizeof m->tokenizer, "%.*s%s", slash ? (int)(slash - path + 1) : 0,
-                 path, json_string_value(tf));
+        const int dirlen = slash ? (int)(slash - path + 1) : 0;
+        if (!name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
+            strlen(name) > 255) {
+            zrt_errf(err, errlen, "%s: field 'tokenizer_file' must be the name of a file beside "
+                     "the tokens (no '/', at most 255 bytes)", PRINTABLE(m->path));
+            goto done;
+        }
+        if (name[0] && (size_t)snprintf(m->tokenizer, sizeof m->tokenizer, "%.*s%s", dirlen, path,
+                                        name) >= sizeof m->tokenizer) {
+            zrt_errf(err, errlen, "%s: field 'tokenizer_file': the path %s%s is too long",
+                     PRINTABLE(m->path), PRINTABLE(path), PRINTABLE(name));
+            goto done;
+        }
     }
     struct stat sb;
-    const long long width = !strcmp(m->dtype, "u16") ? 2 : 4;
     if (stat(path, &sb)) {
         zrt_errf(err, errlen, "%s: cannot read the tokens %s describes: %s", PRINTABLE(path),
                  PRINTABLE(m->path), strerror(errno));
         goto done;
     }
-    if ((long long)sb.st_size != m->tokens * width) {
+    if ((long long)sb.st_size % width || (long long)sb.st_size / width != m->tokens) {
         zrt_errf(err, errlen,
-                 "%s: %lld bytes, but %s says %lld %s tokens (%lld bytes): the token file is "
-                 "truncated, or not the one its metadata describes",
-                 PRINTABLE(path), (long long)sb.st_size, PRINTABLE(m->path), m->tokens, m->dtype,
-                 m->tokens * width);
+                 "%s: %lld bytes, but %s says %lld %s tokens: the token file is truncated, or "
+                 "not the one its metadata describes",
+                 PRINTABLE(path), (long long)sb.st_size, PRINTABLE(m->path), m->tokens, m->dtype);
         goto done;
     }
     rc = 0;

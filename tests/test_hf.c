@@ -146,6 +146,13 @@ static void test_config(void) {
         {"theta_twice", LLAMA_BASE ", \"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": "
                         "500000.0, \"rope_type\": \"default\"}", "field 'rope_theta': 10000 contradicts"},
         {"bad_shape", LLAMA_BASE ", \"head_dim\": 5", "field 'head_dim': 5 is odd"},
+        /* beyond model.rope_theta's and model.norm_eps's ranges, which
+         * hf_apply_config then refused (fuzz_hf_config, issue 52) */
+        {"theta_range", LLAMA_BASE ", \"rope_theta\": 1e30", "field 'rope_theta': 1e+30 is out of range"},
+        {"theta_inner_range", LLAMA_BASE ", \"rope_parameters\": {\"rope_theta\": 1e13}",
+         "field 'rope_parameters': 1e+13 is out of range"},
+        {"eps_range", "\"architectures\": [\"LlamaForCausalLM\"], \"rms_norm_eps\": 1e-30",
+         "field 'rms_norm_eps': 1e-30 is out of range"},
         {"heads_kv", "\"architectures\": [\"LlamaForCausalLM\"], \"num_attention_heads\": 4, "
                      "\"num_key_value_heads\": 3, \"hidden_size\": 16",
          "not one we can build: llama config: n_kv_heads 3 does not divide n_heads 4"},
@@ -739,9 +746,9 @@ static void test_source_kept(void) {
 
 /* scripts/prepare_data.py's PATH.json, as the trainer reads it. */
 static void test_data_meta(void) {
-    char err[2048];
+    char err[2048], tok[512];
     DataMeta m;
-    const char* tok = path_of("tok.bin", NULL);
+    snprintf(tok, sizeof tok, "%s", path_of("tok.bin", NULL)); /* path_of's buffers rotate */
     uint16_t ids[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     FILE* f = fopen(tok, "wb");
     fwrite(ids, 2, 10, f);
@@ -769,6 +776,29 @@ static void test_data_meta(void) {
     rc = data_read_meta(tok, &m, err, sizeof err);
     CHECK(rc && strstr(err, "tok.bin.json: field 'dtype'"), "hf/data_meta/bad_dtype_refused", "%s",
           err);
+    /* What fuzz_token_meta found accepted (issue 52): each refused by field. */
+    static const struct {
+        const char *json, *field, *name;
+    } kBad[] = {
+        {"\"tokens\": 4611686018427387904, \"vocab_size\": 3", "says 4611686018427387904",
+         "tokens_times_width_overflow"},
+        {"\"tokens\": 9, \"vocab_size\": 65537", "field 'vocab_size'", "vocab_past_u16"},
+        {"\"tokens\": 9, \"vocab_size\": 3, \"eos_id\": 3", "field 'eos_id'", "eos_past_vocab"},
+        {"\"tokens\": 9, \"vocab_size\": 3, \"bos_id\": \"1\"", "field 'bos_id'", "bos_not_int"},
+        {"\"tokens\": 9, \"vocab_size\": 3, \"tokenizer_file\": \"../../etc/passwd\"",
+         "field 'tokenizer_file'", "tokenizer_outside"},
+        {"\"tokens\": 9, \"vocab_size\": 3, \"tokenizer_file\": 7", "field 'tokenizer_file'",
+         "tokenizer_not_string"},
+    };
+    for (size_t i = 0; i < sizeof kBad / sizeof kBad[0]; i++) {
+        char text[512], name[96];
+        snprintf(text, sizeof text, "{\"format\": \"zipccl-runtime-tokens-1\", \"dtype\": \"u16\", %s}",
+                 kBad[i].json);
+        write_text(path_of("tok.bin.json", NULL), text);
+        snprintf(name, sizeof name, "hf/data_meta/%s_refused", kBad[i].name);
+        rc = data_read_meta(tok, &m, err, sizeof err);
+        CHECK(rc && strstr(err, "tok.bin") && strstr(err, kBad[i].field), name, "rc %d %s", rc, err);
+    }
 }
 
 int main(void) {
