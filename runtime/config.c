@@ -193,6 +193,9 @@ static const KeyDesc kKeys[] = {
 #define N_KEYS (sizeof kKeys / sizeof kKeys[0])
 _Static_assert(N_KEYS <= CFG_MAX_KEYS, "TrainConfig.origin needs room for every key");
 
+/* Room for value_text of any key: a string key's every byte escaped (\\xNN), in quotes. */
+#define VALUE_TEXT_MAX (4 * CFG_PATH_MAX + 8)
+
 static const char* const kSections[] = {"model",       "data", "train",   "optimizer",
                                         "schedule",    "parallelism", "moe",  "comm",
                                         "logging",     "checkpoint", "runtime"};
@@ -319,12 +322,18 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
         *(int*)base = x;
         return 0;
     }
-    case K_STR:
+    case K_STR: {
         if (strlen(v) >= k->size)
             return zrt_errf(err, errlen, "%s: key '%s': value longer than %zu characters", where,
                         k->name, k->size - 1);
+        /* what a YAML file can hold, so that config_print writes it back */
+        char quoted[VALUE_TEXT_MAX];
+        if (zrt_yaml_quoted(v, quoted, sizeof quoted))
+            return zrt_errf(err, errlen, "%s: key '%s': '%s' is not UTF-8 text", where, k->name,
+                            PRINTABLE(v));
         snprintf(base, k->size, "%s", v);
         return 0;
+    }
     case K_STRATEGY: {
         zipcclStrategy_t s;
         if (parse_strategy(v, k->lo == 0, &s))
@@ -746,8 +755,6 @@ int config_given(const TrainConfig* c, const char* key) {
     return c->origin[i].line > 0 || c->origin[i].set[0];
 }
 
-/* Room for value_text of any key: a string key's every byte escaped. */
-#define VALUE_TEXT_MAX (4 * CFG_PATH_MAX + 8)
 
 /* Equal values, as the key means them: head_dim 0 is dim / n_heads. */
 static int same_value(const TrainConfig* a, const TrainConfig* b, const KeyDesc* k) {
@@ -803,6 +810,18 @@ static int allow_entry(const char* list, int i, char* out, size_t n) {
         }
         p = e;
     }
+}
+
+/* The keys of a mixture-of-experts model: a dense model (n_experts 0) may
+ * not be given them, and config_print leaves them out of its printout. */
+static int is_moe_key(const char* key) {
+    static const char* const moe_keys[] = {
+        "model.n_experts_per_tok", "model.moe_ffn_hidden", "model.decoder_sparse_step",
+        "model.mlp_only_layers",   "model.norm_topk_prob", "model.router_aux_loss_coef",
+        "model.capacity_factor",   "moe.aux_loss_scope"};
+    for (size_t i = 0; i < sizeof moe_keys / sizeof moe_keys[0]; i++)
+        if (!strcmp(key, moe_keys[i])) return 1;
+    return 0;
 }
 
 int config_validate(const TrainConfig* c, char* err, size_t errlen) {
@@ -872,19 +891,13 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
                                            : "model.n_experts is 0: a dense model");
     if (c->model.n_experts == 0) {
         /* A MoE key given to a dense model is a config mistake, not a no-op. */
-        static const char* const moe_keys[] = {
-            "model.n_experts_per_tok", "model.moe_ffn_hidden", "model.decoder_sparse_step",
-            "model.mlp_only_layers",   "model.norm_topk_prob", "model.router_aux_loss_coef",
-            "model.capacity_factor",   "moe.aux_loss_scope"};
-        for (size_t i = 0; i < sizeof moe_keys / sizeof moe_keys[0]; i++) {
-            const size_t ki = (size_t)(find_key(moe_keys[i]) - kKeys);
-            if (c->origin[ki].line > 0 || c->origin[ki].set[0])
+        for (size_t ki = 0; ki < N_KEYS; ki++)
+            if (is_moe_key(kKeys[ki].name) && (c->origin[ki].line > 0 || c->origin[ki].set[0]))
                 return zrt_errf(err, errlen,
                                 "%s: key '%s' is for mixture-of-experts models, but "
                                 "model.n_experts is 0 (%s)",
-                                config_where(c, moe_keys[i], w1, sizeof w1), moe_keys[i],
+                                config_where(c, kKeys[ki].name, w1, sizeof w1), kKeys[ki].name,
                                 config_where(c, "model.n_experts", w2, sizeof w2));
-        }
     }
     if (strcmp(c->moe.aux_loss_scope, "global") && strcmp(c->moe.aux_loss_scope, "rank"))
         return zrt_errf(err, errlen, "%s: key 'moe.aux_loss_scope': unknown scope '%s' (global|rank)",
@@ -967,11 +980,14 @@ static const char* value_text(const TrainConfig* c, const KeyDesc* k, char* buf,
         else fmt_number(buf, n, *(const double*)base, 0);
         break;
     case K_BOOL: snprintf(buf, n, "%s", *(const int*)base ? "true" : "false"); break;
-    case K_STR: {
-        char shown[VALUE_TEXT_MAX];
-        snprintf(buf, n, "\"%s\"", zrt_printable(base, shown, sizeof shown));
+    case K_STR:
+        /* set_value takes UTF-8 only, and VALUE_TEXT_MAX holds the longest
+         * string escaped: the quoting always succeeds */
+        if (zrt_yaml_quoted(base, buf, n)) {
+            char shown[VALUE_TEXT_MAX];
+            snprintf(buf, n, "\"%s\"", zrt_printable(base, shown, sizeof shown));
+        }
         break;
-    }
     case K_STRATEGY:
         /* A forced strategy prints as the only one, so the printout
          * reads back (checkpoints store it) to the same behaviour. */
@@ -1044,6 +1060,8 @@ void config_print(const TrainConfig* c, FILE* f) {
     char buf[VALUE_TEXT_MAX];
     for (size_t i = 0; i < N_KEYS; i++) {
         const KeyDesc* k = &kKeys[i];
+        /* what a dense model may not be given (config_validate) */
+        if (c->model.n_experts == 0 && is_moe_key(k->name)) continue;
         const char* dot = strchr(k->name, '.');
         size_t sl = (size_t)(dot - k->name);
         if (strncmp(section, k->name, sl) || section[sl] != '.') {

@@ -190,7 +190,10 @@ int config_resume_check(const TrainConfig* saved, int saved_nranks, const TrainC
 zipcclStrategy_t config_strategy_for(const TrainConfig* cfg, zipcclCollKind_t kind,
                                      const char* unit_name);
 
-/* Print the effective config as YAML (it reads back with config_load). */
+/* Print the effective config as YAML (it reads back with config_load, and
+ * config_validate accepts what it read back when it accepted cfg): a dense
+ * model's printout leaves out the mixture-of-experts keys, which a dense
+ * model may not be given. */
 void config_print(const TrainConfig* cfg, FILE* f);
 
 const char* config_codec_name(zipcclCodec_t c);

@@ -96,3 +96,35 @@ char* zrt_trim_utf8(char* s) {
     if (lead >= 0xc0 && k + 1 < want) s[n - 1 - k] = '\0'; /* cut inside it */
     return s;
 }
+
+int zrt_yaml_quoted(const char* s, char* out, size_t cap) {
+    const unsigned char* p = (const unsigned char*)s;
+    const size_t n = strlen(s);
+    size_t used = 0, take;
+    char piece[16];
+    if (cap < 3) return -1;
+    out[used++] = '"';
+    for (size_t i = 0; i < n; i += take) {
+        unsigned cp = p[i];
+        size_t len = 0;
+        take = p[i] < 0x80 ? 1 : utf8_sequence(p + i, n - i, &cp);
+        if (!take) return -1; /* not UTF-8: YAML has no escape for a lone byte */
+        if (cp == '"' || cp == '\\') {
+            piece[len++] = '\\';
+            piece[len++] = (char)cp;
+        } else if ((cp >= 0x20 && cp < 0x7f) ||
+                   (cp >= 0xa0 && !unprintable_code_point(cp) && cp != 0xfeff && cp != 0xfffe &&
+                    cp != 0xffff)) {
+            memcpy(piece, p + i, take);
+            len = take;
+        } else { /* YAML's \x and \u name code points */
+            len = (size_t)snprintf(piece, sizeof piece, cp < 0x100 ? "\\x%02x" : "\\u%04x", cp);
+        }
+        if (used + len + 2 > cap) return -1;
+        memcpy(out + used, piece, len);
+        used += len;
+    }
+    out[used++] = '"';
+    out[used] = '\0';
+    return 0;
+}

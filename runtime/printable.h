@@ -39,6 +39,14 @@ const char* zrt_printable_n(const void* s, size_t n, char* out, size_t cap);
 #define ZRT_PRINTABLE_CAP 1024
 #define PRINTABLE(s) zrt_printable((s), (char[ZRT_PRINTABLE_CAP]){0}, ZRT_PRINTABLE_CAP)
 
+/* s as a YAML double-quoted scalar that reads back to the same string
+ * (config_print): printable characters as they are, '"' and '\\' escaped,
+ * every other code point the escapes of zrt_printable leave out of the
+ * text as YAML's \xNN or \uNNNN (U+FEFF, U+FFFE and U+FFFF too, which
+ * YAML does not take raw). Returns 0, or -1 when s is not valid UTF-8 (YAML
+ * cannot hold a lone byte) or the result does not fit out[cap]. */
+int zrt_yaml_quoted(const char* s, char* out, size_t cap);
+
 /* Cut off an incomplete UTF-8 sequence at the end of s (in place): what
  * a fixed-size message buffer leaves when vsnprintf stops inside a
  * multi-byte character of a printable string. Returns s. */

@@ -236,6 +236,31 @@ int main(void) {
               "print_reads_back", "%s", err);
     }
 
+    /* What fuzz_config_yaml found (issue 52): a string with a quote or an
+     * escaped character printed as YAML that did not read back (a quote
+     * ended the scalar; \xe2 read as U+00E2), and a dense model's printout
+     * held the MoE keys config_validate refuses given to it. */
+    {
+        TrainConfig a, b;
+        char path2[80];
+        config_defaults(&a);
+        int r = config_set(&a, "data.path=a\"b\tc\xe2\x80\xae\\d\xc3\xa9", err, sizeof err);
+        snprintf(path2, sizeof path2, "/tmp/test_config_quote_%d.yaml", (int)getpid());
+        FILE* f = fopen(path2, "w");
+        config_print(&a, f);
+        fclose(f);
+        config_defaults(&b);
+        r = r || config_load(&b, path2, err, sizeof err);
+        CHECK(r == 0 && !strcmp(b.data.path, a.data.path), "print_quotes_strings", "%s", err);
+        CHECK(r == 0 && config_validate(&a, err, sizeof err) == 0 &&
+                  config_validate(&b, err, sizeof err) == 0,
+              "dense_printout_validates", "%s", err);
+        unlink(path2);
+        r = config_set(&a, "data.path=bad\xff", err, sizeof err);
+        CHECK(r == -1 && strstr(err, "--set data.path=bad\\xff") && strstr(err, "not UTF-8"),
+              "set_string_not_utf8", "%s", err);
+    }
+
     /* Refusals, each naming file, line and key. */
     expect_error("unknown_key_line", "model:\n  dim: 64\n  depth: 3\n", ":3: unknown key 'model.depth'",
                  g_path);
