@@ -443,8 +443,10 @@ int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errl
     TrainState* st = &ck->st;
     if (sscanf(text, "{\"step\": %d, \"samples\": %lld, \"nranks\": %d", &st->step, &st->samples,
                &ck->nranks) != 3 ||
-        st->step < 0 || st->samples < 0 || ck->nranks < 1)
-        return zrt_errf(err, errlen, "--resume: %s is malformed", PRINTABLE(p));
+        st->step < 0 || st->samples < 0 || ck->nranks < 1 || ck->nranks > CHECKPOINT_MAX_RANKS)
+        return zrt_errf(err, errlen, "--resume: %s is malformed (wants {\"step\": >= 0, "
+                        "\"samples\": >= 0, \"nranks\": 1..%d, ...})", PRINTABLE(p),
+                        CHECKPOINT_MAX_RANKS);
     /* Checkpoints from before the data hash was recorded resume unchecked. */
     const char* h = strstr(text, "\"data_fnv1a64\": \"");
     if (h) st->data_hash = strtoull(h + 17, NULL, 16);

@@ -67,6 +67,9 @@ void checkpoint_save(Fsdp* f, const TrainConfig* cfg, const TrainState* st);
  * Verifies every file against the manifest and reads state.json and
  * config.yaml into ck. Returns 0, or -1 with the reason in err. */
 int checkpoint_open(const char* path, CheckpointInfo* ck, char* err, size_t errlen);
+/* The most ranks a checkpoint may say it was saved at (state.json's
+ * nranks): a reader opens that many rank files. */
+#define CHECKPOINT_MAX_RANKS 65536
 
 /* Loads this rank's shards of params, m and v from an opened checkpoint
  * (no communication). Returns 0, or -1 naming the file and tensor that do
