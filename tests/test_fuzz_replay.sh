@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test: timeout=300
-# test_fuzz_replay.sh — replay the committed libFuzzer corpus of the codec
-# (tests/fuzz/corpus/<target>/) through the gcc-built replay binaries: every
-# input must decode without crashing, agree across SIMD paths and round-trip
-# as raw data (the target aborts otherwise). Needs no clang.
+# test_fuzz_replay.sh — replay the committed libFuzzer corpus of every fuzz
+# target (tests/fuzz/corpus/<target>/: the codec's and the loaders') through
+# the gcc-built replay binaries: every input must pass its target's checks
+# (the codec's frames decode alike on every SIMD path and round-trip; a
+# loader's refusal is a printable message naming the file, what it accepts
+# is consistent), or the target aborts. Needs no clang.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
