@@ -7,7 +7,9 @@
 # a fresh directory and puts that in its place). Builds into build-fuzz/
 # with clang, which it installs if missing. A crash leaves its input in
 # build-fuzz/<target>.crashes/ and fails. FUZZ_LOG_DIR, when set, keeps each
-# target's libFuzzer log there as <target>.log.
+# target's libFuzzer log there as <target>.log. FUZZ_KEEP_CORPUS=1 leaves
+# the committed corpus as it is: it is read, and new inputs go to
+# build-fuzz/corpus/<target>/ (make test-long runs it so).
 #
 # Each target names the sources it is built with on a line of its header,
 # "fuzz-sources: FILE ..." (the codec's: comm/codec/codec_cpu.c
@@ -29,7 +31,10 @@ if ! command -v clang >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/l
   echo "fuzz: installing clang and libclang-rt-14-dev"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang libclang-rt-14-dev >/dev/null; then
+    echo "fuzz: FAILED: cannot install clang and libclang-rt-14-dev (libFuzzer); nothing fuzzed"
+    exit 1
+  fi
 fi
 mkdir -p "$OUT"
 # The library's include paths (MPI's too: checkpoint.c includes mpi.h, and
@@ -66,11 +71,17 @@ for src in "${targets[@]}"; do
   # shellcheck disable=SC2086
   clang $CFLAGS "$src" $srcs $libs -lxxhash -lpthread -o "$OUT/$name"
   corpus=tests/fuzz/corpus/$name
-  mkdir -p "$corpus" "$OUT/$name.crashes"
+  dirs=("$corpus")
+  if [ "${FUZZ_KEEP_CORPUS:-0}" = 1 ]; then
+    corpus=$OUT/corpus/$name
+    rm -rf "$corpus"
+    dirs=("$corpus" "tests/fuzz/corpus/$name")
+  fi
+  mkdir -p "${dirs[@]}" "$OUT/$name.crashes"
   before=$(ls "$corpus" | wc -l)
   echo "== $name: fuzzing for ${SECONDS_EACH}s (corpus $corpus, $before inputs)"
   log="${FUZZ_LOG_DIR:-$OUT}/$name.log"
-  if ! "$OUT/$name" "$corpus" -max_total_time="$SECONDS_EACH" -max_len=32768 -timeout=20 \
+  if ! "$OUT/$name" "${dirs[@]}" -max_total_time="$SECONDS_EACH" -max_len=32768 -timeout=20 \
        -rss_limit_mb=4096 -artifact_prefix="$OUT/$name.crashes/" -print_final_stats=1 \
        >"$log" 2>&1; then
     echo "== $name: FAILED, see $log and $OUT/$name.crashes/"
@@ -85,4 +96,5 @@ for src in "${targets[@]}"; do
   fi
   echo "== $name: corpus $before -> $(ls "$corpus" | wc -l) inputs"
 done
+echo "fuzz: ${#targets[@]} target(s) for ${SECONDS_EACH}s each: $([ $status = 0 ] && echo "no finding" || echo FAILED)"
 exit $status
