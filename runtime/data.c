@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -450,10 +451,15 @@ int data_read_meta(const char* path, DataMeta* m, char* err, size_t errlen) {
         goto done;
     }
     if ((long long)sb.st_size % width || (long long)sb.st_size / width != m->tokens) {
+        /* tokens x width only where it does not overflow */
+        char want[40] = "";
+        if (m->tokens <= LLONG_MAX / width)
+            snprintf(want, sizeof want, " (%lld bytes)", m->tokens * width);
         zrt_errf(err, errlen,
-                 "%s: %lld bytes, but %s says %lld %s tokens: the token file is truncated, or "
+                 "%s: %lld bytes, but %s says %lld %s tokens%s: the token file is truncated, or "
                  "not the one its metadata describes",
-                 PRINTABLE(path), (long long)sb.st_size, PRINTABLE(m->path), m->tokens, m->dtype);
+                 PRINTABLE(path), (long long)sb.st_size, PRINTABLE(m->path), m->tokens, m->dtype,
+                 want);
         goto done;
     }
     rc = 0;
