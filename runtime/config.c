@@ -322,18 +322,12 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
         *(int*)base = x;
         return 0;
     }
-    case K_STR: {
+    case K_STR:
         if (strlen(v) >= k->size)
             return zrt_errf(err, errlen, "%s: key '%s': value longer than %zu characters", where,
                         k->name, k->size - 1);
-        /* what a YAML file can hold, so that config_print writes it back */
-        char quoted[VALUE_TEXT_MAX];
-        if (zrt_yaml_quoted(v, quoted, sizeof quoted))
-            return zrt_errf(err, errlen, "%s: key '%s': '%s' is not UTF-8 text", where, k->name,
-                            PRINTABLE(v));
         snprintf(base, k->size, "%s", v);
         return 0;
-    }
     case K_STRATEGY: {
         zipcclStrategy_t s;
         if (parse_strategy(v, k->lo == 0, &s))
@@ -981,8 +975,10 @@ static const char* value_text(const TrainConfig* c, const KeyDesc* k, char* buf,
         break;
     case K_BOOL: snprintf(buf, n, "%s", *(const int*)base ? "true" : "false"); break;
     case K_STR:
-        /* set_value takes UTF-8 only, and VALUE_TEXT_MAX holds the longest
-         * string escaped: the quoting always succeeds */
+        /* A path that is not UTF-8 (--set takes the bytes a file name may
+         * hold) has no YAML form: its lone bytes print as \xNN, which read
+         * back as other characters. VALUE_TEXT_MAX holds every byte
+         * escaped: the fallback is for a smaller buf. */
         if (zrt_yaml_quoted(base, buf, n)) {
             char shown[VALUE_TEXT_MAX];
             snprintf(buf, n, "\"%s\"", zrt_printable(base, shown, sizeof shown));

@@ -191,7 +191,9 @@ zipcclStrategy_t config_strategy_for(const TrainConfig* cfg, zipcclCollKind_t ki
                                      const char* unit_name);
 
 /* Print the effective config as YAML (it reads back with config_load, and
- * config_validate accepts what it read back when it accepted cfg): a dense
+ * config_validate accepts what it read back when it accepted cfg): strings
+ * as YAML double-quoted scalars that read back to the same bytes (a lone
+ * byte of one that is not UTF-8, which YAML cannot hold, as \xNN); a dense
  * model's printout leaves out the mixture-of-experts keys, which a dense
  * model may not be given. */
 void config_print(const TrainConfig* cfg, FILE* f);

@@ -98,6 +98,7 @@ char* zrt_trim_utf8(char* s) {
 }
 
 int zrt_yaml_quoted(const char* s, char* out, size_t cap) {
+    /* worst case: 4 bytes out per byte in, and the quotes */
     const unsigned char* p = (const unsigned char*)s;
     const size_t n = strlen(s);
     size_t used = 0, take;
@@ -108,13 +109,14 @@ int zrt_yaml_quoted(const char* s, char* out, size_t cap) {
         unsigned cp = p[i];
         size_t len = 0;
         take = p[i] < 0x80 ? 1 : utf8_sequence(p + i, n - i, &cp);
-        if (!take) return -1; /* not UTF-8: YAML has no escape for a lone byte */
+        const int lone = !take; /* not UTF-8: YAML has no escape for a byte */
+        if (lone) take = 1, cp = p[i];
         if (cp == '"' || cp == '\\') {
             piece[len++] = '\\';
             piece[len++] = (char)cp;
-        } else if ((cp >= 0x20 && cp < 0x7f) ||
+        } else if (!lone && ((cp >= 0x20 && cp < 0x7f) ||
                    (cp >= 0xa0 && !unprintable_code_point(cp) && cp != 0xfeff && cp != 0xfffe &&
-                    cp != 0xffff)) {
+                    cp != 0xffff))) {
             memcpy(piece, p + i, take);
             len = take;
         } else { /* YAML's \x and \u name code points */

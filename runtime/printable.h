@@ -43,8 +43,10 @@ const char* zrt_printable_n(const void* s, size_t n, char* out, size_t cap);
  * (config_print): printable characters as they are, '"' and '\\' escaped,
  * every other code point the escapes of zrt_printable leave out of the
  * text as YAML's \xNN or \uNNNN (U+FEFF, U+FFFE and U+FFFF too, which
- * YAML does not take raw). Returns 0, or -1 when s is not valid UTF-8 (YAML
- * cannot hold a lone byte) or the result does not fit out[cap]. */
+ * YAML does not take raw). A byte that is not part of valid UTF-8 becomes
+ * \xNN too, which YAML reads back as U+00NN: YAML cannot hold a lone byte.
+ * Returns 0, or -1 when the result (at most 4 strlen(s) + 3 bytes) does not
+ * fit out[cap]. */
 int zrt_yaml_quoted(const char* s, char* out, size_t cap);
 
 /* Cut off an incomplete UTF-8 sequence at the end of s (in place): what

@@ -36,6 +36,10 @@ EVIL=$'\e]0;pwned\a\e[31mEVIL\x01\b\x7f\xc2\x9b\xe2\x80\xae\xff\xc0\xaf\x80\xe4\
 SHOWN='\x1b]0;pwned\x07\x1b[31mEVIL\x01\x08\x7f\xc2\x9b\xe2\x80\xae\xff\xc0\xaf\x80\xe4\xb8'
 SHOWN_U='\x1b]0;pwned\x07\x1b[31mEVIL\x01\x7f\xc2\x9b\xe2\x80\xae'
 EVIL_YAML='"\e]0;pwned\a\e[31mEVIL\x01\x7f\u009b\u202e"'
+# EVIL as config_print writes it: a YAML scalar that reads back (code points
+# as \xNN / \uNNNN; the bytes that are not UTF-8 as \xNN, which YAML reads
+# as other characters)
+PRINTED_YAML='\x1b]0;pwned\x07\x1b[31mEVIL\x01\x08\x7f\x9b\u202e\xff\xc0\xaf\x80\xe4\xb8'
 
 # A tiny Llama as save_pretrained lays it out (good), the HF directories and
 # token files the cases below read, each damaged in one place.
@@ -203,7 +207,7 @@ check untrusted/yaml_overrides_pattern 2 "matches no unit" "(pattern \"$SHOWN_U\
   "$TRAIN" "$tmp/pattern.yaml"
 # what the effective config prints of a string value
 check untrusted/effective_config_prints_escaped 0 "# effective config" \
-  "  json: \"$tmp/$SHOWN\"" -- "$TRAIN" "$T" --set "logging.json=$tmp/$EVIL"
+  "  json: \"$tmp/$PRINTED_YAML\"" -- "$TRAIN" "$T" --set "logging.json=$tmp/$EVIL"
 
 # --set and the command line
 check untrusted/set_key 2 "unknown key 'model.$SHOWN'" "$SHOWN" -- \
