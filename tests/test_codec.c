@@ -1078,7 +1078,7 @@ static void boundary_chunks(void) {
     for (int di = 0; di < 3; di++)
         for (int ci = 0; ci < 4; ci++) {
             int found = 1, sizes = 1, frames = 1, choice = 1;
-            char wf[200] = "", ws[200] = "", wr[300] = "", wc[200] = "";
+            char wf[200] = "", ws[200] = "", wr[400] = "", wc[200] = "";
             for (int tail = 0; tail < 2; tail++)
                 for (int delta = -1; delta <= 1; delta++) {
                     zcb_case_t k;
