@@ -49,6 +49,8 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
+#define ZK_UNROLL /* #pragma unroll is nvcc's; g++ -Wall would warn */
 #define __shared__ static /* one block at a time: one copy serves each block in turn */
 
 struct dim3 {
@@ -97,6 +99,15 @@ Launcher<F> launcher(F kernel, dim3 grid, dim3 block, size_t smem = 0, S stream 
 #define gridDim (emu::grid_dims())
 
 inline void __syncthreads() { emu::syncthreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    if (mask != 0xffffffffu) emu::die("__syncwarp with a partial mask");
+    emu::collective(emu::OP_SYNCWARP, 0, 0);
+}
+
+/* Dynamic shared memory (`extern __shared__ T name[]` on a device, which
+ * C++ cannot spell): kernels/cuda.cu declares it through this macro, here
+ * the launch's emu::smem, sized by its third launch argument. */
+#define ZK_DYNAMIC_SMEM(name) unsigned char* name = emu::smem.data()
 
 template <class T>
 inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
@@ -306,6 +317,16 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b)
     *ms = (float)(b->t - a->t);
     return cudaSuccess;
 }
+typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
+/* a kernel's opt-in to more than 48 KiB of dynamic shared memory: the
+ * emulator's blocks take any size, so only the sizes are checked (an H100's
+ * and an H200's limit per block, 227 KiB) */
+template <class F>
+inline cudaError_t cudaFuncSetAttribute(F kernel, cudaFuncAttribute attr, int value) {
+    (void)kernel, (void)attr;
+    return value >= 0 && value <= 227 * 1024 ? cudaSuccess : (emu::last_error() = cudaErrorInvalidValue);
+}
+
 /* Streams: work runs when it is issued, so a stream is only a token and
  * every wait is already satisfied. */
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
