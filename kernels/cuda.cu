@@ -25,24 +25,28 @@
  * bf16 compute (zrt_kernels_cuda_bf16: the linear layers through
  * cublasGemmEx with bf16 operands converted on the fly and fp32
  * accumulation, on tensor cores; a weight that is bf16 already, a unit
- * FSDP gathered in bf16 (the _w16 entries), goes in as it is; everything
- * else the fp32 table's). ZRT_CUDA_PROFILE=1 prints the device time of
- * every entry at exit.
+ * FSDP gathered in bf16 (the _w16 entries), goes in as it is; attention a
+ * FlashAttention-2 kernel of our own on tensor cores (WMMA, head dims 64 and
+ * 128; "flash attention" below); everything else the fp32 table's).
+ * ZRT_CUDA_PROFILE=1 prints the device time of every entry at exit.
  *
- * Leaves out: fused kernels, tiled (flash-style) attention: one call holds
- * its (B, H, T, T) probabilities in the scratch, and the backward recomputes
- * them instead of keeping them per layer (products in fp32), bf16 storage of
- * activations, streams of its own (it runs on its device's compute stream;
+ * Leaves out: fused kernels beyond the bf16 table's attention; tiled
+ * attention in fp32: the fp32 table's call holds its (B, H, T, T)
+ * probabilities in the scratch, and the backward recomputes them instead of
+ * keeping them per layer (products in fp32, the CPU-matching mode); bf16
+ * storage of activations, streams of its own (it runs on its device's compute stream;
  * ZipCCL's streams order against it by events).
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
 #include <vector>
 
 extern "C" {
@@ -877,6 +881,438 @@ void cu_attention_backward(float* dq, float* dk, float* dv, const float* dout, c
     CKL(k_bhtd_to_bthd);
 }
 
+/* ------------------------------------------ flash attention (bf16 table)
+ *
+ * model.compute: bf16's attention: FlashAttention-2 on tensor cores, one
+ * kernel per pass, no (T, T) tensor anywhere. The engine is WMMA
+ * (nvcuda::wmma, 16x16x16 tiles, bf16 operands, fp32 accumulators); the
+ * code never relies on which elements a lane's fragment holds (WMMA leaves
+ * that unspecified): fragments only go load -> mma -> store, and everything
+ * done per row (masking, the online softmax, rescaling) is done by the
+ * block's threads on shared memory in fp32.
+ *
+ * Tiles of FA_BR = 64 queries and FA_BC = 64 keys; four warps, warp w owning
+ * the 16-row strip w of a tile, and within it each lane pair one row, each
+ * lane half of its columns. q, k, v, dO are fp32 in memory and rounded to
+ * bf16 as a tile comes into shared memory (the CPU twin's rounding);
+ * rows at or past T come in as zeros. Key tiles above the diagonal are
+ * never loaded nor computed (query tile i sees key tiles 0..i, BR == BC);
+ * the diagonal tile is masked per element.
+ *
+ * Forward (grid: query tiles x B*H): S = Q K^T per key tile into shared
+ * memory, then per row s = scale S (masked: -inf), running max m and sum l;
+ * P = exp(s - m) rounded to bf16 and l sums the rounded P, so out is the
+ * P-weighted mean of V the tensor cores computed; O (fp32, in shared
+ * memory) is rescaled by exp(m_old - m) and O += P V; at the end out = O / l
+ * and lse = m + log l.
+ *
+ * Backward, deterministic and without atomics, in three launches:
+ *   D (B, H, T) = rowsum(dO * O) (one warp per row, fixed order);
+ *   dK, dV (grid: key tiles x B*KV): a block owns one key tile of one kv
+ *     head and walks its query heads in head order and, per head, the query
+ *     tiles from the diagonal down: P = exp(scale S - lse), dP = dO V^T,
+ *     dS = scale P (dP - D), dV += P^T dO, dK += dS^T Q (accumulators in
+ *     registers: the GQA sum over a group's heads is in one block, in order);
+ *   dQ (grid: query tiles x B*H): recomputes P and dS per key tile up to
+ *     the diagonal, dQ += dS K.
+ * The second pass recomputes S and dP (seven tile products instead of
+ * FlashAttention-2's five), the price of no atomics on dQ.
+ *
+ * The scratch says what was computed: the forward writes, per block, the
+ * number of key tiles it computed (scratch[bh * nt + qt]); the backward D
+ * (B*H*T floats), then the tiles of each dK/dV block, then of each dQ
+ * block. test_model counts them (the masked tiles are skipped).
+ *
+ * Grids are (tiles, B*H) or (tiles, B*KV): B*H at most 65535 (CUDA's
+ * grid y limit; a larger one fails at launch, loudly).
+ *
+ * Head dims 64 and 128 (the kernels are templates on it); any other falls
+ * back to the fp32 table's SGEMM attention (which needs its larger scratch;
+ * attention_scratch_floats says so). */
+#ifndef ZK_DYNAMIC_SMEM
+#define ZK_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+#ifndef ZK_UNROLL
+#define ZK_UNROLL _Pragma("unroll")
+#endif
+
+namespace wmma = nvcuda::wmma;
+typedef __nv_bfloat16 bf16;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragAcc;
+constexpr int FA_BR = 64, FA_BC = 64, FA_THREADS = 128; // BR == BC: tile i sees tiles 0..i
+constexpr int FA_LDS = FA_BC + 4;                        // row stride of fp32 (BR, BC) tiles
+constexpr int FA_LDP = FA_BC + 8;                        // row stride of bf16 (BR, BC) tiles
+
+/* Shared memory of the three kernels, in bytes (every part a multiple of
+ * 32 bytes, as WMMA's pointers must be) */
+template <int HD>
+struct FaSmem {
+    static constexpr int LDB = HD + 8; // row stride of bf16 (64, HD) tiles: Q, K, V, dO
+    static constexpr int LDO = HD + 4; // row stride of the forward's fp32 O (BR, HD)
+    static constexpr size_t tile = (size_t)FA_BR * LDB * 2;
+    static constexpr size_t s = (size_t)FA_BR * FA_LDS * 4;
+    static constexpr size_t p = (size_t)FA_BR * FA_LDP * 2;
+    static constexpr size_t o = (size_t)FA_BR * LDO * 4;
+    static constexpr size_t rows = (size_t)FA_BR * 4;
+    static constexpr size_t fwd = 3 * tile + s + p + o;              // Q K V | S | P | O
+    static constexpr size_t dkdv = 4 * tile + 2 * s + 2 * p + 2 * rows; // K V Q dO | S dP | P dS | lse D
+    static constexpr size_t dq = 4 * tile + 2 * s + p + 2 * rows;       // Q dO K V | S dP | dS | lse D
+};
+
+__device__ __forceinline__ bf16 fa_bf16(float x) { return __ushort_as_bfloat16(zipcclFloatToBf16(x)); }
+
+/* dst (64, HD) bf16, row stride LDB = rows r0.. of src (T, HD), row stride
+ * ld, rounded; rows at or past T are zeros. The whole block. */
+template <int HD>
+__device__ __forceinline__ void fa_load_tile(bf16* dst, const float* src, int ld, int r0, int T) {
+    for (int x = threadIdx.x; x < FA_BR * HD; x += FA_THREADS) {
+        const int r = x / HD, c = x % HD;
+        dst[r * FaSmem<HD>::LDB + c] = fa_bf16(r0 + r < T ? src[(size_t)(r0 + r) * ld + c] : 0.0f);
+    }
+}
+
+/* One warp: S (16, BC) fp32, row stride FA_LDS = A B^T with A the warp's
+ * strip (16, HD) and B a (BC, HD) tile, both bf16 with row stride LDB
+ * (the scores Q K^T and dP = dO V^T). */
+template <int HD>
+__device__ __forceinline__ void fa_strip_abt(float* S, const bf16* A, const bf16* B) {
+    constexpr int LDB = FaSmem<HD>::LDB;
+    ZK_UNROLL
+    for (int n = 0; n < FA_BC / 16; n++) {
+        FragAcc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        ZK_UNROLL
+        for (int kk = 0; kk < HD / 16; kk++) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b; // B^T
+            wmma::load_matrix_sync(a, A + kk * 16, LDB);
+            wmma::load_matrix_sync(b, B + (size_t)n * 16 * LDB + kk * 16, LDB);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+        wmma::store_matrix_sync(S + n * 16, acc, FA_LDS, wmma::mem_row_major);
+    }
+}
+
+/* One warp: acc (16, HD) += A (16, 64) B (64, HD), B bf16 row stride LDB;
+ * A bf16 with row stride lda, LayoutA col_major for a transposed operand
+ * (P^T, dS^T: A points at the strip's first column of the (64, 64) tile). */
+template <int HD, class LayoutA>
+__device__ __forceinline__ void fa_strip_ab(FragAcc* acc, const bf16* A, int lda, const bf16* B) {
+    constexpr int LDB = FaSmem<HD>::LDB;
+    constexpr bool trans = std::is_same<LayoutA, wmma::col_major>::value;
+    ZK_UNROLL
+    for (int kk = 0; kk < 64 / 16; kk++) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LayoutA> a;
+        wmma::load_matrix_sync(a, A + (trans ? (size_t)kk * 16 * lda : (size_t)kk * 16), lda);
+        ZK_UNROLL
+        for (int n = 0; n < HD / 16; n++) {
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
+            wmma::load_matrix_sync(b, B + (size_t)kk * 16 * LDB + n * 16, LDB);
+            wmma::mma_sync(acc[n], a, b, acc[n]);
+        }
+    }
+}
+
+/* One warp writes its accumulator strip (16, HD) to rows r0.. of dst (T,
+ * HD), row stride ld (rows at or past T dropped), through stage (16, FA_LDS)
+ * fp32 of shared memory that only this warp uses. */
+template <int HD>
+__device__ __forceinline__ void fa_store_strip(float* dst, int ld, const FragAcc* acc,
+                                               float* stage, int r0, int T) {
+    const int lane = threadIdx.x % 32;
+    ZK_UNROLL
+    for (int n = 0; n < HD / 16; n++) {
+        wmma::store_matrix_sync(stage, acc[n], FA_LDS, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {
+            const int r = e / 16, c = e % 16;
+            if (r0 + r < T) dst[(size_t)(r0 + r) * ld + n * 16 + c] = stage[r * FA_LDS + c];
+        }
+        __syncwarp();
+    }
+}
+
+/* A lane's 32 columns of its row of the backward tiles: query i, keys
+ * j.. j+31: P = exp(scale S - lse) (0 where masked and for rows past T),
+ * dS = scale P (dP - D), rounded to bf16 (prow may be NULL). */
+__device__ __forceinline__ void fa_grad_row(bf16* prow, bf16* dsrow, const float* srow,
+                                            const float* dprow, int i, int j, int T, float lse_i,
+                                            float d_i, float scale) {
+    for (int c = 0; c < 32; c++) {
+        const float p = j + c <= i && i < T ? expf(srow[c] * scale - lse_i) : 0.0f;
+        if (prow) prow[c] = fa_bf16(p);
+        dsrow[c] = fa_bf16(scale * p * (dprow[c] - d_i));
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+    k_flash_fwd_bf16(float* out, float* lse, float* tiles, const float* q, const float* k,
+                     const float* v, int T, int H, int KV, float scale) {
+    typedef FaSmem<HD> M;
+    constexpr int LDB = M::LDB, LDO = M::LDO;
+    ZK_DYNAMIC_SMEM(smem);
+    bf16* Qs = (bf16*)smem;                                 // (BR, HD)
+    bf16* Ks = (bf16*)(smem + M::tile);                     // (BC, HD)
+    bf16* Vs = (bf16*)(smem + 2 * M::tile);                 // (BC, HD)
+    float* Ss = (float*)(smem + 3 * M::tile);               // (BR, BC) scores
+    bf16* Ps = (bf16*)(smem + 3 * M::tile + M::s);          // (BR, BC) probabilities
+    float* Os = (float*)(smem + 3 * M::tile + M::s + M::p); // (BR, HD) unnormalised output
+    const int qt = blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int i0 = qt * FA_BR, ldq = H * HD, ldkv = KV * HD;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row = warp * 16 + lane / 2, half = lane % 2; // the lane pair's row, this lane's half
+    const int i = i0 + row;                                 // its query
+    const float* kb = k + (size_t)b * T * ldkv + (size_t)g * HD; // (T, HD), row stride ldkv
+    const float* vb = v + (size_t)b * T * ldkv + (size_t)g * HD;
+    fa_load_tile<HD>(Qs, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, i0, T);
+    for (int x = threadIdx.x; x < FA_BR * HD; x += FA_THREADS) Os[x / HD * LDO + x % HD] = 0.0f;
+    float m = -INFINITY, l = 0.0f; // the row's running max and sum (both lanes of the pair alike)
+    const int ntiles = qt + 1;     // key tiles up to the diagonal; those above are never touched
+    for (int kt = 0; kt < ntiles; kt++) {
+        const int j0 = kt * FA_BC;
+        __syncthreads(); // every warp is done with the previous K and V
+        fa_load_tile<HD>(Ks, kb, ldkv, j0, T);
+        fa_load_tile<HD>(Vs, vb, ldkv, j0, T);
+        __syncthreads();
+        fa_strip_abt<HD>(Ss + warp * 16 * FA_LDS, Qs + warp * 16 * LDB, Ks); // S = Q K^T
+        __syncwarp();
+        // online softmax of the row's 64 scores, a lane's 32 at a time
+        float* srow = Ss + row * FA_LDS + half * 32;
+        bf16* prow = Ps + row * FA_LDP + half * 32;
+        float mx = -INFINITY;
+        for (int c = 0; c < 32; c++) {
+            const float s = j0 + half * 32 + c <= i ? srow[c] * scale : -INFINITY;
+            srow[c] = s;
+            mx = fmaxf(mx, s);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        const float mnew = fmaxf(m, mx); // finite: key j0 <= i0 <= i is always visible
+        float sum = 0.0f;
+        for (int c = 0; c < 32; c++) {
+            const uint16_t p = zipcclFloatToBf16(expf(srow[c] - mnew));
+            prow[c] = __ushort_as_bfloat16(p);
+            sum += zipcclBf16ToFloat(p);
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        const float corr = expf(m - mnew); // 0 on the first tile
+        float* orow = Os + row * LDO + half * (HD / 2);
+        for (int c = 0; c < HD / 2; c++) orow[c] *= corr;
+        l = l * corr + sum;
+        m = mnew;
+        __syncwarp();
+        // O strip (16, HD) += P strip (16, BC) V (BC, HD), through shared memory
+        FragAcc o[HD / 16];
+        ZK_UNROLL
+        for (int n = 0; n < HD / 16; n++)
+            wmma::load_matrix_sync(o[n], Os + warp * 16 * LDO + n * 16, LDO, wmma::mem_row_major);
+        fa_strip_ab<HD, wmma::row_major>(o, Ps + warp * 16 * FA_LDP, FA_LDP, Vs);
+        ZK_UNROLL
+        for (int n = 0; n < HD / 16; n++)
+            wmma::store_matrix_sync(Os + warp * 16 * LDO + n * 16, o[n], LDO, wmma::mem_row_major);
+        __syncwarp();
+    }
+    if (i < T) {
+        const float inv = 1.0f / l;
+        float* dst = out + ((size_t)b * T + i) * ldq + (size_t)h * HD + half * (HD / 2);
+        const float* orow = Os + row * LDO + half * (HD / 2);
+        for (int c = 0; c < HD / 2; c++) dst[c] = orow[c] * inv;
+        if (!half) lse[(size_t)bh * T + i] = m + logf(l);
+    }
+    if (threadIdx.x == 0) tiles[(size_t)bh * gridDim.x + qt] = (float)ntiles;
+}
+
+/* D (B, H, T) = rowsum(dO * O), one warp per row of dO (B, T, H, hd) */
+__global__ void k_att_rowdot(float* D, const float* dout, const float* out, int B, int T, int H,
+                             int hd) {
+    const size_t r = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (r >= (size_t)B * T * H) return; // the whole warp
+    float s = 0.0f;
+    for (int c = lane; c < hd; c += 32) s += dout[r * hd + c] * out[r * hd + c];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const size_t b = r / ((size_t)T * H), t = r / H % T, h = r % H;
+    if (lane == 0) D[(b * H + h) * T + t] = s;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+    k_flash_dkdv_bf16(float* dk, float* dv, float* tiles, const float* dout, const float* D,
+                      const float* lse, const float* q, const float* k, const float* v, int T,
+                      int H, int KV, float scale) {
+    typedef FaSmem<HD> M;
+    constexpr int LDB = M::LDB;
+    ZK_DYNAMIC_SMEM(smem);
+    bf16* Ks = (bf16*)smem;                                   // (BC, HD)
+    bf16* Vs = (bf16*)(smem + M::tile);                       // (BC, HD)
+    bf16* Qs = (bf16*)(smem + 2 * M::tile);                   // (BR, HD)
+    bf16* dOs = (bf16*)(smem + 3 * M::tile);                  // (BR, HD)
+    float* Ss = (float*)(smem + 4 * M::tile);                 // (BR, BC)
+    float* dPs = (float*)(smem + 4 * M::tile + M::s);         // (BR, BC)
+    bf16* Pb = (bf16*)(smem + 4 * M::tile + 2 * M::s);        // (BR, BC)
+    bf16* dSb = (bf16*)(smem + 4 * M::tile + 2 * M::s + M::p); // (BR, BC)
+    float* Ls = (float*)(smem + 4 * M::tile + 2 * M::s + 2 * M::p); // (BR) lse
+    float* Ds = Ls + FA_BR;                                          // (BR) D
+    const int kt = blockIdx.x, nt = gridDim.x, bg = blockIdx.y, b = bg / KV, g = bg % KV;
+    const int rep = H / KV, j0 = kt * FA_BC, ldq = H * HD, ldkv = KV * HD;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row = warp * 16 + lane / 2, half = lane % 2;
+    fa_load_tile<HD>(Ks, k + (size_t)b * T * ldkv + (size_t)g * HD, ldkv, j0, T);
+    fa_load_tile<HD>(Vs, v + (size_t)b * T * ldkv + (size_t)g * HD, ldkv, j0, T);
+    FragAcc dk_acc[HD / 16], dv_acc[HD / 16]; // this warp's keys j0 + 16 warp .. + 15
+    ZK_UNROLL
+    for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(dk_acc[n], 0.0f), wmma::fill_fragment(dv_acc[n], 0.0f);
+    int ntiles = 0;
+    for (int r = 0; r < rep; r++) { // the group's query heads, in order
+        const int h = g * rep + r;
+        const size_t hoff = (size_t)b * T * ldq + (size_t)h * HD;
+        for (int qt = kt; qt < nt; qt++, ntiles++) { // query tiles from the diagonal down
+            const int i0 = qt * FA_BR;
+            __syncthreads(); // every warp is done with the previous Q, dO, P, dS
+            fa_load_tile<HD>(Qs, q + hoff, ldq, i0, T);
+            fa_load_tile<HD>(dOs, dout + hoff, ldq, i0, T);
+            for (int x = threadIdx.x; x < FA_BR; x += FA_THREADS) {
+                const bool in = i0 + x < T;
+                Ls[x] = in ? lse[((size_t)b * H + h) * T + i0 + x] : 0.0f;
+                Ds[x] = in ? D[((size_t)b * H + h) * T + i0 + x] : 0.0f;
+            }
+            __syncthreads();
+            fa_strip_abt<HD>(Ss + warp * 16 * FA_LDS, Qs + warp * 16 * LDB, Ks);  // S = Q K^T
+            fa_strip_abt<HD>(dPs + warp * 16 * FA_LDS, dOs + warp * 16 * LDB, Vs); // dP = dO V^T
+            __syncwarp();
+            const int o = row * FA_LDS + half * 32, ob = row * FA_LDP + half * 32;
+            fa_grad_row(Pb + ob, dSb + ob, Ss + o, dPs + o, i0 + row, j0 + half * 32, T, Ls[row],
+                        Ds[row], scale);
+            __syncthreads(); // the products below read every warp's rows of P and dS
+            fa_strip_ab<HD, wmma::col_major>(dv_acc, Pb + warp * 16, FA_LDP, dOs); // dV += P^T dO
+            fa_strip_ab<HD, wmma::col_major>(dk_acc, dSb + warp * 16, FA_LDP, Qs); // dK += dS^T Q
+        }
+    }
+    // this warp's rows of Ss are its own since the last __syncthreads
+    float* stage = Ss + warp * 16 * FA_LDS;
+    const size_t kvoff = (size_t)b * T * ldkv + (size_t)g * HD;
+    fa_store_strip<HD>(dk + kvoff, ldkv, dk_acc, stage, j0 + warp * 16, T);
+    fa_store_strip<HD>(dv + kvoff, ldkv, dv_acc, stage, j0 + warp * 16, T);
+    if (threadIdx.x == 0) tiles[(size_t)bg * nt + kt] = (float)ntiles;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+    k_flash_dq_bf16(float* dq, float* tiles, const float* dout, const float* D, const float* lse,
+                    const float* q, const float* k, const float* v, int T, int H, int KV,
+                    float scale) {
+    typedef FaSmem<HD> M;
+    constexpr int LDB = M::LDB;
+    ZK_DYNAMIC_SMEM(smem);
+    bf16* Qs = (bf16*)smem;                                  // (BR, HD)
+    bf16* dOs = (bf16*)(smem + M::tile);                     // (BR, HD)
+    bf16* Ks = (bf16*)(smem + 2 * M::tile);                  // (BC, HD)
+    bf16* Vs = (bf16*)(smem + 3 * M::tile);                  // (BC, HD)
+    float* Ss = (float*)(smem + 4 * M::tile);                // (BR, BC)
+    float* dPs = (float*)(smem + 4 * M::tile + M::s);        // (BR, BC)
+    bf16* dSb = (bf16*)(smem + 4 * M::tile + 2 * M::s);      // (BR, BC)
+    float* Ls = (float*)(smem + 4 * M::tile + 2 * M::s + M::p); // (BR) lse
+    float* Ds = Ls + FA_BR;                                     // (BR) D
+    const int qt = blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int i0 = qt * FA_BR, ldq = H * HD, ldkv = KV * HD;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row = warp * 16 + lane / 2, half = lane % 2;
+    const size_t hoff = (size_t)b * T * ldq + (size_t)h * HD, kvoff = (size_t)b * T * ldkv + (size_t)g * HD;
+    fa_load_tile<HD>(Qs, q + hoff, ldq, i0, T);
+    fa_load_tile<HD>(dOs, dout + hoff, ldq, i0, T);
+    for (int x = threadIdx.x; x < FA_BR; x += FA_THREADS) {
+        const bool in = i0 + x < T;
+        Ls[x] = in ? lse[(size_t)bh * T + i0 + x] : 0.0f;
+        Ds[x] = in ? D[(size_t)bh * T + i0 + x] : 0.0f;
+    }
+    FragAcc dq_acc[HD / 16]; // this warp's queries i0 + 16 warp .. + 15
+    ZK_UNROLL
+    for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(dq_acc[n], 0.0f);
+    const int ntiles = qt + 1;
+    for (int kt = 0; kt < ntiles; kt++) {
+        const int j0 = kt * FA_BC;
+        __syncthreads(); // every warp is done with the previous K and V
+        fa_load_tile<HD>(Ks, k + kvoff, ldkv, j0, T);
+        fa_load_tile<HD>(Vs, v + kvoff, ldkv, j0, T);
+        __syncthreads();
+        fa_strip_abt<HD>(Ss + warp * 16 * FA_LDS, Qs + warp * 16 * LDB, Ks);
+        fa_strip_abt<HD>(dPs + warp * 16 * FA_LDS, dOs + warp * 16 * LDB, Vs);
+        __syncwarp();
+        const int o = row * FA_LDS + half * 32;
+        fa_grad_row(nullptr, dSb + row * FA_LDP + half * 32, Ss + o, dPs + o, i0 + row,
+                    j0 + half * 32, T, Ls[row], Ds[row], scale);
+        __syncwarp();
+        fa_strip_ab<HD, wmma::row_major>(dq_acc, dSb + warp * 16 * FA_LDP, FA_LDP, Ks); // dQ += dS K
+    }
+    fa_store_strip<HD>(dq + hoff, ldq, dq_acc, Ss + warp * 16 * FA_LDS, i0 + warp * 16, T);
+    if (threadIdx.x == 0) tiles[(size_t)bh * gridDim.x + qt] = (float)ntiles;
+}
+
+bool fa_supported(int hd) { return hd == 64 || hd == 128; }
+
+size_t cu_attention_scratch_floats_bf16(int B, int T, int H, int KV, int hd) {
+    if (!fa_supported(hd)) return cu_attention_scratch_floats(B, T, H, KV, hd);
+    const size_t nt = (size_t)(T + FA_BR - 1) / FA_BR;
+    return (size_t)B * H * T + nt * B * KV + nt * B * H; // D | dK/dV tiles | dQ tiles
+}
+
+template <int HD>
+void fa_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B,
+                int T, int H, int KV, float* scratch) {
+    auto kern = k_flash_fwd_bf16<HD>;
+    const size_t smem = FaSmem<HD>::fwd;
+    CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const dim3 grid((T + FA_BR - 1) / FA_BR, B * H);
+    kern<<<grid, FA_THREADS, smem, g_stream>>>(out, lse, scratch, q, k, v, T, H, KV,
+                                               1.0f / sqrtf((float)HD));
+    CKL(k_flash_fwd_bf16);
+}
+
+template <int HD>
+void fa_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                 const float* lse, const float* q, const float* k, const float* v, int B, int T,
+                 int H, int KV, float* scratch) {
+    const int nt = (T + FA_BR - 1) / FA_BR;
+    const float scale = 1.0f / sqrtf((float)HD);
+    float* D = scratch;                            // (B, H, T)
+    float* dkdv_tiles = D + (size_t)B * H * T;     // (B*KV, nt)
+    float* dq_tiles = dkdv_tiles + (size_t)B * KV * nt; // (B*H, nt)
+    const size_t rows = (size_t)B * T * H;
+    k_att_rowdot<<<blocks_for(rows, 4), 128, 0, g_stream>>>(D, dout, out, B, T, H, HD);
+    CKL(k_att_rowdot);
+    auto kdkdv = k_flash_dkdv_bf16<HD>;
+    CK(cudaFuncSetAttribute(kdkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)FaSmem<HD>::dkdv));
+    kdkdv<<<dim3(nt, B * KV), FA_THREADS, FaSmem<HD>::dkdv, g_stream>>>(
+        dk, dv, dkdv_tiles, dout, D, lse, q, k, v, T, H, KV, scale);
+    CKL(k_flash_dkdv_bf16);
+    auto kdq = k_flash_dq_bf16<HD>;
+    CK(cudaFuncSetAttribute(kdq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FaSmem<HD>::dq));
+    kdq<<<dim3(nt, B * H), FA_THREADS, FaSmem<HD>::dq, g_stream>>>(dq, dq_tiles, dout, D, lse, q,
+                                                                   k, v, T, H, KV, scale);
+    CKL(k_flash_dq_bf16);
+}
+
+void cu_attention_forward_bf16(float* out, float* lse, const float* q, const float* k,
+                               const float* v, int B, int T, int H, int KV, int hd,
+                               float* scratch) {
+    if (!fa_supported(hd)) return cu_attention_forward(out, lse, q, k, v, B, T, H, KV, hd, scratch);
+    PROF(attention_forward);
+    if (hd == 64) fa_forward<64>(out, lse, q, k, v, B, T, H, KV, scratch);
+    else fa_forward<128>(out, lse, q, k, v, B, T, H, KV, scratch);
+}
+
+void cu_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
+                                const float* out, const float* lse, const float* q, const float* k,
+                                const float* v, int B, int T, int H, int KV, int hd,
+                                float* scratch) {
+    if (!fa_supported(hd))
+        return cu_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, scratch);
+    PROF(attention_backward);
+    if (hd == 64) fa_backward<64>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, scratch);
+    else fa_backward<128>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, scratch);
+}
+
 void cu_swiglu_forward(float* h, const float* gate, const float* up, int N, int F) {
     PROF(swiglu_forward);
     const size_t n = (size_t)N * F;
@@ -1154,6 +1590,9 @@ ZrtKernels make_table_bf16() {
     t.matmul_backward = cu_matmul_backward_bf16;
     t.matmul_forward_w16 = cu_matmul_forward_bf16_w16;
     t.matmul_backward_w16 = cu_matmul_backward_bf16_w16;
+    t.attention_forward = cu_attention_forward_bf16;
+    t.attention_backward = cu_attention_backward_bf16;
+    t.attention_scratch_floats = cu_attention_scratch_floats_bf16;
     return t;
 }
 ZrtKernels cuda_table_bf16 = make_table_bf16();

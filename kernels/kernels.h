@@ -117,8 +117,9 @@ typedef struct ZrtKernels_ {
      * out (B, T, H, hd); lse (B, H, T) receives each row's log-sum-exp of
      * the scaled scores, which with out is all the backward needs: no
      * (T, T) probabilities outlive a call (the CPU table is tiled,
-     * FlashAttention-2 style; the CUDA table recomputes one call's
-     * probabilities in its scratch).
+     * FlashAttention-2 style; the fp32 CUDA table recomputes one call's
+     * probabilities in its scratch; the bf16 CUDA table is FlashAttention-2
+     * on tensor cores, P rounded to bf16, for head dims 64 and 128).
      * scratch: attention_scratch_floats(B, T, H, KV, hd) floats. */
     void (*attention_forward)(float* out, float* lse, const float* q, const float* k,
                               const float* v, int B, int T, int H, int KV, int hd, float* scratch);

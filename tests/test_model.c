@@ -1815,6 +1815,104 @@ static void check_table_kernels(const ZrtKernels* G, const char* name) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zdev_free(G->dev, all[i]);
 }
 
+/* The bf16 table's flash attention (kernels/cuda.cu: WMMA tiles, P and dS
+ * rounded to bf16, fp32 accumulation) against the CPU's tiled fp32
+ * attention on the same bf16-representable q, k, v and dO, so what differs
+ * is only the rounding of P and dS for the tensor cores and the order of
+ * the fp32 sums: out, lse, dq, dk, dv within `tol` (max-norm relative,
+ * as rel_diff_dev). Head dims 64 and 128, GQA (H 4, KV 2) and H == KV, T
+ * not a multiple of the 64-row tiles. Also: the key tiles above the
+ * diagonal are skipped (the kernels' per-block tile counts in the scratch
+ * are those of the tiles up to the diagonal), and two runs give the same
+ * bits. Other head dims run the fp32 path (not checked here: the table
+ * check above covers it at hd 8). The bound: each rounded P and dS is off
+ * by at most bf16's unit roundoff 2^-9 (2e-3); measured on the emulator,
+ * out <= 1.5e-3, lse <= 3.1e-4, dq, dk, dv <= 3.1e-3 (the note lines);
+ * 1e-2 leaves room for a tensor core's own sum order. An off-by-one
+ * mask (forward or backward), a skipped query head of a group or a skipped
+ * diagonal tile in dK/dV puts some tensor 0.37 or more off (tried). */
+static void check_attention_bf16(const ZrtKernels* G, const char* name, double tol) {
+    const ZrtKernels* K = zrt_kernels_cpu();
+    static const int cases[][5] = {// B, T, H, KV, hd
+                                   {2, 80, 4, 2, 64},
+                                   {2, 200, 4, 4, 64},
+                                   {2, 80, 4, 4, 128},
+                                   {2, 200, 4, 2, 128}};
+    g_tab = G;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int B = cases[ci][0], T = cases[ci][1], H = cases[ci][2], KV = cases[ci][3],
+                  hd = cases[ci][4], nt = (T + 63) / 64;
+        const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd,
+                     nl = (size_t)B * H * T, ns = G->attention_scratch_floats(B, T, H, KV, hd);
+        float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4),
+              *dout = malloc(nq * 4), *o = malloc(nq * 4), *lse = malloc(nl * 4),
+              *dq = malloc(nq * 4), *dk = malloc(nkv * 4), *dv = malloc(nkv * 4),
+              *tiles = malloc(ns * 4);
+        srand(1234 + (unsigned)ci);
+        // scores of a few units: peaked rows, so the mask and the max matter
+        randf(q, nq, 1.5f), randf(k, nkv, 1.5f), randf(v, nkv, 1.0f), randf(dout, nq, 1.0f);
+        float* all[] = {q, k, v, dout};
+        const size_t alln[] = {nq, nkv, nkv, nq};
+        for (int a = 0; a < 4; a++)
+            for (size_t i = 0; i < alln[a]; i++) all[a][i] = zipcclBf16ToFloat(zipcclFloatToBf16(all[a][i]));
+        K->attention_forward(o, lse, q, k, v, B, T, H, KV, hd, NULL);
+        K->attention_backward(dq, dk, dv, dout, o, lse, q, k, v, B, T, H, KV, hd, NULL);
+        float *dQ = dev_copy(q, nq * 4), *dK = dev_copy(k, nkv * 4), *dV = dev_copy(v, nkv * 4),
+              *dDO = dev_copy(dout, nq * 4), *dS = dev_copy(NULL, ns * 4);
+        float *dO[2], *dL[2], *dDQ[2], *dDK[2], *dDV[2];
+        double fwd_tiles = 0, dkdv_tiles = 0, dq_tiles = 0;
+        for (int run = 0; run < 2; run++) {
+            dO[run] = dev_copy(NULL, nq * 4), dL[run] = dev_copy(NULL, nl * 4);
+            dDQ[run] = dev_copy(NULL, nq * 4), dDK[run] = dev_copy(NULL, nkv * 4);
+            dDV[run] = dev_copy(NULL, nkv * 4);
+            G->attention_forward(dO[run], dL[run], dQ, dK, dV, B, T, H, KV, hd, dS);
+            zdevCheck(zdev_download(G->dev, tiles, dS, (size_t)B * H * nt * 4));
+            fwd_tiles = 0;
+            for (int x = 0; x < B * H * nt; x++) fwd_tiles += tiles[x];
+            G->attention_backward(dDQ[run], dDK[run], dDV[run], dDO, dO[run], dL[run], dQ, dK, dV, B,
+                                  T, H, KV, hd, dS);
+            zdevCheck(zdev_download(G->dev, tiles, dS, ns * 4));
+            dkdv_tiles = dq_tiles = 0;
+            for (int x = 0; x < B * KV * nt; x++) dkdv_tiles += tiles[nl + x];
+            for (int x = 0; x < B * H * nt; x++) dq_tiles += tiles[nl + (size_t)B * KV * nt + x];
+        }
+        const double eo = rel_diff_dev(dO[0], o, nq), el = rel_diff_dev(dL[0], lse, nl),
+                     eq = rel_diff_dev(dDQ[0], dq, nq), ek = rel_diff_dev(dDK[0], dk, nkv),
+                     ev = rel_diff_dev(dDV[0], dv, nkv);
+        char what[96];
+        snprintf(what, sizeof what, "%s/flash_attention_B%d_T%d_H%d_KV%d_hd%d", name, B, T, H, KV, hd);
+        CHECK(eo < tol && el < tol && eq < tol && ek < tol && ev < tol, what,
+              "relative to the CPU's fp32 tiles: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g (bound %g)",
+              eo, el, eq, ek, ev, tol);
+        printf("note: %s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", what, eo, el, eq, ek, ev);
+        // tiles up to the diagonal: nt (nt + 1) / 2 per (b, h), of nt^2
+        const double want = (double)B * H * nt * (nt + 1) / 2;
+        snprintf(what, sizeof what, "%s/flash_attention_T%d_hd%d_skips_masked_tiles", name, T, hd);
+        CHECK(fwd_tiles == want && dkdv_tiles == want && dq_tiles == want, what,
+              "tiles computed fwd %.0f dk/dv %.0f dq %.0f, expected %.0f (all: %.0f)", fwd_tiles,
+              dkdv_tiles, dq_tiles, want, (double)B * H * nt * nt);
+        int same = 1;
+        float* outs[2][5] = {{dO[0], dL[0], dDQ[0], dDK[0], dDV[0]}, {dO[1], dL[1], dDQ[1], dDK[1], dDV[1]}};
+        const size_t outn[5] = {nq, nl, nq, nkv, nkv};
+        for (int x = 0; x < 5; x++) {
+            float *a = malloc(outn[x] * 4), *b = malloc(outn[x] * 4);
+            zdevCheck(zdev_download(G->dev, a, outs[0][x], outn[x] * 4));
+            zdevCheck(zdev_download(G->dev, b, outs[1][x], outn[x] * 4));
+            same &= !memcmp(a, b, outn[x] * 4);
+            free(a), free(b);
+        }
+        snprintf(what, sizeof what, "%s/flash_attention_T%d_hd%d_deterministic", name, T, hd);
+        CHECK(same, what, "two runs differ");
+        for (int run = 0; run < 2; run++)
+            zdev_free(G->dev, dO[run]), zdev_free(G->dev, dL[run]), zdev_free(G->dev, dDQ[run]),
+                zdev_free(G->dev, dDK[run]), zdev_free(G->dev, dDV[run]);
+        zdev_free(G->dev, dQ), zdev_free(G->dev, dK), zdev_free(G->dev, dV), zdev_free(G->dev, dDO),
+            zdev_free(G->dev, dS);
+        free(q), free(k), free(v), free(dout), free(o), free(lse), free(dq), free(dk), free(dv),
+            free(tiles);
+    }
+}
+
 /* ---------------------------------------------------- dump for the JAX test */
 
 static int parse_flags(int argc, char** argv, int start, LlamaConfig* c, int* B, int* T) {
@@ -2117,6 +2215,7 @@ int main(int argc, char** argv) {
         check_events(zrt_kernels_cuda(NULL), "cuda");
         check_step_on(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
         check_matmul_bf16(zrt_kernels_cuda_bf16(NULL), "cuda", 1e-5);
+        check_attention_bf16(zrt_kernels_cuda_bf16(NULL), "cuda_bf16", 1e-2);
         check_w16_entries(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
         check_w16_entries(zrt_kernels_cuda_bf16(NULL), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-5);
         check_step_bf16_units(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
