@@ -13,7 +13,13 @@
  * reduces in a fixed order (the embedding backward splits channels, not
  * tokens, across threads; GQA sums the heads of a group in head order).
  *
- * Leaves out: fused kernels beyond attention's tiles, low-precision compute.
+ * The bf16 twin (zrt_kernels_cpu_bf16, model.compute: bf16) rounds the
+ * linear layers' operands to bf16, and attention's operands and P and dS
+ * where the CUDA bf16 table runs attention on tensor cores: the reference of
+ * that table, whose sums are fp32 as here.
+ *
+ * Leaves out: fused kernels beyond attention's tiles, low-precision
+ * arithmetic (the twin rounds operands, it never sums in bf16).
  */
 #include <cblas.h>
 #include <math.h>
@@ -230,10 +236,16 @@ static void* att_tile(size_t floats) {
     return p;
 }
 
-static void cpu_attention_forward(float* out, float* lse, const float* q, const float* k,
-                                  const float* v, int B, int T, int H, int KV, int hd,
-                                  float* scratch) {
-    (void)scratch;
+static float bf16_round(float x) { return zipcclBf16ToFloat(zipcclFloatToBf16(x)); }
+
+/* round_p: the bf16 twin's rounding of P (the l sums add the rounded P),
+ * in key blocks of FA_BC = 64 as the CUDA flash kernel (P is rounded
+ * against the running max, which moves at the block boundaries) */
+enum { FA_BC = 64 };
+static void attention_forward_tiles(float* out, float* lse, const float* q, const float* k,
+                                    const float* v, int B, int T, int H, int KV, int hd,
+                                    int round_p) {
+    const int BC = round_p ? FA_BC : ATT_BC;
     blas_single_threaded(); // one sgemm per tile, inside the team
     const int rep = H / KV, nqb = (T + ATT_BR - 1) / ATT_BR;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -255,8 +267,8 @@ static void cpu_attention_forward(float* out, float* lse, const float* q, const 
                 l[r] = 0.0f;
                 memset(oi + (size_t)r * ldq, 0, (size_t)hd * sizeof(float));
             }
-            for (int j0 = 0; j0 < i0 + br; j0 += ATT_BC) {
-                const int bc = i0 + br - j0 < ATT_BC ? i0 + br - j0 : ATT_BC;
+            for (int j0 = 0; j0 < i0 + br; j0 += BC) {
+                const int bc = i0 + br - j0 < BC ? i0 + br - j0 : BC;
                 // S (br, bc) = scale Q_i K_j^T
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, hd, scale, qi, ldq,
                             kb + (size_t)j0 * ldkv, ldkv, 0.0f, S, ATT_BC);
@@ -268,6 +280,7 @@ static void cpu_attention_forward(float* out, float* lse, const float* q, const 
                     float sum = 0.0f;
                     for (int s = 0; s < n; s++) {
                         row[s] = expf(row[s] - mx);
+                        if (round_p) row[s] = bf16_round(row[s]);
                         sum += row[s];
                     }
                     for (int s = n; s < bc; s++) row[s] = 0.0f;
@@ -296,11 +309,20 @@ static void cpu_attention_forward(float* out, float* lse, const float* q, const 
     }
 }
 
-static void cpu_attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                   const float* out, const float* lse, const float* q,
-                                   const float* k, const float* v, int B, int T, int H, int KV,
-                                   int hd, float* scratch) {
+static void cpu_attention_forward(float* out, float* lse, const float* q, const float* k,
+                                  const float* v, int B, int T, int H, int KV, int hd,
+                                  float* scratch) {
     (void)scratch;
+    attention_forward_tiles(out, lse, q, k, v, B, T, H, KV, hd, 0);
+}
+
+/* dout the operand of the products, dout_d the one of D = rowsum(dO * O)
+ * (the same but in the bf16 twin, where the products take dO rounded);
+ * round: P and dS rounded to bf16 before the products that take them */
+static void attention_backward_tiles(float* dq, float* dk, float* dv, const float* dout,
+                                     const float* dout_d, const float* out, const float* lse,
+                                     const float* q, const float* k, const float* v, int B,
+                                     int T, int H, int KV, int hd, int round) {
     blas_single_threaded();
     const int rep = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -325,13 +347,14 @@ static void cpu_attention_backward(float* dq, float* dk, float* dv, const float*
                 for (int i0 = 0; i0 < T; i0 += ATT_BR) {
                     const int br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
                     const size_t row0 = ((size_t)b * T + i0) * ldq + (size_t)h * hd;
-                    const float *qi = q + row0, *doi = dout + row0, *oi = out + row0;
+                    const float *qi = q + row0, *doi = dout + row0, *oi = out + row0,
+                                *ddi = dout_d + row0;
                     const float* lrow = lse + ((size_t)b * H + h) * T + i0;
                     float* dqi = dq + row0; // (br, hd), ld H*hd
                     for (int x = 0; x < br; x++) {
                         float d = 0.0f;
                         for (int c = 0; c < hd; c++)
-                            d += doi[(size_t)x * ldq + c] * oi[(size_t)x * ldq + c];
+                            d += ddi[(size_t)x * ldq + c] * oi[(size_t)x * ldq + c];
                         D[x] = d;
                         memset(dqi + (size_t)x * ldq, 0, (size_t)hd * sizeof(float));
                     }
@@ -347,17 +370,20 @@ static void cpu_attention_backward(float* dq, float* dk, float* dv, const float*
                             for (int s = 0; s < n; s++) row[s] = expf(row[s] - lrow[x]);
                             for (int s = n; s < bc; s++) row[s] = 0.0f;
                         }
-                        // dV_j (bc, hd) += P^T dO_i
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bc, hd, br, 1.0f, P,
-                                    ATT_BC, doi, ldq, 1.0f, dvb + (size_t)j0 * ldkv, ldkv);
                         // dP (br, bc) = dO_i V_j^T, then dS = scale P (dP - D) in place
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, br, bc, hd, 1.0f, doi,
                                     ldq, vj, ldkv, 0.0f, dP, ATT_BC);
                         for (int x = 0; x < br; x++) {
-                            const float* pr = P + (size_t)x * ATT_BC;
+                            float* pr = P + (size_t)x * ATT_BC;
                             float* dr = dP + (size_t)x * ATT_BC;
                             for (int s = 0; s < bc; s++) dr[s] = scale * pr[s] * (dr[s] - D[x]);
+                            if (round)
+                                for (int s = 0; s < bc; s++)
+                                    dr[s] = bf16_round(dr[s]), pr[s] = bf16_round(pr[s]);
                         }
+                        // dV_j (bc, hd) += P^T dO_i
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bc, hd, br, 1.0f, P,
+                                    ATT_BC, doi, ldq, 1.0f, dvb + (size_t)j0 * ldkv, ldkv);
                         // dQ_i (br, hd) += dS K_j ; dK_j (bc, hd) += dS^T Q_i
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, br, hd, bc, 1.0f,
                                     dP, ATT_BC, kj, ldkv, 1.0f, dqi, ldq);
@@ -369,6 +395,14 @@ static void cpu_attention_backward(float* dq, float* dk, float* dv, const float*
         }
         free(P);
     }
+}
+
+static void cpu_attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                   const float* out, const float* lse, const float* q,
+                                   const float* k, const float* v, int B, int T, int H, int KV,
+                                   int hd, float* scratch) {
+    (void)scratch;
+    attention_backward_tiles(dq, dk, dv, dout, dout, out, lse, q, k, v, B, T, H, KV, hd, 0);
 }
 
 /* ---------------------------------------------------------------- SwiGLU */
@@ -568,11 +602,11 @@ static void cpu_scale(float* x, size_t n, float factor) {
  * exact in fp32), so the CPU is the reference of the CUDA bf16 table. A
  * bf16 weight (the _w16 entries: a unit gathered in bf16) is widened, which
  * is exact. The rounded or widened copies live in per-thread buffers (slot
- * 0: the input or output gradient, 1: the weight, 2: the input of dweight)
- * that grow. */
+ * 0: the input or output gradient, 1: the weight, 2: the input of dweight;
+ * attention: q, k, v, dO in 0..3) that grow. */
 static float* operand_buffer(int slot, size_t n) {
-    static _Thread_local float* buf[3];
-    static _Thread_local size_t cap[3];
+    static _Thread_local float* buf[4];
+    static _Thread_local size_t cap[4];
     if (n > cap[slot]) {
         free(buf[slot]);
         buf[slot] = malloc(n * sizeof(float));
@@ -597,6 +631,39 @@ static float* widened_copy(int slot, const uint16_t* x, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) b[i] = zipcclBf16ToFloat(x[i]);
     return b;
+}
+
+/* Attention at the head dims where the CUDA bf16 table runs it on tensor
+ * cores (zrt_attention_bf16_head_dim): the same tiles on q, k, v and dO
+ * rounded to bf16, P rounded before P V and P^T dO, dS before dS K and
+ * dS^T Q (the flash kernels' roundings; D takes the fp32 dO as theirs
+ * does), fp32 sums. Other head dims: the fp32 attention, as the CUDA table. */
+static void cpu_attention_forward_bf16(float* out, float* lse, const float* q, const float* k,
+                                       const float* v, int B, int T, int H, int KV, int hd,
+                                       float* scratch) {
+    (void)scratch;
+    if (!zrt_attention_bf16_head_dim(hd)) {
+        attention_forward_tiles(out, lse, q, k, v, B, T, H, KV, hd, 0);
+        return;
+    }
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd;
+    const float *q16 = bf16_copy(0, q, nq), *k16 = bf16_copy(1, k, nkv), *v16 = bf16_copy(2, v, nkv);
+    attention_forward_tiles(out, lse, q16, k16, v16, B, T, H, KV, hd, 1);
+}
+
+static void cpu_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
+                                        const float* out, const float* lse, const float* q,
+                                        const float* k, const float* v, int B, int T, int H,
+                                        int KV, int hd, float* scratch) {
+    (void)scratch;
+    if (!zrt_attention_bf16_head_dim(hd)) {
+        attention_backward_tiles(dq, dk, dv, dout, dout, out, lse, q, k, v, B, T, H, KV, hd, 0);
+        return;
+    }
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd;
+    const float *q16 = bf16_copy(0, q, nq), *k16 = bf16_copy(1, k, nkv), *v16 = bf16_copy(2, v, nkv),
+                *d16 = bf16_copy(3, dout, nq);
+    attention_backward_tiles(dq, dk, dv, d16, dout, out, lse, q16, k16, v16, B, T, H, KV, hd, 1);
 }
 
 static void cpu_matmul_forward_bf16(float* out, const float* inp, const float* weight, int N,
@@ -798,6 +865,8 @@ static void cpu_bf16_init(void) {
     cpu_bf16_kernels.matmul_backward = cpu_matmul_backward_bf16;
     cpu_bf16_kernels.matmul_forward_w16 = cpu_matmul_forward_bf16_w16;
     cpu_bf16_kernels.matmul_backward_w16 = cpu_matmul_backward_bf16_w16;
+    cpu_bf16_kernels.attention_forward = cpu_attention_forward_bf16;
+    cpu_bf16_kernels.attention_backward = cpu_attention_backward_bf16;
 }
 
 const ZrtKernels* zrt_kernels_cpu_bf16(void) {

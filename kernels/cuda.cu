@@ -1248,7 +1248,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     if (threadIdx.x == 0) tiles[(size_t)bh * gridDim.x + qt] = (float)ntiles;
 }
 
-bool fa_supported(int hd) { return hd == 64 || hd == 128; }
+bool fa_supported(int hd) { return zrt_attention_bf16_head_dim(hd); }
 
 size_t cu_attention_scratch_floats_bf16(int B, int T, int H, int KV, int hd) {
     if (!fa_supported(hd)) return cu_attention_scratch_floats(B, T, H, KV, hd);

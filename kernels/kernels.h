@@ -55,6 +55,12 @@ typedef struct {
 
 enum { ZRT_SUMSQ_BLOCK = 4096 };
 
+/* The head dims at which model.compute: bf16 runs attention in bf16: the
+ * CUDA bf16 table's flash kernels (kernels/cuda.cu) and the CPU twin's
+ * mirror of their roundings (kernels/cpu.c); other head dims keep the fp32
+ * attention in both. */
+static inline int zrt_attention_bf16_head_dim(int hd) { return hd == 64 || hd == 128; }
+
 /* One tensor slice of the multi-tensor optimizer (adamw_multi): n
  * elements of the parameters, the gradient and AdamW's moments (the
  * device's memory), and the weight decay the slice takes (0 for norms). */
