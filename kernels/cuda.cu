@@ -915,8 +915,14 @@ void cu_attention_backward(float* dq, float* dk, float* dv, const float* dout, c
  *     registers: the GQA sum over a group's heads is in one block, in order);
  *   dQ (grid: query tiles x B*H): recomputes P and dS per key tile up to
  *     the diagonal, dQ += dS K.
- * The second pass recomputes S and dP (seven tile products instead of
- * FlashAttention-2's five), the price of no atomics on dQ.
+ * P and dS go to the tensor cores rounded to bf16 (dS is formed from the
+ * fp32 P). The second pass recomputes S and dP (seven tile products instead
+ * of FlashAttention-2's five), the price of no atomics on dQ.
+ *
+ * A first, readable version: no asynchronous copies (cp.async, TMA), no
+ * double buffering, the softmax through shared memory rather than in
+ * registers. Checked on the warp emulator (tests/gpu/emu/mma.h); not yet
+ * run on a GPU, so its speed is an estimate (docs/MODEL.md).
  *
  * The scratch says what was computed: the forward writes, per block, the
  * number of key tiles it computed (scratch[bh * nt + qt]); the backward D

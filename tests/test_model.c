@@ -927,6 +927,58 @@ static double rel_err_d(const float* x, const double* ref, size_t n) {
     return m > 0 ? e / m : e;
 }
 
+/* The bf16 twin's attention (the CUDA flash kernel's roundings, at hd 64
+ * and 128): within bf16's 1e-2 of the fp32 tiles on bf16-representable
+ * inputs but not equal (the rounding of P and dS happened), and at other
+ * head dims the fp32 attention's bits. */
+static void randf(float* x, size_t n, float scale);
+static void check_attention_twin(void) {
+    const ZrtKernels *F = zrt_kernels_cpu(), *W = zrt_kernels_cpu_bf16();
+    enum { B = 1, T = 70, H = 2, KV = 1 };
+    for (int hd = 8; hd <= 64; hd += 56) {
+        const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd, nl = B * H * T;
+        float* buf = malloc((4 * nq + 2 * nkv + nl) * 2 * sizeof(float) + 1);
+        float *q = buf, *dout = q + nq, *k = dout + nq, *v = k + nkv;
+        float* r[2][5]; // out, lse, dq, dk, dv of the fp32 table and the twin
+        float* p = v + nkv;
+        for (int t = 0; t < 2; t++) {
+            r[t][0] = p, r[t][1] = p + nq, r[t][2] = r[t][1] + nl, r[t][3] = r[t][2] + nq,
+            r[t][4] = r[t][3] + nkv;
+            p = r[t][4] + nkv;
+        }
+        srand(99);
+        randf(q, nq, 1.5f), randf(k, nkv, 1.5f), randf(v, nkv, 1.0f), randf(dout, nq, 1.0f);
+        for (float* x = q; x < v + nkv; x++) *x = zipcclBf16ToFloat(zipcclFloatToBf16(*x));
+        for (int t = 0; t < 2; t++) {
+            const ZrtKernels* K = t ? W : F;
+            K->attention_forward(r[t][0], r[t][1], q, k, v, B, T, H, KV, hd, NULL);
+            K->attention_backward(r[t][2], r[t][3], r[t][4], dout, r[t][0], r[t][1], q, k, v, B,
+                                  T, H, KV, hd, NULL);
+        }
+        const size_t n[5] = {nq, nl, nq, nkv, nkv};
+        double worst = 0;
+        int same = 1;
+        for (int x = 0; x < 5; x++) {
+            double md = 0, mx = 0;
+            for (size_t i = 0; i < n[x]; i++) {
+                md = fmax(md, fabs((double)r[1][x][i] - r[0][x][i]));
+                mx = fmax(mx, fabs((double)r[0][x][i]));
+            }
+            worst = fmax(worst, md / mx);
+            same &= !memcmp(r[0][x], r[1][x], n[x] * sizeof(float));
+        }
+        char what[64];
+        snprintf(what, sizeof what, "attention/bf16_twin_hd%d", hd);
+        if (hd == 64)
+            CHECK(worst < 1e-2 && !same, what, "relative to fp32 %.3g (bound 1e-2, and not 0)", worst),
+                printf("note: %s: %.2e relative to fp32\n", what, worst);
+        else
+            CHECK(same, what, "differs from the fp32 attention by %.3g at a head dim the "
+                              "device runs in fp32", worst);
+        free(buf);
+    }
+}
+
 /* The tiled attention (only the log-sum-exp kept, tiles of 64 queries x
  * 128 keys) against the stored-probability attention it replaced, in
  * double: within 1e-6 of each tensor's largest value, on shapes with one
@@ -2286,6 +2338,7 @@ int main(int argc, char** argv) {
     check_matmul_thread_invariance();
     check_attention_thread_invariance();
         check_attention_reference();
+    check_attention_twin();
     check_thread_invariance();
     check_optim();
     check_bf16();
