@@ -1879,7 +1879,7 @@ static void check_table_kernels(const ZrtKernels* G, const char* name) {
  * bits. Other head dims run the fp32 path (not checked here: the table
  * check above covers it at hd 8). The bound: each rounded P and dS is off
  * by at most bf16's unit roundoff 2^-9 (2e-3); measured on the emulator,
- * out <= 1.5e-3, lse <= 3.1e-4, dq, dk, dv <= 3.1e-3 (the note lines);
+ * out <= 1.5e-3, lse <= 3.1e-4, dq, dk, dv <= 4.7e-3 (the note lines);
  * 1e-2 leaves room for a tensor core's own sum order. An off-by-one
  * mask (forward or backward), a skipped query head of a group or a skipped
  * diagonal tile in dK/dV puts some tensor 0.37 or more off (tried).

@@ -12,7 +12,8 @@
 #     the CUDA codec's kernels on the device) == raw bit for bit;
 #   - the MoE model at EP 2 on 2 ranks (the exchange's rows on the device):
 #     within 1e-4 of the CPU, compressed == raw;
-#   - model.compute: bf16 within 1e-4 of the CPU's bf16 twin; recomputation
+#   - model.compute: bf16 within 1e-4 of the CPU's bf16 twin, also at head
+#     dim 64 (attention: the flash kernel on tensor cores); recomputation
 #     with a chunked output layer within 1e-5 of the CPU;
 #   - --trace: a device comm span for each collective, read from the CUDA
 #     device table's timing events;
@@ -122,6 +123,15 @@ if cpu 1 cb --set model.compute=bf16 && ZRT_EMU_DEVICE_NAME="NVIDIA H200" emu 1 
 runtime/peaks.c); bf16 matmul probe through the kernel table: * (all ranks), a probe, not the spec"
 else
   fail emu_bf16_compute "a run failed"
+fi
+# head dim 64: attention is the bf16 table's flash kernel (WMMA) on the
+# device and its mirror in the twin
+F64="--set model.compute=bf16 --set model.dim=128 --set model.n_heads=2 --set model.n_kv_heads=1"
+# shellcheck disable=SC2086
+if cpu 1 cf $F64 && emu 1 ef $F64; then
+  check emu_bf16_flash_attention_hd64_matches_cpu_twin cf ef close 1e-4
+else
+  fail emu_bf16_flash_attention_hd64 "a run failed"
 fi
 R="--set train.recompute=full --set train.logits_rows=7"
 # shellcheck disable=SC2086
