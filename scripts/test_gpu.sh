@@ -149,6 +149,12 @@ run_step() { # run_step NAME TIMEOUT CMD...
 
 run_step gpu_codec_tests 150 "$codec"
 run_step gpu_kernels 60 "$BIN_TESTS/test_model" --cuda
+# one layer's attention, fp32 SGEMM path vs the bf16 table's flash kernels
+# (device ms, TFLOP/s, their agreement): the Llama-3.2-1B shape at T 2048,
+# B 4 (hd 64) and the Llama-3-8B one at B 1 (hd 128); docs/MODEL.md holds
+# the estimate these replace
+run_step attention_bench_hd64 120 "$BIN_TESTS/test_model" --bench-attention 4 2048 32 8 64 10
+run_step attention_bench_hd128 120 "$BIN_TESTS/test_model" --bench-attention 1 2048 32 8 128 10
 # device buffers over MPI with the CUDA table and codec: 2 and 4 ranks on
 # the GPU(s) here, each result bit for bit the host path's
 for n in 2 4; do

@@ -2271,11 +2271,105 @@ static int bench(int argc, char** argv, const char* core) {
     return 0;
 }
 
+/* --bench-attention [B T H KV hd reps] (scripts/test_gpu.sh; default the
+ * Llama-3.2-1B shape at T 2048, B 4): one layer's attention forward and
+ * backward on the fp32 CUDA table (SGEMM, (T, T) scratch) and on the bf16
+ * table (the flash kernels), device time per call (events, the median of
+ * reps), TFLOP/s of the causal products (forward 2 B H T^2 hd, backward
+ * 2.5x that: the useful work, not what either computes), and one check:
+ * the two agree within bf16's 2e-2 (q, k, v rounded to bf16 first). */
+static int bench_attention(int argc, char** argv) {
+    const ZrtKernels *G = zrt_kernels_cuda(NULL), *W = zrt_kernels_cuda_bf16(NULL);
+    if (!G || !W) {
+        printf("FAIL attention_bench: no usable CUDA device (%s)\n", zrt_cuda_error());
+        return 1;
+    }
+    int a[6] = {4, 2048, 32, 8, 64, 10}; // B T H KV hd reps
+    for (int i = 0; i < 6 && 2 + i < argc; i++) a[i] = atoi(argv[2 + i]);
+    const int B = a[0], T = a[1], H = a[2], KV = a[3], hd = a[4], reps = a[5] < 1 ? 1 : a[5];
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd, nl = (size_t)B * H * T;
+    float *hq = malloc(nq * 4), *hk = malloc(nkv * 4), *hv = malloc(nkv * 4), *hd_o = malloc(nq * 4);
+    srand(5);
+    randf(hq, nq, 1.5f), randf(hk, nkv, 1.5f), randf(hv, nkv, 1.0f), randf(hd_o, nq, 1.0f);
+    for (size_t i = 0; i < nq; i++) hq[i] = zipcclBf16ToFloat(zipcclFloatToBf16(hq[i]));
+    for (size_t i = 0; i < nkv; i++)
+        hk[i] = zipcclBf16ToFloat(zipcclFloatToBf16(hk[i])), hv[i] = zipcclBf16ToFloat(zipcclFloatToBf16(hv[i]));
+    g_tab = G;
+    float *q = dev_copy(hq, nq * 4), *k = dev_copy(hk, nkv * 4), *v = dev_copy(hv, nkv * 4),
+          *dO = dev_copy(hd_o, nq * 4);
+    const ZrtKernels* tab[2] = {G, W};
+    const char* names[2] = {"sgemm_fp32", "flash_bf16"};
+    float *o[2], *l[2], *dq[2], *dk[2], *dv[2];
+    double ms[2][2];
+    void *e0, *e1;
+    zdevCheck(zdev_event_create(G->dev, &e0, 1));
+    zdevCheck(zdev_event_create(G->dev, &e1, 1));
+    const double fwd_flop = 2.0 * B * H * (double)T * T * hd; // causal: half of 4 B H T^2 hd
+    for (int t = 0; t < 2; t++) {
+        const ZrtKernels* K = tab[t];
+        float* scr = dev_copy(NULL, (K->attention_scratch_floats(B, T, H, KV, hd) + 1) * 4);
+        o[t] = dev_copy(NULL, nq * 4), l[t] = dev_copy(NULL, nl * 4), dq[t] = dev_copy(NULL, nq * 4);
+        dk[t] = dev_copy(NULL, nkv * 4), dv[t] = dev_copy(NULL, nkv * 4);
+        if (!scr || !o[t] || !dv[t]) {
+            printf("FAIL attention_bench: out of device memory\n");
+            return 1;
+        }
+        double f[64], b[64];
+        const int n = reps > 64 ? 64 : reps;
+        for (int r = -1; r < n; r++) { // r = -1: warm-up
+            zdevCheck(zdev_event_record(G->dev, e0, NULL));
+            K->attention_forward(o[t], l[t], q, k, v, B, T, H, KV, hd, scr);
+            zdevCheck(zdev_event_record(G->dev, e1, NULL));
+            double x = 0;
+            zdevCheck(zdev_event_elapsed_ms(G->dev, e0, e1, &x));
+            if (r >= 0) f[r] = x;
+            zdevCheck(zdev_event_record(G->dev, e0, NULL));
+            K->attention_backward(dq[t], dk[t], dv[t], dO, o[t], l[t], q, k, v, B, T, H, KV, hd, scr);
+            zdevCheck(zdev_event_record(G->dev, e1, NULL));
+            zdevCheck(zdev_event_elapsed_ms(G->dev, e0, e1, &x));
+            if (r >= 0) b[r] = x;
+        }
+        for (int i = 0; i < n; i++) // sort both for the median
+            for (int j = i + 1; j < n; j++) {
+                if (f[j] < f[i]) { const double z = f[i]; f[i] = f[j]; f[j] = z; }
+                if (b[j] < b[i]) { const double z = b[i]; b[i] = b[j]; b[j] = z; }
+            }
+        ms[t][0] = f[n / 2], ms[t][1] = b[n / 2];
+        printf("attention_bench %s B %d T %d H %d KV %d hd %d: forward %.3f ms (%.1f TFLOP/s), "
+               "backward %.3f ms (%.1f TFLOP/s), scratch %.1f MiB\n",
+               names[t], B, T, H, KV, hd, ms[t][0], fwd_flop / ms[t][0] / 1e9, ms[t][1],
+               2.5 * fwd_flop / ms[t][1] / 1e9, K->attention_scratch_floats(B, T, H, KV, hd) * 4.0 / (1 << 20));
+        zdev_free(G->dev, scr);
+    }
+    printf("attention_bench: flash / sgemm speed-up forward %.2fx, backward %.2fx\n",
+           ms[0][0] / ms[1][0], ms[0][1] / ms[1][1]);
+    float* ref = malloc(nq * 4);
+    float* ref_l = malloc(nl * 4);
+    float* ref_k = malloc(nkv * 4);
+    zdevCheck(zdev_download(G->dev, ref, o[0], nq * 4));
+    double eo = rel_diff_dev(o[1], ref, nq);
+    zdevCheck(zdev_download(G->dev, ref_l, l[0], nl * 4));
+    const double el = rel_diff_dev(l[1], ref_l, nl);
+    zdevCheck(zdev_download(G->dev, ref, dq[0], nq * 4));
+    const double eq = rel_diff_dev(dq[1], ref, nq);
+    zdevCheck(zdev_download(G->dev, ref_k, dk[0], nkv * 4));
+    const double ek = rel_diff_dev(dk[1], ref_k, nkv);
+    zdevCheck(zdev_download(G->dev, ref_k, dv[0], nkv * 4));
+    const double ev = rel_diff_dev(dv[1], ref_k, nkv);
+    CHECK(eo < 2e-2 && el < 2e-2 && eq < 2e-2 && ek < 2e-2 && ev < 2e-2, "attention_bench/flash_matches_sgemm",
+          "out %.3g lse %.3g dq %.3g dk %.3g dv %.3g relative (bound 2e-2)", eo, el, eq, ek, ev);
+    printf("note: attention_bench flash vs sgemm: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", eo, el,
+           eq, ek, ev);
+    free(hq), free(hk), free(hv), free(hd_o), free(ref), free(ref_l), free(ref_k);
+    return tu_exit();
+}
+
 int main(int argc, char** argv) {
     const char* core = zrt_blas_select_core(argv); // may re-exec with a faster SGEMM
     if (argc >= 3 && !strcmp(argv[1], "--dump")) return dump(argv[2], 0, argc, argv);
     if (argc >= 3 && !strcmp(argv[1], "--dump-train")) return dump(argv[2], 1, argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "--bench")) return bench(argc, argv, core);
+    if (argc >= 2 && !strcmp(argv[1], "--bench-attention")) return bench_attention(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "--cuda")) { // scripts/test_gpu.sh: the GPU checks only
         if (!zrt_kernels_cuda(NULL)) {
             printf("FAIL cuda: no usable CUDA device (or a build without CUDA)\n");
