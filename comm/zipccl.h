@@ -205,9 +205,14 @@ typedef enum {
     zipcclAlgoOneShot = 3  /* AllGather/AllReduce: one step; every rank sends its whole
                               contribution (AllReduce: its whole input) to every peer,
                               encoded once, and AllReduce reduces every block itself in
-                              the canonical order; for small messages (MPI only) */
+                              the canonical order; for small messages (MPI only) */,
+    zipcclAlgoHier = 4     /* AllGather/ReduceScatter/AllReduce: two levels, knowing the
+                              node boundary (ZIPCCL_NODE_SIZE, else MPI_Comm_split_type
+                              shared): raw within a node, frames only between nodes,
+                              each coded once; same bits as the flat designs (MPI only;
+                              docs/COLLECTIVES.md, hierarchical designs) */
 } zipcclAlgo_t;
-#define ZIPCCL_NALGOS 4 /* zipcclAlgo_t values, for arrays indexed by algorithm */
+#define ZIPCCL_NALGOS 5 /* zipcclAlgo_t values, for arrays indexed by algorithm */
 
 typedef enum {
     zipcclCollAllGather = 0,
@@ -222,7 +227,7 @@ const char* zipcclCollName(zipcclCollKind_t kind);
 const char* zipcclStrategyName(zipcclStrategy_t s);
 /* Parse "native"|"raw"|"compressed"|"auto"; zipcclInvalidArgument otherwise. */
 zipcclResult_t zipcclStrategyParse(const char* name, zipcclStrategy_t* out);
-/* "default" | "ring" | "direct" | "oneshot", and the parse of the last three. */
+/* "default" | "ring" | "direct" | "oneshot" | "hier", and the parse of the last four. */
 const char* zipcclAlgoName(zipcclAlgo_t a);
 zipcclResult_t zipcclAlgoParse(const char* name, zipcclAlgo_t* out);
 /* The design a raw or compressed call of `kind` runs when `requested` is
@@ -251,7 +256,14 @@ typedef struct {
  *   ZIPCCL_CODEC=fast|dense|f3|f2                (default: fast)
  *   ZIPCCL_TIMEOUT_S=seconds                     (default: 100; 0 = none)
  *   ZIPCCL_LOG=0|1|2                              (switcher decisions)
- *   ZIPCCL_ALGO=ring|direct|oneshot              (default: direct)
+ *   ZIPCCL_ALGO=ring|direct|oneshot|hier         (default: direct)
+ *   ZIPCCL_NODE_SIZE=k  ranks per node for the hier designs: ranks
+ *       0..k-1 are node 0, k..2k-1 node 1, ... (k divides the size).  Unset
+ *       (the default), MPI says: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED),
+ *       i.e. the hosts the launcher placed the ranks on; nodes that are not
+ *       blocks of consecutive ranks of one size count as one rank each
+ *       (hier then compresses every hop).  For emulating nodes on one host
+ *       (tests/test_coll_hier.c); NCCL communicators ignore it.
  *   ZIPCCL_PIECE_BYTES, ZIPCCL_CALIBRATE=0|1, ZIPCCL_LINK_GBPS (> 0),
  *   ZIPCCL_LINK_ALPHA_US (> 0), ...: see docs/COLLECTIVES.md §8.
  * The timeout is per call.  100 s, as TorchTitan's training steps use
@@ -291,6 +303,9 @@ zipcclResult_t zipcclCommDestroy(zipcclComm_t comm);
 zipcclResult_t zipcclCommRank(zipcclComm_t comm, int* rank);
 zipcclResult_t zipcclCommSize(zipcclComm_t comm, int* size);
 zipcclResult_t zipcclCommSetDefaults(zipcclComm_t comm, const zipcclCallConfig_t* cfg);
+/* Ranks per node as the hier designs see them (ZIPCCL_NODE_SIZE above):
+ * node of rank r = r / *size; 0 where unknown (NCCL). */
+zipcclResult_t zipcclCommNodeSize(zipcclComm_t comm, int* size);
 
 /* ---- Device buffers ---------------------------------------------------------
  * An MPI communicator's buffers are host memory until zipcclCommSetDevice
@@ -455,7 +470,10 @@ typedef struct {
     uint64_t byAlgo[ZIPCCL_NALGOS]; /* raw and compressed AllGather, ReduceScatter and
                              * AllReduce calls per zipcclAlgo_t run: AllGather ring
                              * or oneshot, ReduceScatter ring or direct, AllReduce
-                             * ring, direct or oneshot; 0 for the All-to-Alls */
+                             * ring, direct, oneshot or hier; 0 for the All-to-Alls */
+    uint64_t intraBytes;  /* of wireBytes, bytes sent to ranks on this rank's
+                           * node (zipcclCommNodeSize): a hier call sends
+                           * them raw, and only the rest as frames          */
     uint64_t busBytes;    /* device buffers: bytes copied between the device
                            * and host memory (staging, frames)             */
     double busSeconds;    /* time in those copies                           */

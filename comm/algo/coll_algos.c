@@ -35,7 +35,10 @@
  *     for avg and rounded once to the dtype (round to nearest even).  Ring
  *     and direct produce exactly this order, so they agree bit for bit.
  *
- * Left out: hierarchical (intra/inter node) variants, fused AllReduce
+ * Hierarchical designs (hier, two levels: raw within a node, frames between
+ * nodes) run these bodies on groups of ranks; see their section below.
+ *
+ * Left out: hierarchical AlltoAll(v), fused AllReduce
  * (it runs ReduceScatter then AllGather), device buffers: NCCL runs designs
  * of its own (transport_nccl.c) until its transport has message entries.
  */
@@ -95,6 +98,13 @@ typedef struct {
     zipcclCodecParams_t params;
     double t0;
     int armed;      /* the receives are posted (the call agreement is in)   */
+    /* The ranks the body runs among: x->n of them, we are x->r, peer i is
+     * rank map[i] of the communicator (map NULL: all ranks, i itself).  The
+     * hier designs run the flat bodies on groups: one node's ranks, or the
+     * ranks of one local index across the nodes.  Peers the bodies name
+     * (postRecv, postSend, RecvRec.peer) are group indices. */
+    int n, r;
+    const int* map;
     /* Outstanding requests: receives first (all listed before any send),
      * then sends. */
     void* reqs;     /* the transport's request slots                        */
@@ -174,8 +184,12 @@ static zipcclResult_t ctxInit(Ctx* x, struct zipcclComm* c, const zipcclOp* op, 
     c->tp->reqInit(x->reqs, (int)m);
     x->idx = x->peerOf + m;
     x->armed = !c->agree.pending;
+    x->n = c->nranks;
+    x->r = c->rank;
     return zipcclSuccess;
 }
+
+static int rankOf(const Ctx* x, int i) { return x->map ? x->map[i] : i; }
 
 /* List a receive; it is posted at once if the call agreement is in, else
  * by armRecvs when it is. */
@@ -184,10 +198,10 @@ static zipcclResult_t postRecv(Ctx* x, void* buf, size_t cap, int src, int tag, 
     if (x->nrecv + x->nsend >= x->cap)
         return zipcclSetError(zipcclInternalError, "%s: request table full", x->what);
     int i = x->nrecv++;
-    x->peerOf[i] = src;
+    x->peerOf[i] = rankOf(x, src);
     x->rec[i] = (RecvRec){buf, 0, src, step, piece, cap, tag};
     if (!x->armed) return zipcclSuccess;
-    return x->c->tp->irecv(x->c, zipcclChanData, buf, cap, src, tag, x->reqs, i);
+    return x->c->tp->irecv(x->c, zipcclChanData, buf, cap, x->peerOf[i], tag, x->reqs, i);
 }
 
 /* The call agreement is in and every rank makes this call: post the listed
@@ -196,7 +210,7 @@ static zipcclResult_t armRecvs(Ctx* x) {
     x->armed = 1;
     for (int i = 0; i < x->nrecv; i++) {
         const RecvRec* rc = &x->rec[i];
-        ZIPCCL_TRY(x->c->tp->irecv(x->c, zipcclChanData, rc->buf, rc->cap, rc->peer, rc->tag, x->reqs, i));
+        ZIPCCL_TRY(x->c->tp->irecv(x->c, zipcclChanData, rc->buf, rc->cap, x->peerOf[i], rc->tag, x->reqs, i));
     }
     return zipcclSuccess;
 }
@@ -229,8 +243,11 @@ static zipcclResult_t postSend(Ctx* x, const void* buf, size_t bytes, int dst, i
     if (x->nrecv + x->nsend >= x->cap)
         return zipcclSetError(zipcclInternalError, "%s: request table full", x->what);
     int i = x->nrecv + x->nsend++;
+    const struct zipcclComm* c = x->c;
+    dst = rankOf(x, dst);
     x->peerOf[i] = dst;
     x->st->wireBytes += bytes;
+    if (c->nodeSize > 0 && dst / c->nodeSize == c->rank / c->nodeSize) x->st->intraBytes += bytes;
     return x->c->tp->isend(x->c, zipcclChanData, buf, bytes, dst, tag, x->reqs, i);
 }
 
@@ -480,7 +497,7 @@ static zipcclResult_t decode(Ctx* x, const RecvRec* rc, void* dst, size_t count,
             return zipcclSetError(zipcclMismatch,
                                   "%s on rank %d: rank %d sent a frame of %llu %s elements where %zu %s "
                                   "elements were expected",
-                                  x->what, x->c->rank, rc->peer, (unsigned long long)fi.count,
+                                  x->what, x->c->rank, rankOf(x, rc->peer), (unsigned long long)fi.count,
                                   zipcclTypeName(fi.dtype), count, zipcclTypeName(dt));
     }
     double t0 = zipcclNow();
@@ -489,10 +506,10 @@ static zipcclResult_t decode(Ctx* x, const RecvRec* rc, void* dst, size_t count,
     x->st->codecSeconds += zipcclNow() - t0;
     if (r != zipcclSuccess)
         return zipcclPrefixError(r, "%s on rank %d: the %zu-byte frame from rank %d", x->what, x->c->rank,
-                                 rc->bytes, rc->peer);
+                                 rc->bytes, rankOf(x, rc->peer));
     if (got != count) /* a device frame of fewer elements (the header check catches it on the host) */
         return zipcclSetError(zipcclMismatch, "%s on rank %d: rank %d sent a frame of %zu elements where %zu "
-                              "were expected", x->what, x->c->rank, rc->peer, got, count);
+                              "were expected", x->what, x->c->rank, rankOf(x, rc->peer), got, count);
     return zipcclSuccess;
 }
 
@@ -523,7 +540,7 @@ static zipcclResult_t decode(Ctx* x, const RecvRec* rc, void* dst, size_t count,
 static zipcclResult_t allGatherBody(Ctx* x, const void* mine, void* recvbuf, const size_t* counts,
                                     const size_t* displs) {
     struct zipcclComm* c = x->c;
-    const int n = c->nranks, r = c->rank, left = (r - 1 + n) % n, right = (r + 1) % n;
+    const int n = x->n, r = x->r, left = (r - 1 + n) % n, right = (r + 1) % n;
     const zipcclDataType_t dt = x->op->dtype;
     const zipcclCollKind_t kind = x->op->kind;
     const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz);
@@ -610,10 +627,11 @@ static zipcclResult_t allGatherBody(Ctx* x, const void* mine, void* recvbuf, con
     return finishSends(x);
 }
 
-static zipcclResult_t allGatherCore(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
-                                    const void* mine, void* recvbuf, const size_t* counts,
-                                    const size_t* displs) {
-    const int n = c->nranks;
+/* The ring among a group of ranks (map: see Ctx; NULL all of them), as
+ * frames unless `raw`. */
+static zipcclResult_t groupAllGather(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                                     const int* map, int n, int r, int raw, const void* mine, void* recvbuf,
+                                     const size_t* counts, const size_t* displs) {
     size_t P = pieceElems(c, zipcclTypeSize(op->dtype)), reqs = 1;
     for (int s = 0; s < n; s++) {
         size_t K = numPieces(counts[s], P);
@@ -625,8 +643,16 @@ static zipcclResult_t allGatherCore(struct zipcclComm* c, const zipcclOp* op, zi
     }
     Ctx x;
     ZIPCCL_TRY(ctxInit(&x, c, op, st, reqs));
+    x.map = map, x.n = n, x.r = r;
+    x.compressed = x.compressed && !raw;
     TRY_OR_ABANDON(&x, allGatherBody(&x, mine, recvbuf, counts, displs));
     return zipcclSuccess;
+}
+
+static zipcclResult_t allGatherCore(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                                    const void* mine, void* recvbuf, const size_t* counts,
+                                    const size_t* displs) {
+    return groupAllGather(c, op, st, NULL, c->nranks, c->rank, 0, mine, recvbuf, counts, displs);
 }
 
 /* ---- AlltoAll(v) ------------------------------------------------------------ */
@@ -663,7 +689,7 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
                                    const size_t* sdispls, char* recvbuf, const size_t* recvcounts,
                                    const size_t* rdispls, int minOne) {
     struct zipcclComm* c = x->c;
-    const int n = c->nranks, r = c->rank;
+    const int n = x->n, r = x->r;
     const zipcclDataType_t dt = x->op->dtype;
     const zipcclCollKind_t kind = x->op->kind;
     const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz);
@@ -1128,6 +1154,256 @@ static zipcclResult_t oneShotCore(struct zipcclComm* c, const zipcclOp* op, zipc
     return zipcclSuccess;
 }
 
+/* ---- Hierarchical (hier): raw within a node, frames between nodes ----------- */
+
+/* Nodes are blocks of k = c->nodeSize consecutive ranks (transport_mpi.c,
+ * mpiNodeSize; ZIPCCL_NODE_SIZE): rank r is local index l = r % k of node
+ * r / k, N = n / k nodes.  Each design runs the flat bodies above on groups:
+ * a node's k ranks (raw: the wire inside a node is memory) or the N ranks of
+ * one local index l, one per node (frames, if the call is compressed).  The
+ * stages run one after another, each a whole body; a pair of ranks meets in
+ * one kind of group only (same node, or same l on different nodes), and
+ * MPI keeps the order of a pair's messages, so the stages need no tags of
+ * their own. */
+
+static int nodeSizeOf(const struct zipcclComm* c) {
+    int k = c->nodeSize;
+    return k > 0 && c->nranks % k == 0 ? k : 1;
+}
+
+/* AllGather: (1) the ring among the ranks of our local index, one per node,
+ * as frames: each rank's block is coded once, by its owner, and passed on
+ * unchanged (allGatherBody); (2) within the node, raw, one ring per node m
+ * over the blocks of node m's ranks (block i of it came to our node's rank
+ * i in stage 1).  Movement only, so the bytes are the flat ring's. */
+static zipcclResult_t hierAllGather(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                                    const void* mine, void* recvbuf, const size_t* counts,
+                                    const size_t* displs) {
+    const int n = c->nranks, k = nodeSizeOf(c), N = n / k, me = c->rank / k, l = c->rank % k;
+    const int G = N > k ? N : k;
+    int map[G];
+    size_t gc[G], gd[G];
+    for (int m = 0; m < N; m++) map[m] = m * k + l, gc[m] = counts[m * k + l], gd[m] = displs[m * k + l];
+    ZIPCCL_TRY(groupAllGather(c, op, st, map, N, me, 0, mine, recvbuf, gc, gd));
+    if (k == 1) return zipcclSuccess;
+    const size_t esz = zipcclTypeSize(op->dtype);
+    for (int i = 0; i < k; i++) map[i] = me * k + i;
+    for (int m = 0; m < N; m++) {
+        for (int i = 0; i < k; i++) gc[i] = counts[m * k + i], gd[i] = displs[m * k + i];
+        ZIPCCL_TRY(groupAllGather(c, op, st, map, k, l, 1, (char*)recvbuf + displs[m * k + l] * esz, recvbuf,
+                                  gc, gd));
+    }
+    return zipcclSuccess;
+}
+
+/* ReduceScatter keeps the canonical order (§3): block b is summed in fp32
+ * over ranks b+1, b+2, ..., b-1, b (mod n), rounded once.  With nodes of
+ * consecutive ranks that sequence is: the ranks of b's node after b (the
+ * tail), every other node whole in node order, then b's node from its first
+ * rank to b (the head).  So:
+ *
+ *   (1) within each node, raw: every rank sends its contribution to block
+ *       m*k + l to the node's rank l (one exchange per node m,
+ *       alltoallBody over the node's ranks): rank l of a node ("the
+ *       station" of the blocks m*k + l) then holds the node's k
+ *       contributions to each of them;
+ *   (2) among the stations of one local index l, one per node, a chain per
+ *       block (rsChainBody): the owner b's station starts the fp32 partial
+ *       with its tail (when b is not its node's last rank), each next node's
+ *       station adds its node's k contributions in rank order and passes it
+ *       on, as a frame, and the owner adds its head (its own data last) and
+ *       rounds once.
+ *
+ * Every addition is the flat designs' addition in the flat designs' order,
+ * on fp32 partials that travel losslessly, so the result is theirs bit for
+ * bit; raw data moves only within a node.  What crosses nodes is one fp32
+ * partial per block and node boundary (N per block, N - 1 when b is its
+ * node's last rank), each coded once: as many bytes as the flat ring sends
+ * over a node boundary, fewer than the direct design's n - k contributions
+ * per block where k > 2N/(N-1) for bf16 (any k >= 2 for fp32); a fixed
+ * order admits no node-wide partial sums, which would need fewer. */
+typedef struct {
+    const char* sendbuf; /* our input: block b at displs[b]                    */
+    const char* land;    /* stage 1: rank i's contribution to block m*k + l    */
+    const size_t *counts, *displs, *loff; /* loff[m]: land's offset (elements) for node m */
+    int k, l;
+} HierRs;
+
+/* Element e of the contribution of our node's rank i to block m*k + l. */
+static const char* contrib(const HierRs* h, int m, int i, size_t e, size_t esz) {
+    const size_t b = (size_t)m * h->k + h->l;
+    if (i == h->l) return h->sendbuf + (h->displs[b] + e) * esz;
+    return h->land + (h->loff[m] + (size_t)i * h->counts[b] + e) * esz;
+}
+
+/* acc (+)= our node's ranks i0..i1-1 in order, elements [e, e + pc) of
+ * block m*k + l; `first`: the first of them sets acc. */
+static void addRun(const HierRs* h, zipcclDataType_t dt, float* acc, int m, int i0, int i1, size_t e, size_t pc,
+                   int first) {
+    const size_t esz = zipcclTypeSize(dt);
+    for (int i = i0; i < i1; i++) zipcclAccumulate(acc, contrib(h, m, i, e, esz), pc, dt, first && i == i0);
+}
+
+/* Stage 2 over the stations of our local index (x's group: member j is
+ * node j's rank l; we are member me).  The chain of member B's block
+ * starts at B (its tail; hop 0) or, when the tail is empty (l = k - 1), at
+ * B + 1 (hop 1); the message of hop h goes from member B + h - 1 to B + h,
+ * and at hop N reaches B.  So what arrives at us at hop h is the partial of
+ * block me - h; we add our node's run and send it on at hop h + 1, or at
+ * hop N add our head and round.  Pieces are independent, as on the ring. */
+static zipcclResult_t rsChainBody(Ctx* x, const HierRs* h, void* out) {
+    struct zipcclComm* c = x->c;
+    const int N = x->n, me = x->r, left = (me - 1 + N) % N, right = (me + 1) % N;
+    const int k = h->k, l = h->l, tail = l < k - 1, h0 = tail ? 1 : 2;
+    const zipcclDataType_t dt = x->op->dtype;
+    const zipcclCollKind_t kind = x->op->kind;
+    const size_t P = pieceElems(c, 4), fb = x->codec->bound(P, zipcclFloat32, 0);
+#define BLK(hop) ((me - (hop) + 2 * N) % N) /* the block whose hop `hop` ends at us */
+#define CNT(B) (h->counts[(size_t)(B) * k + l])
+    size_t Kmax = 0;
+    for (int B = 0; B < N; B++)
+        if (numPieces(CNT(B), P) > Kmax) Kmax = numPieces(CNT(B), P);
+    /* Partials: one per hop h0 - 1 (the chain we start) .. N; frames: the
+     * receives of hops h0..N and our sends of hops h0..N. */
+    size_t pOff[N + 1], sendOff[N + 1], partialElems = 0, recvStage = 0, sendStage = 0;
+    for (int hop = h0 - 1; hop <= N; hop++) {
+        pOff[hop] = partialElems;
+        partialElems += CNT(BLK(hop));
+        if (hop >= h0) recvStage += stageFor(x, CNT(BLK(hop)), P, zipcclFloat32);
+        if (hop >= h0) { /* our send of hop `hop` carries block me - hop + 1 */
+            sendOff[hop] = sendStage;
+            if (x->compressed) sendStage += stageFor(x, CNT(BLK(hop - 1)), P, zipcclFloat32);
+        }
+    }
+    float* partial = zipcclScratch(c, kSlotAcc, partialElems * sizeof(float) + 1);
+    char* rstage = zipcclScratch(c, kSlotRecv, recvStage + 1);
+    char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, sendStage + 1) : NULL;
+    if (!partial || !rstage || (x->compressed && !sstage)) return oom(x);
+
+    size_t off = 0;
+    for (int hop = h0; hop <= N; hop++)
+        for (size_t kk = 0, K = numPieces(CNT(BLK(hop)), P); kk < K; kk++) {
+            size_t cap = wireCap(x, pieceLen(CNT(BLK(hop)), P, kk), zipcclFloat32);
+            ZIPCCL_TRY(postRecv(x, rstage + off, cap, left, makeTag(kind, (size_t)hop * Kmax + kk, 0), hop, kk));
+            off += cap;
+        }
+
+    /* Send piece kk of a partial on at hop `hop`. */
+#define SEND_ON(part, pc, hop, kk)                                                                          \
+    do {                                                                                                    \
+        const void* src_ = (part);                                                                          \
+        size_t bytes_ = (pc) * 4;                                                                           \
+        x->st->rawBytes += bytes_;                                                                          \
+        if (x->compressed) {                                                                                \
+            char* dst_ = sstage + sendOff[hop] + (kk) * fb;                                                 \
+            ZIPCCL_TRY(encode(x, (part), (pc), zipcclFloat32, dst_, x->codec->bound((pc), zipcclFloat32, 0), \
+                              &bytes_));                                                                    \
+            src_ = dst_;                                                                                    \
+        }                                                                                                   \
+        ZIPCCL_TRY(postSend(x, src_, bytes_, right, makeTag(kind, (size_t)(hop) * Kmax + (kk), 0)));        \
+    } while (0)
+
+    /* The chain we start: our own block's tail, or the whole node for the
+     * block of the member before us. */
+    const int B0 = BLK(h0 - 1);
+    const size_t K0 = numPieces(CNT(B0), P);
+    for (size_t kk = 0; kk <= K0; kk++) {
+        if (kk < K0) {
+            size_t pc = pieceLen(CNT(B0), P, kk);
+            float* part = partial + pOff[h0 - 1] + kk * P;
+            addRun(h, dt, part, B0, tail ? l + 1 : 0, k, kk * P, pc, 1);
+            SEND_ON(part, pc, h0, kk);
+        }
+        int got = 0;
+        do {
+            ZIPCCL_TRY(pollRecvs(x, kk == K0, &got));
+            for (int g = 0; g < got; g++) {
+                const RecvRec* rc = &x->rec[x->idx[g]];
+                const int hop = rc->step, B = BLK(hop);
+                const size_t q = rc->piece, pc = pieceLen(CNT(B), P, q);
+                float* part = partial + pOff[hop] + q * P;
+                /* On a data error the chain still passes a (zeroed) partial
+                 * on, so every rank finishes the protocol. */
+                int bad = softFail(x, verify(x, g, makeTag(kind, (size_t)hop * Kmax + q, 0), pc, zipcclFloat32));
+                if (!bad) bad = softFail(x, decode(x, rc, part, pc, zipcclFloat32));
+                if (bad) memset(part, 0, pc * sizeof(float));
+                if (hop < N) {
+                    addRun(h, dt, part, B, 0, k, q * P, pc, 0);
+                    SEND_ON(part, pc, hop + 1, q);
+                } else {
+                    addRun(h, dt, part, B, 0, l + 1, q * P, pc, 0);
+                    zipcclFinalize((char*)out + q * P * zipcclTypeSize(dt), part, pc, dt, x->op->op, c->nranks);
+                }
+            }
+        } while (kk == K0 && got > 0);
+    }
+#undef SEND_ON
+#undef CNT
+#undef BLK
+    return finishSends(x);
+}
+
+static zipcclResult_t hierReduceScatter(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
+                                        const char* sendbuf, const size_t* counts, const size_t* displs,
+                                        void* out) {
+    const int n = c->nranks, k = nodeSizeOf(c), N = n / k, me = c->rank / k, l = c->rank % k;
+    const zipcclDataType_t dt = op->dtype;
+    const size_t esz = zipcclTypeSize(dt);
+    size_t loff[N], landElems = 0, sc[k], sd[k], rc[k], rd[k];
+    for (int m = 0; m < N; m++) loff[m] = landElems, landElems += (size_t)k * counts[(size_t)m * k + l];
+    HierRs h = {.sendbuf = sendbuf, .counts = counts, .displs = displs, .loff = loff, .k = k, .l = l};
+    if (k > 1) { /* stage 1: our node's contributions to our blocks, raw */
+        char* land = zipcclScratch(c, kSlotInput, landElems * esz + 1);
+        int map[k];
+        if (!land) return zipcclSetError(zipcclSystemError, "%s: out of memory for %zu bytes of staging",
+                                         zipcclCollName(op->kind), landElems * esz);
+        h.land = land;
+        for (int i = 0; i < k; i++) map[i] = me * k + i;
+        const size_t P = pieceElems(c, esz);
+        for (int m = 0; m < N; m++) {
+            const size_t b = (size_t)m * k + l;
+            size_t reqs = 1;
+            for (int i = 0; i < k; i++) {
+                /* Ours stays in sendbuf (contrib): nothing to or from ourselves. */
+                sc[i] = i == l ? 0 : counts[(size_t)m * k + i], sd[i] = displs[(size_t)m * k + i];
+                rc[i] = i == l ? 0 : counts[b], rd[i] = loff[m] + (size_t)i * counts[b];
+                reqs += numPieces(sc[i], P) + numPieces(rc[i], P) + 2;
+            }
+            Ctx x;
+            ZIPCCL_TRY(ctxInit(&x, c, op, st, reqs));
+            x.map = map, x.n = k, x.r = l, x.compressed = 0;
+            TRY_OR_ABANDON(&x, alltoallBody(&x, sendbuf, sc, sd, land, rc, rd, 1));
+        }
+    }
+    if (N == 1) { /* one node: the tail, then the head */
+        float* acc = zipcclScratch(c, kSlotAcc, counts[c->rank] * sizeof(float) + 1);
+        if (!acc) return zipcclSetError(zipcclSystemError, "%s: out of memory for %zu fp32 accumulators",
+                                        zipcclCollName(op->kind), counts[c->rank]);
+        const size_t cnt = counts[c->rank];
+        if (l < k - 1) addRun(&h, dt, acc, 0, l + 1, k, 0, cnt, 1);
+        addRun(&h, dt, acc, 0, 0, l + 1, 0, cnt, l == k - 1);
+        zipcclFinalize(out, acc, cnt, dt, op->op, n);
+        return zipcclSuccess;
+    }
+    int map[N];
+    size_t P = pieceElems(c, 4), Kmax = 0, reqs = 1;
+    for (int m = 0; m < N; m++) {
+        size_t K = numPieces(counts[(size_t)m * k + l], P);
+        map[m] = m * k + l;
+        if (K > Kmax) Kmax = K;
+        reqs += 2 * K;
+    }
+    if (Kmax * (size_t)(N + 1) >= TAG_INDEX_MAX)
+        return zipcclSetError(zipcclUnsupported, "%s: the blocks make %zu pieces a rank, more than the message "
+                              "tags can number (%zu); use larger ZIPCCL_PIECE_BYTES", zipcclCollName(op->kind),
+                              Kmax * (size_t)(N + 1), (size_t)TAG_INDEX_MAX - 1);
+    Ctx x;
+    ZIPCCL_TRY(ctxInit(&x, c, op, st, reqs));
+    x.map = map, x.n = N, x.r = me;
+    TRY_OR_ABANDON(&x, rsChainBody(&x, &h, out));
+    return zipcclSuccess;
+}
+
 /* ---- dispatch --------------------------------------------------------------- */
 
 void zipcclSplitBlocks(size_t count, int n, size_t* counts, size_t* displs) {
@@ -1146,10 +1422,13 @@ zipcclResult_t zipcclRunAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExe
         if (st->algo == zipcclAlgoOneShot && n > 1)
             return oneShotCore(c, op, st, op->sendbuf, op->count, op->recvbuf, op->count * esz, NULL, NULL, NULL);
         for (int i = 0; i < n; i++) counts[i] = op->count, displs[i] = (size_t)i * op->count;
+        if (st->algo == zipcclAlgoHier) return hierAllGather(c, op, st, op->sendbuf, op->recvbuf, counts, displs);
         return allGatherCore(c, op, st, op->sendbuf, op->recvbuf, counts, displs);
     case zipcclCollReduceScatter:
         if (!op->count) return zipcclSuccess;
         for (int i = 0; i < n; i++) counts[i] = op->count, displs[i] = (size_t)i * op->count;
+        if (st->algo == zipcclAlgoHier)
+            return hierReduceScatter(c, op, st, op->sendbuf, counts, displs, op->recvbuf);
         return reduceScatterCore(c, op, st, counts, displs, op->recvbuf);
     case zipcclCollAllReduce: {
         if (!op->count) return zipcclSuccess;
@@ -1171,6 +1450,10 @@ zipcclResult_t zipcclRunAlgo(struct zipcclComm* c, const zipcclOp* op, zipcclExe
         void* block = zipcclScratch(c, kSlotBlock, counts[c->rank] * esz + 1);
         if (!block) return zipcclSetError(zipcclSystemError, "AllReduce: out of memory for the reduced block (%zu bytes)",
                                           counts[c->rank] * esz);
+        if (st->algo == zipcclAlgoHier) {
+            ZIPCCL_TRY(hierReduceScatter(c, op, st, op->sendbuf, counts, displs, block));
+            return hierAllGather(c, op, st, block, op->recvbuf, counts, displs);
+        }
         ZIPCCL_TRY(reduceScatterCore(c, op, st, counts, displs, block));
         return allGatherCore(c, op, st, block, op->recvbuf, counts, displs);
     }

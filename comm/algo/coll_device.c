@@ -584,7 +584,7 @@ static zipcclResult_t runNet(struct zipcclComm* c, const zipcclOp* op, zipcclStr
                                                                  : op->count * esz * (size_t)(n - 1));
         return res == zipcclSuccess ? res : zipcclPrefixError(res, "%s: %s's own", zipcclCollName(k), c->net.name);
     }
-    if (op->cfg.algo == zipcclAlgoRing || op->cfg.algo == zipcclAlgoOneShot)
+    if (op->cfg.algo == zipcclAlgoRing || op->cfg.algo == zipcclAlgoOneShot || op->cfg.algo == zipcclAlgoHier)
         return zipcclSetError(zipcclUnsupported, "%s: the %s design runs over host messages; over %s every call "
                               "is direct (ask for direct or the default)", zipcclCollName(k),
                               zipcclAlgoName(op->cfg.algo), c->net.name);

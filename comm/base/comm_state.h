@@ -81,6 +81,7 @@ struct zipcclExecStats {
     zipcclCodec_t codec;
     zipcclAlgo_t algo;
     uint64_t rawBytes, wireBytes;
+    uint64_t intraBytes; /* of wireBytes, those sent within our node          */
     double codecSeconds, wireSeconds, totalSeconds;
     double runSeconds; /* the design's own run, after the decision (which, on
                         * a measuring call, ends with the barrier aligning the ranks) */
@@ -220,6 +221,10 @@ struct zipcclComm {
                           * ReduceScatter): piece sends in flight (0: no limit;
                           * -1 until sized to the link, sizeToLink)         */
     int tagSizes;        /* the tag bound leaves room for AlltoAllv's size word */
+    int nodeSize;        /* ranks per node (node of rank r: r / nodeSize), for
+                          * the hier designs and the intraBytes counter: the
+                          * transport's (MPI_Comm_split_type), or
+                          * ZIPCCL_NODE_SIZE; 0 unknown (NCCL)               */
     int broken;          /* a collective failed mid-flight: refuse new ones  */
     char brokenWhy[400];
     zipcclAgree agree;   /* its buffers and request slots exist on every communicator */

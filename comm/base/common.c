@@ -190,7 +190,7 @@ zipcclResult_t zipcclStrategyParse(const char* name, zipcclStrategy_t* out) {
 }
 
 const char* zipcclAlgoName(zipcclAlgo_t a) {
-    static const char* const names[ZIPCCL_NALGOS] = {"default", "ring", "direct", "oneshot"};
+    static const char* const names[ZIPCCL_NALGOS] = {"default", "ring", "direct", "oneshot", "hier"};
     return (int)a >= 0 && a < ZIPCCL_NALGOS ? names[a] : "?";
 }
 
@@ -213,8 +213,8 @@ zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out) {
 
 zipcclAlgo_t zipcclAlgoRun(zipcclCollKind_t kind, zipcclAlgo_t a) {
     switch (kind) {
-    case zipcclCollAllGather: return a == zipcclAlgoOneShot ? a : zipcclAlgoRing;
-    case zipcclCollReduceScatter: return a == zipcclAlgoRing ? a : zipcclAlgoDirect;
+    case zipcclCollAllGather: return a == zipcclAlgoOneShot || a == zipcclAlgoHier ? a : zipcclAlgoRing;
+    case zipcclCollReduceScatter: return a == zipcclAlgoRing || a == zipcclAlgoHier ? a : zipcclAlgoDirect;
     case zipcclCollAllReduce: return a == zipcclAlgoDefault ? zipcclAlgoDirect : a;
     default: return zipcclAlgoDefault; /* the All-to-Alls' pairwise exchange */
     }

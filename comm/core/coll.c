@@ -118,6 +118,7 @@ static void execute(struct zipcclComm* c, zipcclOp* op) {
         k->calls++;
         k->rawBytes += st.rawBytes;
         k->wireBytes += st.wireBytes;
+        k->intraBytes += st.intraBytes;
         k->codecSeconds += st.codecSeconds;
         k->wireSeconds += st.wireSeconds;
         k->totalSeconds += st.totalSeconds;
@@ -209,7 +210,7 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
         return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_CODEC='%s' (expected fast, dense, f3 or f2)", s);
     s = getenv("ZIPCCL_ALGO");
     if (s && *s && zipcclAlgoParse(s, &d.algo) != zipcclSuccess)
-        return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_ALGO='%s' (expected ring, direct or oneshot)", s);
+        return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_ALGO='%s' (expected ring, direct, oneshot or hier)", s);
     c->defaults = d;
     c->timeoutS = kDefaultTimeoutS;
     ZIPCCL_TRY(envNumber("ZIPCCL_TIMEOUT_S", 0, 1, 1e9, "seconds >= 0; 0 = no timeout", &c->timeoutS));
@@ -234,6 +235,9 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
     v = 10;
     ZIPCCL_TRY(envInt("ZIPCCL_AUTO_CONTEND", 0, 1000, "a percentage >= 0; 0 = no extra runs", &v));
     c->model.contend = (double)v / 100;
+    v = 0; /* unset: the transport asks MPI (transport_mpi.c, mpiNodeSize) */
+    ZIPCCL_TRY(envInt("ZIPCCL_NODE_SIZE", 1, 1 << 20, "an integer >= 1 (ranks per node)", &v));
+    c->nodeSize = (int)v;
     return zipcclSuccess;
 }
 
@@ -464,6 +468,12 @@ zipcclResult_t zipcclCommRank(zipcclComm_t c, int* rank) {
 zipcclResult_t zipcclCommSize(zipcclComm_t c, int* size) {
     if (!c || !size) return zipcclSetError(zipcclInvalidArgument, "zipcclCommSize: null argument");
     *size = c->nranks;
+    return zipcclSuccess;
+}
+
+zipcclResult_t zipcclCommNodeSize(zipcclComm_t c, int* size) {
+    if (!c || !size) return zipcclSetError(zipcclInvalidArgument, "zipcclCommNodeSize: null argument");
+    *size = c->nodeSize;
     return zipcclSuccess;
 }
 

@@ -80,6 +80,34 @@ static void* stageFor(MpiState* s, size_t bytes) {
 
 /* ---- lifetime ------------------------------------------------------------ */
 
+/* Ranks per node for the hier designs (c->nodeSize), unless
+ * ZIPCCL_NODE_SIZE set it (coll.c readEnv): the launcher's placement, as
+ * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) reports it.  The designs need
+ * nodes of k consecutive ranks (node of r = r / k); any other placement
+ * counts every rank as a node of its own (hier then compresses every hop,
+ * correct but with nothing raw). */
+static zipcclResult_t mpiNodeSize(struct zipcclComm* c, MPI_Comm comm) {
+    if (c->nodeSize > 0) {
+        if (c->nranks % c->nodeSize)
+            return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_NODE_SIZE=%d does not divide the %d ranks",
+                                  c->nodeSize, c->nranks);
+        return zipcclSuccess;
+    }
+    MPI_Comm local = MPI_COMM_NULL;
+    int lrank = 0, lsize = 1;
+    MPI_TRY(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local),
+            "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &lrank);
+    MPI_Comm_size(local, &lsize);
+    MPI_Comm_free(&local);
+    /* Every rank: its node is the block rank / lsize, all of one size. */
+    int v[2] = {lsize, -lsize}, ok = lrank == c->rank % lsize && c->nranks % lsize == 0, all = 0;
+    MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (node size)");
+    MPI_TRY(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (node layout)");
+    c->nodeSize = all && v[0] == -v[1] ? lsize : 1;
+    return zipcclSuccess;
+}
+
 static zipcclResult_t mpiInit(struct zipcclComm* c, const void* handle) {
     int inited = 0, level = MPI_THREAD_SINGLE;
     MPI_Initialized(&inited);
@@ -109,7 +137,7 @@ static zipcclResult_t mpiInit(struct zipcclComm* c, const void* handle) {
     MPI_Comm_set_errhandler(s->control, MPI_ERRORS_RETURN);
     s->counts = malloc(sizeof(int) * 4 * (size_t)c->nranks);
     if (!s->counts) return zipcclSetError(zipcclSystemError, "zipcclCommInitMpi: out of memory");
-    return zipcclSuccess;
+    return mpiNodeSize(c, s->data);
 }
 
 /* The MPI communicators this communicator duplicated are not freed: a peer

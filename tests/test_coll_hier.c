@@ -1,0 +1,225 @@
+// test: ranks=4,6,8 timeout=300
+/*
+ * test_coll_hier.c — the hierarchical designs (algo hier) on emulated nodes:
+ * ZIPCCL_NODE_SIZE=k makes ranks 0..k-1 node 0, k..2k-1 node 1, ... on one
+ * machine (2 x 2 at 4 ranks, 3 x 2 at 6, 4 x 2 and 2 x 4 at 8; and, with the
+ * variable unset, the one node MPI_Comm_split_type reports here).
+ * AllGather, ReduceScatter and AllReduce, bf16 and fp32, sum and avg, uneven
+ * sizes: hier compressed == hier raw == flat compressed (ring and direct) ==
+ * flat raw == the reference bit for bit (AllGather: MPI_Allgather;
+ * reductions: the canonical sum recomputed here, docs/COLLECTIVES.md §3).
+ * Counters: a hier call sends exactly as many bytes within the node
+ * compressed as raw (intraBytes: nothing inside a node is coded), and fewer
+ * between nodes (Gaussian data compresses); a flat compressed AllGather codes
+ * its in-node hops too.  Small pieces (ZIPCCL_PIECE_BYTES=65536) so blocks
+ * span several.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "testutil.h"
+#include "zipccl.h"
+#include "mpitest.h"
+
+static uint64_t mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+static double gauss(uint64_t key) {
+    double u1 = ((double)(mix(key) >> 11) + 0.5) * 0x1p-53;
+    double u2 = (double)(mix(key ^ 0xABCDEFull) >> 11) * 0x1p-53;
+    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+}
+static float toF(const void* p, size_t i, zipcclDataType_t dt) {
+    if (dt == zipcclFloat32) return ((const float*)p)[i];
+    uint32_t u = (uint32_t)((const uint16_t*)p)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* Round to nearest even (bf16), written independently of the library's. */
+static void fromF(void* p, size_t i, float v, zipcclDataType_t dt) {
+    if (dt == zipcclFloat32) { ((float*)p)[i] = v; return; }
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    uint16_t h = (uint16_t)(u >> 16);
+    uint32_t lsb = (u >> 16) & 1, rem = u & 0xFFFF;
+    if (isnan(v)) h |= 0x40;
+    else if (rem > 0x8000 || (rem == 0x8000 && lsb)) h++;
+    ((uint16_t*)p)[i] = h;
+}
+static void fill(void* buf, size_t count, zipcclDataType_t dt, int r, uint64_t seed) {
+    for (size_t i = 0; i < count; i++)
+        fromF(buf, i, (float)(0.02 * gauss(seed * 0x1000193ull + ((uint64_t)r << 40) + i)), dt);
+}
+
+/* Block b (elements [d, d + cnt) of every rank's input) summed in fp32 in the
+ * order b+1, ..., b-1, b, divided by n for avg, rounded once, into out. */
+static void canonical(void* out, size_t d, size_t cnt, int b, void* const* inputs, zipcclDataType_t dt,
+                      zipcclRedOp_t op) {
+    for (size_t i = 0; i < cnt; i++) {
+        float acc = 0;
+        for (int j = 1; j <= nranks; j++) {
+            float v = toF(inputs[(b + j) % nranks], d + i, dt);
+            acc = j == 1 ? v : acc + v;
+        }
+        if (op == zipcclAvg) acc = acc / (float)nranks;
+        fromF(out, i, acc, dt);
+    }
+}
+
+typedef struct {
+    const char* name;
+    zipcclStrategy_t s;
+    zipcclAlgo_t a;
+} Run;
+static const Run kRuns[] = {
+    {"hier-fast", zipcclStrategyCompressed, zipcclAlgoHier}, {"hier-raw", zipcclStrategyRaw, zipcclAlgoHier},
+    {"ring-fast", zipcclStrategyCompressed, zipcclAlgoRing}, {"direct-fast", zipcclStrategyCompressed, zipcclAlgoDirect},
+    {"direct-raw", zipcclStrategyRaw, zipcclAlgoDirect},
+};
+enum { kRunsN = sizeof kRuns / sizeof kRuns[0] };
+
+/* One collective at one size on comm: every run equals the reference; the
+ * hier runs' counters as the header says.  Returns ok. */
+static int check(zipcclComm_t comm, int k, zipcclCollKind_t kind, zipcclDataType_t dt, zipcclRedOp_t op,
+                 size_t count, uint64_t seed) {
+    const size_t e = zipcclTypeSize(dt);
+    /* count: AllGather / ReduceScatter per rank, AllReduce in all */
+    const size_t inN = kind == zipcclCollReduceScatter ? count * (size_t)nranks : count;
+    const size_t outN = kind == zipcclCollAllGather ? count * (size_t)nranks
+                      : kind == zipcclCollReduceScatter ? count : count;
+    void* inputs[nranks];
+    for (int r = 0; r < nranks; r++) {
+        inputs[r] = malloc(inN * e + 1);
+        fill(inputs[r], inN, dt, r, seed);
+    }
+    void* want = malloc(outN * e + 1);
+    void* got = malloc(outN * e + 1);
+    if (kind == zipcclCollAllGather) {
+        MPI_Datatype mt = dt == zipcclFloat32 ? MPI_FLOAT : MPI_UINT16_T;
+        MPI_Allgather(inputs[rank], (int)count, mt, want, (int)count, mt, MPI_COMM_WORLD);
+    } else if (kind == zipcclCollReduceScatter) {
+        canonical(want, (size_t)rank * count, count, rank, inputs, dt, op);
+    } else { /* AllReduce: blocks as zipcclSplitBlocks (the first count % n one longer) */
+        size_t base = count / (size_t)nranks, extra = count % (size_t)nranks, d = 0;
+        for (int b = 0; b < nranks; b++) {
+            size_t cb = base + ((size_t)b < extra);
+            canonical((char*)want + d * e, d, cb, b, inputs, dt, op);
+            d += cb;
+        }
+    }
+    int ok = 1;
+    zipcclCounters_t c0, c1;
+    uint64_t intra[kRunsN], inter[kRunsN];
+    for (int ri = 0; ri < kRunsN; ri++) {
+        zipcclCallConfig_t cfg = {kRuns[ri].s, zipcclCodecFast, kRuns[ri].a};
+        memset(got, 0xEE, outN * e);
+        zipcclCommGetCounters(comm, kind, &c0);
+        zipcclResult_t res;
+        if (kind == zipcclCollAllGather) res = zipcclAllGather(inputs[rank], got, count, dt, comm, &cfg, NULL);
+        else if (kind == zipcclCollReduceScatter) res = zipcclReduceScatter(inputs[rank], got, count, dt, op, comm, &cfg, NULL);
+        else res = zipcclAllReduce(inputs[rank], got, count, dt, op, comm, &cfg, NULL);
+        zipcclCommGetCounters(comm, kind, &c1);
+        intra[ri] = c1.intraBytes - c0.intraBytes;
+        inter[ri] = (c1.wireBytes - c0.wireBytes) - intra[ri];
+        EXPECT(res == zipcclSuccess, "rank %d: %s %s: %s", rank, zipcclCollName(kind), kRuns[ri].name,
+               zipcclGetLastErrorDetail());
+        if (res == zipcclSuccess && memcmp(got, want, outN * e)) {
+            size_t i = 0;
+            while (i < outN && !memcmp((char*)got + i * e, (char*)want + i * e, e)) i++;
+            EXPECT(0, "rank %d: %s %s %s count %zu: element %zu differs from the reference", rank,
+                   zipcclCollName(kind), kRuns[ri].name, dt == zipcclFloat32 ? "fp32" : "bf16", count, i);
+        }
+        uint64_t algo = c1.byAlgo[zipcclAlgoHier] - c0.byAlgo[zipcclAlgoHier];
+        EXPECT(algo == (kRuns[ri].a == zipcclAlgoHier), "rank %d: %s %s: byAlgo[hier] moved by %llu", rank,
+               zipcclCollName(kind), kRuns[ri].name, (unsigned long long)algo);
+    }
+    /* Inside a node nothing is coded: hier compressed sends what hier raw
+     * sends there, byte for byte; between nodes (there are some when k < n)
+     * frames of Gaussian data are smaller, once a block is large. */
+    EXPECT(intra[0] == intra[1], "rank %d: %s count %zu: hier compressed sent %llu bytes within the node, raw %llu",
+           rank, zipcclCollName(kind), count, (unsigned long long)intra[0], (unsigned long long)intra[1]);
+    if (k < nranks && count >= 4096)
+        EXPECT(inter[0] < inter[1], "rank %d: %s count %zu: hier compressed sent %llu bytes between nodes, raw %llu",
+               rank, zipcclCollName(kind), count, (unsigned long long)inter[0], (unsigned long long)inter[1]);
+    if (k > 1 && kind == zipcclCollAllGather) {
+        /* AllGather's bytes within a node: N rings of k, each rank sending k-1 blocks in each */
+        uint64_t want_ = (uint64_t)(nranks / k) * (uint64_t)(k - 1) * count * e;
+        EXPECT(intra[0] == want_, "rank %d: AllGather hier: %llu bytes within the node, expected %llu raw", rank,
+               (unsigned long long)intra[0], (unsigned long long)want_);
+        /* the flat ring (raw: "direct-raw", AllGather's design being the
+         * ring) codes the hop to its right neighbour even within a node */
+        if (count >= 4096 && intra[4])
+            EXPECT(intra[2] < intra[4], "rank %d: AllGather ring: %llu bytes within the node compressed, %llu raw",
+                   rank, (unsigned long long)intra[2], (unsigned long long)intra[4]);
+    }
+    for (int r = 0; r < nranks; r++) free(inputs[r]);
+    free(want);
+    free(got);
+    return ok;
+}
+
+static void suite(int k) {
+    char name[200];
+    zipcclComm_t comm = newComm();
+    int got = -1;
+    zipcclCommNodeSize(comm, &got);
+    int ok = 1;
+    EXPECT(got == k, "rank %d: node size %d, expected %d", rank, got, k);
+    snprintf(name, sizeof name, "node size %d at %d ranks", k, nranks);
+    report(ok, name);
+    static const zipcclCollKind_t kinds[] = {zipcclCollAllGather, zipcclCollReduceScatter, zipcclCollAllReduce};
+    static const size_t counts[] = {1, 7, 4097, 70001};
+    uint64_t seed = 1;
+    for (int ki = 0; ki < 3; ki++)
+        for (int d = 0; d < 2; d++) {
+            zipcclDataType_t dt = d ? zipcclFloat32 : zipcclBfloat16;
+            for (int o = 0; o < (ki ? 2 : 1); o++) {
+                zipcclRedOp_t op = o ? zipcclAvg : zipcclSum;
+                ok = 1;
+                for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
+                    ok &= check(comm, k, kinds[ki], dt, op, counts[ci], seed++);
+                snprintf(name, sizeof name, "%s %s%s hier == flat == raw == reference (%d x %d)", zipcclCollName(kinds[ki]),
+                         d ? "fp32" : "bf16", ki ? (o ? " avg" : " sum") : "", nranks / k, k);
+                report(ok, name);
+            }
+        }
+    zipcclCommDestroy(comm);
+}
+
+int main(int argc, char** argv) {
+    int prov;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    setenv("ZIPCCL_PIECE_BYTES", "65536", 1);
+    setenv("ZIPCCL_STRATEGY", "raw", 1); /* no calibration at creation */
+    /* Unset, MPI_Comm_split_type: every rank of this machine on one node. */
+    unsetenv("ZIPCCL_NODE_SIZE");
+    suite(nranks);
+    setenv("ZIPCCL_NODE_SIZE", "2", 1);
+    suite(2);
+    if (nranks == 8) {
+        setenv("ZIPCCL_NODE_SIZE", "4", 1);
+        suite(4);
+    }
+    /* A node size that does not divide the ranks is refused at creation. */
+    setenv("ZIPCCL_NODE_SIZE", nranks == 6 ? "4" : "3", 1);
+    MPI_Comm w = MPI_COMM_WORLD;
+    zipcclComm_t bad = NULL;
+    zipcclResult_t r = zipcclCommInitMpi(&bad, &w);
+    int ok = 1;
+    EXPECT(r == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "ZIPCCL_NODE_SIZE"),
+           "rank %d: ZIPCCL_NODE_SIZE not dividing %d ranks: %s", rank, nranks, zipcclGetLastErrorDetail());
+    report(ok, "ZIPCCL_NODE_SIZE that does not divide the ranks refused");
+    if (bad) zipcclCommDestroy(bad);
+    MPI_Finalize();
+    return tu_exit();
+}
