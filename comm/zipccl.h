@@ -264,6 +264,9 @@ typedef struct {
  *       blocks of consecutive ranks of one size count as one rank each
  *       (hier then compresses every hop).  For emulating nodes on one host
  *       (tests/test_coll_hier.c); NCCL communicators ignore it.
+ *   ZIPCCL_HIER_RS=auto|chain|forward  hier ReduceScatter between nodes
+ *       (docs/COLLECTIVES.md): auto (default) takes the one that sends fewer
+ *       bytes; the bits are the same.
  *   ZIPCCL_PIECE_BYTES, ZIPCCL_CALIBRATE=0|1, ZIPCCL_LINK_GBPS (> 0),
  *   ZIPCCL_LINK_ALPHA_US (> 0), ...: see docs/COLLECTIVES.md §8.
  * The timeout is per call.  100 s, as TorchTitan's training steps use

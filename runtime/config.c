@@ -162,7 +162,7 @@ static const KeyDesc kKeys[] = {
     {"comm.alltoall", K_STRATEGY, OFF(comm.alltoall), 0, 4, 0,
      "default|native|raw|compressed|auto", R_FREE},
     {"comm.codec", K_CODEC, OFF(comm.codec), 0, 0, 0, "fast|dense|f2|f3", R_FREE},
-    {"comm.algo", K_ALGO, OFF(comm.algo), 0, 0, 0, "default|ring|direct|oneshot", R_FREE},
+    {"comm.algo", K_ALGO, OFF(comm.algo), 0, 0, 0, "default|ring|direct|oneshot|hier", R_FREE},
     {"comm.param_dtype", K_DTYPE, OFF(comm.param_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
     {"comm.reduce_dtype", K_DTYPE, OFF(comm.reduce_dtype), 0, 0, 0, "fp32|bf16", R_ASK},
     {"comm.alltoall_dtype", K_DTYPE, OFF(comm.alltoall_dtype), 0, 0, 0,
@@ -346,7 +346,7 @@ static int set_value(TrainConfig* c, const KeyDesc* k, const char* v, const char
         if (strcmp(v, "default") && zipcclAlgoParse(v, &a) != zipcclSuccess)
             return zrt_errf(err, errlen,
                             "%s: key '%s': unknown algorithm '%s' (expected default|ring|direct|"
-                            "oneshot)",
+                            "oneshot|hier)",
                             where, k->name, PRINTABLE(v));
         *(zipcclAlgo_t*)base = a;
         return 0;
@@ -543,7 +543,7 @@ static int read_overrides(TrainConfig* c, Walk* w, yaml_node_t* seq) {
                 if (strcmp(vs, "default") && zipcclAlgoParse(vs, &a) != zipcclSuccess)
                     return zrt_errf(w->err, w->errlen,
                                 "%s:%zu: key 'comm.overrides.algo': unknown algorithm '%s' "
-                                "(expected default|ring|direct|oneshot)",
+                                "(expected default|ring|direct|oneshot|hier)",
                                 w->file, kl, PRINTABLE(vs));
                 o.algo = (int)a;
             } else if (!strcmp(ks, "kind")) {

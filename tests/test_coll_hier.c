@@ -3,7 +3,9 @@
  * test_coll_hier.c — the hierarchical designs (algo hier) on emulated nodes:
  * ZIPCCL_NODE_SIZE=k makes ranks 0..k-1 node 0, k..2k-1 node 1, ... on one
  * machine (2 x 2 at 4 ranks, 3 x 2 at 6, 4 x 2 and 2 x 4 at 8; and, with the
- * variable unset, the one node MPI_Comm_split_type reports here).
+ * variable unset, the one node MPI_Comm_split_type reports here); the
+ * ReduceScatter's two ways between nodes (ZIPCCL_HIER_RS=chain, forward)
+ * both at node size 2, auto's pick at the others.
  * AllGather, ReduceScatter and AllReduce, bf16 and fp32, sum and avg, uneven
  * sizes: hier compressed == hier raw == flat compressed (ring and direct) ==
  * flat raw == the reference bit for bit (AllGather: MPI_Allgather;
@@ -166,8 +168,9 @@ static int check(zipcclComm_t comm, int k, zipcclCollKind_t kind, zipcclDataType
     return ok;
 }
 
-static void suite(int k) {
+static void suite(int k, const char* rs) {
     char name[200];
+    setenv("ZIPCCL_HIER_RS", rs, 1);
     zipcclComm_t comm = newComm();
     int got = -1;
     zipcclCommNodeSize(comm, &got);
@@ -186,8 +189,9 @@ static void suite(int k) {
                 ok = 1;
                 for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
                     ok &= check(comm, k, kinds[ki], dt, op, counts[ci], seed++);
-                snprintf(name, sizeof name, "%s %s%s hier == flat == raw == reference (%d x %d)", zipcclCollName(kinds[ki]),
-                         d ? "fp32" : "bf16", ki ? (o ? " avg" : " sum") : "", nranks / k, k);
+                snprintf(name, sizeof name, "%s %s%s hier == flat == raw == reference (%d x %d, %s)",
+                         zipcclCollName(kinds[ki]), d ? "fp32" : "bf16", ki ? (o ? " avg" : " sum") : "", nranks / k, k,
+                         rs);
                 report(ok, name);
             }
         }
@@ -203,13 +207,15 @@ int main(int argc, char** argv) {
     setenv("ZIPCCL_STRATEGY", "raw", 1); /* no calibration at creation */
     /* Unset, MPI_Comm_split_type: every rank of this machine on one node. */
     unsetenv("ZIPCCL_NODE_SIZE");
-    suite(nranks);
+    suite(nranks, "auto");
     setenv("ZIPCCL_NODE_SIZE", "2", 1);
-    suite(2);
+    suite(2, "chain");
+    suite(2, "forward");
     if (nranks == 8) {
         setenv("ZIPCCL_NODE_SIZE", "4", 1);
-        suite(4);
+        suite(4, "auto");
     }
+    unsetenv("ZIPCCL_HIER_RS");
     /* A node size that does not divide the ranks is refused at creation. */
     setenv("ZIPCCL_NODE_SIZE", nranks == 6 ? "4" : "3", 1);
     MPI_Comm w = MPI_COMM_WORLD;

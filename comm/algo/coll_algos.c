@@ -1343,6 +1343,93 @@ static zipcclResult_t rsChainBody(Ctx* x, const HierRs* h, void* out) {
     return finishSends(x);
 }
 
+/* Stage 2, the other way (rsForwardBody): each station sends its node's k
+ * contributions to every other block of its group straight to the block's
+ * owner, as frames (each contribution coded once: it has one destination);
+ * the owner sums a piece once every node's contributions to it are in, in
+ * the canonical order (its tail, the other nodes' ranks in rank order, its
+ * head).  Between nodes that moves the flat direct design's bytes, (n - k)
+ * contributions per block in the dtype, against the chain's N fp32
+ * partials: hierReduceScatter takes whichever is fewer. */
+static zipcclResult_t rsForwardBody(Ctx* x, const HierRs* h, void* out) {
+    struct zipcclComm* c = x->c;
+    const int N = x->n, me = x->r, k = h->k, l = h->l;
+    const zipcclDataType_t dt = x->op->dtype;
+    const zipcclCollKind_t kind = x->op->kind;
+    const size_t esz = zipcclTypeSize(dt), P = pieceElems(c, esz);
+    const size_t mine = h->counts[(size_t)me * k + l], K = numPieces(mine, P);
+    size_t recvStage = x->compressed ? (size_t)(N - 1) * k * stageFor(x, mine, P, dt) : 0, sendStage = 0;
+    for (int B = 0; B < N && x->compressed; B++)
+        if (B != me) sendStage += (size_t)k * stageFor(x, h->counts[(size_t)B * k + l], P, dt);
+    /* REMOTE(j, i): node me + j's rank i's contribution (j = 1..N-1) */
+    char* land = zipcclScratch(c, kSlotTmp, (size_t)N * k * mine * esz + 1);
+    char* rstage = x->compressed ? zipcclScratch(c, kSlotRecv, recvStage + 1) : NULL;
+    char* sstage = x->compressed ? zipcclScratch(c, kSlotSend, sendStage + 1) : NULL;
+    float* acc = zipcclScratch(c, kSlotAcc, (mine < P ? mine : P) * sizeof(float) + 1);
+    int* have = zipcclScratch(c, kSlotFlags, sizeof(int) * (K + 1));
+    if (!land || (x->compressed && (!rstage || !sstage)) || !acc || !have) return oom(x);
+    memset(have, 0, sizeof(int) * K);
+#define REMOTE(j, i) (land + ((size_t)(j) * k + (size_t)(i)) * mine * esz)
+
+    size_t off = 0;
+    for (int j = 1; j < N; j++) /* member me + j sends us node me + j's contributions */
+        for (int i = 0; i < k; i++)
+            for (size_t q = 0; q < K; q++) {
+                size_t cap = wireCap(x, pieceLen(mine, P, q), dt);
+                char* buf = x->compressed ? rstage + off : REMOTE(j, i) + q * P * esz;
+                ZIPCCL_TRY(postRecv(x, buf, cap, (me + j) % N, makeTag(kind, (size_t)i * K + q, 0), j * k + i, q));
+                off += x->compressed ? cap : 0;
+            }
+    const size_t need = (size_t)(N - 1) * k;
+#define TAKE(got_)                                                                                            \
+    for (int g = 0; g < (got_); g++) {                                                                        \
+        const RecvRec* rc = &x->rec[x->idx[g]];                                                               \
+        const int j = rc->step / k, i = rc->step % k;                                                         \
+        const size_t q = rc->piece, pc = pieceLen(mine, P, q);                                                \
+        char* dst = REMOTE(j, i) + q * P * esz;                                                               \
+        int bad = softFail(x, verify(x, g, makeTag(kind, (size_t)i * K + q, 0), pc, dt));                     \
+        if (!bad) bad = softFail(x, decode(x, rc, dst, pc, dt));                                              \
+        if (bad) memset(dst, 0, pc * esz);                                                                    \
+        if (++have[q] < (int)need) continue;                                                                  \
+        /* every node's part of piece q is in: the canonical order */                                        \
+        if (l < k - 1) addRun(h, dt, acc, me, l + 1, k, q * P, pc, 1);                                        \
+        for (int jj = 1; jj < N; jj++)                                                                        \
+            for (int ii = 0; ii < k; ii++)                                                                    \
+                zipcclAccumulate(acc, REMOTE(jj, ii) + q * P * esz, pc, dt, l == k - 1 && jj == 1 && ii == 0); \
+        addRun(h, dt, acc, me, 0, l + 1, q * P, pc, 0);                                                       \
+        zipcclFinalize((char*)out + q * P * esz, acc, pc, dt, x->op->op, c->nranks);                          \
+    }
+
+    /* Ours to the owners, member me - 1 first, then me - 2, ...: at every
+     * moment the members send to different owners. */
+    size_t soff = 0;
+    int doneTo = 0, got = 0;
+    for (int j = 1; j < N; j++) {
+        const int B = (me - j + N) % N;
+        const size_t cb = h->counts[(size_t)B * k + l], Kb = numPieces(cb, P);
+        for (int i = 0; i < k; i++)
+            for (size_t q = 0; q < Kb; q++) {
+                const void* src = contrib(h, B, i, q * P, esz);
+                size_t bytes = 0;
+                ZIPCCL_TRY(stagePiece(x, &src, pieceLen(cb, P, q), dt, sstage, &soff, &bytes));
+                do {
+                    ZIPCCL_TRY(waitSends(x, 0, &doneTo, &got));
+                    TAKE(got);
+                } while (got);
+                ZIPCCL_TRY(postSend(x, src, bytes, B, makeTag(kind, (size_t)i * Kb + q, 0)));
+                ZIPCCL_TRY(pollRecvs(x, 0, &got));
+                TAKE(got);
+            }
+    }
+    do {
+        ZIPCCL_TRY(pollRecvs(x, 1, &got));
+        TAKE(got);
+    } while (got > 0);
+#undef TAKE
+#undef REMOTE
+    return finishSends(x);
+}
+
 static zipcclResult_t hierReduceScatter(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
                                         const char* sendbuf, const size_t* counts, const size_t* displs,
                                         void* out) {
@@ -1385,22 +1472,30 @@ static zipcclResult_t hierReduceScatter(struct zipcclComm* c, const zipcclOp* op
         zipcclFinalize(out, acc, cnt, dt, op->op, n);
         return zipcclSuccess;
     }
+    /* Between nodes: the chain's N fp32 partials per block, or the
+     * contributions of the n - k ranks of the other nodes in the dtype,
+     * whichever is fewer bytes (ties: forward, whose owner-side sum needs no
+     * hop after hop); ZIPCCL_HIER_RS=chain|forward fixes it. */
+    const int chain = c->hierRs ? c->hierRs == 1 : (size_t)N * 4 < (size_t)(N - 1) * (size_t)k * esz;
     int map[N];
-    size_t P = pieceElems(c, 4), Kmax = 0, reqs = 1;
+    size_t P = pieceElems(c, chain ? 4 : esz), Kmax = 0, reqs = 1;
     for (int m = 0; m < N; m++) {
         size_t K = numPieces(counts[(size_t)m * k + l], P);
         map[m] = m * k + l;
         if (K > Kmax) Kmax = K;
-        reqs += 2 * K;
+        reqs += chain ? 2 * K : K * (size_t)k; /* chain: a receive and a send per piece; forward: our sends */
     }
-    if (Kmax * (size_t)(N + 1) >= TAG_INDEX_MAX)
+    if (!chain) reqs += numPieces(counts[c->rank], P) * (size_t)k * (size_t)(N - 1); /* forward: our receives */
+    const size_t tags = Kmax * (size_t)(chain ? N + 1 : k);
+    if (tags >= TAG_INDEX_MAX)
         return zipcclSetError(zipcclUnsupported, "%s: the blocks make %zu pieces a rank, more than the message "
                               "tags can number (%zu); use larger ZIPCCL_PIECE_BYTES", zipcclCollName(op->kind),
-                              Kmax * (size_t)(N + 1), (size_t)TAG_INDEX_MAX - 1);
+                              tags, (size_t)TAG_INDEX_MAX - 1);
     Ctx x;
     ZIPCCL_TRY(ctxInit(&x, c, op, st, reqs));
     x.map = map, x.n = N, x.r = me;
-    TRY_OR_ABANDON(&x, rsChainBody(&x, &h, out));
+    if (chain) TRY_OR_ABANDON(&x, rsChainBody(&x, &h, out));
+    else TRY_OR_ABANDON(&x, rsForwardBody(&x, &h, out));
     return zipcclSuccess;
 }
 

@@ -225,6 +225,8 @@ struct zipcclComm {
                           * the hier designs and the intraBytes counter: the
                           * transport's (MPI_Comm_split_type), or
                           * ZIPCCL_NODE_SIZE; 0 unknown (NCCL)               */
+    int hierRs;          /* hier ReduceScatter between nodes: 0 the fewer bytes,
+                          * 1 chain, 2 forward (ZIPCCL_HIER_RS; coll_algos.c) */
     int broken;          /* a collective failed mid-flight: refuse new ones  */
     char brokenWhy[400];
     zipcclAgree agree;   /* its buffers and request slots exist on every communicator */

@@ -198,7 +198,7 @@ zipcclResult_t zipcclAlgoParse(const char* name, zipcclAlgo_t* out) {
     if (!name || !out) return zipcclSetError(zipcclInvalidArgument, "zipcclAlgoParse: null argument");
     for (int a = zipcclAlgoRing; a < ZIPCCL_NALGOS; a++)
         if (!strcmp(name, zipcclAlgoName((zipcclAlgo_t)a))) { *out = (zipcclAlgo_t)a; return zipcclSuccess; }
-    return zipcclSetError(zipcclInvalidArgument, "algorithm '%s' (expected ring, direct or oneshot)", name);
+    return zipcclSetError(zipcclInvalidArgument, "algorithm '%s' (expected ring, direct, oneshot or hier)", name);
 }
 
 zipcclResult_t zipcclCodecParse(const char* name, zipcclCodec_t* out) {

@@ -259,7 +259,7 @@ static void addStrat(const char* entry, Options* o) {
         char* next = strchr(tok, ':');
         if (next) *next = '\0';
         if (zipcclAlgoParse(tok, &a) != zipcclSuccess && zipcclCodecParse(tok, &cd) != zipcclSuccess)
-            badArg("unknown algorithm or codec in strategy '%s' (ring, direct, oneshot, fast, dense, f3)", entry);
+            badArg("unknown algorithm or codec in strategy '%s' (ring, direct, oneshot, hier, fast, dense, f3)", entry);
         if (next) *next = ':';
         tok = next;
     }
@@ -378,7 +378,7 @@ static void parseArgs(int argc, char** argv, Options* o) {
             if (zipcclCodecParse(v, &o->codec) != zipcclSuccess) badArg("bad codec '%s' (fast, dense, f3)", v);
         } else if (IS("--algo", "--algo")) {
             const char* v = VALUE();
-            if (zipcclAlgoParse(v, &o->algo) != zipcclSuccess) badArg("bad algo '%s' (ring, direct, oneshot)", v);
+            if (zipcclAlgoParse(v, &o->algo) != zipcclSuccess) badArg("bad algo '%s' (ring, direct, oneshot, hier)", v);
         } else if (IS("--input", "--input")) {
             o->input = VALUE();
         } else if (IS("--sigma", "--sigma")) {

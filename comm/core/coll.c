@@ -238,6 +238,13 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
     v = 0; /* unset: the transport asks MPI (transport_mpi.c, mpiNodeSize) */
     ZIPCCL_TRY(envInt("ZIPCCL_NODE_SIZE", 1, 1 << 20, "an integer >= 1 (ranks per node)", &v));
     c->nodeSize = (int)v;
+    s = getenv("ZIPCCL_HIER_RS");
+    if (s && *s) {
+        if (!strcmp(s, "chain")) c->hierRs = 1;
+        else if (!strcmp(s, "forward")) c->hierRs = 2;
+        else if (strcmp(s, "auto"))
+            return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_HIER_RS='%s' (expected auto, chain or forward)", s);
+    }
     return zipcclSuccess;
 }
 
