@@ -5,7 +5,9 @@
 #                                            (tc rate: 1gbit, 10gbit, 100mbit, or
 #                                            "none" for unthrottled); LATENCY is
 #                                            tbf's queueing bound (default 10ms)
-#   scripts/cluster.sh run CMD...            mpirun CMD with one rank per host
+#   scripts/cluster.sh run CMD...            mpirun CMD with one rank per host, or
+#                                            ZCL_RANKS_PER_HOST=k ranks on each
+#                                            (ranks 0..k-1 on h0, k..2k-1 on h1, ...)
 #   scripts/cluster.sh bw [MB]               TCP transfer host1 -> host0, prints MB/s
 #   scripts/cluster.sh status                what exists now
 #   scripts/cluster.sh down                  remove everything up made (idempotent)
@@ -46,8 +48,23 @@
 # ZCL_MPIRUN_ARGS adds mpirun options to `run`; ZCL_BTL_TCP_FLAGS sets Open
 # MPI's btl_tcp_flags (default "send"; "default" leaves Open MPI's own).
 #
+# Several ranks per host (ZCL_RANKS_PER_HOST=k, read by `run`): Open MPI
+# gets each host with k slots and maps ranks by slot, so a host's ranks are
+# consecutive (0..k-1 on h0, ...); between them TCP goes to the host's own
+# address, which the kernel carries over loopback, where no shaper sits: the
+# fast link inside a node, while hosts talk over their shaped links.  Shared
+# memory (btl vader) segfaulted here at start, maybe since every host has
+# the same kernel hostname; not pursued.  Open MPI knows which ranks share a
+# host from its launcher (the --host names), and MPI_Comm_split_type(
+# MPI_COMM_TYPE_SHARED) did return the right pairs on the first host, but on
+# the second host's ranks it segfaults in Open MPI 4.1.4 (ob1's fragment
+# matching; a ten-line MPI program does the same; one rank per host is
+# fine).  So `run` sets the documented override ZIPCCL_NODE_SIZE=k
+# (comm/zipccl.h) unless it is set already: ZipCCL then skips that call and
+# its nodes are the hosts (zipccl-bench prints the node size it sees).
+#
 # Leaves out: propagation delay (the netem qdisc is not available on these
-# machines), several ranks per host, and non-root use (namespaces need root).
+# machines), and non-root use (namespaces need root).
 set -u
 
 PREFIX=${ZCL_PREFIX:-zcl}
@@ -189,8 +206,10 @@ cmd_status() {
 cmd_run() {
   [ $# -ge 1 ] || die "usage: run CMD..."
   [ -f "$STATE/n" ] || die "no cluster is up (scripts/cluster.sh up N RATE)"
-  local n i hostlist=""; n=$(cat "$STATE/n")
-  for ((i = 0; i < n; i++)); do hostlist+="${hostlist:+,}$(host_ns "$i")"; done
+  local n i hostlist="" ppn=${ZCL_RANKS_PER_HOST:-1}; n=$(cat "$STATE/n")
+  [[ "$ppn" =~ ^[1-9][0-9]*$ ]] || die "ZCL_RANKS_PER_HOST must be an integer >= 1 (got '$ppn')"
+  if [ "$ppn" -gt 1 ] && [ -z "${ZIPCCL_NODE_SIZE:-}" ]; then export ZIPCCL_NODE_SIZE=$ppn; fi
+  for ((i = 0; i < n; i++)); do hostlist+="${hostlist:+,}$(host_ns "$i"):$ppn"; done
   local h0; h0=$(host_ns 0)
   mkdir -p "$STATE/tmp/$h0"
   # Remote daemons inherit the agent's (so mpirun's) environment; -x makes it explicit.
@@ -201,7 +220,7 @@ cmd_run() {
   ip netns exec "$h0" env ZCL_HOST="$h0" TMPDIR="$STATE/tmp/$h0" \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" \
-    mpirun --host "$hostlist" -n "$n" --bind-to none \
+    mpirun --host "$hostlist" -n $((n * ppn)) --map-by slot --bind-to none \
       --mca plm_rsh_agent "$STATE/agent.sh" --mca plm_rsh_no_tree_spawn 1 \
       --mca pml ob1 --mca btl tcp,self --mca mpi_yield_when_idle 1 "${flags[@]}" \
       --mca btl_tcp_if_include "${SUBNET}.0/24" --mca oob_tcp_if_include "${SUBNET}.0/24" \

@@ -2,7 +2,8 @@
 # test: timeout=150 asan=no
 # test_cluster.sh — scripts/cluster.sh: a 2-host emulated cluster at 100 Mbit/s
 # delivers about that rate (a TCP probe and a 2-rank zipccl-bench run under
-# Open MPI), scripts/auto_ab.sh runs on it, and `down` leaves no namespace,
+# Open MPI), two ranks per host run the hier designs right (4 ranks),
+# scripts/auto_ab.sh runs on it, and `down` leaves no namespace,
 # veth, /etc/hosts line or state behind, also after a failed `up`.  Uses its
 # own prefix and subnet (zct, 10.78.0) so it never touches a benchmark
 # cluster running at the same time.
@@ -82,6 +83,21 @@ print("native busbw %.2f MB/s" % bw)
 sys.exit(0 if ok and 4.0 <= bw <= 13.75 else 1)' >"$BUILD/.zct_bw.txt" 2>&1
     check cluster_bench_busbw_capped_near_rate $? "$(cat "$BUILD/.zct_bw.txt")"
     rm -f "$BUILD/.zct_bw.txt"
+
+    # Two ranks per host (ZCL_RANKS_PER_HOST=2): ranks 0,1 on h0 and 2,3 on
+    # h1, the node size ZipCCL sees is the host (run sets ZIPCCL_NODE_SIZE,
+    # scripts/cluster.sh says why), and the hierarchical designs (raw on the
+    # loopback within a host, frames over the shaped link) give the same
+    # bits as the flat ones (wrong = 0: the bench checks every rank's
+    # result against its reference).
+    out=$(ZCL_RANKS_PER_HOST=2 timeout 90 bash "$C" run "$BUILD/zipccl-bench" -b 256K -e 256K -n 1 -w 0 \
+      --coll allgather,reducescatter,allreduce --strategy compressed,compressed:hier,raw:hier --json 2>&1); rc=$?
+    [ "$rc" = 0 ] && printf '%s\n' "$out" | grep '^# hosts' | grep -q ' 0:zct-h0 1:zct-h0 2:zct-h1 3:zct-h1$' &&
+      printf '%s\n' "$out" | grep -q '^# node size 2' && printf '%s\n' "$out" | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+sys.exit(0 if len(rows) == 9 and all(r["wrong"] == 0 for r in rows) else 1)'
+    check cluster_two_ranks_per_host_hier $? "exit $rc: $(printf '%s' "$out" | grep -E '^# (hosts|node)|wrong|rror' | head -5 | tr '\n' ' ')"
 
     # scripts/auto_ab.sh on this cluster: two builds (one binary, once with a
     # knob), one run each; the summary row and both builds' JSON rows.

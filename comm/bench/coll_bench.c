@@ -959,6 +959,9 @@ static void printHeader(const Ctx* c, const Options* o) {
            ZIPCCL_VERSION_MINOR, ZIPCCL_FORMAT_VERSION);
     printf("# date %s  nranks %d  buffers %s\n# hosts", date, c->env.nranks, c->onDevice ? c->devName : "host");
     for (int r = 0; r < c->env.nranks; r++) printf(" %d:%s", r, all + (size_t)r * sizeof me);
+    int nodeSize = 0;
+    zipcclCommNodeSize(c->env.comm, &nodeSize); /* the hier designs' nodes (MPI's, or ZIPCCL_NODE_SIZE) */
+    printf("\n# node size %d%s", nodeSize, getenv("ZIPCCL_NODE_SIZE") ? " (ZIPCCL_NODE_SIZE)" : " (MPI_Comm_split_type)");
     printf("\n# machine %s %s %s, %s, %ld cpus, load %.2f %.2f %.2f\n", u.nodename, u.sysname,
            u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
     const char* btlFlags = getenv("OMPI_MCA_btl_tcp_flags"), *piece = getenv("ZIPCCL_PIECE_BYTES");
