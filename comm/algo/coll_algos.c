@@ -1207,21 +1207,23 @@ static zipcclResult_t hierAllGather(struct zipcclComm* c, const zipcclOp* op, zi
  *       alltoallBody over the node's ranks): rank l of a node ("the
  *       station" of the blocks m*k + l) then holds the node's k
  *       contributions to each of them;
- *   (2) among the stations of one local index l, one per node, a chain per
- *       block (rsChainBody): the owner b's station starts the fp32 partial
- *       with its tail (when b is not its node's last rank), each next node's
- *       station adds its node's k contributions in rank order and passes it
- *       on, as a frame, and the owner adds its head (its own data last) and
- *       rounds once.
+ *   (2) among the stations of one local index l, one per node, either
+ *       - a chain per block (rsChainBody): the owner b's station starts the
+ *         fp32 partial with its tail (when b is not its node's last rank),
+ *         each next node's station adds its node's k contributions in rank
+ *         order and passes it on, as a frame, and the owner adds its head
+ *         (its own data last) and rounds once; or
+ *       - forward (rsForwardBody): every station sends its node's
+ *         contributions to the owner, which sums them in that same order.
  *
  * Every addition is the flat designs' addition in the flat designs' order,
- * on fp32 partials that travel losslessly, so the result is theirs bit for
- * bit; raw data moves only within a node.  What crosses nodes is one fp32
- * partial per block and node boundary (N per block, N - 1 when b is its
- * node's last rank), each coded once: as many bytes as the flat ring sends
- * over a node boundary, fewer than the direct design's n - k contributions
- * per block where k > 2N/(N-1) for bf16 (any k >= 2 for fp32); a fixed
- * order admits no node-wide partial sums, which would need fewer. */
+ * on values that travel losslessly, so the result is theirs bit for bit;
+ * raw data moves only within a node.  Between nodes the chain sends one
+ * fp32 partial per block and node boundary (N per block, N - 1 when b is
+ * its node's last rank), forward the n - k contributions of a block in the
+ * dtype (the flat direct design's bytes there); hierReduceScatter takes the
+ * fewer.  A fixed order admits no node-wide partial sums, which would need
+ * fewer still. */
 typedef struct {
     const char* sendbuf; /* our input: block b at displs[b]                    */
     const char* land;    /* stage 1: rank i's contribution to block m*k + l    */
