@@ -195,8 +195,9 @@ typedef enum {
 
 /* The design of our own (raw / compressed) algorithms.  Where a design does
  * not apply to a collective, the collective runs its own: AllGather is a ring
- * unless one-shot, ReduceScatter direct unless ring (its direct design is
- * one step already), AlltoAll(v) a pairwise exchange whatever is asked. */
+ * unless one-shot or hier, ReduceScatter direct unless ring or hier (its
+ * direct design is one step already), AlltoAll(v) a pairwise exchange
+ * (hier: raw to the ranks of our node). */
 typedef enum {
     zipcclAlgoDefault = 0,
     zipcclAlgoRing = 1,    /* ReduceScatter/AllReduce: decompress-reduce-recompress per hop
@@ -206,10 +207,11 @@ typedef enum {
                               contribution (AllReduce: its whole input) to every peer,
                               encoded once, and AllReduce reduces every block itself in
                               the canonical order; for small messages (MPI only) */,
-    zipcclAlgoHier = 4     /* AllGather/ReduceScatter/AllReduce: two levels, knowing the
-                              node boundary (ZIPCCL_NODE_SIZE, else MPI_Comm_split_type
-                              shared): raw within a node, frames only between nodes,
-                              each coded once; same bits as the flat designs (MPI only;
+    zipcclAlgoHier = 4     /* every collective: two levels, knowing the node boundary
+                              (ZIPCCL_NODE_SIZE, else MPI_Comm_split_type shared): raw
+                              within a node, frames only between nodes, each coded once;
+                              AlltoAll(v): the pairwise exchange, raw to the node's
+                              ranks; same bits as the flat designs (MPI only;
                               docs/COLLECTIVES.md, hierarchical designs) */
 } zipcclAlgo_t;
 #define ZIPCCL_NALGOS 5 /* zipcclAlgo_t values, for arrays indexed by algorithm */
@@ -257,13 +259,14 @@ typedef struct {
  *   ZIPCCL_TIMEOUT_S=seconds                     (default: 100; 0 = none)
  *   ZIPCCL_LOG=0|1|2                              (switcher decisions)
  *   ZIPCCL_ALGO=ring|direct|oneshot|hier         (default: direct)
- *   ZIPCCL_NODE_SIZE=k  ranks per node for the hier designs: ranks
- *       0..k-1 are node 0, k..2k-1 node 1, ... (k divides the size).  Unset
- *       (the default), MPI says: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED),
- *       i.e. the hosts the launcher placed the ranks on; nodes that are not
- *       blocks of consecutive ranks of one size count as one rank each
- *       (hier then compresses every hop).  For emulating nodes on one host
- *       (tests/test_coll_hier.c); NCCL communicators ignore it.
+ *   ZIPCCL_NODE_SIZE=k  nodes for the hier designs: MPI_COMM_WORLD ranks
+ *       0..k-1 are node 0, k..2k-1 node 1, ... (k divides the world size).
+ *       Unset (the default), MPI says: MPI_Comm_split_type(
+ *       MPI_COMM_TYPE_SHARED), i.e. the hosts the launcher placed the ranks
+ *       on.  A communicator whose nodes are not blocks of consecutive ranks
+ *       of one size counts each rank as a node (hier then compresses every
+ *       hop).  For emulating nodes on one host (tests/test_coll_hier.c,
+ *       scripts/cluster.sh); NCCL communicators ignore it.
  *   ZIPCCL_HIER_RS=auto|chain|forward  hier ReduceScatter between nodes
  *       (docs/COLLECTIVES.md): auto (default) takes the one that sends fewer
  *       bytes; the bits are the same.

@@ -14,8 +14,9 @@
  * call (A/B runs), the rules' codecs and algorithms still apply.
  *
  * An algorithm applies to a kind when ZipCCL runs it for that kind
- * (zipcclAlgoRun): ring and oneshot for allgather, ring and direct for
- * reducescatter, none for alltoall (pairwise whatever is asked). A rule
+ * (zipcclAlgoRun): ring, oneshot and hier for allgather, ring, direct and
+ * hier for reducescatter, hier for alltoall (else pairwise whatever is
+ * asked; hier: raw to peers of the same node, frames to the others). A rule
  * whose algorithm applies to none of its kinds is refused, like a rule
  * matching no unit: both are config mistakes that would otherwise change
  * nothing silently.
@@ -80,8 +81,8 @@ int plan_build(CommPlan* p, const TrainConfig* cfg, int n_units, const char (*na
         if (!algo_ok)
             return zrt_errf(err, errlen,
                             "%s:%d: key 'comm.overrides.algo': rule %d asks for '%s', which runs for "
-                            "none of the collectives it matches (allgather: ring|oneshot, "
-                            "reducescatter: ring|direct, alltoall: pairwise only)",
+                            "none of the collectives it matches (allgather: ring|oneshot|hier, "
+                            "reducescatter: ring|direct|hier, alltoall: hier)",
                             file, o->line, j + 1, zipcclAlgoName((zipcclAlgo_t)o->algo));
     }
     /* the rules are valid: nothing to free on the error paths above */

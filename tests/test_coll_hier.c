@@ -5,7 +5,10 @@
  * machine (2 x 2 at 4 ranks, 3 x 2 at 6, 4 x 2 and 2 x 4 at 8; and, with the
  * variable unset, the one node MPI_Comm_split_type reports here); the
  * ReduceScatter's two ways between nodes (ZIPCCL_HIER_RS=chain, forward)
- * both at node size 2, auto's pick at the others.
+ * both at node size 2, auto's pick at the others.  AlltoAll and AlltoAllv
+ * (uneven, with empty pairs) likewise against MPI's own.  Sub-communicators
+ * see the nodes of their ranks (ZIPCCL_NODE_SIZE counts MPI_COMM_WORLD
+ * ranks).
  * AllGather, ReduceScatter and AllReduce, bf16 and fp32, sum and avg, uneven
  * sizes: hier compressed == hier raw == flat compressed (ring and direct) ==
  * flat raw == the reference bit for bit (AllGather: MPI_Allgather;
@@ -168,6 +171,103 @@ static int check(zipcclComm_t comm, int k, zipcclCollKind_t kind, zipcclDataType
     return ok;
 }
 
+/* AlltoAll (v: 0) or AlltoAllv (v: 1; rank s sends cnt(s, d) elements to
+ * rank d, some of them 0) under hier compressed, hier raw, flat compressed
+ * and flat raw == MPI_Alltoall(v) bit for bit; hier sends raw within the
+ * node (the same bytes there as hier raw), frames to other nodes. */
+static size_t a2aCnt(int s, int d, size_t count, uint64_t seed) {
+    if (((uint64_t)s * 7 + (uint64_t)d * 13 + seed) % 5 == 0) return 0;
+    return count - (size_t)(((uint64_t)s * 31 + (uint64_t)d * 17) % (count / 2 + 1));
+}
+static int checkA2a(zipcclComm_t comm, int k, int v, zipcclDataType_t dt, size_t count, uint64_t seed) {
+    const size_t e = zipcclTypeSize(dt);
+    size_t sc[nranks], sd[nranks], rc[nranks], rd[nranks], st = 0, rt = 0;
+    int isc[nranks], isd[nranks], irc[nranks], ird[nranks];
+    for (int p = 0; p < nranks; p++) {
+        sc[p] = v ? a2aCnt(rank, p, count, seed) : count, rc[p] = v ? a2aCnt(p, rank, count, seed) : count;
+        sd[p] = st, rd[p] = rt, st += sc[p], rt += rc[p];
+        isc[p] = (int)sc[p], isd[p] = (int)sd[p], irc[p] = (int)rc[p], ird[p] = (int)rd[p];
+    }
+    void* in = malloc(st * e + 1);
+    void* want = malloc(rt * e + 1);
+    void* got = malloc(rt * e + 1);
+    fill(in, st, dt, rank, seed);
+    MPI_Datatype mt = dt == zipcclFloat32 ? MPI_FLOAT : MPI_UINT16_T;
+    MPI_Alltoallv(in, isc, isd, mt, want, irc, ird, mt, MPI_COMM_WORLD);
+    const zipcclCollKind_t kind = v ? zipcclCollAlltoAllv : zipcclCollAlltoAll;
+    int ok = 1;
+    uint64_t intra[kRunsN], inter[kRunsN];
+    for (int ri = 0; ri < kRunsN; ri++) {
+        zipcclCallConfig_t cfg = {kRuns[ri].s, zipcclCodecFast, kRuns[ri].a};
+        zipcclCounters_t c0, c1;
+        memset(got, 0xEE, rt * e);
+        zipcclCommGetCounters(comm, kind, &c0);
+        zipcclResult_t res = v ? zipcclAlltoAllv(in, sc, sd, got, rc, rd, dt, comm, &cfg, NULL)
+                               : zipcclAlltoAll(in, got, count, dt, comm, &cfg, NULL);
+        zipcclCommGetCounters(comm, kind, &c1);
+        intra[ri] = c1.intraBytes - c0.intraBytes;
+        inter[ri] = (c1.wireBytes - c0.wireBytes) - intra[ri];
+        EXPECT(res == zipcclSuccess, "rank %d: %s %s: %s", rank, zipcclCollName(kind), kRuns[ri].name,
+               zipcclGetLastErrorDetail());
+        EXPECT(res != zipcclSuccess || !memcmp(got, want, rt * e), "rank %d: %s %s count %zu: differs from MPI's",
+               rank, zipcclCollName(kind), kRuns[ri].name, count);
+    }
+    EXPECT(intra[0] == intra[1], "rank %d: %s count %zu: hier compressed sent %llu bytes within the node, raw %llu",
+           rank, zipcclCollName(kind), count, (unsigned long long)intra[0], (unsigned long long)intra[1]);
+    /* (where this rank sends something: some pairs send nothing) */
+    if (k < nranks && inter[1] > 8192)
+        EXPECT(inter[0] < inter[1], "rank %d: %s count %zu: hier compressed sent %llu bytes between nodes, raw %llu",
+               rank, zipcclCollName(kind), count, (unsigned long long)inter[0], (unsigned long long)inter[1]);
+    if (k > 1 && intra[1] > 8192) /* flat compressed codes its in-node messages */
+        EXPECT(intra[3] < intra[1], "rank %d: %s count %zu: flat compressed sent %llu bytes within the node, "
+               "hier %llu", rank, zipcclCollName(kind), count, (unsigned long long)intra[3],
+               (unsigned long long)intra[1]);
+    free(in);
+    free(want);
+    free(got);
+    return ok;
+}
+
+/* Sub-communicators: the nodes as ZIPCCL_NODE_SIZE=2 makes them, seen from
+ * the halves of the world (node blocks where a half has an even size) and
+ * from the even and odd ranks (one rank of each node: every rank a node);
+ * a hier AllReduce on each == the flat one. */
+static void subComms(void) {
+    for (int how = 0; how < 2; how++) {
+        const int half = nranks / 2;
+        MPI_Comm sub;
+        MPI_Comm_split(MPI_COMM_WORLD, how ? rank % 2 : rank / half, rank, &sub);
+        zipcclComm_t comm = NULL;
+        int ok = 1, k = -1;
+        EXPECT(zipcclCommInitMpi(&comm, &sub) == zipcclSuccess, "rank %d: %s", rank, zipcclGetLastErrorDetail());
+        if (comm) {
+            zipcclCommNodeSize(comm, &k);
+            int want = how ? 1 : half % 2 ? 1 : 2;
+            EXPECT(k == want, "rank %d: %s: node size %d, expected %d", rank, how ? "even/odd ranks" : "halves", k,
+                   want);
+            const size_t count = 5001;
+            float* in = malloc(count * 4);
+            float* a = malloc(count * 4);
+            float* b = malloc(count * 4);
+            fill(in, count, zipcclFloat32, rank, 99);
+            zipcclCallConfig_t hier = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoHier};
+            zipcclCallConfig_t flat = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect};
+            EXPECT(zipcclAllReduce(in, a, count, zipcclFloat32, zipcclSum, comm, &hier, NULL) == zipcclSuccess &&
+                       zipcclAllReduce(in, b, count, zipcclFloat32, zipcclSum, comm, &flat, NULL) == zipcclSuccess &&
+                       !memcmp(a, b, count * 4),
+                   "rank %d: %s: hier AllReduce differs from direct (%s)", rank, how ? "even/odd" : "halves",
+                   zipcclGetLastErrorDetail());
+            free(in);
+            free(a);
+            free(b);
+            zipcclCommDestroy(comm);
+        }
+        report(ok, how ? "sub-communicator of even/odd ranks: every rank a node, hier == flat"
+                       : "sub-communicator of half the ranks: the nodes in it, hier == flat");
+        MPI_Comm_free(&sub);
+    }
+}
+
 static void suite(int k, const char* rs) {
     char name[200];
     setenv("ZIPCCL_HIER_RS", rs, 1);
@@ -195,6 +295,16 @@ static void suite(int k, const char* rs) {
                 report(ok, name);
             }
         }
+    for (int v = 0; v < 2; v++)
+        for (int d = 0; d < 2; d++) {
+            zipcclDataType_t dt = d ? zipcclFloat32 : zipcclBfloat16;
+            ok = 1;
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
+                ok &= checkA2a(comm, k, v, dt, counts[ci], seed++);
+            snprintf(name, sizeof name, "%s %s hier == flat == raw == MPI's (%d x %d)",
+                     zipcclCollName(v ? zipcclCollAlltoAllv : zipcclCollAlltoAll), d ? "fp32" : "bf16", nranks / k, k);
+            report(ok, name);
+        }
     zipcclCommDestroy(comm);
 }
 
@@ -216,6 +326,8 @@ int main(int argc, char** argv) {
         suite(4, "auto");
     }
     unsetenv("ZIPCCL_HIER_RS");
+    setenv("ZIPCCL_NODE_SIZE", "2", 1);
+    subComms();
     /* A node size that does not divide the ranks is refused at creation. */
     setenv("ZIPCCL_NODE_SIZE", nranks == 6 ? "4" : "3", 1);
     MPI_Comm w = MPI_COMM_WORLD;

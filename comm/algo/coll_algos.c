@@ -38,7 +38,7 @@
  * Hierarchical designs (hier, two levels: raw within a node, frames between
  * nodes) run these bodies on groups of ranks; see their section below.
  *
- * Left out: hierarchical AlltoAll(v), fused AllReduce
+ * Left out: fused AllReduce
  * (it runs ReduceScatter then AllGather), device buffers: NCCL runs designs
  * of its own (transport_nccl.c) until its transport has message entries.
  */
@@ -105,6 +105,9 @@ typedef struct {
      * (postRecv, postSend, RecvRec.peer) are group indices. */
     int n, r;
     const int* map;
+    /* hier All-to-Alls: frames only to and from other nodes (peerWire);
+     * `coded` is the call's strategy, `compressed` the current peer's. */
+    int intraRaw, coded;
     /* Outstanding requests: receives first (all listed before any send),
      * then sends. */
     void* reqs;     /* the transport's request slots                        */
@@ -163,7 +166,7 @@ static zipcclResult_t ctxInit(Ctx* x, struct zipcclComm* c, const zipcclOp* op, 
     x->op = op;
     x->st = st;
     x->what = zipcclCollName(op->kind);
-    x->compressed = st->strategy == zipcclStrategyCompressed;
+    x->compressed = x->coded = st->strategy == zipcclStrategyCompressed;
     x->codec = c->codec;
     x->codecCtx.stream = op->stream;
     zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
@@ -190,6 +193,16 @@ static zipcclResult_t ctxInit(Ctx* x, struct zipcclComm* c, const zipcclOp* op, 
 }
 
 static int rankOf(const Ctx* x, int i) { return x->map ? x->map[i] : i; }
+
+/* Before coding for, or taking from, group peer `peer`: whether its
+ * messages are frames.  Only the hier All-to-Alls mix them: raw within our
+ * node, frames to and from other nodes. */
+static void peerWire(Ctx* x, int peer) {
+    if (!x->intraRaw) return;
+    const struct zipcclComm* c = x->c;
+    const int k = c->nodeSize > 0 ? c->nodeSize : 1;
+    x->compressed = x->coded && rankOf(x, peer) / k != c->rank / k;
+}
 
 /* List a receive; it is posted at once if the call agreement is in, else
  * by armRecvs when it is. */
@@ -667,6 +680,7 @@ static void alltoallTake(Ctx* x, int got, char* recvbuf, const size_t* recvcount
         const int word = x->stats[g].tag >> TAG_SIZE_SHIFT;
         if (word > x->sizeWord) x->sizeWord = word;
         x->stats[g].tag &= TAG_CORE_MASK;
+        peerWire(x, rc->peer);
         size_t cnt = recvcounts[rc->peer], Ks = minOne && cnt == 0 ? 1 : numPieces(cnt, P);
         size_t pcs = pieceLen(cnt, P, rc->piece);
         if (softFail(x, verify(x, g, makeTag(x->op->kind, rc->piece, rc->piece + 1 == Ks), pcs, dt))) continue;
@@ -696,10 +710,12 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
 #define KOF(cnt) (minOne && (cnt) == 0 ? 1 : numPieces((cnt), P))
 
     /* Frames arrive in staging; raw messages land in recvbuf directly. */
-    const int staged = x->compressed;
+    int staged = 0;
     size_t recvStage = 0, sendStage = 0;
-    for (int s = 0; s < n && staged; s++) {
-        if (s == r) continue;
+    for (int s = 0; s < n; s++) {
+        peerWire(x, s);
+        if (s == r || !x->compressed) continue;
+        staged = 1;
         recvStage += recvcounts[s] ? stageFor(x, recvcounts[s], P, dt) : wireCap(x, 0, dt);
         sendStage += sendcounts[s] ? stageFor(x, sendcounts[s], P, dt) : wireCap(x, 0, dt);
     }
@@ -710,11 +726,12 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
     size_t off = 0;
     for (int j = 1; j < n; j++) {
         int s = (r - j + n) % n;
+        peerWire(x, s);
         for (size_t k = 0, K = KOF(recvcounts[s]); k < K; k++) {
             size_t cap = wireCap(x, pieceLen(recvcounts[s], P, k), dt);
-            void* buf = staged ? rstage + off : recvbuf + (rdispls[s] + k * P) * esz;
+            void* buf = x->compressed ? rstage + off : recvbuf + (rdispls[s] + k * P) * esz;
             ZIPCCL_TRY(postRecv(x, buf, cap, s, ZIPCCL_ANY_TAG, j, k));
-            if (staged) off += cap;
+            if (x->compressed) off += cap;
         }
     }
     /* Our own block is copied once the first step's sends are out, so the
@@ -749,6 +766,7 @@ static zipcclResult_t alltoallBody(Ctx* x, const char* sendbuf, const size_t* se
         for (size_t k = 0, K = KOF(sendcounts[d]); k < K; k++) {
             const void* src = sendbuf + (sdispls[d] + k * P) * esz;
             size_t bytes = 0;
+            peerWire(x, d); /* alltoallTake sets it for the peers it takes from */
             ZIPCCL_TRY(stagePiece(x, &src, pieceLen(sendcounts[d], P, k), dt, sstage, &soff, &bytes));
             /* Step j-W's sends complete before the step's first (and the
              * communicator's piece limit before every send, waitSends). */
@@ -801,6 +819,7 @@ static zipcclResult_t alltoallCore(struct zipcclComm* c, const zipcclOp* op, zip
     }
     Ctx x;
     ZIPCCL_TRY(ctxInit(&x, c, op, st, reqs));
+    x.intraRaw = st->algo == zipcclAlgoHier; /* frames only between nodes */
     TRY_OR_ABANDON(&x, alltoallBody(&x, sendbuf, sendcounts, sdispls, op->recvbuf, recvcounts,
                                     rdispls, minOne));
     return zipcclSuccess;

@@ -216,7 +216,7 @@ zipcclAlgo_t zipcclAlgoRun(zipcclCollKind_t kind, zipcclAlgo_t a) {
     case zipcclCollAllGather: return a == zipcclAlgoOneShot || a == zipcclAlgoHier ? a : zipcclAlgoRing;
     case zipcclCollReduceScatter: return a == zipcclAlgoRing || a == zipcclAlgoHier ? a : zipcclAlgoDirect;
     case zipcclCollAllReduce: return a == zipcclAlgoDefault ? zipcclAlgoDirect : a;
-    default: return zipcclAlgoDefault; /* the All-to-Alls' pairwise exchange */
+    default: return a == zipcclAlgoHier ? a : zipcclAlgoDefault; /* the All-to-Alls' pairwise exchange */
     }
 }
 

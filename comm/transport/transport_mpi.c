@@ -80,31 +80,50 @@ static void* stageFor(MpiState* s, size_t bytes) {
 
 /* ---- lifetime ------------------------------------------------------------ */
 
-/* Ranks per node for the hier designs (c->nodeSize), unless
- * ZIPCCL_NODE_SIZE set it (coll.c readEnv): the launcher's placement, as
- * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) reports it.  The designs need
- * nodes of k consecutive ranks (node of r = r / k); any other placement
- * counts every rank as a node of its own (hier then compresses every hop,
- * correct but with nothing raw). */
+/* Ranks per node for the hier designs (c->nodeSize).  A rank's node: with
+ * ZIPCCL_NODE_SIZE=k (coll.c readEnv; c->nodeSize = k on entry) its
+ * MPI_COMM_WORLD rank / k, the emulated nodes; else the launcher's
+ * placement, MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) of this
+ * communicator, named by the smallest MPI_COMM_WORLD rank on it.  The
+ * designs need nodes that are blocks of k consecutive ranks of this
+ * communicator, all of one size (node of r = r / k); any other placement,
+ * such as a sub-communicator taking one rank of each node pair, counts
+ * every rank as a node of its own (k = 1: hier then codes every hop,
+ * correct but with nothing raw).  Every rank decides from the same
+ * gathered list, so all agree. */
 static zipcclResult_t mpiNodeSize(struct zipcclComm* c, MPI_Comm comm) {
+    int world = 0, wsize = 1, node = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    MPI_Comm_size(MPI_COMM_WORLD, &wsize);
     if (c->nodeSize > 0) {
-        if (c->nranks % c->nodeSize)
-            return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_NODE_SIZE=%d does not divide the %d ranks",
-                                  c->nodeSize, c->nranks);
-        return zipcclSuccess;
+        if (wsize % c->nodeSize)
+            return zipcclSetError(zipcclInvalidArgument, "ZIPCCL_NODE_SIZE=%d does not divide the %d ranks of "
+                                  "MPI_COMM_WORLD", c->nodeSize, wsize);
+        node = world / c->nodeSize;
+    } else {
+        MPI_Comm local = MPI_COMM_NULL;
+        MPI_TRY(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local),
+                "MPI_Comm_split_type");
+        int err = MPI_Allreduce(&world, &node, 1, MPI_INT, MPI_MIN, local);
+        MPI_Comm_free(&local);
+        MPI_TRY(err, "MPI_Allreduce (node name)");
     }
-    MPI_Comm local = MPI_COMM_NULL;
-    int lrank = 0, lsize = 1;
-    MPI_TRY(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local),
-            "MPI_Comm_split_type");
-    MPI_Comm_rank(local, &lrank);
-    MPI_Comm_size(local, &lsize);
-    MPI_Comm_free(&local);
-    /* Every rank: its node is the block rank / lsize, all of one size. */
-    int v[2] = {lsize, -lsize}, ok = lrank == c->rank % lsize && c->nranks % lsize == 0, all = 0;
-    MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (node size)");
-    MPI_TRY(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (node layout)");
-    c->nodeSize = all && v[0] == -v[1] ? lsize : 1;
+    const int n = c->nranks;
+    int* ids = malloc(sizeof(int) * (size_t)n);
+    if (!ids) return zipcclSetError(zipcclSystemError, "zipcclCommInitMpi: out of memory");
+    int err = MPI_Allgather(&node, 1, MPI_INT, ids, 1, MPI_INT, comm);
+    if (err != MPI_SUCCESS) {
+        free(ids);
+        return mpiError(err, "MPI_Allgather (nodes)");
+    }
+    int k = 1;
+    while (k < n && ids[k] == ids[0]) k++;
+    int ok = n % k == 0;
+    for (int r = 0; ok && r < n; r++) ok = ids[r] == ids[r - r % k];        /* blocks of one node each */
+    for (int a = 0; ok && a < n; a += k)
+        for (int b = a + k; ok && b < n; b += k) ok = ids[a] != ids[b];      /* of different nodes */
+    free(ids);
+    c->nodeSize = ok ? k : 1;
     return zipcclSuccess;
 }
 
