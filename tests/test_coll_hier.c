@@ -268,6 +268,47 @@ static void subComms(void) {
     }
 }
 
+/* In place (zipccl.h's forms), hier compressed == the same call out of
+ * place, for AllGather, ReduceScatter, AllReduce and AlltoAll. */
+static void inPlace(zipcclComm_t comm, int k) {
+    const size_t count = 6007, e = 2, all = count * (size_t)nranks;
+    char* in = malloc(all * e);
+    char* out = malloc(all * e);
+    char* buf = malloc(all * e);
+    fill(in, all, zipcclBfloat16, rank, 4242);
+    zipcclCallConfig_t cfg = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoHier};
+    const zipcclDataType_t dt = zipcclBfloat16;
+    int ok = 1;
+    for (int kind = 0; kind < 4; kind++) {
+        zipcclResult_t a = zipcclSuccess, b = zipcclSuccess;
+        size_t cmp = all * e;
+        memcpy(buf, in, all * e);
+        if (kind == 0) { /* sendbuf == recvbuf + rank * count */
+            a = zipcclAllGather(in + (size_t)rank * count * e, out, count, dt, comm, &cfg, NULL);
+            b = zipcclAllGather(buf + (size_t)rank * count * e, buf, count, dt, comm, &cfg, NULL);
+        } else if (kind == 1) { /* sendbuf + rank * recvcount == recvbuf */
+            a = zipcclReduceScatter(in, out, count, dt, zipcclSum, comm, &cfg, NULL);
+            b = zipcclReduceScatter(buf, buf + (size_t)rank * count * e, count, dt, zipcclSum, comm, &cfg, NULL);
+            memmove(buf, buf + (size_t)rank * count * e, count * e);
+            cmp = count * e;
+        } else if (kind == 2) {
+            a = zipcclAllReduce(in, out, all, dt, zipcclSum, comm, &cfg, NULL);
+            b = zipcclAllReduce(buf, buf, all, dt, zipcclSum, comm, &cfg, NULL);
+        } else {
+            a = zipcclAlltoAll(in, out, count, dt, comm, &cfg, NULL);
+            b = zipcclAlltoAll(buf, buf, count, dt, comm, &cfg, NULL);
+        }
+        EXPECT(a == zipcclSuccess && b == zipcclSuccess && !memcmp(out, buf, cmp),
+               "rank %d: kind %d: in place differs from out of place (%s)", rank, kind, zipcclGetLastErrorDetail());
+    }
+    char name[120];
+    snprintf(name, sizeof name, "in place == out of place, hier (%d x %d)", nranks / k, k);
+    report(ok, name);
+    free(in);
+    free(out);
+    free(buf);
+}
+
 static void suite(int k, const char* rs) {
     char name[200];
     setenv("ZIPCCL_HIER_RS", rs, 1);
@@ -295,6 +336,7 @@ static void suite(int k, const char* rs) {
                 report(ok, name);
             }
         }
+    inPlace(comm, k);
     for (int v = 0; v < 2; v++)
         for (int d = 0; d < 2; d++) {
             zipcclDataType_t dt = d ? zipcclFloat32 : zipcclBfloat16;
