@@ -41,6 +41,7 @@ static const zipcclCallConfig_t kNative = {zipcclStrategyNative, zipcclCodecDefa
 static const zipcclCallConfig_t kAuto = {zipcclStrategyAuto, zipcclCodecDefault, zipcclAlgoDefault};
 static const zipcclCallConfig_t kRawOneShot = {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoOneShot};
 static const zipcclCallConfig_t kFastRing = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoRing};
+static const zipcclCallConfig_t kFastHier = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoHier};
 
 /* Buffers of the current case, sized by this rank's own view of the call. */
 static void* bufs[4];
@@ -74,6 +75,9 @@ static zipcclResult_t arVsAgCompressed(zipcclComm_t c) { return arVsAg(c, &kFast
 static zipcclResult_t arVsAgRaw(zipcclComm_t c) { return arVsAg(c, &kRaw); }
 static zipcclResult_t arOneShotVsDirect(zipcclComm_t c) {
     return allReduce(c, 99991, zipcclBfloat16, zipcclSum, rank == 0 ? &kRawOneShot : &kRaw);
+}
+static zipcclResult_t agHierVsRing(zipcclComm_t c) {
+    return allGather(c, 99991, zipcclBfloat16, rank == 0 ? &kFastHier : &kFast);
 }
 static zipcclResult_t agFp32VsBf16(zipcclComm_t c) {
     return allGather(c, 99991, rank == 0 ? zipcclFloat32 : zipcclBfloat16, &kFast);
@@ -137,6 +141,7 @@ static const Case kCases[] = {
     {"allreduce_vs_allgather_compressed", arVsAgCompressed, {"collective called", "AllReduce on rank 0", "AllGather on rank"}, NULL},
     {"allreduce_vs_allgather_raw", arVsAgRaw, {"collective called", "AllReduce on rank 0", "AllGather on rank"}, NULL},
     {"allreduce_oneshot_vs_direct", arOneShotVsDirect, {"design", "oneshot on rank 0", "direct on rank"}, NULL},
+    {"allgather_hier_vs_ring", agHierVsRing, {"design", "hier on rank 0", "ring on rank"}, NULL},
     {"allgather_fp32_vs_bf16_compressed", agFp32VsBf16, {"dtype", "fp32 on rank 0", "bf16 on rank"}, NULL},
     {"allreduce_fp32_vs_bf16_raw", arFp32VsBf16, {"dtype", "fp32 on rank 0", "bf16 on rank"}, NULL},
     {"allgather_native_off_by_one", agNativeOffByOne, {"sendcount", "1001 elements on rank 1", "1000 elements on rank"}, NULL},
