@@ -184,6 +184,7 @@ static zipcclResult_t ncclInit(struct zipcclComm* c, const void* handle) {
     ZIPCCL_TRY(ncclOk(ncclCommUserRank(nc, &c->rank), "ncclCommUserRank"));
     ZIPCCL_TRY(ncclOk(ncclCommCount(nc, &c->nranks), "ncclCommCount"));
     c->tpState = nc; /* the caller's, not owned */
+    c->nodeSize = 0; /* no hier designs over NCCL (ZIPCCL_NODE_SIZE ignored) */
     c->threaded = 1; /* a progress thread: compressed calls wait for their sizes there, not in the caller */
     return zipcclSuccess;
 }
