@@ -656,10 +656,18 @@ static int cmp_offset(const void* a, const void* b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Duplicate names and overlapping byte ranges, checked over sorted views.
- * Holes between tensors are tolerated (nothing is lost by skipping them). */
+/* Duplicate names, overlapping byte ranges, and a data region the tensors
+ * do not index entirely, checked over sorted views. The format (and the
+ * reference implementation) wants the byte buffer indexed without holes or
+ * trailing bytes: what no tensor covers is either a polyglot file or a
+ * damaged one; a header length one byte short, for one, shifts every tensor
+ * by a byte and leaves one trailing, and would load as other numbers. */
 static int check_tensor_set(st_file* f, char* err, size_t errlen) {
-    if (!f->nt) return 0;
+    const uint64_t data_size = f->file_size - f->data_start;
+    if (!f->nt)
+        return data_size ? st_fail(err, errlen, "%llu bytes of data but no tensor in the header",
+                                   (unsigned long long)data_size)
+                         : 0;
     const st_tensor** by_off = malloc(f->nt * sizeof *by_off);
     f->by_name = malloc(f->nt * sizeof *f->by_name);
     if (!by_off || !f->by_name) return free(by_off), st_fail(err, errlen, "out of memory");
@@ -671,10 +679,26 @@ static int check_tensor_set(st_file* f, char* err, size_t errlen) {
             return free(by_off), st_fail(err, errlen, "tensor '%s' appears twice in the header",
                                          PRINTABLE(f->by_name[i]->name));
     int rc = 0;
-    for (size_t i = 1; i < f->nt && !rc; i++)
-        if (by_off[i - 1]->offset + by_off[i - 1]->bytes > by_off[i]->offset)
+    if (by_off[0]->offset != f->data_start)
+        rc = st_fail(err, errlen, "the data's first %llu bytes belong to no tensor (the first, '%s', "
+                     "starts at data offset %llu)",
+                     (unsigned long long)(by_off[0]->offset - f->data_start), PRINTABLE(by_off[0]->name),
+                     (unsigned long long)(by_off[0]->offset - f->data_start));
+    for (size_t i = 1; i < f->nt && !rc; i++) {
+        const uint64_t end = by_off[i - 1]->offset + by_off[i - 1]->bytes;
+        if (end > by_off[i]->offset)
             rc = st_fail(err, errlen, "tensors '%s' and '%s' overlap in the file",
                          PRINTABLE(by_off[i - 1]->name), PRINTABLE(by_off[i]->name));
+        else if (end < by_off[i]->offset)
+            rc = st_fail(err, errlen, "%llu bytes between tensors '%s' and '%s' belong to no tensor",
+                         (unsigned long long)(by_off[i]->offset - end), PRINTABLE(by_off[i - 1]->name),
+                         PRINTABLE(by_off[i]->name));
+    }
+    const st_tensor* last = by_off[f->nt - 1];
+    if (!rc && last->offset + last->bytes != f->file_size)
+        rc = st_fail(err, errlen, "%llu bytes after the last tensor ('%s') belong to no tensor (the header "
+                     "length may be wrong)",
+                     (unsigned long long)(f->file_size - last->offset - last->bytes), PRINTABLE(last->name));
     free(by_off);
     return rc;
 }

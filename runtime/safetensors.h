@@ -14,7 +14,9 @@
  * The reader validates everything before handing out a tensor: a sane header
  * length, strict well-formed JSON (objects, arrays, strings, integers — the
  * only JSON safetensors uses), known dtypes, shape × dtype size == byte
- * length, offsets inside the file and not overlapping, no duplicate names.
+ * length, offsets inside the file and not overlapping, the data indexed
+ * entirely (no holes, nothing after the last tensor: the format's rule),
+ * no duplicate names.
  * A bad file gets an error message that names the problem, never a crash.
  *
  * Left out: memory mapping (st_read copies with pread; the offset is exposed
