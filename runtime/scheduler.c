@@ -347,6 +347,11 @@ void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, SchedUnitBytes*
     b->trans = p16 ? shard * 2 : 0;   /* the bf16 send shard */
     b->acc = padded * 4;                         /* the fp32 gradient */
     b->flight = r16 ? padded * 2 + shard * 2 : padded * 4 + shard * 4; /* sent, received */
+    if (G == 1) { /* a local unit (fsdp_unit_local): no collective */
+        b->held = p16 ? padded * 2 : 0; /* its bf16 cast, or the shard itself */
+        b->trans = 0;
+        b->flight = 0; /* the gradient goes into the shard when it is ready */
+    }
 }
 
 static void params_for(SchedParams* sp, const TrainConfig* cfg, int backward) {

@@ -101,7 +101,9 @@ void sched_plan_free(SchedPlan* p);
 
 /* The bytes of unit u for cfg at nranks ranks (what the planner and the
  * memory plan count): gathered and held, extra while its gather is in
- * flight, its gradient while accumulated, and while reduced. */
+ * flight, its gradient while accumulated, and while reduced. A unit whose
+ * group is one rank (fsdp_unit_local) holds only its bf16 cast (nothing
+ * with fp32 gathers: the model reads the shard) and has nothing in flight. */
 typedef struct {
     double held, trans, acc, flight;
 } SchedUnitBytes;
