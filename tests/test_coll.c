@@ -22,22 +22,12 @@
 
 #include "testutil.h"
 #include "zipccl.h"
+#include "gauss.h"
 #include "mpitest.h"
 
 
 /* ---- deterministic data: any rank can regenerate any rank's input ---------- */
 
-static uint64_t mix(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-static double gauss(uint64_t key) {
-    double u1 = ((double)(mix(key) >> 11) + 0.5) * 0x1p-53;
-    double u2 = (double)(mix(key ^ 0xABCDEFull) >> 11) * 0x1p-53;
-    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
-}
 static size_t esz(zipcclDataType_t dt) { return zipcclTypeSize(dt); }
 
 static float toF(const void* p, size_t i, zipcclDataType_t dt) {
@@ -79,11 +69,11 @@ static void fill(void* buf, size_t count, zipcclDataType_t dt, int r, uint64_t s
     for (size_t i = 0; i < count; i++) {
         uint64_t key = seed * 0x1000193ull + ((uint64_t)r << 40) + i;
         if (bits) {
-            uint64_t b = mix(key);
+            uint64_t b = gauss_mix(key);
             if (esz(dt) == 4) ((uint32_t*)buf)[i] = (uint32_t)b;
             else ((uint16_t*)buf)[i] = (uint16_t)b;
         } else {
-            fromF(buf, i, (float)(0.02 * gauss(key)), dt);
+            fromF(buf, i, (float)(0.02 * gauss_of(key)), dt);
         }
     }
 }

@@ -28,19 +28,9 @@
 
 #include "testutil.h"
 #include "zipccl.h"
+#include "gauss.h"
 #include "mpitest.h"
 
-static uint64_t mix(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-static double gauss(uint64_t key) {
-    double u1 = ((double)(mix(key) >> 11) + 0.5) * 0x1p-53;
-    double u2 = (double)(mix(key ^ 0xABCDEFull) >> 11) * 0x1p-53;
-    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
-}
 static float toF(const void* p, size_t i, zipcclDataType_t dt) {
     if (dt == zipcclFloat32) return ((const float*)p)[i];
     uint32_t u = (uint32_t)((const uint16_t*)p)[i] << 16;
@@ -61,7 +51,7 @@ static void fromF(void* p, size_t i, float v, zipcclDataType_t dt) {
 }
 static void fill(void* buf, size_t count, zipcclDataType_t dt, int r, uint64_t seed) {
     for (size_t i = 0; i < count; i++)
-        fromF(buf, i, (float)(0.02 * gauss(seed * 0x1000193ull + ((uint64_t)r << 40) + i)), dt);
+        fromF(buf, i, (float)(0.02 * gauss_of(seed * 0x1000193ull + ((uint64_t)r << 40) + i)), dt);
 }
 
 /* Block b (elements [d, d + cnt) of every rank's input) summed in fp32 in the

@@ -15,38 +15,12 @@
  * replay_main.c by the Makefile (the committed corpus replayed in make test).
  * fuzz-sources: runtime/safetensors.c runtime/printable.c
  */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#define FUZZ_NAME "fuzz_safetensors"
+#include "fuzz_util.h" /* fail, check_printable */
+
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include "safetensors.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
-
-static void fail(const char* what, const char* detail) {
-    fprintf(stderr, "fuzz_safetensors: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-    abort();
-}
-
-/* Printable text: bytes 0x20..0x7e, or valid UTF-8 of U+00A0 and above. */
-static void check_printable(const char* s) {
-    const unsigned char* p = (const unsigned char*)s;
-    while (*p) {
-        if (*p >= 0x20 && *p < 0x7f) {
-            p++;
-            continue;
-        }
-        if (*p < 0xc2 || *p > 0xf4) fail("a control or non-UTF-8 byte in an error message", s);
-        const size_t len = *p >= 0xf0 ? 4 : *p >= 0xe0 ? 3 : 2;
-        for (size_t i = 1; i < len; i++)
-            if (p[i] < 0x80 || p[i] > 0xbf) fail("invalid UTF-8 in an error message", s);
-        if (*p == 0xc2 && p[1] < 0xa0) fail("a C1 control in an error message", s);
-        p += len;
-    }
-}
 
 static int g_fd = -1;
 static char g_path[64];
