@@ -9,7 +9,8 @@
 # build-fuzz/<target>.crashes/ and fails. FUZZ_LOG_DIR, when set, keeps each
 # target's libFuzzer log there as <target>.log. FUZZ_KEEP_CORPUS=1 leaves
 # the committed corpus as it is: it is read, and new inputs go to
-# build-fuzz/corpus/<target>/ (make test-long runs it so).
+# build-fuzz/corpus/<target>/ (make test-long runs it so). FUZZ_RUNS=N
+# stops each target after N executions (or SECONDS, whichever comes first).
 #
 # Each target names the sources it is built with on a line of its header,
 # "fuzz-sources: FILE ..." (the codec's: comm/codec/codec_cpu.c
@@ -81,7 +82,8 @@ for src in "${targets[@]}"; do
   before=$(ls "$corpus" | wc -l)
   echo "== $name: fuzzing for ${SECONDS_EACH}s (corpus $corpus, $before inputs)"
   log="${FUZZ_LOG_DIR:-$OUT}/$name.log"
-  if ! "$OUT/$name" "${dirs[@]}" -max_total_time="$SECONDS_EACH" -max_len=32768 -timeout=20 \
+  runs=(); [ -n "${FUZZ_RUNS:-}" ] && runs=(-runs="$FUZZ_RUNS")
+  if ! "$OUT/$name" "${dirs[@]}" -max_total_time="$SECONDS_EACH" "${runs[@]}" -max_len=32768 -timeout=20 \
        -rss_limit_mb=4096 -artifact_prefix="$OUT/$name.crashes/" -print_final_stats=1 \
        >"$log" 2>&1; then
     echo "== $name: FAILED, see $log and $OUT/$name.crashes/"
