@@ -120,6 +120,15 @@ static const KeyDesc kKeys[] = {
      R_FREE},
     {"train.logits_rows", K_INT, OFF(train.logits_rows), 0, INT_MAX, 0,
      "token rows of the output layer at once, 0: as many as 128 MiB of logits hold", R_FREE},
+    {"train.rank_invariant", K_BOOL, OFF(train.rank_invariant), 0, 1, 0,
+     "the same parameters bit for bit at any rank count (dense models; ranks and "
+     "grad_accum powers of two): gradients summed in one fixed binary tree over the global "
+     "batch's micro-batches",
+     R_ASK},
+    {"train.grad_groups", K_INT, OFF(train.grad_groups), 0, 1 << 16, 0,
+     "micro-batches per global batch; > 0: data.grad_accum = grad_groups / ranks, so one "
+     "config runs alike on any rank count that divides it (0: ranks x data.grad_accum)",
+     R_FREE},
     {"optimizer.lr", K_FLOAT, OFF(optim.lr), 0, 10, 0, "peak learning rate", R_ASK},
     {"optimizer.min_lr", K_FLOAT, OFF(optim.min_lr), 0, 10, 0,
      "lr at the end of the cosine", R_ASK},
@@ -852,6 +861,12 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
         return zrt_errf(err, errlen, "%s: key 'train.recompute': unknown mode '%s' (auto|none|full)",
                         config_where(c, "train.recompute", w1, sizeof w1),
                         PRINTABLE(c->train.recompute));
+    if (c->train.rank_invariant && c->model.n_experts > 0)
+        return zrt_errf(err, errlen,
+                        "%s: key 'train.rank_invariant': not for MoE models yet (the experts' "
+                        "gradients are summed over every source rank's tokens in one GEMM); "
+                        "docs/RUNTIME.md, rank-invariant training",
+                        config_where(c, "train.rank_invariant", w1, sizeof w1));
     if (strcmp(c->runtime.compute, "fp32") && strcmp(c->runtime.compute, "bf16"))
         return zrt_errf(err, errlen, "%s: key 'model.compute': unknown mode '%s' (fp32|bf16)",
                         config_where(c, "model.compute", w1, sizeof w1),

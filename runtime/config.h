@@ -67,6 +67,13 @@ typedef struct {
                                   * (llama.h); auto: full when the memory plan does
                                   * not fit without it (memplan.h) */
         int logits_rows;         /* output-layer rows at once, 0: by size (llama.h) */
+        int rank_invariant;      /* the same bits at any rank count: each rank's
+                                  * micro-batch is one gradient group, groups
+                                  * summed in one binary tree (docs/RUNTIME.md
+                                  * "Rank-invariant training") */
+        int grad_groups;         /* micro-batches of the global batch, G = ranks x
+                                  * grad_accum; > 0: fixed, and grad_accum
+                                  * follows the rank count (G / ranks) */
     } train;
     struct {
         double lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;

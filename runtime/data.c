@@ -333,7 +333,8 @@ void data_batch(Dataset* d, int split, long long first, int rank, int nranks, in
                 int* targets, long long* windows) {
     const int T = d->T;
     for (int b = 0; b < B; b++) {
-        const long long g = first + rank + (long long)b * nranks; /* global sample index */
+        const long long g = d->rank_blocks ? first + (long long)rank * B + b
+                                           : first + rank + (long long)b * nranks; /* global sample index */
         long long w;
         size_t start;
         if (split == 0) {

@@ -43,6 +43,9 @@ typedef struct {
     uint32_t* perm;
     long long perm_epoch;
     int bpe_cached;     /* bpe: 1 if the encoding came from the cache file */
+    int rank_blocks;    /* rows b of a rank: samples first + rank*B + b (the
+                         * caller sets it for train.rank_invariant: a rank's
+                         * share is then the same samples at any rank count) */
 } Dataset;
 
 /* Load and split. tokenizer: "byte" | "bpe" | "u16" | "i32" (bpe_merges is
@@ -54,7 +57,8 @@ void data_close(Dataset* d);
 
 /* Fill tokens/targets (B, T) with rank `rank`'s share of the global
  * micro-batch of B*nranks samples that starts at global sample `first`
- * (row b is sample first + rank + b*nranks). split 0 = train (shuffled,
+ * (row b is sample first + rank + b*nranks, or first + rank*B + b with
+ * d->rank_blocks). split 0 = train (shuffled,
  * endless epochs), 1 = validation (file order, wrapping). windows, if not
  * NULL, receives the B window indices read (within the split). */
 void data_batch(Dataset* d, int split, long long first, int rank, int nranks, int B, int* tokens,

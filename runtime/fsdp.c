@@ -99,6 +99,8 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
                f->n_units, FSDP_MAX_UNITS);
     f->param_dtype = cfg->comm.param_dtype;
     f->reduce_dtype = cfg->comm.reduce_dtype;
+    f->invariant = cfg->train.rank_invariant;
+    while ((1 << f->levels) < cfg->data.grad_accum) f->levels += f->invariant;
 
     /* Three communicators so parameter gathers, gradient reductions and the
      * small bookkeeping gathers never queue behind each other. */
@@ -162,7 +164,7 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
             U->full_off = (size_t)f->expert.first * llama_expert_numel(&cfg->model);
         }
         const size_t G = (size_t)group_size(f, U);
-        U->padded = (U->numel + G - 1) / G * G;
+        U->padded = fsdp_pad(U->numel, G, f->invariant);
         U->shard = U->padded / G;
         float** st[4] = {&U->param, &U->grad, &U->m, &U->v};
         for (int i = 0; i < 4; i++) {
@@ -170,6 +172,16 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
             trainCheck(*st[i], "out of %s memory for the shards of %s (%zu floats each)", K->name,
                        U->name, U->shard);
             zdevCheck(zdev_memset_async(K->dev, *st[i], 0, U->shard * sizeof(float), NULL));
+        }
+        if (f->invariant) { /* the micro-batch tree's pending subtrees (fsdp.h) */
+            U->tree_level = zrt_calloc((size_t)f->levels + 1, sizeof(float*), "tree levels");
+            for (int k = 0; k < f->levels; k++) {
+                U->tree_level[k] = zdev_alloc(K->dev, U->shard * sizeof(float));
+                trainCheck(U->tree_level[k], "out of %s memory for the gradient tree of %s",
+                           K->name, U->name);
+            }
+            f->n_blocks += U->shard / ZRT_SUMSQ_BLOCK;
+            if (f->reduce_dtype == zipcclBfloat16 && U->padded > f->n_scratch) f->n_scratch = U->padded;
         }
         U->ag_cfg = f->plan.e[u][PLAN_AG].cfg;
         U->rs_cfg = f->plan.e[u][PLAN_RS].cfg;
@@ -191,6 +203,16 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
         fsdp_load_full(f, u, 0, init);
     }
     free(init);
+    if (f->invariant) {
+        if (f->n_scratch) {
+            f->tree_scratch = zdev_alloc(K->dev, f->n_scratch * sizeof(float));
+            trainCheck(f->tree_scratch, "out of %s memory for the gradient tree's scratch", K->name);
+        }
+        f->blocks_dev = zdev_alloc(K->dev, f->n_blocks * sizeof(double));
+        trainCheck(f->blocks_dev, "out of %s memory for the norm's block sums", K->name);
+        f->blocks_host = zrt_malloc(f->n_blocks * sizeof(double), "the norm's block sums");
+        f->blocks_all = zrt_malloc(f->n_blocks * f->nranks * sizeof(double), "the norm's block sums");
+    }
 }
 
 void fsdp_free(Fsdp* f) {
@@ -201,7 +223,13 @@ void fsdp_free(Fsdp* f) {
         zdev_free(f->K->dev, U->grad);
         zdev_free(f->K->dev, U->m);
         zdev_free(f->K->dev, U->v);
+        for (int k = 0; k < f->levels && U->tree_level; k++) zdev_free(f->K->dev, U->tree_level[k]);
+        free(U->tree_level);
     }
+    if (f->tree_scratch) zdev_free(f->K->dev, f->tree_scratch);
+    if (f->blocks_dev) zdev_free(f->K->dev, f->blocks_dev);
+    free(f->blocks_host);
+    free(f->blocks_all);
     fsdp_host_release(f);
     free(f->host_state);
     free(f->slices);
@@ -259,9 +287,74 @@ void fsdp_gather_finish(Fsdp* f, int u, const void* recv) {
     fsdp_dump_param(f, u, recv);
 }
 
+size_t fsdp_recv_count(const Fsdp* f, int u) {
+    return f->invariant ? f->units[u].padded : f->units[u].shard;
+}
+
+/* ---- train.rank_invariant: the gradient tree (fsdp.h) ---- */
+
+static void dev_copy(Fsdp* f, float* dst, const float* src, size_t n) {
+    zdevCheck(zdev_copy_async(f->K->dev, dst, src, n * sizeof(float), ZDEV_DEVICE_TO_DEVICE, NULL));
+}
+
+/* A node of the tree: left + right into out (fp32; then rounded to bf16
+ * values with a bf16 reduction). */
+static void tree_node(Fsdp* f, float* out, const float* left, const float* right, size_t n) {
+    f->K->add(out, left, right, n);
+    if (f->reduce_dtype == zipcclBfloat16) f->K->round_bf16_inplace(out, n);
+}
+
+/* Micro-batch a's subtree v (shard floats; overwritten) into unit U's
+ * binary counter: while a has a 1 at level k, v := level[k] + v (the
+ * earlier micro-batches on the left); at its first 0 bit v waits there;
+ * past the top, v is the step's sum, the gradient shard. */
+static void tree_add(Fsdp* f, FsdpUnit* U, float* v) {
+    const int a = U->tree_micro++;
+    trainCheck(a < (1 << f->levels), "fsdp: %s: micro-batch %d of a tree of %d", U->name, a,
+               1 << f->levels);
+    for (int k = 0; k < f->levels; k++) {
+        if (!((a >> k) & 1)) {
+            dev_copy(f, U->tree_level[k], v, U->shard);
+            return;
+        }
+        tree_node(f, v, U->tree_level[k], v, U->shard);
+    }
+    dev_copy(f, U->grad, v, U->shard);
+}
+
+/* The ranks' subtree of this micro-batch from their blocks of our shard,
+ * block q from rank q (G of them, a power of two): pairs at distance 1,
+ * then 2, 4, ...: ((b0 + b1) + (b2 + b3)) + ...; the result in block 0. */
+static void tree_ranks(Fsdp* f, float* b, size_t n, int G) {
+    for (int d = 1; d < G; d *= 2)
+        for (int q = 0; q + d < G; q += 2 * d) tree_node(f, b + (size_t)q * n, b + (size_t)q * n, b + (size_t)(q + d) * n, n);
+}
+
+/* A leaf of a bf16 tree as the reduce-scatter's owner sees it: 0 + the
+ * widened bf16 value (add_bf16 into zeros), from bf16 (in16) or from fp32
+ * rounded in place (in32): the same bits either way. */
+static float* tree_leaves_bf16(Fsdp* f, const uint16_t* in16, float* in32, size_t n) {
+    zdevCheck(zdev_memset_async(f->K->dev, f->tree_scratch, 0, n * sizeof(float), NULL));
+    if (in16) {
+        f->K->add_bf16(f->tree_scratch, in16, n);
+    } else {
+        f->K->round_bf16_inplace(in32, n);
+        f->K->add(f->tree_scratch, f->tree_scratch, in32, n);
+    }
+    return f->tree_scratch;
+}
+
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* recv,
                        zipcclRequest_t* req) {
     FsdpUnit* U = &f->units[u];
+    if (fsdp_unit_local(f, u) && f->invariant) { /* the one leaf of this micro-batch */
+        *req = NULL;
+        fsdp_dump_grad(f, u, gfull);
+        float* v = (float*)gfull; /* the model's buffer, free after this */
+        if (f->reduce_dtype == zipcclBfloat16) v = tree_leaves_bf16(f, NULL, v, U->shard);
+        tree_add(f, U, v);
+        return;
+    }
     if (fsdp_unit_local(f, u)) { /* into the fp32 shard, no rounding */
         *req = NULL;
         fsdp_dump_grad(f, u, gfull);
@@ -275,6 +368,11 @@ void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* rec
         send = (void*)gfull;
     }
     fsdp_dump_grad(f, u, send);
+    if (f->invariant) { /* every rank's block of our shard, summed in the tree at finish */
+        zipcclCheck(zipcclAlltoAllAsync(send, recv, U->shard, f->reduce_dtype, rs_comm(f, U),
+                                        &U->rs_cfg, NULL, req));
+        return;
+    }
     zipcclCheck(zipcclReduceScatterAsync(send, recv, U->shard, f->reduce_dtype, zipcclSum,
                                          rs_comm(f, U), &U->rs_cfg, NULL, req));
 }
@@ -284,6 +382,15 @@ void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* rec
 void fsdp_reduce_finish(Fsdp* f, int u, const void* recv) {
     FsdpUnit* U = &f->units[u];
     if (fsdp_unit_local(f, u)) return; /* added at start */
+    if (f->invariant) {
+        const int G = group_size(f, U);
+        float* b = f->reduce_dtype == zipcclBfloat16
+                       ? tree_leaves_bf16(f, recv, NULL, U->padded)
+                       : (float*)recv; /* the scheduler's buffer, free after this */
+        tree_ranks(f, b, U->shard, G);
+        tree_add(f, U, b);
+        return;
+    }
     if (f->reduce_dtype == zipcclBfloat16) f->K->add_bf16(U->grad, recv, U->shard);
     else f->K->add(U->grad, U->grad, recv, U->shard);
 }
@@ -319,8 +426,10 @@ void fsdp_dump_grad(Fsdp* f, int u, const void* buf) {
 }
 
 void fsdp_zero_grads(Fsdp* f) {
-    for (int u = 0; u < f->n_units; u++)
+    for (int u = 0; u < f->n_units; u++) {
         zdevCheck(zdev_memset_async(f->K->dev, f->units[u].grad, 0, f->units[u].shard * sizeof(float), NULL));
+        f->units[u].tree_micro = 0;
+    }
 }
 
 /* n doubles per rank, each added in rank order on every rank (in place).
@@ -328,23 +437,29 @@ void fsdp_zero_grads(Fsdp* f) {
  * which moves bytes untouched; scalars have nothing to compress, and keeping
  * them off the compressed path keeps the per-kind compression counters about
  * the tensors only. */
-void fsdp_sum_over_ranks(Fsdp* f, double* x, int n) {
-    float* all = zrt_malloc((size_t)f->nranks * n * sizeof(double), "rank values");
+void fsdp_gather_over_ranks(Fsdp* f, const double* x, size_t n, double* all) {
     zipcclCallConfig_t c = {zipcclStrategyNative, zipcclCodecDefault, zipcclAlgoDefault};
     double t0 = zrt_now();
-    zipcclCheck(zipcclAllGather(x, all, (size_t)2 * n, zipcclFloat32, f->comm_misc, &c, NULL));
+    zipcclCheck(zipcclAllGather(x, all, 2 * n, zipcclFloat32, f->comm_misc, &c, NULL));
     f->blocked_s += zrt_now() - t0;
     f->misc_s += zrt_now() - t0;
+}
+
+void fsdp_sum_over_ranks(Fsdp* f, double* x, int n) {
+    double* all = zrt_malloc((size_t)f->nranks * n * sizeof(double), "rank values");
+    fsdp_gather_over_ranks(f, x, (size_t)n, all);
     for (int i = 0; i < n; i++) {
         double s = 0;
-        for (int r = 0; r < f->nranks; r++) {
-            double v;
-            memcpy(&v, all + 2 * ((size_t)r * n + i), sizeof v);
-            s += v;
-        }
+        for (int r = 0; r < f->nranks; r++) s += all[(size_t)r * n + i];
         x[i] = s;
     }
     free(all);
+}
+
+double fsdp_tree_sum(double* v, int n) {
+    for (int d = 1; d < n; d *= 2)
+        for (int q = 0; q + d < n; q += 2 * d) v[q] += v[q + d];
+    return n > 0 ? v[0] : 0.0;
 }
 
 static double sum_over_ranks(Fsdp* f, double x) {
@@ -354,7 +469,28 @@ static double sum_over_ranks(Fsdp* f, double x) {
 
 double fsdp_mean_over_ranks(Fsdp* f, double x) { return sum_over_ranks(f, x) / f->nranks; }
 
+/* rank_invariant: one part per ZRT_SUMSQ_BLOCK block of the shards (they
+ * start on a block: fsdp_pad), into blocks_dev; fsdp_grad_norm_of adds them
+ * in the whole model's block order. */
+static void grad_sumsq_blocks(Fsdp* f, float gscale) {
+    if (!f->grad_of) {
+        f->grad_of = zrt_malloc(f->n_blocks * sizeof *f->grad_of, "the optimizer's tables");
+        f->grad_n = zrt_malloc(f->n_blocks * sizeof *f->grad_n, "the optimizer's tables");
+    }
+    size_t k = 0;
+    for (int u = 0; u < f->n_units; u++)
+        for (size_t a = 0; a < f->units[u].shard; a += ZRT_SUMSQ_BLOCK, k++) {
+            f->grad_of[k] = f->units[u].grad + a;
+            f->grad_n[k] = ZRT_SUMSQ_BLOCK;
+        }
+    f->K->sumsq_multi(f->blocks_dev, f->grad_of, f->grad_n, (int)f->n_blocks, gscale);
+}
+
 void fsdp_grad_sumsq(Fsdp* f, double* parts, float gscale) {
+    if (f->invariant) {
+        grad_sumsq_blocks(f, gscale);
+        return;
+    }
     if (!f->grad_of) {
         f->grad_of = zrt_malloc((size_t)f->n_units * sizeof *f->grad_of, "the optimizer's tables");
         f->grad_n = zrt_malloc((size_t)f->n_units * sizeof *f->grad_n, "the optimizer's tables");
@@ -367,6 +503,19 @@ void fsdp_grad_sumsq(Fsdp* f, double* parts, float gscale) {
 }
 
 double fsdp_grad_norm_of(Fsdp* f, const double* parts) {
+    if (f->invariant) { /* every block of the model, in order, as one rank has them */
+        zdevCheck(zdev_download(f->K->dev, f->blocks_host, f->blocks_dev, f->n_blocks * sizeof(double)));
+        fsdp_gather_over_ranks(f, f->blocks_host, f->n_blocks, f->blocks_all);
+        double ss = 0;
+        size_t first = 0; /* unit u's first block in each rank's list */
+        for (int u = 0; u < f->n_units; u++) {
+            const size_t nb = f->units[u].shard / ZRT_SUMSQ_BLOCK;
+            for (int r = 0; r < f->nranks; r++)
+                for (size_t j = 0; j < nb; j++) ss += f->blocks_all[(size_t)r * f->n_blocks + first + j];
+            first += nb;
+        }
+        return sqrt(ss);
+    }
     double ss = 0;
     for (int u = 0; u < f->n_units; u++) ss += parts[u];
     return sqrt(sum_over_ranks(f, ss));
@@ -634,6 +783,14 @@ void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out) {
 static void kind_counters(Fsdp* f, int k, zipcclCounters_t* out) {
     memset(out, 0, sizeof *out);
     zipcclComm_t comms[2] = {k == 0 ? f->comm_ag : k == 1 ? f->comm_rs : NULL, NULL};
+    /* rank_invariant reduces by All-to-All on the reduce-scatters' communicator */
+    if (k == 1 && f->invariant) {
+        zipcclCounters_t c;
+        zipcclCheck(zipcclCommGetCounters(f->comm_rs, zipcclCollAlltoAll, &c));
+        out->rawBytes += c.rawBytes;
+        out->wireBytes += c.wireBytes;
+        for (int s = 0; s < 5; s++) out->byStrategy[s] += c.byStrategy[s];
+    }
     if (f->ep > 1) comms[1] = k == 0 ? f->comm_ag_x : k == 1 ? f->comm_rs_x : f->expert.comm;
     const zipcclCollKind_t kind = k == 0   ? zipcclCollAllGather
                                   : k == 1 ? zipcclCollReduceScatter

@@ -51,6 +51,11 @@ typedef struct {
     float* m;             /* (shard) AdamW first moment                      */
     float* v;             /* (shard) AdamW second moment                     */
     zipcclCallConfig_t ag_cfg, rs_cfg; /* what the plan asks for (plan.h)    */
+    /* train.rank_invariant: the tree's pending left subtrees, one per level
+     * below the top (the step's sum, in grad), and the micro-batches of
+     * this step already added (fsdp_tree_add) */
+    float** tree_level;
+    int tree_micro;
 } FsdpUnit;
 
 typedef struct {
@@ -69,6 +74,14 @@ typedef struct {
     zipcclComm_t comm_ag_x, comm_rs_x;
     zipcclDataType_t param_dtype, reduce_dtype;
     CommPlan plan;         /* per unit and kind: strategy, codec, algorithm  */
+    /* train.rank_invariant (fsdp_pad, fsdp_reduce_start, fsdp_grad_sumsq):
+     * levels = log2(grad_accum) of the micro-batch tree; a bf16 tree's fp32
+     * scratch (the largest unit); the norm's block sums (device, host, all
+     * ranks') */
+    int invariant, levels;
+    float* tree_scratch;
+    double *blocks_dev, *blocks_host, *blocks_all;
+    size_t n_blocks, n_scratch;
 
     /* statistics */
     double blocked_s;      /* compute thread waiting on collectives (all)    */
@@ -125,6 +138,27 @@ void fsdp_gather_finish(Fsdp* f, int u, const void* recv);
 void fsdp_reduce_start(Fsdp* f, int u, const float* gfull, void* send, void* recv,
                        zipcclRequest_t* req);
 void fsdp_reduce_finish(Fsdp* f, int u, const void* recv);
+/* train.rank_invariant: the same bits at any rank count (docs/RUNTIME.md,
+ * "Rank-invariant training"). The global batch's G = ranks x grad_accum
+ * micro-batches are the leaves of one binary tree; micro-batch a of rank r
+ * is leaf a * ranks + r (the data order already gives rank r the r-th B
+ * sequences of each global micro-batch), so each micro-batch's ranks form a
+ * subtree and the micro-batches the levels above. A node is left + right in
+ * fp32 (with reduce_dtype bf16 the leaves and every node are rounded to
+ * bf16: the same rounding points at every rank count). The reduce-scatter
+ * is an All-to-All of the gradient's blocks (the same bytes, compressed as
+ * the plan says) whose owner sums the ranks' blocks in the tree; a local
+ * unit's gradient is the one leaf. The micro-batch levels: a binary counter
+ * of partial sums per unit (tree_level, log2(grad_accum) shards). recv then
+ * holds `padded` elements (every rank's block), not `shard`. */
+size_t fsdp_recv_count(const Fsdp* f, int u);
+/* The padding of a unit of numel elements over a group of G ranks:
+ * a multiple of G, and with rank_invariant of G x ZRT_SUMSQ_BLOCK, so the
+ * norm's blocks never straddle two shards. */
+static inline size_t fsdp_pad(size_t numel, size_t G, int invariant) {
+    const size_t m = invariant ? G * ZRT_SUMSQ_BLOCK : G;
+    return (numel + m - 1) / m * m;
+}
 /* Whether unit u is not sharded: its group is this rank alone (one rank,
  * or an expert unit at EP = the rank count). Such a unit has no
  * collectives, codec or staging: for an fp32 gather the model reads the
@@ -166,6 +200,12 @@ double fsdp_mean_over_ranks(Fsdp* f, double x);
 /* x (n) := its sum over ranks, each element added in rank order: the same
  * bits on every rank, every run. A blocking collective on comm_misc. */
 void fsdp_sum_over_ranks(Fsdp* f, double* x, int n);
+/* all (n x ranks, rank-major) := every rank's x (n doubles); blocking, on
+ * comm_misc. */
+void fsdp_gather_over_ranks(Fsdp* f, const double* x, size_t n, double* all);
+/* v[0] := the sum of v (n, a power of two) in the binary tree: pairs at
+ * distance 1, then 2, ... (v overwritten); returned. */
+double fsdp_tree_sum(double* v, int n);
 
 /* Gather a unit's whole fp32 array of `which` (0 param, 1 m, 2 v), every
  * expert included, into out (fsdp_full_floats floats) on every rank. */

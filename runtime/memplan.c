@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "fsdp.h"
 #include "llama.h"
 #include "log.h"
 #include "scheduler.h"
@@ -24,11 +25,17 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
         const int experts = llama_unit_is_experts(m, u) && EP > 1;
         const size_t G = (size_t)(experts ? nranks / EP : nranks);
         const size_t numel = llama_unit_numel(m, u) / (experts ? (size_t)EP : 1);
-        const double padded = (double)((numel + G - 1) / G * G);
+        const double padded = (double)fsdp_pad(numel, G, cfg->train.rank_invariant);
         shards += padded / (double)G;
         if (padded > largest) largest = padded;
     }
     mp->params = mp->grads = 4 * shards;
+    if (cfg->train.rank_invariant) { /* the micro-batch tree's levels, a bf16 tree's scratch (fsdp.h) */
+        int levels = 0;
+        while ((1 << levels) < cfg->data.grad_accum) levels++;
+        mp->grads += 4 * shards * levels +
+                     (cfg->comm.reduce_dtype == zipcclBfloat16 ? 4 * largest : 0);
+    }
     mp->optim = 8 * shards;
     if (sched_check_config(cfg, nranks, &mp->inflight, err, errlen)) return -1;
     const int B = cfg->data.batch_size, T = cfg->data.seq_len;

@@ -340,13 +340,16 @@ void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, SchedUnitBytes*
     const int experts = llama_unit_is_experts(m, u) && EP > 1;
     const size_t G = (size_t)(experts ? nranks / EP : nranks);
     const size_t numel = llama_unit_numel(m, u) / (experts ? (size_t)EP : 1);
-    const double padded = (double)((numel + G - 1) / G * G), shard = padded / (double)G;
+    const double padded = (double)fsdp_pad(numel, G, cfg->train.rank_invariant),
+                 shard = padded / (double)G;
     const int p16 = cfg->comm.param_dtype == zipcclBfloat16,
               r16 = cfg->comm.reduce_dtype == zipcclBfloat16;
     b->held = padded * (p16 ? 2 : 4); /* the unit in param_dtype, as gathered and read */
     b->trans = p16 ? shard * 2 : 0;   /* the bf16 send shard */
     b->acc = padded * 4;                         /* the fp32 gradient */
-    b->flight = r16 ? padded * 2 + shard * 2 : padded * 4 + shard * 4; /* sent, received */
+    /* sent, received (rank_invariant: every rank's block, fsdp_recv_count) */
+    const double recv = cfg->train.rank_invariant ? padded : shard;
+    b->flight = r16 ? padded * 2 + recv * 2 : padded * 4 + recv * 4;
     if (G == 1) { /* a local unit (fsdp_unit_local): no collective */
         b->held = p16 ? padded * 2 : 0; /* its bf16 cast, or the shard itself */
         b->trans = 0;
@@ -965,7 +968,7 @@ static void hook_grads_ready(void* ctx, int u) {
     void* send = NULL;
     if (r16) send = r->g16 = pool_get(P, F->padded * sizeof(uint16_t), 0);
     else r->gfull = g;
-    r->recv = pool_get(P, F->shard * (r16 ? 2 : 4), 0);
+    r->recv = pool_get(P, fsdp_recv_count(f, u) * (r16 ? 2 : 4), 0);
     r->rec = new_rec(s, u, PLAN_RS, (double)F->padded * (r16 ? 2 : 4));
     fsdp_reduce_start(f, u, g, send, r->recv, &r->req);
     pool_busy(P, r->recv, 1);

@@ -252,7 +252,21 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
     /* each micro-batch's mean loss, added in order, as each step's returned loss was */
     for (int a = 0; a < A; a++) loss_sum += micro_loss(r, sc, a);
     if (refused) loss_sum = NAN;
-    s->loss = fsdp_mean_over_ranks(fsdp, loss_sum / A);
+    if (cfg->train.rank_invariant) { /* the micro-batches' losses in the gradient's tree */
+        const int G = r->nranks * A;
+        double* mine = zrt_malloc((size_t)A * sizeof(double), "losses");
+        double* all = zrt_malloc((size_t)2 * G * sizeof(double), "losses");
+        for (int a = 0; a < A; a++) mine[a] = refused ? NAN : micro_loss(r, sc, a);
+        fsdp_gather_over_ranks(fsdp, mine, (size_t)A, all);
+        double* leaf = all + G; /* micro-batch a of rank q is leaf a * ranks + q */
+        for (int q = 0; q < r->nranks; q++)
+            for (int a = 0; a < A; a++) leaf[(size_t)a * r->nranks + q] = all[(size_t)q * A + a];
+        s->loss = fsdp_tree_sum(leaf, G) / G;
+        free(mine);
+        free(all);
+    } else {
+        s->loss = fsdp_mean_over_ranks(fsdp, loss_sum / A);
+    }
     /* MoE: the aux loss, mean over micro-batches (moe.aux_loss_scope global:
      * each micro-batch's is that of all ranks, the same on each; rank: also
      * the mean over ranks of each rank's own) and how far the busiest expert

@@ -329,6 +329,42 @@ static void check_memory(const TrainConfig* cfg, const ZrtKernels* K, MPI_Comm n
 /* The config: YAML, --set, a Hugging Face model's config.json
  * (model.init_from) and the token file's metadata, validated; the
  * optimizer's settings from it. */
+static int is_pow2(long long x) { return x > 0 && !(x & (x - 1)); }
+
+/* train.grad_groups fixes the global batch's micro-batches G: grad_accum is
+ * G / ranks, so one config runs alike at every rank count dividing G.
+ * train.rank_invariant sums them in one binary tree (fsdp.h): G and the
+ * rank count powers of two, so every rank's micro-batches and the ranks
+ * themselves are whole subtrees of it. */
+static int batch_layout(TrainConfig* cfg, int nranks, char* err, size_t errlen) {
+    char w[400], w2[400];
+    const int G = cfg->train.grad_groups;
+    if (G > 0) {
+        config_where(cfg, "train.grad_groups", w, sizeof w);
+        if (G % nranks)
+            return zrt_errf(err, errlen,
+                            "%s: train.grad_groups %d is not a multiple of the %d ranks: each "
+                            "rank takes grad_groups / ranks micro-batches",
+                            w, G, nranks);
+        if (config_given(cfg, "data.grad_accum") && cfg->data.grad_accum != G / nranks)
+            return zrt_errf(err, errlen,
+                            "%s: data.grad_accum %d (%s) disagrees with train.grad_groups %d at "
+                            "%d ranks (%d); leave data.grad_accum out: it follows",
+                            w, cfg->data.grad_accum,
+                            config_where(cfg, "data.grad_accum", w2, sizeof w2), G, nranks,
+                            G / nranks);
+        cfg->data.grad_accum = G / nranks;
+    }
+    if (cfg->train.rank_invariant && (!is_pow2(nranks) || !is_pow2(cfg->data.grad_accum)))
+        return zrt_errf(err, errlen,
+                        "%s: train.rank_invariant sums the global batch's micro-batches in one "
+                        "binary tree, so the ranks (%d) and data.grad_accum (%d) must be powers "
+                        "of two",
+                        config_where(cfg, "train.rank_invariant", w, sizeof w), nranks,
+                        cfg->data.grad_accum);
+    return 0;
+}
+
 static void read_config(TrainRun* r, DataMeta* dmeta) {
     TrainConfig* cfg = &r->cfg;
     const TrainArgs* args = &r->args;
@@ -354,6 +390,7 @@ static void read_config(TrainRun* r, DataMeta* dmeta) {
             herr);
     }
     if (config_validate(cfg, err, sizeof err)) train_config_fail(err);
+    if (batch_layout(cfg, args->plan ? args->plan : r->nranks, err, sizeof err)) train_config_fail(err);
     if (dmeta->present && dmeta->vocab_size > cfg->model.vocab_size) {
         char msg[4096], w[1400];
         snprintf(msg, sizeof msg,
@@ -428,6 +465,11 @@ static void print_config(TrainRun* r, const DataMeta* dmeta) {
                "= %lld tokens/step\n",
                (double)llama_num_params(mc) / 1e6, llama_num_units(mc), B, T, r->nranks, A,
                (long long)B * T * r->nranks * A);
+        if (cfg->train.rank_invariant)
+            printf("# rank-invariant: the global batch's %d micro-batches of %d sequences summed "
+                   "in one binary tree (ranks below, micro-batches above): the same parameters "
+                   "bit for bit on any power-of-two rank count up to %d with batch_size %d\n",
+                   r->nranks * A, B, r->nranks * A, B);
         if (mc->n_experts > 0) {
             int n_moe = 0;
             for (int l = 0; l < mc->n_layers; l++) n_moe += llama_layer_is_moe(mc, l);
@@ -621,6 +663,7 @@ static void open_data(TrainRun* r) {
         }
     }
     if (data_rc) train_config_fail(err); /* every rank saw it (or rank 0 did and said so) */
+    ds->rank_blocks = cfg->train.rank_invariant; /* a micro-batch's samples at any rank count */
     const uint64_t data_fnv = data_hash(ds);
     if (args->resume && st->data_hash && st->data_hash != data_fnv) {
         char msg[2000];
