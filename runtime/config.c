@@ -1198,6 +1198,13 @@ int config_resume_check(const TrainConfig* saved, int saved_nranks, const TrainC
                     gs, split_s, gn, split_n);
             n_bad++;
         }
+    } else if (saved->train.rank_invariant && now->train.rank_invariant &&
+               saved->data.batch_size == now->data.batch_size &&
+               (saved_nranks != nranks || saved->data.grad_accum != now->data.grad_accum)) {
+        out_add(&warn, "# resume: global batch %lld sequences per step as before, cut as %s (was "
+                       "%s): train.rank_invariant, the same micro-batches in the same tree, so "
+                       "the same bits as an uninterrupted run\n",
+                gn, split_n, split_s);
     } else if (saved_nranks != nranks || saved->data.batch_size != now->data.batch_size ||
                saved->data.grad_accum != now->data.grad_accum) {
         out_add(&warn, "# resume: global batch %lld sequences per step as before, cut as %s (was "

@@ -100,7 +100,7 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
     f->param_dtype = cfg->comm.param_dtype;
     f->reduce_dtype = cfg->comm.reduce_dtype;
     f->invariant = cfg->train.rank_invariant;
-    while ((1 << f->levels) < cfg->data.grad_accum) f->levels += f->invariant;
+    while (f->invariant && (1 << f->levels) < cfg->data.grad_accum) f->levels++;
 
     /* Three communicators so parameter gathers, gradient reductions and the
      * small bookkeeping gathers never queue behind each other. */

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test: timeout=600 asan=no
+# test_train_invariant.sh — train.rank_invariant (issue 51; runtime/fsdp.h,
+# docs/RUNTIME.md "Rank-invariant training"): the same global batch of G
+# micro-batches (train.grad_groups) trained on 1, 2 or 4 ranks gives the
+# same parameters bit for bit.
+#   (a) the matrix: G = 4 at 1, 2 and 4 ranks (grad_accum 4, 2, 1),
+#       compressed and raw, fp32 and bf16 reduction (bf16 gathers): every
+#       step's loss and norm and the final parameter hash the same in every
+#       cell of one reduction dtype; G = 8 (grad_accum 8, 4, 2) likewise;
+#   (b) the test can fail: without rank_invariant 1 and 4 ranks differ (the
+#       reduce-scatter sums ranks in another order than accumulation);
+#   (c) a checkpoint of 4 ranks resumed on 1 rank gives the bits of the
+#       uninterrupted 4-rank run (the replay recipe of docs/RUNTIME.md);
+#   (d) the warp-emulated CUDA device: 1 and 2 ranks the same bits (not in
+#       the sanitizer build, which has no emulator);
+#   (e) refused with a clear error: 3 ranks (not a power of two), a
+#       data.grad_accum that disagrees with grad_groups, a MoE model.
+# A planted change of the tree's order fails (a): tests/mutate_tree_order.sh
+# (make test-long).
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+tiny_yaml 20 1 0 2
+sed -i "s/grad_accum: 1,//" "$tmp/tiny.yaml" # train.grad_groups sets it
+EMU=${EMU:-$BUILD/gpu/train_emu}
+INV="--set train.rank_invariant=true"
+same() { python3 tests/compare_runs.py "$1" "$2" exact --same-steps; }
+hash_of() { grep -o '"param_hash": "[0-9a-f]*"' "$1" | cut -d'"' -f4; }
+
+# (a) one reference per (G, reduce dtype); every other cell against it
+cell() { # cell NAME REF NP [args...]
+  local name=$1 ref=$2 np=$3; shift 3
+  # shellcheck disable=SC2086
+  if run "$np" "$tmp/$name.jsonl" $INV "$@"; then
+    [ -f "$ref" ] || { cp "$tmp/$name.jsonl" "$ref"; return; }
+    why=$(same "$ref" "$tmp/$name.jsonl") && pass "$name ($(hash_of "$tmp/$name.jsonl"))" ||
+      fail "$name" "$why"
+  else fail "$name" "the run failed"; fi
+}
+for red in fp32 bf16; do
+  for strat in compressed raw; do
+    for np in 1 2 4; do
+      # one rank has no collective: its raw run is its compressed one
+      [ "$np" = 1 ] && [ "$strat" = raw ] && continue
+      cell "g4_${red}_${strat}_np$np" "$tmp/ref_g4_$red.jsonl" "$np" --set train.grad_groups=4 \
+        --set comm.reduce_dtype=$red --set comm.strategy=$strat
+    done
+  done
+done
+for np in 1 2 4; do
+  cell "g8_fp32_compressed_np$np" "$tmp/ref_g8.jsonl" "$np" --set train.grad_groups=8 --set train.steps=10
+done
+grep -q "rank-invariant: the global batch's 4 micro-batches of 2 sequences" "$tmp/g4_fp32_raw_np2.jsonl.log" &&
+  pass run_header_says_rank_invariant || fail run_header_says_rank_invariant "no header line"
+
+# (b)
+if run 1 "$tmp/off1.jsonl" --set train.grad_groups=4 && run 4 "$tmp/off4.jsonl" --set train.grad_groups=4; then
+  [ "$(hash_of "$tmp/off1.jsonl")" != "$(hash_of "$tmp/off4.jsonl")" ] &&
+    pass "without_rank_invariant_ranks_differ ($(hash_of "$tmp/off1.jsonl") vs $(hash_of "$tmp/off4.jsonl"))" ||
+    fail without_rank_invariant_ranks_differ "the same hash: the matrix above proves nothing"
+else fail without_rank_invariant_ranks_differ "a run failed"; fi
+
+# (c) 4 ranks to step 10 with a checkpoint, then 1 rank to step 20
+if run 4 "$tmp/half.jsonl" $INV --set train.grad_groups=4 --set train.steps=10 --set schedule.total_steps=20 \
+       --set checkpoint.dir="$tmp/ck" &&
+   run 1 "$tmp/res.jsonl" $INV --set train.grad_groups=4 --resume "$tmp/ck"; then
+  why=$(python3 tests/compare_runs.py "$tmp/ref_g4_fp32.jsonl" "$tmp/res.jsonl" exact --steps 11 20) &&
+    grep -q "same bits as an uninterrupted run" "$tmp/res.jsonl.log" &&
+    pass "resume_4_ranks_on_1_same_bits ($(hash_of "$tmp/res.jsonl"))" ||
+    fail resume_4_ranks_on_1_same_bits "$why; $(grep "^# resume" "$tmp/res.jsonl.log")"
+else fail resume_4_ranks_on_1_same_bits "a run failed"; fi
+
+# (d)
+if [ -x "$EMU" ]; then
+  if TRAIN=$EMU run 1 "$tmp/e1.jsonl" $INV --set runtime.device=cuda --set train.grad_groups=2 --set train.steps=4 &&
+     TRAIN=$EMU run 2 "$tmp/e2.jsonl" $INV --set runtime.device=cuda --set train.grad_groups=2 --set train.steps=4; then
+    why=$(same "$tmp/e1.jsonl" "$tmp/e2.jsonl") && pass "emu_cuda_1_and_2_ranks_same_bits ($(hash_of "$tmp/e1.jsonl"))" ||
+      fail emu_cuda_1_and_2_ranks_same_bits "$why"
+  else fail emu_cuda_1_and_2_ranks_same_bits "a run failed"; fi
+elif [[ "$BUILD" == *asan* ]]; then echo "SKIP emu_cuda: sanitizer builds have no emulator (Makefile GPU_PROGS)"
+else fail emu_cuda "$EMU not built"; fi
+
+# (e)
+refused() { # refused NAME PATTERN NP [args...]
+  local name=$1 pat=$2 np=$3; shift 3
+  # shellcheck disable=SC2086
+  if run "$np" "$tmp/$name.jsonl" "$@" >/dev/null; then fail "$name" "accepted"
+  elif grep -q "$pat" "$tmp/$name.jsonl.log"; then pass "$name"
+  else fail "$name" "$(tail -2 "$tmp/$name.jsonl.log")"; fi
+}
+refused refuses_3_ranks "ranks (3) and data.grad_accum (2) must be powers of two" 3 $INV --set train.grad_groups=6
+refused refuses_grad_accum_disagreeing "data.grad_accum 3 .* disagrees with train.grad_groups 4" 1 \
+  --set train.grad_groups=4 --set data.grad_accum=3
+# shellcheck disable=SC2086
+refused refuses_moe "key 'train.rank_invariant': not for MoE models yet" 1 $INV --set train.grad_groups=2 $TINY_MOE
+[ "$fails" = 0 ]
