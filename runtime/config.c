@@ -1042,7 +1042,11 @@ static void override_text(const CommOverride* o0, int forced, char* buf, size_t 
     CommOverride o1 = *o0;
     if (forced) o1.strategy = zipcclStrategyDefault;
     const CommOverride* o = &o1;
-    size_t used = (size_t)snprintf(buf, n, "{pattern: \"%s\"", PRINTABLE(o->pattern));
+    /* the pattern as YAML reads it back ('"' and '\\' escaped: a fuzzed
+     * pattern o"uter printed raw in quotes did not parse) */
+    char q[4 * sizeof o->pattern + 3];
+    if (zrt_yaml_quoted(o->pattern, q, sizeof q)) snprintf(q, sizeof q, "\"%s\"", PRINTABLE(o->pattern));
+    size_t used = (size_t)snprintf(buf, n, "{pattern: %s", q);
     if (o->strategy != zipcclStrategyDefault && used < n)
         used += (size_t)snprintf(buf + used, n - used, ", strategy: %s", strategy_names[o->strategy]);
     if (o->codec != zipcclCodecDefault && used < n)
@@ -1059,7 +1063,7 @@ static const char* overrides_text(const TrainConfig* c, char* buf, size_t n) {
     for (int j = 0; j < c->comm.n_overrides && used < n; j++) {
         const CommOverride* o = &c->comm.overrides[j];
         if (c->comm.strategy_forced && o->codec == zipcclCodecDefault && o->algo < 0) continue;
-        char one[256];
+        char one[512];
         override_text(o, c->comm.strategy_forced, one, sizeof one);
         used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", one);
     }
