@@ -861,11 +861,19 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
         return zrt_errf(err, errlen, "%s: key 'train.recompute': unknown mode '%s' (auto|none|full)",
                         config_where(c, "train.recompute", w1, sizeof w1),
                         PRINTABLE(c->train.recompute));
-    if (c->train.rank_invariant && c->model.n_experts > 0)
+    if (c->train.rank_invariant && c->model.n_experts > 0 && c->parallel.ep > 1)
         return zrt_errf(err, errlen,
-                        "%s: key 'train.rank_invariant': not for MoE models yet (the experts' "
-                        "gradients are summed over every source rank's tokens in one GEMM); "
-                        "docs/RUNTIME.md, rank-invariant training",
+                        "%s: key 'train.rank_invariant': not with expert parallelism yet "
+                        "(parallelism.ep %d: an expert's gradient sums every source rank's "
+                        "tokens in one GEMM); MoE at parallelism.ep 1 is rank-invariant "
+                        "(docs/RUNTIME.md, rank-invariant training)",
+                        config_where(c, "train.rank_invariant", w1, sizeof w1), c->parallel.ep);
+    if (c->train.rank_invariant && c->model.n_experts > 0 && strcmp(c->moe.aux_loss_scope, "rank"))
+        return zrt_errf(err, errlen,
+                        "%s: key 'train.rank_invariant': the aux loss must cover each "
+                        "micro-batch of batch_size sequences, the tree's leaf, at any rank count: "
+                        "set moe.aux_loss_scope: rank (global covers the micro-batch of all ranks, "
+                        "which depends on the rank count)",
                         config_where(c, "train.rank_invariant", w1, sizeof w1));
     if (strcmp(c->runtime.compute, "fp32") && strcmp(c->runtime.compute, "bf16"))
         return zrt_errf(err, errlen, "%s: key 'model.compute': unknown mode '%s' (fp32|bf16)",

@@ -762,7 +762,14 @@ void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out) {
     }
     for (int i = 0; i < n; i++) {
         zipcclCounters_t c;
-        zipcclCheck(zipcclCommGetCounters(comms[i], kind, &c));
+        /* rank_invariant: the gradients' All-to-Alls on comm_rs are its
+         * reduce-scatters (fsdp_reduce_start) and are counted as such */
+        zipcclCollKind_t k = kind;
+        if (f->invariant && comms[i] == f->comm_rs) {
+            if (kind == zipcclCollAlltoAll) continue;
+            if (kind == zipcclCollReduceScatter) k = zipcclCollAlltoAll;
+        }
+        zipcclCheck(zipcclCommGetCounters(comms[i], k, &c));
         out->calls += c.calls;
         out->rawBytes += c.rawBytes;
         out->wireBytes += c.wireBytes;

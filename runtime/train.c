@@ -171,6 +171,22 @@ static float micro_loss(const TrainRun* r, const double* sums, int a) {
     return count ? (float)(sums[a] / count) : 0.0f;
 }
 
+/* train.rank_invariant: the mean over the global batch's micro-batches of
+ * one value each (mine: this rank's A), added in the gradient's tree (leaf
+ * a * ranks + q is micro-batch a of rank q; fsdp.h), the same on every
+ * rank and at every rank count. */
+static double tree_mean(TrainRun* r, const double* mine, int A) {
+    const int G = r->nranks * A;
+    double* all = zrt_malloc((size_t)2 * G * sizeof(double), "micro-batch values");
+    fsdp_gather_over_ranks(&r->fsdp, mine, (size_t)A, all);
+    double* leaf = all + G;
+    for (int q = 0; q < r->nranks; q++)
+        for (int a = 0; a < A; a++) leaf[(size_t)a * r->nranks + q] = all[(size_t)q * A + a];
+    const double m = fsdp_tree_sum(leaf, G) / G;
+    free(all);
+    return m;
+}
+
 /* One optimizer step: every micro-batch forward and backward (the
  * scheduler's hooks gather and reduce beneath), then the mean over the
  * global batch, the global norm, clipping and AdamW. Fills the step's
@@ -186,6 +202,7 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
     fsdp_zero_grads(fsdp);
     sched_begin_step(sched, 1);
     double loss_sum = 0, aux_sum = 0;
+    double* aux_micro = r->aux_micro; /* rank_invariant: each micro-batch's aux loss */
     int refused = 0;
     s->data_s = s->model_s = 0;
     if (r->moe)
@@ -224,7 +241,8 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
                        mc->vocab_size, micro_loss(r, &sum0, 0));
         }
         if (r->moe) { /* per MoE block: pairs routed to each expert; then the drops */
-            aux_sum += llama_acts_aux_loss(r->acts);
+            aux_micro[a] = llama_acts_aux_loss(r->acts);
+            aux_sum += aux_micro[a];
             LlamaMoeRouting rt;
             for (int i = 0; llama_acts_routing(r->acts, i, &rt) == 0; i++) {
                 for (int e = 0; e < mc->n_experts; e++)
@@ -253,17 +271,10 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
     for (int a = 0; a < A; a++) loss_sum += micro_loss(r, sc, a);
     if (refused) loss_sum = NAN;
     if (cfg->train.rank_invariant) { /* the micro-batches' losses in the gradient's tree */
-        const int G = r->nranks * A;
         double* mine = zrt_malloc((size_t)A * sizeof(double), "losses");
-        double* all = zrt_malloc((size_t)2 * G * sizeof(double), "losses");
         for (int a = 0; a < A; a++) mine[a] = refused ? NAN : micro_loss(r, sc, a);
-        fsdp_gather_over_ranks(fsdp, mine, (size_t)A, all);
-        double* leaf = all + G; /* micro-batch a of rank q is leaf a * ranks + q */
-        for (int q = 0; q < r->nranks; q++)
-            for (int a = 0; a < A; a++) leaf[(size_t)a * r->nranks + q] = all[(size_t)q * A + a];
-        s->loss = fsdp_tree_sum(leaf, G) / G;
+        s->loss = tree_mean(r, mine, A);
         free(mine);
-        free(all);
     } else {
         s->loss = fsdp_mean_over_ranks(fsdp, loss_sum / A);
     }
@@ -276,7 +287,9 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
     s->dropped = 0;
     if (r->moe) {
         const int global = !strcmp(cfg->moe.aux_loss_scope, "global");
-        s->aux = global ? aux_sum / A : fsdp_mean_over_ranks(fsdp, aux_sum / A);
+        s->aux = cfg->train.rank_invariant ? tree_mean(r, aux_micro, A)
+                 : global                  ? aux_sum / A
+                                           : fsdp_mean_over_ranks(fsdp, aux_sum / A);
         expert_load_stats(r, s);
     }
     s->norm = fsdp_grad_norm_of(fsdp, sc + A);

@@ -95,6 +95,7 @@ typedef struct {
     /* MoE: pairs per (MoE block, expert), then the drops, over one step */
     int moe, n_moe;
     long long* expert_load;
+    double* aux_micro;   /* MoE: each micro-batch's aux loss of the step (grad_accum) */
     TrainBlockLoad* block_load;
 
     double t_start;        /* the end of set-up: the run's clock */

@@ -787,6 +787,7 @@ static void build_model(TrainRun* r, HfSource** hf_src) {
     r->expert_load =
         r->moe ? zrt_calloc((size_t)(r->n_moe + 1) * mc->n_experts, sizeof(long long), "expert load")
             : NULL;
+    r->aux_micro = zrt_calloc((size_t)cfg->data.grad_accum, sizeof(double), "aux losses");
     r->block_load =
         r->moe ? zrt_calloc((size_t)r->n_moe, sizeof *r->block_load, "expert load") : NULL;
     if (args->dump_dir)
@@ -830,6 +831,7 @@ void train_teardown(TrainRun* r) {
     free(r->windows);
     free(r->dump_logits);
     free(r->expert_load);
+    free(r->aux_micro);
     free(r->block_load);
     free(r->tok);
     free(r->tgt);

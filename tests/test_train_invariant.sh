@@ -8,6 +8,8 @@
 #       compressed and raw, fp32 and bf16 reduction (bf16 gathers): every
 #       step's loss and norm and the final parameter hash the same in every
 #       cell of one reduction dtype; G = 8 (grad_accum 8, 4, 2) likewise;
+#       qwen3-moe-tiny (capacity drops, the aux loss per micro-batch:
+#       moe.aux_loss_scope rank) at EP 1 on 1, 2 and 4 ranks likewise;
 #   (b) the test can fail: without rank_invariant 1 and 4 ranks differ (the
 #       reduce-scatter sums ranks in another order than accumulation);
 #   (c) a checkpoint of 4 ranks resumed on 1 rank gives the bits of the
@@ -15,7 +17,8 @@
 #   (d) the warp-emulated CUDA device: 1 and 2 ranks the same bits (not in
 #       the sanitizer build, which has no emulator);
 #   (e) refused with a clear error: 3 ranks (not a power of two), a
-#       data.grad_accum that disagrees with grad_groups, a MoE model.
+#       data.grad_accum that disagrees with grad_groups, MoE with expert
+#       parallelism, MoE with the aux loss over the ranks' micro-batch.
 # A planted change of the tree's order fails (a): tests/mutate_tree_order.sh
 # (make test-long).
 set -u
@@ -50,6 +53,11 @@ for red in fp32 bf16; do
 done
 for np in 1 2 4; do
   cell "g8_fp32_compressed_np$np" "$tmp/ref_g8.jsonl" "$np" --set train.grad_groups=8 --set train.steps=10
+done
+for np in 1 2 4; do
+  # shellcheck disable=SC2086
+  cell "moe_ep1_np$np" "$tmp/ref_moe.jsonl" "$np" --set train.grad_groups=4 --set train.steps=10 $TINY_MOE \
+    --set moe.aux_loss_scope=rank
 done
 grep -q "rank-invariant: the global batch's 4 micro-batches of 2 sequences" "$tmp/g4_fp32_raw_np2.jsonl.log" &&
   pass run_header_says_rank_invariant || fail run_header_says_rank_invariant "no header line"
@@ -93,5 +101,8 @@ refused refuses_3_ranks "ranks (3) and data.grad_accum (2) must be powers of two
 refused refuses_grad_accum_disagreeing "data.grad_accum 3 .* disagrees with train.grad_groups 4" 1 \
   --set train.grad_groups=4 --set data.grad_accum=3
 # shellcheck disable=SC2086
-refused refuses_moe "key 'train.rank_invariant': not for MoE models yet" 1 $INV --set train.grad_groups=2 $TINY_MOE
+refused refuses_moe_ep2 "not with expert parallelism yet (parallelism.ep 2" 2 $INV --set train.grad_groups=2 $TINY_MOE \
+  --set moe.aux_loss_scope=rank --set parallelism.ep=2
+# shellcheck disable=SC2086
+refused refuses_moe_aux_global "set moe.aux_loss_scope: rank" 1 $INV --set train.grad_groups=2 $TINY_MOE
 [ "$fails" = 0 ]
