@@ -205,12 +205,15 @@ test-asan: deps
 # FUZZ_LONG_SECONDS (the committed corpus left as it is; a finding, or no
 # clang to be had, fails it); tests/mutate_codec_boundary.sh: boundary
 # changes planted in each codec encoder (in temporary copies) must fail the
-# boundary cases. The suite's closing line comes last.
+# boundary cases; tests/mutate_tree_order.sh: changes of the rank-invariant
+# gradient tree's order must fail tests/test_train_invariant.sh. The
+# suite's closing line comes last.
 FUZZ_LONG_SECONDS ?= 60
 test-long: deps
 	@$(SUBMAKE) all
 	@rc=0; FUZZ_KEEP_CORPUS=1 scripts/fuzz.sh $(FUZZ_LONG_SECONDS) || rc=1; \
 	 tests/mutate_codec_boundary.sh $(BUILD) || rc=1; \
+	 tests/mutate_tree_order.sh $(BUILD) || rc=1; \
 	 ZIPCCL_TEST_LONG=1 scripts/run_tests.sh $(BUILD) || rc=1; exit $$rc
 
 run: deps
