@@ -346,13 +346,13 @@ static int batch_layout(TrainConfig* cfg, int nranks, char* err, size_t errlen) 
                             "%s: train.grad_groups %d is not a multiple of the %d ranks: each "
                             "rank takes grad_groups / ranks micro-batches",
                             w, G, nranks);
-        if (config_given(cfg, "data.grad_accum") && cfg->data.grad_accum != G / nranks)
-            return zrt_errf(err, errlen,
-                            "%s: data.grad_accum %d (%s) disagrees with train.grad_groups %d at "
-                            "%d ranks (%d); leave data.grad_accum out: it follows",
-                            w, cfg->data.grad_accum,
-                            config_where(cfg, "data.grad_accum", w2, sizeof w2), G, nranks,
-                            G / nranks);
+        /* the more specific key wins, and says so (the shipped configs write
+         * grad_accum: 1) */
+        if (config_given(cfg, "data.grad_accum") && cfg->data.grad_accum != G / nranks && g_rank == 0)
+            printf("# note: data.grad_accum %d (%s) replaced by %d: train.grad_groups %d (%s) over %d "
+                   "rank%s\n",
+                   cfg->data.grad_accum, config_where(cfg, "data.grad_accum", w2, sizeof w2),
+                   G / nranks, G, w, nranks, nranks > 1 ? "s" : "");
         cfg->data.grad_accum = G / nranks;
     }
     if (cfg->train.rank_invariant && (!is_pow2(nranks) || !is_pow2(cfg->data.grad_accum)))

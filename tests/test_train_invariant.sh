@@ -16,9 +16,10 @@
 #       uninterrupted 4-rank run (the replay recipe of docs/RUNTIME.md);
 #   (d) the warp-emulated CUDA device: 1 and 2 ranks the same bits (not in
 #       the sanitizer build, which has no emulator);
-#   (e) refused with a clear error: 3 ranks (not a power of two), a
-#       data.grad_accum that disagrees with grad_groups, MoE with expert
-#       parallelism, MoE with the aux loss over the ranks' micro-batch.
+#   (e) refused with a clear error: 3 ranks (not a power of two), MoE with
+#       expert parallelism, MoE with the aux loss over the ranks'
+#       micro-batch; a data.grad_accum beside grad_groups is replaced, with
+#       a note.
 # A planted change of the tree's order fails (a): tests/mutate_tree_order.sh
 # (make test-long).
 set -u
@@ -98,8 +99,10 @@ refused() { # refused NAME PATTERN NP [args...]
   else fail "$name" "$(tail -2 "$tmp/$name.jsonl.log")"; fi
 }
 refused refuses_3_ranks "ranks (3) and data.grad_accum (2) must be powers of two" 3 $INV --set train.grad_groups=6
-refused refuses_grad_accum_disagreeing "data.grad_accum 3 .* disagrees with train.grad_groups 4" 1 \
-  --set train.grad_groups=4 --set data.grad_accum=3
+if run 1 "$tmp/ga.jsonl" --set train.grad_groups=4 --set data.grad_accum=3 --set train.steps=1 &&
+   grep -q "^# note: data.grad_accum 3 (--set data.grad_accum=3) replaced by 4: train.grad_groups 4" "$tmp/ga.jsonl.log" &&
+   grep -q "1 ranks x 4 accum" "$tmp/ga.jsonl.log"; then pass grad_groups_replaces_grad_accum_with_a_note
+else fail grad_groups_replaces_grad_accum_with_a_note "$(grep "note\|error" "$tmp/ga.jsonl.log")"; fi
 # shellcheck disable=SC2086
 refused refuses_moe_ep2 "not with expert parallelism yet (parallelism.ep 2" 2 $INV --set train.grad_groups=2 $TINY_MOE \
   --set moe.aux_loss_scope=rank --set parallelism.ep=2
