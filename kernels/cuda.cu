@@ -1481,14 +1481,17 @@ void cu_sumsq(double* out, const float* x, size_t n) {
 
 /* A host table kept on the device: uploaded when its bytes differ from the
  * last upload's (a trainer's tables are the same every step), grown like
- * the scratch. Returns the device copy. */
+ * the scratch. Returns the device copy; *changed (if given) says whether
+ * it was uploaded, so tables derived from it need remaking only then. */
 struct DevTable {
     void* dev = nullptr;
     size_t cap = 0;
     std::vector<unsigned char> last;
 };
-static void* dev_table(DevTable* t, const void* host, size_t bytes) {
-    if (t->last.size() == bytes && !memcmp(t->last.data(), host, bytes)) return t->dev;
+static void* dev_table(DevTable* t, const void* host, size_t bytes, bool* changed = nullptr) {
+    const bool same = t->last.size() == bytes && !memcmp(t->last.data(), host, bytes);
+    if (changed) *changed = !same || !t->dev;
+    if (same && t->dev) return t->dev;
     t->dev = scratch_grow(t->dev, &t->cap, bytes ? bytes : 1);
     if (bytes) CKD(zdev_upload(g_dev, t->dev, host, bytes)); // a host wait, when the table changes
     t->last.assign((const unsigned char*)host, (const unsigned char*)host + bytes);
@@ -1499,13 +1502,20 @@ void cu_adamw_multi(const ZrtAdamWSlice* sl, int ns, const ZrtAdamWStep* s, floa
     PROF(adamw_multi);
     static DevTable slices, chunks;
     static std::vector<AdamChunk> host;
+    static const AdamChunk* dch = nullptr;
     if (ns <= 0) return;
-    const ZrtAdamWSlice* dsl = (const ZrtAdamWSlice*)dev_table(&slices, sl, (size_t)ns * sizeof *sl);
-    host.clear();
-    for (int k = 0; k < ns; k++)
-        for (size_t a = 0; a < sl[k].n; a += kAdamChunk) host.push_back(AdamChunk{k, a});
+    bool changed = false;
+    const ZrtAdamWSlice* dsl = (const ZrtAdamWSlice*)dev_table(&slices, sl, (size_t)ns * sizeof *sl, &changed);
+    /* the chunk list follows from the slices' lengths: remade only when the
+     * slice table changed (once), not walked every step */
+    if (changed) {
+        host.clear();
+        for (int k = 0; k < ns; k++)
+            for (size_t a = 0; a < sl[k].n; a += kAdamChunk) host.push_back(AdamChunk{k, a});
+        if (!host.empty())
+            dch = (const AdamChunk*)dev_table(&chunks, host.data(), host.size() * sizeof(AdamChunk));
+    }
     if (host.empty()) return;
-    const AdamChunk* dch = (const AdamChunk*)dev_table(&chunks, host.data(), host.size() * sizeof(AdamChunk));
     k_adamw_multi<<<(unsigned)host.size(), 256, 0, g_stream>>>(dsl, dch, *s, gscale, clip);
     CKL(k_adamw_multi);
 }
@@ -1517,20 +1527,26 @@ void cu_sumsq_multi(double* out, float* const* x, const size_t* n, int nx, float
     static std::vector<size_t> hf;
     static void* part = nullptr;
     static size_t cap = 0;
+    static const size_t* df = nullptr;
+    static const SumsqBlock* db = nullptr;
     if (nx <= 0) return;
-    hb.clear();
-    hf.assign(1, 0);
-    for (int k = 0; k < nx; k++) {
-        for (size_t a = 0; a < n[k]; a += ZRT_SUMSQ_BLOCK) hb.push_back(SumsqBlock{k, a});
-        hf.push_back(hb.size());
-    }
     const float* const* dx = (const float* const*)dev_table(&xs, x, (size_t)nx * sizeof *x);
-    const size_t* dn = (const size_t*)dev_table(&ns, n, (size_t)nx * sizeof *n);
-    const size_t* df = (const size_t*)dev_table(&firsts, hf.data(), hf.size() * sizeof(size_t));
+    bool changed = false;
+    const size_t* dn = (const size_t*)dev_table(&ns, n, (size_t)nx * sizeof *n, &changed);
+    /* the block list follows from the lengths: remade only when they change */
+    if (changed) {
+        hb.clear();
+        hf.assign(1, 0);
+        for (int k = 0; k < nx; k++) {
+            for (size_t a = 0; a < n[k]; a += ZRT_SUMSQ_BLOCK) hb.push_back(SumsqBlock{k, a});
+            hf.push_back(hb.size());
+        }
+        df = (const size_t*)dev_table(&firsts, hf.data(), hf.size() * sizeof(size_t));
+        if (!hb.empty()) db = (const SumsqBlock*)dev_table(&blks, hb.data(), hb.size() * sizeof(SumsqBlock));
+    }
     const size_t nb = hb.size();
     part = scratch_grow(part, &cap, (nb ? nb : 1) * sizeof(double));
     if (nb) {
-        const SumsqBlock* db = (const SumsqBlock*)dev_table(&blks, hb.data(), nb * sizeof(SumsqBlock));
         k_sumsq_multi_blocks<<<blocks_for(nb, 128), 128, 0, g_stream>>>((double*)part, dx, dn, db, nb, gscale);
         CKL(k_sumsq_multi_blocks);
     }
