@@ -15,7 +15,8 @@
 #       raw run (not in the sanitizer build, which has no emulator);
 #   (d) MoE at EP 2 on 2 ranks: the expert unit is local in the plan and
 #       absent from what ran, the dense units are not, and compressed
-#       equals raw.
+#       equals raw;
+#   (e) train.rank_invariant on 1 rank (local units) and 2 equal.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -70,4 +71,13 @@ if run 2 "$tmp/x.jsonl" $M --set parallelism.ep=2 && run 2 "$tmp/xr.jsonl" $M --
   why=$(same "$tmp/x.jsonl" "$tmp/xr.jsonl") && pass ep_equal_ranks_compressed_is_raw ||
     fail ep_equal_ranks_compressed_is_raw "$why"
 else fail ep_equal_ranks "a run failed"; fi
+# (e) train.rank_invariant's tree through a local unit (1 rank) and the
+# All-to-All with a bf16 tree (2 ranks), the same bits (the sanitizer
+# build's look at that code; tests/test_train_invariant.sh has the matrix)
+RI="--set train.rank_invariant=true --set train.grad_groups=2 --set comm.reduce_dtype=bf16 --set data.val_every=0"
+# shellcheck disable=SC2086
+if run 1 "$tmp/i1.jsonl" $RI && run 2 "$tmp/i2.jsonl" $RI; then
+  why=$(same "$tmp/i1.jsonl" "$tmp/i2.jsonl") && pass rank_invariant_local_and_2_ranks_same_bits ||
+    fail rank_invariant_local_and_2_ranks_same_bits "$why"
+else fail rank_invariant_local_and_2_ranks_same_bits "a run failed"; fi
 [ "$fails" = 0 ]
