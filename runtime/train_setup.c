@@ -465,11 +465,12 @@ static void print_config(TrainRun* r, const DataMeta* dmeta) {
                "= %lld tokens/step\n",
                (double)llama_num_params(mc) / 1e6, llama_num_units(mc), B, T, r->nranks, A,
                (long long)B * T * r->nranks * A);
+        const int N = args->plan ? args->plan : r->nranks; /* --plan N: planned for N */
         if (cfg->train.rank_invariant)
             printf("# rank-invariant: the global batch's %d micro-batches of %d sequences summed "
                    "in one binary tree (ranks below, micro-batches above): the same parameters "
                    "bit for bit on any power-of-two rank count up to %d with batch_size %d\n",
-                   r->nranks * A, B, r->nranks * A, B);
+                   N * A, B, N * A, B);
         if (mc->n_experts > 0) {
             int n_moe = 0;
             for (int l = 0; l < mc->n_layers; l++) n_moe += llama_layer_is_moe(mc, l);
