@@ -116,13 +116,49 @@ static void dump_batch(int rank, const char* dir, int step, const int* tok, cons
     st_writer_free(w);
 }
 
+/* train.rank_invariant: the mean over the global batch's micro-batches of
+ * one value each (mine: this rank's A), added in the gradient's tree (leaf
+ * a * ranks + q is micro-batch a of rank q; fsdp.h), the same on every
+ * rank and at every rank count. */
+static double tree_mean(TrainRun* r, const double* mine, int A) {
+    const int G = r->nranks * A;
+    double* all = zrt_malloc((size_t)2 * G * sizeof(double), "micro-batch values");
+    fsdp_gather_over_ranks(&r->fsdp, mine, (size_t)A, all);
+    double* leaf = all + G;
+    for (int q = 0; q < r->nranks; q++)
+        for (int a = 0; a < A; a++) leaf[(size_t)a * r->nranks + q] = all[(size_t)q * A + a];
+    const double m = fsdp_tree_sum(leaf, G) / G;
+    free(all);
+    return m;
+}
+
 /* The validation loss: val_batches global micro-batches of the validation
- * split, forward only, the mean over ranks. */
+ * split, forward only, the mean over ranks. train.rank_invariant: val_batches
+ * x grad_accum global micro-batches, so val_batches x ranks x grad_accum
+ * leaves of B sequences (the same samples at every rank count when
+ * train.grad_groups fixes ranks x grad_accum), their mean in the tree. */
 static double validate(TrainRun* r, int step) {
     const TrainConfig* cfg = &r->cfg;
     int *tok = r->tok, *tgt = r->tgt;
     long long* windows = r->windows;
     const int B = cfg->data.batch_size, T = cfg->data.seq_len;
+    if (cfg->train.rank_invariant) {
+        const int K = cfg->data.val_batches * cfg->data.grad_accum;
+        double* mine = zrt_malloc((size_t)K * sizeof(double), "validation losses");
+        for (int k = 0; k < K; k++) {
+            const long long first = (long long)k * B * r->nranks; /* leaf k * ranks + rank */
+            data_batch(&r->ds, 1, first, r->rank, r->nranks, B, tok, tgt, windows);
+            trace_batch(r, step, k, "val", first, B, windows, tok, T);
+            sched_begin_step(r->sched, 0);
+            sched_begin_micro(r->sched);
+            mine[k] = llama_step(&cfg->model, r->acts, tok, tgt, B, T, &r->hooks, 0, NULL);
+            sched_end_micro(r->sched);
+            sched_end_step(r->sched);
+        }
+        const double m = tree_mean(r, mine, K);
+        free(mine);
+        return m;
+    }
     double sum = 0;
     for (int k = 0; k < cfg->data.val_batches; k++) {
         /* Validation batch k is global micro-batch k of the split in file
@@ -169,22 +205,6 @@ static void expert_load_stats(TrainRun* r, TrainStepLog* s) {
 static float micro_loss(const TrainRun* r, const double* sums, int a) {
     const int count = r->loss_counts[a];
     return count ? (float)(sums[a] / count) : 0.0f;
-}
-
-/* train.rank_invariant: the mean over the global batch's micro-batches of
- * one value each (mine: this rank's A), added in the gradient's tree (leaf
- * a * ranks + q is micro-batch a of rank q; fsdp.h), the same on every
- * rank and at every rank count. */
-static double tree_mean(TrainRun* r, const double* mine, int A) {
-    const int G = r->nranks * A;
-    double* all = zrt_malloc((size_t)2 * G * sizeof(double), "micro-batch values");
-    fsdp_gather_over_ranks(&r->fsdp, mine, (size_t)A, all);
-    double* leaf = all + G;
-    for (int q = 0; q < r->nranks; q++)
-        for (int a = 0; a < A; a++) leaf[(size_t)a * r->nranks + q] = all[(size_t)q * A + a];
-    const double m = fsdp_tree_sum(leaf, G) / G;
-    free(all);
-    return m;
 }
 
 /* One optimizer step: every micro-batch forward and backward (the

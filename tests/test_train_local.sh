@@ -16,7 +16,8 @@
 #   (d) MoE at EP 2 on 2 ranks: the expert unit is local in the plan and
 #       absent from what ran, the dense units are not, and compressed
 #       equals raw;
-#   (e) train.rank_invariant on 1 rank (local units) and 2 equal.
+#   (e) train.rank_invariant on 1 rank (local units) and 2 equal, the
+#       validation loss too.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -74,7 +75,7 @@ else fail ep_equal_ranks "a run failed"; fi
 # (e) train.rank_invariant's tree through a local unit (1 rank) and the
 # All-to-All with a bf16 tree (2 ranks), the same bits (the sanitizer
 # build's look at that code; tests/test_train_invariant.sh has the matrix)
-RI="--set train.rank_invariant=true --set train.grad_groups=2 --set comm.reduce_dtype=bf16 --set data.val_every=0"
+RI="--set train.rank_invariant=true --set train.grad_groups=2 --set comm.reduce_dtype=bf16"
 # shellcheck disable=SC2086
 if run 1 "$tmp/i1.jsonl" $RI && run 2 "$tmp/i2.jsonl" $RI; then
   why=$(same "$tmp/i1.jsonl" "$tmp/i2.jsonl") && pass rank_invariant_local_and_2_ranks_same_bits ||
