@@ -751,6 +751,29 @@ void fsdp_dump_write(Fsdp* f, const char* dir, int step) {
 
 /* ---- counters and the compression invariant ------------------------------- */
 
+void fsdp_comm_counters(const Fsdp* f, zipcclComm_t c, zipcclCollKind_t kind, zipcclCounters_t* out) {
+    memset(out, 0, sizeof *out);
+    if (f->invariant && c == f->comm_rs) { /* the gradients' All-to-Alls are its reduce-scatters */
+        if (kind == zipcclCollAlltoAll) return;
+        if (kind == zipcclCollReduceScatter) kind = zipcclCollAlltoAll;
+    }
+    zipcclCheck(zipcclCommGetCounters(c, kind, out));
+}
+
+static void add_counters(zipcclCounters_t* out, const zipcclCounters_t* c) {
+    out->calls += c->calls;
+    out->rawBytes += c->rawBytes;
+    out->wireBytes += c->wireBytes;
+    out->codecSeconds += c->codecSeconds;
+    out->wireSeconds += c->wireSeconds;
+    out->totalSeconds += c->totalSeconds;
+    out->busBytes += c->busBytes;
+    out->busSeconds += c->busSeconds;
+    for (int s = 0; s < 5; s++) out->byStrategy[s] += c->byStrategy[s];
+    for (int s = 0; s < ZIPCCL_NCODECS; s++) out->byCodec[s] += c->byCodec[s];
+    for (int s = 0; s < ZIPCCL_NALGOS; s++) out->byAlgo[s] += c->byAlgo[s];
+}
+
 void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out) {
     memset(out, 0, sizeof *out);
     zipcclComm_t comms[6] = {f->comm_ag, f->comm_rs, f->comm_misc};
@@ -762,25 +785,8 @@ void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out) {
     }
     for (int i = 0; i < n; i++) {
         zipcclCounters_t c;
-        /* rank_invariant: the gradients' All-to-Alls on comm_rs are its
-         * reduce-scatters (fsdp_reduce_start) and are counted as such */
-        zipcclCollKind_t k = kind;
-        if (f->invariant && comms[i] == f->comm_rs) {
-            if (kind == zipcclCollAlltoAll) continue;
-            if (kind == zipcclCollReduceScatter) k = zipcclCollAlltoAll;
-        }
-        zipcclCheck(zipcclCommGetCounters(comms[i], k, &c));
-        out->calls += c.calls;
-        out->rawBytes += c.rawBytes;
-        out->wireBytes += c.wireBytes;
-        out->codecSeconds += c.codecSeconds;
-        out->wireSeconds += c.wireSeconds;
-        out->totalSeconds += c.totalSeconds;
-        out->busBytes += c.busBytes;
-        out->busSeconds += c.busSeconds;
-        for (int s = 0; s < 5; s++) out->byStrategy[s] += c.byStrategy[s];
-        for (int s = 0; s < ZIPCCL_NCODECS; s++) out->byCodec[s] += c.byCodec[s];
-        for (int s = 0; s < ZIPCCL_NALGOS; s++) out->byAlgo[s] += c.byAlgo[s];
+        fsdp_comm_counters(f, comms[i], kind, &c);
+        add_counters(out, &c);
     }
 }
 
@@ -790,14 +796,6 @@ void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out) {
 static void kind_counters(Fsdp* f, int k, zipcclCounters_t* out) {
     memset(out, 0, sizeof *out);
     zipcclComm_t comms[2] = {k == 0 ? f->comm_ag : k == 1 ? f->comm_rs : NULL, NULL};
-    /* rank_invariant reduces by All-to-All on the reduce-scatters' communicator */
-    if (k == 1 && f->invariant) {
-        zipcclCounters_t c;
-        zipcclCheck(zipcclCommGetCounters(f->comm_rs, zipcclCollAlltoAll, &c));
-        out->rawBytes += c.rawBytes;
-        out->wireBytes += c.wireBytes;
-        for (int s = 0; s < 5; s++) out->byStrategy[s] += c.byStrategy[s];
-    }
     if (f->ep > 1) comms[1] = k == 0 ? f->comm_ag_x : k == 1 ? f->comm_rs_x : f->expert.comm;
     const zipcclCollKind_t kind = k == 0   ? zipcclCollAllGather
                                   : k == 1 ? zipcclCollReduceScatter
@@ -805,10 +803,8 @@ static void kind_counters(Fsdp* f, int k, zipcclCounters_t* out) {
     for (int i = 0; i < 2; i++) {
         if (!comms[i]) continue;
         zipcclCounters_t c;
-        zipcclCheck(zipcclCommGetCounters(comms[i], kind, &c));
-        out->rawBytes += c.rawBytes;
-        out->wireBytes += c.wireBytes;
-        for (int s = 0; s < 5; s++) out->byStrategy[s] += c.byStrategy[s];
+        fsdp_comm_counters(f, comms[i], kind, &c);
+        add_counters(out, &c);
     }
 }
 

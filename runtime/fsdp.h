@@ -232,6 +232,13 @@ uint64_t fsdp_param_hash(Fsdp* f);
 void fsdp_dump_arm(Fsdp* f);
 void fsdp_dump_write(Fsdp* f, const char* dir, int step);
 
+/* Collective kind `kind`'s counters on communicator c, as the runtime
+ * counts them: under train.rank_invariant the gradients' All-to-Alls on
+ * comm_rs are its reduce-scatters (fsdp_reduce_start), read there as
+ * ReduceScatter and not as AlltoAll. Every reader of the counters of
+ * fsdp's communicators goes through here. */
+void fsdp_comm_counters(const Fsdp* f, zipcclComm_t c, zipcclCollKind_t kind, zipcclCounters_t* out);
+
 /* Sum of this rank's per-kind counters over the communicators. */
 void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out);
 

@@ -656,7 +656,7 @@ static void poll_slot(Sched* s, int k) {
     Slot* sl = &s->slot[k];
     if (!sl->comm || sl->qh == sl->qt) return;
     zipcclCounters_t c;
-    zipcclCheck(zipcclCommGetCounters(sl->comm, sl->kind, &c));
+    fsdp_comm_counters(s->f, sl->comm, sl->kind, &c);
     int d = (int)(c.calls - sl->last.calls);
     if (d <= 0) return;
     if (d > sl->qt - sl->qh) d = sl->qt - sl->qh; /* calls of no record (checkpoint gathers) */
@@ -1284,7 +1284,7 @@ void sched_begin_step(Sched* s, int train) {
     for (int k = 0; k < NSLOTS; k++) {
         Slot* sl = &s->slot[k];
         if (!sl->comm) continue;
-        zipcclCheck(zipcclCommGetCounters(sl->comm, sl->kind, &sl->last));
+        fsdp_comm_counters(s->f, sl->comm, sl->kind, &sl->last);
         sl->qh = sl->qt = 0;
     }
     to_counts(s, s->p->n_ev ? s->p->ev[0].ag_pre : 0, 0);

@@ -38,7 +38,7 @@ static void comm_ms_so_far(const Fsdp* fsdp, double out[3]) {
         for (int i = 0; i < 2; i++) {
             if (!two[i]) continue;
             zipcclCounters_t c;
-            zipcclCheck(zipcclCommGetCounters(two[i], kKinds[k], &c));
+            fsdp_comm_counters(fsdp, two[i], kKinds[k], &c);
             out[k] += c.totalSeconds * 1e3;
         }
     }
