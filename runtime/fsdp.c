@@ -70,6 +70,7 @@ void fsdp_unit_kinds(const LlamaConfig* m, int ep, int u, int has[PLAN_NKINDS]) 
 static int group_rank(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->edp_rank : f->rank; }
 static int group_size(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->edp_size : f->nranks; }
 static zipcclComm_t ag_comm(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->comm_ag_x : f->comm_ag; }
+static void sumsq_table(Fsdp* f);
 static zipcclComm_t rs_comm(const Fsdp* f, const FsdpUnit* U) { return U->group ? f->comm_rs_x : f->comm_rs; }
 
 int fsdp_plan_build(const TrainConfig* cfg, CommPlan* plan, char* err, size_t errlen) {
@@ -213,6 +214,7 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
         f->blocks_host = zrt_malloc(f->n_blocks * sizeof(double), "the norm's block sums");
         f->blocks_all = zrt_malloc(f->n_blocks * f->nranks * sizeof(double), "the norm's block sums");
     }
+    sumsq_table(f);
 }
 
 void fsdp_free(Fsdp* f) {
@@ -469,37 +471,32 @@ static double sum_over_ranks(Fsdp* f, double x) {
 
 double fsdp_mean_over_ranks(Fsdp* f, double x) { return sum_over_ranks(f, x) / f->nranks; }
 
-/* rank_invariant: one part per ZRT_SUMSQ_BLOCK block of the shards (they
- * start on a block: fsdp_pad), into blocks_dev; fsdp_grad_norm_of adds them
- * in the whole model's block order. */
-static void grad_sumsq_blocks(Fsdp* f, float gscale) {
-    if (!f->grad_of) {
-        f->grad_of = zrt_malloc(f->n_blocks * sizeof *f->grad_of, "the optimizer's tables");
-        f->grad_n = zrt_malloc(f->n_blocks * sizeof *f->grad_n, "the optimizer's tables");
-    }
+/* The norm's parts: one per unit, or (rank_invariant) one per
+ * ZRT_SUMSQ_BLOCK block of the shards (they start on a block: fsdp_pad),
+ * which fsdp_grad_norm_of adds in the whole model's block order. The table
+ * of their pointers is made once (sumsq_table, at fsdp_init). */
+static void sumsq_table(Fsdp* f) {
+    const size_t n = f->invariant ? f->n_blocks : (size_t)f->n_units;
+    f->grad_of = zrt_malloc(n * sizeof *f->grad_of, "the norm's table");
+    f->grad_n = zrt_malloc(n * sizeof *f->grad_n, "the norm's table");
     size_t k = 0;
-    for (int u = 0; u < f->n_units; u++)
-        for (size_t a = 0; a < f->units[u].shard; a += ZRT_SUMSQ_BLOCK, k++) {
-            f->grad_of[k] = f->units[u].grad + a;
+    for (int u = 0; u < f->n_units; u++) {
+        const FsdpUnit* U = &f->units[u];
+        if (!f->invariant) {
+            f->grad_of[k] = U->grad;
+            f->grad_n[k++] = U->shard;
+            continue;
+        }
+        for (size_t a = 0; a < U->shard; a += ZRT_SUMSQ_BLOCK, k++) {
+            f->grad_of[k] = U->grad + a;
             f->grad_n[k] = ZRT_SUMSQ_BLOCK;
         }
-    f->K->sumsq_multi(f->blocks_dev, f->grad_of, f->grad_n, (int)f->n_blocks, gscale);
+    }
+    f->n_sumsq = (int)n;
 }
 
 void fsdp_grad_sumsq(Fsdp* f, double* parts, float gscale) {
-    if (f->invariant) {
-        grad_sumsq_blocks(f, gscale);
-        return;
-    }
-    if (!f->grad_of) {
-        f->grad_of = zrt_malloc((size_t)f->n_units * sizeof *f->grad_of, "the optimizer's tables");
-        f->grad_n = zrt_malloc((size_t)f->n_units * sizeof *f->grad_n, "the optimizer's tables");
-    }
-    for (int u = 0; u < f->n_units; u++) {
-        f->grad_of[u] = f->units[u].grad;
-        f->grad_n[u] = f->units[u].shard;
-    }
-    f->K->sumsq_multi(parts, f->grad_of, f->grad_n, f->n_units, gscale);
+    f->K->sumsq_multi(f->invariant ? f->blocks_dev : parts, f->grad_of, f->grad_n, f->n_sumsq, gscale);
 }
 
 double fsdp_grad_norm_of(Fsdp* f, const double* parts) {

@@ -88,13 +88,15 @@ typedef struct {
     double misc_s;         /* of which the bookkeeping scalars               */
     uint64_t gathers;      /* all-gathers issued                             */
 
-    /* the optimizer's tables (fsdp_adamw, fsdp_grad_sumsq), host memory,
-     * remade each step in place: the same every step, so a device uploads
-     * them once (kernels.h adamw_multi) */
+    /* the optimizer's tables (fsdp_adamw, fsdp_grad_sumsq), host memory:
+     * the slices remade each step in place, the norm's parts made once;
+     * the same every step, so a device uploads them once (kernels.h
+     * adamw_multi, sumsq_multi) */
     ZrtAdamWSlice* slices; /* every tensor's part of this rank's shards      */
     int n_slices, cap_slices;
-    float** grad_of;       /* per unit: its gradient shard, and its length   */
-    size_t* grad_n;
+    float** grad_of;       /* the norm's parts (fsdp_grad_sumsq): per unit, */
+    size_t* grad_n;        /* or per block (rank_invariant); made at init  */
+    int n_sumsq;
 
     /* --dump-tensors: when armed, keep what each collective sent this step */
     int dump_armed;
