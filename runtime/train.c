@@ -142,37 +142,31 @@ static double validate(TrainRun* r, int step) {
     int *tok = r->tok, *tgt = r->tgt;
     long long* windows = r->windows;
     const int B = cfg->data.batch_size, T = cfg->data.seq_len;
-    if (cfg->train.rank_invariant) {
-        const int K = cfg->data.val_batches * cfg->data.grad_accum;
-        double* mine = zrt_malloc((size_t)K * sizeof(double), "validation losses");
-        for (int k = 0; k < K; k++) {
-            const long long first = (long long)k * B * r->nranks; /* leaf k * ranks + rank */
-            data_batch(&r->ds, 1, first, r->rank, r->nranks, B, tok, tgt, windows);
-            trace_batch(r, step, k, "val", first, B, windows, tok, T);
-            sched_begin_step(r->sched, 0);
-            sched_begin_micro(r->sched);
-            mine[k] = llama_step(&cfg->model, r->acts, tok, tgt, B, T, &r->hooks, 0, NULL);
-            sched_end_micro(r->sched);
-            sched_end_step(r->sched);
-        }
-        const double m = tree_mean(r, mine, K);
-        free(mine);
-        return m;
-    }
-    double sum = 0;
-    for (int k = 0; k < cfg->data.val_batches; k++) {
-        /* Validation batch k is global micro-batch k of the split in file
-         * order: samples k*G .. k*G+G-1, G = B * ranks. */
+    /* Validation batch k is global micro-batch k of the split in file order:
+     * samples k*G .. k*G+G-1, G = B * ranks (rank_invariant: leaf k, and
+     * val_batches x grad_accum of them, the same windows at any rank count) */
+    const int inv = cfg->train.rank_invariant;
+    const int K = cfg->data.val_batches * (inv ? cfg->data.grad_accum : 1);
+    double* loss = zrt_malloc((size_t)K * sizeof(double), "validation losses");
+    for (int k = 0; k < K; k++) {
         const long long first = (long long)k * B * r->nranks;
         data_batch(&r->ds, 1, first, r->rank, r->nranks, B, tok, tgt, windows);
         trace_batch(r, step, k, "val", first, B, windows, tok, T);
         sched_begin_step(r->sched, 0);
         sched_begin_micro(r->sched);
-        sum += llama_step(&cfg->model, r->acts, tok, tgt, B, T, &r->hooks, 0, NULL);
+        loss[k] = llama_step(&cfg->model, r->acts, tok, tgt, B, T, &r->hooks, 0, NULL);
         sched_end_micro(r->sched);
         sched_end_step(r->sched);
     }
-    return fsdp_mean_over_ranks(&r->fsdp, sum / cfg->data.val_batches);
+    double m = 0;
+    if (inv) { /* the leaves' mean in the gradient's tree */
+        m = tree_mean(r, loss, K);
+    } else { /* this rank's mean, then the mean over ranks */
+        for (int k = 0; k < K; k++) m += loss[k];
+        m = fsdp_mean_over_ranks(&r->fsdp, m / K);
+    }
+    free(loss);
+    return m;
 }
 
 /* The MoE blocks' expert load of the step: pairs per expert summed over
