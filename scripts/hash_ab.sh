@@ -6,7 +6,8 @@
 # (tests/lib.sh: tiny_yaml, TINY_MOE), 4 steps of 2 micro-batches, on one
 # corpus for both builds: dense at 1 and 2 ranks (bf16 and fp32 gathers), MoE at EP 2 and with recomputation and bf16
 # compute, on cpu, cpu_guarded, the host-coded stand-in (ZRT_COMM_HOSTCODED)
-# and the emulated CUDA device. Prints "case hashA hashB same|DIFFER" and
+# and the emulated CUDA device, and train.rank_invariant's tree (dense and
+# MoE on cpu, dense on the emulated device). Prints "case hashA hashB same|DIFFER" and
 # exits 1 when any differs. For refactors that must not change a bit (build
 # the old commit in a worktree: git worktree add /tmp/old COMMIT; make -C
 # /tmp/old).
@@ -46,5 +47,10 @@ one emu_dense_np1 gpu/train_emu 1 --set runtime.device=cuda
 one emu_dense_np2 gpu/train_emu 2 --set runtime.device=cuda
 one emu_moe_ep2_np2 gpu/train_emu 2 --set runtime.device=cuda $M --set parallelism.ep=2
 one emu_dense_np2_bf16 gpu/train_emu 2 --set runtime.device=cuda --set model.compute=bf16
+I="--set train.rank_invariant=true"
+one cpu_inv_dense_np2 train 2 --set runtime.device=cpu $I
+one cpu_inv_dense_np2_fp32 train 2 --set runtime.device=cpu $I --set comm.reduce_dtype=fp32
+one cpu_inv_moe_np2 train 2 --set runtime.device=cpu $M $I --set moe.aux_loss_scope=rank
+one emu_inv_dense_np2 gpu/train_emu 2 --set runtime.device=cuda $I
 }
 exit $differ
