@@ -38,6 +38,13 @@ typedef struct {
     double memBw;  /* reduction / copy bytes per second                      */
     double ratio[zipcclNumCollKinds][3][ZIPCCL_MODEL_CODECS]; /* EWMA raw/wire by kind,
                                                                * dtype (bf16, fp16, fp32), codec */
+    /* How a compressed call's codec meets its wire. 0 (auto's, the host
+     * designs): pipelined over pieces; 1: one after the other, with
+     * codecCallS of fixed cost per encode and per decode (the device path
+     * today: docs/COLLECTIVES.md §5a). Set only by the projection
+     * (runtime/project.c); Init leaves both 0. */
+    int serialCodec;
+    double codecCallS;
 } zipcclTuneModel;
 
 /* One call as the model sees it. */
@@ -82,6 +89,23 @@ int zipcclTuneDecide(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclT
 /* The estimate of one design (also stored in d->t). */
 double zipcclTuneEstimate(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclTuneDesign* d);
 
+/* A two-level cluster: nodes of nodeSize consecutive ranks (q->nranks a
+ * multiple of it, or below it: one node), links inside a node `intra`'s,
+ * between nodes `inter`'s (per rank: a node's NICs shared by its ranks).
+ * Flat designs (direct, ring, one-shot) see one link per rank that carries
+ * their bytes to peers in and out of the node in parallel (a ring: every
+ * hop as slow as the slowest); native AllGather, ReduceScatter and
+ * AllReduce are NCCL's rings, one channel per NIC, at the slower of the
+ * node's whole NIC rate (k x inter's per-rank share) and intra's; d->algo == zipcclAlgoHier is
+ * COLLECTIVES.md's hierarchical design stage by stage (raw inside a node,
+ * d's strategy between nodes): AllGather = the ring across nodes + raw
+ * rings in the node; ReduceScatter = the raw exchange to the node's
+ * stations + chain or forward across nodes (the design's own choice);
+ * AllReduce = both; All-to-All(v) = raw to the node's ranks in parallel with
+ * frames to the others. With one node (or nodeSize 1) it is
+ * zipcclTuneEstimate on intra's (inter's) link. Sets and returns d->t. */
+double zipcclTuneEstimateTwoLevel(const zipcclTuneModel* intra, const zipcclTuneModel* inter, int nodeSize,
+                                  const zipcclTuneQuery* q, zipcclTuneDesign* d);
 /* Observations pooled over the ranks: [kind][dtype][codec] raw and wire
  * bytes of compressed calls, then raw calls' link bytes and seconds, then
  * per codec the codec's bytes and seconds. */

@@ -14,7 +14,9 @@
  * Gaussian figures in DESIGN.md.  Pure functions of their arguments: no
  * communicator, no environment, no communication.
  *
- * Left out: topology (every pair is assumed to have the same link).
+ * zipcclTuneEstimateTwoLevel puts it on a two-level cluster (nodes joined by
+ * slower links) for the projection (runtime/project.c); auto itself still
+ * assumes every pair has the same link.
  */
 #include <math.h>
 #include <string.h>
@@ -125,10 +127,105 @@ double zipcclTuneEstimate(const zipcclTuneModel* m, const zipcclTuneQuery* q, zi
             double frames = msgs * fmax(pieces, 1);
             double wire = (send / ratio + frames * kFrameHeaderBytes) / m->beta;
             double codec = enc / encBw + dec / decBw + frames * kFrameCodecS;
-            if (ring) /* every hop waits for one piece to arrive, decode and re-encode */
+            if (m->serialCodec) { /* code, then send, then decode: the sum, plus each call's fixed
+                                   * cost (a block coded once per peer; AllGather's once) */
+                const double encCalls = kind == zipcclCollAllGather || oneshot ? 1 : n1;
+                t += wire + codec + (encCalls + n1) * m->codecCallS;
+            }
+            else if (ring) /* every hop waits for one piece to arrive, decode and re-encode */
                 t += fmax(wire, codec) + pipeSteps * piece * (1 / encBw + 1 / decBw + 1 / ratio / m->beta);
             else /* two stages over P pieces: the slower one's whole, the faster one's 1/P */
                 t += fmax(wire, codec) + fmin(wire, codec) / fmax(pieces, 1);
+        }
+    }
+    d->t = t;
+    return t;
+}
+
+/* ---- two levels (the projection's) -------------------------------------------- */
+
+/* m with its link made 1/share as loaded: a rank's bytes spread over peers,
+ * `share` of them over this link (the rest in parallel over another). */
+static zipcclTuneModel share_of(const zipcclTuneModel* m, double share) {
+    zipcclTuneModel s = *m;
+    s.beta = share > 0 ? m->beta / share : INFINITY;
+    return s;
+}
+
+static double est_on(const zipcclTuneModel* m, zipcclCollKind_t kind, const zipcclTuneQuery* q, double bytes,
+                     int nranks, zipcclStrategy_t strategy, zipcclCodec_t codec, zipcclAlgo_t algo) {
+    if (nranks < 2) return 0;
+    zipcclTuneQuery q2 = *q;
+    q2.kind = kind, q2.bytes = bytes, q2.nranks = nranks;
+    zipcclTuneDesign d = {strategy, codec, algo, "", 0};
+    return zipcclTuneEstimate(m, &q2, &d);
+}
+
+double zipcclTuneEstimateTwoLevel(const zipcclTuneModel* intra, const zipcclTuneModel* inter, int nodeSize,
+                                  const zipcclTuneQuery* q, zipcclTuneDesign* d) {
+    const int n = q->nranks, k = nodeSize < 1 ? 1 : nodeSize > n ? n : nodeSize, N = n / k;
+    const zipcclStrategy_t S = d->strategy, R = zipcclStrategyRaw;
+    double t = 0;
+    if (k == n || k == 1) { /* one link class: the flat model on it; hier runs flat there,
+                             * raw in one node, every hop coded with nodes of one rank */
+        zipcclTuneDesign f = *d;
+        if (f.algo == zipcclAlgoHier) {
+            f.algo = zipcclAlgoDirect;
+            if (k == n) f.strategy = zipcclStrategyRaw;
+        }
+        t = zipcclTuneEstimate(k == n ? intra : inter, q, &f);
+    } else if (d->algo != zipcclAlgoHier) {
+        const double off = (double)(n - k) / (n - 1); /* a rank's peers in other nodes */
+        zipcclTuneModel m;
+        const int rings = q->kind == zipcclCollAllGather || q->kind == zipcclCollReduceScatter ||
+                          q->kind == zipcclCollAllReduce;
+        if (d->strategy == zipcclStrategyNative && rings) {
+            /* NCCL's topology-aware rings: one channel per NIC, a node's
+             * boundary crossed once per channel, so a rank's bytes pass
+             * its node's links at the node's whole NIC rate (k ranks'
+             * shares) or at its own intra-node rate, the slower */
+            m = *inter;
+            m.beta = fmin(intra->beta, inter->beta * k);
+        } else if (d->algo == zipcclAlgoRing) { /* the ring's hops wait for the slowest link */
+            m = *inter;
+        } else { /* both links at once: the more loaded one sets the pace */
+            const zipcclTuneModel a = share_of(intra, 1 - off), b = share_of(inter, off);
+            m = *inter;
+            m.beta = fmin(a.beta, b.beta);
+        }
+        zipcclTuneDesign f = *d;
+        t = zipcclTuneEstimate(&m, q, &f);
+    } else {
+        const double b = q->bytes; /* AllGather: a rank's block; else a rank's whole input */
+        const double esz = (double)zipcclTypeSize(q->dtype);
+        switch (q->kind) {
+        case zipcclCollAllGather: /* frames around the nodes' ring, then raw rings in the node */
+            t = est_on(inter, q->kind, q, b, N, S, d->codec, zipcclAlgoRing) +
+                est_on(intra, q->kind, q, b * N, k, R, d->codec, zipcclAlgoRing);
+            break;
+        case zipcclCollReduceScatter:
+        case zipcclCollAllReduce: {
+            /* stage 1: every rank's contributions raw to the node's stations */
+            t = est_on(intra, zipcclCollAlltoAll, q, b, k, R, d->codec, zipcclAlgoDirect);
+            /* stage 2, hierReduceScatter's choice: chain (fp32 partials around
+             * the stations, a ring's bytes) or forward (the flat direct
+             * design's bytes between nodes, as an exchange among stations) */
+            if (N * 4.0 < (N - 1) * k * esz)
+                t += est_on(inter, zipcclCollReduceScatter, q, b / k, N, S, d->codec, zipcclAlgoRing);
+            else
+                t += est_on(inter, zipcclCollAlltoAll, q, b, N, S, d->codec, zipcclAlgoDirect);
+            if (q->kind == zipcclCollAllReduce) /* then the hierarchical AllGather of the blocks */
+                t += est_on(inter, zipcclCollAllGather, q, b / n, N, S, d->codec, zipcclAlgoRing) +
+                     est_on(intra, zipcclCollAllGather, q, b / n * N, k, R, d->codec, zipcclAlgoRing);
+            break;
+        }
+        default: { /* All-to-All(v): raw in the node and frames out of it, at once */
+            const double off = (double)(n - k) / (n - 1);
+            const zipcclTuneModel a = share_of(intra, 1 - off), o = share_of(inter, off);
+            t = fmax(est_on(&a, q->kind, q, b, n, R, d->codec, zipcclAlgoDirect),
+                     est_on(&o, q->kind, q, b, n, S, d->codec, zipcclAlgoDirect));
+            break;
+        }
         }
     }
     d->t = t;
