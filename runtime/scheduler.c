@@ -380,20 +380,24 @@ static double* unit_sizes(const TrainConfig* cfg, int nranks, int n) {
     return a;
 }
 
-int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* err, size_t errlen) {
+int sched_plan_for_config(const TrainConfig* cfg, int nranks, SchedPlan* p, char* err, size_t errlen) {
     const int n = llama_num_units(&cfg->model);
-    int rc;
     double* a = unit_sizes(cfg, nranks, n);
     SchedParams sp = {.n_units = n, .gbytes = a, .gtrans = a + n, .rbytes = a + 2 * n,
                       .rflight = a + 3 * n};
     params_for(&sp, cfg, 1);
+    const int rc = sched_plan_build(p, &sp, err, errlen);
+    free(a);
+    return rc;
+}
+
+int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* err, size_t errlen) {
     SchedPlan p;
-    rc = sched_plan_build(&p, &sp, err, errlen);
+    const int rc = sched_plan_for_config(cfg, nranks, &p, err, errlen);
     if (!rc) {
         *peak = p.peak_bytes;
         sched_plan_free(&p);
     }
-    free(a);
     return rc;
 }
 

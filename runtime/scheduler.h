@@ -115,6 +115,11 @@ void sched_unit_bytes(const TrainConfig* cfg, int nranks, int u, SchedUnitBytes*
  * the schedule's peak bytes of gathered units and full gradients (memory
  * estimate). Returns 0 or -1 with err. */
 int sched_check_config(const TrainConfig* cfg, int nranks, double* peak, char* err, size_t errlen);
+/* The training step's plan itself at nranks ranks, from the config alone
+ * (what a run at that count follows; the projection replays it:
+ * runtime/project.h). Returns 0 (free it with sched_plan_free) or -1 with
+ * err. */
+int sched_plan_for_config(const TrainConfig* cfg, int nranks, SchedPlan* p, char* err, size_t errlen);
 
 /* ---- the executor ------------------------------------------------------- */
 
