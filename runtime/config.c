@@ -198,6 +198,46 @@ static const KeyDesc kKeys[] = {
      "(runtime.device cuda; control stays on MPI)", R_FREE},
     {"checkpoint.hf_shard_bytes", K_I64, OFF(ckpt.hf_shard_bytes), 1, 9e18, 0,
      "largest safetensors file of the HF directory", R_FREE},
+    /* --project's cluster (runtime/project.h); a run ignores these */
+    {"cluster.gpus_min", K_INT, OFF(cluster.gpus_min), 1, 1 << 20, 0, "fewest GPUs projected", R_FREE},
+    {"cluster.gpus_max", K_INT, OFF(cluster.gpus_max), 1, 1 << 20, 0, "most GPUs projected", R_FREE},
+    {"cluster.gpus_per_node", K_INT, OFF(cluster.gpus_per_node), 1, 1024, 0, "GPUs in a node", R_FREE},
+    {"cluster.intra_gbs", K_FLOAT, OFF(cluster.intra_gbs), 1e-3, 1e6, 0,
+     "GB/s per GPU inside a node (NCCL's bus bandwidth)", R_FREE},
+    {"cluster.intra_us", K_FLOAT, OFF(cluster.intra_us), 0, 1e6, 0, "latency per message inside a node, us",
+     R_FREE},
+    {"cluster.inter_gbit", K_FLOAT, OFF(cluster.inter_gbit), 1e-3, 1e6, 0, "one NIC's line rate, Gbit/s",
+     R_FREE},
+    {"cluster.nics_per_node", K_INT, OFF(cluster.nics_per_node), 1, 1024, 0, "NICs in a node", R_FREE},
+    {"cluster.inter_us", K_FLOAT, OFF(cluster.inter_us), 0, 1e6, 0, "latency per message between nodes, us",
+     R_FREE},
+    {"cluster.peak_tflops", K_FLOAT, OFF(cluster.peak_tflops), 1e-6, 1e6, 0,
+     "a GPU's dense peak for model.compute, TFLOP/s", R_FREE},
+    {"cluster.mem_gbs", K_FLOAT, OFF(cluster.mem_gbs), 1e-3, 1e6, 0,
+     "a GPU's memory bandwidth, GB/s", R_FREE},
+    {"cluster.mfu", K_FLOAT, OFF(cluster.mfu), 1e-4, 1, 0, "the compute's fraction of that peak", R_FREE},
+    {"cluster.codec_enc_gbs", K_FLOAT, OFF(cluster.codec_enc_gbs), 1e-3, 1e6, 0,
+     "codec compress throughput, GB/s of raw bytes", R_FREE},
+    {"cluster.codec_dec_gbs", K_FLOAT, OFF(cluster.codec_dec_gbs), 1e-3, 1e6, 0,
+     "codec decompress throughput, GB/s of raw bytes", R_FREE},
+    {"cluster.codec_call_us", K_FLOAT, OFF(cluster.codec_call_us), 0, 1e6, 0,
+     "fixed cost per encode or decode call, us", R_FREE},
+    {"cluster.codec_pipelined", K_BOOL, OFF(cluster.codec_pipelined), 0, 1, 0,
+     "codec and wire overlap in pieces (else one after the other)", R_FREE},
+    {"cluster.ratio_params", K_FLOAT, OFF(cluster.ratio_params), 0, 100, 0,
+     "raw/wire of the gathers (0: by comm.param_dtype)", R_FREE},
+    {"cluster.ratio_grads", K_FLOAT, OFF(cluster.ratio_grads), 0, 100, 0,
+     "raw/wire of the reduce-scatters (0: by comm.reduce_dtype)", R_FREE},
+    {"cluster.ratio_a2a", K_FLOAT, OFF(cluster.ratio_a2a), 0, 100, 0,
+     "raw/wire of the expert exchange (0: by comm.alltoall_dtype)", R_FREE},
+    {"cluster.baseline", K_STRATEGY, OFF(cluster.baseline), 1, 0, 0,
+     "native|raw: the uncompressed way compared against", R_FREE},
+    {"cluster.contention", K_FLOAT, OFF(cluster.contention), 0, 10, 0,
+     "compute slowed by this fraction while a collective runs", R_FREE},
+    {"cluster.comm_contention", K_FLOAT, OFF(cluster.comm_contention), 0, 100, 0,
+     "a collective slowed by this fraction while compute runs beside it", R_FREE},
+    {"cluster.maxvio", K_FLOAT, OFF(cluster.maxvio), 0, 100, 0,
+     "MoE: the busiest rank's expert load above the mean (MaxVio)", R_FREE},
 };
 #define N_KEYS (sizeof kKeys / sizeof kKeys[0])
 _Static_assert(N_KEYS <= CFG_MAX_KEYS, "TrainConfig.origin needs room for every key");
@@ -207,7 +247,7 @@ _Static_assert(N_KEYS <= CFG_MAX_KEYS, "TrainConfig.origin needs room for every 
 
 static const char* const kSections[] = {"model",       "data", "train",   "optimizer",
                                         "schedule",    "parallelism", "moe",  "comm",
-                                        "logging",     "checkpoint", "runtime"};
+                                        "logging",     "checkpoint", "runtime", "cluster"};
 
 void config_defaults(TrainConfig* c) {
     memset(c, 0, sizeof *c);
@@ -258,6 +298,26 @@ void config_defaults(TrainConfig* c) {
     c->log.every = 1;
     c->ckpt.every = 0;
     c->ckpt.keep = 2;
+    /* --project's default cluster: DGX H100 nodes (8 GPUs, NVLink at NCCL's
+     * ~370 GB/s AllGather bus bandwidth, 8 x 400 Gbit/s NICs), a bf16 model
+     * at 45% MFU, the CUDA codec as measured on an H200 (docs/BENCHMARKS.md
+     * "Codec (GPU"): 161 / 266 GB/s, ~0.4 ms per 1 MiB call, serial */
+    c->cluster.gpus_min = 8;
+    c->cluster.gpus_max = 1024;
+    c->cluster.gpus_per_node = 8;
+    c->cluster.intra_gbs = 370;
+    c->cluster.intra_us = 3;
+    c->cluster.inter_gbit = 400;
+    c->cluster.nics_per_node = 8;
+    c->cluster.inter_us = 10;
+    c->cluster.peak_tflops = 989.5;
+    c->cluster.mem_gbs = 3350; /* H100 SXM's HBM3 */
+    c->cluster.mfu = 0.45;
+    c->cluster.codec_enc_gbs = 161;
+    c->cluster.codec_dec_gbs = 266;
+    c->cluster.codec_call_us = 400;
+    c->cluster.codec_pipelined = 0;
+    c->cluster.baseline = zipcclStrategyNative;
     c->ckpt.hf_dtype = zipcclFloat32;
     c->ckpt.hf_shard_bytes = 5000000000ll; /* HF's "5GB" */
     snprintf(c->runtime.device, sizeof c->runtime.device, "cpu");
@@ -767,6 +827,30 @@ static int same_value(const TrainConfig* a, const TrainConfig* b, const KeyDesc*
     return !strcmp(value_text(a, k, x, sizeof x), value_text(b, k, y, sizeof y));
 }
 
+int config_load_cluster(TrainConfig* c, const char* path, char* err, size_t errlen) {
+    TrainConfig* cl = malloc(sizeof *cl);
+    if (!cl) return zrt_errf(err, errlen, "out of memory");
+    config_defaults(cl);
+    int rc = config_load(cl, path, err, errlen);
+    for (size_t i = 0; !rc && i < N_KEYS; i++) {
+        const KeyDesc* k = &kKeys[i];
+        if (cl->origin[i].line <= 0) continue;
+        if (strncmp(k->name, "cluster.", 8)) {
+            rc = zrt_errf(err, errlen,
+                          "%s:%d: key '%s': a cluster file holds cluster.* keys only (the model "
+                          "and the run come from the config)",
+                          PRINTABLE(path), cl->origin[i].line, k->name);
+            break;
+        }
+        memcpy((char*)c + k->offset, (const char*)cl + k->offset,
+               k->type == K_FLOAT ? sizeof(double) : k->type == K_STRATEGY ? sizeof(zipcclStrategy_t) : sizeof(int));
+        c->origin[i].line = 0;
+        snprintf(c->origin[i].ext, sizeof c->origin[i].ext, "%s:%d", PRINTABLE(path), cl->origin[i].line);
+    }
+    free(cl);
+    return rc;
+}
+
 int config_set_external(TrainConfig* c, const char* key, const char* value, const char* where,
                         char* err, size_t errlen) {
     const KeyDesc* k = find_key(key);
@@ -1085,6 +1169,7 @@ void config_print(const TrainConfig* c, FILE* f) {
         const KeyDesc* k = &kKeys[i];
         /* what a dense model may not be given (config_validate) */
         if (c->model.n_experts == 0 && is_moe_key(k->name)) continue;
+        if (!strncmp(k->name, "cluster.", 8)) continue; /* --project prints its own */
         const char* dot = strchr(k->name, '.');
         size_t sl = (size_t)(dot - k->name);
         if (strncmp(section, k->name, sl) || section[sl] != '.') {

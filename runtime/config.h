@@ -25,7 +25,7 @@
 
 #define CFG_MAX_OVERRIDES 32
 #define CFG_PATH_MAX 512
-#define CFG_MAX_KEYS 96 /* room for the key table of config.c */
+#define CFG_MAX_KEYS 128 /* room for the key table of config.c */
 
 /* A per-layer strategy override: units whose name matches `pattern`
  * (fnmatch; unit names are "outer", "layers.0", "layers.1", ...) use
@@ -137,6 +137,30 @@ typedef struct {
                             * device's with a device); 0: what the machine has
                             * (memplan.h; --plan: 80) */
     } runtime;
+    /* The cluster `build/train CONFIG --project CLUSTER.yaml` projects the
+     * run onto (runtime/project.h, docs/SCALE.md); a training run ignores
+     * it. Link rates are per GPU (a node's NICs shared by its GPUs). */
+    struct {
+        int gpus_min, gpus_max;  /* GPU counts projected: powers of two between */
+        int gpus_per_node;
+        double intra_gbs;        /* bytes/s per GPU inside a node, GB/s (NVLink bus bandwidth) */
+        double intra_us;         /* latency per message inside a node, us */
+        double inter_gbit;       /* one NIC's line rate, Gbit/s */
+        int nics_per_node;
+        double inter_us;         /* latency per message between nodes, us */
+        double peak_tflops;      /* a GPU's dense peak for model.compute */
+        double mem_gbs;          /* a GPU's memory bandwidth, GB/s (the optimizer, reductions) */
+        double mfu;              /* the model's compute at this fraction of it */
+        double codec_enc_gbs, codec_dec_gbs; /* the codec's throughput, GB/s of raw bytes */
+        double codec_call_us;    /* fixed cost per encode or decode call, us */
+        int codec_pipelined;     /* 1: codec and wire overlap in pieces; 0: one after the other */
+        double ratio_params, ratio_grads, ratio_a2a; /* raw/wire; 0: by dtype (project.c) */
+        zipcclStrategy_t baseline; /* the uncompressed way compared against: native
+                                    * (NCCL's or MPI's own) or raw (ZipCCL's designs) */
+        double contention;       /* compute slowed by this fraction while a collective runs */
+        double comm_contention;  /* a collective slowed by this fraction while compute runs */
+        double maxvio;           /* MoE: the busiest rank's experts above the mean load */
+    } cluster;
     char source[CFG_PATH_MAX]; /* the file it came from */
     /* Where each key's value came from, by its place in config.c's table:
      * `set` the --set assignment, else `ext` another file that supplied it
@@ -159,6 +183,11 @@ int config_load(TrainConfig* cfg, const char* path, char* err, size_t errlen);
 /* Apply "dotted.key=value" (command-line --set) with the same checks;
  * errors name the assignment: "--set data.seq_len=abc: key ...". */
 int config_set(TrainConfig* cfg, const char* assignment, char* err, size_t errlen);
+
+/* `build/train CONFIG --project CLUSTER.yaml`: read the cluster.* keys of
+ * path over c's, each remembered as given by "PATH:LINE" (config_where);
+ * any other key in the file is refused naming it. Returns 0 or -1 with err. */
+int config_load_cluster(TrainConfig* c, const char* path, char* err, size_t errlen);
 
 /* A value for `key` from another file (`where` names it and the field,
  * e.g. "runs/hf/config.json: 'hidden_size'", printable: a path in it
