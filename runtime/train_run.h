@@ -40,6 +40,7 @@ typedef struct {
     const char* dump_dir;
     const char* resume;
     int plan; /* --plan N: print the memory plan at N ranks and exit */
+    const char* project; /* --project CLUSTER.yaml: print the projection and exit */
     const char* trace_data;
     const char* trace; /* --trace FILE: Chrome trace-event JSON of the steps */
     char init_from[CFG_PATH_MAX + 32]; /* --init-from DIR, as the --set it stands for */

@@ -21,6 +21,7 @@
 #include "device_setup.h"
 #include "hf.h"
 #include "log.h"
+#include "project.h"
 #include "train_run.h"
 
 static int g_rank, g_nranks; /* this process, for the helpers' messages */
@@ -70,6 +71,7 @@ static void usage(FILE* f) {
             "usage: build/train CONFIG.yaml [--set key=value ...] [--log-json FILE]\n"
             "                   [--dump-tensors STEPS DIR] [--resume DIR] [--init-from DIR]\n"
             "                   [--trace-data FILE] [--trace FILE] [--plan NRANKS]\n"
+            "                   [--project CLUSTER.yaml]\n"
             "  --set key=value        override a config key (dotted: train.steps=20,\n"
             "                         comm.strategy=raw|native|compressed|auto, ...)\n"
             "  --log-json FILE        one JSON object per step, last line the param hash\n"
@@ -83,6 +85,8 @@ static void usage(FILE* f) {
             "  --trace FILE           Chrome trace-event JSON (Perfetto, chrome://tracing): every\n"
             "                         rank's compute and collectives, per unit; plot one step\n"
             "                         with scripts/plot_trace.py\n"
+            "  --project CLUSTER.yaml print what compression buys on that cluster at\n"
+            "                         cluster.gpus_min..gpus_max GPUs (docs/SCALE.md) and exit\n"
             "  --plan NRANKS          print the memory plan per rank at NRANKS ranks (shards,\n"
             "                         units in flight, activations, ...) and exit\n"
             "                         for runtime.memory_gib per rank (default there 80:\n"
@@ -133,6 +137,8 @@ static void parse_args(int argc, char** argv, TrainArgs* a) {
             const long v = strtol(argv[++i], &end, 10);
             if (*end || v < 1 || v > 1 << 20) train_config_fail("--plan: a rank count from 1 up");
             a->plan = (int)v;
+        } else if (!strcmp(s, "--project") && i + 1 < argc) {
+            a->project = argv[++i];
         } else if (!strcmp(s, "--resume") && i + 1 < argc) {
             a->resume = argv[++i];
         } else if (!strcmp(s, "--init-from") && i + 1 < argc) {
@@ -371,6 +377,7 @@ static void read_config(TrainRun* r, DataMeta* dmeta) {
     char err[1024], herr[4096]; /* herr: messages naming model directories and files */
     config_defaults(cfg);
     if (config_load(cfg, args->config, err, sizeof err)) train_config_fail(err);
+    if (args->project && config_load_cluster(cfg, args->project, err, sizeof err)) train_config_fail(err);
     for (int i = 0; i < args->n_sets; i++)
         if (config_set(cfg, args->sets[i], err, sizeof err)) train_config_fail(err);
     if (args->log_json) snprintf(cfg->log.json, sizeof cfg->log.json, "%s", args->log_json);
@@ -390,7 +397,9 @@ static void read_config(TrainRun* r, DataMeta* dmeta) {
             herr);
     }
     if (config_validate(cfg, err, sizeof err)) train_config_fail(err);
-    if (batch_layout(cfg, args->plan ? args->plan : r->nranks, err, sizeof err)) train_config_fail(err);
+    if (batch_layout(cfg, args->plan ? args->plan : args->project ? cfg->cluster.gpus_min : r->nranks, err,
+                     sizeof err))
+        train_config_fail(err);
     if (dmeta->present && dmeta->vocab_size > cfg->model.vocab_size) {
         char msg[4096], w[1400];
         snprintf(msg, sizeof msg,
@@ -506,6 +515,16 @@ static int plan_or_refuse(TrainRun* r) {
     const TrainArgs* args = &r->args;
     const LlamaConfig* mc = &cfg->model;
     char err[1024];
+    if (args->project) { /* the projection onto cluster.*, and nothing else (project.h) */
+        if (r->rank == 0) {
+            FILE* json = NULL;
+            if (cfg->log.json[0] && !(json = fopen(cfg->log.json, "w")))
+                train_config_fail("--log-json: cannot write the projection's JSON lines there");
+            if (project_run(cfg, stdout, json, err, sizeof err)) train_config_fail(err);
+            if (json) fclose(json);
+        }
+        return 1;
+    }
     if (!args->plan && mc->n_experts > 0 && r->nranks % cfg->parallel.ep) {
         char msg[600], w[400];
         snprintf(msg, sizeof msg, "%s: key 'parallelism.ep': %d does not divide the %d ranks",
