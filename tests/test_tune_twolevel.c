@@ -40,7 +40,7 @@ static double two(const zipcclTuneModel* a, const zipcclTuneModel* b, int k, zip
                   zipcclDataType_t dt, double bytes, int n, zipcclStrategy_t s, zipcclAlgo_t algo) {
     const zipcclTuneQuery q = {kind, dt, bytes, n, 1 << 20, 0, 1};
     zipcclTuneDesign d = {s, zipcclCodecFast, algo, "", 0};
-    return zipcclTuneEstimateTwoLevel(a, b, k, &q, &d);
+    return zipcclTuneEstimateTwoLevel(a, b, k, 1, &q, &d);
 }
 
 static double one(const zipcclTuneModel* m, zipcclCollKind_t kind, zipcclDataType_t dt, double bytes, int n,
@@ -92,6 +92,17 @@ int main(void) {
         const double got = two(&in, &out, 4, zipcclCollAllGather, zipcclBfloat16, b, 8, zipcclStrategyRaw,
                                zipcclAlgoDirect);
         CHECK(near(got, want), "flat_direct_two_links_by_hand", "%.9g s, by hand %.9g s", got, want);
+    }
+
+    /* a flat raw ring AllGather at 2 x 4 on one NIC per node: the boundary's
+     * hop gets the node's NIC (4 x the per-rank share), the node's hops
+     * are faster, so every hop runs at the NIC */
+    {
+        const double b = 256 << 10;
+        const double want = 7 * 20e-6 + 7 * b / (25e9 * 4);
+        const double got = two(&in, &out, 4, zipcclCollAllGather, zipcclBfloat16, b, 8, zipcclStrategyRaw,
+                               zipcclAlgoRing);
+        CHECK(near(got, want), "flat_ring_crosses_on_one_nic_by_hand", "%.9g s, by hand %.9g s", got, want);
     }
 
     /* (c) hier AllGather raw at 4 x 2 (k = 2, N = 4), a 256 KiB block: the

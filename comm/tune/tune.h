@@ -92,11 +92,13 @@ double zipcclTuneEstimate(const zipcclTuneModel* m, const zipcclTuneQuery* q, zi
 /* A two-level cluster: nodes of nodeSize consecutive ranks (q->nranks a
  * multiple of it, or below it: one node), links inside a node `intra`'s,
  * between nodes `inter`'s (per rank: a node's NICs shared by its ranks).
- * Flat designs (direct, ring, one-shot) see one link per rank that carries
- * their bytes to peers in and out of the node in parallel (a ring: every
- * hop as slow as the slowest); native AllGather, ReduceScatter and
- * AllReduce are NCCL's rings, one channel per NIC, at the slower of the
- * node's whole NIC rate (k x inter's per-rank share) and intra's; d->algo == zipcclAlgoHier is
+ * Flat direct and one-shot designs send a rank's bytes to peers in and out
+ * of the node at once, inter's share per rank for the latter; a flat ring
+ * (one channel) crosses each node boundary once, on one of the node's
+ * nodeLinks NICs (k / nodeLinks of inter's per-rank share), every hop as
+ * slow as the slowest; native AllGather, ReduceScatter and AllReduce are
+ * NCCL's rings, one channel per NIC, at the slower of the node's whole NIC
+ * rate (k x inter's per-rank share) and intra's; d->algo == zipcclAlgoHier is
  * COLLECTIVES.md's hierarchical design stage by stage (raw inside a node,
  * d's strategy between nodes): AllGather = the ring across nodes + raw
  * rings in the node; ReduceScatter = the raw exchange to the node's
@@ -105,7 +107,7 @@ double zipcclTuneEstimate(const zipcclTuneModel* m, const zipcclTuneQuery* q, zi
  * frames to the others. With one node (or nodeSize 1) it is
  * zipcclTuneEstimate on intra's (inter's) link. Sets and returns d->t. */
 double zipcclTuneEstimateTwoLevel(const zipcclTuneModel* intra, const zipcclTuneModel* inter, int nodeSize,
-                                  const zipcclTuneQuery* q, zipcclTuneDesign* d);
+                                  int nodeLinks, const zipcclTuneQuery* q, zipcclTuneDesign* d);
 /* Observations pooled over the ranks: [kind][dtype][codec] raw and wire
  * bytes of compressed calls, then raw calls' link bytes and seconds, then
  * per codec the codec's bytes and seconds. */

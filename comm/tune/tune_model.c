@@ -162,7 +162,7 @@ static double est_on(const zipcclTuneModel* m, zipcclCollKind_t kind, const zipc
 }
 
 double zipcclTuneEstimateTwoLevel(const zipcclTuneModel* intra, const zipcclTuneModel* inter, int nodeSize,
-                                  const zipcclTuneQuery* q, zipcclTuneDesign* d) {
+                                  int nodeLinks, const zipcclTuneQuery* q, zipcclTuneDesign* d) {
     const int n = q->nranks, k = nodeSize < 1 ? 1 : nodeSize > n ? n : nodeSize, N = n / k;
     const zipcclStrategy_t S = d->strategy, R = zipcclStrategyRaw;
     double t = 0;
@@ -186,8 +186,11 @@ double zipcclTuneEstimateTwoLevel(const zipcclTuneModel* intra, const zipcclTune
              * shares) or at its own intra-node rate, the slower */
             m = *inter;
             m.beta = fmin(intra->beta, inter->beta * k);
-        } else if (d->algo == zipcclAlgoRing) { /* the ring's hops wait for the slowest link */
+        } else if (d->algo == zipcclAlgoRing) { /* one channel: every hop waits for the slowest,
+                                                  * the boundary's on one NIC */
+            const int links = nodeLinks < 1 ? 1 : nodeLinks > k ? k : nodeLinks;
             m = *inter;
+            m.beta = fmin(intra->beta, inter->beta * k / links);
         } else { /* both links at once: the more loaded one sets the pace */
             const zipcclTuneModel a = share_of(intra, 1 - off), b = share_of(inter, off);
             m = *inter;
