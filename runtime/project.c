@@ -26,6 +26,7 @@
 
 #include "fsdp.h"
 #include "llama.h"
+#include "plan.h"
 #include "log.h"
 #include "scheduler.h"
 #include "tune.h"
@@ -50,6 +51,7 @@ typedef struct {
     double flops_s;       /* achieved FLOP/s of one GPU                 */
     zipcclTuneModel intra, inter;
     size_t piece;
+    CommPlan plan; /* PROJ_PLAN: what each unit's calls ask for */
 } Proj;
 
 /* ---- the model's FLOPs per unit ------------------------------------------- */
@@ -57,7 +59,8 @@ typedef struct {
 /* Forward FLOPs per token of unit u's compute (llama_flops_per_token / 3,
  * split by unit: a block's attention (projections and the T x T square) and
  * its dense MLP or router, a MoE block's k experts, the head). The
- * embedding's lookup is no matmul; a tied head is the `head` argument. */
+ * embedding's lookup is no matmul; a head tied to it is head_fwd_flops,
+ * charged where the plan holds it (the embedding's unit). */
 static double unit_fwd_flops(const LlamaConfig* m, int T, int u) {
     const double C = m->dim, hd = llama_head_dim(m), QD = hd * m->n_heads, KVD = hd * m->n_kv_heads;
     if (u == 0) return 0;
@@ -79,9 +82,10 @@ static size_t piece_for(double beta) {
 }
 
 /* Seconds of one call of `kind` moving `bytes` (tune.h's query size) over a
- * group of G ranks, k of them per node, the way p->way; ratio raw/wire. */
+ * group of G ranks, k of them per node, the way p->way (PROJ_PLAN: as
+ * `want` asks); ratio raw/wire. */
 static double coll_s(const Proj* p, zipcclCollKind_t kind, zipcclDataType_t dt, double bytes, int G, int k,
-                     double ratio) {
+                     double ratio, const zipcclCallConfig_t* want) {
     if (G < 2 || bytes <= 0) return 0;
     zipcclTuneModel a = p->intra, b = p->inter;
     const int ki = (int)kind, di = zipcclTuneDtypeIndex(dt);
@@ -89,11 +93,27 @@ static double coll_s(const Proj* p, zipcclCollKind_t kind, zipcclDataType_t dt, 
     /* a design's inner stages ask for other kinds: the same ratio */
     for (int x = 0; x < zipcclNumCollKinds; x++) a.ratio[x][di][0] = b.ratio[x][di][0] = ratio;
     const zipcclTuneQuery q = {kind, dt, bytes, G, p->piece, 0, 1};
+    if (p->way == PROJ_PLAN) { /* the design the plan asks for, as it runs */
+        zipcclAlgo_t algo = zipcclAlgoRun(kind, want->algo);
+        if (algo == zipcclAlgoDefault || algo == zipcclAlgoOneShot) algo = zipcclAlgoDirect;
+        zipcclTuneDesign d = {want->strategy, zipcclCodecFast, algo, "", 0};
+        if (want->strategy != zipcclStrategyAuto)
+            return zipcclTuneEstimateTwoLevel(&a, &b, k, p->cfg->cluster.nics_per_node, &q, &d);
+        /* auto: the cheaper of raw and compressed (it never picks hier,
+         * nor native for a reduction) */
+        zipcclTuneDesign r = {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect, "", 0},
+                         c = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect, "", 0};
+        r.algo = c.algo = zipcclAlgoRun(kind, zipcclAlgoDirect) == zipcclAlgoRing ? zipcclAlgoRing : zipcclAlgoDirect;
+        return fmin(zipcclTuneEstimateTwoLevel(&a, &b, k, p->cfg->cluster.nics_per_node, &q, &r),
+                    zipcclTuneEstimateTwoLevel(&a, &b, k, p->cfg->cluster.nics_per_node, &q, &c));
+    }
     /* raw: cluster.baseline, the transport's own collective (NCCL's or
      * MPI's; logarithmic latency) or ZipCCL's raw design */
+    zipcclAlgo_t algo = zipcclAlgoRun(kind, p->way == PROJ_HIER ? zipcclAlgoHier : zipcclAlgoDirect);
+    if (algo == zipcclAlgoDefault) algo = zipcclAlgoDirect; /* the All-to-Alls' pairwise exchange */
     zipcclTuneDesign d = {p->way == PROJ_RAW ? p->cfg->cluster.baseline : zipcclStrategyCompressed, zipcclCodecFast,
-                          p->way == PROJ_HIER ? zipcclAlgoHier : zipcclAlgoDirect, "", 0};
-    return zipcclTuneEstimateTwoLevel(&a, &b, k, &q, &d);
+                          algo, "", 0};
+    return zipcclTuneEstimateTwoLevel(&a, &b, k, p->cfg->cluster.nics_per_node, &q, &d);
 }
 
 /* A unit's group (its gathers' and reduce-scatters' ranks) and its ranks per
@@ -117,7 +137,8 @@ static double ag_s(const Proj* p, int u) {
     int G, k;
     unit_group(p, u, &G, &k);
     const zipcclDataType_t dt = p->cfg->comm.param_dtype;
-    return coll_s(p, zipcclCollAllGather, dt, unit_padded(p, u, G) / G * zipcclTypeSize(dt), G, k, p->ratio[0]);
+    return coll_s(p, zipcclCollAllGather, dt, unit_padded(p, u, G) / G * zipcclTypeSize(dt), G, k, p->ratio[0],
+                  p->way == PROJ_PLAN ? &p->plan.e[u][PLAN_AG].cfg : NULL);
 }
 
 static double rs_s(const Proj* p, int u) {
@@ -126,17 +147,19 @@ static double rs_s(const Proj* p, int u) {
     const zipcclDataType_t dt = p->cfg->comm.reduce_dtype;
     /* rank_invariant reduces by an All-to-All of the same blocks (fsdp.h) */
     const zipcclCollKind_t kind = p->cfg->train.rank_invariant ? zipcclCollAlltoAll : zipcclCollReduceScatter;
-    return coll_s(p, kind, dt, unit_padded(p, u, G) * zipcclTypeSize(dt), G, k, p->ratio[1]);
+    return coll_s(p, kind, dt, unit_padded(p, u, G) * zipcclTypeSize(dt), G, k, p->ratio[1],
+                  p->way == PROJ_PLAN ? &p->plan.e[u][PLAN_RS].cfg : NULL);
 }
 
-/* One direction of a MoE block's exchange: every token's k rows. */
-static double a2a_s(const Proj* p) {
+/* One direction of MoE block `layer`'s exchange: every token's k rows. */
+static double a2a_s(const Proj* p, int layer) {
     const TrainConfig* c = p->cfg;
     const double rows = (double)c->data.batch_size * c->data.seq_len * c->model.n_experts_per_tok;
     const zipcclDataType_t dt = c->comm.alltoall_dtype;
     const int gpn = p->gpn < p->n ? p->gpn : p->n;
     return coll_s(p, zipcclCollAlltoAllv, dt, rows * c->model.dim * zipcclTypeSize(dt), p->ep,
-                  p->ep < gpn ? p->ep : gpn, p->ratio[2]);
+                  p->ep < gpn ? p->ep : gpn, p->ratio[2],
+                  p->way == PROJ_PLAN ? &p->plan.e[1 + layer][PLAN_A2A].cfg : NULL);
 }
 
 /* ---- the replay ----------------------------------------------------------- */
@@ -221,13 +244,16 @@ int project_step(const TrainConfig* cfg, int n, int way, ProjStep* out, char* er
     p.inter.beta = cfg->cluster.inter_gbit / 8 * 1e9 * cfg->cluster.nics_per_node / cfg->cluster.gpus_per_node;
     p.piece = piece_for(n > p.gpn ? p.inter.beta : p.intra.beta);
 
+    if (way == PROJ_PLAN && fsdp_plan_build(cfg, &p.plan, err, errlen)) return -1;
     SchedPlan sp;
-    if (sched_plan_for_config(cfg, n, &sp, err, errlen)) return -1;
+    if (sched_plan_for_config(cfg, n, &sp, err, errlen)) {
+        if (way == PROJ_PLAN) plan_free(&p.plan);
+        return -1;
+    }
     memset(out, 0, sizeof *out);
     Replay r = {.p = &p, .out = out};
     r.ag_done = zrt_calloc((size_t)sp.n_ag + 1, sizeof(double), "projection");
     r.rs_done = zrt_calloc((size_t)sp.n_rs + 1, sizeof(double), "projection");
-    const double a2a = p.ep > 1 ? a2a_s(&p) : 0;
     const int hu = llama_head_unit(m);
     for (int i = 0; i < sp.n_ev; i++) {
         const SchedEvent* e = &sp.ev[i];
@@ -258,7 +284,7 @@ int project_step(const TrainConfig* cfg, int n, int way, ProjStep* out, char* er
         }
         case EV_DISP:
         case EV_COMB: { /* the exchange on the compute's path, its own link time */
-            const double t0 = r.t;
+            const double t0 = r.t, a2a = a2a_s(&p, u); /* u: the block */
             r.t += a2a;
             out->exposed[2] += r.t - t0;
             out->busy_s += a2a;
@@ -283,6 +309,7 @@ int project_step(const TrainConfig* cfg, int n, int way, ProjStep* out, char* er
     free(r.ag_done);
     free(r.rs_done);
     sched_plan_free(&sp);
+    if (way == PROJ_PLAN) plan_free(&p.plan);
     return 0;
 }
 
@@ -293,8 +320,9 @@ int project_step(const TrainConfig* cfg, int n, int way, ProjStep* out, char* er
 static int speedup(const TrainConfig* cfg, int n, ProjStep st[PROJ_NWAYS], int* best, double* x, char* err,
                    size_t errlen) {
     ProjStep tmp[PROJ_NWAYS];
+    const int ways = st ? PROJ_NWAYS : PROJ_PLAN; /* the plan's column only where printed */
     if (!st) st = tmp;
-    for (int w = 0; w < PROJ_NWAYS; w++)
+    for (int w = 0; w < ways; w++)
         if (project_step(cfg, n, w, &st[w], err, errlen)) return -1;
     *best = st[PROJ_HIER].step_s < st[PROJ_COMPRESSED].step_s ? PROJ_HIER : PROJ_COMPRESSED;
     *x = st[PROJ_RAW].step_s / st[*best].step_s;
@@ -435,10 +463,10 @@ int project_run(const TrainConfig* cfg, FILE* f, FILE* json, char* err, size_t e
                    "training\"\n",
                 rk[k], default_ratio(k, dts[k]), zipcclTypeName(dts[k]));
     }
-    fprintf(f, "#\n# %6s %5s | %9s %9s %9s | %-10s %8s %8s %8s | %7s %13s | %13s | %s\n", "gpus", "nodes",
-            "raw s", "compr s", "hier s", "best", "x AG ms", "x RS ms", "x A2A ms", "speedup", "band",
+    fprintf(f, "#\n# %6s %5s | %9s %9s %9s %9s | %-10s %8s %8s %8s | %7s %13s | %13s | %s\n", "gpus", "nodes",
+            "raw s", "compr s", "hier s", "plan s", "best", "x AG ms", "x RS ms", "x A2A ms", "speedup", "band",
             "pays < Gbit/s", "bound");
-    static const char* const way_name[PROJ_NWAYS] = {"raw", "compressed", "hier"};
+    static const char* const way_name[PROJ_NWAYS] = {"raw", "compressed", "hier", "plan"};
     for (long n = cfg->cluster.gpus_min; n <= cfg->cluster.gpus_max; n *= 2) {
         ProjStep st[PROJ_NWAYS];
         int b;
@@ -453,23 +481,26 @@ int project_run(const TrainConfig* cfg, FILE* f, FILE* json, char* err, size_t e
         else if (isinf(be)) snprintf(bes, sizeof bes, "any");
         else if (be == 0) snprintf(bes, sizeof bes, "none");
         else snprintf(bes, sizeof bes, "%.3g", be);
-        fprintf(f, "  %6ld %5d | %9.4f %9.4f %9.4f | %-10s %8.2f %8.2f %8.2f | %6.3fx %5.3f-%5.3fx | %13s | %s\n",
-                n, nodes, st[PROJ_RAW].step_s, st[PROJ_COMPRESSED].step_s, st[PROJ_HIER].step_s, way_name[b],
+        fprintf(f, "  %6ld %5d | %9.4f %9.4f %9.4f %9.4f | %-10s %8.2f %8.2f %8.2f | %6.3fx %5.3f-%5.3fx | %13s | %s\n",
+                n, nodes, st[PROJ_RAW].step_s, st[PROJ_COMPRESSED].step_s, st[PROJ_HIER].step_s,
+                st[PROJ_PLAN].step_s, way_name[b],
                 st[b].exposed[0] * 1e3, st[b].exposed[1] * 1e3, st[b].exposed[2] * 1e3, x, lo, hi, bes, bound);
         if (json)
             fprintf(json,
                     "{\"gpus\": %ld, \"nodes\": %d, \"raw_s\": %.6g, \"compressed_s\": %.6g, \"hier_s\": %.6g, "
+                    "\"plan_s\": %.6g, "
                     "\"best\": \"%s\", \"compute_s\": %.6g, \"exposed_ag_s\": %.6g, \"exposed_rs_s\": %.6g, "
                     "\"exposed_a2a_s\": %.6g, \"raw_exposed_s\": %.6g, \"speedup\": %.6g, \"speedup_lo\": %.6g, "
                     "\"speedup_hi\": %.6g, \"pays_below_gbit\": %.6g, \"bound\": \"%s\", \"inter_gbit\": %g, "
                     "\"tokens_per_gpu_s\": %.6g}\n",
-                    n, nodes, st[PROJ_RAW].step_s, st[PROJ_COMPRESSED].step_s, st[PROJ_HIER].step_s, way_name[b],
-                    st[b].compute_s, st[b].exposed[0], st[b].exposed[1], st[b].exposed[2],
+                    n, nodes, st[PROJ_RAW].step_s, st[PROJ_COMPRESSED].step_s, st[PROJ_HIER].step_s,
+                    st[PROJ_PLAN].step_s, way_name[b], st[b].compute_s, st[b].exposed[0], st[b].exposed[1], st[b].exposed[2],
                     st[PROJ_RAW].exposed[0] + st[PROJ_RAW].exposed[1] + st[PROJ_RAW].exposed[2], x, lo, hi,
                     isinf(be) ? 1e308 : be, bound, cfg->cluster.inter_gbit,
                     (double)cfg->data.batch_size * cfg->data.seq_len * cfg->data.grad_accum / st[b].step_s);
     }
-    fprintf(f, "# speedup: raw step / best compressed step; band: ratio +-5%%, codec +-20%%, MFU +-10%%; "
+    fprintf(f, "# plan: the config's own strategies and algorithms per unit (comm.*, overrides; auto as auto "
+               "decides); speedup: raw step / best compressed step; band: ratio +-5%%, codec +-20%%, MFU +-10%%; "
                "pays < : the NIC rate below which the best compressed way is faster; bound: of the raw step\n");
     return 0;
 }

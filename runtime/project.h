@@ -17,9 +17,10 @@
  *     classes), the gathers and reduce-scatters of a rank queued on its
  *     link in issue order, the expert exchange on the compute's path;
  *   - the optimizer as its bytes over the GPU's memory bandwidth.
- * Three ways to communicate, each a whole step: raw (flat direct, the
- * baseline), compressed (flat direct, cluster.codec_*), and compressed
- * hierarchical (comm.algo hier: raw inside a node, frames between nodes).
+ * Four ways to communicate, each a whole step: raw (cluster.baseline: NCCL's
+ * own collectives or ZipCCL's raw designs), compressed (flat direct,
+ * cluster.codec_*), compressed hierarchical (comm.algo hier: raw inside a
+ * node, frames between nodes), and the config's own plan (PROJ_PLAN).
  * Printed: the inputs with where each came from, then per GPU count the
  * step times, the exposed gather / reduce-scatter / exchange time of the
  * best compressed way, its speedup over raw with a band (the corners of
@@ -28,8 +29,8 @@
  * --log-json FILE: the same as JSON lines (scripts/plot_project.py).
  *
  * Left out: pipeline and tensor parallelism (FSDP and EP only, as the
- * runtime); the per-unit strategies of comm.overrides (every unit takes the
- * way of its column); NCCL's own algorithms at scale (rings and trees are
+ * runtime); codecs other than the cluster's one (a plan's codec choice is
+ * priced at cluster.codec_*); NCCL's own algorithms at scale (rings and trees are
  * the flat designs' estimates); the expert exchange's chunks overlapping
  * the experts (moe.overlap_chunks: charged whole).
  */
@@ -47,7 +48,12 @@ typedef struct {
     double busy_s;     /* time the rank's link was busy                   */
 } ProjStep;
 
-enum { PROJ_RAW = 0, PROJ_COMPRESSED, PROJ_HIER, PROJ_NWAYS };
+/* The ways: the baseline, flat compressed, hierarchical compressed, and the
+ * config's own plan (per unit and kind the strategy and algorithm
+ * fsdp_plan_build gives it: comm.strategy, comm.allgather / reducescatter /
+ * alltoall, comm.algo, comm.overrides; auto as auto decides, the cheaper
+ * of raw and compressed by the same model). */
+enum { PROJ_RAW = 0, PROJ_COMPRESSED, PROJ_HIER, PROJ_PLAN, PROJ_NWAYS };
 
 /* The step of cfg at n GPUs, communicating `way` (PROJ_*). Returns 0, or -1
  * with err (a schedule the config's bounds refuse at that count). */

@@ -12,7 +12,8 @@ runs the projection with the case's config, link rate and knobs, then
     rate's raw run), and the two contentions (with overlap: compute slowed
     while a collective runs, so that the run's compute time is the measured
     one, and collectives slowed while compute runs, so that its step is);
-  - checks every compressed case with those constants: projected vs
+  - checks every compressed case with those constants (the projection's
+    plan column: the run's own strategy and algorithm per unit): projected vs
     measured step time (error %), and the speedup over raw at the same
     overlap, projected vs measured.
 Prints the tables and writes JSON lines (--out). Exit status 1 when a checked
@@ -105,10 +106,13 @@ def validate(a, name, cluster, cases, out):
         meas[c[:3]] = measured(os.path.join(ROOT, "docs/bench", c[0]), c[1], c[2])
 
     def sets_of(c, rate_gbit, mfu, cont, ccomm=0.0):
+        # the run's own plan: its strategy and algorithm, priced in the
+        # projection's plan column
         f, strat, ov, extra, _ = c
+        algo = [f"comm.algo={strat.split('/')[1]}"] if "/" in strat else []
         return [f"cluster.inter_gbit={rate_gbit}", f"cluster.mfu={mfu}", f"cluster.contention={cont}",
-                f"cluster.comm_contention={ccomm}",
-                f"parallelism.overlap={'true' if ov else 'false'}"] + extra
+                f"cluster.comm_contention={ccomm}", f"comm.strategy={strat.split('/')[0]}",
+                f"parallelism.overlap={'true' if ov else 'false'}"] + algo + extra
 
     # 1. the compute rate: the raw run without overlap, its measured compute
     base = cases[0]
@@ -126,8 +130,7 @@ def validate(a, name, cluster, cases, out):
         return row
 
     def step_at(c, eff, cont, ccomm):
-        row = run_at(c, eff, cont, ccomm)
-        return row["raw_s"] if c[1] == "raw" else row["hier_s"] if c[1].endswith("/hier") else row["compressed_s"]
+        return run_at(c, eff, cont, ccomm)["plan_s"]
 
     # 2. the link's MPI efficiency: that run's step (nothing overlaps: compute + comm)
     eff = bisect(lambda e: step0 - step_at(base, e, 0, 0), 0.05, 2.0, 30)
@@ -136,7 +139,7 @@ def validate(a, name, cluster, cases, out):
     step_on, comp_on = meas[on[:3]][0], meas[on[:3]][1]
     cont = ccomm = 0.0
     for _ in range(4):
-        def comp_of(x):
+        def comp_of(x):  # baseline raw in the emu-*.yaml files: the raw column is the plan's
             row = run_at(on, eff, x, ccomm)
             return row["raw_s"] - row["raw_exposed_s"]
         cont = bisect(lambda x: comp_of(x) - comp_on, 0.0, 3.0, 25)

@@ -18,6 +18,9 @@
 #       slower the NIC the more compression buys, and hierarchical beats
 #       flat compressed when the node's link (370 GB/s) is faster than the
 #       codec (161 / 266 GB/s today);
+#   (f) the plan column is the config's own plan: every unit asking for one
+#       column's design gives that column exactly, a comm.overrides rule
+#       (the blocks' reduce-scatters raw) moves it off both columns;
 #   (e) bad input refused by name: a model key in the cluster file, an
 #       unknown cluster key, gpus_min above gpus_max, a compressed baseline,
 #       a missing file.
@@ -100,6 +103,36 @@ bad = [f\"{r['gpus']} GPUs: hier {r['hier_s']:.4f} s, flat {r['compressed_s']:.4
 print('; '.join(bad)); sys.exit(1 if bad else 0)" "$tmp/h.jsonl") &&
     pass hier_beats_flat_when_the_node_outruns_the_codec || fail hier_beats_flat_when_the_node_outruns_the_codec "$why"
 else fail hier_beats_flat_when_the_node_outruns_the_codec "the projection failed: $(tail -3 "$tmp/h.log")"; fi
+
+# (f) the plan column prices the config's own plan: with every unit asking
+# for one column's design it is that column, and an override moves it
+plan_vs() { # plan_vs NAME COLUMN [args...]: the plan column equals COLUMN at every count
+  local name=$1 col=$2; shift 2
+  if proj "$tmp/f_$name" configs/llama-100m.yaml $H --set cluster.gpus_min=8 --set cluster.gpus_max=64 \
+       --set model.compute=bf16 "$@"; then
+    why=$(python3 -c "
+import json, sys
+bad = [f\"{r['gpus']}: plan {r['plan_s']:.6g} s, {sys.argv[2]} {r[sys.argv[2]]:.6g} s\" for r in map(json.loads, open(sys.argv[1])) if r['plan_s'] != r[sys.argv[2]]]
+print('; '.join(bad)); sys.exit(1 if bad else 0)" "$tmp/f_$name.jsonl" "$col") && pass "$name" || fail "$name" "$why"
+  else fail "$name" "the projection failed: $(tail -3 "$tmp/f_$name.log")"; fi
+}
+plan_vs plan_raw_direct_is_the_raw_column raw_s --set comm.strategy=raw --set comm.algo=direct --set cluster.baseline=raw
+plan_vs plan_compressed_direct_is_the_compressed_column compressed_s --set comm.strategy=compressed --set comm.algo=direct
+plan_vs plan_hier_is_the_hier_column hier_s --set comm.strategy=compressed --set comm.algo=hier
+# reduce-scatters of the blocks raw by a rule, the rest compressed: neither column (without the
+# rule the plan is the compressed column, plan_compressed_direct_is_the_compressed_column)
+sed 's/^comm:$/comm:\n  overrides:\n    - {pattern: "layers.*", kind: reducescatter, strategy: raw}/' \
+  configs/llama-100m.yaml >"$tmp/ov.yaml"
+if grep -q 'pattern: "layers' "$tmp/ov.yaml" &&
+   proj "$tmp/f_ov" "$tmp/ov.yaml" $T --set cluster.gpus_min=64 --set cluster.gpus_max=64 \
+     --set model.compute=bf16 --set comm.algo=direct --set cluster.baseline=raw; then
+  why=$(python3 -c "
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+print(f\"plan {r['plan_s']:.5g} s, compressed {r['compressed_s']:.5g} s, raw {r['raw_s']:.5g} s\")
+sys.exit(0 if r['plan_s'] != r['compressed_s'] and r['plan_s'] != r['raw_s'] else 1)" "$tmp/f_ov.jsonl") &&
+    pass "plan_follows_comm_overrides ($why)" || fail plan_follows_comm_overrides "$why"
+else fail plan_follows_comm_overrides "the projection failed: $(tail -3 "$tmp/f_ov.log")"; fi
 
 # (e)
 refused() { # refused NAME MESSAGE CLUSTER [args...]
