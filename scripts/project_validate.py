@@ -57,6 +57,11 @@ CLUSTERS = {
         ("train_commbound_2x2_1gbit.jsonl", "compressed", True, [], False),
         ("train_commbound_2x2_1gbit.jsonl", "compressed/hier", True, [], False),
         ("train_commbound_2x2_1gbit.jsonl", "compressed/hier", False, [], False),
+        ("train_commbound_2x2_10gbit.jsonl", "raw", False, [], True),
+        ("train_commbound_2x2_10gbit.jsonl", "raw", True, [], False),
+        ("train_commbound_2x2_10gbit.jsonl", "compressed", True, [], False),
+        ("train_commbound_2x2_10gbit.jsonl", "compressed/hier", True, [], False),
+        ("train_commbound_2x2_10gbit.jsonl", "compressed/hier", False, [], False),
     ]),
 }
 
