@@ -10,7 +10,9 @@ For each input it writes <input>.png (time vs size per strategy, one log-log
 panel per collective), prints the verdict against the targets of the
 collectives work, and with --doc replaces the "## Collectives" section of that
 Markdown file (creating the file with a "# Benchmarks" title if needed).  Text
-between "<!-- notes -->" and "<!-- /notes -->" in the old section is kept.
+between "<!-- notes -->" and "<!-- /notes -->" in the old section is kept, and
+blocks between "<!-- kept -->" and "<!-- /kept -->" (hand-written subsections)
+follow the new section unchanged.
 
 The section is compact by default: one table per link (rows: collective x
 native, raw, compressed, auto, compressed's speed-ups and auto against the
@@ -617,6 +619,10 @@ def render_section(sets, pngs, verdict_rows, notes):
 
 
 def replace_section(doc, section):
+    """The doc with its "## Collectives" section replaced by `section`, and the
+    old section's notes. Blocks between "<!-- kept -->" and "<!-- /kept -->"
+    in the old section (subsections written by hand: other benchmarks' tables)
+    follow the new one unchanged."""
     text = open(doc).read() if os.path.exists(doc) else "# Benchmarks\n"
     m = re.search(r"^## Collectives[^\n]*\n", text, flags=re.M)
     if not m:
@@ -625,7 +631,10 @@ def replace_section(doc, section):
     end = m.end() + nxt.start() if nxt else len(text)
     old = text[m.start():end]
     nm = re.search(r"<!-- notes -->\n(.*?)<!-- /notes -->", old, flags=re.S)
-    return text[:m.start()] + section + ("\n" if nxt else "") + text[end:], nm.group(1) if nm else ""
+    kept = "".join("\n" + k.group(0).rstrip("\n") + "\n"
+                   for k in re.finditer(r"<!-- kept -->\n.*?<!-- /kept -->", old, flags=re.S))
+    return (text[:m.start()] + section + kept + ("\n" if nxt else "") + text[end:],
+            nm.group(1) if nm else "")
 
 
 def main(argv):

@@ -16,7 +16,9 @@ is checked on rows whose answers are worked out by hand below:
     native and native-put per run, and with raw, against the issue's targets;
   - the compact tables of --doc (one per link) line up, mark auto above
     1.03x of the fastest fixed design in bold and name that design when it
-    is none of native, raw and compressed.
+    is none of native, raw and compressed;
+  - --doc replaces only the Collectives section, keeping its notes and its
+    hand-written <!-- kept --> subsections after the new tables.
 """
 import os
 import sys
@@ -123,6 +125,22 @@ check(len(auto_row) == 1 and "| 1.000 |" in auto_row[0] and "**1.038** (compress
 sec = pc.render_compact([({"rate": "10gbit", "reps": 2}, rows)], [None], "")
 check("| 10gbit | 4 | 1.019x | 1 of 2 |" in sec and "`scripts/bench_sweep.sh --rates 10gbit --reps 2`" in sec
       and "| MISS |" in sec, "compact_verdict_and_command", sec)
+
+# --doc replaces the Collectives section but keeps its notes and its
+# hand-written <!-- kept --> blocks, and leaves the other sections alone
+import tempfile  # noqa: E402
+with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False) as f:
+    f.write("# Benchmarks\n\n## Codec\n\ncodec text\n\n## Collectives\n\nold table\n\n"
+            "<!-- notes -->\nthe notes\n<!-- /notes -->\n\n<!-- kept -->\n### Hierarchical\n\nhier table\n"
+            "<!-- /kept -->\n\n## Model\n\nmodel text\n")
+    path = f.name
+_, notes = pc.replace_section(path, "")
+text, _ = pc.replace_section(path, "## Collectives\n\nnew table\n")
+os.unlink(path)
+check(notes == "the notes\n" and "new table" in text and "old table" not in text
+      and "<!-- kept -->\n### Hierarchical\n\nhier table\n<!-- /kept -->" in text
+      and text.index("new table") < text.index("hier table") < text.index("## Model")
+      and "codec text" in text and "model text" in text, "doc_keeps_notes_and_kept_blocks", text)
 
 print(f"{failed()} failed")
 sys.exit(1 if failed() else 0)
