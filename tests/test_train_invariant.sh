@@ -86,8 +86,13 @@ else fail resume_4_ranks_on_1_same_bits "a run failed"; fi
 
 # (d)
 if [ -x "$EMU" ]; then
-  if TRAIN=$EMU run 1 "$tmp/e1.jsonl" $INV --set runtime.device=cuda --set train.grad_groups=2 --set train.steps=4 &&
-     TRAIN=$EMU run 2 "$tmp/e2.jsonl" $INV --set runtime.device=cuda --set train.grad_groups=2 --set train.steps=4; then
+  # bf16 reduction: the tiny model's padded fp32 gradient blocks can be
+  # incompressible at a step, which the compression check refuses
+  # (docs/RUNTIME.md "Rank-invariant training", the limitation); this check
+  # is about the device's bits, not the codec's ratio
+  E="--set runtime.device=cuda --set train.grad_groups=2 --set train.steps=4 --set comm.reduce_dtype=bf16"
+  # shellcheck disable=SC2086
+  if TRAIN=$EMU run 1 "$tmp/e1.jsonl" $INV $E && TRAIN=$EMU run 2 "$tmp/e2.jsonl" $INV $E; then
     why=$(same "$tmp/e1.jsonl" "$tmp/e2.jsonl") && pass "emu_cuda_1_and_2_ranks_same_bits ($(hash_of "$tmp/e1.jsonl"))" ||
       fail emu_cuda_1_and_2_ranks_same_bits "$why"
   else fail emu_cuda_1_and_2_ranks_same_bits "a run failed"; fi
