@@ -81,6 +81,13 @@ static size_t piece_for(double beta) {
     return want >= hi ? (size_t)hi : want <= lo ? (size_t)lo : (size_t)(want / 65536) * 65536;
 }
 
+/* The design a request runs (zipcclAlgoRun) as the cost model names it:
+ * the All-to-Alls' pairwise exchange and one-shot priced as direct. */
+static zipcclAlgo_t run_algo(zipcclCollKind_t kind, zipcclAlgo_t requested) {
+    const zipcclAlgo_t a = zipcclAlgoRun(kind, requested);
+    return a == zipcclAlgoDefault || a == zipcclAlgoOneShot ? zipcclAlgoDirect : a;
+}
+
 /* Seconds of one call of `kind` moving `bytes` (tune.h's query size) over a
  * group of G ranks, k of them per node, the way p->way (PROJ_PLAN: as
  * `want` asks); ratio raw/wire. */
@@ -88,32 +95,26 @@ static double coll_s(const Proj* p, zipcclCollKind_t kind, zipcclDataType_t dt, 
                      double ratio, const zipcclCallConfig_t* want) {
     if (G < 2 || bytes <= 0) return 0;
     zipcclTuneModel a = p->intra, b = p->inter;
-    const int ki = (int)kind, di = zipcclTuneDtypeIndex(dt);
-    a.ratio[ki][di][0] = b.ratio[ki][di][0] = ratio;
-    /* a design's inner stages ask for other kinds: the same ratio */
+    const int di = zipcclTuneDtypeIndex(dt);
+    /* every kind: a design's inner stages ask for other kinds than its own */
     for (int x = 0; x < zipcclNumCollKinds; x++) a.ratio[x][di][0] = b.ratio[x][di][0] = ratio;
     const zipcclTuneQuery q = {kind, dt, bytes, G, p->piece, 0, 1};
+    const int links = p->cfg->cluster.nics_per_node;
     if (p->way == PROJ_PLAN) { /* the design the plan asks for, as it runs */
-        zipcclAlgo_t algo = zipcclAlgoRun(kind, want->algo);
-        if (algo == zipcclAlgoDefault || algo == zipcclAlgoOneShot) algo = zipcclAlgoDirect;
-        zipcclTuneDesign d = {want->strategy, zipcclCodecFast, algo, "", 0};
-        if (want->strategy != zipcclStrategyAuto)
-            return zipcclTuneEstimateTwoLevel(&a, &b, k, p->cfg->cluster.nics_per_node, &q, &d);
+        zipcclTuneDesign d = {want->strategy, zipcclCodecFast, run_algo(kind, want->algo), "", 0};
+        if (want->strategy != zipcclStrategyAuto) return zipcclTuneEstimateTwoLevel(&a, &b, k, links, &q, &d);
         /* auto: the cheaper of raw and compressed (it never picks hier,
          * nor native for a reduction) */
-        zipcclTuneDesign r = {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoDirect, "", 0},
-                         c = {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoDirect, "", 0};
-        r.algo = c.algo = zipcclAlgoRun(kind, zipcclAlgoDirect) == zipcclAlgoRing ? zipcclAlgoRing : zipcclAlgoDirect;
-        return fmin(zipcclTuneEstimateTwoLevel(&a, &b, k, p->cfg->cluster.nics_per_node, &q, &r),
-                    zipcclTuneEstimateTwoLevel(&a, &b, k, p->cfg->cluster.nics_per_node, &q, &c));
+        zipcclTuneDesign r = {zipcclStrategyRaw, zipcclCodecFast, run_algo(kind, zipcclAlgoDirect), "", 0},
+                         c = {zipcclStrategyCompressed, zipcclCodecFast, r.algo, "", 0};
+        return fmin(zipcclTuneEstimateTwoLevel(&a, &b, k, links, &q, &r),
+                    zipcclTuneEstimateTwoLevel(&a, &b, k, links, &q, &c));
     }
     /* raw: cluster.baseline, the transport's own collective (NCCL's or
      * MPI's; logarithmic latency) or ZipCCL's raw design */
-    zipcclAlgo_t algo = zipcclAlgoRun(kind, p->way == PROJ_HIER ? zipcclAlgoHier : zipcclAlgoDirect);
-    if (algo == zipcclAlgoDefault) algo = zipcclAlgoDirect; /* the All-to-Alls' pairwise exchange */
     zipcclTuneDesign d = {p->way == PROJ_RAW ? p->cfg->cluster.baseline : zipcclStrategyCompressed, zipcclCodecFast,
-                          algo, "", 0};
-    return zipcclTuneEstimateTwoLevel(&a, &b, k, p->cfg->cluster.nics_per_node, &q, &d);
+                          run_algo(kind, p->way == PROJ_HIER ? zipcclAlgoHier : zipcclAlgoDirect), "", 0};
+    return zipcclTuneEstimateTwoLevel(&a, &b, k, links, &q, &d);
 }
 
 /* A unit's group (its gathers' and reduce-scatters' ranks) and its ranks per
