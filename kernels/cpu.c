@@ -562,6 +562,16 @@ static void cpu_adamw_multi(const ZrtAdamWSlice* sl, int ns, const ZrtAdamWStep*
 }
 
 /* sumsq of x * gscale (1: of x) */
+/* One block's sum of squares (n <= ZRT_SUMSQ_BLOCK), in element order. */
+static double block_sumsq(const float* x, size_t n, float gscale) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double xi = x[i] * gscale;
+        sum += xi * xi;
+    }
+    return sum;
+}
+
 static double sumsq_scaled(const float* x, size_t n, float gscale) {
     const size_t nblocks = (n + ZRT_SUMSQ_BLOCK - 1) / ZRT_SUMSQ_BLOCK;
     double total = 0.0;
@@ -572,13 +582,7 @@ static double sumsq_scaled(const float* x, size_t n, float gscale) {
 #pragma omp parallel for schedule(static)
         for (size_t j = 0; j < nb; j++) {
             const size_t a = (b0 + j) * ZRT_SUMSQ_BLOCK;
-            const size_t e = a + ZRT_SUMSQ_BLOCK < n ? a + ZRT_SUMSQ_BLOCK : n;
-            double sum = 0.0;
-            for (size_t i = a; i < e; i++) {
-                const double xi = x[i] * gscale;
-                sum += xi * xi;
-            }
-            part[j] = sum;
+            part[j] = block_sumsq(x + a, (a + ZRT_SUMSQ_BLOCK < n ? ZRT_SUMSQ_BLOCK : n - a), gscale);
         }
         for (size_t j = 0; j < nb; j++) total += part[j];
     }
@@ -587,8 +591,15 @@ static double sumsq_scaled(const float* x, size_t n, float gscale) {
 
 static void cpu_sumsq(double* out, const float* x, size_t n) { *out = sumsq_scaled(x, n, 1.0f); }
 
+/* Parts of one block or less (the rank-invariant norm's: tens of thousands
+ * a step) in one parallel loop; a larger part parallel over its blocks. A
+ * one-block part's sum is sumsq_scaled's (0 + the block's sum), bit for bit. */
 static void cpu_sumsq_multi(double* out, float* const* x, const size_t* n, int nx, float gscale) {
-    for (int k = 0; k < nx; k++) out[k] = sumsq_scaled(x[k], n[k], gscale);
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < nx; k++)
+        if (n[k] <= ZRT_SUMSQ_BLOCK) out[k] = block_sumsq(x[k], n[k], gscale);
+    for (int k = 0; k < nx; k++)
+        if (n[k] > ZRT_SUMSQ_BLOCK) out[k] = sumsq_scaled(x[k], n[k], gscale);
 }
 
 static void cpu_scale(float* x, size_t n, float factor) {

@@ -241,6 +241,16 @@ typedef struct {
     int (*combine_send)(void* ctx, int layer, int phase, int chunk, const float* local,
                         float* rows);
     int (*combine)(void* ctx, int layer, int phase, float* rows);
+    /* train.rank_invariant (EP > 1; NULL otherwise, or returning NULL): the
+     * rows of chunk `chunk` by source rank, (*n_src, n_local) rows from
+     * source s for local expert j at [s * n_local + j], valid with the
+     * chunk. The experts then run one GEMM per (expert, source), the shape
+     * the source's rows have at EP = 1, and each expert's weight gradient
+     * is its sources' gradients added in a binary tree over s (pairs at
+     * distance 1, 2, ...), the leaves and nodes rounded to bf16 values when
+     * grad_tree_bf16 (models/moe.c). */
+    const int* (*dispatch_sources)(void* ctx, int layer, int chunk, int* n_src);
+    int grad_tree_bf16;
     /* The load-balancing loss's batch (MoE). NULL: this micro-batch. Else
      * called once per step with a backward, after the last block's forward,
      * with `stats` (n) this micro-batch's numbers the aux loss is made of

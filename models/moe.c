@@ -223,6 +223,7 @@ void moe_acts_free(MoeActs* m) {
     zdev_free(K->dev, m->yl);
     zdev_free(K->dev, m->xs_shared);
     zdev_free(K->dev, m->sg_mem);
+    zdev_free(K->dev, m->gtree);
     free(m->tokens_per_expert);
     free(m->prob_sum);
     free(m->aux_host);
@@ -279,55 +280,144 @@ static void route(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, const floa
  * w_down (C, Fe). */
 static size_t expert_numel(const MoeDims* d) { return 3 * (size_t)d->Fe * d->C; }
 
-/* yl (rows, C) at chunk c's rows = the SwiGLU of each local expert over its
- * rows of that chunk of xin. */
-static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, Weight p,
-                            float* yl, int chunk) {
+/* The runs of rows the experts compute in chunk c: one per local expert,
+ * or with `src` (train.rank_invariant, LlamaParamHooks.dispatch_sources)
+ * one per (expert, source rank), the rows source s sent, so that every GEMM
+ * has the shape the source's rows have at EP = 1. run_rows gives run i's
+ * expert, first row (in the layout of the whole block) and row count. */
+typedef struct {
+    const int* rc;  /* (n_local) rows per local expert in the chunk */
+    const int* src; /* (n_src, n_local) rows per source and local expert, or NULL */
+    int n_local, n_src, base;
+} Runs;
+
+static Runs runs_of(const MoeLayer* L, int chunk, const int* src, int n_src) {
+    Runs r = {L->chunk_counts + (size_t)chunk * L->n_local, src, L->n_local, src ? n_src : 1,
+              L->chunk_off[chunk]};
+    return r;
+}
+
+/* the rows of expert j from source s (s = 0 without src: all of j's) */
+static int run_rows(const Runs* r, int j, int s) {
+    return r->src ? r->src[(size_t)s * r->n_local + j] : r->rc[j];
+}
+
+/* One run's forward: yl at rows [o, o + c) = SwiGLU expert we of xin's rows. */
+static void run_forward(const MoeDims* d, const MoeLayer* L, const ZrtKernels* K, Weight we,
+                        float* yl, int o, int c) {
     const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
-    const int* rc = L->chunk_counts + (size_t)chunk * L->n_local;
-    for (int j = 0, o = L->chunk_off[chunk]; j < L->n_local; o += rc[j], j++) {
-        const int c = rc[j];
-        if (!c) continue;
+    const float* x = L->xin + (size_t)o * C;
+    float *g = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe, *h = L->hid + (size_t)o * Fe;
+    linear_forward(K, g, x, we, c, d->C, d->Fe);
+    linear_forward(K, u, x, weight_at(we, FC), c, d->C, d->Fe);
+    K->swiglu_forward(h, g, u, c, d->Fe);
+    linear_forward(K, yl + (size_t)o * C, h, weight_at(we, 2 * FC), c, d->Fe, d->C);
+}
+
+/* yl at chunk c's rows = the SwiGLU of each local expert over its rows of
+ * that chunk of xin, run by run. */
+static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, Weight p,
+                            float* yl, int chunk, const int* src, int n_src) {
+    const Runs r = runs_of(L, chunk, src, n_src);
+    for (int j = 0, o = r.base; j < r.n_local; j++) {
         const Weight we = weight_at(p, (size_t)j * expert_numel(d));
-        const float* x = L->xin + (size_t)o * C;
-        float *g = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe,
-              *h = L->hid + (size_t)o * Fe;
-        linear_forward(K, g, x, we, c, d->C, d->Fe);
-        linear_forward(K, u, x, weight_at(we, FC), c, d->C, d->Fe);
-        K->swiglu_forward(h, g, u, c, d->Fe);
-        linear_forward(K, yl + (size_t)o * C, h, weight_at(we, 2 * FC), c, d->Fe, d->C);
+        for (int s = 0; s < r.n_src; s++) {
+            const int c = run_rows(&r, j, s);
+            if (c) run_forward(d, L, K, we, yl, o, c);
+            o += c;
+        }
     }
 }
 
-/* dxl at chunk c's rows from dyl (the chunk's rows only, (rows of c, C));
- * the experts' gradients accumulate in g, chunk after chunk. */
-static void experts_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m,
-                             const ZrtKernels* K, Weight p, float* g, const float* dyl,
-                             float* dxl, int chunk) {
+/* One run's backward: dxl at rows [o, o + c) from dy (the run's rows), the
+ * expert's weight gradient added into ge. */
+static void run_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m, const ZrtKernels* K,
+                         Weight we, float* ge, const float* dy, float* dxl, int o, int c) {
     const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
-    const int* rc = L->chunk_counts + (size_t)chunk * L->n_local;
-    const int base = L->chunk_off[chunk];
-    for (int j = 0, o = base; j < L->n_local; o += rc[j], j++) {
-        const int c = rc[j];
-        if (!c) continue;
-        const size_t off = (size_t)j * expert_numel(d);
-        const Weight we = weight_at(p, off);
-        const float* x = L->xin + (size_t)o * C;
-        float* ge = g + off;
-        float *gt = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe,
-              *h = L->hid + (size_t)o * Fe;
-        const float* dy = dyl + (size_t)(o - base) * C;
-        float* dx = dxl + (size_t)o * C;
-        if (d->recompute) { // the forward's gate, up and hid again: same kernels, same bits
-            linear_forward(K, gt, x, we, c, d->C, d->Fe);
-            linear_forward(K, u, x, weight_at(we, FC), c, d->C, d->Fe);
-            K->swiglu_forward(h, gt, u, c, d->Fe);
-        }
-        linear_backward(K, m->dhid, ge + 2 * FC, dy, h, weight_at(we, 2 * FC), c, d->Fe, d->C, 0);
-        K->swiglu_backward(m->dgate, m->dup, m->dhid, gt, u, c, d->Fe);
-        linear_backward(K, dx, ge, m->dgate, x, we, c, d->C, d->Fe, 0);
-        linear_backward(K, dx, ge + FC, m->dup, x, weight_at(we, FC), c, d->C, d->Fe, 1);
+    const float* x = L->xin + (size_t)o * C;
+    float *gt = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe, *h = L->hid + (size_t)o * Fe;
+    float* dx = dxl + (size_t)o * C;
+    if (d->recompute) { // the forward's gate, up and hid again: same kernels, same bits
+        linear_forward(K, gt, x, we, c, d->C, d->Fe);
+        linear_forward(K, u, x, weight_at(we, FC), c, d->C, d->Fe);
+        K->swiglu_forward(h, gt, u, c, d->Fe);
     }
+    linear_backward(K, m->dhid, ge + 2 * FC, dy, h, weight_at(we, 2 * FC), c, d->Fe, d->C, 0);
+    K->swiglu_backward(m->dgate, m->dup, m->dhid, gt, u, c, d->Fe);
+    linear_backward(K, dx, ge, m->dgate, x, we, c, d->C, d->Fe, 0);
+    linear_backward(K, dx, ge + FC, m->dup, x, weight_at(we, FC), c, d->C, d->Fe, 1);
+}
+
+/* The source tree's buffers (src runs): a zero expert, the leaf, and one
+ * pending left subtree per level, each one expert's parameters. */
+static float* tree_buffers(MoeActs* m, int n_src) {
+    int levels = 0;
+    while ((1 << levels) < n_src) levels++;
+    const size_t need = (size_t)(levels + 2) * expert_numel(&m->d);
+    if (need > m->gtree_cap) {
+        float* mem = zdev_alloc(m->K->dev, need * sizeof(float));
+        if (!mem) return NULL;
+        zdev_free(m->K->dev, m->gtree);
+        m->gtree = mem;
+        m->gtree_cap = need;
+        zdevCheck(zdev_memset_async(m->K->dev, mem, 0, expert_numel(&m->d) * sizeof(float), NULL));
+    }
+    return m->gtree;
+}
+
+/* dxl at chunk c's rows from dyl (the chunk's rows only, (rows of c, C));
+ * the experts' gradients accumulate in g, chunk after chunk. With src
+ * (rank-invariant) expert j's gradient is its sources' in a binary tree:
+ * leaf s = 0 + that source's GEMMs (0 + its bf16 rounding with tree_bf16,
+ * as fsdp.c takes a leaf), node = left + right (rounded likewise), the
+ * pending left subtrees kept per level (a binary counter over s, which
+ * n_src, a power of two, fills; a leaf or node is written where it waits,
+ * never copied); the top is added into g. Returns -1 when the tree's
+ * buffers cannot be had. */
+static int experts_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m, const ZrtKernels* K,
+                            Weight p, float* g, const float* dyl, float* dxl, int chunk,
+                            const int* src, int n_src, int tree_bf16) {
+    const size_t C = d->C, en = expert_numel(d);
+    const Runs r = runs_of(L, chunk, src, n_src);
+    float* tb = NULL;
+    if (src) {
+        if (n_src < 1 || (n_src & (n_src - 1)) || !(tb = tree_buffers(m, n_src))) return -1;
+    }
+    for (int j = 0, o = r.base; j < r.n_local; j++) {
+        const size_t off = (size_t)j * en;
+        const Weight we = weight_at(p, off);
+        for (int s = 0; s < r.n_src; s++) {
+            const int c = run_rows(&r, j, s);
+            const float* dy = dyl + (size_t)(o - r.base) * C;
+            if (!src) {
+                if (c) run_backward(d, L, m, K, we, g + off, dy, dxl, o, c);
+                o += c;
+                continue;
+            }
+            // s's trailing ones: the merges with pending left subtrees; then
+            // the result waits at level `ones`, or (the last s) is the top
+            int ones = 0;
+            while ((s >> ones) & 1) ones++;
+            const int top = s == n_src - 1;
+            float *zero = tb, *v = tb + en, *level = tb + 2 * en;
+            float* wait_at = top ? NULL : level + (size_t)ones * en;
+            float* leaf = ones == 0 && !top ? wait_at : v; // no copy for a leaf that waits
+            zdevCheck(zdev_memset_async(K->dev, leaf, 0, en * sizeof(float), NULL));
+            if (c) run_backward(d, L, m, K, we, leaf, dy, dxl, o, c);
+            o += c;
+            if (tree_bf16) {
+                K->round_bf16_inplace(leaf, en);
+                K->add(leaf, zero, leaf, en);
+            }
+            for (int k = 0; k < ones; k++) { // node = left + right, into where it goes
+                float* out = k == ones - 1 && !top ? wait_at : v;
+                K->add(out, level + (size_t)k * en, v, en);
+                if (tree_bf16) K->round_bf16_inplace(out, en);
+            }
+            if (top) K->add(g + off, g + off, v, en);
+        }
+    }
+    return 0;
 }
 
 static int moe_error(const char* what, int layer) {
@@ -417,6 +507,13 @@ static int exchange_chunk(MoeLayer* L, const MoeDims* d, const ZrtKernels* K,
     return 0;
 }
 
+/* Chunk c's rows by source (rank-invariant runs), or NULL. */
+static const int* sources(const LlamaParamHooks* hooks, int layer, int chunk, int* n_src) {
+    return hooks->dispatch && hooks->dispatch_sources
+               ? hooks->dispatch_sources(hooks->ctx, layer, chunk, n_src)
+               : NULL;
+}
+
 /* ---------------------------------------------------------------- forward */
 
 int moe_forward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const float* x,
@@ -438,10 +535,12 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const flo
     if (!unit) return moe_error("acquire(experts, forward) returned NULL", layer);
     const Weight p = weight_of(unit, hooks->bf16_units);
     float* yl = hooks->dispatch ? m->yl : L->ys;
+    int n_src = 0;
     for (int c = 0; c < L->n_chunks; c++) {
         const float* recv;
         if (hooks->dispatch && exchange_chunk(L, d, K, hooks, layer, 0, c, &recv)) return -1;
-        experts_forward(d, L, K, p, yl, c);
+        const int* src = sources(hooks, layer, c, &n_src);
+        experts_forward(d, L, K, p, yl, c, src, n_src);
         if (hooks->dispatch &&
             hooks->combine_send(hooks->ctx, layer, 0, c, yl + (size_t)L->chunk_off[c] * C, L->ys))
             return moe_error("combine_send failed", layer);
@@ -497,10 +596,13 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const fl
     const Weight p = weight_of(unit, hooks->bf16_units);
     float* g = hooks->grad_buffer(hooks->ctx, expert_unit);
     float* dxl = hooks->dispatch ? m->dxl : m->dxs;
+    int n_src = 0;
     for (int c = 0; c < L->n_chunks; c++) {
         const float* dyl = m->dys; // no hooks: one chunk, in place
         if (hooks->dispatch && exchange_chunk(L, d, K, hooks, layer, 1, c, &dyl)) return -1;
-        experts_backward(d, L, m, K, p, g, dyl, dxl, c);
+        const int* src = sources(hooks, layer, c, &n_src);
+        if (experts_backward(d, L, m, K, p, g, dyl, dxl, c, src, n_src, hooks->grad_tree_bf16))
+            return moe_error("out of memory for the experts' gradient tree", layer);
         if (hooks->dispatch &&
             hooks->combine_send(hooks->ctx, layer, 1, c, dxl + (size_t)L->chunk_off[c] * C, m->dxs))
             return moe_error("combine_send failed", layer);

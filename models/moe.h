@@ -102,6 +102,11 @@ typedef struct {
      * of every block, sg_cap rows */
     float *xs_shared, *sg_mem;
     int sg_cap;
+    /* rank-invariant runs (LlamaParamHooks.dispatch_sources): the experts'
+     * gradient tree over source ranks, (levels + 2) experts' parameters,
+     * allocated at the first such backward */
+    float* gtree;
+    size_t gtree_cap;
     /* pooled over the MoE blocks of the last step, for the aux loss (host) */
     long long* tokens_per_expert; /* (E) (token, slot) pairs */
     double* prob_sum;             /* (E) sum of router probabilities over rows */

@@ -21,6 +21,7 @@
  * Left out: anchors and merge keys beyond libyaml's own resolution.
  */
 #include "config.h"
+#include "kernels.h" /* ZRT_SUMSQ_BLOCK */
 #include "log.h"
 
 #include <errno.h>
@@ -945,13 +946,34 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
         return zrt_errf(err, errlen, "%s: key 'train.recompute': unknown mode '%s' (auto|none|full)",
                         config_where(c, "train.recompute", w1, sizeof w1),
                         PRINTABLE(c->train.recompute));
-    if (c->train.rank_invariant && c->model.n_experts > 0 && c->parallel.ep > 1)
-        return zrt_errf(err, errlen,
-                        "%s: key 'train.rank_invariant': not with expert parallelism yet "
-                        "(parallelism.ep %d: an expert's gradient sums every source rank's "
-                        "tokens in one GEMM); MoE at parallelism.ep 1 is rank-invariant "
-                        "(docs/RUNTIME.md, rank-invariant training)",
-                        config_where(c, "train.rank_invariant", w1, sizeof w1), c->parallel.ep);
+    /* rank_invariant at EP > 1: the experts run per source rank in one
+     * chunk (models/moe.c), rows exchanged exactly, and each expert starts
+     * on a block of the norm (fsdp_grad_norm_of) */
+    if (c->train.rank_invariant && c->model.n_experts > 0 && c->parallel.ep > 1) {
+        const long long en = 3LL * c->model.moe_ffn_hidden * c->model.dim;
+        if (c->moe.overlap_chunks > 1)
+            return zrt_errf(err, errlen,
+                            "%s: key 'train.rank_invariant': with expert parallelism the exchange "
+                            "runs in one chunk (a chunk cuts a source's rows of an expert in two "
+                            "GEMMs, which EP 1 runs as one): set moe.overlap_chunks: 1 (%s)",
+                            config_where(c, "train.rank_invariant", w1, sizeof w1),
+                            config_where(c, "moe.overlap_chunks", w2, sizeof w2));
+        if (c->comm.alltoall_dtype == zipcclBfloat16)
+            return zrt_errf(err, errlen,
+                            "%s: key 'train.rank_invariant': with expert parallelism the expert "
+                            "rows travel exactly (EP 1 rounds nothing): set comm.alltoall_dtype: "
+                            "fp32 (%s)",
+                            config_where(c, "train.rank_invariant", w1, sizeof w1),
+                            config_where(c, "comm.alltoall_dtype", w2, sizeof w2));
+        if (en % ZRT_SUMSQ_BLOCK)
+            return zrt_errf(err, errlen,
+                            "%s: key 'train.rank_invariant': with expert parallelism an expert's "
+                            "3 x moe_ffn_hidden x dim = %lld parameters must be a multiple of %d "
+                            "(the gradient norm's block, so every rank's experts start on one: "
+                            "true of real models, e.g. Qwen3-30B-A3B's 3 x 768 x 2048)",
+                            config_where(c, "train.rank_invariant", w1, sizeof w1), en,
+                            ZRT_SUMSQ_BLOCK);
+    }
     if (c->train.rank_invariant && c->model.n_experts > 0 && strcmp(c->moe.aux_loss_scope, "rank"))
         return zrt_errf(err, errlen,
                         "%s: key 'train.rank_invariant': the aux loss must cover each "

@@ -521,6 +521,14 @@ int expert_combine_end(Expert* x, int layer, int phase, float* rows) {
     return 0;
 }
 
+const int* expert_chunk_sources(const Expert* x, int layer, int chunk) {
+    if (layer < 0 || layer >= x->n_layers || !x->layer[layer].valid || chunk < 0 ||
+        chunk >= x->layer[layer].nc)
+        return NULL;
+    const ExpertLayer* L = &x->layer[layer];
+    return L->csplit + (size_t)chunk * x->ep * x->E_local;
+}
+
 /* ---- the whole block at once (one chunk, blocking) ----------------------- */
 
 int expert_dispatch(void* ctx, int layer, int phase, const float* rows, const int* counts, int C,

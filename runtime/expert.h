@@ -98,6 +98,11 @@ int expert_combine_issue(Expert* x, int layer, int phase, int chunk, const float
                          float* rows);
 int expert_combine_wait(Expert* x, int layer, int phase, int chunk);
 int expert_combine_end(Expert* x, int layer, int phase, float* rows);
+/* Chunk `chunk` of block `layer` by source rank (EP, E_local): rows from
+ * rank s for local expert j at [s * E_local + j], as dispatch_wait hands
+ * them over (local expert j: its rows from rank 0, then rank 1, ...). NULL
+ * before a dispatch of that chunk. */
+const int* expert_chunk_sources(const Expert* x, int layer, int chunk);
 
 /* The whole block at once, blocking (one chunk): dispatch returns every
  * received row, combine brings the outputs back into rows (n, C). */

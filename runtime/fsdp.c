@@ -506,9 +506,18 @@ double fsdp_grad_norm_of(Fsdp* f, const double* parts) {
         double ss = 0;
         size_t first = 0; /* unit u's first block in each rank's list */
         for (int u = 0; u < f->n_units; u++) {
-            const size_t nb = f->units[u].shard / ZRT_SUMSQ_BLOCK;
-            for (int r = 0; r < f->nranks; r++)
-                for (size_t j = 0; j < nb; j++) ss += f->blocks_all[(size_t)r * f->n_blocks + first + j];
+            const FsdpUnit* U = &f->units[u];
+            const size_t nb = U->shard / ZRT_SUMSQ_BLOCK;
+            /* the shards in model order: rank order, but an expert unit at
+             * EP > 1 is EP slices (ranks i, i + EP, ... hold slice i's
+             * shards), each starting on a block (config.c checks the
+             * experts' size); the padding's zero blocks add nothing */
+            const int ns = U->group ? f->ep : 1, nsh = U->group ? f->edp_size : f->nranks;
+            for (int i = 0; i < ns; i++)
+                for (int g = 0; g < nsh; g++) {
+                    const size_t r = U->group ? (size_t)g * f->ep + i : (size_t)g;
+                    for (size_t j = 0; j < nb; j++) ss += f->blocks_all[r * f->n_blocks + first + j];
+                }
             first += nb;
         }
         return sqrt(ss);

@@ -35,6 +35,11 @@ int memplan_build(const TrainConfig* cfg, int nranks, const ZrtKernels* K, doubl
         while ((1 << levels) < cfg->data.grad_accum) levels++;
         mp->grads += 4 * shards * levels +
                      (cfg->comm.reduce_dtype == zipcclBfloat16 ? 4 * largest : 0);
+        if (m->n_experts > 0 && EP > 1) { /* the experts' tree over sources (models/moe.c) */
+            int xl = 0;
+            while ((1 << xl) < EP) xl++;
+            mp->grads += 4.0 * (xl + 2) * (double)llama_expert_numel(m);
+        }
     }
     mp->optim = 8 * shards;
     if (sched_check_config(cfg, nranks, &mp->inflight, err, errlen)) return -1;

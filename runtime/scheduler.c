@@ -1089,6 +1089,13 @@ static int hook_combine(void* ctx, int layer, int phase, float* rows) {
     return exchange(ctx, EV_COMB, &a);
 }
 
+/* train.rank_invariant: the model runs the experts per source rank (llama.h) */
+static const int* hook_dispatch_sources(void* ctx, int layer, int chunk, int* n_src) {
+    Sched* s = ctx;
+    *n_src = s->f->expert.ep;
+    return expert_chunk_sources(&s->f->expert, layer, chunk);
+}
+
 /* The aux loss over the micro-batch of every rank (moe.aux_loss_scope
  * global): its statistics summed over the ranks, in rank order. */
 static int hook_aux_reduce(void* ctx, double* stats, int n) {
@@ -1109,6 +1116,10 @@ LlamaParamHooks sched_hooks(Sched* s) {
         h.dispatch_wait = hook_dispatch_wait;
         h.combine_send = hook_combine_send;
         h.combine = hook_combine;
+        if (s->cfg->train.rank_invariant) {
+            h.dispatch_sources = hook_dispatch_sources;
+            h.grad_tree_bf16 = s->f->reduce_dtype == zipcclBfloat16;
+        }
     }
     if (s->cfg->model.n_experts > 0 && !strcmp(s->cfg->moe.aux_loss_scope, "global"))
         h.aux_reduce = hook_aux_reduce;

@@ -8,6 +8,8 @@
 # either way: what differs is the tree (an All-to-All and pairwise adds in
 # place of the reduce-scatter, the binary counter over micro-batches), the
 # norm's per-block sums and its all-gather, and the padding.
+# EP=K (a MoE config): parallelism.ep K at 4 ranks and 1 at 1 rank, with
+# moe.aux_loss_scope rank either way (what rank_invariant needs).
 # Prints one JSON line per run (the median step time of its steps 2..STEPS)
 # and a summary per rank count (the median over runs, on / off); the lines
 # are appended to $OUT (default docs/bench/invariant_cpu.jsonl).
@@ -30,12 +32,15 @@ for rep in $(seq 1 "$REPS"); do
   for np in 1 4; do
     for mode in false true; do
       threads=$((cores / np)); [ "$threads" -ge 1 ] || threads=1
+      moe=()
+      [ -n "${EP:-}" ] && moe=(--set parallelism.ep="$([ "$np" = 1 ] && echo 1 || echo "$EP")"
+                               --set moe.aux_loss_scope=rank)
       log="$tmp/r.jsonl"
       rm -f "$log"
       if ! OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads mpirun --bind-to none -n "$np" \
           -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS build/train "$CFG" --set train.grad_groups=4 \
           --set train.steps="$STEPS" --set train.rank_invariant="$mode" --set data.val_every=0 \
-          --log-json "$log" "$@" >"$tmp/out.log" 2>&1; then
+          --log-json "$log" "${moe[@]}" "$@" >"$tmp/out.log" 2>&1; then
         echo "bench_invariant: run failed (np $np, rank_invariant $mode):"; tail -5 "$tmp/out.log"; exit 1
       fi
       ms=$(python3 -c '
@@ -43,8 +48,9 @@ import json, statistics, sys
 steps = [json.loads(l) for l in open(sys.argv[1]) if "\"ms\"" in l and "final" not in l]
 print(statistics.median(s["ms"] for s in steps[1:]))' "$log")
       runs[$np,$mode]="${runs[$np,$mode]:-} $ms"
-      line=$(printf '{"bench": "rank_invariant", "config": "%s", "nranks": %d, "rank_invariant": %s, "rep": %d, "steps": %d, "median_step_ms": %.1f, "host": "%s", "cores": %d, "date": "%s"}' \
-        "$CFG" "$np" "$mode" "$rep" "$STEPS" "$ms" "$host" "$cores" "$(date -u +%F)")
+      ep=1; [ -n "${EP:-}" ] && [ "$np" != 1 ] && ep=$EP
+      line=$(printf '{"bench": "rank_invariant", "config": "%s", "nranks": %d, "ep": %d, "rank_invariant": %s, "rep": %d, "steps": %d, "median_step_ms": %.1f, "host": "%s", "cores": %d, "date": "%s"}' \
+        "$CFG" "$np" "$ep" "$mode" "$rep" "$STEPS" "$ms" "$host" "$cores" "$(date -u +%F)")
       echo "$line"; echo "$line" >>"$OUT"
     done
   done

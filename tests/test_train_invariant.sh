@@ -10,17 +10,21 @@
 #       cell of one reduction dtype; G = 8 (grad_accum 8, 2) likewise
 #       (raw at 2 ranks and G = 8 at 2 ranks with ZIPCCL_TEST_LONG=1);
 #       qwen3-moe-tiny (capacity drops, the aux loss per micro-batch:
-#       moe.aux_loss_scope rank) at EP 1 on 1, 2 and 4 ranks likewise;
+#       moe.aux_loss_scope rank) at EP 1 on 1, 2 and 4 ranks, EP 2 on 2
+#       and 4, EP 4 on 4 (the experts per source rank, models/moe.c),
+#       fp32 and bf16 reduction, likewise;
 #   (b) the test can fail: without rank_invariant 1 and 4 ranks differ (the
 #       reduce-scatter sums ranks in another order than accumulation);
 #   (c) a checkpoint of 4 ranks resumed on 1 rank gives the bits of the
-#       uninterrupted 4-rank run (the replay recipe of docs/RUNTIME.md);
+#       uninterrupted 4-rank run (the replay recipe of docs/RUNTIME.md),
+#       dense, and MoE from EP 4 to EP 1;
 #   (d) the warp-emulated CUDA device: 1 and 2 ranks the same bits (not in
 #       the sanitizer build, which has no emulator);
-#   (e) refused with a clear error: 3 ranks (not a power of two), MoE with
-#       expert parallelism, MoE with the aux loss over the ranks'
-#       micro-batch; a data.grad_accum beside grad_groups is replaced, with
-#       a note.
+#   (e) refused with a clear error: 3 ranks (not a power of two); MoE at
+#       EP > 1 with the exchange in chunks, with bf16 rows, or with experts
+#       not a multiple of the norm's block; MoE with the aux loss over the
+#       ranks' micro-batch; a data.grad_accum beside grad_groups is
+#       replaced, with a note.
 # A planted change of the tree's order fails (a): tests/mutate_tree_order.sh
 # (make test-long).
 set -u
@@ -59,11 +63,21 @@ done
 for np in 1 ${ZIPCCL_TEST_LONG:+2} 4; do
   cell "g8_fp32_compressed_np$np" "$tmp/ref_g8.jsonl" "$np" --set train.grad_groups=8 --set train.steps=10
 done
-for np in 1 2 4; do
-  # shellcheck disable=SC2086
-  cell "moe_ep1_np$np" "$tmp/ref_moe.jsonl" "$np" --set train.grad_groups=4 --set train.steps=10 $TINY_MOE \
-    --set moe.aux_loss_scope=rank
+# MoE: EP 1 (every rank its own experts), EP = ranks, and EP 2 of 4 ranks
+# (two EP groups whose expert units are also sharded, FSDP-style); experts
+# of 3 x 128 x 32 parameters, a multiple of the norm's block
+MOE="--set train.grad_groups=4 $TINY_MOE --set model.moe_ffn_hidden=128 --set moe.aux_loss_scope=rank"
+for red in fp32 bf16; do
+  for npep in 1:1 2:1 2:2 4:4 4:2; do
+    np=${npep%:*} ep=${npep#*:}
+    [ "$red" = bf16 ] && [ "$npep" != 1:1 ] && [ "$npep" != 4:4 ] && [ "$npep" != 4:2 ] && continue
+    # shellcheck disable=SC2086
+    cell "moe_${red}_np${np}_ep$ep" "$tmp/ref_moe_$red.jsonl" "$np" $MOE --set parallelism.ep="$ep" \
+      --set comm.reduce_dtype=$red
+  done
 done
+# shellcheck disable=SC2086
+cell moe_fp32_raw_np4_ep4 "$tmp/ref_moe_fp32.jsonl" 4 $MOE --set parallelism.ep=4 --set comm.strategy=raw
 grep -q "rank-invariant: the global batch's 4 micro-batches of 2 sequences" "$tmp/g4_fp32_raw_np4.jsonl.log" &&
   pass run_header_says_rank_invariant || fail run_header_says_rank_invariant "no header line"
 
@@ -83,6 +97,17 @@ if run 4 "$tmp/half.jsonl" $INV --set train.grad_groups=4 --set train.steps=10 -
     pass "resume_4_ranks_on_1_same_bits ($(hash_of "$tmp/res.jsonl"))" ||
     fail resume_4_ranks_on_1_same_bits "$why; $(grep "^# resume" "$tmp/res.jsonl.log")"
 else fail resume_4_ranks_on_1_same_bits "a run failed"; fi
+
+# MoE: 4 ranks at EP 4 to step 10, resumed on 1 rank at EP 1
+# shellcheck disable=SC2086
+if run 4 "$tmp/mhalf.jsonl" $INV $MOE --set parallelism.ep=4 --set train.steps=10 --set schedule.total_steps=20 \
+       --set checkpoint.dir="$tmp/mck" &&
+   run 1 "$tmp/mres.jsonl" $INV $MOE --set parallelism.ep=1 --resume "$tmp/mck"; then
+  why=$(python3 tests/compare_runs.py "$tmp/ref_moe_fp32.jsonl" "$tmp/mres.jsonl" exact --steps 11 20) &&
+    [ "$(hash_of "$tmp/mres.jsonl")" = "$(hash_of "$tmp/ref_moe_fp32.jsonl")" ] &&
+    pass "moe_resume_ep4_on_1_rank_same_bits ($(hash_of "$tmp/mres.jsonl"))" ||
+    fail moe_resume_ep4_on_1_rank_same_bits "$why; $(hash_of "$tmp/mres.jsonl") vs $(hash_of "$tmp/ref_moe_fp32.jsonl")"
+else fail moe_resume_ep4_on_1_rank_same_bits "a run failed"; fi
 
 # (d)
 if [ -x "$EMU" ]; then
@@ -113,8 +138,14 @@ if run 1 "$tmp/ga.jsonl" --set train.grad_groups=4 --set data.grad_accum=3 --set
    grep -q "1 ranks x 4 accum" "$tmp/ga.jsonl.log"; then pass grad_groups_replaces_grad_accum_with_a_note
 else fail grad_groups_replaces_grad_accum_with_a_note "$(grep "note\|error" "$tmp/ga.jsonl.log")"; fi
 # shellcheck disable=SC2086
-refused refuses_moe_ep2 "not with expert parallelism yet (parallelism.ep 2" 2 $INV --set train.grad_groups=2 $TINY_MOE \
-  --set moe.aux_loss_scope=rank --set parallelism.ep=2
+refused refuses_moe_ep_chunks "the exchange runs in one chunk" 2 $INV $MOE --set parallelism.ep=2 \
+  --set moe.overlap_chunks=2
+# shellcheck disable=SC2086
+refused refuses_moe_ep_bf16_rows "set comm.alltoall_dtype: fp32" 2 $INV $MOE --set parallelism.ep=2 \
+  --set comm.alltoall_dtype=bf16
+# shellcheck disable=SC2086
+refused refuses_moe_ep_unaligned_experts "3 x moe_ffn_hidden x dim = 1536 parameters must be a multiple of 4096" 2 \
+  $INV $MOE --set parallelism.ep=2 --set model.moe_ffn_hidden=16
 # shellcheck disable=SC2086
 refused refuses_moe_aux_global "set moe.aux_loss_scope: rank" 1 $INV --set train.grad_groups=2 $TINY_MOE
 [ "$fails" = 0 ]
