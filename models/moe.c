@@ -409,12 +409,16 @@ static int experts_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m, con
                 K->round_bf16_inplace(leaf, en);
                 K->add(leaf, zero, leaf, en);
             }
-            for (int k = 0; k < ones; k++) { // node = left + right, into where it goes
-                float* out = k == ones - 1 && !top ? wait_at : v;
+            // node = left + right, into where it goes: the top into g's
+            // expert region, which is zero here (rank_invariant: one chunk,
+            // so each region is written once, into the micro-batch's fresh
+            // gradient buffer), so g = 0 + top, the accumulation's bits
+            for (int k = 0; k < ones; k++) {
+                float* out = k < ones - 1 ? v : top ? g + off : wait_at;
                 K->add(out, level + (size_t)k * en, v, en);
                 if (tree_bf16) K->round_bf16_inplace(out, en);
             }
-            if (top) K->add(g + off, g + off, v, en);
+            if (top && !ones) K->add(g + off, g + off, v, en); // n_src 1: the leaf is the top
         }
     }
     return 0;

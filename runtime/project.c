@@ -74,13 +74,6 @@ static double head_fwd_flops(const LlamaConfig* m) { return 2.0 * m->vocab_size 
 
 /* ---- collectives ---------------------------------------------------------- */
 
-/* The pieces our designs pipeline in: clamp(link x 4 ms, 512 KiB, 4 MiB)
- * (comm/core/coll.c sizeToLink). */
-static size_t piece_for(double beta) {
-    const double want = beta * 0.004, lo = 512 << 10, hi = 4 << 20;
-    return want >= hi ? (size_t)hi : want <= lo ? (size_t)lo : (size_t)(want / 65536) * 65536;
-}
-
 /* The design a request runs (zipcclAlgoRun) as the cost model names it:
  * the All-to-Alls' pairwise exchange and one-shot priced as direct. */
 static zipcclAlgo_t run_algo(zipcclCollKind_t kind, zipcclAlgo_t requested) {
@@ -243,7 +236,7 @@ int project_step(const TrainConfig* cfg, int n, int way, ProjStep* out, char* er
     p.inter.alpha = cfg->cluster.inter_us * 1e-6;
     /* a node's NICs shared by its GPUs */
     p.inter.beta = cfg->cluster.inter_gbit / 8 * 1e9 * cfg->cluster.nics_per_node / cfg->cluster.gpus_per_node;
-    p.piece = piece_for(n > p.gpn ? p.inter.beta : p.intra.beta);
+    p.piece = zipcclTunePieceBytes(n > p.gpn ? p.inter.beta : p.intra.beta);
 
     if (way == PROJ_PLAN && fsdp_plan_build(cfg, &p.plan, err, errlen)) return -1;
     SchedPlan sp;

@@ -344,15 +344,11 @@ static void opGive(struct zipcclComm* c, zipcclOp* op) {
  * short, and a second flow keeps it busy).  The ping-pong reads 1 Gbit/s as
  * ~150 MB/s and 10 Gbit/s as 0.6-1.1 GB/s. */
 static zipcclResult_t sizeToLink(struct zipcclComm* c) {
-    static const double kPieceSeconds = 0.004, kSlowLinkBps = 300e6;
-    static const size_t kMin = (size_t)512 << 10, kMax = (size_t)4 << 20, kStep = (size_t)64 << 10;
+    static const double kSlowLinkBps = 300e6;
     if (c->pieceBytes && c->a2aInflight >= 0) return zipcclSuccess; /* both from the environment */
     double t0 = zipcclNow();
     ZIPCCL_TRY(zipcclModelLink(c));
-    if (!c->pieceBytes) {
-        double want = c->model.cost.beta * kPieceSeconds;
-        c->pieceBytes = want >= (double)kMax ? kMax : want <= (double)kMin ? kMin : (size_t)want / kStep * kStep;
-    }
+    if (!c->pieceBytes) c->pieceBytes = zipcclTunePieceBytes(c->model.cost.beta);
     if (c->a2aInflight < 0) c->a2aInflight = c->model.cost.beta < kSlowLinkBps ? 1 : 0;
     if (c->model.log && c->rank == 0)
         fprintf(stderr, "zipccl: link %.0f MB/s (%.0f ms): pieces of %zu KiB, all-to-all pieces in flight: %d%s\n",

@@ -75,6 +75,11 @@ int zipcclTuneDesignId(const zipcclTuneDesign* d); /* -1 if not in the table */
 /* The arrays' indices of a dtype (bf16, fp16, fp32) and a codec (fast,
  * dense, f3), and the codecs in that order. */
 int zipcclTuneDtypeIndex(zipcclDataType_t dt);
+/* The pipeline's piece for a link of beta bytes/s: about 4 ms of it, in
+ * 64 KiB steps between 512 KiB and 4 MiB (what a communicator sizes its
+ * pieces to at init, coll.c, unless ZIPCCL_PIECE_BYTES says; the
+ * projection, runtime/project.c, prices calls with it). */
+size_t zipcclTunePieceBytes(double beta);
 int zipcclTuneCodecIndex(zipcclCodec_t codec);
 extern const zipcclCodec_t zipcclTuneCodecs[ZIPCCL_MODEL_CODECS];
 

@@ -31,6 +31,12 @@ static const double kFrameHeaderBytes = 28, kFrameCodecS = 2e-6;
 int zipcclTuneDtypeIndex(zipcclDataType_t dt) {
     return dt == zipcclBfloat16 ? 0 : dt == zipcclFloat16 ? 1 : 2;
 }
+size_t zipcclTunePieceBytes(double beta) {
+    static const double kPieceSeconds = 0.004;
+    static const size_t kMin = (size_t)512 << 10, kMax = (size_t)4 << 20, kStep = (size_t)64 << 10;
+    const double want = beta * kPieceSeconds;
+    return want >= (double)kMax ? kMax : want <= (double)kMin ? kMin : (size_t)want / kStep * kStep;
+}
 /* The model's codecs, in its arrays' order. */
 const zipcclCodec_t zipcclTuneCodecs[ZIPCCL_MODEL_CODECS] = {zipcclCodecFast, zipcclCodecDense, zipcclCodecF3};
 int zipcclTuneCodecIndex(zipcclCodec_t codec) {
