@@ -49,8 +49,8 @@ steps = [json.loads(l) for l in open(sys.argv[1]) if "\"ms\"" in l and "final" n
 print(statistics.median(s["ms"] for s in steps[1:]))' "$log")
       runs[$np,$mode]="${runs[$np,$mode]:-} $ms"
       ep=1; [ -n "${EP:-}" ] && [ "$np" != 1 ] && ep=$EP
-      line=$(printf '{"bench": "rank_invariant", "config": "%s", "nranks": %d, "ep": %d, "rank_invariant": %s, "rep": %d, "steps": %d, "median_step_ms": %.1f, "host": "%s", "cores": %d, "date": "%s"}' \
-        "$CFG" "$np" "$ep" "$mode" "$rep" "$STEPS" "$ms" "$host" "$cores" "$(date -u +%F)")
+      line=$(printf '{"bench": "rank_invariant", "config": "%s", "args": "%s", "nranks": %d, "ep": %d, "rank_invariant": %s, "rep": %d, "steps": %d, "median_step_ms": %.1f, "host": "%s", "cores": %d, "date": "%s"}' \
+        "$CFG" "$*" "$np" "$ep" "$mode" "$rep" "$STEPS" "$ms" "$host" "$cores" "$(date -u +%F)")
       echo "$line"; echo "$line" >>"$OUT"
     done
   done

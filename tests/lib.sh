@@ -39,9 +39,11 @@ TINY_MOE="--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.mo
    --set model.router_aux_loss_coef=0.01 --set model.qk_norm=true"
 
 # run NP OUT [args...]: $TRAIN on $tmp/tiny.yaml at NP ranks, the JSON log
-# in OUT and the output in OUT.log (its tail printed when the run fails)
+# in OUT and the output in OUT.log (its tail printed when the run fails).
+# ZRT_TEST_TIMES=FILE appends "seconds ranks test run" per run (what the
+# suite's time goes to).
 run() {
-  local np=$1 out=$2; shift 2
+  local np=$1 out=$2 t0=$EPOCHREALTIME; shift 2
   if [ "$np" = 1 ]; then
     "$TRAIN" "$tmp/tiny.yaml" --log-json "$out" "$@" >"$out.log" 2>&1
   else
@@ -49,6 +51,8 @@ run() {
       "$@" >"$out.log" 2>&1
   fi
   local rc=$?
+  [ -n "${ZRT_TEST_TIMES:-}" ] &&
+    echo "$(python3 -c "print('%.2f' % ($EPOCHREALTIME - $t0))") $np $(basename "$0" .sh) $(basename "$out" .jsonl)" >>"$ZRT_TEST_TIMES"
   [ $rc -eq 0 ] || { echo "--- $out.log (exit $rc)"; tail -5 "$out.log"; }
   return $rc
 }

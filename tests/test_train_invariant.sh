@@ -12,7 +12,9 @@
 #       qwen3-moe-tiny (capacity drops, the aux loss per micro-batch:
 #       moe.aux_loss_scope rank) at EP 1 on 1, 2 and 4 ranks, EP 2 on 2
 #       and 4, EP 4 on 4 (the experts per source rank, models/moe.c),
-#       fp32 and bf16 reduction, likewise;
+#       fp32 and bf16 reduction, likewise (compressed; bf16 at 1 and 4
+#       ranks; raw at EP 4; every cell compressed and raw with
+#       ZIPCCL_TEST_LONG=1);
 #   (b) the test can fail: without rank_invariant 1 and 4 ranks differ (the
 #       reduce-scatter sums ranks in another order than accumulation);
 #   (c) a checkpoint of 4 ranks resumed on 1 rank gives the bits of the
@@ -70,14 +72,20 @@ MOE="--set train.grad_groups=4 $TINY_MOE --set model.moe_ffn_hidden=128 --set mo
 for red in fp32 bf16; do
   for npep in 1:1 2:1 2:2 4:4 4:2; do
     np=${npep%:*} ep=${npep#*:}
-    [ "$red" = bf16 ] && [ "$npep" != 1:1 ] && [ "$npep" != 4:4 ] && [ "$npep" != 4:2 ] && continue
-    # shellcheck disable=SC2086
-    cell "moe_${red}_np${np}_ep$ep" "$tmp/ref_moe_$red.jsonl" "$np" $MOE --set parallelism.ep="$ep" \
-      --set comm.reduce_dtype=$red
+    for strat in compressed raw; do
+      # make test: compressed, bf16 at 1 rank and 4; raw at 4 ranks EP 4
+      # (the whole matrix with ZIPCCL_TEST_LONG=1)
+      if [ -z "${ZIPCCL_TEST_LONG:-}" ]; then
+        [ "$red$strat" = bf16compressed ] && [ "$np" = 2 ] && continue
+        [ "$strat" = raw ] && [ "$red$npep" != fp324:4 ] && continue
+      fi
+      [ "$np$strat" = 1raw ] && continue # one rank has no collective
+      # shellcheck disable=SC2086
+      cell "moe_${red}_${strat}_np${np}_ep$ep" "$tmp/ref_moe_$red.jsonl" "$np" $MOE \
+        --set parallelism.ep="$ep" --set comm.reduce_dtype=$red --set comm.strategy=$strat
+    done
   done
 done
-# shellcheck disable=SC2086
-cell moe_fp32_raw_np4_ep4 "$tmp/ref_moe_fp32.jsonl" 4 $MOE --set parallelism.ep=4 --set comm.strategy=raw
 grep -q "rank-invariant: the global batch's 4 micro-batches of 2 sequences" "$tmp/g4_fp32_raw_np4.jsonl.log" &&
   pass run_header_says_rank_invariant || fail run_header_says_rank_invariant "no header line"
 
