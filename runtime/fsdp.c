@@ -824,9 +824,26 @@ void fsdp_check_compression_begin(Fsdp* f, zipcclCounters_t before[3]) {
  * expert rows by a capacity limit, split into chunks). The check still wants
  * compressed calls there; above it, fewer wire bytes as well. */
 static const uint64_t kCheckMinBytes = 64 << 10;
+/* A step whose data did not shrink is a warning, not an error: the codec is
+ * lossless, so the numbers are right, and some tensors are incompressible
+ * now and then (a toy model's zero-padded fp32 blocks). This many steps in a
+ * row that move data and do not shrink it stop the run: a codec that never
+ * shrinks is a wrong choice of strategy. */
+enum { kCheckSteps = 8 };
 
-void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3]) {
+void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3], int step) {
     if (f->nranks < 2) return; /* one rank sends nothing */
+    /* ZRT_CHECK_MIN_RATIO=R: a step shrinks when raw / wire exceeds R
+     * (default 1: any saving) */
+    const char* env = getenv("ZRT_CHECK_MIN_RATIO");
+    double min_ratio = 1.0;
+    if (env && *env) {
+        char* end;
+        min_ratio = strtod(env, &end);
+        trainCheck(*end == 0 && min_ratio >= 1 && min_ratio < 1e6,
+                   "ZRT_CHECK_MIN_RATIO='%s': expected a number >= 1 (raw / wire a step must beat)",
+                   env);
+    }
     for (int k = 0; k < 3; k++) {
         int wanted = 0;
         if (k < 2) {
@@ -848,11 +865,28 @@ void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3]) {
         uint64_t wire = now.wireBytes - before[k].wireBytes;
         const char* what = k == 0 ? "AllGather" : k == 1 ? "ReduceScatter" : "AlltoAllv (expert dispatch)";
         if (raw == 0) continue; /* nothing of this kind left this rank in this step */
-        trainCheck(ncomp > 0 && (wire < raw || raw < kCheckMinBytes),
+        /* no compressed call at all: the plan's path is not the one taken */
+        trainCheck(ncomp > 0,
                    "comm asks for compressed %s but it is not compressing: %llu "
                    "compressed calls, %llu raw bytes, %llu wire bytes (hint: check the codec, "
                    "or choose strategy raw)",
                    what, (unsigned long long)ncomp, (unsigned long long)raw,
                    (unsigned long long)wire);
+        if ((double)wire * min_ratio < (double)raw || raw < kCheckMinBytes) {
+            f->no_shrink[k] = 0;
+            continue;
+        }
+        if (!f->no_shrink_warned[k]++)
+            fprintf(stderr, "# warning (rank %d): step %d: compressed %s did not shrink this step's "
+                            "data (%llu raw bytes, %llu wire bytes%s): incompressible now; %d such "
+                            "steps in a row stop the run (further steps are not reported)\n",
+                    f->rank, step, what, (unsigned long long)raw, (unsigned long long)wire,
+                    min_ratio > 1 ? ", under ZRT_CHECK_MIN_RATIO" : "", kCheckSteps);
+        trainCheck(++f->no_shrink[k] < kCheckSteps,
+                   "comm asks for compressed %s but it is not compressing: %d steps in a row "
+                   "did not shrink what they moved (the last: %llu compressed calls, %llu raw "
+                   "bytes, %llu wire bytes%s) (hint: check the codec, or choose strategy raw)",
+                   what, kCheckSteps, (unsigned long long)ncomp, (unsigned long long)raw,
+                   (unsigned long long)wire, min_ratio > 1 ? ", under ZRT_CHECK_MIN_RATIO" : "");
     }
 }

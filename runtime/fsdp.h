@@ -98,6 +98,10 @@ typedef struct {
     size_t* grad_n;        /* or per block (rank_invariant); made at init  */
     int n_sumsq;
 
+    /* fsdp_check_compression: per kind, steps in a row that did not shrink,
+     * and how many did in all (the first is reported) */
+    int no_shrink[3], no_shrink_warned[3];
+
     /* --dump-tensors: when armed, keep what each collective sent this step */
     int dump_armed;
     void** dump_param;     /* per unit: full gathered unit (param dtype)     */
@@ -246,8 +250,12 @@ void fsdp_counters(Fsdp* f, zipcclCollKind_t kind, zipcclCounters_t* out);
 
 /* Refuse a requested compressed path that is not compressing: begin takes
  * the counters of each kind (AllGather, ReduceScatter, the expert
- * AlltoAllv), check compares the deltas since then. */
+ * AlltoAllv), check compares the deltas since then, after step `step`. No
+ * compressed call of a kind that wants them stops the run at once; a step
+ * that moved data (64 KiB or more) without shrinking it (raw / wire above
+ * ZRT_CHECK_MIN_RATIO, default 1) is a warning (the first of each kind
+ * printed), and 8 such steps in a row stop the run. */
 void fsdp_check_compression_begin(Fsdp* f, zipcclCounters_t before[3]);
-void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3]);
+void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3], int step);
 
 #endif

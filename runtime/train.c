@@ -364,7 +364,7 @@ int main(int argc, char** argv) {
                 printf("# dumped the step %d tensors to %s\n", step_no,
                        PRINTABLE(r->args.dump_dir));
         }
-        fsdp_check_compression(&r->fsdp, chk);
+        fsdp_check_compression(&r->fsdp, chk, step_no);
         train_log_finish(r, &s);
         if (cfg->data.val_every > 0 &&
             (step_no % cfg->data.val_every == 0 || step_no == cfg->train.steps) &&

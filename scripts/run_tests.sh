@@ -14,7 +14,8 @@
 # A header line in the test source tunes how it runs:
 #   // test: ranks=1,2,4,8 timeout=300 asan=no
 # ranks: run under mpirun with each rank count (default: once, no mpirun);
-# timeout in seconds (default 300); asan=no skips it in sanitizer builds.
+# asan_ranks: the rank counts in sanitizer builds (default: ranks); timeout
+# in seconds (default 300); asan=no skips it in sanitizer builds.
 # TESTS=regex limits the run to matching test names.
 set -u
 cd "$(dirname "$0")/.."
@@ -75,6 +76,7 @@ for build in "$@"; do
           fail=$((fail + 1)); failed_names+=("$build/$name"); echo "$build/$name: not built"; continue
         fi
         ranks=$(opt "$src" ranks "")
+        [ "$asan" = 1 ] && ranks=$(opt "$src" asan_ranks "$ranks")
         if [ -z "$ranks" ]; then
           run_one "$build/$name" "$to" env ASAN_OPTIONS=detect_leaks=1 "$bin"
         else

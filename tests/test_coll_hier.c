@@ -1,4 +1,4 @@
-// test: ranks=4,8 timeout=300
+// test: ranks=4,8 asan_ranks=4 timeout=300
 /*
  * test_coll_hier.c — the hierarchical designs (algo hier) on emulated nodes:
  * ZIPCCL_NODE_SIZE=k makes ranks 0..k-1 node 0, k..2k-1 node 1, ... on one

@@ -1,4 +1,4 @@
-// test: ranks=2,3,5 timeout=150
+// test: ranks=2,3,5 asan_ranks=3 timeout=150
 /*
  * test_coll_recover.c — after a call fails, a fresh communicator over the
  * same MPI communicator works (issue 38 item 3; NCCL's abort-and-recreate).

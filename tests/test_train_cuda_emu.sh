@@ -11,7 +11,7 @@
 #     _w16 entries): within 1e-5 of two CPU ranks, and compressed (coded by
 #     the CUDA codec's kernels on the device) == raw bit for bit;
 #   - the MoE model at EP 2 on 2 ranks (the exchange's rows on the device):
-#     within 1e-4 of the CPU, compressed == raw;
+#     within 1e-4 of the CPU (compressed == raw with ZIPCCL_TEST_LONG=1);
 #   - model.compute: bf16 within 1e-4 of the CPU's bf16 twin, also at head
 #     dim 64 (attention: the flash kernel on tensor cores); recomputation
 #     with a chunked output layer within 1e-5 of the CPU;
@@ -95,7 +95,7 @@ peak for \"warp emulator (tests/gpu/warp_emu.h) (device 0 of 1)\""
 else
   fail emu_1rank "a run failed"
 fi
-if cpu 2 c2 && emu 2 e2 &&
+if cpu 2 c2 && emu 2 e2 --trace "$tmp/trace.json" &&
    ZRT_EMU_DEVICE_NAME="NVIDIA H100 80GB HBM3" emu 2 e2raw --set comm.strategy=raw; then
   check emu_matches_cpu_2ranks c2 e2 close 1e-5
   check emu_compressed_equals_raw_2ranks e2 e2raw exact
@@ -108,10 +108,16 @@ else
 fi
 
 # shellcheck disable=SC2086
-if cpu 2 cm $M --set parallelism.ep=2 && emu 2 em $M --set parallelism.ep=2 &&
-   emu 2 emraw $M --set parallelism.ep=2 --set comm.strategy=raw; then
+if cpu 2 cm $M --set parallelism.ep=2 && emu 2 em $M --set parallelism.ep=2; then
   check emu_moe_ep2_matches_cpu cm em close 1e-4
-  check emu_moe_ep2_compressed_equals_raw em emraw exact
+  # compressed == raw at EP 2 with ZIPCCL_TEST_LONG=1 (make test-long; the
+  # dense 2-rank pair above holds it in make test)
+  if [ -n "${ZIPCCL_TEST_LONG:-}" ]; then
+    # shellcheck disable=SC2086
+    if emu 2 emraw $M --set parallelism.ep=2 --set comm.strategy=raw; then
+      check emu_moe_ep2_compressed_equals_raw em emraw exact
+    else fail emu_moe_ep2_raw "the run failed"; fi
+  fi
 else
   fail emu_moe_ep2 "a run failed"
 fi
@@ -141,7 +147,8 @@ R="--set train.recompute=full --set train.logits_rows=7"
 if cpu 1 cr $R && emu 1 er $R; then check emu_recompute_matches_cpu cr er close 1e-5
 else fail emu_recompute "a run failed"; fi
 
-if emu 2 et --trace "$tmp/trace.json"; then
+# the trace of the 2-rank run above (e2)
+if [ -s "$tmp/trace.json" ]; then
   n=$(python3 -c "
 import json, sys
 ev = json.load(open(sys.argv[1]))
@@ -150,6 +157,6 @@ print(sum(1 for e in ev if e.get('cat') == 'device_comm'))" "$tmp/trace.json" 2>
   if [ "${n:-0}" -gt 0 ] 2>/dev/null; then pass "emu_trace_has_device_comm_spans ($n spans)"
   else fail emu_trace "no device comm span in the trace ($n)"; fi
 else
-  fail emu_trace "the run failed"
+  fail emu_trace "the 2-rank run wrote no trace"
 fi
 exit $((fails > 0))

@@ -22,7 +22,8 @@
 # with a host stand-in for a device network (ZRT_COMM_HOSTNET=1) the path of
 # comm.net: nccl, with the same bits.
 # The MoE model runs on the guarded device too (EP 1, and EP 2 with the
-# exchange's rows on the device), with the same bits,
+# exchange's rows on the device; at 4 ranks and traced, not in the
+# sanitizer build, for the suite's time), with the same bits,
 # and so does model.compute: bf16 (within 2% of fp32, not equal to it), and
 # train.recompute: full with a chunked output layer (dense and MoE).
 set -u
@@ -114,9 +115,13 @@ for np in 1 2; do guarded_same "guarded_equals_cpu_moe_${np}ranks" "$np" $M; don
 # overlap, dropless)
 # shellcheck disable=SC2086
 guarded_same guarded_equals_cpu_moe_ep2_2ranks 2 $M --set parallelism.ep=2
-# shellcheck disable=SC2086
-guarded_same guarded_equals_cpu_moe_ep2_4ranks 4 $M --set parallelism.ep=2 \
-  --set comm.alltoall_dtype=bf16 --set moe.overlap_chunks=2 --set model.capacity_factor=0
+# (4 ranks: not in the sanitizer build, for the suite's time; the 2-rank
+# exchange above runs there)
+if [[ "$BUILD" != *asan* ]]; then
+  # shellcheck disable=SC2086
+  guarded_same guarded_equals_cpu_moe_ep2_4ranks 4 $M --set parallelism.ep=2 \
+    --set comm.alltoall_dtype=bf16 --set moe.overlap_chunks=2 --set model.capacity_factor=0
+fi
 
 # (a''') the path a GPU run's collectives take, with host memory standing in
 # for the device (ZRT_COMM_HOSTCODED=1: the collectives take zdev_cpu(),
@@ -228,8 +233,11 @@ trace_check() { # trace_check NAME [train args...]: a 2-rank guarded run's trace
 }
 trace_check trace_has_device_spans
 # the MoE model at EP 2 with the exchange in 2 chunks: its All-to-Alls too
-# shellcheck disable=SC2086
-trace_check trace_has_device_spans_moe_ep2 $M --set parallelism.ep=2 --set moe.overlap_chunks=2
+# (the normal build's: the trace is no memory path of its own)
+if [[ "$BUILD" != *asan* ]]; then
+  # shellcheck disable=SC2086
+  trace_check trace_has_device_spans_moe_ep2 $M --set parallelism.ep=2 --set moe.overlap_chunks=2
+fi
 
 # (a'') model.compute: bf16 (the linear layers' operands rounded to bf16,
 # fp32 sums): the guarded device equals the CPU bit for bit, and the loss

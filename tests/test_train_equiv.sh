@@ -10,6 +10,9 @@
 #       comm.param_dtype fp32, within TOL_BF16 with bf16 (the (a) runs),
 #       1e-6 at step 1 for both; docs/RUNTIME.md and README.md must state
 #       these same bounds for each dtype.
+#   (c) the compression check: a step that does not shrink is a warning
+#       (once per kind), 8 in a row stop the run, a bad
+#       ZRT_CHECK_MIN_RATIO is refused.
 #       Not bitwise, by design: the gradient mean is summed in a different
 #       order (per-rank means, then a reduce-scatter sum x 1/N, against one
 #       mean over all sequences), so fp32 rounding differs from step 1 on and
@@ -101,6 +104,26 @@ for np in 2 4; do
     fail "$name" "the (a) runs failed"
   fi
 done
+# (c) the compression check (runtime/fsdp.h): a step that does not shrink
+# its data is a warning, printed once per kind, and the run goes on; 8 in a
+# row stop it. ZRT_CHECK_MIN_RATIO=1000 makes every step fall short.
+if ZRT_CHECK_MIN_RATIO=1000 run 2 "$tmp/chk5.jsonl" --set train.steps=5 --set data.val_every=0 &&
+   [ "$(grep -c "^# warning (rank 0): step 1: compressed ReduceScatter did not shrink" "$tmp/chk5.jsonl.log")" = 1 ] &&
+   [ "$(grep -c "did not shrink this step" "$tmp/chk5.jsonl.log")" -le 4 ]; then
+  pass compression_check_warns_and_goes_on
+else fail compression_check_warns_and_goes_on "$(grep -m3 "warning\|error" "$tmp/chk5.jsonl.log")"; fi
+if ZRT_CHECK_MIN_RATIO=1000 run 2 "$tmp/chk9.jsonl" --set train.steps=9 --set data.val_every=0 >/dev/null; then
+  fail compression_check_stops_after_8_steps "the run went on"
+elif grep -q "but it is not compressing: 8 steps in a row did not shrink" "$tmp/chk9.jsonl.log" &&
+     ! grep -q '"step": 9' "$tmp/chk9.jsonl"; then
+  pass compression_check_stops_after_8_steps
+else fail compression_check_stops_after_8_steps "$(tail -3 "$tmp/chk9.jsonl.log")"; fi
+if ZRT_CHECK_MIN_RATIO=abc run 2 "$tmp/chkbad.jsonl" --set train.steps=1 >/dev/null; then
+  fail compression_check_bad_ratio_refused "accepted"
+elif grep -q "ZRT_CHECK_MIN_RATIO='abc': expected a number >= 1" "$tmp/chkbad.jsonl.log"; then
+  pass compression_check_bad_ratio_refused
+else fail compression_check_bad_ratio_refused "$(tail -2 "$tmp/chkbad.jsonl.log")"; fi
+
 # The documents state the bound this test holds, for each dtype.
 name="docs_state_the_tested_bounds"
 if ! grep -qE "param_dtype: fp32.*\| 1e-6 relative at step 1, $TOL_FP32 after" docs/RUNTIME.md; then
