@@ -20,8 +20,9 @@
 #   (c) a checkpoint of 4 ranks resumed on 1 rank gives the bits of the
 #       uninterrupted 4-rank run (the replay recipe of docs/RUNTIME.md),
 #       dense, and MoE from EP 4 to EP 1;
-#   (d) the warp-emulated CUDA device: 1 and 2 ranks the same bits (not in
-#       the sanitizer build, which has no emulator);
+#   (d) the warp-emulated CUDA device: 1 and 2 ranks the same bits, dense,
+#       and MoE at EP 1 and EP 2 (not in the sanitizer build, which has no
+#       emulator);
 #   (e) refused with a clear error: 3 ranks (not a power of two); MoE at
 #       EP > 1 with the exchange in chunks, with bf16 rows, or with experts
 #       not a multiple of the norm's block; MoE with the aux loss over the
@@ -129,6 +130,15 @@ if [ -x "$EMU" ]; then
     why=$(same "$tmp/e1.jsonl" "$tmp/e2.jsonl") && pass "emu_cuda_1_and_2_ranks_same_bits ($(hash_of "$tmp/e1.jsonl"))" ||
       fail emu_cuda_1_and_2_ranks_same_bits "$why"
   else fail emu_cuda_1_and_2_ranks_same_bits "a run failed"; fi
+  # MoE: EP 1 on 1 rank and EP 2 on 2 (the experts per source rank on the
+  # device, the exchange's rows in device memory)
+  EM="--set runtime.device=cuda --set train.steps=3 --set comm.reduce_dtype=bf16 ${MOE/train.grad_groups=4/train.grad_groups=2}"
+  # shellcheck disable=SC2086
+  if TRAIN=$EMU run 1 "$tmp/em1.jsonl" $INV $EM --set parallelism.ep=1 &&
+     TRAIN=$EMU run 2 "$tmp/em2.jsonl" $INV $EM --set parallelism.ep=2; then
+    why=$(same "$tmp/em1.jsonl" "$tmp/em2.jsonl") && pass "emu_cuda_moe_ep1_and_ep2_same_bits ($(hash_of "$tmp/em1.jsonl"))" ||
+      fail emu_cuda_moe_ep1_and_ep2_same_bits "$why"
+  else fail emu_cuda_moe_ep1_and_ep2_same_bits "a run failed"; fi
 elif [[ "$BUILD" == *asan* ]]; then echo "SKIP emu_cuda: sanitizer builds have no emulator (Makefile GPU_PROGS)"
 else fail emu_cuda "$EMU not built"; fi
 
