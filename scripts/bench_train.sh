@@ -16,7 +16,9 @@
 # inside the collectives; compute = step time - exposed communication. One
 # JSON line per run goes to docs/bench/train_TAG.jsonl (with the load average
 # and the time), and scripts/bench_train_report.py turns the file into the
-# table and the stacked-bar PNG.
+# table and the stacked-bar PNG. A MoE config: the lines add MaxVio and the
+# exchange's ratio; with ZRT_EP_SYNC=1 in the environment (runtime/expert.h)
+# alltoall_sync_ms is the wait for the busiest rank's experts.
 #
 # Left out: more hosts than 4, other models than the config's.
 set -u
@@ -66,7 +68,8 @@ rows = [r for r in rows if r["step"] > int(warm)]
 med = lambda k: statistics.median(r.get(k, 0) for r in rows)
 x = {k: med(k) for k in ("ms", "exposed_comm_ms", "exposed_allgather_ms", "exposed_reducescatter_ms",
                          "exposed_alltoall_ms", "exposed_misc_ms", "codec_ms", "comm_allgather_ms",
-                         "comm_reducescatter_ms", "overlap", "comm_ratio", "comm_raw_bytes")}
+                         "comm_reducescatter_ms", "overlap", "comm_ratio", "comm_raw_bytes",
+                         "expert_maxvio", "alltoall_ratio", "alltoall_raw_bytes", "alltoall_sync_ms")}
 x["compute_ms"] = statistics.median(r["ms"] - r["exposed_comm_ms"] for r in rows)
 print(json.dumps(dict(rate=rate, strategy=strat, overlap_on=ov == "on", rep=int(rep), load=float(load),
                       time=time.strftime("%Y-%m-%dT%H:%M:%S"), config=cfg, sets=sets,

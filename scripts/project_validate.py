@@ -4,7 +4,8 @@ measured step times on the emulated clusters (docs/SCALE.md "Validation").
 
 Measured: the JSON lines of scripts/bench_train.sh (docs/bench/train_*.jsonl),
 the median step time over repetitions per (file, strategy, overlap). Per
-emulated cluster (CLUSTERS: 4 hosts x 1 rank, 2 hosts x 2 ranks), each case
+emulated cluster (CLUSTERS: 4 hosts x 1 rank, dense and MoE, 2 hosts x 2
+ranks), each case
 runs the projection with the case's config, link rate and knobs, then
   - fits, on that cluster's raw runs only, the compute rate (from the raw
     run's measured compute time without overlap), the MPI efficiency of the
@@ -12,6 +13,8 @@ runs the projection with the case's config, link rate and knobs, then
     rate's raw run), and the two contentions (with overlap: compute slowed
     while a collective runs, so that the run's compute time is the measured
     one, and collectives slowed while compute runs, so that its step is);
+    MoE also the load imbalance (cluster.maxvio, from the raw run's
+    measured wait for the busiest rank's experts);
   - checks every compressed case with those constants (the projection's
     plan column: the run's own strategy and algorithm per unit): projected vs
     measured step time (error %), and the speedup over raw at the same
@@ -19,11 +22,12 @@ runs the projection with the case's config, link rate and knobs, then
 Prints the tables and writes JSON lines (--out). Exit status 1 when a checked
 case misses the issue's targets (15% step time, 0.05 speedup) and --strict.
 
-usage: scripts/project_validate.py [--build build] [--out FILE] [--only 4x1|2x2] [--strict]
+usage: scripts/project_validate.py [--build build] [--out FILE] [--only 4x1|moe-4x1|2x2] [--strict]
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -51,6 +55,14 @@ CLUSTERS = {
         ("train_commbound_10gbit.jsonl", "raw", True, [], True),
         ("train_commbound_10gbit.jsonl", "compressed", True, [], False),
     ]),
+    # qwen3-moe-100m at EP 4 across 4 hosts (runs with ZRT_EP_SYNC=1): the
+    # expert exchange on the links, the waits for the busiest rank's
+    # experts as cluster.maxvio
+    "moe-4x1": ("configs/cluster/emu-4x1.yaml", [
+        ("train_moe100m_1gbit.jsonl", "raw", False, [], True),
+        ("train_moe100m_1gbit.jsonl", "raw", True, [], True),
+        ("train_moe100m_1gbit.jsonl", "compressed", True, [], False),
+    ]),
     "2x2": ("configs/cluster/emu-2x2.yaml", [
         ("train_commbound_2x2_1gbit.jsonl", "raw", False, [], True),
         ("train_commbound_2x2_1gbit.jsonl", "raw", True, [], True),
@@ -75,6 +87,14 @@ def measured(path, strategy, overlap):
             statistics.median(r["compute_ms"] for r in rows) / 1e3, rows[0]["config"], rows[0]["rate"])
 
 
+def sync_of(path, strategy, overlap):
+    """A MoE case's measured wait for the busiest rank's experts per step
+    (alltoall_sync_ms, runs with ZRT_EP_SYNC=1), seconds; 0 otherwise."""
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    rows = [r for r in rows if r["strategy"] == strategy and r["overlap_on"] == overlap]
+    return statistics.median(r.get("alltoall_sync_ms", 0) for r in rows) / 1e3
+
+
 def project(build, config, sets, cluster):
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as tmp:
         cmd = [os.path.join(build, "train"), config, "--project", cluster,
@@ -85,11 +105,14 @@ def project(build, config, sets, cluster):
         if out.returncode:
             sys.exit(f"project_validate: {' '.join(cmd)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
         row = json.loads(open(tmp.name).readline())
-        flops = None
+        flops = toks = None
         for line in out.stdout.splitlines():
             if line.startswith("# the run:"):
                 flops = float(line.split(" GFLOP per token")[0].rsplit(" ", 1)[1]) * 1e9
-        return row, flops
+                # "B x T tokens per GPU per micro-batch, A micro-batches"
+                m = re.search(r"(\d+) x (\d+) tokens per GPU per micro-batch, (\d+) micro-batches", line)
+                toks = int(m.group(1)) * int(m.group(2)) * int(m.group(3))
+        return row, flops, toks
 
 
 def bisect(f, lo, hi, it=50):
@@ -110,28 +133,40 @@ def validate(a, name, cluster, cases, out):
     for c in cases:
         meas[c[:3]] = measured(os.path.join(ROOT, "docs/bench", c[0]), c[1], c[2])
 
-    def sets_of(c, rate_gbit, mfu, cont, ccomm=0.0):
+    def sets_of(c, rate_gbit, mfu, cont, ccomm=0.0, maxvio=0.0):
         # the run's own plan: its strategy and algorithm, priced in the
-        # projection's plan column
+        # projection's plan column; MoE: the runs' measured MaxVio
         f, strat, ov, extra, _ = c
         algo = [f"comm.algo={strat.split('/')[1]}"] if "/" in strat else []
         return [f"cluster.inter_gbit={rate_gbit}", f"cluster.mfu={mfu}", f"cluster.contention={cont}",
                 f"cluster.comm_contention={ccomm}", f"comm.strategy={strat.split('/')[0]}",
-                f"parallelism.overlap={'true' if ov else 'false'}"] + algo + extra
+                f"parallelism.overlap={'true' if ov else 'false'}", f"cluster.maxvio={maxvio}"] + algo + extra
 
     # 1. the compute rate: the raw run without overlap, its measured compute
     base = cases[0]
     step0, comp0, config, rate = meas[base[:3]]
-    _, flops_tok = project(a.build, config, sets_of(base, LINK_GBIT[rate], 0.01, 0), cluster)
-    toks = 32  # configs/llama-20m-commbound.yaml: 1 x 32 tokens per rank, one micro-batch
+    _, flops_tok, toks = project(a.build, config, sets_of(base, LINK_GBIT[rate], 0.01, 0), cluster)
     mfu = flops_tok * toks / (comp0 * 1e12)  # cluster.peak_tflops 1 in the emu-*.yaml files
+    # 1'. MoE: the load imbalance (cluster.maxvio) as the projection takes
+    #    it, the experts' compute slowed by 1 + maxvio: fitted so that the
+    #    raw run's compute grows by its measured wait for the busiest rank
+    #    (ZRT_EP_SYNC=1's alltoall_sync_ms; the step log's MaxVio is the
+    #    worst block's busiest expert, not a rank's mean slowdown)
+    maxvio = 0.0
+    wait0 = sync_of(os.path.join(ROOT, "docs/bench", base[0]), base[1], base[2])
+    if wait0 > 0:
+        def comp_at(mv):
+            row, _, _ = project(a.build, config, sets_of(base, LINK_GBIT[rate], mfu, 0, 0, mv), cluster)
+            return row["raw_s"] - row["raw_exposed_s"]
+        maxvio = bisect(lambda mv: comp_at(mv) - (comp0 + wait0), 0.0, 20.0, 25)
 
     effs = {}  # per link rate: its fitted MPI efficiency
 
     def run_at(c, eff, cont, ccomm):
         rate_key = meas[c[:3]][3]
         e = eff if eff is not None else effs[rate_key]
-        row, _ = project(a.build, config, sets_of(c, LINK_GBIT[rate_key] * e, mfu, cont, ccomm), cluster)
+        row, _, _ = project(a.build, config, sets_of(c, LINK_GBIT[rate_key] * e, mfu, cont, ccomm, maxvio),
+                            cluster)
         return row
 
     def step_at(c, eff, cont, ccomm):
@@ -161,7 +196,8 @@ def validate(a, name, cluster, cases, out):
     print(f"\n## {name} ({cluster})\n")
     print(f"# fitted on the raw runs: compute {flops_tok * toks / 1e9:.2f} GFLOP per rank-step at "
           f"{mfu * 1e3:.2f} GFLOP/s; contention: compute {cont:.3f}, collectives {ccomm:.3f}; link "
-          "efficiency per rate " + ", ".join(f"{k} {v:.3f}" for k, v in effs.items()))
+          "efficiency per rate " + ", ".join(f"{k} {v:.3f}" for k, v in effs.items()) +
+          (f"; MaxVio {maxvio:.2f} (fitted to the measured wait {wait0 * 1e3:.0f} ms)" if maxvio else ""))
     print("| bench file | strategy | overlap | fitted | measured ms | projected ms | error |")
     print("|---|---|---|---|---|---|---|")
     worst_step = 0.0
