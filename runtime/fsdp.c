@@ -832,9 +832,8 @@ static const uint64_t kCheckMinBytes = 64 << 10;
 enum { kCheckSteps = 8 };
 
 void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3], int step) {
-    if (f->nranks < 2) return; /* one rank sends nothing */
     /* ZRT_CHECK_MIN_RATIO=R: a step shrinks when raw / wire exceeds R
-     * (default 1: any saving) */
+     * (default 1: any saving); checked at any rank count */
     const char* env = getenv("ZRT_CHECK_MIN_RATIO");
     double min_ratio = 1.0;
     if (env && *env) {
@@ -844,6 +843,7 @@ void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3], int step)
                    "ZRT_CHECK_MIN_RATIO='%s': expected a number >= 1 (raw / wire a step must beat)",
                    env);
     }
+    if (f->nranks < 2) return; /* one rank sends nothing */
     for (int k = 0; k < 3; k++) {
         int wanted = 0;
         if (k < 2) {

@@ -118,7 +118,7 @@ elif grep -q "but it is not compressing: 8 steps in a row did not shrink" "$tmp/
      ! grep -q '"step": 9' "$tmp/chk9.jsonl"; then
   pass compression_check_stops_after_8_steps
 else fail compression_check_stops_after_8_steps "$(tail -3 "$tmp/chk9.jsonl.log")"; fi
-if ZRT_CHECK_MIN_RATIO=abc run 2 "$tmp/chkbad.jsonl" --set train.steps=1 >/dev/null; then
+if ZRT_CHECK_MIN_RATIO=abc run 1 "$tmp/chkbad.jsonl" --set train.steps=1 >/dev/null; then
   fail compression_check_bad_ratio_refused "accepted"
 elif grep -q "ZRT_CHECK_MIN_RATIO='abc': expected a number >= 1" "$tmp/chkbad.jsonl.log"; then
   pass compression_check_bad_ratio_refused

@@ -132,7 +132,7 @@ if [ -x "$EMU" ]; then
   else fail emu_cuda_1_and_2_ranks_same_bits "a run failed"; fi
   # MoE: EP 1 on 1 rank and EP 2 on 2 (the experts per source rank on the
   # device, the exchange's rows in device memory)
-  EM="--set runtime.device=cuda --set train.steps=3 --set comm.reduce_dtype=bf16 ${MOE/train.grad_groups=4/train.grad_groups=2}"
+  EM="--set runtime.device=cuda --set train.steps=2 --set comm.reduce_dtype=bf16 ${MOE/train.grad_groups=4/train.grad_groups=2}"
   # shellcheck disable=SC2086
   if TRAIN=$EMU run 1 "$tmp/em1.jsonl" $INV $EM --set parallelism.ep=1 &&
      TRAIN=$EMU run 2 "$tmp/em2.jsonl" $INV $EM --set parallelism.ep=2; then
@@ -155,14 +155,15 @@ if run 1 "$tmp/ga.jsonl" --set train.grad_groups=4 --set data.grad_accum=3 --set
    grep -q "^# note: data.grad_accum 3 (--set data.grad_accum=3) replaced by 4: train.grad_groups 4" "$tmp/ga.jsonl.log" &&
    grep -q "1 ranks x 4 accum" "$tmp/ga.jsonl.log"; then pass grad_groups_replaces_grad_accum_with_a_note
 else fail grad_groups_replaces_grad_accum_with_a_note "$(grep "note\|error" "$tmp/ga.jsonl.log")"; fi
+# (the config's checks, before any rank count matters: one process)
 # shellcheck disable=SC2086
-refused refuses_moe_ep_chunks "the exchange runs in one chunk" 2 $INV $MOE --set parallelism.ep=2 \
+refused refuses_moe_ep_chunks "the exchange runs in one chunk" 1 $INV $MOE --set parallelism.ep=2 \
   --set moe.overlap_chunks=2
 # shellcheck disable=SC2086
-refused refuses_moe_ep_bf16_rows "set comm.alltoall_dtype: fp32" 2 $INV $MOE --set parallelism.ep=2 \
+refused refuses_moe_ep_bf16_rows "set comm.alltoall_dtype: fp32" 1 $INV $MOE --set parallelism.ep=2 \
   --set comm.alltoall_dtype=bf16
 # shellcheck disable=SC2086
-refused refuses_moe_ep_unaligned_experts "3 x moe_ffn_hidden x dim = 1536 parameters must be a multiple of 4096" 2 \
+refused refuses_moe_ep_unaligned_experts "3 x moe_ffn_hidden x dim = 1536 parameters must be a multiple of 4096" 1 \
   $INV $MOE --set parallelism.ep=2 --set model.moe_ffn_hidden=16
 # shellcheck disable=SC2086
 refused refuses_moe_aux_global "set moe.aux_loss_scope: rank" 1 $INV --set train.grad_groups=2 $TINY_MOE
