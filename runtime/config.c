@@ -951,20 +951,22 @@ int config_validate(const TrainConfig* c, char* err, size_t errlen) {
      * on a block of the norm (fsdp_grad_norm_of) */
     if (c->train.rank_invariant && c->model.n_experts > 0 && c->parallel.ep > 1) {
         const long long en = 3LL * c->model.moe_ffn_hidden * c->model.dim;
-        if (c->moe.overlap_chunks > 1)
-            return zrt_errf(err, errlen,
-                            "%s: key 'train.rank_invariant': with expert parallelism the exchange "
-                            "runs in one chunk (a chunk cuts a source's rows of an expert in two "
-                            "GEMMs, which EP 1 runs as one): set moe.overlap_chunks: 1 (%s)",
-                            config_where(c, "train.rank_invariant", w1, sizeof w1),
-                            config_where(c, "moe.overlap_chunks", w2, sizeof w2));
-        if (c->comm.alltoall_dtype == zipcclBfloat16)
-            return zrt_errf(err, errlen,
-                            "%s: key 'train.rank_invariant': with expert parallelism the expert "
-                            "rows travel exactly (EP 1 rounds nothing): set comm.alltoall_dtype: "
-                            "fp32 (%s)",
-                            config_where(c, "train.rank_invariant", w1, sizeof w1),
-                            config_where(c, "comm.alltoall_dtype", w2, sizeof w2));
+        const struct {
+            int bad;
+            const char *key, *why;
+        } need[] = {
+            {c->moe.overlap_chunks > 1, "moe.overlap_chunks",
+             "the exchange runs in one chunk (a chunk cuts a source's rows of an expert in two "
+             "GEMMs, which EP 1 runs as one): set moe.overlap_chunks: 1"},
+            {c->comm.alltoall_dtype == zipcclBfloat16, "comm.alltoall_dtype",
+             "the expert rows travel exactly (EP 1 rounds nothing): set comm.alltoall_dtype: fp32"},
+        };
+        for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+            if (need[i].bad)
+                return zrt_errf(err, errlen,
+                                "%s: key 'train.rank_invariant': with expert parallelism %s (%s)",
+                                config_where(c, "train.rank_invariant", w1, sizeof w1), need[i].why,
+                                config_where(c, need[i].key, w2, sizeof w2));
         if (en % ZRT_SUMSQ_BLOCK)
             return zrt_errf(err, errlen,
                             "%s: key 'train.rank_invariant': with expert parallelism an expert's "

@@ -101,6 +101,17 @@ void fsdp_init(Fsdp* f, const TrainConfig* cfg, const ZrtKernels* K, CommPlan* p
     f->param_dtype = cfg->comm.param_dtype;
     f->reduce_dtype = cfg->comm.reduce_dtype;
     f->invariant = cfg->train.rank_invariant;
+    /* ZRT_CHECK_MIN_RATIO=R: a step shrinks when raw / wire exceeds R
+     * (default 1: any saving; fsdp_check_compression), read once */
+    const char* env = getenv("ZRT_CHECK_MIN_RATIO");
+    f->check_min_ratio = 1.0;
+    if (env && *env) {
+        char* end;
+        f->check_min_ratio = strtod(env, &end);
+        trainCheck(*end == 0 && f->check_min_ratio >= 1 && f->check_min_ratio < 1e6,
+                   "ZRT_CHECK_MIN_RATIO='%s': expected a number >= 1 (raw / wire a step must beat)",
+                   env);
+    }
     while (f->invariant && (1 << f->levels) < cfg->data.grad_accum) f->levels++;
 
     /* Three communicators so parameter gathers, gradient reductions and the
@@ -832,18 +843,8 @@ static const uint64_t kCheckMinBytes = 64 << 10;
 enum { kCheckSteps = 8 };
 
 void fsdp_check_compression(Fsdp* f, const zipcclCounters_t before[3], int step) {
-    /* ZRT_CHECK_MIN_RATIO=R: a step shrinks when raw / wire exceeds R
-     * (default 1: any saving); checked at any rank count */
-    const char* env = getenv("ZRT_CHECK_MIN_RATIO");
-    double min_ratio = 1.0;
-    if (env && *env) {
-        char* end;
-        min_ratio = strtod(env, &end);
-        trainCheck(*end == 0 && min_ratio >= 1 && min_ratio < 1e6,
-                   "ZRT_CHECK_MIN_RATIO='%s': expected a number >= 1 (raw / wire a step must beat)",
-                   env);
-    }
     if (f->nranks < 2) return; /* one rank sends nothing */
+    const double min_ratio = f->check_min_ratio;
     for (int k = 0; k < 3; k++) {
         int wanted = 0;
         if (k < 2) {

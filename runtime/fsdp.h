@@ -101,6 +101,7 @@ typedef struct {
     /* fsdp_check_compression: per kind, steps in a row that did not shrink,
      * and how many did in all (the first is reported) */
     int no_shrink[3], no_shrink_warned[3];
+    double check_min_ratio; /* ZRT_CHECK_MIN_RATIO (1: any saving), read at init */
 
     /* --dump-tensors: when armed, keep what each collective sent this step */
     int dump_armed;
