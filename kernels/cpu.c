@@ -740,7 +740,6 @@ static void cpu_moe_route(float* probs, int* sel_all, float* w_all, const float*
 }
 
 static void cpu_moe_prob_sum(double* acc, const float* probs, int N, int E) {
-    zdev_count_sync(); /* likewise */
     for (size_t n = 0; n < (size_t)N; n++)
         for (size_t e = 0; e < (size_t)E; e++) acc[e] += probs[n * E + e];
 }

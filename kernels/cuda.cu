@@ -1375,17 +1375,9 @@ void cu_moe_route(float* probs, int* sel, float* w, const float* logits, int N, 
 
 void cu_moe_prob_sum(double* acc, const float* probs, int N, int E) {
     PROF(moe_prob_sum);
-    // acc is host memory: up, add in the CPU's order, down (through a
-    // buffer kept for the process, not one allocation per MoE block)
-    static void* scratch = nullptr;
-    static size_t cap = 0;
-    scratch = scratch_grow(scratch, &cap, (size_t)E * sizeof(double));
-    double* d = (double*)scratch;
-    // acc stays unchanged until the download below has waited for the stream
-    CKD(zdev_copy_async(g_dev, d, acc, (size_t)E * sizeof(double), ZDEV_HOST_TO_DEVICE, nullptr));
-    k_moe_prob_sum<<<blocks_for(E, 128), 128, 0, g_stream>>>(d, probs, N, E);
+    if (E <= 0) return;
+    k_moe_prob_sum<<<blocks_for(E, 128), 128, 0, g_stream>>>(acc, probs, N, E);
     CKL(k_moe_prob_sum);
-    CKD(zdev_download(g_dev, acc, d, (size_t)E * sizeof(double)));
 }
 
 void cu_moe_gather(float* xs, const float* x, const int* pos, int N, int k, int C) {

@@ -80,10 +80,10 @@ typedef struct ZrtKernels_ {
      * argument below is its memory, allocated, copied and freed through it
      * (zdev_alloc, zdev_upload, ...); the kernels run on its compute stream
      * (ZDevice.stream), in issue order, so a kernel reads what the kernels
-     * and copies issued before it on that stream wrote. An entry that
-     * returns a host value (moe_prob_sum) waits for it: one host wait each, which device.h counts on every
-     * table alike (the host tables count the wait they stand for with
-     * zdev_count_sync), so a step's count is the program's, not the
+     * and copies issued before it on that stream wrote. No entry returns
+     * a host value: results stay in the device's memory until the caller
+     * reads them (a download: one host wait, which device.h counts on every
+     * table alike), so a step's count of waits is the program's, not the
      * device's. */
     ZDevice* dev;
 
@@ -176,8 +176,9 @@ typedef struct ZrtKernels_ {
      * probabilities, divided by their sum when norm_topk. */
     void (*moe_route)(float* probs, int* sel, float* w, const float* logits, int N, int E, int k,
                       int norm_topk);
-    /* acc (E) is HOST memory: acc[e] += sum over rows of probs[n, e], in
-     * double, rows in order (the load-balancing statistics). */
+    /* acc (E doubles, the device's memory): acc[e] += probs[n, e] for
+     * every row n in order, in double (the load-balancing statistics;
+     * models/moe.c reads them once per forward, not once per block). */
     void (*moe_prob_sum)(double* acc, const float* probs, int N, int E);
     /* xs (rows, C): xs[pos[i]] = x[i / k] for every kept pair. */
     void (*moe_gather)(float* xs, const float* x, const int* pos, int N, int k, int C);

@@ -61,7 +61,7 @@ size_t moe_acts_bytes(const MoeDims* d, int n_layers) {
     const size_t shared = N * E + N * k + 2 * N * k * C + cap * (C + 3 * Fe) +
                           (d->exchange ? N * k * C : 0) + (d->recompute ? cap * 3 * Fe : 0);
     return ((size_t)n_layers * per_layer + shared) * sizeof(float) +
-           E * (sizeof(long long) + sizeof(double));
+           E * (sizeof(long long) + 2 * sizeof(double));
 }
 
 /* A buffer that must grow past its size (an exchange that received more
@@ -160,12 +160,14 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K) {
     m->logits = zdev_alloc(K->dev, (N * E + N * k + 2 * N * k * C + E) * sizeof(float));
     m->tokens_per_expert = calloc(E, sizeof(long long));
     m->prob_sum = calloc(E, sizeof(double));
-    m->aux_host = calloc(E, sizeof(float));
+    m->prob_sum_dev = zdev_alloc(K->dev, E * sizeof(double));
+    m->aux_host = zdev_host_alloc(K->dev, E * sizeof(float));
     m->aux_stats = calloc(2 * E + 1, sizeof(double));
     /* the rows an expert side holds: the plan's count (moe_rows_received),
      * reserved now so a steady step allocates nothing */
     const int rows0 = (int)moe_rows_received(d);
-    int ok = m->layer && m->logits && m->tokens_per_expert && m->prob_sum && m->aux_host &&
+    int ok = m->layer && m->logits && m->tokens_per_expert && m->prob_sum && m->prob_sum_dev &&
+             m->aux_host &&
              m->aux_stats &&
              !scratch_reserve(m, rows0);
     if (ok) {
@@ -180,11 +182,11 @@ MoeActs* moe_acts_alloc(const MoeDims* d, int n_layers, const ZrtKernels* K) {
         MoeLayer* L = &m->layer[i];
         // backend: probs (N, E) | sel (N, k) | w (N, k) | pos (N, k) | ys | xs (own)
         float* f = zdev_alloc(K->dev, (N * E + 3 * N * k + N * k * C + own_xs) * sizeof(float));
-        // host: sel, pos (N, k) | counts, routed (E)
-        int* h = malloc((2 * N * k + 2 * E) * sizeof(int));
+        // host (pinned): sel, pos (N, k) | counts, routed (E)
+        int* h = zdev_host_alloc(K->dev, (2 * N * k + 2 * E) * sizeof(int));
         if (!f || !h) {
             zdev_free(K->dev, f);
-            free(h);
+            zdev_host_free(K->dev, h);
             ok = 0;
             break;
         }
@@ -215,7 +217,7 @@ void moe_acts_free(MoeActs* m) {
         zdev_free(K->dev, L->xl);
         if (!m->d.recompute) zdev_free(K->dev, L->gate);
         zdev_free(K->dev, L->probs);
-        free(L->sel_host);
+        zdev_host_free(K->dev, L->sel_host);
         free(L->chunk_counts);
     }
     free(m->layer);
@@ -226,7 +228,8 @@ void moe_acts_free(MoeActs* m) {
     zdev_free(K->dev, m->gtree);
     free(m->tokens_per_expert);
     free(m->prob_sum);
-    free(m->aux_host);
+    zdev_free(K->dev, m->prob_sum_dev);
+    zdev_host_free(K->dev, m->aux_host);
     free(m->aux_stats);
     free(m);
 }
@@ -235,8 +238,9 @@ void moe_begin_step(MoeActs* m, int N) {
     m->d.N = N;
     m->dropped = 0;
     memset(m->tokens_per_expert, 0, (size_t)m->d.E * sizeof(long long));
-    memset(m->prob_sum, 0, (size_t)m->d.E * sizeof(double));
+    zdevCheck(zdev_memset_async(m->K->dev, m->prob_sum_dev, 0, (size_t)m->d.E * sizeof(double), NULL));
     m->aux = 0.0f;
+    m->aux_uploaded = 0;
 }
 
 /* --------------------------------------------------------------- routing */
@@ -271,7 +275,10 @@ static void route(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, const floa
         const int e = L->sel_host[i];
         L->pos_host[i] = seen[e]++ < L->counts[e] ? next[e]++ : -1;
     }
-    zdevCheck(zdev_upload(K->dev, L->pos, L->pos_host, (size_t)N * k * sizeof(int)));
+    // no wait: pos_host stays as it is until this block's next route, after
+    // the download above has waited for the stream (and with it this copy)
+    zdevCheck(zdev_copy_async(K->dev, L->pos, L->pos_host, (size_t)N * k * sizeof(int),
+                              ZDEV_HOST_TO_DEVICE, NULL));
 }
 
 /* ---------------------------------------------------------------- experts */
@@ -530,7 +537,7 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const flo
     K->moe_gather(L->xs, x, L->pos, d->N, d->k, d->C);
     for (size_t e = 0; e < E; e++) m->tokens_per_expert[e] += L->routed[e];
     m->dropped += L->dropped;
-    K->moe_prob_sum(m->prob_sum, L->probs, d->N, d->E);
+    K->moe_prob_sum(m->prob_sum_dev, L->probs, d->N, d->E);
 
     // the exchange, chunk by chunk: while the experts compute chunk c the
     // runtime may already move chunk c+1 in and chunk c-1 out
@@ -561,6 +568,8 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const flo
 int moe_aux_stats(MoeActs* m, const LlamaParamHooks* hooks) {
     const int E = m->d.E;
     double* st = m->aux_stats;
+    // the blocks' probability sums: one read-back per forward
+    zdevCheck(zdev_download(m->K->dev, m->prob_sum, m->prob_sum_dev, (size_t)E * sizeof(double)));
     for (int e = 0; e < E; e++) st[e] = (double)m->tokens_per_expert[e];
     memcpy(st + E, m->prob_sum, (size_t)E * sizeof(double));
     st[2 * E] = (double)m->d.N * m->n_layers;
@@ -619,10 +628,16 @@ int moe_backward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const fl
     // dx[n] = sum_j dx(n, j), slots in order; then the router, whose
     // load-balancing term is the same for every row
     K->moe_combine(dx, m->dxs, NULL, L->pos, d->N, d->k, d->C);
-    const double R = (double)d->N * m->n_layers, Ra = m->aux_stats[2 * E];
-    for (size_t e = 0; e < E; e++)
-        m->aux_host[e] = (float)(aux_coef * (double)E * m->aux_stats[e] / (Ra * R));
-    zdevCheck(zdev_upload(K->dev, m->aux_dev, m->aux_host, E * sizeof(float)));
+    if (!m->aux_uploaded) { // the same for every block: once per backward, no wait
+        // (aux_host is next written by the next step's backward, after its
+        // forward's downloads have waited for the stream and this copy)
+        const double R = (double)d->N * m->n_layers, Ra = m->aux_stats[2 * E];
+        for (size_t e = 0; e < E; e++)
+            m->aux_host[e] = (float)(aux_coef * (double)E * m->aux_stats[e] / (Ra * R));
+        zdevCheck(zdev_copy_async(K->dev, m->aux_dev, m->aux_host, E * sizeof(float),
+                                  ZDEV_HOST_TO_DEVICE, NULL));
+        m->aux_uploaded = 1;
+    }
     float* dlogits = m->logits; // (N, E), free again after the forward
     K->moe_router_backward(dlogits, L->probs, L->sel, L->w, m->dw, m->aux_dev, d->N, d->E,
                            d->k, d->norm_topk);

@@ -57,8 +57,9 @@ typedef struct {
     float* w;         /* (N, k) routing weights of the chosen experts */
     int* pos;         /* (N, k) row of pair (n, j) in the expert-major order,
                        * -1 when the capacity limit dropped it */
-    int* sel_host;    /* (N, k) host copies of sel and pos */
-    int* pos_host;
+    int* sel_host;    /* (N, k) host copies of sel and pos (pinned: pos goes up */
+    int* pos_host;    /* without a wait, and stays unchanged until the block's
+                       * next route, which a download of sel precedes) */
     int* counts;      /* (E) pairs each expert computes (host) */
     int* routed;      /* (E) pairs each expert was chosen for (>= counts; host) */
     long long dropped;/* pairs dropped, sum of routed - counts */
@@ -110,7 +111,10 @@ typedef struct {
     /* pooled over the MoE blocks of the last step, for the aux loss (host) */
     long long* tokens_per_expert; /* (E) (token, slot) pairs */
     double* prob_sum;             /* (E) sum of router probabilities over rows */
-    float* aux_host;              /* (E) scratch for aux_dev */
+    double* prob_sum_dev;         /* (E) the same on the backend, added to by
+                                   * every block, read once per forward */
+    float* aux_host;              /* (E) aux_dev's host side (pinned) */
+    int aux_uploaded;             /* aux_dev holds this backward's term */
     /* the statistics the aux loss is computed from (host): counts (E) |
      * probability sums (E) | rows (1), this micro-batch's own, or summed
      * over the batch the aux covers (moe_aux_stats) */

@@ -38,11 +38,12 @@ EMU=${EMU:-$BUILD/gpu/train_emu}
 declare -A BUDGET=(
   [guarded_dense_np1]="1 0"
   [guarded_dense_np2]="1 60"
-  [guarded_moe_np1]="9 0"
-  [guarded_moe_ep2_np2]="9 92"
+  [guarded_moe_np1]="5 0"
+  [guarded_moe_l4_np1]="9 0"
+  [guarded_moe_ep2_np2]="5 92"
   [cuda_dense_np1]="1 0"
   [cuda_dense_np2]="1 142"
-  [cuda_moe_ep2_np2]="9 214"
+  [cuda_moe_ep2_np2]="5 214"
 )
 
 tiny_yaml 4 2 0 1
@@ -110,6 +111,10 @@ else
   one guarded_dense_np2 "$TRAIN" cpu_guarded 2
   # shellcheck disable=SC2086
   one guarded_moe_np1 "$TRAIN" cpu_guarded 1 $M
+  # three MoE blocks: their routing statistics are read once per forward,
+  # not once per block
+  # shellcheck disable=SC2086
+  one guarded_moe_l4_np1 "$TRAIN" cpu_guarded 1 $M --set model.n_layers=4
   # shellcheck disable=SC2086
   one guarded_moe_ep2_np2 "$TRAIN" cpu_guarded 2 $M --set parallelism.ep=2
   if [ -x "$EMU" ]; then
