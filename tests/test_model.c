@@ -1737,6 +1737,8 @@ static void randf(float* x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 2.0f * scale;
 }
 
+static void check_embedding_order(const ZrtKernels* G, const char* name);
+
 /* Each kernel of table G against the CPU kernel on the same random inputs:
  * relative max-norm error < 1e-5 (fp32, different summation orders). */
 static void check_table_kernels(const ZrtKernels* G, const char* name) {
@@ -1865,6 +1867,40 @@ static void check_table_kernels(const ZrtKernels* G, const char* name) {
     void* all[] = {dX, dW, dY, dDY, dG, dDX, dR, dQ, dK, dV, dCS, dATT, dO, dS, dDQ, dDK, dDV,
                    dDO, dUP, dH, dGATE2, dUP2, dT, dDT, dE, dTok, dTgt, dL, dDL, dLS, dB, dSum};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zdev_free(G->dev, all[i]);
+    check_embedding_order(G, name);
+}
+
+/* The embedding backward bit for bit against the CPU's: 700 rows (three of
+ * the CUDA table's 256-key tiles) of a few tokens, so each token's run is
+ * long (one token on every 7th row, three more at random, two tokens of the
+ * table never seen), the table's rows non-zero (the gradient accumulates),
+ * and values of widely different magnitude, so that adding a token's rows
+ * in any other order changes the bits: the reversed order, computed here on
+ * the host, must differ, or the check could not fail. */
+static void check_embedding_order(const ZrtKernels* G, const char* name) {
+    const ZrtKernels* K = zrt_kernels_cpu();
+    enum { N = 700, C = 33, V = 6 };
+    static int tok[N];
+    static float dout[N * C], want[V * C], got[V * C], rev[V * C];
+    char what[64];
+    srand(5);
+    for (int n = 0; n < N; n++) tok[n] = n % 7 == 0 ? 4 : rand() % 3 + (rand() % 4 == 0 ? 3 : 0);
+    for (int i = 0; i < N * C; i++)
+        dout[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * ldexpf(1.0f, rand() % 24 - 12);
+    randf(want, V * C, 1.0f);
+    memcpy(rev, want, sizeof rev);
+    float *dT = dev_copy(want, sizeof want), *dD = dev_copy(dout, sizeof dout);
+    int* dTok = (int*)dev_copy(tok, sizeof tok);
+    K->embedding_backward(want, dout, tok, N, C);
+    G->embedding_backward(dT, dD, dTok, N, C);
+    zdevCheck(zdev_download(G->dev, got, dT, sizeof got));
+    for (int n = N - 1; n >= 0; n--)
+        for (int c = 0; c < C; c++) rev[tok[n] * C + c] += dout[(size_t)n * C + c];
+    snprintf(what, sizeof what, "%s/embedding_backward_row_order", name);
+    CHECK(!memcmp(got, want, sizeof got) && memcmp(rev, want, sizeof rev), what,
+          "same bits as the CPU: %s; the reversed order differs (the check can fail): %s",
+          memcmp(got, want, sizeof got) ? "no" : "yes", memcmp(rev, want, sizeof rev) ? "yes" : "no");
+    zdev_free(G->dev, dT), zdev_free(G->dev, dD), zdev_free(G->dev, dTok);
 }
 
 /* The bf16 table's flash attention (kernels/cuda.cu: WMMA tiles, P and dS
