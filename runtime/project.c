@@ -91,7 +91,7 @@ static double coll_s(const Proj* p, zipcclCollKind_t kind, zipcclDataType_t dt, 
     const int di = zipcclTuneDtypeIndex(dt);
     /* every kind: a design's inner stages ask for other kinds than its own */
     for (int x = 0; x < zipcclNumCollKinds; x++) a.ratio[x][di][0] = b.ratio[x][di][0] = ratio;
-    const zipcclTuneQuery q = {kind, dt, bytes, G, p->piece, 0, 1};
+    const zipcclTuneQuery q = {kind, dt, bytes, G, p->piece, 0, 1, 0};
     const int links = p->cfg->cluster.nics_per_node;
     if (p->way == PROJ_PLAN) { /* the design the plan asks for, as it runs */
         zipcclTuneDesign d = {want->strategy, zipcclCodecFast, run_algo(kind, want->algo), "", 0};

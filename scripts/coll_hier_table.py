@@ -9,6 +9,9 @@ tag, the k-th row of a (collective, size, entry) is run k).
 Per (collective, size): the median over the runs of each entry's time (ms per
 call: the slowest rank's mean), the hier compressed design against the flat
 compressed one (median and per run), the wire ratios, and #wrong summed.
+With rows of strategy auto (scripts/bench_hier_coll.sh auto): a second
+table, auto's median time, the design it settled on per run ("picked"), and
+its median against the fastest fixed entry's.
 """
 import json
 import statistics
@@ -46,6 +49,22 @@ def main(path):
             print(f"| {c} | {b >> 20} MiB | " + " | ".join(f"{m:.1f}" for m in med) +
                   f" | {med[2] / med[4]:.2f}x ({', '.join(f'{v:.2f}' for v in x)}) | "
                   f"{ratio(ENTRIES[2]):.2f} / {ratio(ENTRIES[4]):.2f} |")
+    autos = [r for r in rows if r["strategy"] == "auto"]
+    if autos:
+        print("\n| collective | bytes | auto | picked (per run) | fastest fixed entry | auto / fastest |")
+        print("|---|---:|---:|---|---|---:|")
+        for c in colls:
+            for b in sizes:
+                rs = sorted((r for r in autos if r["coll"] == c and r["bytes"] == b), key=lambda r: r["run"])
+                if not rs:
+                    continue
+                wrong += sum(r.get("wrong", 0) for r in rs)
+                a = statistics.median(r["time_us"] for r in rs) / 1e3
+                fixed = [(statistics.median(r["time_us"] for r in cells[(c, b) + e]) / 1e3, n)
+                         for e, n in zip(ENTRIES, NAMES) if cells.get((c, b) + e)]
+                t, n = min(fixed)
+                print(f"| {c} | {b >> 20} MiB | {a:.1f} | {', '.join(r['picked'] for r in rs)} | {n} {t:.1f} | "
+                      f"{a / t:.2f}x |")
     print(f"\n#wrong (every entry but native): {wrong}")
 
 

@@ -17,7 +17,8 @@
  * compressed as raw (intraBytes: nothing inside a node is coded), and fewer
  * between nodes (Gaussian data compresses); a flat compressed AllGather codes
  * its in-node hops too.  Small pieces (ZIPCCL_PIECE_BYTES=65536) so blocks
- * span several.
+ * span several.  Auto at 2 x 2 (4 x 2 at 8 ranks) measures the hier designs,
+ * and on one node never runs them (autoHier).
  */
 #include <math.h>
 #include <stdint.h>
@@ -28,6 +29,7 @@
 
 #include "testutil.h"
 #include "zipccl.h"
+#include "zipccl_tune.h"
 #include "gauss.h"
 #include "mpitest.h"
 
@@ -340,6 +342,66 @@ static void suite(int k, const char* rs) {
     zipcclCommDestroy(comm);
 }
 
+/* Auto across nodes (comm/tune: the hier designs apply where the ranks
+ * span nodes of several ranks, and the measured selection always measures
+ * them, since the one-link model cannot rank them): AllGather bf16 at 1 MiB
+ * per rank until its bucket settles (zipcclAutoSettled): every call equals
+ * MPI_Allgather; the exploration ran hier (byAlgo[hier] moved by at least
+ * its two designs' 5 runs each) with nodes of k < n ranks and never with
+ * one node (k = n); the settled calls run one design on every rank. */
+static void autoHier(int k) {
+    enum { kMost = 240, kAfter = 4 };
+    const size_t count = 512 << 10; /* bf16: 1 MiB per rank, 5 runs per candidate */
+    zipcclComm_t comm = newComm();
+    uint16_t* in = malloc(count * 2);
+    uint16_t* want = malloc(count * 2 * (size_t)nranks);
+    uint16_t* got = malloc(count * 2 * (size_t)nranks);
+    fill(in, count, zipcclBfloat16, rank, 77);
+    MPI_Allgather(in, (int)count, MPI_UINT16_T, want, (int)count, MPI_UINT16_T, MPI_COMM_WORLD);
+    zipcclCallConfig_t cfg = {zipcclStrategyAuto, zipcclCodecDefault, zipcclAlgoDefault};
+    zipcclCounters_t c0, c1, c2;
+    zipcclCommGetCounters(comm, zipcclCollAllGather, &c0);
+    int ok = 1, settled = 0, calls = 0;
+    for (; calls < kMost && !settled && ok; calls++) {
+        memset(got, 0xEE, count * 2 * (size_t)nranks);
+        zipcclResult_t r = zipcclAllGather(in, got, count, zipcclBfloat16, comm, &cfg, NULL);
+        EXPECT(r == zipcclSuccess, "rank %d: auto AllGather call %d: %s", rank, calls, zipcclGetLastErrorDetail());
+        EXPECT(r != zipcclSuccess || !memcmp(got, want, count * 2 * (size_t)nranks),
+               "rank %d: auto AllGather call %d differs from MPI_Allgather", rank, calls);
+        if (zipcclAutoSettled(comm, zipcclCollAllGather, zipcclBfloat16, count * 2, &settled) != zipcclSuccess)
+            EXPECT(0, "rank %d: zipcclAutoSettled: %s", rank, zipcclGetLastErrorDetail());
+    }
+    EXPECT(settled, "rank %d: not settled after %d calls", rank, calls);
+    zipcclCommGetCounters(comm, zipcclCollAllGather, &c1);
+    const unsigned long long hier = (unsigned long long)(c1.byAlgo[zipcclAlgoHier] - c0.byAlgo[zipcclAlgoHier]);
+    if (k < nranks)
+        EXPECT(hier >= 10, "rank %d: %d nodes of %d: the exploration (%d calls) ran hier %llu times, not >= 10",
+               rank, nranks / k, k, calls, hier);
+    else
+        EXPECT(hier == 0, "rank %d: one node: auto ran hier %llu times", rank, hier);
+    for (int i = 0; i < kAfter && ok; i++) {
+        zipcclResult_t r = zipcclAllGather(in, got, count, zipcclBfloat16, comm, &cfg, NULL);
+        EXPECT(r == zipcclSuccess && !memcmp(got, want, count * 2 * (size_t)nranks),
+               "rank %d: settled auto AllGather %d: %s", rank, i, zipcclGetLastErrorDetail());
+    }
+    zipcclCommGetCounters(comm, zipcclCollAllGather, &c2);
+    /* the settled design, by algo and strategy, the same on every rank */
+    double mine[2 * ZIPCCL_NALGOS + 10], lo[2 * ZIPCCL_NALGOS + 10], hi[2 * ZIPCCL_NALGOS + 10];
+    int m = 0;
+    for (int a = 0; a < ZIPCCL_NALGOS; a++) mine[m++] = (double)(c2.byAlgo[a] - c1.byAlgo[a]);
+    for (int st = 0; st < 5; st++) mine[m++] = (double)(c2.byStrategy[st] - c1.byStrategy[st]);
+    MPI_Allreduce(mine, lo, m, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(mine, hi, m, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT(!memcmp(lo, hi, (size_t)m * sizeof(double)), "rank %d: the settled calls ran different designs on the ranks",
+           rank);
+    char name[160];
+    snprintf(name, sizeof name, "auto AllGather 1 MiB/rank, %d x %d: == MPI_Allgather, hier %s (%llu runs), settled in %d calls",
+             nranks / k, k, k < nranks ? "measured" : "never run", hier, calls);
+    report(ok, name);
+    free(in), free(want), free(got);
+    zipcclCommDestroy(comm);
+}
+
 int main(int argc, char** argv) {
     int prov;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
@@ -360,6 +422,11 @@ int main(int argc, char** argv) {
     unsetenv("ZIPCCL_HIER_RS");
     setenv("ZIPCCL_NODE_SIZE", "2", 1);
     subComms();
+    unsetenv("ZIPCCL_STRATEGY"); /* auto per call, with its calibration */
+    autoHier(2);
+    unsetenv("ZIPCCL_NODE_SIZE");
+    autoHier(nranks); /* one node here */
+    setenv("ZIPCCL_STRATEGY", "raw", 1);
     /* A node size that does not divide the ranks is refused at creation. */
     setenv("ZIPCCL_NODE_SIZE", nranks == 6 ? "4" : "3", 1);
     MPI_Comm w = MPI_COMM_WORLD;

@@ -38,14 +38,14 @@ static zipcclTuneModel link(double alpha, double beta) {
 
 static double two(const zipcclTuneModel* a, const zipcclTuneModel* b, int k, zipcclCollKind_t kind,
                   zipcclDataType_t dt, double bytes, int n, zipcclStrategy_t s, zipcclAlgo_t algo) {
-    const zipcclTuneQuery q = {kind, dt, bytes, n, 1 << 20, 0, 1};
+    const zipcclTuneQuery q = {kind, dt, bytes, n, 1 << 20, 0, 1, 0};
     zipcclTuneDesign d = {s, zipcclCodecFast, algo, "", 0};
     return zipcclTuneEstimateTwoLevel(a, b, k, 1, &q, &d);
 }
 
 static double one(const zipcclTuneModel* m, zipcclCollKind_t kind, zipcclDataType_t dt, double bytes, int n,
                   zipcclStrategy_t s, zipcclAlgo_t algo) {
-    const zipcclTuneQuery q = {kind, dt, bytes, n, 1 << 20, 0, 1};
+    const zipcclTuneQuery q = {kind, dt, bytes, n, 1 << 20, 0, 1, 0};
     zipcclTuneDesign d = {s, zipcclCodecFast, algo, "", 0};
     return zipcclTuneEstimate(m, &q, &d);
 }

@@ -118,7 +118,9 @@ static inline double zipcclA2avSendBytes(const size_t* sendcounts, int nranks, s
 
 /* Measured selection (tune_explore.c): for one (collective, dtype, floor(log2
  * bytes)) bucket, the candidate designs and their rank-agreed wall times. */
-#define ZIPCCL_TUNE_CANDS 6 /* the fixed strategies' designs, then the model's likeliest others */
+#define ZIPCCL_TUNE_CANDS 8 /* the fixed strategies' designs (and their hier twins when the
+                             * ranks span nodes), then the model's likeliest others: 6 in all
+                             * on one node, 8 across nodes */
 #define ZIPCCL_TUNE_RUNS 21 /* the most exploration runs per candidate */
 typedef struct {
     int n;                             /* candidates; 0 = bucket not seen yet */

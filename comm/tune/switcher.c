@@ -236,7 +236,10 @@ zipcclResult_t zipcclModelDecide(struct zipcclComm* c, const zipcclOp* op, zipcc
     if (zipcclExploreSettled(c, op, total, out)) return a2avAgree ? a2avStartAgreement(c, out, mine) : zipcclSuccess;
     zipcclTuneDesign cand[ZIPCCL_TUNE_NDESIGNS];
     int nc = 0;
-    const zipcclTuneQuery q = {op->kind, op->dtype, total, c->nranks, c->pieceBytes, c->tp->caps, c->codecOk};
+    /* ranks on several nodes of several ranks each: the hier designs apply */
+    const int nodeSize = c->nodeSize > 1 && c->nodeSize < c->nranks ? c->nodeSize : 0;
+    const zipcclTuneQuery q = {op->kind, op->dtype, total, c->nranks, c->pieceBytes, c->tp->caps, c->codecOk,
+                               nodeSize};
     int best = zipcclTuneDecide(&m->cost, &q, cand, &nc);
     const char* why = NULL;
     if (zipcclExploreOn(c)) why = zipcclExploreChoose(m, op, total, cand, nc, &best);

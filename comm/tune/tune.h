@@ -28,7 +28,7 @@
 #include "zipccl.h"
 
 #define ZIPCCL_MODEL_CODECS 3 /* the codecs auto chooses among: fast, dense, f3 */
-#define ZIPCCL_TUNE_NDESIGNS 10
+#define ZIPCCL_TUNE_NDESIGNS 12
 
 /* The model's inputs that are not the call's. */
 typedef struct {
@@ -56,6 +56,8 @@ typedef struct {
     size_t pieceBytes; /* the pipelining granularity of our designs           */
     int caps;          /* the transport's zipcclTp* flags (transport.h)       */
     int codecOk;       /* compressed designs can run                          */
+    int nodeSize;      /* ranks per node when the ranks span several nodes of
+                        * several ranks each (the hier designs apply), else 0 */
 } zipcclTuneQuery;
 
 typedef struct {
@@ -68,7 +70,9 @@ typedef struct {
 
 /* Every design auto may run, in a fixed order (the measured selection's
  * tables store indices into it); the first three are the fixed strategies'
- * (native, raw, compressed/fast direct). */
+ * (native, raw, compressed/fast direct), the last two their hierarchical
+ * twins (raw/hier, compressed/fast/hier), which apply only to a query with
+ * a nodeSize. */
 extern const zipcclTuneDesign zipcclTuneDesigns[ZIPCCL_TUNE_NDESIGNS];
 int zipcclTuneDesignId(const zipcclTuneDesign* d); /* -1 if not in the table */
 
@@ -89,7 +93,11 @@ void zipcclTuneInit(zipcclTuneModel* m);
 /* The designs that apply to q into cand (their estimates in .t; *nc of
  * them, at most ZIPCCL_TUNE_NDESIGNS); returns the index of the cheapest
  * that can run.  Native reductions never apply (their order is not the
- * canonical one). */
+ * canonical one).  The hier designs apply when q->nodeSize is set and the
+ * transport has host-side control; this one-link model prices them as
+ * their flat direct twins (it sees no node boundary), which come first in
+ * the table and so win a tie: the model alone never picks hier, the
+ * measured selection (tune_explore.c) measures it. */
 int zipcclTuneDecide(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclTuneDesign* cand, int* nc);
 /* The estimate of one design (also stored in d->t). */
 double zipcclTuneEstimate(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclTuneDesign* d);

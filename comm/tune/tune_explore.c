@@ -79,11 +79,20 @@ static int tuneRuns(double total) { return total < kTinyBytes ? kRunsTiny : tota
  * candidate's runs instead gave 1.019 and 1.018 for 25 and 35 more calls.
  * Not below kTinyBytes, whose 21 runs fill the run table. */
 static int contendRuns(int target) { return 2 * target <= ZIPCCL_TUNE_RUNS ? 2 * target : target; }
+/* A bucket's candidates on ranks of one node (ZIPCCL_TUNE_CANDS: across
+ * nodes two more, the hier twins). */
+enum { kFlatCands = 6 };
+static int hasHier(const zipcclTuneDesign* cand, int nc) {
+    for (int i = 0; i < nc; i++)
+        if (cand[i].algo == zipcclAlgoHier) return 1;
+    return 0;
+}
 /* A bucket's first re-measured pair comes soon after its longest possible
  * exploration without contenders (bucket calls 34 and 35 with 5 runs, 46
- * and 47 with 7, 130 and 131 with 21), or 4 calls after the contenders'
+ * and 47 with 7, 130 and 131 with 21; across nodes, with 8 candidates, 44
+ * and 45, 60 and 61, 172 and 173), or 4 calls after the contenders'
  * runs end (zipcclExploreRecord), which schedules the ones after it (pairAt). */
-static int firstReprobe(int runs) { return ZIPCCL_TUNE_CANDS * runs + 4; }
+static int firstReprobe(int runs, int cands) { return (cands > kFlatCands ? cands : kFlatCands) * runs + 4; }
 /* A number drawn from x (splitmix64's finaliser): the same on every rank. */
 static uint64_t mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -118,7 +127,9 @@ static int pairChallenger(const zipcclTuneBucket* b, int first, int second) {
     return second; /* not reached */
 }
 int zipcclAutoWarmupCalls(zipcclCollKind_t kind, size_t bytes) {
-    const int calls = firstReprobe(tuneRuns((double)bytes)) + 2; /* through the first re-measured pair */
+    /* through the first re-measured pair; on ranks of several nodes hier's
+     * two more candidates take longer (zipcclAutoSettled says when) */
+    const int calls = firstReprobe(tuneRuns((double)bytes), kFlatCands) + 2;
     return kind == zipcclCollAlltoAllv ? calls + ZIPCCL_A2AV_AGREE_EVERY : calls;
 }
 static const double kPlausible = 2.0;
@@ -149,15 +160,20 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const zipcclTuneDesign*
         }
     b->n = 0, b->pairs = 0;
     b->target = tuneRuns(total);
-    b->pairAt = (uint64_t)firstReprobe(b->target), b->pairEvery = kReprobeEvery;
+    b->pairEvery = kReprobeEvery;
+    const int cap = kFlatCands + (nc > 0 && hasHier(cand, nc) ? 2 : 0);
     for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < nc && b->n < ZIPCCL_TUNE_CANDS; i++) {
+        for (int i = 0; i < nc && b->n < cap; i++) {
             int id = zipcclTuneDesignId(&cand[order[i]]);
-            int fixed = id <= 2; /* native, raw, compressed/fast direct */
+            /* native, raw, compressed/fast direct, and across nodes their
+             * hier twins: the model cannot rank hier (one link), so it is
+             * always measured where it applies */
+            int fixed = id <= 2 || cand[order[i]].algo == zipcclAlgoHier;
             if (pass == 0 ? !fixed : (fixed || cand[order[i]].t > kPlausible * cand[best].t)) continue;
             b->design[b->n] = id, b->want[b->n] = b->target, b->runs[b->n] = 0, b->t[b->n] = 0, b->last[b->n] = 0;
             b->n++;
         }
+    b->pairAt = (uint64_t)firstReprobe(b->target, b->n);
 }
 
 /* The candidate with the smallest agreed time (the incumbent), and in

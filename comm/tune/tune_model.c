@@ -253,6 +253,8 @@ const zipcclTuneDesign zipcclTuneDesigns[ZIPCCL_TUNE_NDESIGNS] = {
     {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoOneShot, "raw/oneshot", 0},
     {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoOneShot, "compressed/fast/oneshot", 0},
     {zipcclStrategyCompressed, zipcclCodecF3, zipcclAlgoDirect, "compressed/f3", 0},
+    {zipcclStrategyRaw, zipcclCodecFast, zipcclAlgoHier, "raw/hier", 0},
+    {zipcclStrategyCompressed, zipcclCodecFast, zipcclAlgoHier, "compressed/fast/hier", 0},
 };
 
 int zipcclTuneDesignId(const zipcclTuneDesign* d) {
@@ -278,6 +280,9 @@ int zipcclTuneDecide(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclT
         if (k->strategy == zipcclStrategyNative && reduce) continue;
         if (k->algo == zipcclAlgoRing && !(reduce && (q->caps & zipcclTpRing))) continue;
         if (k->algo == zipcclAlgoOneShot && !oneShotFits(q)) continue;
+        if (k->algo == zipcclAlgoHier && !(q->nodeSize > 1 && q->nodeSize < q->nranks &&
+                                           (q->caps & zipcclTpHostControl)))
+            continue;
         cand[(*nc)++] = *k;
     }
     int best = 0;
