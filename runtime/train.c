@@ -170,21 +170,31 @@ static double validate(TrainRun* r, int step) {
 }
 
 /* The MoE blocks' expert load of the step: pairs per expert summed over
- * micro-batches and ranks; per block its min, max and MaxVio. */
+ * micro-batches and ranks; per block its min, max and MaxVio, and over the
+ * blocks the EP ranks' imbalance (rank_vio: the experts of EP slice j are
+ * E/EP consecutive ones, runtime/expert.c). */
 static void expert_load_stats(TrainRun* r, TrainStepLog* s) {
     const LlamaConfig* mc = &r->cfg.model;
-    const int cells = (r->n_moe + 1) * mc->n_experts;
+    const int cells = (r->n_moe + 1) * mc->n_experts, ep = r->fsdp.ep, per = mc->n_experts / ep;
     MPI_Allreduce(MPI_IN_PLACE, r->expert_load, cells, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     s->dropped = r->expert_load[(size_t)r->n_moe * mc->n_experts];
     s->maxvio = 0;
+    double busiest = 0, mean_sum = 0; /* rows, summed over the blocks */
     for (int i = 0; i < r->n_moe; i++) {
         const long long* ld = r->expert_load + (size_t)i * mc->n_experts;
-        long long top = 0, low = ld[0], total = 0;
+        long long top = 0, low = ld[0], total = 0, slice_top = 0;
         for (int e = 0; e < mc->n_experts; e++) {
             total += ld[e];
             top = ld[e] > top ? ld[e] : top;
             low = ld[e] < low ? ld[e] : low;
         }
+        for (int j = 0; j < ep; j++) {
+            long long rows = 0;
+            for (int e = j * per; e < (j + 1) * per; e++) rows += ld[e];
+            slice_top = rows > slice_top ? rows : slice_top;
+        }
+        busiest += (double)slice_top;
+        mean_sum += (double)total / ep;
         const double mean = (double)total / mc->n_experts;
         TrainBlockLoad* b = &r->block_load[i];
         b->min = low;
@@ -192,6 +202,7 @@ static void expert_load_stats(TrainRun* r, TrainStepLog* s) {
         b->maxvio = mean > 0 ? ((double)top - mean) / mean : 0;
         if (b->maxvio > s->maxvio) s->maxvio = b->maxvio;
     }
+    s->rank_vio = mean_sum > 0 ? busiest / mean_sum - 1 : 0;
 }
 
 /* Micro-batch a's mean loss from its summed loss (sums: the step's scalars
@@ -297,7 +308,7 @@ static void train_step(TrainRun* r, int step, int dump_now, TrainStepLog* s) {
      * the mean over ranks of each rank's own) and how far the busiest expert
      * is above the mean load over the whole global batch (MaxVio, 0 when
      * balanced). */
-    s->aux = s->maxvio = 0;
+    s->aux = s->maxvio = s->rank_vio = 0;
     s->dropped = 0;
     if (r->moe) {
         const int global = !strcmp(cfg->moe.aux_loss_scope, "global");

@@ -130,6 +130,7 @@ void train_log_step(TrainRun* r, const TrainStepLog* s) {
                    comm_all, 100 * overlap_frac);
             if (r->moe) {
                 printf(" | aux %.4f | maxvio %.2f", s->aux, s->maxvio);
+                if (fsdp->ep > 1) printf(" | rank vio %.2f", s->rank_vio);
                 if (mc->capacity_factor > 0) printf(" | dropped %lld", s->dropped);
                 if (fsdp->ep > 1) /* the calls: a chunked exchange is several per block */
                     printf(" | a2a %.2f MB (x%.3f) %llu calls %.1f ms", s->raw[2] / 1e6,
@@ -170,12 +171,12 @@ void train_log_step(TrainRun* r, const TrainStepLog* s) {
                     s->model_s * 1e3, s->tail_ms, s->opt_ms);
             if (r->moe) {
                 fprintf(r->json,
-                        ", \"aux_loss\": %.9g, \"expert_maxvio\": %.9g, "
+                        ", \"aux_loss\": %.9g, \"expert_maxvio\": %.9g, \"expert_rank_vio\": %.9g, "
                         "\"dropped_pairs\": %lld, \"alltoall_raw_bytes\": %.0f, "
                         "\"alltoall_wire_bytes\": %.0f, \"alltoall_ratio\": %.9g, "
                         "\"alltoall_exposed_ms\": %.9g, \"alltoall_sync_ms\": %.9g, "
                         "\"alltoall_calls\": %llu, \"experts\": [",
-                        s->aux, s->maxvio, s->dropped, s->raw[2], s->wire[2],
+                        s->aux, s->maxvio, s->rank_vio, s->dropped, s->raw[2], s->wire[2],
                         s->wire[2] > 0 ? s->raw[2] / s->wire[2] : 1.0, s->a2a_ms, s->a2a_sync_ms,
                         (unsigned long long)(s->c1[2].calls - s->c0[2].calls));
                 for (int i = 0, l = 0; l < mc->n_layers; l++) {

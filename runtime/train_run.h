@@ -109,6 +109,14 @@ typedef struct {
     double loss, aux, norm, val;
     float lr;
     double maxvio;
+    /* expert parallelism: how far the busiest EP rank's expert rows are
+     * above the EP ranks' mean, over the step's MoE blocks: sum over blocks
+     * of the busiest slice's rows / sum of the mean slice's rows - 1 (0 at
+     * EP 1 or when balanced). Each block's exchange waits for its busiest
+     * rank, so this is the step's expert compute slowdown (the projection's
+     * cluster.maxvio); from the step's counts summed over micro-batches and
+     * EP groups, a lower bound of the per-micro-batch figure. */
+    double rank_vio;
     long long dropped;
     /* marks at the step's start (train_log_start) */
     zipcclCounters_t c0[3];

@@ -69,7 +69,8 @@ med = lambda k: statistics.median(r.get(k, 0) for r in rows)
 x = {k: med(k) for k in ("ms", "exposed_comm_ms", "exposed_allgather_ms", "exposed_reducescatter_ms",
                          "exposed_alltoall_ms", "exposed_misc_ms", "codec_ms", "comm_allgather_ms",
                          "comm_reducescatter_ms", "overlap", "comm_ratio", "comm_raw_bytes",
-                         "expert_maxvio", "alltoall_ratio", "alltoall_raw_bytes", "alltoall_sync_ms")}
+                         "expert_maxvio", "expert_rank_vio", "alltoall_ratio", "alltoall_raw_bytes",
+                         "alltoall_sync_ms")}
 x["compute_ms"] = statistics.median(r["ms"] - r["exposed_comm_ms"] for r in rows)
 print(json.dumps(dict(rate=rate, strategy=strat, overlap_on=ov == "on", rep=int(rep), load=float(load),
                       time=time.strftime("%Y-%m-%dT%H:%M:%S"), config=cfg, sets=sets,

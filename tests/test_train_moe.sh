@@ -94,6 +94,27 @@ ok = rows and all(r["alltoall_raw_bytes"] > 0 and r["alltoall_wire_bytes"] < r["
                   and r["aux_loss"] > 0 and r["expert_maxvio"] >= 0 for r in rows)
 sys.exit(0 if ok else 1)
 PY
+    # the EP ranks' imbalance (expert_rank_vio): between 0 and the busiest
+    # expert's MaxVio (a slice's rows are at most its experts' count times
+    # the busiest's); with one expert per EP rank (EP 4 of 4 experts) it is
+    # the blocks' busiest experts over their mean loads, recomputed here from
+    # each block's max and MaxVio (mean = max / (1 + MaxVio))
+    name="moe/rank_vio_np${np}_ep$ep"
+    why=$(python3 - "$c" "$ep" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"final"' not in l]
+ep = int(sys.argv[2])
+def per_expert(r):
+    top = sum(b["max"] for b in r["experts"])
+    return top / sum(b["max"] / (1 + b["maxvio"]) for b in r["experts"]) - 1
+bad = [(r["step"], r["expert_rank_vio"], r["expert_maxvio"]) for r in rows
+       if not (0 <= r["expert_rank_vio"] <= r["expert_maxvio"] + 1e-9)
+       or (ep == 4 and abs(r["expert_rank_vio"] - per_expert(r)) > 1e-6)]
+print("steps %d, (step, rank_vio, maxvio) off: %s; step 1: %.4f / %.4f" % (
+    len(rows), bad[:3], rows[0]["expert_rank_vio"], rows[0]["expert_maxvio"]))
+sys.exit(1 if bad or not rows or not any(r["expert_rank_vio"] > 0 for r in rows) else 0)
+PY
+) && { pass "$name"; echo "  $why"; } || fail "$name" "$why"
   else
     fail "moe/compressed_run_np${np}_ep$ep" "the compressed run failed"
   fi
