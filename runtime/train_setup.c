@@ -182,18 +182,29 @@ static const ZrtKernels* select_backend(const TrainConfig* cfg, int local_rank) 
 /* What the backend's matmul_forward (the compute dtype's products) reaches
  * on this rank (FLOP/s): a probe, printed as one, and MFU's denominator
  * only on a card runtime/peaks.c lacks. The best of three rounds of four
- * 2048^3 products through the table, timed after a warm-up; fewer rounds
- * once 0.3 s have gone (a slow device, such as the test suite's emulated
- * GPU). */
+ * n^3 products through the table, timed after a warm-up; fewer rounds once
+ * 0.3 s have gone. n is 2048 unless one product of the size before takes
+ * over 20 ms (a slow device: the test suite's emulated GPU, whose bf16
+ * products run at ~9 GFLOP/s, stops at 512, where 2048 took ~10 s of
+ * every emulated bf16 run). */
 static double backend_matmul_peak(const ZrtKernels* K) {
-    const int n = 2048;
-    const size_t bytes = (size_t)n * n * sizeof(float);
+    const int most = 2048;
+    const size_t bytes = (size_t)most * most * sizeof(float);
     float* h = zrt_malloc(bytes, "matmul probe");
-    for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)(i % 17) * 0.01f;
+    for (size_t i = 0; i < (size_t)most * most; i++) h[i] = (float)(i % 17) * 0.01f;
     float *a = zdev_alloc(K->dev, bytes), *b = zdev_alloc(K->dev, bytes), *c = zdev_alloc(K->dev, bytes);
     trainCheck(a && b && c, "out of %s memory for the matmul probe", K->name);
     zdevCheck(zdev_upload(K->dev, a, h, bytes));
     zdevCheck(zdev_upload(K->dev, b, h, bytes));
+    int n = 256;
+    K->matmul_forward(c, a, b, n, n, n); /* the first call's set-up, untimed */
+    zdevCheck(zdev_stream_sync(K->dev, NULL));
+    for (; n < most; n *= 2) { /* the size: up while one product stays short */
+        const double t0 = zrt_now();
+        K->matmul_forward(c, a, b, n, n, n);
+        zdevCheck(zdev_stream_sync(K->dev, NULL));
+        if (zrt_now() - t0 > 0.02) break;
+    }
     K->matmul_forward(c, a, b, n, n, n);
     zdevCheck(zdev_stream_sync(K->dev, NULL));
     double best = 0;
