@@ -6,6 +6,7 @@
 # scripts/coll_hier_table.py. Needs root (network namespaces).
 #   scripts/bench_hier_coll.sh      2 hosts x 2 at 10 Gbit/s (3 runs, 4-64 MiB),
 #                                   4 hosts x 2 at 1 Gbit/s (2 runs, 4-16 MiB)
+#   scripts/bench_hier_coll.sh H RATE  H hosts x 2 at RATE alone (2 runs, 4-16 MiB)
 #   scripts/bench_hier_coll.sh auto 2 hosts x 2 at 1 Gbit/s with strategy auto
 #                                   beside the fixed designs (2 runs, 4-16 MiB):
 #                                   what auto settles on across nodes
@@ -29,6 +30,10 @@ run_one() { # HOSTS RATE TAG REPS MAXB
   done
   scripts/cluster.sh down >/dev/null 2>&1
 }
+if [ -n "${2:-}" ]; then
+  run_one "$1" "$2" "${1}x2_$2" 2 16M
+  exit 0
+fi
 if [ "${1:-}" = auto ]; then
   STRATS=$STRATS,auto
   run_one 2 1gbit 2x2_1gbit_auto 2 16M
