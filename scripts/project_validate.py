@@ -5,7 +5,7 @@ measured step times on the emulated clusters (docs/SCALE.md "Validation").
 Measured: the JSON lines of scripts/bench_train.sh (docs/bench/train_*.jsonl),
 the median step time over repetitions per (file, strategy, overlap). Per
 emulated cluster (CLUSTERS: 4 hosts x 1 rank, dense and MoE, 2 hosts x 2
-ranks, dense and MoE), each case
+ranks, dense and MoE, 4 hosts x 2 ranks, dense), each case
 runs the projection with the case's config, link rate and knobs, then
   - fits, on that cluster's raw runs only, the compute rate (from the raw
     run's measured compute time without overlap), the MPI efficiency of the
@@ -22,7 +22,7 @@ runs the projection with the case's config, link rate and knobs, then
 Prints the tables and writes JSON lines (--out). Exit status 1 when a checked
 case misses the issue's targets (15% step time, 0.05 speedup) and --strict.
 
-usage: scripts/project_validate.py [--build build] [--out FILE] [--only 4x1|moe-4x1|moe-2x2|2x2] [--strict]
+usage: scripts/project_validate.py [--build build] [--out FILE] [--only 4x1|moe-4x1|moe-2x2|4x2|2x2] [--strict]
 """
 import argparse
 import json
@@ -70,6 +70,13 @@ CLUSTERS = {
         ("train_moe100m_2x2_1gbit.jsonl", "raw", True, [], True),
         ("train_moe100m_2x2_1gbit.jsonl", "compressed", True, [], False),
         ("train_moe100m_2x2_1gbit.jsonl", "compressed/hier", True, [], False),
+    ]),
+    # the dense comm-bound model on 4 hosts x 2 ranks (8 ranks on 2 cores)
+    "4x2": ("configs/cluster/emu-4x2.yaml", [
+        ("train_commbound_4x2_1gbit.jsonl", "raw", False, [], True),
+        ("train_commbound_4x2_1gbit.jsonl", "raw", True, [], True),
+        ("train_commbound_4x2_1gbit.jsonl", "compressed", True, [], False),
+        ("train_commbound_4x2_1gbit.jsonl", "compressed/hier", True, [], False),
     ]),
     "2x2": ("configs/cluster/emu-2x2.yaml", [
         ("train_commbound_2x2_1gbit.jsonl", "raw", False, [], True),
