@@ -44,6 +44,15 @@ LINK_GBIT = {"1gbit": 0.95, "10gbit": 6.8}
 # Per emulated cluster: its cluster file and its cases, (bench file,
 # strategy[/algo], overlap on?, extra --set, fitted?). The first case is the
 # raw run without overlap, the second the raw run with it.
+
+
+def two_level(f):
+    """A two-level cluster's cases in bench file f: raw off and on (fitted),
+    flat compressed and hier with overlap (checked)."""
+    return [(f, "raw", False, [], True), (f, "raw", True, [], True),
+            (f, "compressed", True, [], False), (f, "compressed/hier", True, [], False)]
+
+
 CLUSTERS = {
     "4x1": ("configs/cluster/emu-4x1.yaml", [
         ("train_commbound_1gbit.jsonl", "raw", False, [], True),
@@ -65,24 +74,10 @@ CLUSTERS = {
     ]),
     # the same model at EP 4 on 2 hosts x 2 ranks: the exchange crosses
     # the host link for half the experts (raw inside a host with hier)
-    "moe-2x2": ("configs/cluster/emu-2x2.yaml", [
-        ("train_moe100m_2x2_1gbit.jsonl", "raw", False, [], True),
-        ("train_moe100m_2x2_1gbit.jsonl", "raw", True, [], True),
-        ("train_moe100m_2x2_1gbit.jsonl", "compressed", True, [], False),
-        ("train_moe100m_2x2_1gbit.jsonl", "compressed/hier", True, [], False),
-    ]),
+    "moe-2x2": ("configs/cluster/emu-2x2.yaml", two_level("train_moe100m_2x2_1gbit.jsonl")),
     # the dense comm-bound model on 4 hosts x 2 ranks (8 ranks on 2 cores)
-    "4x2": ("configs/cluster/emu-4x2.yaml", [
-        ("train_commbound_4x2_1gbit.jsonl", "raw", False, [], True),
-        ("train_commbound_4x2_1gbit.jsonl", "raw", True, [], True),
-        ("train_commbound_4x2_1gbit.jsonl", "compressed", True, [], False),
-        ("train_commbound_4x2_1gbit.jsonl", "compressed/hier", True, [], False),
-    ]),
-    "2x2": ("configs/cluster/emu-2x2.yaml", [
-        ("train_commbound_2x2_1gbit.jsonl", "raw", False, [], True),
-        ("train_commbound_2x2_1gbit.jsonl", "raw", True, [], True),
-        ("train_commbound_2x2_1gbit.jsonl", "compressed", True, [], False),
-        ("train_commbound_2x2_1gbit.jsonl", "compressed/hier", True, [], False),
+    "4x2": ("configs/cluster/emu-4x2.yaml", two_level("train_commbound_4x2_1gbit.jsonl")),
+    "2x2": ("configs/cluster/emu-2x2.yaml", two_level("train_commbound_2x2_1gbit.jsonl") + [
         ("train_commbound_2x2_1gbit.jsonl", "compressed/hier", False, [], False),
         ("train_commbound_2x2_10gbit.jsonl", "raw", False, [], True),
         ("train_commbound_2x2_10gbit.jsonl", "raw", True, [], False),

@@ -161,7 +161,7 @@ static void tuneSetup(zipcclTuneBucket* b, double total, const zipcclTuneDesign*
     b->n = 0, b->pairs = 0;
     b->target = tuneRuns(total);
     b->pairEvery = kReprobeEvery;
-    const int cap = kFlatCands + (nc > 0 && hasHier(cand, nc) ? 2 : 0);
+    const int cap = kFlatCands + 2 * hasHier(cand, nc); /* <= ZIPCCL_TUNE_CANDS */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < nc && b->n < cap; i++) {
             int id = zipcclTuneDesignId(&cand[order[i]]);
