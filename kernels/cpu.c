@@ -729,6 +729,49 @@ static void cpu_matmul_backward_bf16_w16(float* dinp, float* dweight, const floa
     matmul_backward_bf16_operands(dinp, dweight, dout, inp, w, N, IC, OC, accumulate);
 }
 
+/* bf16 activations (kernels.h): the fp32 kernel, then one rounding; a bf16
+ * input widens exactly, so each GEMM below sees the operands the fp32-input
+ * entries above would have rounded it to. */
+static void round_into(uint16_t* out, const float* x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = zipcclFloatToBf16(x[i]);
+}
+
+static void cpu_rmsnorm_forward_a16(uint16_t* out, float* rstd, const float* inp,
+                                    const float* weight, int N, int C, float eps) {
+    float* y = operand_buffer(0, (size_t)N * C);
+    cpu_rmsnorm_forward(y, rstd, inp, weight, N, C, eps);
+    round_into(out, y, (size_t)N * C);
+}
+
+static void cpu_swiglu_forward_a16(uint16_t* h, const float* gate, const float* up, int N,
+                                   int F) {
+    float* y = operand_buffer(0, (size_t)N * F);
+    cpu_swiglu_forward(y, gate, up, N, F);
+    round_into(h, y, (size_t)N * F);
+}
+
+/* the weight operand: fp32 rounded, or bf16 widened */
+static const float* weight_operand(const float* weight, const uint16_t* weight16, size_t n) {
+    return weight ? bf16_copy(1, weight, n) : widened_copy(1, weight16, n);
+}
+
+static void cpu_matmul_forward_a16(float* out, const uint16_t* inp, const float* weight,
+                                   const uint16_t* weight16, int N, int IC, int OC) {
+    const float* a = widened_copy(0, inp, (size_t)N * IC);
+    cpu_matmul_forward(out, a, weight_operand(weight, weight16, (size_t)OC * IC), N, IC, OC);
+}
+
+static void cpu_matmul_backward_a16(float* dinp, float* dweight, const float* dout,
+                                    const uint16_t* inp, const float* weight,
+                                    const uint16_t* weight16, int N, int IC, int OC,
+                                    int accumulate) {
+    const float* w = dinp ? weight_operand(weight, weight16, (size_t)OC * IC) : NULL;
+    const float* g = bf16_copy(0, dout, (size_t)N * OC);
+    const float* a = dweight ? widened_copy(2, inp, (size_t)N * IC) : NULL;
+    cpu_matmul_backward(dinp, dweight, g, a, w, N, IC, OC, accumulate);
+}
+
 /* ------------------------------------------------------ mixture of experts */
 
 static void cpu_moe_route(float* probs, int* sel_all, float* w_all, const float* logits, int N,
@@ -877,6 +920,10 @@ static void cpu_bf16_init(void) {
     cpu_bf16_kernels.matmul_backward_w16 = cpu_matmul_backward_bf16_w16;
     cpu_bf16_kernels.attention_forward = cpu_attention_forward_bf16;
     cpu_bf16_kernels.attention_backward = cpu_attention_backward_bf16;
+    cpu_bf16_kernels.rmsnorm_forward_a16 = cpu_rmsnorm_forward_a16;
+    cpu_bf16_kernels.swiglu_forward_a16 = cpu_swiglu_forward_a16;
+    cpu_bf16_kernels.matmul_forward_a16 = cpu_matmul_forward_a16;
+    cpu_bf16_kernels.matmul_backward_a16 = cpu_matmul_backward_a16;
 }
 
 const ZrtKernels* zrt_kernels_cpu_bf16(void) {

@@ -57,6 +57,24 @@ static void g_matmul_backward_w16(float* dinp, float* dweight, const float* dout
                                   int accumulate) {
     GUARD(C()->matmul_backward_w16(dinp, dweight, dout, inp, weight, N, IC, OC, accumulate));
 }
+static void g_rmsnorm_forward_a16(uint16_t* out, float* rstd, const float* inp,
+                                  const float* weight, int N, int C_, float eps) {
+    GUARD(C()->rmsnorm_forward_a16(out, rstd, inp, weight, N, C_, eps));
+}
+static void g_swiglu_forward_a16(uint16_t* h, const float* gate, const float* up, int N, int F) {
+    GUARD(C()->swiglu_forward_a16(h, gate, up, N, F));
+}
+static void g_matmul_forward_a16(float* out, const uint16_t* inp, const float* weight,
+                                 const uint16_t* weight16, int N, int IC, int OC) {
+    GUARD(C()->matmul_forward_a16(out, inp, weight, weight16, N, IC, OC));
+}
+static void g_matmul_backward_a16(float* dinp, float* dweight, const float* dout,
+                                  const uint16_t* inp, const float* weight,
+                                  const uint16_t* weight16, int N, int IC, int OC,
+                                  int accumulate) {
+    GUARD(C()->matmul_backward_a16(dinp, dweight, dout, inp, weight, weight16, N, IC, OC,
+                                   accumulate));
+}
 static void g_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
                               int N, int C_, float eps) {
     GUARD(C()->rmsnorm_forward(out, rstd, inp, weight, N, C_, eps));
@@ -214,5 +232,10 @@ const ZrtKernels* zrt_kernels_guarded(const ZrtKernels* base) {
     if (base == zrt_kernels_cpu()) return &guarded_kernels;
     bf16_twin = guarded_kernels; /* same wrappers, its name says which kernels */
     bf16_twin.name = "cpu_guarded_bf16";
+    /* the bf16 activation entries where the base has them (kernels.h) */
+    bf16_twin.rmsnorm_forward_a16 = base->rmsnorm_forward_a16 ? g_rmsnorm_forward_a16 : NULL;
+    bf16_twin.swiglu_forward_a16 = base->swiglu_forward_a16 ? g_swiglu_forward_a16 : NULL;
+    bf16_twin.matmul_forward_a16 = base->matmul_forward_a16 ? g_matmul_forward_a16 : NULL;
+    bf16_twin.matmul_backward_a16 = base->matmul_backward_a16 ? g_matmul_backward_a16 : NULL;
     return &bf16_twin;
 }

@@ -32,10 +32,11 @@
  *     theta^(-2i/hd) and position t = index within the sequence.
  *
  * What this leaves out: no bias terms, no dropout, no fused kernels beyond
- * softmax+cross-entropy, no KV cache (training only), no bf16 storage of
- * activations (bf16 compute tables below round the linear layers' inputs
- * on the fly); weights are read in bf16 only by the linear layers and the
- * embedding (the _w16 entries), the norms' small vectors are widened.
+ * softmax+cross-entropy, no KV cache (training only); bf16 storage of
+ * activations only for the linear layers' inputs nothing else reads (the
+ * a16 entries below; the other GEMM inputs are rounded on the fly); weights
+ * are read in bf16 only by the linear layers and the embedding (the _w16
+ * entries), the norms' small vectors are widened.
  */
 #ifndef KERNELS_KERNELS_H
 #define KERNELS_KERNELS_H
@@ -104,6 +105,28 @@ typedef struct ZrtKernels_ {
     void (*matmul_backward_w16)(float* dinp, float* dweight, const float* dout,
                                 const float* inp, const uint16_t* weight, int N, int IC, int OC,
                                 int accumulate);
+
+    /* ---- bf16 activations (the bf16 tables only; NULL in the fp32 ones).
+     * With bf16 compute the model keeps the linear layers' inputs that no
+     * other kernel reads in fp32 (the attention and MLP norms' outputs, the
+     * MLP's hidden state: models/llama.c) in bf16: one rounding where they
+     * are made instead of one per GEMM that reads them, half the memory.
+     * The GEMMs round those inputs anyway, so the results have the bits of
+     * the fp32-input entries (rounding is idempotent); the CPU twin is the
+     * reference as above. */
+    /* out (N, C) = bf16(inp * rstd * weight), rstd as rmsnorm_forward's */
+    void (*rmsnorm_forward_a16)(uint16_t* out, float* rstd, const float* inp,
+                                const float* weight, int N, int C, float eps);
+    /* h (N, F) = bf16(silu(gate) * up) */
+    void (*swiglu_forward_a16)(uint16_t* h, const float* gate, const float* up, int N, int F);
+    /* matmul_forward / matmul_backward with a bf16 input: exactly one of
+     * weight (fp32, rounded as the bf16 table does) and weight16 (bf16, a
+     * unit gathered in bf16) is not NULL. */
+    void (*matmul_forward_a16)(float* out, const uint16_t* inp, const float* weight,
+                               const uint16_t* weight16, int N, int IC, int OC);
+    void (*matmul_backward_a16)(float* dinp, float* dweight, const float* dout,
+                                const uint16_t* inp, const float* weight,
+                                const uint16_t* weight16, int N, int IC, int OC, int accumulate);
 
     /* out (N, C) = inp * rstd * weight, rstd (N) = 1/sqrt(mean(inp^2) + eps) */
     void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, int N,

@@ -417,7 +417,29 @@ typedef struct {
     float* att_scratch; // attention_scratch_floats(B, T, H, KV, hd)
     float* wvec;      // (3C + 2hd) the norm weights of a bf16 unit, widened:
                       // a block's attn_norm | q_norm | k_norm | mlp_norm, the head's final_norm
+    // bf16 activations (acts_a16): these replace ln1, ln2 and hid, which
+    // then have no room
+    uint16_t* ln1_16; // (L, N, C)
+    uint16_t* ln2_16; // (L, N, C) dense models only (moe.c reads ln2 in fp32)
+    uint16_t* hid_16; // (Ld, N, F)
 } ActPtrs;
+
+/* Which linear-layer inputs the arena keeps in bf16 (kernels.h, "bf16
+ * activations"): with a table that has the a16 entries (the bf16 compute
+ * tables), the attention norm's output ln1, the dense MLP's hidden state hid
+ * and, in a model without MoE blocks, the MLP norm's output ln2 (moe.c's
+ * router and gather read it in fp32). Nothing but GEMMs, which round their
+ * inputs to bf16 anyway, reads these, so the step has the same bits in half
+ * their memory, and each is rounded once instead of once per GEMM. */
+typedef struct {
+    int ln1, ln2, hid;
+} ActA16;
+
+static ActA16 acts_a16(const LlamaConfig* cfg, const ZrtKernels* K) {
+    const int on = K->rmsnorm_forward_a16 && K->swiglu_forward_a16 && K->matmul_forward_a16 &&
+                   K->matmul_backward_a16;
+    return (ActA16){on, on && n_moe_layers(cfg) == 0, on};
+}
 
 struct LlamaActs {
     LlamaConfig cfg;
@@ -461,6 +483,7 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const Lla
     // saved per block, or one block's slot with recomputation
     const size_t L = mo->recompute ? 1 : Lall, Ld = mo->recompute ? (Ldall ? 1 : 0) : Ldall;
     const size_t R = (size_t)mo->logits_rows;
+    const ActA16 h = acts_a16(cfg, K);
     size_t o = 0;
     float** slots[] = {&p->resid,  &p->ln1,    &p->ln1_rstd,  &p->q,        &p->k,
                        &p->q_raw,  &p->k_raw,  &p->q_rstd,    &p->k_rstd,   &p->v,
@@ -470,12 +493,12 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const Lla
                        &p->dq,     &p->dk,     &p->dq_raw,    &p->dk_raw,   &p->dv,
                        &p->datty,  &p->dgate,  &p->dup,       &p->dhid,     &p->att_scratch,
                        &p->wvec};
-    const size_t sizes[] = {(Lall + 1) * N * C,  L * N * C,          L * N,
+    const size_t sizes[] = {(Lall + 1) * N * C,  !h.ln1 * L * N * C, L * N,
                             L * N * H * hd,      L * N * KV * hd,    qn * L * N * H * hd,
                             qn * L * N * KV * hd, qn * L * N * H,    qn * L * N * KV,
                             L * N * KV * hd,     L * B * H * T,      L * N * H * hd,
-                            L * N * C,           L * N * C,          L * N,
-                            Ld * N * F,          Ld * N * F,         Ld * N * F,
+                            L * N * C,           !h.ln2 * L * N * C, L * N,
+                            Ld * N * F,          Ld * N * F,         !h.hid * Ld * N * F,
                             N * C,               N,                  R * V,
                             N,                   T * hd,             N * C,
                             N * C,               N * H * hd,         N * KV * hd,
@@ -488,6 +511,13 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const Lla
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         if (base) *slots[i] = base + o;
         o += (sizes[i] + 15) & ~(size_t)15;
+    }
+    // the bf16 tensors, two to a float; none without a16
+    uint16_t** slots16[] = {&p->ln1_16, &p->ln2_16, &p->hid_16};
+    const size_t sizes16[] = {h.ln1 * L * N * C, h.ln2 * L * N * C, h.hid * Ld * N * F};
+    for (size_t i = 0; i < 3; i++) {
+        if (base) *slots16[i] = (uint16_t*)(base + o);
+        o += ((sizes16[i] + 1) / 2 + 15) & ~(size_t)15;
     }
     return o;
 }
@@ -597,7 +627,34 @@ typedef struct {
     int bf16;                     // 1: the hooks hand units over in bf16 (weights.h)
     MoeActs* moe;                 // NULL for a dense model
     const LlamaParamHooks* hooks; // for the experts of MoE blocks
+    ActA16 a16;                   // the inputs kept in bf16 (acts_a16)
 } Dims;
+
+/* A linear layer's input as the arena keeps it: fp32, or bf16 (ActA16);
+ * exactly one pointer is set. */
+typedef struct {
+    const float* f32;
+    const uint16_t* bf16;
+} ActIn;
+
+/* Row block `off` of an input kept as f32 or as b16 (is16). */
+static ActIn act_in(const float* f32, const uint16_t* b16, int is16, size_t off) {
+    return is16 ? (ActIn){NULL, b16 + off} : (ActIn){f32 + off, NULL};
+}
+
+/* linear_forward / linear_backward (weights.h) over either kind of input */
+static void act_linear_forward(const ZrtKernels* K, float* out, ActIn x, Weight w, int N, int IC,
+                               int OC) {
+    if (x.bf16) K->matmul_forward_a16(out, x.bf16, w.f32, w.bf16, N, IC, OC);
+    else linear_forward(K, out, x.f32, w, N, IC, OC);
+}
+static void act_linear_backward(const ZrtKernels* K, float* dinp, float* dweight,
+                                const float* dout, ActIn x, Weight w, int N, int IC, int OC,
+                                int accumulate) {
+    if (x.bf16)
+        K->matmul_backward_a16(dinp, dweight, dout, x.bf16, w.f32, w.bf16, N, IC, OC, accumulate);
+    else linear_backward(K, dinp, dweight, dout, x.f32, w, N, IC, OC, accumulate);
+}
 
 /* Where block l's saved tensors live: its own slot, or with recomputation
  * the one slot every block shares. */
@@ -662,7 +719,7 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const BlockPara
     const float eps = d->cfg->norm_eps;
     const float* x = a->resid + l * N * C;           // (N, C)
     float* out = a->resid + (l + 1) * N * C;         // (N, C)
-    float* ln1 = a->ln1 + sl * N * C;                // (N, C)
+    const ActIn ln1 = act_in(a->ln1, a->ln1_16, d->a16.ln1, sl * N * C); // (N, C)
     float* ln1_rstd = a->ln1_rstd + sl * N;          // (N)
     float* q = a->q + sl * N * QD;                   // (N, H*hd)
     float* k = a->k + sl * N * KVD;                  // (N, KV*hd)
@@ -670,47 +727,52 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const BlockPara
     float* lse = a->lse + sl * N * d->H;             // (B, H, T)
     float* atty = a->atty + sl * N * QD;             // (N, H*hd)
     float* mid = a->resid_mid + sl * N * C;          // (N, C)
-    float* ln2 = a->ln2 + sl * N * C;                // (N, C)
+    const ActIn ln2 = act_in(a->ln2, a->ln2_16, d->a16.ln2, sl * N * C); // (N, C)
     float* ln2_rstd = a->ln2_rstd + sl * N;          // (N)
     float* tmp = a->dln;                             // (N, C) scratch
 
-    K->rmsnorm_forward(ln1, ln1_rstd, x, p->attn_norm, d->N, d->C, eps);
+    if (ln1.bf16)
+        K->rmsnorm_forward_a16((uint16_t*)ln1.bf16, ln1_rstd, x, p->attn_norm, d->N, d->C, eps);
+    else K->rmsnorm_forward((float*)ln1.f32, ln1_rstd, x, p->attn_norm, d->N, d->C, eps);
     if (qkn) { // project into q_raw/k_raw, then an RMSNorm per head into q/k
         float* q_raw = a->q_raw + sl * N * QD;      // (N, H*hd)
         float* k_raw = a->k_raw + sl * N * KVD;     // (N, KV*hd)
-        linear_forward(K, q_raw, ln1, p->wq, d->N, d->C, (int)QD);
-        linear_forward(K, k_raw, ln1, p->wk, d->N, d->C, (int)KVD);
+        act_linear_forward(K, q_raw, ln1, p->wq, d->N, d->C, (int)QD);
+        act_linear_forward(K, k_raw, ln1, p->wk, d->N, d->C, (int)KVD);
         K->rmsnorm_forward(q, a->q_rstd + sl * N * d->H, q_raw, p->q_norm, d->N * d->H,
                            d->hd, eps);
         K->rmsnorm_forward(k, a->k_rstd + sl * N * d->KV, k_raw, p->k_norm, d->N * d->KV,
                            d->hd, eps);
     } else {
-        linear_forward(K, q, ln1, p->wq, d->N, d->C, (int)QD);
-        linear_forward(K, k, ln1, p->wk, d->N, d->C, (int)KVD);
+        act_linear_forward(K, q, ln1, p->wq, d->N, d->C, (int)QD);
+        act_linear_forward(K, k, ln1, p->wk, d->N, d->C, (int)KVD);
     }
-    linear_forward(K, v, ln1, p->wv, d->N, d->C, (int)KVD);
+    act_linear_forward(K, v, ln1, p->wv, d->N, d->C, (int)KVD);
     K->rope_forward(q, a->rope, d->B, d->T, d->H, d->hd);
     K->rope_forward(k, a->rope, d->B, d->T, d->KV, d->hd);
     K->attention_forward(atty, lse, q, k, v, d->B, d->T, d->H, d->KV, d->hd, a->att_scratch);
     linear_forward(K, tmp, atty, p->wo, d->N, (int)QD, d->C);
     K->add(mid, x, tmp, N * C);
 
-    K->rmsnorm_forward(ln2, ln2_rstd, mid, p->mlp_norm, d->N, d->C, eps);
+    if (ln2.bf16)
+        K->rmsnorm_forward_a16((uint16_t*)ln2.bf16, ln2_rstd, mid, p->mlp_norm, d->N, d->C, eps);
+    else K->rmsnorm_forward((float*)ln2.f32, ln2_rstd, mid, p->mlp_norm, d->N, d->C, eps);
     if (again && moe) return 0; // the experts' activations are kept (moe.c)
     if (moe) {
         const int eu = llama_expert_unit(d->cfg, l);
-        if (moe_forward(d->moe, eu - 1 - d->cfg->n_layers, K, p->router, ln2, tmp, d->hooks, l,
-                        eu))
+        if (moe_forward(d->moe, eu - 1 - d->cfg->n_layers, K, p->router, ln2.f32, tmp, d->hooks,
+                        l, eu))
             return -1;
     } else {
         float* gate = a->gate + ld * N * F;          // (N, F)
         float* up = a->up + ld * N * F;              // (N, F)
-        float* hid = a->hid + ld * N * F;            // (N, F)
-        linear_forward(K, gate, ln2, p->w_gate, d->N, d->C, d->F);
-        linear_forward(K, up, ln2, p->w_up, d->N, d->C, d->F);
-        K->swiglu_forward(hid, gate, up, d->N, d->F);
+        const ActIn hid = act_in(a->hid, a->hid_16, d->a16.hid, ld * N * F); // (N, F)
+        act_linear_forward(K, gate, ln2, p->w_gate, d->N, d->C, d->F);
+        act_linear_forward(K, up, ln2, p->w_up, d->N, d->C, d->F);
+        if (hid.bf16) K->swiglu_forward_a16((uint16_t*)hid.bf16, gate, up, d->N, d->F);
+        else K->swiglu_forward((float*)hid.f32, gate, up, d->N, d->F);
         if (again) return 0; // the backward reads hid, not the block's output
-        linear_forward(K, tmp, hid, p->w_down, d->N, d->F, d->C);
+        act_linear_forward(K, tmp, hid, p->w_down, d->N, d->F, d->C);
     }
     K->add(out, mid, tmp, N * C);
     return 0;
@@ -728,7 +790,7 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const BlockPar
     const int qkn = d->cfg->qk_norm, moe = llama_layer_is_moe(d->cfg, l);
     if (d->recompute && block_forward(d, a, l, p, 1)) return -1;
     const float* x = a->resid + l * N * C;
-    const float* ln1 = a->ln1 + sl * N * C;
+    const ActIn ln1 = act_in(a->ln1, a->ln1_16, d->a16.ln1, sl * N * C);
     const float* ln1_rstd = a->ln1_rstd + sl * N;
     const float* q = a->q + sl * N * QD;
     const float* k = a->k + sl * N * KVD;
@@ -736,24 +798,25 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const BlockPar
     const float* lse = a->lse + sl * N * d->H;
     const float* atty = a->atty + sl * N * QD;
     const float* mid = a->resid_mid + sl * N * C;
-    const float* ln2 = a->ln2 + sl * N * C;
+    const ActIn ln2 = act_in(a->ln2, a->ln2_16, d->a16.ln2, sl * N * C);
     const float* ln2_rstd = a->ln2_rstd + sl * N;
     float* dresid = a->dresid; // (N, C)
     float* dln = a->dln;       // (N, C)
 
     if (moe) { // out = mid + moe(ln2)
         const int eu = llama_expert_unit(d->cfg, l);
-        if (moe_backward(d->moe, eu - 1 - d->cfg->n_layers, K, p->router, ln2, dresid, dln,
+        if (moe_backward(d->moe, eu - 1 - d->cfg->n_layers, K, p->router, ln2.f32, dresid, dln,
                          g + w.router, d->cfg->router_aux_loss_coef, d->hooks, l, eu))
             return -1;
     } else { // out = mid + hid W_down^T, hid = silu(ln2 W_gate^T) * (ln2 W_up^T)
         const float* gate = a->gate + ld * N * F;
         const float* up = a->up + ld * N * F;
-        const float* hid = a->hid + ld * N * F;
-        linear_backward(K, a->dhid, g + w.w_down, dresid, hid, p->w_down, d->N, d->F, d->C, 0);
+        const ActIn hid = act_in(a->hid, a->hid_16, d->a16.hid, ld * N * F);
+        act_linear_backward(K, a->dhid, g + w.w_down, dresid, hid, p->w_down, d->N, d->F, d->C,
+                            0);
         K->swiglu_backward(a->dgate, a->dup, a->dhid, gate, up, d->N, d->F);
-        linear_backward(K, dln, g + w.w_gate, a->dgate, ln2, p->w_gate, d->N, d->C, d->F, 0);
-        linear_backward(K, dln, g + w.w_up, a->dup, ln2, p->w_up, d->N, d->C, d->F, 1);
+        act_linear_backward(K, dln, g + w.w_gate, a->dgate, ln2, p->w_gate, d->N, d->C, d->F, 0);
+        act_linear_backward(K, dln, g + w.w_up, a->dup, ln2, p->w_up, d->N, d->C, d->F, 1);
     }
     // dresid becomes dLoss/d mid: the skip path plus the norm's input gradient
     K->rmsnorm_backward(dresid, g + w.mlp_norm, dln, mid, p->mlp_norm, ln2_rstd, d->N, d->C);
@@ -775,9 +838,9 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const BlockPar
         dq = a->dq_raw;
         dk = a->dk_raw;
     }
-    linear_backward(K, dln, g + w.wq, dq, ln1, p->wq, d->N, d->C, (int)QD, 0);
-    linear_backward(K, dln, g + w.wk, dk, ln1, p->wk, d->N, d->C, (int)KVD, 1);
-    linear_backward(K, dln, g + w.wv, a->dv, ln1, p->wv, d->N, d->C, (int)KVD, 1);
+    act_linear_backward(K, dln, g + w.wq, dq, ln1, p->wq, d->N, d->C, (int)QD, 0);
+    act_linear_backward(K, dln, g + w.wk, dk, ln1, p->wk, d->N, d->C, (int)KVD, 1);
+    act_linear_backward(K, dln, g + w.wv, a->dv, ln1, p->wv, d->N, d->C, (int)KVD, 1);
     K->rmsnorm_backward(dresid, g + w.attn_norm, dln, x, p->attn_norm, ln1_rstd, d->N, d->C);
     return 0;
 }
@@ -871,7 +934,8 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
                     cfg->n_heads,  cfg->n_kv_heads,
                     llama_head_dim(cfg), cfg->ffn_hidden,
                     acts->opts.recompute, !!hooks->bf16_units,
-                    acts->moe,     hooks};
+                    acts->moe,     hooks,
+                    acts_a16(cfg, K)};
     if (acts->moe) moe_begin_step(acts->moe, N);
     const size_t C = cfg->dim;
     const int hu = llama_head_unit(cfg);

@@ -551,8 +551,12 @@ static int plan_or_refuse(TrainRun* r) {
         train_config_fail(err);
     if (args->plan) { /* the plan at args->plan ranks, and nothing else */
         if (r->rank == 0) {
-            const ZrtKernels* PK = zrt_kernels_cpu();
-            if (!strcmp(cfg->runtime.device, "cuda") && zrt_kernels_cuda(NULL)) PK = zrt_kernels_cuda(NULL);
+            /* the table the run would compute on (its activation arena:
+             * model.compute: bf16 keeps some activations in bf16) */
+            const int bf16 = !strcmp(cfg->runtime.compute, "bf16");
+            const ZrtKernels* PK = bf16 ? zrt_kernels_cpu_bf16() : zrt_kernels_cpu();
+            if (!strcmp(cfg->runtime.device, "cuda") && zrt_kernels_cuda(NULL))
+                PK = bf16 ? zrt_kernels_cuda_bf16(NULL) : zrt_kernels_cuda(NULL);
             MemPlan mp;
             /* OpenBLAS's work buffers into the base, as in a run */
             if (PK->dev->host_access) zrt_sgemm_peak(0.05);

@@ -1704,6 +1704,141 @@ static void check_matmul_bf16(const ZrtKernels* G, const char* name, double tol)
     zdev_free(G->dev, dX), zdev_free(G->dev, dW), zdev_free(G->dev, dY), zdev_free(G->dev, dDY), zdev_free(G->dev, dDX), zdev_free(G->dev, dDW);
 }
 
+/* The bf16 activation entries (kernels.h, "bf16 activations") of bf16
+ * table G against G's own fp32-input entries on the same values, bit for
+ * bit (tol 0 on any table, the GPU's too: the same kernels see the same
+ * operands): the norm's and SwiGLU's outputs are the fp32 ones rounded once,
+ * a GEMM on a bf16 input equals the GEMM on its widening, with an fp32
+ * weight and with a bf16 one, forward and backward (dinp accumulated). */
+static void check_a16_entries(const ZrtKernels* G, const char* name) {
+    enum { N = 29, IC = 40, OC = 36 };
+    static float x[N * IC], xw[N * IC], w[OC * IC], nw[IC], dy[N * OC], u[N * IC];
+    static uint16_t x16[N * IC], w16[OC * IC], got16[N * IC], want16[N * IC];
+    static float got[N * OC], want[N * OC], gdx[N * IC], wdx[N * IC], gdw[OC * IC], wdw[OC * IC],
+        r1[N], r2[N], tmp[N * IC];
+    char what[96];
+    if (!G->rmsnorm_forward_a16 || !G->swiglu_forward_a16 || !G->matmul_forward_a16 ||
+        !G->matmul_backward_a16) {
+        snprintf(what, sizeof what, "%s/a16_entries", name);
+        CHECK(0, what, "the bf16 table lacks the bf16 activation entries");
+        return;
+    }
+    srand(123);
+    for (int i = 0; i < N * IC; i++) {
+        x[i] = ((float)rand() / RAND_MAX - 0.5f) * 3.0f;
+        u[i] = ((float)rand() / RAND_MAX - 0.5f) * 2.0f;
+        x16[i] = zipcclFloatToBf16(x[i]);
+        xw[i] = zipcclBf16ToFloat(x16[i]);
+    }
+    for (int i = 0; i < IC; i++) nw[i] = 1.0f + ((float)rand() / RAND_MAX - 0.5f) * 0.2f;
+    for (int i = 0; i < OC * IC; i++) {
+        w[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.4f; /* not bf16-representable */
+        w16[i] = zipcclFloatToBf16(w[i]);
+    }
+    for (int i = 0; i < N * OC; i++) dy[i] = (float)rand() / RAND_MAX - 0.5f;
+    ZDevice* dv = G->dev;
+    float *dX = zdev_alloc(dv, sizeof x), *dXW = zdev_alloc(dv, sizeof xw), *dU = zdev_alloc(dv, sizeof u),
+          *dNW = zdev_alloc(dv, sizeof nw), *dW = zdev_alloc(dv, sizeof w), *dDY = zdev_alloc(dv, sizeof dy),
+          *dY = zdev_alloc(dv, sizeof got), *dR = zdev_alloc(dv, sizeof r1), *dT = zdev_alloc(dv, sizeof tmp),
+          *dDX = zdev_alloc(dv, sizeof gdx), *dDW = zdev_alloc(dv, sizeof gdw);
+    uint16_t *dX16 = zdev_alloc(dv, sizeof x16), *dW16 = zdev_alloc(dv, sizeof w16),
+             *dO16 = zdev_alloc(dv, sizeof got16);
+    zdevCheck(zdev_upload(dv, dX, x, sizeof x));
+    zdevCheck(zdev_upload(dv, dXW, xw, sizeof xw));
+    zdevCheck(zdev_upload(dv, dU, u, sizeof u));
+    zdevCheck(zdev_upload(dv, dNW, nw, sizeof nw));
+    zdevCheck(zdev_upload(dv, dW, w, sizeof w));
+    zdevCheck(zdev_upload(dv, dDY, dy, sizeof dy));
+    zdevCheck(zdev_upload(dv, dX16, x16, sizeof x16));
+    zdevCheck(zdev_upload(dv, dW16, w16, sizeof w16));
+
+    /* the norm: bf16(out) and the same rstd */
+    G->rmsnorm_forward_a16(dO16, dR, dX, dNW, N, IC, 1e-5f);
+    zdevCheck(zdev_download(dv, got16, dO16, sizeof got16));
+    zdevCheck(zdev_download(dv, r1, dR, sizeof r1));
+    G->rmsnorm_forward(dT, dR, dX, dNW, N, IC, 1e-5f);
+    G->round_to_bf16(dO16, dT, (size_t)N * IC);
+    zdevCheck(zdev_download(dv, want16, dO16, sizeof want16));
+    zdevCheck(zdev_download(dv, r2, dR, sizeof r2));
+    snprintf(what, sizeof what, "%s/a16_rmsnorm", name);
+    CHECK(!memcmp(got16, want16, sizeof got16) && !memcmp(r1, r2, sizeof r1), what,
+          "not the fp32 norm rounded once");
+    /* SwiGLU: bf16(silu(gate) * up) */
+    G->swiglu_forward_a16(dO16, dX, dU, N, IC);
+    zdevCheck(zdev_download(dv, got16, dO16, sizeof got16));
+    G->swiglu_forward(dT, dX, dU, N, IC);
+    G->round_to_bf16(dO16, dT, (size_t)N * IC);
+    zdevCheck(zdev_download(dv, want16, dO16, sizeof want16));
+    snprintf(what, sizeof what, "%s/a16_swiglu", name);
+    CHECK(!memcmp(got16, want16, sizeof got16), what, "not the fp32 SwiGLU rounded once");
+
+    /* the GEMMs, with an fp32 weight (wk 0) and a bf16 one (wk 1) */
+    for (int wk = 0; wk < 2; wk++) {
+        const float* W32 = wk ? NULL : dW;
+        const uint16_t* W16 = wk ? dW16 : NULL;
+        G->matmul_forward_a16(dY, dX16, W32, W16, N, IC, OC);
+        zdevCheck(zdev_download(dv, got, dY, sizeof got));
+        if (wk) G->matmul_forward_w16(dY, dXW, dW16, N, IC, OC);
+        else G->matmul_forward(dY, dXW, dW, N, IC, OC);
+        zdevCheck(zdev_download(dv, want, dY, sizeof want));
+        for (int pass = 0; pass < 2; pass++) { /* 0: the a16 entry, 1: the reference */
+            for (int i = 0; i < N * IC; i++) tmp[i] = 0.125f * (float)(i % 7);
+            zdevCheck(zdev_upload(dv, dDX, tmp, sizeof tmp)); /* accumulated into */
+            zdevCheck(zdev_memset_async(dv, dDW, 0, sizeof gdw, NULL));
+            if (!pass) G->matmul_backward_a16(dDX, dDW, dDY, dX16, W32, W16, N, IC, OC, 1);
+            else if (wk) G->matmul_backward_w16(dDX, dDW, dDY, dXW, dW16, N, IC, OC, 1);
+            else G->matmul_backward(dDX, dDW, dDY, dXW, dW, N, IC, OC, 1);
+            zdevCheck(zdev_download(dv, pass ? wdx : gdx, dDX, sizeof gdx));
+            zdevCheck(zdev_download(dv, pass ? wdw : gdw, dDW, sizeof gdw));
+        }
+        snprintf(what, sizeof what, "%s/a16_matmul_%s", name, wk ? "w16" : "w32");
+        CHECK(!memcmp(got, want, sizeof got) && !memcmp(gdx, wdx, sizeof gdx) &&
+                  !memcmp(gdw, wdw, sizeof gdw),
+              what, "fwd %s, dinp %s, dweight %s the widened input's", memcmp(got, want, sizeof got) ? "differs from" : "equals",
+              memcmp(gdx, wdx, sizeof gdx) ? "differs from" : "equals",
+              memcmp(gdw, wdw, sizeof gdw) ? "differs from" : "equals");
+    }
+    zdev_free(dv, dX), zdev_free(dv, dXW), zdev_free(dv, dU), zdev_free(dv, dNW), zdev_free(dv, dW);
+    zdev_free(dv, dDY), zdev_free(dv, dY), zdev_free(dv, dR), zdev_free(dv, dT), zdev_free(dv, dDX);
+    zdev_free(dv, dDW), zdev_free(dv, dX16), zdev_free(dv, dW16), zdev_free(dv, dO16);
+}
+
+/* The model over the bf16 twin keeps ln1, ln2 and hid in bf16 (llama.c's
+ * ActA16): a step has the bits of the same twin without the a16 entries
+ * (every input still rounded by its GEMMs), dense and MoE, with
+ * recomputation and over bf16 units, and its arena is smaller by exactly
+ * the halves of those tensors. */
+static void check_a16_model(void) {
+    static ZrtKernels plain;
+    plain = *zrt_kernels_cpu_bf16();
+    plain.name = "cpu_bf16_no_a16";
+    plain.rmsnorm_forward_a16 = NULL, plain.swiglu_forward_a16 = NULL;
+    plain.matmul_forward_a16 = NULL, plain.matmul_backward_a16 = NULL;
+    const ZrtKernels* A = zrt_kernels_cpu_bf16();
+    LlamaConfig dense = tiny_config(0), qk = tiny_config(1), moe = moe_config(0);
+    qk.qk_norm = 1;
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits", 0.0, &dense, 0);
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits_qk_tied", 0.0, &qk, 0);
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits_recompute", 0.0, &dense, STEP_RECOMPUTE);
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits_units", 0.0, &dense, STEP_BF16_UNITS);
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits_moe", 0.0, &moe, 0);
+    /* the arena: ln1 and hid (every dense block) and ln2 (dense models)
+     * at 2 bytes instead of 4, each tensor rounded up to 64 bytes */
+    enum { B = 2, T = 7 };
+    const size_t N = B * T, C = dense.dim, F = dense.ffn_hidden, L = dense.n_layers;
+    const size_t full = llama_acts_bytes(&dense, B, T, &plain), half = llama_acts_bytes(&dense, B, T, A);
+    const size_t want = (L * N * C + L * N * C + L * N * F) * 2; /* the halves saved */
+    CHECK(full - half >= want - 3 * 64 && full - half <= want + 3 * 64, "cpu_bf16/a16_arena",
+          "arena %zu -> %zu bytes, %zu saved; ln1, ln2, hid halved: %zu", full, half, full - half,
+          want);
+    const size_t mfull = llama_acts_bytes(&moe, B, T, &plain), mhalf = llama_acts_bytes(&moe, B, T, A);
+    const size_t Lm = moe.n_layers, Ld = 1; /* moe_config(0): one dense block */
+    const size_t mwant = (Lm * N * moe.dim + Ld * N * moe.ffn_hidden) * 2; /* ln2 stays fp32 */
+    CHECK(mfull - mhalf >= mwant - 2 * 64 && mfull - mhalf <= mwant + 2 * 64,
+          "cpu_bf16/a16_arena_moe", "arena %zu -> %zu bytes, %zu saved; ln1 and hid halved: %zu",
+          mfull, mhalf, mfull - mhalf, mwant);
+}
+
 /* ------------------------------------------ a table's kernels vs the CPU's */
 
 /* The checks below reach the table's memory through its own entries only, so
@@ -2435,6 +2570,9 @@ int main(int argc, char** argv) {
         }
         check_w16_entries(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
         check_w16_entries(zrt_kernels_cuda_bf16(NULL), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-5);
+        check_a16_entries(zrt_kernels_cuda_bf16(NULL), "cuda_bf16");
+        CHECK(!zrt_kernels_cuda(NULL)->matmul_forward_a16, "cuda/a16_fp32_table_has_none",
+              "the fp32 table has a bf16 activation entry");
         check_step_bf16_units(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
         // a whole step in bf16: a value that lands a hair apart on the two
         // sides may round to a neighbouring bf16, so the bound is bf16's
@@ -2484,6 +2622,8 @@ int main(int argc, char** argv) {
     check_table_kernels(zrt_kernels_cpu_guarded(), "guarded");
     check_w16_entries(zrt_kernels_cpu(), zrt_kernels_cpu(), "cpu", 0.0);
     check_w16_entries(zrt_kernels_cpu_bf16(), zrt_kernels_cpu_bf16(), "cpu_bf16", 0.0);
+    check_a16_entries(zrt_kernels_cpu_bf16(), "cpu_bf16");
+    check_a16_model();
     check_w16_entries(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
     check_step_bf16_units(zrt_kernels_cpu(), zrt_kernels_cpu(), "cpu", 0.0);
     check_step_bf16_units(zrt_kernels_cpu_bf16(), zrt_kernels_cpu_bf16(), "cpu_bf16", 0.0);

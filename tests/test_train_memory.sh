@@ -117,6 +117,20 @@ if not full["activations"] < 0.2 * none["activations"]: print("recompute: %g vs 
 if accum["in flight"] != full["in flight"]: print("grad_accum 32 in flight %g != %g" % (accum["in flight"], full["in flight"])); sys.exit(1)
 PY
 ) && pass plan_adds_up_and_scales || fail plan_adds_up_and_scales "$why"
+# model.compute: bf16 plans on the bf16 table, whose arena keeps ln1, ln2
+# and hid in bf16 (models/llama.c ActA16): for Llama-3-8B, (2C + F) of the
+# ~(16C + 3F + ...) floats a block keeps per token, about a sixth less
+p8b=$(planline configs/llama3-8b.yaml --plan 8 --set train.recompute=none --set model.compute=bf16)
+why=$(python3 - "$p8n" "$p8b" <<'PY'
+import re, sys
+U = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+def acts(line): v, u = re.search(r"activations ([0-9.]+) (\w+)", line).groups(); return float(v) * U[u]
+f32, b16 = sys.argv[1:3]
+r = acts(b16) / acts(f32)
+print("fp32 %.2f GiB, bf16 %.2f GiB (x%.3f); %s" % (acts(f32) / 2**30, acts(b16) / 2**30, r, b16[:60]))
+sys.exit(0 if "(cpu_bf16)" in b16 and 0.80 < r < 0.90 else 1)
+PY
+) && pass plan_bf16_activations || fail plan_bf16_activations "$why"
 # the measured peak against the plan on a model whose parts outweigh the
 # process itself (untied, 8192-token vocabulary: 17 M parameters, ~1 GiB at
 # one rank, of which the libraries are a fifth)
@@ -130,11 +144,13 @@ optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, weight_decay: 0.1, grad_clip: 1.0}
 schedule: {warmup_steps: 1}
 comm: {strategy: compressed, param_dtype: bf16, reduce_dtype: fp32}
 YAML
-for np in 1 2; do
+for np in 1 2 1b; do # 1b: one rank in model.compute: bf16 (its bf16 activations planned)
   for mode in none full; do
+    [ "$np" = 1b ] && [ "$mode" = full ] && continue
     name="measured_within_10pct_of_plan_np${np}_$mode"
-    if runy "$np" "$tmp/mid.yaml" "$tmp/p$np$mode.jsonl" --set data.batch_size=$((4 / np)) \
-         --set train.recompute=$mode; then
+    comp=fp32; [ "$np" = 1b ] && comp=bf16
+    if runy "${np%b}" "$tmp/mid.yaml" "$tmp/p$np$mode.jsonl" --set data.batch_size=$((4 / ${np%b})) \
+         --set train.recompute=$mode --set model.compute=$comp; then
       base=$(sed -n 's/.*+ process \([0-9.]*\) MiB.*/\1/p' "$tmp/p$np$mode.jsonl.log" | head -1)
       why=$(python3 -c "
 import json,sys
