@@ -32,6 +32,9 @@
  *       so the caller never waits for them; on NCCL's own communicators
  *       (zipcclCommInitNccl, no MPI) they travel over the network itself.
  *
+ * On one rank a compressed call codes nothing (selfCopy, below): the blocks
+ * are copied on the device.
+ *
  * Every design here gives the host designs' bits: the codec is lossless,
  * blocks are split as the host designs split them, and sums run in the
  * canonical order (docs/COLLECTIVES.md §3) through the table's accumulate
@@ -563,6 +566,26 @@ static zipcclResult_t rawAlltoAll(struct zipcclComm* c, const zipcclOp* op, zipc
     return netRound(c, op, st, send, sb, recv, rb);
 }
 
+/* ---- one rank: no codec ------------------------------------------------------------- */
+
+/* A compressed call on a communicator of one rank moves nothing between
+ * ranks, so coding would only cost time (a compress, a frame down, a
+ * decode, two host waits): runDirect copies the blocks on the device
+ * instead (over a network, by the network's own copy, as raw does; else
+ * asynchronously on the call's stream; nothing at all in place) and counts
+ * no raw, wire or bus bytes.  ReduceScatter (and AllReduce, which
+ * is its ReduceScatter alone at one rank) keeps its accumulate and one
+ * rounding, which codes nothing at one rank: the host designs' bits. */
+static zipcclResult_t selfCopy(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, void* dst,
+                               const void* src, size_t bytes) {
+    if (!bytes || dst == src) return zipcclSuccess;
+    if (c->hasNet) return netCopy(c, op, st, dst, src, bytes); /* the network's own copy, as raw's */
+    if (!zdev_copy_async(c->dev, dst, src, bytes, ZDEV_DEVICE_TO_DEVICE, op->stream)) return zipcclSuccess;
+    char doing[80];
+    snprintf(doing, sizeof doing, "copying %zu bytes on the device", bytes);
+    return zipcclDevFail(c, zipcclCollName(op->kind), doing);
+}
+
 /* ---- a call over a network ------------------------------------------------------------ */
 
 static zipcclResult_t runDirect(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, int coded,
@@ -604,6 +627,22 @@ static zipcclResult_t runDirect(struct zipcclComm* c, const zipcclOp* op, zipccl
     if (k == zipcclCollAllReduce) zipcclSplitBlocks(op->count, n, counts, displs); /* the host designs' split */
     else
         for (int i = 0; i < n; i++) counts[i] = op->count, displs[i] = (size_t)i * op->count;
+    if (coded && n == 1) { /* no codec at one rank (selfCopy) */
+        switch (k) {
+        case zipcclCollAllGather:
+        case zipcclCollAlltoAll: return selfCopy(c, op, st, op->recvbuf, op->sendbuf, op->count * esz);
+        case zipcclCollAlltoAllv:
+            if (op->sendcounts[0] != op->recvcounts[0])
+                return zipcclSetError(zipcclMismatch, "%s: sendcounts[0] %zu, recvcounts[0] %zu on one rank",
+                                      zipcclCollName(k), op->sendcounts[0], op->recvcounts[0]);
+            return selfCopy(c, op, st, (char*)op->recvbuf + op->rdispls[0] * esz,
+                            (const char*)op->sendbuf + op->sdispls[0] * esz, op->sendcounts[0] * esz);
+        case zipcclCollAllReduce:
+            return op->count ? codedReduceScatter(c, op, st, op->sendbuf, counts, displs, op->recvbuf, size)
+                             : zipcclSuccess;
+        default: break; /* ReduceScatter: below, it codes nothing at one rank */
+        }
+    }
     switch (k) {
     case zipcclCollAllGather:
         if (!op->count) return zipcclSuccess;
