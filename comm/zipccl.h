@@ -175,6 +175,25 @@ zipcclResult_t zipcclDecompressCuda(const void* d_src, size_t srcSize, void* d_d
                                     size_t dstCapacity, size_t* count,
                                     zipcclDataType_t expectDtype, void* d_workspace,
                                     size_t workspaceSize, void* stream);
+/* Batched (as nvCOMP's batched API): k buffers or frames in one call, the
+ * same bytes as k single calls, with one host wait for all k frame sizes
+ * (compress) and two for all k verdicts (decompress: the headers, then the
+ * decode's status) instead of one and two per buffer.  Arrays of k;
+ * workspace: zipcclCudaWorkspaceSizeBatch(k, the largest count, dtype,
+ * 0 to compress / 1 to decompress) bytes.  On an error *failed (may be
+ * NULL) names the buffer or frame (-1: the batch itself); a stored frame
+ * whose checksum fails writes nothing. */
+size_t zipcclCudaWorkspaceSizeBatch(int k, size_t maxCount, zipcclDataType_t dtype, int decompress);
+zipcclResult_t zipcclCompressCudaBatch(int k, const void* const* d_src, const size_t* count,
+                                       zipcclDataType_t dtype, void* const* d_dst,
+                                       const size_t* dstCapacity, size_t* dstSize,
+                                       const zipcclCodecParams_t* params, void* d_workspace,
+                                       size_t workspaceSize, void* stream, int* failed);
+zipcclResult_t zipcclDecompressCudaBatch(int k, const void* const* d_src, const size_t* srcSize,
+                                         void* const* d_dst, const size_t* dstCapacity,
+                                         size_t* count, zipcclDataType_t expectDtype,
+                                         void* d_workspace, size_t workspaceSize, void* stream,
+                                         int* failed);
 
 /* ------------------------------------------------------------------------ */
 /* Collectives                                                              */

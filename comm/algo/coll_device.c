@@ -189,7 +189,7 @@ typedef struct {
 } Frames;
 
 static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const zipcclExecStats* st, int sendSlots,
-                                 size_t maxCount, Frames* f) {
+                                 size_t maxCount, int decodes, Frames* f) {
     const int n = c->nranks;
     f->codec = zipcclCodecOpsFor(c->dev->kind == ZDEV_KIND_CUDA);
     f->slot = (f->codec->bound(maxCount, op->dtype, 0) + 1 + 255) & ~(size_t)255;
@@ -197,7 +197,9 @@ static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const
     f->dsend = devScratch(c, kDevFrames, all);
     if (!f->dsend) return zipcclNoMemory(c, op, "d:frames", all);
     f->drecv = f->dsend + (size_t)sendSlots * f->slot;
-    const size_t wsz = f->codec->workspace(maxCount, op->dtype);
+    /* one batch of up to sendSlots encodes, one of `decodes` decodes */
+    const size_t we = f->codec->workspaceBatch(sendSlots, maxCount, op->dtype, 0),
+                 wd = f->codec->workspaceBatch(decodes, maxCount, op->dtype, 1), wsz = we > wd ? we : wd;
     void* work = wsz ? devScratch(c, kDevWork, wsz) : NULL;
     if (wsz && !work) return zipcclNoMemory(c, op, "d:codec workspace", wsz);
     f->hsend = f->hrecv = NULL;
@@ -212,23 +214,41 @@ static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const
     return zipcclSuccess;
 }
 
-/* Compress `count` elements at src on the device into send slot j (the
- * block for rank `to`, or for every rank: -1) and, without a network, bring
- * the frame down into its staging slot (padded to 2 bytes) unless only this
- * rank reads it. */
-static zipcclResult_t encode(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f,
-                             const void* src, size_t count, int j, int to, size_t* bytes) {
-    char* frame = f->dsend + (size_t)j * f->slot;
-    const double t = zipcclNow();
-    zipcclResult_t res = f->codec->compress(&f->cx, src, count, op->dtype, frame, f->slot, bytes, &f->params);
+/* Compress k blocks on the device in one batch: block i (count[i]
+ * elements at src[i], for rank to[i], or -1: every rank) into send slot
+ * slot[i], bytes[i] its frame's size (one host wait for all k on CUDA).
+ * Without a network, the frames a peer reads then come down into their
+ * staging slots together (padded to 2 bytes): one more wait. */
+static zipcclResult_t encodeMany(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f, int k,
+                                 const void* const* src, const size_t* count, const int* slot, const int* to,
+                                 size_t* bytes) {
+    if (k == 0) return zipcclSuccess;
+    void* frame[k];
+    size_t cap[k];
+    for (int i = 0; i < k; i++) frame[i] = f->dsend + (size_t)slot[i] * f->slot, cap[i] = f->slot;
+    int bad = -1;
+    double t = zipcclNow();
+    zipcclResult_t res =
+        f->codec->compressBatch(&f->cx, k, src, count, op->dtype, frame, cap, bytes, &f->params, &bad);
     st->codecSeconds += zipcclNow() - t;
     if (res != zipcclSuccess)
         return zipcclPrefixError(res, "%s: compressing the block for rank %d on the device", zipcclCollName(op->kind),
-                                 to < 0 ? c->rank : to);
-    if (c->hasNet || to == c->rank) return zipcclSuccess;
-    char* host = f->hsend + (size_t)j * f->slot;
-    ZIPCCL_TRY(zipcclDown(c, op, host, frame, *bytes, st));
-    if (*bytes & 1) host[*bytes] = 0; /* the pad byte of the last 2-byte element */
+                                 bad < 0 || to[bad] < 0 ? c->rank : to[bad]);
+    if (c->hasNet) return zipcclSuccess;
+    t = zipcclNow();
+    int down = 0;
+    for (int i = 0; i < k; i++) {
+        if (to[i] == c->rank) continue; /* only this rank reads it */
+        char* host = f->hsend + (size_t)slot[i] * f->slot;
+        if (zdev_copy_async(c->dev, host, frame[i], bytes[i], ZDEV_DEVICE_TO_HOST, op->stream))
+            return zipcclDevFail(c, zipcclCollName(op->kind), "copying a frame from the device to the host");
+        if (bytes[i] & 1) host[bytes[i]] = 0; /* the pad byte of the last 2-byte element */
+        st->busBytes += bytes[i];
+        down = 1;
+    }
+    if (down && zdev_stream_sync(c->dev, op->stream))
+        return zipcclDevFail(c, zipcclCollName(op->kind), "waiting for the frames to come down");
+    st->busSeconds += zipcclNow() - t;
     return zipcclSuccess;
 }
 
@@ -313,23 +333,40 @@ static zipcclResult_t exchange(struct zipcclComm* c, const zipcclOp* op, zipcclE
                                 : zipcclPrefixError(res, "%s: exchanging the frames", zipcclCollName(op->kind));
 }
 
-/* A frame of `bytes` decoded on the device into `count` elements at dst:
- * send slot `slot` (one this rank encoded) or receive slot `slot` (rank
- * slot's, up from the staging first when there is no network). */
-static zipcclResult_t decode(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f, int sent,
-                             int slot, int from, size_t bytes, void* dst, size_t count) {
-    char* frame = (sent ? f->dsend : f->drecv) + (size_t)slot * f->slot;
-    if (!sent && !c->hasNet) ZIPCCL_TRY(zipcclUp(c, op, frame, f->hrecv + (size_t)slot * f->slot, bytes, st));
-    size_t got = 0;
-    const double t = zipcclNow();
-    zipcclResult_t res = f->codec->decompress(&f->cx, frame, bytes, dst, count * zipcclTypeSize(op->dtype), &got,
-                                              op->dtype, NULL);
-    st->codecSeconds += zipcclNow() - t;
+/* Decode k frames on the device in one batch (two host waits for all k
+ * on CUDA): frame i is send slot slot[i] (sent[i]: one this rank encoded)
+ * or receive slot slot[i] (rank from[i]'s; without a network it goes up
+ * from the staging first, all of them together before the batch's first
+ * wait), bytes[i] long, decoded into count[i] elements at dst[i]. */
+static zipcclResult_t decodeMany(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f, int k,
+                                 const int* sent, const int* slot, const int* from, const size_t* bytes,
+                                 void* const* dst, const size_t* count) {
+    if (k == 0) return zipcclSuccess;
     const char* what = zipcclCollName(op->kind);
-    if (res != zipcclSuccess) return zipcclPrefixError(res, "%s: decoding rank %d's frame on the device", what, from);
-    if (got != count)
-        return zipcclSetError(zipcclCorruptStream, "%s: rank %d's frame holds %zu elements, not %zu", what, from, got,
-                              count);
+    const size_t esz = zipcclTypeSize(op->dtype);
+    const void* frame[k];
+    size_t cap[k], got[k];
+    double t = zipcclNow();
+    for (int i = 0; i < k; i++) {
+        char* fr = (sent[i] ? f->dsend : f->drecv) + (size_t)slot[i] * f->slot;
+        frame[i] = fr, cap[i] = count[i] * esz, got[i] = 0;
+        if (sent[i] || c->hasNet) continue;
+        if (zdev_copy_async(c->dev, fr, f->hrecv + (size_t)slot[i] * f->slot, bytes[i], ZDEV_HOST_TO_DEVICE,
+                            op->stream))
+            return zipcclDevFail(c, what, "copying a frame from the host to the device");
+        st->busBytes += bytes[i];
+    }
+    st->busSeconds += zipcclNow() - t;
+    int bad = -1;
+    t = zipcclNow();
+    zipcclResult_t res = f->codec->decompressBatch(&f->cx, k, frame, bytes, dst, cap, got, op->dtype, &bad);
+    st->codecSeconds += zipcclNow() - t;
+    if (res != zipcclSuccess)
+        return zipcclPrefixError(res, "%s: decoding rank %d's frame on the device", what, bad < 0 ? c->rank : from[bad]);
+    for (int i = 0; i < k; i++)
+        if (got[i] != count[i])
+            return zipcclSetError(zipcclCorruptStream, "%s: rank %d's frame holds %zu elements, not %zu", what,
+                                  from[i], got[i], count[i]);
     return zipcclSuccess;
 }
 
@@ -352,16 +389,18 @@ static size_t maxOf(const size_t* v, int n) {
 
 /* Rank r's block `mine` is compressed on the device (once, for every peer);
  * the frames' sizes are summed over the ranks (each adds its own at its
- * index); the frames are exchanged; each is decoded into its block of
- * recvbuf, ours too (what a peer decodes of it, and no copy). */
+ * index); the frames are exchanged; all n are decoded in one batch into
+ * their blocks of recvbuf, ours too (what a peer decodes of it, and no
+ * copy). */
 static zipcclResult_t codedAllGather(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const void* mine,
                                      const size_t* counts, const size_t* displs, void* recvbuf) {
     const int n = c->nranks, r = c->rank;
     const size_t esz = zipcclTypeSize(op->dtype);
     Frames f;
-    ZIPCCL_TRY(framesInit(c, op, st, 1, maxOf(counts, n), &f));
+    ZIPCCL_TRY(framesInit(c, op, st, 1, maxOf(counts, n), n, &f));
     size_t own = 0;
-    ZIPCCL_TRY(encode(c, op, st, &f, mine, counts[r], 0, -1, &own));
+    const int zero = 0, every = -1;
+    ZIPCCL_TRY(encodeMany(c, op, st, &f, 1, &mine, &counts[r], &zero, &every, &own));
     double size[n];
     for (int i = 0; i < n; i++) size[i] = i == r ? (double)own : 0;
     if (n > 1) {
@@ -377,10 +416,14 @@ static zipcclResult_t codedAllGather(struct zipcclComm* c, const zipcclOp* op, z
         ZIPCCL_TRY(exchange(c, op, st, &f, slotOf, sb, rb));
     }
     st->rawBytes += (size_t)(n - 1) * counts[r] * esz;
-    for (int i = 0; i < n; i++)
-        ZIPCCL_TRY(decode(c, op, st, &f, i == r, i == r ? 0 : i, i, (size_t)size[i],
-                          (char*)recvbuf + displs[i] * esz, counts[i]));
-    return zipcclSuccess;
+    int sent[n], slot[n], from[n];
+    size_t bytes[n];
+    void* dst[n];
+    for (int i = 0; i < n; i++) {
+        sent[i] = i == r, slot[i] = i == r ? 0 : i, from[i] = i, bytes[i] = (size_t)size[i];
+        dst[i] = (char*)recvbuf + displs[i] * esz;
+    }
+    return decodeMany(c, op, st, &f, n, sent, slot, from, bytes, dst, counts);
 }
 
 /* ---- ReduceScatter coded on the device --------------------------------------------- */
@@ -399,22 +442,27 @@ static zipcclResult_t codedReduceScatter(struct zipcclComm* c, const zipcclOp* o
     const zipcclDataType_t dt = op->dtype;
     const size_t esz = zipcclTypeSize(dt), count = counts[r];
     Frames f;
-    ZIPCCL_TRY(framesInit(c, op, st, n, maxOf(counts, n), &f));
+    ZIPCCL_TRY(framesInit(c, op, st, n, maxOf(counts, n), n - 1, &f));
     float* acc = devScratch(c, kDevAcc, count * sizeof(float));
     if (!acc) return zipcclNoMemory(c, op, "d:the fp32 accumulator", count * sizeof(float));
-    char* tmp = n > 1 ? devScratch(c, kDevTmp, count * esz) : NULL;
-    if (n > 1 && !tmp) return zipcclNoMemory(c, op, "d:a decoded block", count * esz);
+    const size_t blk = count * esz; /* the n - 1 decoded blocks, in rank order */
+    char* tmp = n > 1 ? devScratch(c, kDevTmp, (size_t)(n - 1) * blk) : NULL;
+    if (n > 1 && !tmp) return zipcclNoMemory(c, op, "d:the decoded blocks", (size_t)(n - 1) * blk);
     zipcclResult_t res = zipcclSuccess;
 
     if (n > 1) {
         memset(size, 0, (size_t)n * n * sizeof(double)); /* [sender][receiver] */
+        const void* src[n - 1];
+        size_t cnt[n - 1], bytes[n - 1];
+        int slot[n - 1], to[n - 1], k = 0;
         for (int j = 0; j < n; j++) {
             if (j == r) continue;
-            size_t bytes = 0;
-            ZIPCCL_TRY(encode(c, op, st, &f, sendbuf + displs[j] * esz, counts[j], j, j, &bytes));
-            size[(size_t)r * n + j] = (double)bytes;
+            src[k] = sendbuf + displs[j] * esz, cnt[k] = counts[j], slot[k] = j, to[k] = j;
             st->rawBytes += counts[j] * esz;
+            k++;
         }
+        ZIPCCL_TRY(encodeMany(c, op, st, &f, k, src, cnt, slot, to, bytes));
+        for (int i = 0; i < k; i++) size[(size_t)r * n + to[i]] = (double)bytes[i];
         ZIPCCL_TRY(sumSizes(c, op, st, size, n));
         int slotOf[n];
         size_t sb[n], rb[n];
@@ -425,12 +473,20 @@ static zipcclResult_t codedReduceScatter(struct zipcclComm* c, const zipcclOp* o
             rb[i] = i == r ? 0 : (size_t)size[(size_t)i * n + r];
         }
         ZIPCCL_TRY(exchange(c, op, st, &f, slotOf, sb, rb));
-        /* In the canonical order: r+1, ..., r-1 from their frames. */
-        for (int k = 1; k < n && res == zipcclSuccess; k++) {
+        /* every received frame in one batch (the k-th from rank r+k into
+         * decoded block k-1), then the sum in the canonical order: r+1,
+         * ..., r-1 */
+        int sent[n - 1], from[n - 1];
+        size_t fb[n - 1], cnt2[n - 1];
+        void* dst[n - 1];
+        for (int k = 1; k < n; k++) {
             const int i = (r + k) % n;
-            ZIPCCL_TRY(decode(c, op, st, &f, 0, i, i, (size_t)size[(size_t)i * n + r], tmp, count));
-            res = accumulate(c, op, acc, tmp, count, k == 1);
+            sent[k - 1] = 0, slot[k - 1] = i, from[k - 1] = i, fb[k - 1] = (size_t)size[(size_t)i * n + r];
+            dst[k - 1] = tmp + (size_t)(k - 1) * blk, cnt2[k - 1] = count;
         }
+        ZIPCCL_TRY(decodeMany(c, op, st, &f, n - 1, sent, slot, from, fb, dst, cnt2));
+        for (int k = 1; k < n && res == zipcclSuccess; k++)
+            res = accumulate(c, op, acc, tmp + (size_t)(k - 1) * blk, count, k == 1);
     }
     /* Our own block last (alone on one rank), then one rounding. */
     if (res == zipcclSuccess) res = accumulate(c, op, acc, sendbuf + displs[r] * esz, count, n == 1);
@@ -450,14 +506,21 @@ static zipcclResult_t codedAlltoAll(struct zipcclComm* c, const zipcclOp* op, zi
     const size_t esz = zipcclTypeSize(op->dtype);
     const size_t most = maxOf(sc, n) > maxOf(rc, n) ? maxOf(sc, n) : maxOf(rc, n);
     Frames f;
-    ZIPCCL_TRY(framesInit(c, op, st, n, most, &f));
+    ZIPCCL_TRY(framesInit(c, op, st, n, most, n, &f));
     memset(size, 0, (size_t)n * n * sizeof(double));
-    for (int j = 0; j < n; j++) {
-        if (!sc[j]) continue;
-        size_t bytes = 0;
-        ZIPCCL_TRY(encode(c, op, st, &f, (const char*)op->sendbuf + sd[j] * esz, sc[j], j, j, &bytes));
-        size[(size_t)r * n + j] = (double)bytes;
-        if (j != r) st->rawBytes += sc[j] * esz;
+    {
+        const void* src[n];
+        size_t cnt[n], bytes[n];
+        int slot[n], to[n], k = 0;
+        memset(slot, 0, sizeof slot), memset(to, 0, sizeof to);
+        for (int j = 0; j < n; j++) {
+            if (!sc[j]) continue;
+            src[k] = (const char*)op->sendbuf + sd[j] * esz, cnt[k] = sc[j], slot[k] = j, to[k] = j;
+            if (j != r) st->rawBytes += sc[j] * esz;
+            k++;
+        }
+        ZIPCCL_TRY(encodeMany(c, op, st, &f, k, src, cnt, slot, to, bytes));
+        for (int i = 0; i < k; i++) size[(size_t)r * n + to[i]] = (double)bytes[i];
     }
     if (n > 1)
         ZIPCCL_TRY(sumSizes(c, op, st, size, n));
@@ -474,11 +537,16 @@ static zipcclResult_t codedAlltoAll(struct zipcclComm* c, const zipcclOp* op, zi
         rb[i] = i == r ? 0 : (size_t)in;
     }
     if (n > 1) ZIPCCL_TRY(exchange(c, op, st, &f, slotOf, sb, rb));
-    for (int i = 0; i < n; i++)
-        if (rc[i])
-            ZIPCCL_TRY(decode(c, op, st, &f, i == r, i, i, (size_t)size[(size_t)i * n + r],
-                              (char*)op->recvbuf + rd[i] * esz, rc[i]));
-    return zipcclSuccess;
+    int sent[n], slot[n], from[n], k = 0;
+    size_t fb[n], cnt[n];
+    void* dst[n];
+    for (int i = 0; i < n; i++) {
+        if (!rc[i]) continue;
+        sent[k] = i == r, slot[k] = i, from[k] = i, fb[k] = (size_t)size[(size_t)i * n + r];
+        dst[k] = (char*)op->recvbuf + rd[i] * esz, cnt[k] = rc[i];
+        k++;
+    }
+    return decodeMany(c, op, st, &f, k, sent, slot, from, fb, dst, cnt);
 }
 
 /* ---- raw over a network -------------------------------------------------------------- */

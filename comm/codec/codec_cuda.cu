@@ -37,8 +37,18 @@
  * codec on machines without a GPU. Every warp intrinsic, launch and copy goes
  * through the ZK_* macros for that reason.
  *
+ * Batched entries (zipcclCompressCudaBatch / zipcclDecompressCudaBatch,
+ * section 10): k buffers' launches one after the other on the stream, their
+ * coded totals (compress) or headers and verdicts (decompress) gathered in
+ * the workspace's head by device-to-device copies and read in one copy each:
+ * one host wait for k frame sizes, two for k verdicts.  The same launches as
+ * k single calls, so the same bytes.
+ *
  * Left out: an encoder for chunk_log2 other than 14 (decoding accepts 10..20),
- * overlapping several frames on streams (the collectives do that).
+ * one launch for a whole batch (a batch is k launch sequences), frame sizes
+ * handed to the next kernel without the host (the collectives need them on
+ * the host for MPI anyway), overlapping several frames on streams (the
+ * collectives do that).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -1502,46 +1512,77 @@ static zipcclResult_t zk_write_stored(const uint8_t* src, uint64_t count, int dt
     return zipcclSuccess;
 }
 
-static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataType_t dtype, void* d_dst,
-                                  size_t cap, size_t* dstSize, const zipcclCodecParams_t* params,
-                                  void* d_ws, size_t wsSize, void* stream) {
+/* One buffer's compression, from its arguments to the frame: the checks
+ * (zk_compress_check), the launches (zk_compress_launch: encode, plan,
+ * assemble into dst, the coded total left at *total_dev), and once the host
+ * has read that total, the choice of the stored frame (zk_compress_finish).
+ * zk_compress runs them for one buffer (one host wait), zk_compress_batch
+ * for k (one host wait for all): the same launches, the same bytes. */
+typedef struct {
+    const uint8_t* src;
+    uint8_t* dst;
+    size_t count, cap;
+    int dt, es, cs, stored; /* stored: the stored frame without coding (codec stored, count 0) */
+    zipcclCodec_t codec;
+    uint64_t nc;
+    size_t prefix, bound;    /* the coded frame's header part and the stored frame's size */
+    const uint64_t* total_dev; /* the coded chunks' bytes (device), after the launches */
+} ZkEnc;
+
+static zipcclResult_t zk_compress_check(const void* d_src, size_t count, zipcclDataType_t dtype, void* d_dst,
+                                        size_t cap, const zipcclCodecParams_t* params, ZkEnc* e) {
     int dt = zk_dt(dtype);
     if (!dt) return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): unknown dtype %d", (int)dtype);
-    if (!d_dst || !dstSize || (count && !d_src))
+    if (!d_dst || (count && !d_src))
         return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): null pointer argument");
     int es = zcf_elem_size(dt);
     if (count > ((size_t)1 << 61) / es)
         return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): count %zu too large", count);
     zipcclCodec_t codec = params ? params->codec : zipcclCodecDefault;
-    int cs = params ? params->checksum != 0 : 0;
     if (codec == zipcclCodecDefault) codec = zipcclCodecFast;
     if (codec < zipcclCodecFast || codec > zipcclCodecF2)
         return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): unknown codec %d", (int)codec);
-    const uint8_t* src = (const uint8_t*)d_src;
-    uint8_t* dst = (uint8_t*)d_dst;
-    if (codec == zipcclCodecStored || count == 0)
-        return zk_write_stored(src, count, dt, cs, dst, cap, dstSize, stream);
+    memset(e, 0, sizeof *e);
+    e->src = (const uint8_t*)d_src;
+    e->dst = (uint8_t*)d_dst;
+    e->count = count;
+    e->cap = cap;
+    e->dt = dt;
+    e->es = es;
+    e->cs = params ? params->checksum != 0 : 0;
+    e->codec = codec;
+    e->stored = codec == zipcclCodecStored || count == 0;
+    e->nc = zcf_num_chunks(count, ZCF_CHUNK_LOG2);
+    e->prefix = ZCF_HEADER_SIZE + 4 * e->nc + (e->cs ? 4 + 4 * e->nc : 0);
+    e->bound = ZCF_HEADER_SIZE + count * es + (e->cs ? 4 + 4 * e->nc : 0);
+    return zipcclSuccess;
+}
 
-    uint64_t nc = zcf_num_chunks(count, ZCF_CHUNK_LOG2);
+/* The workspace one buffer's launches use (zk_layout_compress; 0 when the
+ * frame is stored without coding). */
+static size_t zk_compress_ws(const ZkEnc* e) { return e->stored ? 0 : zk_layout_compress(e->nc, e->es).total; }
+
+/* Encode, plan and assemble e's buffer on `stream`, in the workspace at ws
+ * (256-aligned, zk_compress_ws bytes). */
+static zipcclResult_t zk_compress_launch(ZkEnc* x, uint8_t* ws, void* stream) {
+    const int dt = x->dt, es = x->es;
+    const uint64_t nc = x->nc;
+    const zipcclCodec_t codec = x->codec;
     ZkLayout L = zk_layout_compress(nc, es);
-    uint8_t* ws = zk_ws_align(d_ws, &wsSize);
-    if (!d_ws || wsSize < L.total)
-        return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): workspace of %zu usable bytes, need %zu", wsSize,
-                              L.total);
     EncArgs e;
     memset(&e, 0, sizeof e);
-    e.src = src;
+    e.src = x->src;
     e.slots = ws + L.slots;
     e.sizes = (uint32_t*)(ws + L.sizes);
     e.sums = (uint32_t*)(ws + L.sums);
     e.cflag = (uint32_t*)(ws + L.misc);
-    e.count = count;
+    e.count = x->count;
     e.n_chunks = nc;
     e.slot_bytes = zk_slot_bytes(es);
     e.dt = dt;
     e.es = es;
-    e.checksum = cs;
-    e.src_aligned = ((uintptr_t)src % es) == 0;
+    e.checksum = x->cs;
+    e.src_aligned = ((uintptr_t)x->src % es) == 0;
     e.tab = zk_tables();
     uint64_t warp_blocks = (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK;
     unsigned wb = 32 * ZK_WARPS_PER_BLOCK;
@@ -1573,8 +1614,6 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     pl.n_chunks = nc;
     pl.max_chunk = ~0ull;
     ZIPCCL_TRY(ZK_LAUNCH(plan, 1, ZK_SCAN_THREADS, 34 * 8, stream, pl));
-    size_t prefix = ZCF_HEADER_SIZE + 4 * nc + (cs ? 4 + 4 * nc : 0);
-    size_t bound = ZCF_HEADER_SIZE + count * es + (cs ? 4 + 4 * nc : 0);
     AsmArgs as;
     memset(&as, 0, sizeof as);
     as.slots = e.slots;
@@ -1582,49 +1621,142 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     as.sums = e.sums;
     as.offs = pl.offs;
     as.cflag = e.cflag;
-    as.dst = dst;
+    as.dst = x->dst;
     as.n_chunks = nc;
     as.slot_bytes = e.slot_bytes;
-    as.prefix = prefix;
-    as.bound = bound;
-    as.cap = cap;
-    as.checksum = cs;
+    as.prefix = x->prefix;
+    as.bound = x->bound;
+    as.cap = x->cap;
+    as.checksum = x->cs;
     /* version 4 for R frames, 2 only where T chunks may be, 3 (set by
      * k_assemble) where a C chunk is, as the CPU codec writes */
     zk_put_header(as.header,
                   codec == zipcclCodecDense  ? ZCF_VERSION_R
                   : codec == zipcclCodecFast ? ZCF_VERSION_T
                                              : ZCF_VERSION_MIN,
-                  dt, cs ? ZCF_FLAG_CHECKSUM : 0, count);
+                  dt, x->cs ? ZCF_FLAG_CHECKSUM : 0, x->count);
     ZIPCCL_TRY(ZK_LAUNCH(assemble, nc, ZK_COPY_THREADS, 0, stream, as));
-    if (cs) ZIPCCL_TRY(ZK_LAUNCH(hsum, 1, 32, 0, stream, as));
-    uint64_t total = 0;
-    ZIPCCL_TRY(zk_memcpy(&total, pl.offs + nc, 8, stream));
-    ZIPCCL_TRY(zk_sync(stream));
-    if (prefix + total >= bound) return zk_write_stored(src, count, dt, cs, dst, cap, dstSize, stream);
-    if (cap < prefix + total)
-        return zipcclSetError(zipcclDstTooSmall, "compress (CUDA): frame needs %zu bytes, have %zu",
-                              (size_t)(prefix + total), cap);
-    *dstSize = prefix + total;
+    if (x->cs) ZIPCCL_TRY(ZK_LAUNCH(hsum, 1, 32, 0, stream, as));
+    x->total_dev = pl.offs + nc;
     return zipcclSuccess;
+}
+
+/* With the coded total read: the stored frame where coding did not make
+ * it smaller (launches only), else the coded frame's size. */
+static zipcclResult_t zk_compress_finish(const ZkEnc* e, uint64_t total, size_t* dstSize, void* stream) {
+    if (e->stored || e->prefix + total >= e->bound)
+        return zk_write_stored(e->src, e->count, e->dt, e->cs, e->dst, e->cap, dstSize, stream);
+    if (e->cap < e->prefix + total)
+        return zipcclSetError(zipcclDstTooSmall, "compress (CUDA): frame needs %zu bytes, have %zu",
+                              (size_t)(e->prefix + total), e->cap);
+    *dstSize = e->prefix + total;
+    return zipcclSuccess;
+}
+
+static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataType_t dtype, void* d_dst,
+                                  size_t cap, size_t* dstSize, const zipcclCodecParams_t* params,
+                                  void* d_ws, size_t wsSize, void* stream) {
+    ZkEnc e;
+    memset(&e, 0, sizeof e);
+    if (!dstSize) return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): null pointer argument");
+    ZIPCCL_TRY(zk_compress_check(d_src, count, dtype, d_dst, cap, params, &e));
+    if (e.stored) return zk_compress_finish(&e, 0, dstSize, stream);
+    uint8_t* ws = zk_ws_align(d_ws, &wsSize);
+    if (!d_ws || wsSize < zk_compress_ws(&e))
+        return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): workspace of %zu usable bytes, need %zu", wsSize,
+                              zk_compress_ws(&e));
+    ZIPCCL_TRY(zk_compress_launch(&e, ws, stream));
+    uint64_t total = 0;
+    ZIPCCL_TRY(zk_memcpy(&total, e.total_dev, 8, stream));
+    ZIPCCL_TRY(zk_sync(stream));
+    return zk_compress_finish(&e, total, dstSize, stream);
+}
+
+/* k buffers: every one's launches, their totals gathered on the device
+ * (8 bytes each, in the workspace's head) and read in one copy: one host
+ * wait for the k frames.  The workspace: a 256-byte head per 32 buffers,
+ * then each buffer's zk_compress_ws, 256-aligned, in order. *failed: the
+ * buffer an error names (-1 for none). */
+static size_t zk_batch_head(int k) { return zk_align((size_t)k * 32); }
+
+static zipcclResult_t zk_compress_batch(int k, const void* const* d_src, const size_t* count, zipcclDataType_t dtype,
+                                        void* const* d_dst, const size_t* cap, size_t* dstSize,
+                                        const zipcclCodecParams_t* params, void* d_ws, size_t wsSize, void* stream,
+                                        int* failed) {
+    if (failed) *failed = -1;
+    if (k < 0 || (k && (!d_src || !count || !d_dst || !cap || !dstSize)))
+        return zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): bad batch of %d buffers", k);
+    if (!k) return zipcclSuccess;
+    ZkEnc* e = (ZkEnc*)malloc((size_t)k * sizeof *e);
+    uint64_t* total = (uint64_t*)calloc((size_t)k, sizeof *total);
+    zipcclResult_t res = e && total ? zipcclSuccess
+                                    : zipcclSetError(zipcclSystemError, "compress (CUDA, batched): out of host memory");
+    size_t need = zk_batch_head(k);
+    for (int i = 0; i < k && res == zipcclSuccess; i++) {
+        res = zk_compress_check(d_src[i], count[i], dtype, d_dst[i], cap[i], params, &e[i]);
+        if (res != zipcclSuccess && failed) *failed = i;
+        need += zk_align(zk_compress_ws(&e[i]));
+    }
+    uint8_t* ws = d_ws ? zk_ws_align(d_ws, &wsSize) : NULL;
+    if (res == zipcclSuccess && (!d_ws || wsSize < need))
+        res = zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): workspace of %zu usable bytes, need %zu",
+                             d_ws ? wsSize : 0, need);
+    uint64_t* totals = (uint64_t*)ws; /* the head */
+    size_t at = zk_batch_head(k);
+    for (int i = 0; i < k && res == zipcclSuccess; i++) {
+        if (e[i].stored) continue;
+        res = zk_compress_launch(&e[i], ws + at, stream);
+        if (res == zipcclSuccess) res = zk_memcpy(totals + i, e[i].total_dev, 8, stream);
+        if (res != zipcclSuccess && failed) *failed = i;
+        at += zk_align(zk_compress_ws(&e[i]));
+    }
+    if (res == zipcclSuccess) res = zk_memcpy(total, totals, (size_t)k * 8, stream);
+    if (res == zipcclSuccess) res = zk_sync(stream);
+    for (int i = 0; i < k && res == zipcclSuccess; i++) {
+        res = zk_compress_finish(&e[i], total[i], &dstSize[i], stream);
+        if (res != zipcclSuccess && failed) *failed = i;
+    }
+    free(e);
+    free(total);
+    return res;
 }
 
 #define ZK_CORRUPT(...) zipcclSetError(zipcclCorruptStream, __VA_ARGS__)
 
-static zipcclResult_t zk_decompress(const void* d_src, size_t srcSize, void* d_dst, size_t cap,
-                                    size_t* countOut, zipcclDataType_t expect, void* d_ws,
-                                    size_t wsSize, void* stream) {
+/* One frame's decompression: the checks of the arguments (zk_dec_args), of
+ * the header once the host has it (zk_dec_header, in the CPU decoder's
+ * order, so both name the same fault), the launches (zk_dec_launch), and
+ * the verdict the kernels left in `status` (zk_dec_verdict).  zk_decompress
+ * runs them for one frame (two host waits: the header, the verdict),
+ * zk_decompress_batch for k (two host waits for all). */
+typedef struct {
+    const uint8_t* src;
+    uint8_t* dst;
+    size_t srcSize, cap, hn;
+    uint8_t h[ZCF_HEADER_SIZE + 4];
+    int dt, es, cs, stored, log2;
+    uint64_t count, nc, prefix, total;
+} ZkDec;
+
+static zipcclResult_t zk_dec_args(const void* d_src, size_t srcSize, void* d_dst, size_t cap, zipcclDataType_t expect,
+                                  ZkDec* x) {
     if (!d_src) return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): null source");
     if (expect && !zk_dt(expect))
         return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): unknown expected dtype %d", (int)expect);
     if (srcSize < ZCF_HEADER_SIZE)
         return ZK_CORRUPT("frame of %zu bytes is shorter than its header", srcSize);
-    const uint8_t* src = (const uint8_t*)d_src;
-    uint8_t* dst = (uint8_t*)d_dst;
-    uint8_t h[ZCF_HEADER_SIZE + 4];
-    size_t hn = srcSize < sizeof h ? srcSize : sizeof h;
-    ZIPCCL_TRY(zk_memcpy(h, src, hn, stream));
-    ZIPCCL_TRY(zk_sync(stream));
+    memset(x, 0, sizeof *x);
+    x->src = (const uint8_t*)d_src;
+    x->dst = (uint8_t*)d_dst;
+    x->srcSize = srcSize;
+    x->cap = cap;
+    x->hn = srcSize < sizeof x->h ? srcSize : sizeof x->h;
+    return zipcclSuccess;
+}
+
+static zipcclResult_t zk_dec_header(ZkDec* x, zipcclDataType_t expect) {
+    const uint8_t* h = x->h;
+    const size_t srcSize = x->srcSize;
     if (zcf_ld32(h) != ZCF_MAGIC) return ZK_CORRUPT("bad magic 0x%08x", zcf_ld32(h));
     if (h[4] < ZCF_VERSION_MIN || h[4] > ZCF_VERSION)
         return zipcclSetError(zipcclUnsupported, "frame version %u, this build reads %d..%d", h[4], ZCF_VERSION_MIN,
@@ -1640,7 +1772,6 @@ static zipcclResult_t zk_decompress(const void* d_src, size_t srcSize, void* d_d
     if (count >= (1ull << 62) / es) return ZK_CORRUPT("count %llu too large", (unsigned long long)count);
     uint64_t nc = zcf_num_chunks(count, log2), sums_bytes = cs ? 4 + 4 * nc : 0, total = count * es;
     uint64_t prefix = ZCF_HEADER_SIZE + sums_bytes + (stored ? 0 : 4 * nc);
-    /* the order of checks follows the CPU decoder, so both name the same fault */
     if (prefix + (stored ? total : 0) > srcSize)
         return ZK_CORRUPT("frame of %zu bytes cannot hold %llu elements (%s)", srcSize,
                           (unsigned long long)count, stored ? "stored" : "compressed");
@@ -1651,58 +1782,54 @@ static zipcclResult_t zk_decompress(const void* d_src, size_t srcSize, void* d_d
     if (expect && zk_dtype(dt) != expect)
         return zipcclSetError(zipcclMismatch, "frame holds %s, caller expects %s", zipcclTypeName(zk_dtype(dt)),
                               zipcclTypeName(expect));
-    if (cap < total) return zipcclSetError(zipcclDstTooSmall, "decompress (CUDA): need %llu bytes, have %zu",
-                                           (unsigned long long)total, cap);
-    if (total && !dst) return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): null destination");
-    if (nc == 0) {
-        if (countOut) *countOut = 0;
-        return zipcclSuccess;
+    if (x->cap < total) return zipcclSetError(zipcclDstTooSmall, "decompress (CUDA): need %llu bytes, have %zu",
+                                              (unsigned long long)total, x->cap);
+    if (total && !x->dst) return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): null destination");
+    x->dt = dt, x->es = es, x->cs = cs, x->stored = stored, x->log2 = log2;
+    x->count = count, x->nc = nc, x->prefix = prefix, x->total = total;
+    return zipcclSuccess;
+}
+
+/* The workspace the frame's launches use (the chunk offsets). */
+static size_t zk_dec_ws(const ZkDec* x) { return x->nc == 0 ? 0 : zk_layout_decompress(x->nc).total; }
+
+/* The frame's kernels on `stream`, the verdict into status (3 words,
+ * zeroed by the caller): a stored frame's slice checksums (its data is
+ * copied by the caller once they pass), or a coded frame's plan, chunk
+ * checksums and decode.  ws: 256-aligned, zk_dec_ws bytes. */
+static zipcclResult_t zk_dec_launch(const ZkDec* x, uint8_t* ws, uint32_t* status, void* stream) {
+    (void)stream; /* (the emulator's launches take none) */
+    const uint64_t nc = x->nc;
+    if (x->stored) {
+        if (!x->cs) return zipcclSuccess;
+        SumArgs s;
+        memset(&s, 0, sizeof s);
+        s.data = x->src + x->prefix;
+        s.sums = (uint8_t*)x->src + ZCF_HEADER_SIZE + 4;
+        s.status = status;
+        s.n = nc;
+        s.slice_bytes = (uint64_t)x->es << x->log2;
+        s.data_bytes = x->total;
+        return ZK_LAUNCH(sums, (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK, 32 * ZK_WARPS_PER_BLOCK, 0, stream,
+                         s);
     }
-    ZkLayout L = zk_layout_decompress(nc);
-    uint8_t* ws = zk_ws_align(d_ws, &wsSize);
-    if (!d_ws || wsSize < L.total)
-        return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): workspace of %zu usable bytes, need %zu",
-                              wsSize, L.total);
-    uint32_t* status = (uint32_t*)(ws + L.misc);
-    uint32_t st[3] = {0, 0, 0};
-    ZIPCCL_TRY(zk_memset(status, 0, 12, stream));
-    if (stored) {
-        if (cs) {
-            SumArgs s;
-            memset(&s, 0, sizeof s);
-            s.data = src + prefix;
-            s.sums = (uint8_t*)src + ZCF_HEADER_SIZE + 4;
-            s.status = status;
-            s.n = nc;
-            s.slice_bytes = (uint64_t)es << log2;
-            s.data_bytes = total;
-            ZIPCCL_TRY(ZK_LAUNCH(sums, (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK, 32 * ZK_WARPS_PER_BLOCK,
-                                 0, stream, s));
-            ZIPCCL_TRY(zk_memcpy(st, status, 4, stream));
-            ZIPCCL_TRY(zk_sync(stream));
-            if (st[0]) return zipcclSetError(zipcclChecksumMismatch, "stored frame: slice checksum mismatch");
-        }
-        ZIPCCL_TRY(zk_memcpy(dst, src + prefix, total, stream));
-        if (countOut) *countOut = count;
-        return zipcclSuccess;
-    }
-    uint64_t* offs = (uint64_t*)(ws + L.offs);
+    uint64_t* offs = (uint64_t*)(ws + zk_layout_decompress(nc).offs);
     PlanArgs pl;
     memset(&pl, 0, sizeof pl);
-    pl.frame = src;
+    pl.frame = x->src;
     pl.offs = offs;
     pl.status = status;
     pl.n_chunks = nc;
-    pl.payload = srcSize - prefix;
-    pl.max_chunk = 256 + (8ull << log2); /* far above any valid chunk; keeps sums < 2^63 */
-    pl.checksum = cs;
+    pl.payload = x->srcSize - x->prefix;
+    pl.max_chunk = 256 + (8ull << x->log2); /* far above any valid chunk; keeps sums < 2^63 */
+    pl.checksum = x->cs;
     ZIPCCL_TRY(ZK_LAUNCH(plan, 1, ZK_SCAN_THREADS, 34 * 8, stream, pl));
-    if (cs) {
+    if (x->cs) {
         SumArgs s;
         memset(&s, 0, sizeof s);
-        s.data = src + prefix;
+        s.data = x->src + x->prefix;
         s.offs = offs;
-        s.sums = (uint8_t*)src + ZCF_HEADER_SIZE + 4 * nc + 4;
+        s.sums = (uint8_t*)x->src + ZCF_HEADER_SIZE + 4 * nc + 4;
         s.status = status;
         s.n = nc;
         ZIPCCL_TRY(ZK_LAUNCH(sums, (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK, 32 * ZK_WARPS_PER_BLOCK, 0,
@@ -1710,30 +1837,150 @@ static zipcclResult_t zk_decompress(const void* d_src, size_t srcSize, void* d_d
     }
     DecArgs d;
     memset(&d, 0, sizeof d);
-    d.payload = src + prefix;
+    d.payload = x->src + x->prefix;
     d.offs = offs;
-    d.dst = dst;
+    d.dst = x->dst;
     d.status = status;
-    d.count = count;
+    d.count = x->count;
     d.n_chunks = nc;
-    d.dt = dt;
-    d.version = h[4];
-    d.es = es;
-    d.chunk_log2 = log2;
-    d.dst_aligned = ((uintptr_t)dst % es) == 0;
+    d.dt = x->dt;
+    d.version = x->h[4];
+    d.es = x->es;
+    d.chunk_log2 = x->log2;
+    d.dst_aligned = ((uintptr_t)x->dst % x->es) == 0;
     d.tab = zk_tables();
     uint64_t warp_blocks = (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK;
     size_t dsm = 40 * 4 * ZK_WARPS_PER_BLOCK;
-    if (dt == ZCF_DT_BF16) ZIPCCL_TRY(ZK_LAUNCH(decode_bf16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d));
-    else if (dt == ZCF_DT_FP16) ZIPCCL_TRY(ZK_LAUNCH(decode_fp16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d));
-    else ZIPCCL_TRY(ZK_LAUNCH(decode_fp32, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d));
-    ZIPCCL_TRY(zk_memcpy(st, status, 12, stream));
-    ZIPCCL_TRY(zk_sync(stream));
+    if (x->dt == ZCF_DT_BF16)
+        return ZK_LAUNCH(decode_bf16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d);
+    if (x->dt == ZCF_DT_FP16)
+        return ZK_LAUNCH(decode_fp16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d);
+    return ZK_LAUNCH(decode_fp32, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d);
+}
+
+static zipcclResult_t zk_dec_verdict(const ZkDec* x, const uint32_t st[3]) {
+    if (x->stored) {
+        if (x->cs && st[0]) return zipcclSetError(zipcclChecksumMismatch, "stored frame: slice checksum mismatch");
+        return zipcclSuccess;
+    }
     if (st[0] & 2) return zipcclSetError(zipcclChecksumMismatch, "header or chunk checksum mismatch");
-    if (st[0] & 1) return ZK_CORRUPT("chunk table does not match the frame size of %zu bytes", srcSize);
+    if (st[0] & 1) return ZK_CORRUPT("chunk table does not match the frame size of %zu bytes", x->srcSize);
     if (st[1]) return ZK_CORRUPT("chunk %u is corrupt", 0xFFFFFFFFu - st[2]);
-    if (countOut) *countOut = count;
     return zipcclSuccess;
+}
+
+static zipcclResult_t zk_decompress(const void* d_src, size_t srcSize, void* d_dst, size_t cap,
+                                    size_t* countOut, zipcclDataType_t expect, void* d_ws,
+                                    size_t wsSize, void* stream) {
+    ZkDec x;
+    memset(&x, 0, sizeof x);
+    ZIPCCL_TRY(zk_dec_args(d_src, srcSize, d_dst, cap, expect, &x));
+    ZIPCCL_TRY(zk_memcpy(x.h, x.src, x.hn, stream));
+    ZIPCCL_TRY(zk_sync(stream));
+    ZIPCCL_TRY(zk_dec_header(&x, expect));
+    if (x.nc == 0) {
+        if (countOut) *countOut = 0;
+        return zipcclSuccess;
+    }
+    ZkLayout L = zk_layout_decompress(x.nc);
+    uint8_t* ws = zk_ws_align(d_ws, &wsSize);
+    if (!d_ws || wsSize < L.total)
+        return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): workspace of %zu usable bytes, need %zu",
+                              wsSize, L.total);
+    uint32_t* status = (uint32_t*)(ws + L.misc);
+    uint32_t st[3] = {0, 0, 0};
+    ZIPCCL_TRY(zk_memset(status, 0, 12, stream));
+    ZIPCCL_TRY(zk_dec_launch(&x, ws, status, stream));
+    if (!x.stored || x.cs) { /* the verdict (a stored frame without checksums has none) */
+        ZIPCCL_TRY(zk_memcpy(st, status, 12, stream));
+        ZIPCCL_TRY(zk_sync(stream));
+        ZIPCCL_TRY(zk_dec_verdict(&x, st));
+    }
+    if (x.stored) ZIPCCL_TRY(zk_memcpy(x.dst, x.src + x.prefix, x.total, stream));
+    if (countOut) *countOut = x.count;
+    return zipcclSuccess;
+}
+
+/* k frames: their headers gathered on the device and read in one copy,
+ * every frame's kernels, their verdicts gathered and read in one copy: two
+ * host waits for the k frames.  A stored frame's data is copied once its
+ * checksums pass, so a damaged one writes nothing.  The workspace: a head
+ * (k headers of 32 bytes, k verdicts of 16), then each frame's zk_dec_ws,
+ * 256-aligned, in order.  *failed: the frame an error names (-1 for none);
+ * the frames before it are decoded. */
+static size_t zk_dec_head(int k) { return zk_align((size_t)k * 32) + zk_align((size_t)k * 16); }
+
+static zipcclResult_t zk_decompress_batch(int k, const void* const* d_src, const size_t* srcSize,
+                                          void* const* d_dst, const size_t* cap, size_t* countOut,
+                                          zipcclDataType_t expect, void* d_ws, size_t wsSize, void* stream,
+                                          int* failed) {
+    if (failed) *failed = -1;
+    if (k < 0 || (k && (!d_src || !srcSize || !d_dst || !cap)))
+        return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA, batched): bad batch of %d frames", k);
+    if (!k) return zipcclSuccess;
+    uint8_t* ws = d_ws ? zk_ws_align(d_ws, &wsSize) : NULL;
+    if (!d_ws || wsSize < zk_dec_head(k))
+        return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA, batched): workspace of %zu usable bytes, "
+                              "need %zu for the headers", d_ws ? wsSize : 0, zk_dec_head(k));
+    ZkDec* x = (ZkDec*)malloc((size_t)k * sizeof *x);
+    uint8_t* hh = (uint8_t*)malloc((size_t)k * 32);
+    uint32_t* st = (uint32_t*)malloc((size_t)k * 16);
+    zipcclResult_t res = x && hh && st
+                             ? zipcclSuccess
+                             : zipcclSetError(zipcclSystemError, "decompress (CUDA, batched): out of host memory");
+    uint8_t* hdev = ws;
+    uint32_t* sdev = (uint32_t*)(ws + zk_align((size_t)k * 32));
+    int bad = -1;
+    for (int i = 0; i < k && res == zipcclSuccess; i++) {
+        res = zk_dec_args(d_src[i], srcSize[i], d_dst[i], cap[i], expect, &x[i]);
+        if (res == zipcclSuccess) res = zk_memcpy(hdev + 32 * (size_t)i, x[i].src, x[i].hn, stream);
+        if (res != zipcclSuccess) bad = i;
+    }
+    if (res == zipcclSuccess) res = zk_memcpy(hh, hdev, (size_t)k * 32, stream);
+    if (res == zipcclSuccess) res = zk_sync(stream); /* wait 1: the headers */
+    size_t need = zk_dec_head(k);
+    for (int i = 0; i < k && res == zipcclSuccess; i++) {
+        memcpy(x[i].h, hh + 32 * (size_t)i, x[i].hn);
+        res = zk_dec_header(&x[i], expect);
+        if (res != zipcclSuccess) bad = i;
+        need += zk_align(zk_dec_ws(&x[i]));
+    }
+    if (res == zipcclSuccess && wsSize < need)
+        res = zipcclSetError(zipcclInvalidArgument, "decompress (CUDA, batched): workspace of %zu usable bytes, "
+                             "need %zu for these frames", wsSize, need);
+    if (res == zipcclSuccess) res = zk_memset(sdev, 0, (size_t)k * 16, stream);
+    size_t at = zk_dec_head(k);
+    for (int i = 0; i < k && res == zipcclSuccess; i++) {
+        if (x[i].nc) res = zk_dec_launch(&x[i], ws + at, sdev + 4 * (size_t)i, stream);
+        if (res != zipcclSuccess) bad = i;
+        at += zk_align(zk_dec_ws(&x[i]));
+    }
+    if (res == zipcclSuccess) res = zk_memcpy(st, sdev, (size_t)k * 16, stream);
+    if (res == zipcclSuccess) res = zk_sync(stream); /* wait 2: the verdicts */
+    for (int i = 0; i < k && res == zipcclSuccess; i++) {
+        if (x[i].nc) res = zk_dec_verdict(&x[i], st + 4 * (size_t)i);
+        if (res == zipcclSuccess && x[i].stored) res = zk_memcpy(x[i].dst, x[i].src + x[i].prefix, x[i].total, stream);
+        if (res != zipcclSuccess) bad = i;
+        else if (countOut) countOut[i] = x[i].count;
+    }
+    if (failed) *failed = bad;
+    free(x);
+    free(hh);
+    free(st);
+    return res;
+}
+
+/* The workspace of a batch of k buffers or frames of up to maxCount
+ * elements: the head, then k of the largest regions, and room to align. */
+static size_t zk_workspace_size_batch(int k, size_t maxCount, zipcclDataType_t dtype, int decompress) {
+    int dt = zk_dt(dtype);
+    if (!dt || k <= 0) return 0;
+    if (decompress)
+        return zk_dec_head(k) +
+               (size_t)k * zk_align(zk_layout_decompress(zcf_num_chunks(maxCount, ZCF_CHUNK_LOG2_MIN)).total) + 256;
+    return zk_batch_head(k) +
+           (size_t)k * zk_align(zk_layout_compress(zcf_num_chunks(maxCount, ZCF_CHUNK_LOG2), zcf_elem_size(dt)).total) +
+           256;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1768,6 +2015,25 @@ zipcclResult_t zipcclDecompressCuda(const void* d_src, size_t srcSize, void* d_d
                                     size_t workspaceSize, void* stream) {
     return zk_decompress(d_src, srcSize, d_dst, dstCapacity, count, expectDtype, d_workspace, workspaceSize,
                          stream);
+}
+
+size_t zipcclCudaWorkspaceSizeBatch(int k, size_t maxCount, zipcclDataType_t dtype, int decompress) {
+    return zk_workspace_size_batch(k, maxCount, dtype, decompress);
+}
+
+zipcclResult_t zipcclCompressCudaBatch(int k, const void* const* d_src, const size_t* count, zipcclDataType_t dtype,
+                                       void* const* d_dst, const size_t* dstCapacity, size_t* dstSize,
+                                       const zipcclCodecParams_t* params, void* d_workspace, size_t workspaceSize,
+                                       void* stream, int* failed) {
+    return zk_compress_batch(k, d_src, count, dtype, d_dst, dstCapacity, dstSize, params, d_workspace,
+                             workspaceSize, stream, failed);
+}
+
+zipcclResult_t zipcclDecompressCudaBatch(int k, const void* const* d_src, const size_t* srcSize, void* const* d_dst,
+                                         const size_t* dstCapacity, size_t* count, zipcclDataType_t expectDtype,
+                                         void* d_workspace, size_t workspaceSize, void* stream, int* failed) {
+    return zk_decompress_batch(k, d_src, srcSize, d_dst, dstCapacity, count, expectDtype, d_workspace,
+                               workspaceSize, stream, failed);
 }
 
 } /* extern "C" */

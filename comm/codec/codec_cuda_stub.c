@@ -38,6 +38,35 @@ zipcclResult_t zipcclDecompressCuda(const void* d_src, size_t srcSize, void* d_d
     return zipcclSetError(zipcclUnsupported,
                           "zipcclDecompressCuda: libzipccl was built without CUDA (no nvcc)");
 }
+
+size_t zipcclCudaWorkspaceSizeBatch(int k, size_t maxCount, zipcclDataType_t dtype, int decompress) {
+    (void)k; (void)maxCount; (void)dtype; (void)decompress;
+    return 0;
+}
+
+zipcclResult_t zipcclCompressCudaBatch(int k, const void* const* d_src, const size_t* count,
+                                       zipcclDataType_t dtype, void* const* d_dst,
+                                       const size_t* dstCapacity, size_t* dstSize,
+                                       const zipcclCodecParams_t* params, void* d_workspace,
+                                       size_t workspaceSize, void* stream, int* failed) {
+    (void)k; (void)d_src; (void)count; (void)dtype; (void)d_dst; (void)dstCapacity; (void)dstSize;
+    (void)params; (void)d_workspace; (void)workspaceSize; (void)stream;
+    if (failed) *failed = -1;
+    return zipcclSetError(zipcclUnsupported,
+                          "zipcclCompressCudaBatch: libzipccl was built without CUDA (no nvcc)");
+}
+
+zipcclResult_t zipcclDecompressCudaBatch(int k, const void* const* d_src, const size_t* srcSize,
+                                         void* const* d_dst, const size_t* dstCapacity,
+                                         size_t* count, zipcclDataType_t expectDtype,
+                                         void* d_workspace, size_t workspaceSize, void* stream,
+                                         int* failed) {
+    (void)k; (void)d_src; (void)srcSize; (void)d_dst; (void)dstCapacity; (void)count;
+    (void)expectDtype; (void)d_workspace; (void)workspaceSize; (void)stream;
+    if (failed) *failed = -1;
+    return zipcclSetError(zipcclUnsupported,
+                          "zipcclDecompressCudaBatch: libzipccl was built without CUDA (no nvcc)");
+}
 #else
 /* ISO C forbids an empty translation unit. */
 typedef int zipccl_codec_cuda_stub_unused_t;

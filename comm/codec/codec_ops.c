@@ -27,6 +27,33 @@ static zipcclResult_t cpuDecompress(const zipcclCodecCtx* ctx, const void* src, 
     return zipcclDecompress(src, srcSize, dst, dstCapacity, count, expectDtype, params);
 }
 
+static size_t cpuWorkspaceBatch(int k, size_t count, zipcclDataType_t dtype, int decompress) {
+    (void)k, (void)count, (void)dtype, (void)decompress;
+    return 0;
+}
+static zipcclResult_t cpuCompressBatch(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* count,
+                                       zipcclDataType_t dtype, void* const* dst, const size_t* dstCapacity,
+                                       size_t* dstSize, const zipcclCodecParams_t* params, int* failed) {
+    (void)ctx;
+    *failed = -1;
+    for (int i = 0; i < k; i++) {
+        zipcclResult_t r = zipcclCompress(src[i], count[i], dtype, dst[i], dstCapacity[i], &dstSize[i], params);
+        if (r != zipcclSuccess) return *failed = i, r;
+    }
+    return zipcclSuccess;
+}
+static zipcclResult_t cpuDecompressBatch(const zipcclCodecCtx* ctx, int k, const void* const* src,
+                                         const size_t* srcSize, void* const* dst, const size_t* dstCapacity,
+                                         size_t* count, zipcclDataType_t expectDtype, int* failed) {
+    (void)ctx;
+    *failed = -1;
+    for (int i = 0; i < k; i++) {
+        zipcclResult_t r = zipcclDecompress(src[i], srcSize[i], dst[i], dstCapacity[i], &count[i], expectDtype, NULL);
+        if (r != zipcclSuccess) return *failed = i, r;
+    }
+    return zipcclSuccess;
+}
+
 const zipcclCodecOps zipcclCodecOpsCpu = {
     .name = "cpu",
     .device = 0,
@@ -35,6 +62,9 @@ const zipcclCodecOps zipcclCodecOpsCpu = {
     .workspace = cpuWorkspace,
     .compress = cpuCompress,
     .decompress = cpuDecompress,
+    .workspaceBatch = cpuWorkspaceBatch,
+    .compressBatch = cpuCompressBatch,
+    .decompressBatch = cpuDecompressBatch,
 };
 
 /* ---- CUDA: device buffers, the context's workspace and stream -------------- */
@@ -53,6 +83,19 @@ static zipcclResult_t cudaDecompress(const zipcclCodecCtx* ctx, const void* src,
                                 ctx->workspaceSize, ctx->stream);
 }
 
+static zipcclResult_t cudaCompressBatch(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* count,
+                                        zipcclDataType_t dtype, void* const* dst, const size_t* dstCapacity,
+                                        size_t* dstSize, const zipcclCodecParams_t* params, int* failed) {
+    return zipcclCompressCudaBatch(k, src, count, dtype, dst, dstCapacity, dstSize, params, ctx->workspace,
+                                   ctx->workspaceSize, ctx->stream, failed);
+}
+static zipcclResult_t cudaDecompressBatch(const zipcclCodecCtx* ctx, int k, const void* const* src,
+                                          const size_t* srcSize, void* const* dst, const size_t* dstCapacity,
+                                          size_t* count, zipcclDataType_t expectDtype, int* failed) {
+    return zipcclDecompressCudaBatch(k, src, srcSize, dst, dstCapacity, count, expectDtype, ctx->workspace,
+                                     ctx->workspaceSize, ctx->stream, failed);
+}
+
 const zipcclCodecOps zipcclCodecOpsCuda = {
     .name = "cuda",
     .device = 1,
@@ -61,6 +104,9 @@ const zipcclCodecOps zipcclCodecOpsCuda = {
     .workspace = zipcclCudaWorkspaceSize,
     .compress = cudaCompress,
     .decompress = cudaDecompress,
+    .workspaceBatch = zipcclCudaWorkspaceSizeBatch,
+    .compressBatch = cudaCompressBatch,
+    .decompressBatch = cudaDecompressBatch,
 };
 
 const zipcclCodecOps* zipcclCodecOpsFor(int device) { return device ? &zipcclCodecOpsCuda : &zipcclCodecOpsCpu; }

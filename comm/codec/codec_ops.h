@@ -57,6 +57,19 @@ typedef struct zipcclCodecOps {
     zipcclResult_t (*decompress)(const zipcclCodecCtx* ctx, const void* src, size_t srcSize, void* dst,
                                  size_t dstCapacity, size_t* count, zipcclDataType_t expectDtype,
                                  const zipcclCodecParams_t* params);
+    /* The same for k buffers or frames at once (zipcclCompressCudaBatch,
+     * zipcclDecompressCudaBatch): the same bytes, one host wait for all the
+     * frame sizes and two for all the verdicts on CUDA; on the CPU, k single
+     * calls.  *failed: the buffer or frame an error names (-1 if none).
+     * workspaceBatch: device bytes for k of up to `count` elements
+     * (decompress: 1 for the decoder's, 0 for the encoder's). */
+    size_t (*workspaceBatch)(int k, size_t count, zipcclDataType_t dtype, int decompress);
+    zipcclResult_t (*compressBatch)(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* count,
+                                    zipcclDataType_t dtype, void* const* dst, const size_t* dstCapacity,
+                                    size_t* dstSize, const zipcclCodecParams_t* params, int* failed);
+    zipcclResult_t (*decompressBatch)(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* srcSize,
+                                      void* const* dst, const size_t* dstCapacity, size_t* count,
+                                      zipcclDataType_t expectDtype, int* failed);
 } zipcclCodecOps;
 
 extern const zipcclCodecOps zipcclCodecOpsCpu;

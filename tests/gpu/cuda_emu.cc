@@ -169,6 +169,110 @@ static void check_compress_capacity(void) {
         }
 }
 
+/* The batched entries (zipcclCompressCudaBatch / zipcclDecompressCudaBatch):
+ * k buffers of every codec and dtype, empty, stored, incompressible and
+ * Gaussian ones mixed, with and without checksums, give the single calls'
+ * frames byte for byte with one host wait for the batch (decompress: two)
+ * and decode back to their inputs; a damaged frame in the middle is
+ * reported by its index, and a damaged stored frame writes nothing. */
+static uint64_t emu_syncs(void) {
+    ZDevCounters c;
+    zdev_counters(&c);
+    return c.compute.syncs + c.other.syncs;
+}
+
+static void check_batch(void) {
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < CC_NCODECS + 1; c++)
+            for (int cs = 0; cs < 2; cs++) {
+                const zipcclDataType_t dt = dts[d];
+                const size_t es = zipcclTypeSize(dt);
+                zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+                p.codec = c < CC_NCODECS ? cc_codecs[c] : zipcclCodecStored;
+                p.checksum = cs;
+                /* five buffers: Gaussian, empty, random bits (stored fallback), a chunk and a bit, one element */
+                const size_t counts[] = {20000, 0, 5000, 16385, 1};
+                const cc_dist_t dist[] = {D_GAUSS, D_GAUSS, D_RANDBITS, D_GAUSS, D_GAUSS};
+                enum { K = 5 };
+                std::vector<uint8_t> src[K], ref[K], out[K], dec[K];
+                const void* sp[K];
+                void* dp[K];
+                size_t cap[K], size[K], cnt[K], dcap[K];
+                int ok = 1;
+                size_t most = 0;
+                for (int i = 0; i < K; i++) {
+                    src[i] = cc_make(dt, dist[i], counts[i]);
+                    ok &= emu_compress(src[i].data(), counts[i], dt, &p, &ref[i]) == zipcclSuccess;
+                    cap[i] = zipcclCompressBound(counts[i], dt, cs);
+                    out[i].assign(cap[i] + 8, 0xEE);
+                    sp[i] = src[i].data(), dp[i] = out[i].data();
+                    if (counts[i] > most) most = counts[i];
+                }
+                std::vector<uint8_t> ws(zk_workspace_size_batch(K, most, dt, 0));
+                int failed = 7;
+                uint64_t s0 = emu_syncs();
+                zipcclResult_t r = zk_compress_batch(K, sp, counts, dt, dp, cap, size, &p, ws.data(), ws.size(), NULL,
+                                                     &failed);
+                const uint64_t csyncs = emu_syncs() - s0;
+                for (int i = 0; i < K && r == zipcclSuccess; i++)
+                    ok &= size[i] == ref[i].size() && !memcmp(out[i].data(), ref[i].data(), size[i]);
+                /* back */
+                const void* fp[K];
+                void* op[K];
+                for (int i = 0; i < K; i++) {
+                    dec[i].assign(counts[i] * es + 8, 0xEE);
+                    fp[i] = out[i].data(), op[i] = dec[i].data(), dcap[i] = counts[i] * es;
+                }
+                std::vector<uint8_t> dws(zk_workspace_size_batch(K, most, dt, 1));
+                s0 = emu_syncs();
+                zipcclResult_t rd = r == zipcclSuccess
+                                        ? zk_decompress_batch(K, fp, size, op, dcap, cnt, dt, dws.data(), dws.size(),
+                                                              NULL, &failed)
+                                        : r;
+                const uint64_t dsyncs = emu_syncs() - s0;
+                for (int i = 0; i < K && rd == zipcclSuccess; i++)
+                    ok &= cnt[i] == counts[i] && !memcmp(dec[i].data(), src[i].data(), counts[i] * es);
+                char n[96];
+                snprintf(n, sizeof n, "emu/batch/%s/%s/cs%d", zipcclTypeName(dt), cc_codec_name(p.codec), cs);
+                CHECK(ok && r == zipcclSuccess && rd == zipcclSuccess && failed == -1 && csyncs == 1 && dsyncs == 2, n,
+                      "ok %d, compress %d, decompress %d, failed %d, host waits %llu and %llu (want 1 and 2)", ok, r,
+                      rd, failed, (unsigned long long)csyncs, (unsigned long long)dsyncs);
+                if (rd != zipcclSuccess || d || (c > 0 && c < CC_NCODECS)) continue; /* damage: bf16, fast and stored */
+                /* damage frame 3 (a coded one), then frame 2 (stored: random bits) */
+                for (int victim = 3; victim >= 2; victim--) {
+                    if (!cs) continue; /* without checksums a flipped payload bit may decode (no verdict) */
+                    std::vector<uint8_t> keep = out[victim];
+                    out[victim][size[victim] - 1] ^= 0x40;
+                    for (int i = 0; i < K; i++) std::fill(dec[i].begin(), dec[i].end(), 0xEE);
+                    rd = zk_decompress_batch(K, fp, size, op, dcap, cnt, dt, dws.data(), dws.size(), NULL, &failed);
+                    int untouched = 1;
+                    for (size_t j = 0; j < dcap[victim]; j++) untouched &= dec[victim][j] == 0xEE;
+                    const int storedFrame = victim == 2 || p.codec == zipcclCodecStored;
+                    snprintf(n, sizeof n, "emu/batch_damage/%s/frame%d/cs%d", cc_codec_name(p.codec), victim, cs);
+                    CHECK(rd != zipcclSuccess && failed == victim && (!storedFrame || untouched) &&
+                              !memcmp(dec[0].data(), src[0].data(), counts[0] * es),
+                          n, "result %d (%s), failed %d (want %d), stored frame untouched %d", rd,
+                          zipcclGetLastErrorDetail(), failed, victim, untouched);
+                    out[victim] = keep;
+                }
+            }
+    /* a batch of none, and a workspace too small */
+    int failed = 3;
+    CHECK(zk_compress_batch(0, NULL, NULL, zipcclBfloat16, NULL, NULL, NULL, NULL, NULL, 0, NULL, &failed) ==
+                  zipcclSuccess && failed == -1,
+          "emu/batch/empty", "a batch of none");
+    std::vector<uint8_t> a = cc_make(zipcclBfloat16, D_GAUSS, 20000), o(zipcclCompressBound(20000, zipcclBfloat16, 0));
+    std::vector<uint8_t> small(1024);
+    const void* ap[1] = {a.data()};
+    void* opp[1] = {o.data()};
+    size_t cnt1[1] = {20000}, cap1[1] = {o.size()}, sz1[1];
+    zipcclResult_t r = zk_compress_batch(1, ap, cnt1, zipcclBfloat16, opp, cap1, sz1, NULL, small.data(), small.size(),
+                                         NULL, &failed);
+    CHECK(r == zipcclInvalidArgument && strstr(zipcclGetLastErrorDetail(), "workspace"), "emu/batch/small_workspace",
+          "%d: %s", r, zipcclGetLastErrorDetail());
+}
+
 int main(int argc, char** argv) {
     int longrun = argc > 1 && !strcmp(argv[1], "--long");
     tu_quiet_pass = 0;
@@ -177,6 +281,7 @@ int main(int argc, char** argv) {
     check_select();
     check_scan();
     check_compress_capacity();
+    check_batch();
     cc_api(&kEmu);
     cc_chunk_log2(&kEmu);
     cc_small_chunks(&kEmu);

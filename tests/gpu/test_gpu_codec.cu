@@ -98,7 +98,75 @@ static zipcclResult_t dev_decompress(const uint8_t* frame, size_t size, uint8_t*
 
 static const Backend kDev = {"gpu", dev_compress, dev_decompress};
 
+/* The batched entries on the GPU: k buffers (Gaussian, empty, random bits,
+ * a chunk and a bit) give the single calls' frames byte for byte and decode
+ * back, for every codec and dtype. */
+static void check_batch(void) {
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    enum { K = 4 };
+    const size_t counts[K] = {100000, 0, 5000, 16385};
+    const cc_dist_t dist[K] = {D_GAUSS, D_GAUSS, D_RANDBITS, D_GAUSS};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < CC_NCODECS; c++) {
+            const zipcclDataType_t dt = dts[d];
+            const size_t es = zipcclTypeSize(dt);
+            zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+            p.codec = cc_codecs[c];
+            p.checksum = d == 1;
+            std::vector<uint8_t> src[K], ref[K], back[K];
+            const void* din[K];
+            void *dout[K], *ddec[K];
+            size_t cap[K], size[K], cnt[K], dcap[K];
+            int ok = 1;
+            for (int i = 0; i < K; i++) {
+                src[i] = cc_make(dt, dist[i], counts[i]);
+                ok &= dev_compress(src[i].data(), counts[i], dt, &p, &ref[i]) == zipcclSuccess;
+                cap[i] = zipcclCompressBound(counts[i], dt, p.checksum);
+                dcap[i] = counts[i] * es;
+                void* di;
+                CUDA_OK(cudaMalloc(&di, counts[i] * es + 16));
+                CUDA_OK(cudaMalloc(&dout[i], cap[i] + 16));
+                CUDA_OK(cudaMalloc(&ddec[i], dcap[i] + 16));
+                if (counts[i]) CUDA_OK(cudaMemcpyAsync(di, src[i].data(), counts[i] * es, cudaMemcpyHostToDevice, g_stream));
+                din[i] = di;
+            }
+            const size_t we = zipcclCudaWorkspaceSizeBatch(K, counts[0], dt, 0),
+                         wd = zipcclCudaWorkspaceSizeBatch(K, counts[0], dt, 1);
+            void* ws;
+            CUDA_OK(cudaMalloc(&ws, we > wd ? we : wd));
+            int failed = 0;
+            zipcclResult_t r = zipcclCompressCudaBatch(K, din, counts, dt, dout, cap, size, &p, ws, we, g_stream, &failed);
+            for (int i = 0; i < K && r == zipcclSuccess; i++) {
+                std::vector<uint8_t> got(size[i]);
+                if (size[i]) CUDA_OK(cudaMemcpyAsync(got.data(), dout[i], size[i], cudaMemcpyDeviceToHost, g_stream));
+                CUDA_OK(cudaStreamSynchronize(g_stream));
+                ok &= got == ref[i];
+            }
+            zipcclResult_t rd = r == zipcclSuccess
+                                    ? zipcclDecompressCudaBatch(K, (const void* const*)dout, size, ddec, dcap, cnt, dt,
+                                                                ws, wd, g_stream, &failed)
+                                    : r;
+            for (int i = 0; i < K && rd == zipcclSuccess; i++) {
+                back[i].resize(counts[i] * es);
+                if (counts[i]) CUDA_OK(cudaMemcpyAsync(back[i].data(), ddec[i], counts[i] * es, cudaMemcpyDeviceToHost, g_stream));
+                CUDA_OK(cudaStreamSynchronize(g_stream));
+                ok &= cnt[i] == counts[i] && back[i] == src[i];
+            }
+            char n[96];
+            snprintf(n, sizeof n, "gpu/batch/%s/%s", zipcclTypeName(dt), cc_codec_name(p.codec));
+            CHECK(ok && r == zipcclSuccess && rd == zipcclSuccess && failed == -1, n, "ok %d, compress %d, decompress %d (%s)",
+                  ok, r, rd, zipcclGetLastErrorDetail());
+            for (int i = 0; i < K; i++) {
+                CUDA_OK(cudaFree((void*)din[i]));
+                CUDA_OK(cudaFree(dout[i]));
+                CUDA_OK(cudaFree(ddec[i]));
+            }
+            CUDA_OK(cudaFree(ws));
+        }
+}
+
 static int run_tests(void) {
+    check_batch();
     cc_api(&kDev);
     cc_chunk_log2(&kDev);
     cc_small_chunks(&kDev);
