@@ -31,7 +31,8 @@
 #
 # Files written to the output folder (at most 8, so a remote run can bring
 # them all back): test_gpu.log (everything), build.log, nvidia-smi.txt,
-# gpu_codec_bench.jsonl (one JSON line per codec x dtype x size),
+# gpu_codec_bench.jsonl (one JSON line per codec x dtype x size, 64 KiB to
+# 1 GiB, and one per codec beside a bf16 GEMM, "kind": "contention"),
 # coll_bench_cuda.jsonl (zipccl-bench --device cuda at 2 and 4 ranks),
 # train_gpu.log and train_gpu_runs.jsonl (scripts/test_train_gpu.sh),
 # torch_baseline.jsonl (scripts/torch_baseline.py, one line per row).
@@ -221,6 +222,9 @@ for n in 2 4; do
 done
 if [ -z "${GPU_SKIP_CODEC_BENCH:-}" ]; then
   run_step gpu_codec_bench 180 "$codec" --bench --json "$OUT_DIR/gpu_codec_bench.jsonl"
+  # the codec beside a bf16 GEMM (issue 49 item 5, the projection's
+  # contention): appended to the same file, "kind": "contention"
+  run_step gpu_codec_contention 60 "$codec" --contention --json "$OUT_DIR/gpu_codec_bench.jsonl"
 else
   say "== gpu_codec_bench: skipped (GPU_SKIP_CODEC_BENCH set)"
 fi

@@ -13,11 +13,19 @@
  *                             (codec_boundary.h) coded or raw as the CPU
  *                             codes them.
  *   test_gpu_codec --bench [--json FILE]
- *                             throughput on device-resident Gaussian data,
- *                             bf16/fp16/fp32, every codec, 1 MiB to 1 GiB,
- *                             the device-to-device copy beside it (cudaEvent
+ *                             throughput and per-call time on
+ *                             device-resident Gaussian data, bf16/fp16/fp32,
+ *                             every codec, 64 KiB to 1 GiB, the
+ *                             device-to-device copy beside it (cudaEvent
  *                             timing, median after a warm-up); each frame
  *                             checked against the CPU codec's bytes.
+ *   test_gpu_codec --contention [--json FILE]
+ *                             how much the codec slows a bf16 GEMM beside it
+ *                             and the GEMM the codec (issue 49 item 5, the
+ *                             projection's contention input): cuBLAS bf16
+ *                             8192^3 on one stream, alone and while another
+ *                             host thread compresses and decompresses 256 MiB
+ *                             of bf16 on its own stream, each codec.
  *   test_gpu_codec --probe    exit 0 if a CUDA device is usable, else 2.
  *
  * Run by scripts/test_gpu.sh (make test-gpu). Prints "PASS name" /
@@ -30,7 +38,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublas_v2.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "codec_cases.h"
@@ -281,12 +294,12 @@ static int run_bench(const char* json_path) {
     CUDA_OK(cudaGetDeviceProperties(&prop, dev));
     const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
     const int codes[] = {1, 2, 3};
-    const size_t mibs[] = {1, 4, 16, 64, 256, 1024};
+    const size_t sizes[] = {64u << 10, 256u << 10, 1u << 20, 4u << 20, 16u << 20, 64u << 20, 256u << 20, 1024u << 20};
     const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecF3, zipcclCodecDense, zipcclCodecF2};
     printf("GPU codec benchmark on %s (%d SMs): Gaussian sigma=1, device-resident, median of up to 7 "
            "timed runs after a warm-up\n", prop.name, prop.multiProcessorCount);
-    printf("%-6s %-6s %6s %8s %10s %10s %7s %18s\n", "codec", "dtype", "MiB", "ratio", "comp GB/s", "decomp GB/s",
-           "cpu==", "frame fnv1a");
+    printf("%-6s %-6s %8s %8s %10s %10s %9s %9s %7s %18s\n", "codec", "dtype", "KiB", "ratio", "comp GB/s",
+           "decomp GB/s", "comp us", "decomp us", "cpu==", "frame fnv1a");
     const size_t max_bytes = (size_t)1024 << 20;
     uint8_t *d_in, *d_frame, *d_out, *d_ws;
     size_t cap_max = 0, ws_max = 0;
@@ -303,10 +316,10 @@ static int run_bench(const char* json_path) {
     for (int di = 0; di < 3; di++) {
         const zipcclDataType_t dt = dts[di];
         const size_t es = zipcclTypeSize(dt);
-        for (size_t mib : mibs) {
-            const size_t bytes = mib << 20, count = bytes / es;
+        for (size_t bytes : sizes) {
+            const size_t kib = bytes >> 10, count = bytes / es;
             const size_t cap = zipcclCompressBound(count, dt, 0), wsz = zipcclCudaWorkspaceSize(count, dt);
-            bench_gauss<<<1024, 256, 0, g_stream>>>(d_in, count, codes[di], 1.0f, 12345 + mib);
+            bench_gauss<<<1024, 256, 0, g_stream>>>(d_in, count, codes[di], 1.0f, 12345 + kib);
             CUDA_OK(cudaGetLastError());
             CUDA_OK(cudaStreamSynchronize(g_stream));
             CUDA_OK(cudaMemcpy(in.data(), d_in, bytes, cudaMemcpyDeviceToHost));
@@ -319,8 +332,8 @@ static int run_bench(const char* json_path) {
                 },
                 &r);
             const double copy_gbps = bytes / (tcopy * 1e-3) / 1e9;
-            printf("%-6s %-6s %6zu %8.4f %10.1f %10.1f %7s %18s\n", "memcpy", zipcclTypeName(dt), mib, 1.0, copy_gbps,
-                   copy_gbps, "-", "-");
+            printf("%-6s %-6s %8zu %8.4f %10.1f %10.1f %9.1f %9.1f %7s %18s\n", "memcpy", zipcclTypeName(dt), kib, 1.0,
+                   copy_gbps, copy_gbps, tcopy * 1e3, tcopy * 1e3, "-", "-");
             if (js)
                 fprintf(js, "{\"codec\":\"memcpy\",\"dtype\":\"%s\",\"bytes\":%zu,\"gbps\":%.1f,\"device\":\"%s\"}\n",
                         zipcclTypeName(dt), bytes, copy_gbps, prop.name);
@@ -339,7 +352,7 @@ static int run_bench(const char* json_path) {
                         &r);
                 }
                 char name[96];
-                snprintf(name, sizeof name, "bench/%s/%s/%zuMiB/ran", cc_codec_name(codec), zipcclTypeName(dt), mib);
+                snprintf(name, sizeof name, "bench/%s/%s/%zuKiB/ran", cc_codec_name(codec), zipcclTypeName(dt), kib);
                 if (!CHECK(r == zipcclSuccess, name, "result %d: %s", r, zipcclGetLastErrorDetail())) {
                     bad++;
                     continue;
@@ -350,21 +363,23 @@ static int run_bench(const char* json_path) {
                 zipcclResult_t rc = zipcclCompress(in.data(), count, dt, cpu.data(), cap, &csize, &p);
                 const int same = rc == zipcclSuccess && csize == fsize && !memcmp(cpu.data(), frame.data(), fsize);
                 const int exact = got == count && !memcmp(in.data(), out.data(), bytes);
-                snprintf(name, sizeof name, "bench/%s/%s/%zuMiB/roundtrip_and_cpu_identical", cc_codec_name(codec),
-                         zipcclTypeName(dt), mib);
+                snprintf(name, sizeof name, "bench/%s/%s/%zuKiB/roundtrip_and_cpu_identical", cc_codec_name(codec),
+                         zipcclTypeName(dt), kib);
                 CHECK(exact && same, name, "round trip %s, cpu frame %zu bytes vs %zu %s", exact ? "exact" : "DIFFERS",
                       csize, fsize, same ? "(same)" : "(different)");
                 const uint64_t h = fnv1a(frame.data(), fsize);
                 const double ratio = (double)bytes / fsize;
                 const double cg = bytes / (tc * 1e-3) / 1e9, dg = bytes / (td * 1e-3) / 1e9;
-                printf("%-6s %-6s %6zu %8.4f %10.1f %10.1f %7s %016llx\n", cc_codec_name(codec), zipcclTypeName(dt), mib,
-                       ratio, cg, dg, same ? "yes" : "NO", (unsigned long long)h);
+                printf("%-6s %-6s %8zu %8.4f %10.1f %10.1f %9.1f %9.1f %7s %016llx\n", cc_codec_name(codec),
+                       zipcclTypeName(dt), kib, ratio, cg, dg, tc * 1e3, td * 1e3, same ? "yes" : "NO",
+                       (unsigned long long)h);
                 if (js)
                     fprintf(js,
                             "{\"codec\":\"%s\",\"dtype\":\"%s\",\"dist\":\"gauss\",\"sigma\":1,\"bytes\":%zu,"
                             "\"ratio\":%.5f,\"compress_gbps\":%.1f,\"decompress_gbps\":%.1f,\"memcpy_gbps\":%.1f,"
+                            "\"compress_us\":%.1f,\"decompress_us\":%.1f,"
                             "\"cpu_identical\":%s,\"frame_fnv1a\":\"%016llx\",\"device\":\"%s\"}\n",
-                            cc_codec_name(codec), zipcclTypeName(dt), bytes, ratio, cg, dg, copy_gbps,
+                            cc_codec_name(codec), zipcclTypeName(dt), bytes, ratio, cg, dg, copy_gbps, tc * 1e3, td * 1e3,
                             same ? "true" : "false", (unsigned long long)h, prop.name);
             }
             fflush(stdout);
@@ -379,15 +394,143 @@ static int run_bench(const char* json_path) {
     return bad || tu_failures ? 1 : 0;
 }
 
+/* ---- the codec beside a GEMM ---------------------------------------------- */
+
+/* A bf16 GEMM (M = N = K = 8192, fp32 accumulation, cuBLAS) on its own
+ * stream, the median of 5 timed runs: alone, then while a second host
+ * thread compresses and decompresses 256 MiB of bf16 on its own stream,
+ * back to back, for each codec; and the codec's own rate alone and beside
+ * the GEMMs.  The ratios are what the projection (runtime/project.c) calls
+ * compute slowed by concurrent communication. */
+static double now_s(void) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static int run_contention(const char* json_path) {
+    FILE* js = json_path ? fopen(json_path, "a") : NULL;
+    cudaDeviceProp prop;
+    int dev = 0;
+    CUDA_OK(cudaGetDevice(&dev));
+    CUDA_OK(cudaGetDeviceProperties(&prop, dev));
+    const int G = 8192;
+    const size_t gbytes = (size_t)G * G * 2, bytes = (size_t)256 << 20, count = bytes / 2;
+    void *A, *B, *C, *d_in, *d_frame, *d_out, *d_ws;
+    CUDA_OK(cudaMalloc(&A, gbytes));
+    CUDA_OK(cudaMalloc(&B, gbytes));
+    CUDA_OK(cudaMalloc(&C, (size_t)G * G * 4));
+    CUDA_OK(cudaMemset(A, 0x3c, gbytes)); /* bf16 0x3c3c: about 0.011, finite */
+    CUDA_OK(cudaMemset(B, 0x3c, gbytes));
+    const size_t cap = zipcclCompressBound(count, zipcclBfloat16, 0), wsz = zipcclCudaWorkspaceSize(count, zipcclBfloat16);
+    CUDA_OK(cudaMalloc(&d_in, bytes));
+    CUDA_OK(cudaMalloc(&d_frame, cap));
+    CUDA_OK(cudaMalloc(&d_out, bytes));
+    CUDA_OK(cudaMalloc(&d_ws, wsz));
+    bench_gauss<<<1024, 256, 0, g_stream>>>((uint8_t*)d_in, count, 1, 1.0f, 777);
+    CUDA_OK(cudaStreamSynchronize(g_stream));
+    cudaStream_t gs;
+    CUDA_OK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(h, gs) != CUBLAS_STATUS_SUCCESS) {
+        printf("FAIL contention/cublas: cuBLAS did not start\n");
+        return 1;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    auto gemm_ms = [&]() { /* the median of 5 after one warm-up */
+        cudaEvent_t e0, e1;
+        CUDA_OK(cudaEventCreate(&e0));
+        CUDA_OK(cudaEventCreate(&e1));
+        std::vector<double> t;
+        for (int i = 0; i < 6; i++) {
+            CUDA_OK(cudaEventRecord(e0, gs));
+            cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, G, G, G, &one, A, CUDA_R_16BF, G, B,
+                                             CUDA_R_16BF, G, &zero, C, CUDA_R_32F, G, CUBLAS_COMPUTE_32F,
+                                             CUBLAS_GEMM_DEFAULT);
+            CUDA_OK(cudaEventRecord(e1, gs));
+            CUDA_OK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+            if (st != CUBLAS_STATUS_SUCCESS) return -1.0;
+            if (i) t.push_back(ms);
+        }
+        CUDA_OK(cudaEventDestroy(e0));
+        CUDA_OK(cudaEventDestroy(e1));
+        return median(t);
+    };
+    const double alone = gemm_ms();
+    const double tflops = 2.0 * G * G * (double)G / (alone * 1e-3) / 1e12;
+    printf("contention on %s: bf16 GEMM %d^3 alone %.3f ms (%.0f TFLOP/s)\n", prop.name, G, alone, tflops);
+    printf("%-6s %12s %12s %9s %14s %14s\n", "codec", "gemm alone", "gemm beside", "slowdown", "codec GB/s",
+           "beside gemm");
+    int bad = alone <= 0;
+    const zipcclCodec_t codecs[] = {zipcclCodecFast, zipcclCodecF3, zipcclCodecDense, zipcclCodecF2};
+    for (zipcclCodec_t codec : codecs) {
+        zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+        p.codec = codec;
+        /* the codec alone for 1 s, then beside the GEMMs: round trips of
+         * compress + decompress on g_stream from a second host thread */
+        auto codec_loop = [&](std::atomic<int>* stop, double* gbps, int* rc) { /* until stopped, 3 s at most */
+            CUDA_OK(cudaSetDevice(dev));
+            const double t0 = now_s();
+            size_t fsize = 0, got = 0, done = 0;
+            *rc = 0;
+            while (!stop->load() && now_s() - t0 < 3.0) {
+                if (zipcclCompressCuda(d_in, count, zipcclBfloat16, d_frame, cap, &fsize, &p, d_ws, wsz, g_stream) ||
+                    zipcclDecompressCuda(d_frame, fsize, d_out, bytes, &got, zipcclBfloat16, d_ws, wsz, g_stream)) {
+                    *rc = 1;
+                    break;
+                }
+                done++;
+            }
+            CUDA_OK(cudaStreamSynchronize(g_stream));
+            *gbps = 2.0 * done * bytes / (now_s() - t0) / 1e9; /* both directions' input bytes */
+        };
+        std::atomic<int> stop(0);
+        double solo = 0, beside = 0;
+        int rc1 = 0, rc2 = 0;
+        std::thread t1([&] { codec_loop(&stop, &solo, &rc1); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        stop = 1;
+        t1.join();
+        stop = 0;
+        std::thread t2([&] { codec_loop(&stop, &beside, &rc2); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(50)); /* the codec is running */
+        const double with = gemm_ms();
+        stop = 1;
+        t2.join();
+        char name[96];
+        snprintf(name, sizeof name, "contention/%s/ran", cc_codec_name(codec));
+        if (!CHECK(rc1 == 0 && rc2 == 0 && with > 0, name, "codec %d/%d, gemm %.3f ms: %s", rc1, rc2, with,
+                   zipcclGetLastErrorDetail())) {
+            bad++;
+            continue;
+        }
+        printf("%-6s %9.3f ms %9.3f ms %8.3fx %14.1f %14.1f\n", cc_codec_name(codec), alone, with, with / alone, solo,
+               beside);
+        if (js)
+            fprintf(js,
+                    "{\"kind\":\"contention\",\"codec\":\"%s\",\"dtype\":\"bf16\",\"codec_bytes\":%zu,\"gemm\":\"bf16 "
+                    "%dx%dx%d\",\"gemm_ms_alone\":%.4f,\"gemm_ms_beside_codec\":%.4f,\"gemm_slowdown\":%.4f,"
+                    "\"codec_gbps_alone\":%.1f,\"codec_gbps_beside_gemm\":%.1f,\"device\":\"%s\"}\n",
+                    cc_codec_name(codec), bytes, G, G, G, alone, with, with / alone, solo, beside, prop.name);
+    }
+    cublasDestroy(h);
+    CUDA_OK(cudaStreamDestroy(gs));
+    for (void* q : {A, B, C, d_in, d_frame, d_out, d_ws}) CUDA_OK(cudaFree(q));
+    if (js) fclose(js);
+    printf("%d passed, %d failed\n", tu_passes, tu_failures);
+    return bad || tu_failures ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
-    int bench = 0, probe = 0;
+    int bench = 0, probe = 0, contention = 0;
     const char* json = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench")) bench = 1;
+        else if (!strcmp(argv[i], "--contention")) contention = 1;
         else if (!strcmp(argv[i], "--probe")) probe = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--probe | --bench [--json FILE]]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--probe | --bench [--json FILE] | --contention [--json FILE]]\n", argv[0]);
             return 2;
         }
     }
@@ -399,7 +542,7 @@ int main(int argc, char** argv) {
     }
     if (probe) return 0;
     CUDA_OK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
-    int rc = bench ? run_bench(json) : run_tests();
+    int rc = contention ? run_contention(json) : bench ? run_bench(json) : run_tests();
     CUDA_OK(cudaStreamDestroy(g_stream));
     return rc;
 }
