@@ -422,23 +422,25 @@ typedef struct {
     uint16_t* ln1_16; // (L, N, C)
     uint16_t* ln2_16; // (L, N, C) dense models only (moe.c reads ln2 in fp32)
     uint16_t* hid_16; // (Ld, N, F)
+    uint16_t* lnf_16; // (N, C) the final norm's output, the head's input
 } ActPtrs;
 
 /* Which linear-layer inputs the arena keeps in bf16 (kernels.h, "bf16
  * activations"): with a table that has the a16 entries (the bf16 compute
- * tables), the attention norm's output ln1, the dense MLP's hidden state hid
- * and, in a model without MoE blocks, the MLP norm's output ln2 (moe.c's
+ * tables), the attention norm's output ln1, the dense MLP's hidden state hid,
+ * the final norm's output lnf (the head's input) and, in a model without MoE
+ * blocks, the MLP norm's output ln2 (moe.c's
  * router and gather read it in fp32). Nothing but GEMMs, which round their
  * inputs to bf16 anyway, reads these, so the step has the same bits in half
  * their memory, and each is rounded once instead of once per GEMM. */
 typedef struct {
-    int ln1, ln2, hid;
+    int ln1, ln2, hid, lnf;
 } ActA16;
 
 static ActA16 acts_a16(const LlamaConfig* cfg, const ZrtKernels* K) {
     const int on = K->rmsnorm_forward_a16 && K->swiglu_forward_a16 && K->matmul_forward_a16 &&
                    K->matmul_backward_a16;
-    return (ActA16){on, on && n_moe_layers(cfg) == 0, on};
+    return (ActA16){on, on && n_moe_layers(cfg) == 0, on, on};
 }
 
 struct LlamaActs {
@@ -499,7 +501,7 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const Lla
                             L * N * KV * hd,     L * B * H * T,      L * N * H * hd,
                             L * N * C,           !h.ln2 * L * N * C, L * N,
                             Ld * N * F,          Ld * N * F,         !h.hid * Ld * N * F,
-                            N * C,               N,                  R * V,
+                            !h.lnf * N * C,      N,                  R * V,
                             N,                   T * hd,             N * C,
                             N * C,               N * H * hd,         N * KV * hd,
                             qn * N * H * hd,     qn * N * KV * hd,   N * KV * hd,
@@ -513,9 +515,9 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const Lla
         o += (sizes[i] + 15) & ~(size_t)15;
     }
     // the bf16 tensors, two to a float; none without a16
-    uint16_t** slots16[] = {&p->ln1_16, &p->ln2_16, &p->hid_16};
-    const size_t sizes16[] = {h.ln1 * L * N * C, h.ln2 * L * N * C, h.hid * Ld * N * F};
-    for (size_t i = 0; i < 3; i++) {
+    uint16_t** slots16[] = {&p->ln1_16, &p->ln2_16, &p->hid_16, &p->lnf_16};
+    const size_t sizes16[] = {h.ln1 * L * N * C, h.ln2 * L * N * C, h.hid * Ld * N * F, h.lnf * N * C};
+    for (size_t i = 0; i < 4; i++) {
         if (base) *slots16[i] = (uint16_t*)(base + o);
         o += ((sizes16[i] + 1) / 2 + 15) & ~(size_t)15;
     }
@@ -859,14 +861,14 @@ static void head_chunks(const Dims* d, const ActPtrs* a, const LlamaActs* acts, 
     zdevCheck(zdev_memset_async(K->dev, loss_sum, 0, sizeof(double), NULL));
     for (int r0 = 0; r0 < N; r0 += R) {
         const int rows = N - r0 < R ? N - r0 : R;
-        const float* lnf = a->lnf + (size_t)r0 * C; // (rows, C)
-        linear_forward(K, a->logits, lnf, W, rows, C, V); // (rows, V)
+        const ActIn lnf = act_in(a->lnf, a->lnf_16, d->a16.lnf, (size_t)r0 * C); // (rows, C)
+        act_linear_forward(K, a->logits, lnf, W, rows, C, V); // (rows, V)
         if (logits_out)
             zdevCheck(zdev_download(K->dev, logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * sizeof(float)));
         K->crossentropy_forward_backward(gW ? a->logits : NULL, a->losses + r0, a->logits,
                                          acts->tgt + r0, rows, V, dscale, loss_sum);
         if (gW)
-            linear_backward(K, a->dln + (size_t)r0 * C, gW, a->logits, lnf, W, rows, C, V, 0);
+            act_linear_backward(K, a->dln + (size_t)r0 * C, gW, a->logits, lnf, W, rows, C, V, 0);
     }
 }
 
@@ -975,7 +977,8 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     if (!p) return step_error("acquire(head) returned NULL");
     const float* final_norm = head_norm(&d, &a, p);
     const Weight head = weight_at(weight_of(p, d.bf16), head_lm_head(cfg));
-    K->rmsnorm_forward(a.lnf, a.lnf_rstd, resid_L, final_norm, N, d.C, cfg->norm_eps);
+    if (d.a16.lnf) K->rmsnorm_forward_a16(a.lnf_16, a.lnf_rstd, resid_L, final_norm, N, d.C, cfg->norm_eps);
+    else K->rmsnorm_forward(a.lnf, a.lnf_rstd, resid_L, final_norm, N, d.C, cfg->norm_eps);
     double* loss_sum = acts->loss_sink ? acts->loss_sink : acts->loss;
     if (!backward) {
         head_chunks(&d, &a, acts, head, NULL, logits_out, dscale, loss_sum);

@@ -1463,7 +1463,7 @@ static void d_grads_ready(void* ctx, int u) { (void)ctx, (void)u; }
  * STEP_BF16_UNITS: G's hooks hand the units over in bf16 (what FSDP's bf16
  * gathers do) and R's hand their fp32 widenings: the same values, so the
  * same bits on a host table. STEP_RECOMPUTE: both recompute the blocks. */
-enum { STEP_BF16_UNITS = 1, STEP_RECOMPUTE = 2 };
+enum { STEP_BF16_UNITS = 1, STEP_RECOMPUTE = 2, STEP_LOGIT_CHUNKS = 4 /* the head 5 rows at a time */ };
 static LlamaConfig moe_config(int variant);
 static void check_step_of(const ZrtKernels* G, const ZrtKernels* R, const char* name, double tol,
                           const LlamaConfig* cfg_in, int flags) {
@@ -1471,7 +1471,8 @@ static void check_step_of(const ZrtKernels* G, const ZrtKernels* R, const char* 
     enum { B = 2, T = 7 };
     Model m;
     DevModel d = {.K = G};
-    const LlamaMemOpts mo = {.recompute = !!(flags & STEP_RECOMPUTE)};
+    const LlamaMemOpts mo = {.recompute = !!(flags & STEP_RECOMPUTE),
+                             .logits_rows = flags & STEP_LOGIT_CHUNKS ? 5 : 0};
     const int b16 = !!(flags & STEP_BF16_UNITS);
     LlamaActs* ac = llama_acts_alloc_opts(&cfg, B, T, R, &mo);
     LlamaActs* ad = llama_acts_alloc_opts(&cfg, B, T, G, &mo);
@@ -1803,7 +1804,7 @@ static void check_a16_entries(const ZrtKernels* G, const char* name) {
     zdev_free(dv, dDW), zdev_free(dv, dX16), zdev_free(dv, dW16), zdev_free(dv, dO16);
 }
 
-/* The model over the bf16 twin keeps ln1, ln2 and hid in bf16 (llama.c's
+/* The model over the bf16 twin keeps ln1, ln2, hid and lnf in bf16 (llama.c's
  * ActA16): a step has the bits of the same twin without the a16 entries
  * (every input still rounded by its GEMMs), dense and MoE, with
  * recomputation and over bf16 units, and its arena is smaller by exactly
@@ -1821,21 +1822,22 @@ static void check_a16_model(void) {
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_qk_tied", 0.0, &qk, 0);
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_recompute", 0.0, &dense, STEP_RECOMPUTE);
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_units", 0.0, &dense, STEP_BF16_UNITS);
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits_logit_chunks", 0.0, &dense, STEP_LOGIT_CHUNKS);
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_moe", 0.0, &moe, 0);
-    /* the arena: ln1 and hid (every dense block) and ln2 (dense models)
-     * at 2 bytes instead of 4, each tensor rounded up to 64 bytes */
+    /* the arena: ln1 and hid (every dense block), lnf and ln2 (dense
+     * models) at 2 bytes instead of 4, each tensor rounded up to 64 bytes */
     enum { B = 2, T = 7 };
     const size_t N = B * T, C = dense.dim, F = dense.ffn_hidden, L = dense.n_layers;
     const size_t full = llama_acts_bytes(&dense, B, T, &plain), half = llama_acts_bytes(&dense, B, T, A);
-    const size_t want = (L * N * C + L * N * C + L * N * F) * 2; /* the halves saved */
-    CHECK(full - half >= want - 3 * 64 && full - half <= want + 3 * 64, "cpu_bf16/a16_arena",
-          "arena %zu -> %zu bytes, %zu saved; ln1, ln2, hid halved: %zu", full, half, full - half,
+    const size_t want = (L * N * C + L * N * C + L * N * F + N * C) * 2; /* the halves saved */
+    CHECK(full - half >= want - 4 * 64 && full - half <= want + 4 * 64, "cpu_bf16/a16_arena",
+          "arena %zu -> %zu bytes, %zu saved; ln1, ln2, hid, lnf halved: %zu", full, half, full - half,
           want);
     const size_t mfull = llama_acts_bytes(&moe, B, T, &plain), mhalf = llama_acts_bytes(&moe, B, T, A);
     const size_t Lm = moe.n_layers, Ld = 1; /* moe_config(0): one dense block */
-    const size_t mwant = (Lm * N * moe.dim + Ld * N * moe.ffn_hidden) * 2; /* ln2 stays fp32 */
-    CHECK(mfull - mhalf >= mwant - 2 * 64 && mfull - mhalf <= mwant + 2 * 64,
-          "cpu_bf16/a16_arena_moe", "arena %zu -> %zu bytes, %zu saved; ln1 and hid halved: %zu",
+    const size_t mwant = (Lm * N * moe.dim + Ld * N * moe.ffn_hidden + N * moe.dim) * 2; /* ln2 stays fp32 */
+    CHECK(mfull - mhalf >= mwant - 3 * 64 && mfull - mhalf <= mwant + 3 * 64,
+          "cpu_bf16/a16_arena_moe", "arena %zu -> %zu bytes, %zu saved; ln1, hid and lnf halved: %zu",
           mfull, mhalf, mfull - mhalf, mwant);
 }
 
