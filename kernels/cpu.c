@@ -751,6 +751,36 @@ static void cpu_swiglu_forward_a16(uint16_t* h, const float* gate, const float* 
     round_into(h, y, (size_t)N * F);
 }
 
+static void cpu_rope_forward_a16(uint16_t* out, const float* x, const float* cs, int B, int T, int NH,
+                                 int hd) {
+    const size_t n = (size_t)B * T * NH * hd;
+    float* y = operand_buffer(0, n);
+    memcpy(y, x, n * sizeof(float));
+    cpu_rope_forward(y, cs, B, T, NH, hd);
+    round_into(out, y, n);
+}
+
+/* q, k, v in bf16: widened (exact), the bf16 twin's tiles as above */
+static void cpu_attention_forward_a16(float* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                      const uint16_t* v, int B, int T, int H, int KV, int hd,
+                                      float* scratch) {
+    (void)scratch;
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd;
+    const float *qw = widened_copy(0, q, nq), *kw = widened_copy(1, k, nkv), *vw = widened_copy(2, v, nkv);
+    attention_forward_tiles(out, lse, qw, kw, vw, B, T, H, KV, hd, 1);
+}
+
+static void cpu_attention_backward_a16(float* dq, float* dk, float* dv, const float* dout,
+                                       const float* out, const float* lse, const uint16_t* q,
+                                       const uint16_t* k, const uint16_t* v, int B, int T, int H,
+                                       int KV, int hd, float* scratch) {
+    (void)scratch;
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd;
+    const float *qw = widened_copy(0, q, nq), *kw = widened_copy(1, k, nkv), *vw = widened_copy(2, v, nkv),
+                *d16 = bf16_copy(3, dout, nq);
+    attention_backward_tiles(dq, dk, dv, d16, dout, out, lse, qw, kw, vw, B, T, H, KV, hd, 1);
+}
+
 /* the weight operand: fp32 rounded, or bf16 widened */
 static const float* weight_operand(const float* weight, const uint16_t* weight16, size_t n) {
     return weight ? bf16_copy(1, weight, n) : widened_copy(1, weight16, n);
@@ -924,6 +954,9 @@ static void cpu_bf16_init(void) {
     cpu_bf16_kernels.swiglu_forward_a16 = cpu_swiglu_forward_a16;
     cpu_bf16_kernels.matmul_forward_a16 = cpu_matmul_forward_a16;
     cpu_bf16_kernels.matmul_backward_a16 = cpu_matmul_backward_a16;
+    cpu_bf16_kernels.rope_forward_a16 = cpu_rope_forward_a16;
+    cpu_bf16_kernels.attention_forward_a16 = cpu_attention_forward_a16;
+    cpu_bf16_kernels.attention_backward_a16 = cpu_attention_backward_a16;
 }
 
 const ZrtKernels* zrt_kernels_cpu_bf16(void) {

@@ -75,6 +75,21 @@ static void g_matmul_backward_a16(float* dinp, float* dweight, const float* dout
     GUARD(C()->matmul_backward_a16(dinp, dweight, dout, inp, weight, weight16, N, IC, OC,
                                    accumulate));
 }
+static void g_rope_forward_a16(uint16_t* out, const float* x, const float* cs, int B, int T, int NH,
+                               int hd) {
+    GUARD(C()->rope_forward_a16(out, x, cs, B, T, NH, hd));
+}
+static void g_attention_forward_a16(float* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                    const uint16_t* v, int B, int T, int H, int KV, int hd,
+                                    float* scratch) {
+    GUARD(C()->attention_forward_a16(out, lse, q, k, v, B, T, H, KV, hd, scratch));
+}
+static void g_attention_backward_a16(float* dq, float* dk, float* dv, const float* dout,
+                                     const float* out, const float* lse, const uint16_t* q,
+                                     const uint16_t* k, const uint16_t* v, int B, int T, int H,
+                                     int KV, int hd, float* scratch) {
+    GUARD(C()->attention_backward_a16(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, scratch));
+}
 static void g_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
                               int N, int C_, float eps) {
     GUARD(C()->rmsnorm_forward(out, rstd, inp, weight, N, C_, eps));
@@ -237,5 +252,8 @@ const ZrtKernels* zrt_kernels_guarded(const ZrtKernels* base) {
     bf16_twin.swiglu_forward_a16 = base->swiglu_forward_a16 ? g_swiglu_forward_a16 : NULL;
     bf16_twin.matmul_forward_a16 = base->matmul_forward_a16 ? g_matmul_forward_a16 : NULL;
     bf16_twin.matmul_backward_a16 = base->matmul_backward_a16 ? g_matmul_backward_a16 : NULL;
+    bf16_twin.rope_forward_a16 = base->rope_forward_a16 ? g_rope_forward_a16 : NULL;
+    bf16_twin.attention_forward_a16 = base->attention_forward_a16 ? g_attention_forward_a16 : NULL;
+    bf16_twin.attention_backward_a16 = base->attention_backward_a16 ? g_attention_backward_a16 : NULL;
     return &bf16_twin;
 }

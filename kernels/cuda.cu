@@ -36,7 +36,8 @@
  * probabilities in the scratch, and the backward recomputes them instead of
  * keeping them per layer (products in fp32, the CPU-matching mode); bf16
  * storage of activations beyond the a16 entries' (kernels.h: the norms' and
- * SwiGLU's outputs that only GEMMs read), streams of its own (it runs on its device's compute stream;
+ * SwiGLU's outputs that only GEMMs read, q, k, v for the flash kernels),
+ * streams of its own (it runs on its device's compute stream;
  * ZipCCL's streams order against it by events).
  */
 #include <cublas_v2.h>
@@ -210,16 +211,19 @@ __global__ void k_rmsnorm_bwd_w_sum(float* dw, const float* part, int chunks, in
     dw[c] += acc;
 }
 
-__global__ void k_rope(float* x, const float* cs, int B, int T, int NH, int hd, float sign) {
-    const size_t half = hd / 2, total = (size_t)B * T * NH * half;
+/* out = x rotated (in place when out == x; bf16 out: the a16 entry) */
+template <typename T>
+__global__ void k_rope(T* out, const float* x, const float* cs, int B, int T_, int NH, int hd, float sign) {
+    const size_t half = hd / 2, total = (size_t)B * T_ * NH * half;
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
-    const size_t p = i % half, t = (i / (half * NH)) % T;
-    float* v = x + (i / half) * hd + 2 * p;
+    const size_t p = i % half, t = (i / (half * NH)) % T_;
+    const float* v = x + (i / half) * hd + 2 * p;
+    T* o = out + (i / half) * hd + 2 * p;
     const float c = cs[(t * half + p) * 2], s = sign * cs[(t * half + p) * 2 + 1];
     const float x0 = v[0], x1 = v[1];
-    v[0] = x0 * c - x1 * s;
-    v[1] = x0 * s + x1 * c;
+    put_act(o, x0 * c - x1 * s);
+    put_act(o + 1, x0 * s + x1 * c);
 }
 
 /* one block per (b, h, t) row: causal softmax in place over s <= t; lse
@@ -864,14 +868,24 @@ void cu_rope_table(float* cos_sin, int T, int hd, float theta) {
 void cu_rope_forward(float* x, const float* cs, int B, int T, int NH, int hd) {
     PROF(rope_forward);
     const size_t n = (size_t)B * T * NH * (hd / 2);
-    k_rope<<<blocks_for(n, 256), 256, 0, g_stream>>>(x, cs, B, T, NH, hd, 1.0f);
+    auto kern = k_rope<float>;
+    kern<<<blocks_for(n, 256), 256, 0, g_stream>>>(x, x, cs, B, T, NH, hd, 1.0f);
+    CKL(k_rope);
+}
+
+void cu_rope_forward_a16(uint16_t* out, const float* x, const float* cs, int B, int T, int NH, int hd) {
+    PROF(rope_forward);
+    const size_t n = (size_t)B * T * NH * (hd / 2);
+    auto kern = k_rope<uint16_t>;
+    kern<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, x, cs, B, T, NH, hd, 1.0f);
     CKL(k_rope);
 }
 
 void cu_rope_backward(float* dx, const float* cs, int B, int T, int NH, int hd) {
     PROF(rope_backward);
     const size_t n = (size_t)B * T * NH * (hd / 2);
-    k_rope<<<blocks_for(n, 256), 256, 0, g_stream>>>(dx, cs, B, T, NH, hd, -1.0f);
+    auto kern = k_rope<float>;
+    kern<<<blocks_for(n, 256), 256, 0, g_stream>>>(dx, dx, cs, B, T, NH, hd, -1.0f);
     CKL(k_rope);
 }
 
@@ -1052,13 +1066,18 @@ struct FaSmem {
 
 __device__ __forceinline__ bf16 fa_bf16(float x) { return __ushort_as_bfloat16(zipcclFloatToBf16(x)); }
 
+/* An element of q, k, v or dO as the tiles take it: fp32 rounded, or bf16
+ * (the a16 entries: rounded once, where RoPE wrote it) as it is. */
+__device__ __forceinline__ bf16 fa_in(const float* p) { return fa_bf16(*p); }
+__device__ __forceinline__ bf16 fa_in(const uint16_t* p) { return __ushort_as_bfloat16(*p); }
+
 /* dst (64, HD) bf16, row stride LDB = rows r0.. of src (T, HD), row stride
  * ld, rounded; rows at or past T are zeros. The whole block. */
-template <int HD>
-__device__ __forceinline__ void fa_load_tile(bf16* dst, const float* src, int ld, int r0, int T) {
+template <int HD, typename TS>
+__device__ __forceinline__ void fa_load_tile(bf16* dst, const TS* src, int ld, int r0, int T) {
     for (int x = threadIdx.x; x < FA_BR * HD; x += FA_THREADS) {
         const int r = x / HD, c = x % HD;
-        dst[r * FaSmem<HD>::LDB + c] = fa_bf16(r0 + r < T ? src[(size_t)(r0 + r) * ld + c] : 0.0f);
+        dst[r * FaSmem<HD>::LDB + c] = r0 + r < T ? fa_in(src + (size_t)(r0 + r) * ld + c) : fa_bf16(0.0f);
     }
 }
 
@@ -1136,10 +1155,10 @@ __device__ __forceinline__ void fa_grad_row(bf16* prow, bf16* dsrow, const float
     }
 }
 
-template <int HD>
+template <int HD, typename TQ>
 __global__ void __launch_bounds__(FA_THREADS)
-    k_flash_fwd_bf16(float* out, float* lse, float* tiles, const float* q, const float* k,
-                     const float* v, int T, int H, int KV, float scale) {
+    k_flash_fwd_bf16(float* out, float* lse, float* tiles, const TQ* q, const TQ* k,
+                     const TQ* v, int T, int H, int KV, float scale) {
     typedef FaSmem<HD> M;
     constexpr int LDB = M::LDB, LDO = M::LDO;
     ZK_DYNAMIC_SMEM(smem);
@@ -1154,8 +1173,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int row = warp * 16 + lane / 2, half = lane % 2; // the lane pair's row, this lane's half
     const int i = i0 + row;                                 // its query
-    const float* kb = k + (size_t)b * T * ldkv + (size_t)g * HD; // (T, HD), row stride ldkv
-    const float* vb = v + (size_t)b * T * ldkv + (size_t)g * HD;
+    const TQ* kb = k + (size_t)b * T * ldkv + (size_t)g * HD; // (T, HD), row stride ldkv
+    const TQ* vb = v + (size_t)b * T * ldkv + (size_t)g * HD;
     fa_load_tile<HD>(Qs, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, i0, T);
     for (int x = threadIdx.x; x < FA_BR * HD; x += FA_THREADS) Os[x / HD * LDO + x % HD] = 0.0f;
     float m = -INFINITY, l = 0.0f; // the row's running max and sum (both lanes of the pair alike)
@@ -1226,10 +1245,10 @@ __global__ void k_att_rowdot(float* D, const float* dout, const float* out, int 
     if (lane == 0) D[(b * H + h) * T + t] = s;
 }
 
-template <int HD>
+template <int HD, typename TQ>
 __global__ void __launch_bounds__(FA_THREADS)
     k_flash_dkdv_bf16(float* dk, float* dv, float* tiles, const float* dout, const float* D,
-                      const float* lse, const float* q, const float* k, const float* v, int T,
+                      const float* lse, const TQ* q, const TQ* k, const TQ* v, int T,
                       int H, int KV, float scale) {
     typedef FaSmem<HD> M;
     constexpr int LDB = M::LDB;
@@ -1287,10 +1306,10 @@ __global__ void __launch_bounds__(FA_THREADS)
     if (threadIdx.x == 0) tiles[(size_t)bg * nt + kt] = (float)ntiles;
 }
 
-template <int HD>
+template <int HD, typename TQ>
 __global__ void __launch_bounds__(FA_THREADS)
     k_flash_dq_bf16(float* dq, float* tiles, const float* dout, const float* D, const float* lse,
-                    const float* q, const float* k, const float* v, int T, int H, int KV,
+                    const TQ* q, const TQ* k, const TQ* v, int T, int H, int KV,
                     float scale) {
     typedef FaSmem<HD> M;
     constexpr int LDB = M::LDB;
@@ -1347,10 +1366,10 @@ size_t cu_attention_scratch_floats_bf16(int B, int T, int H, int KV, int hd) {
     return (size_t)B * H * T + nt * B * KV + nt * B * H; // D | dK/dV tiles | dQ tiles
 }
 
-template <int HD>
-void fa_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B,
+template <int HD, typename TQ>
+void fa_forward(float* out, float* lse, const TQ* q, const TQ* k, const TQ* v, int B,
                 int T, int H, int KV, float* scratch) {
-    auto kern = k_flash_fwd_bf16<HD>;
+    auto kern = k_flash_fwd_bf16<HD, TQ>;
     const size_t smem = FaSmem<HD>::fwd;
     CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid((T + FA_BR - 1) / FA_BR, B * H);
@@ -1359,9 +1378,9 @@ void fa_forward(float* out, float* lse, const float* q, const float* k, const fl
     CKL(k_flash_fwd_bf16);
 }
 
-template <int HD>
+template <int HD, typename TQ>
 void fa_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                 const float* lse, const float* q, const float* k, const float* v, int B, int T,
+                 const float* lse, const TQ* q, const TQ* k, const TQ* v, int B, int T,
                  int H, int KV, float* scratch) {
     const int nt = (T + FA_BR - 1) / FA_BR;
     const float scale = 1.0f / sqrtf((float)HD);
@@ -1371,13 +1390,13 @@ void fa_backward(float* dq, float* dk, float* dv, const float* dout, const float
     const size_t rows = (size_t)B * T * H;
     k_att_rowdot<<<blocks_for(rows, 4), 128, 0, g_stream>>>(D, dout, out, B, T, H, HD);
     CKL(k_att_rowdot);
-    auto kdkdv = k_flash_dkdv_bf16<HD>;
+    auto kdkdv = k_flash_dkdv_bf16<HD, TQ>;
     CK(cudaFuncSetAttribute(kdkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)FaSmem<HD>::dkdv));
     kdkdv<<<dim3(nt, B * KV), FA_THREADS, FaSmem<HD>::dkdv, g_stream>>>(
         dk, dv, dkdv_tiles, dout, D, lse, q, k, v, T, H, KV, scale);
     CKL(k_flash_dkdv_bf16);
-    auto kdq = k_flash_dq_bf16<HD>;
+    auto kdq = k_flash_dq_bf16<HD, TQ>;
     CK(cudaFuncSetAttribute(kdq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FaSmem<HD>::dq));
     kdq<<<dim3(nt, B * H), FA_THREADS, FaSmem<HD>::dq, g_stream>>>(dq, dq_tiles, dout, D, lse, q,
                                                                    k, v, T, H, KV, scale);
@@ -1400,6 +1419,31 @@ void cu_attention_backward_bf16(float* dq, float* dk, float* dv, const float* do
     if (!fa_supported(hd))
         return cu_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, scratch);
     PROF(attention_backward);
+    if (hd == 64) fa_backward<64>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, scratch);
+    else fa_backward<128>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, scratch);
+}
+
+/* q, k, v in bf16 (the a16 entries): the flash kernels read them as they
+ * are; only at the head dims the flash kernels take (the model keeps q, k,
+ * v in bf16 only there). */
+const uint16_t* fa_a16_check(const uint16_t* p, int hd) {
+    if (!fa_supported(hd)) zk_fail("attention_a16", "head dim without the flash kernels", __FILE__, __LINE__);
+    return p;
+}
+
+void cu_attention_forward_a16(float* out, float* lse, const uint16_t* q, const uint16_t* k,
+                              const uint16_t* v, int B, int T, int H, int KV, int hd, float* scratch) {
+    PROF(attention_forward);
+    fa_a16_check(q, hd);
+    if (hd == 64) fa_forward<64>(out, lse, q, k, v, B, T, H, KV, scratch);
+    else fa_forward<128>(out, lse, q, k, v, B, T, H, KV, scratch);
+}
+
+void cu_attention_backward_a16(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                               const float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                               int B, int T, int H, int KV, int hd, float* scratch) {
+    PROF(attention_backward);
+    fa_a16_check(q, hd);
     if (hd == 64) fa_backward<64>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, scratch);
     else fa_backward<128>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, scratch);
 }
@@ -1712,6 +1756,9 @@ ZrtKernels make_table_bf16() {
     t.swiglu_forward_a16 = cu_swiglu_forward_a16;
     t.matmul_forward_a16 = cu_matmul_forward_a16;
     t.matmul_backward_a16 = cu_matmul_backward_a16;
+    t.rope_forward_a16 = cu_rope_forward_a16;
+    t.attention_forward_a16 = cu_attention_forward_a16;
+    t.attention_backward_a16 = cu_attention_backward_a16;
     return t;
 }
 ZrtKernels cuda_table_bf16 = make_table_bf16();

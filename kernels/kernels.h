@@ -33,8 +33,9 @@
  *
  * What this leaves out: no bias terms, no dropout, no fused kernels beyond
  * softmax+cross-entropy, no KV cache (training only); bf16 storage of
- * activations only for the linear layers' inputs nothing else reads (the
- * a16 entries below; the other GEMM inputs are rounded on the fly); weights
+ * activations only for the linear layers' inputs nothing else reads and for
+ * q, k, v where attention runs on tensor cores (the a16 entries below; the
+ * other GEMM inputs are rounded on the fly); weights
  * are read in bf16 only by the linear layers and the embedding (the _w16
  * entries), the norms' small vectors are widened.
  */
@@ -127,6 +128,20 @@ typedef struct ZrtKernels_ {
     void (*matmul_backward_a16)(float* dinp, float* dweight, const float* dout,
                                 const uint16_t* inp, const float* weight,
                                 const uint16_t* weight16, int N, int IC, int OC, int accumulate);
+    /* q, k, v in bf16 where attention runs on tensor cores
+     * (zrt_attention_bf16_head_dim): out (B, T, NH, hd) = bf16(RoPE of x),
+     * x (fp32) unchanged; attention_forward / attention_backward over such
+     * q, k, v (only at those head dims), which they round as they load them
+     * anyway: the same bits. */
+    void (*rope_forward_a16)(uint16_t* out, const float* x, const float* cos_sin, int B, int T,
+                             int NH, int hd);
+    void (*attention_forward_a16)(float* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                  const uint16_t* v, int B, int T, int H, int KV, int hd,
+                                  float* scratch);
+    void (*attention_backward_a16)(float* dq, float* dk, float* dv, const float* dout,
+                                   const float* out, const float* lse, const uint16_t* q,
+                                   const uint16_t* k, const uint16_t* v, int B, int T, int H,
+                                   int KV, int hd, float* scratch);
 
     /* out (N, C) = inp * rstd * weight, rstd (N) = 1/sqrt(mean(inp^2) + eps) */
     void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, int N,

@@ -423,24 +423,31 @@ typedef struct {
     uint16_t* ln2_16; // (L, N, C) dense models only (moe.c reads ln2 in fp32)
     uint16_t* hid_16; // (Ld, N, F)
     uint16_t* lnf_16; // (N, C) the final norm's output, the head's input
+    uint16_t* q_16;   // (L, N, H*hd) q, k, v after RoPE where attention runs on
+    uint16_t* k_16;   // (L, N, KV*hd) tensor cores (ActA16.qkv); replace q, k, v
+    uint16_t* v_16;   // (L, N, KV*hd)
 } ActPtrs;
 
 /* Which linear-layer inputs the arena keeps in bf16 (kernels.h, "bf16
  * activations"): with a table that has the a16 entries (the bf16 compute
  * tables), the attention norm's output ln1, the dense MLP's hidden state hid,
- * the final norm's output lnf (the head's input) and, in a model without MoE
+ * the final norm's output lnf (the head's input), q, k and v after RoPE
+ * where attention runs on tensor cores (its flash kernels round them as
+ * they load them; zrt_attention_bf16_head_dim) and, in a model without MoE
  * blocks, the MLP norm's output ln2 (moe.c's
  * router and gather read it in fp32). Nothing but GEMMs, which round their
  * inputs to bf16 anyway, reads these, so the step has the same bits in half
  * their memory, and each is rounded once instead of once per GEMM. */
 typedef struct {
-    int ln1, ln2, hid, lnf;
+    int ln1, ln2, hid, lnf, qkv;
 } ActA16;
 
 static ActA16 acts_a16(const LlamaConfig* cfg, const ZrtKernels* K) {
     const int on = K->rmsnorm_forward_a16 && K->swiglu_forward_a16 && K->matmul_forward_a16 &&
                    K->matmul_backward_a16;
-    return (ActA16){on, on && n_moe_layers(cfg) == 0, on, on};
+    const int qkv = on && K->rope_forward_a16 && K->attention_forward_a16 && K->attention_backward_a16 &&
+                    zrt_attention_bf16_head_dim(llama_head_dim(cfg));
+    return (ActA16){on, on && n_moe_layers(cfg) == 0, on, on, qkv};
 }
 
 struct LlamaActs {
@@ -496,9 +503,9 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const Lla
                        &p->datty,  &p->dgate,  &p->dup,       &p->dhid,     &p->att_scratch,
                        &p->wvec};
     const size_t sizes[] = {(Lall + 1) * N * C,  !h.ln1 * L * N * C, L * N,
-                            L * N * H * hd,      L * N * KV * hd,    qn * L * N * H * hd,
+                            !h.qkv * L * N * H * hd, !h.qkv * L * N * KV * hd, qn * L * N * H * hd,
                             qn * L * N * KV * hd, qn * L * N * H,    qn * L * N * KV,
-                            L * N * KV * hd,     L * B * H * T,      L * N * H * hd,
+                            !h.qkv * L * N * KV * hd, L * B * H * T, L * N * H * hd,
                             L * N * C,           !h.ln2 * L * N * C, L * N,
                             Ld * N * F,          Ld * N * F,         !h.hid * Ld * N * F,
                             !h.lnf * N * C,      N,                  R * V,
@@ -515,9 +522,10 @@ static size_t acts_layout(const LlamaConfig* cfg, const ZrtKernels* K, const Lla
         o += (sizes[i] + 15) & ~(size_t)15;
     }
     // the bf16 tensors, two to a float; none without a16
-    uint16_t** slots16[] = {&p->ln1_16, &p->ln2_16, &p->hid_16, &p->lnf_16};
-    const size_t sizes16[] = {h.ln1 * L * N * C, h.ln2 * L * N * C, h.hid * Ld * N * F, h.lnf * N * C};
-    for (size_t i = 0; i < 4; i++) {
+    uint16_t** slots16[] = {&p->ln1_16, &p->ln2_16, &p->hid_16, &p->lnf_16, &p->q_16, &p->k_16, &p->v_16};
+    const size_t sizes16[] = {h.ln1 * L * N * C, h.ln2 * L * N * C, h.hid * Ld * N * F, h.lnf * N * C,
+                              h.qkv * L * N * H * hd, h.qkv * L * N * KV * hd, h.qkv * L * N * KV * hd};
+    for (size_t i = 0; i < sizeof sizes16 / sizeof sizes16[0]; i++) {
         if (base) *slots16[i] = (uint16_t*)(base + o);
         o += ((sizes16[i] + 1) / 2 + 15) & ~(size_t)15;
     }
@@ -723,9 +731,12 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const BlockPara
     float* out = a->resid + (l + 1) * N * C;         // (N, C)
     const ActIn ln1 = act_in(a->ln1, a->ln1_16, d->a16.ln1, sl * N * C); // (N, C)
     float* ln1_rstd = a->ln1_rstd + sl * N;          // (N)
-    float* q = a->q + sl * N * QD;                   // (N, H*hd)
-    float* k = a->k + sl * N * KVD;                  // (N, KV*hd)
-    float* v = a->v + sl * N * KVD;                  // (N, KV*hd)
+    // q, k, v: fp32, or with bf16 q, k, v (ActA16.qkv) the backward's
+    // scratch until RoPE rounds them into q_16, k_16, v_16
+    const int a16 = d->a16.qkv;
+    float* q = a16 ? a->dq : a->q + sl * N * QD;     // (N, H*hd)
+    float* k = a16 ? a->dk : a->k + sl * N * KVD;    // (N, KV*hd)
+    float* v = a16 ? a->dv : a->v + sl * N * KVD;    // (N, KV*hd)
     float* lse = a->lse + sl * N * d->H;             // (B, H, T)
     float* atty = a->atty + sl * N * QD;             // (N, H*hd)
     float* mid = a->resid_mid + sl * N * C;          // (N, C)
@@ -750,9 +761,17 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const BlockPara
         act_linear_forward(K, k, ln1, p->wk, d->N, d->C, (int)KVD);
     }
     act_linear_forward(K, v, ln1, p->wv, d->N, d->C, (int)KVD);
-    K->rope_forward(q, a->rope, d->B, d->T, d->H, d->hd);
-    K->rope_forward(k, a->rope, d->B, d->T, d->KV, d->hd);
-    K->attention_forward(atty, lse, q, k, v, d->B, d->T, d->H, d->KV, d->hd, a->att_scratch);
+    if (a16) {
+        uint16_t *q16 = a->q_16 + sl * N * QD, *k16 = a->k_16 + sl * N * KVD, *v16 = a->v_16 + sl * N * KVD;
+        K->rope_forward_a16(q16, q, a->rope, d->B, d->T, d->H, d->hd);
+        K->rope_forward_a16(k16, k, a->rope, d->B, d->T, d->KV, d->hd);
+        K->round_to_bf16(v16, v, N * KVD);
+        K->attention_forward_a16(atty, lse, q16, k16, v16, d->B, d->T, d->H, d->KV, d->hd, a->att_scratch);
+    } else {
+        K->rope_forward(q, a->rope, d->B, d->T, d->H, d->hd);
+        K->rope_forward(k, a->rope, d->B, d->T, d->KV, d->hd);
+        K->attention_forward(atty, lse, q, k, v, d->B, d->T, d->H, d->KV, d->hd, a->att_scratch);
+    }
     linear_forward(K, tmp, atty, p->wo, d->N, (int)QD, d->C);
     K->add(mid, x, tmp, N * C);
 
@@ -794,9 +813,10 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const BlockPar
     const float* x = a->resid + l * N * C;
     const ActIn ln1 = act_in(a->ln1, a->ln1_16, d->a16.ln1, sl * N * C);
     const float* ln1_rstd = a->ln1_rstd + sl * N;
-    const float* q = a->q + sl * N * QD;
-    const float* k = a->k + sl * N * KVD;
-    const float* v = a->v + sl * N * KVD;
+    const int a16 = d->a16.qkv; // q, k, v in bf16 (the fp32 ones have no room)
+    const float* q = a16 ? NULL : a->q + sl * N * QD;
+    const float* k = a16 ? NULL : a->k + sl * N * KVD;
+    const float* v = a16 ? NULL : a->v + sl * N * KVD;
     const float* lse = a->lse + sl * N * d->H;
     const float* atty = a->atty + sl * N * QD;
     const float* mid = a->resid_mid + sl * N * C;
@@ -825,8 +845,13 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const BlockPar
 
     // attention: mid = x + atty W_o^T
     linear_backward(K, a->datty, g + w.wo, dresid, atty, p->wo, d->N, (int)QD, d->C, 0);
-    K->attention_backward(a->dq, a->dk, a->dv, a->datty, atty, lse, q, k, v, d->B, d->T, d->H,
-                          d->KV, d->hd, a->att_scratch);
+    if (a16)
+        K->attention_backward_a16(a->dq, a->dk, a->dv, a->datty, atty, lse, a->q_16 + sl * N * QD,
+                                  a->k_16 + sl * N * KVD, a->v_16 + sl * N * KVD, d->B, d->T, d->H, d->KV,
+                                  d->hd, a->att_scratch);
+    else
+        K->attention_backward(a->dq, a->dk, a->dv, a->datty, atty, lse, q, k, v, d->B, d->T, d->H,
+                              d->KV, d->hd, a->att_scratch);
     K->rope_backward(a->dq, a->rope, d->B, d->T, d->H, d->hd);
     K->rope_backward(a->dk, a->rope, d->B, d->T, d->KV, d->hd);
     const float *dq = a->dq, *dk = a->dk;

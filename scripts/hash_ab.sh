@@ -51,6 +51,9 @@ one emu_dense_np1_bf16 gpu/train_emu 1 --set runtime.device=cuda --set model.com
 one cpu_dense_np2_bf16 train 2 --set runtime.device=cpu --set model.compute=bf16
 one guarded_dense_np1_recompute_bf16 train 1 --set runtime.device=cpu_guarded --set train.recompute=full --set model.compute=bf16
 one cpu_dense_np2_fp32_bf16 train 2 --set runtime.device=cpu --set comm.param_dtype=fp32 --set comm.reduce_dtype=fp32 --set model.compute=bf16
+H64="--set model.dim=128 --set model.n_heads=2 --set model.n_kv_heads=1" # head dim 64: flash attention in bf16
+one cpu_dense_hd64_np2_bf16 train 2 --set runtime.device=cpu $H64 --set model.compute=bf16
+one emu_dense_hd64_np1_bf16 gpu/train_emu 1 --set runtime.device=cuda $H64 --set model.compute=bf16
 I="--set train.rank_invariant=true"
 one cpu_inv_dense_np2 train 2 --set runtime.device=cpu $I
 one cpu_inv_dense_np2_fp32 train 2 --set runtime.device=cpu $I --set comm.reduce_dtype=fp32

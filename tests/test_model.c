@@ -1711,6 +1711,87 @@ static void check_matmul_bf16(const ZrtKernels* G, const char* name, double tol)
  * operands): the norm's and SwiGLU's outputs are the fp32 ones rounded once,
  * a GEMM on a bf16 input equals the GEMM on its widening, with an fp32
  * weight and with a bf16 one, forward and backward (dinp accumulated). */
+/* q, k, v in bf16 (rope_forward_a16, attention_*_a16) on table G at head
+ * dim 64, bit for bit against G's fp32 entries on the same values: RoPE
+ * then one rounding; attention on bf16 q, k, v as on their widenings. */
+static void check_a16_attention(const ZrtKernels* G, const char* name) {
+    enum { B = 2, T = 70, H = 2, KV = 1, HD = 64 };
+    const size_t nq = (size_t)B * T * H * HD, nkv = (size_t)B * T * KV * HD;
+    char what[96];
+    snprintf(what, sizeof what, "%s/a16_attention", name);
+    if (!CHECK(G->rope_forward_a16 && G->attention_forward_a16 && G->attention_backward_a16, what,
+               "the bf16 table lacks the q, k, v entries"))
+        return;
+    float *x = malloc(nq * 4), *wq = malloc(nq * 4), *wk = malloc(nkv * 4), *wv = malloc(nkv * 4),
+          *dout = malloc(nq * 4), *r1 = malloc(nq * 4), *r2 = malloc(nq * 4);
+    uint16_t *q16 = malloc(nq * 2), *k16 = malloc(nkv * 2), *v16 = malloc(nkv * 2), *h1 = malloc(nq * 2),
+             *h2 = malloc(nq * 2);
+    srand(321);
+    for (size_t i = 0; i < nq; i++) {
+        x[i] = ((float)rand() / RAND_MAX - 0.5f) * 2.0f;
+        dout[i] = (float)rand() / RAND_MAX - 0.5f;
+        q16[i] = zipcclFloatToBf16(x[i]);
+        wq[i] = zipcclBf16ToFloat(q16[i]);
+    }
+    for (size_t i = 0; i < nkv; i++) {
+        k16[i] = zipcclFloatToBf16(((float)rand() / RAND_MAX - 0.5f) * 2.0f), wk[i] = zipcclBf16ToFloat(k16[i]);
+        v16[i] = zipcclFloatToBf16((float)rand() / RAND_MAX - 0.5f), wv[i] = zipcclBf16ToFloat(v16[i]);
+    }
+    ZDevice* dv = G->dev;
+    const size_t sf = G->attention_scratch_floats(B, T, H, KV, HD);
+    float *dX = zdev_alloc(dv, nq * 4), *dCS = zdev_alloc(dv, (size_t)T * HD * 4), *dQ = zdev_alloc(dv, nq * 4),
+          *dK = zdev_alloc(dv, nkv * 4), *dV = zdev_alloc(dv, nkv * 4), *dO = zdev_alloc(dv, nq * 4),
+          *dL = zdev_alloc(dv, (size_t)B * H * T * 4), *dS = zdev_alloc(dv, sf * 4), *dDO = zdev_alloc(dv, nq * 4),
+          *gq = zdev_alloc(dv, nq * 4), *gk = zdev_alloc(dv, nkv * 4), *gv = zdev_alloc(dv, nkv * 4);
+    uint16_t *dH = zdev_alloc(dv, nq * 2), *dQ16 = zdev_alloc(dv, nq * 2), *dK16 = zdev_alloc(dv, nkv * 2),
+             *dV16 = zdev_alloc(dv, nkv * 2);
+    zdevCheck(zdev_upload(dv, dX, x, nq * 4));
+    zdevCheck(zdev_upload(dv, dQ, wq, nq * 4));
+    zdevCheck(zdev_upload(dv, dK, wk, nkv * 4));
+    zdevCheck(zdev_upload(dv, dV, wv, nkv * 4));
+    zdevCheck(zdev_upload(dv, dDO, dout, nq * 4));
+    zdevCheck(zdev_upload(dv, dQ16, q16, nq * 2));
+    zdevCheck(zdev_upload(dv, dK16, k16, nkv * 2));
+    zdevCheck(zdev_upload(dv, dV16, v16, nkv * 2));
+    G->rope_table(dCS, T, HD, 10000.0f);
+    /* RoPE: bf16(rotated), x unchanged */
+    G->rope_forward_a16(dH, dX, dCS, B, T, H, HD);
+    zdevCheck(zdev_download(dv, h1, dH, nq * 2));
+    zdevCheck(zdev_download(dv, r1, dX, nq * 4));
+    const int kept = !memcmp(r1, x, nq * 4);
+    G->rope_forward(dX, dCS, B, T, H, HD);
+    G->round_to_bf16(dH, dX, nq);
+    zdevCheck(zdev_download(dv, h2, dH, nq * 2));
+    snprintf(what, sizeof what, "%s/a16_rope", name);
+    CHECK(kept && !memcmp(h1, h2, nq * 2), what, "input kept %d; output %s the rotation rounded once", kept,
+          memcmp(h1, h2, nq * 2) ? "differs from" : "equals");
+    /* attention forward and backward */
+    int same = 1;
+    for (int pass = 0; pass < 2; pass++) {
+        if (!pass) G->attention_forward_a16(dO, dL, dQ16, dK16, dV16, B, T, H, KV, HD, dS);
+        else G->attention_forward(dO, dL, dQ, dK, dV, B, T, H, KV, HD, dS);
+        if (!pass) G->attention_backward_a16(gq, gk, gv, dDO, dO, dL, dQ16, dK16, dV16, B, T, H, KV, HD, dS);
+        else G->attention_backward(gq, gk, gv, dDO, dO, dL, dQ, dK, dV, B, T, H, KV, HD, dS);
+        float* dst = pass ? r2 : r1;
+        zdevCheck(zdev_download(dv, dst, dO, nq * 4));
+        float* gd = malloc(nq * 4);
+        zdevCheck(zdev_download(dv, gd, gq, nq * 4));
+        static float gq0[B * T * H * HD];
+        if (!pass) memcpy(gq0, gd, nq * 4);
+        else same &= !memcmp(gq0, gd, nq * 4);
+        free(gd);
+    }
+    same &= !memcmp(r1, r2, nq * 4);
+    snprintf(what, sizeof what, "%s/a16_attention_hd64", name);
+    CHECK(same, what, "attention on bf16 q, k, v differs from attention on their widenings");
+    free(x), free(wq), free(wk), free(wv), free(dout), free(r1), free(r2), free(q16), free(k16), free(v16);
+    free(h1), free(h2);
+    zdev_free(dv, dX), zdev_free(dv, dCS), zdev_free(dv, dQ), zdev_free(dv, dK), zdev_free(dv, dV);
+    zdev_free(dv, dO), zdev_free(dv, dL), zdev_free(dv, dS), zdev_free(dv, dDO), zdev_free(dv, gq);
+    zdev_free(dv, gk), zdev_free(dv, gv), zdev_free(dv, dH), zdev_free(dv, dQ16), zdev_free(dv, dK16);
+    zdev_free(dv, dV16);
+}
+
 static void check_a16_entries(const ZrtKernels* G, const char* name) {
     enum { N = 29, IC = 40, OC = 36 };
     static float x[N * IC], xw[N * IC], w[OC * IC], nw[IC], dy[N * OC], u[N * IC];
@@ -1802,6 +1883,7 @@ static void check_a16_entries(const ZrtKernels* G, const char* name) {
     zdev_free(dv, dX), zdev_free(dv, dXW), zdev_free(dv, dU), zdev_free(dv, dNW), zdev_free(dv, dW);
     zdev_free(dv, dDY), zdev_free(dv, dY), zdev_free(dv, dR), zdev_free(dv, dT), zdev_free(dv, dDX);
     zdev_free(dv, dDW), zdev_free(dv, dX16), zdev_free(dv, dW16), zdev_free(dv, dO16);
+    check_a16_attention(G, name);
 }
 
 /* The model over the bf16 twin keeps ln1, ln2, hid and lnf in bf16 (llama.c's
@@ -1824,6 +1906,22 @@ static void check_a16_model(void) {
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_units", 0.0, &dense, STEP_BF16_UNITS);
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_logit_chunks", 0.0, &dense, STEP_LOGIT_CHUNKS);
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_moe", 0.0, &moe, 0);
+    /* head dim 64: q, k, v in bf16 too (attention's flash tiles) */
+    LlamaConfig h64 = tiny_config(0);
+    h64.dim = 128, h64.n_heads = 2, h64.n_kv_heads = 1, h64.ffn_hidden = 64;
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits_qkv_hd64", 0.0, &h64, 0);
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits_qkv_hd64_recompute", 0.0, &h64, STEP_RECOMPUTE);
+    h64.qk_norm = 1;
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits_qkv_hd64_qknorm", 0.0, &h64, 0);
+    {   /* its arena: q, k, v at 2 bytes instead of 4 as well */
+        h64.qk_norm = 0;
+        enum { B2 = 2, T2 = 7 };
+        const size_t N2 = B2 * T2, QD = 128, KVD = 64;
+        const size_t saved = llama_acts_bytes(&h64, B2, T2, &plain) - llama_acts_bytes(&h64, B2, T2, A);
+        const size_t want = (2 * 2 * N2 * 128 + 2 * N2 * 64 + N2 * 128 + 2 * N2 * (QD + 2 * KVD)) * 2;
+        CHECK(saved >= want - 7 * 64 && saved <= want + 7 * 64, "cpu_bf16/a16_arena_qkv_hd64",
+              "%zu bytes saved, want %zu (ln1, ln2, hid, lnf, q, k, v halved)", saved, want);
+    }
     /* the arena: ln1 and hid (every dense block), lnf and ln2 (dense
      * models) at 2 bytes instead of 4, each tensor rounded up to 64 bytes */
     enum { B = 2, T = 7 };

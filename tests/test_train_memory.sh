@@ -117,9 +117,9 @@ if not full["activations"] < 0.2 * none["activations"]: print("recompute: %g vs 
 if accum["in flight"] != full["in flight"]: print("grad_accum 32 in flight %g != %g" % (accum["in flight"], full["in flight"])); sys.exit(1)
 PY
 ) && pass plan_adds_up_and_scales || fail plan_adds_up_and_scales "$why"
-# model.compute: bf16 plans on the bf16 table, whose arena keeps ln1, ln2
-# and hid in bf16 (models/llama.c ActA16): for Llama-3-8B, (2C + F) of the
-# ~(16C + 3F + ...) floats a block keeps per token, about a sixth less
+# model.compute: bf16 plans on the bf16 table, whose arena keeps ln1, ln2,
+# hid, q, k and v in bf16 (models/llama.c ActA16): for Llama-3-8B, (2C + F +
+# H hd + 2 KV hd) of the floats a block keeps per token, a fifth less
 p8b=$(planline configs/llama3-8b.yaml --plan 8 --set train.recompute=none --set model.compute=bf16)
 why=$(python3 - "$p8n" "$p8b" <<'PY'
 import re, sys
@@ -128,7 +128,7 @@ def acts(line): v, u = re.search(r"activations ([0-9.]+) (\w+)", line).groups();
 f32, b16 = sys.argv[1:3]
 r = acts(b16) / acts(f32)
 print("fp32 %.2f GiB, bf16 %.2f GiB (x%.3f); %s" % (acts(f32) / 2**30, acts(b16) / 2**30, r, b16[:60]))
-sys.exit(0 if "(cpu_bf16)" in b16 and 0.80 < r < 0.90 else 1)
+sys.exit(0 if "(cpu_bf16)" in b16 and 0.75 < r < 0.85 else 1)
 PY
 ) && pass plan_bf16_activations || fail plan_bf16_activations "$why"
 # the measured peak against the plan on a model whose parts outweigh the
