@@ -4,11 +4,13 @@
  * encoder (codec_cpu.c) for the same input and parameters (FORMAT.md §7).
  *
  * Shape of the work:
- *   compress    k_encode_t (codec fast: T chunks, C for a constant chunk) /
- *               k_encode_f2 (codec f2) / k_encode_f3 (codec f3) /
- *               k_encode_r (codec dense): one warp per chunk encodes into a
- *               fixed-size slot of the workspace (room for the raw chunk) and
- *               records its size and XXH32; k_plan prefix-sums the sizes; the
+ *   compress    k_encode_t (codec fast: T chunks, C for a constant chunk:
+ *               one block of 8 warps per chunk, each warp a run of its
+ *               groups, a scan over the warps placing every section, each
+ *               byte written once) / k_encode_f2 (codec f2) / k_encode_f3
+ *               (codec f3) / k_encode_r (codec dense: one warp per chunk)
+ *               encode into a fixed-size slot of the workspace (room for the
+ *               raw chunk) and record its size and XXH32; k_plan prefix-sums the sizes; the
  *               host reads the total (it needs it anyway to post the send),
  *               then k_assemble writes header, chunk table and checksums and
  *               compacts the chunks into the frame -- or the host emits a
@@ -526,22 +528,6 @@ ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     zk_finish_chunk(a, c, out, size, lane);
 }
 
-/* A tier of T (FORMAT.md 4.6) as it grows: zk_tier2_add for `np` planes
- * per group (group stride 8 np). */
-ZK void zk_tier_add(uint8_t* sp, uint64_t* pend, uint32_t m, uint32_t b, uint32_t q, uint32_t lane, uint32_t np) {
-    uint32_t cnt = zk_popc(b), f = m & 63, mine = 0;
-    uint32_t qt = ZK_SHFL(q, lane < cnt ? zk_select(b, lane) : lane);
-    for (uint32_t k = 0; k < np; k++) {
-        uint32_t wk = ZK_BALLOT(lane < cnt && ((qt >> k) & 1u));
-        if (lane == k) mine = wk;
-    }
-    *pend |= (uint64_t)mine << f;
-    if (f + cnt >= 64) { /* cnt <= 32, so f >= 32 here and the shift below is 1..32 */
-        if (lane < np) zk_st64(sp + 8 * np * (size_t)(m >> 6) + 8 * lane, *pend);
-        *pend = (uint64_t)mine >> (64 - f);
-    }
-}
-
 /* FORMAT.md §7.2's sample, 1024 elements spread over the lanes: returns
  * s8 from the normal exponents and fills the 27-bin histogram around k =
  * s8 / 8, bin by bin (every lane ends with the same counts). *same (every
@@ -605,80 +591,125 @@ ZK int zk_try_c_chunk(const EncArgs& a, uint64_t c, const uint8_t* in, uint32_t 
     return 1;
 }
 
-/* T chunk c (FORMAT.md §4.6) by one warp, or a C chunk (§4.7) when every
- * element has one bit pattern. Slot layout while encoding:
- * header | rest | tier-1 planes | tier-2 planes growing up ... escapes
- * growing down from raw; the tier-3 planes grow up from raw (the slot has
- * room for them past the raw chunk) and move into place at the end. */
+/* T chunk c (FORMAT.md §4.6) by a block of ZK_T_WARPS warps, or a C chunk
+ * (§4.7) when every element has one bit pattern.  Warp 0 takes the sample
+ * and decides; then each warp owns a run of consecutive 64-element groups:
+ *   pass 1  it counts its groups' tier-2, tier-3 and escape entries; a scan
+ *           over the warps gives each its first entry of each kind, and the
+ *           totals give every section's place, and whether the chunk fits
+ *           (the sizes only grow group by group, so fitting at the end is
+ *           fitting at every group, the CPU's test);
+ *   pass 2  it writes its groups' rest bytes and tier-1 planes, its escape
+ *           bytes at their final places, and its tier-2 and tier-3 entries'
+ *           bits into plane words in shared memory (atomic ORs: a word's 64
+ *           entries may come from two warps), which the block then copies
+ *           out.
+ * Every section is written once, in place: no staging past raw, no moves.
+ * Shared memory (ZK_T_SMEM bytes): 64 words of decisions and counts, then
+ * the tier-2 words (2 planes x 256) and tier-3 words (3 planes x 256) as
+ * u32 halves. */
+#define ZK_T_WARPS 8
+#define ZK_T_SMEM (4 * (64 + 2 * 2 * 256 + 3 * 2 * 256))
+
+/* Bits of q (np planes) of tier entry m into the u32-halved words at w. */
+ZK void zk_tier_bits(uint32_t* w, uint32_t m, uint32_t q, uint32_t np) {
+    for (uint32_t k = 0; k < np; k++)
+        if ((q >> k) & 1u) ZK_ATOMIC_OR(&w[2 * (np * (m >> 6) + k) + ((m >> 5) & 1u)], 1u << (m & 31u));
+}
+
 template <int DT>
-ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
+ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint8_t* smem) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
+    const uint32_t tid = ZK_TID(), lane = ZK_LANE(), warp = ZK_WARP(), nt = 32 * ZK_T_WARPS;
+    uint32_t* sh = (uint32_t*)smem; /* [0] verdict, [1] top, [2] shape, [4 + 3w ..] warp w's counts */
+    uint32_t* t2w = sh + 64;        /* tier-2 words */
+    uint32_t* t3w = t2w + 2 * 2 * 256;
     const uint8_t* in;
     uint8_t* out;
     const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, NULL);
-    uint32_t top = 0, shape = 0;
-    int same = 0, ok = zk_t_choose(in, n, dt, es, al, lane, &top, &shape, &same);
-    if (zk_try_c_chunk(a, c, in, n, es, al, same, out, lane)) return;
-    uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
-    uint32_t base = 8 + rest + 16 * G, size = raw; /* base: the tier-2 planes */
-    if (ok && base < raw) {
-        uint8_t* rp = out + 8;
-        uint8_t* hp = out + 8 + n;
-        uint8_t* pp = out + 8 + rest;
-        uint8_t* sp = out + base;
-        uint8_t* tp = out + ((raw + 7) & ~7u); /* tier 3, until the end */
-        uint32_t m2 = 0, m3 = 0, nesc = 0, fits = 1;
-        uint64_t pend2 = 0, pend3 = 0;
-        for (uint32_t g = 0; g < G && fits; g++) {
-            uint32_t bits[2], e[2], r[2], p1[2], b2[2], b3[2], be[2];
+    const uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
+    const uint32_t base = 8 + rest + 16 * G; /* the tier-2 planes */
+    if (warp == 0) { /* the sample, the table, the constant-chunk test */
+        uint32_t top = 0, shape = 0;
+        int same = 0, ok = zk_t_choose(in, n, dt, es, al, lane, &top, &shape, &same);
+        int done = zk_try_c_chunk(a, c, in, n, es, al, same, out, lane);
+        if (lane == 0) sh[0] = done ? 2u : (ok && base < raw) ? 0u : 1u, sh[1] = top, sh[2] = shape;
+    }
+    ZK_SYNCTHREADS();
+    const uint32_t verdict = sh[0], top = sh[1], shape = sh[2]; /* 0: try T, 1: raw, 2: done (C) */
+    if (verdict == 2) return;
+    /* warp w's groups [g0, g1) */
+    const uint32_t per = (G + ZK_T_WARPS - 1) / ZK_T_WARPS, g0 = warp * per < G ? warp * per : G,
+                   g1 = g0 + per < G ? g0 + per : G;
+    uint32_t size = raw;
+    if (verdict == 0) {
+        uint32_t c2 = 0, c3 = 0, ce = 0; /* pass 1: counts */
+        for (uint32_t g = g0; g < g1; g++)
             for (int h = 0; h < 2; h++) {
                 uint32_t i = 64 * g + 32 * h + lane;
                 int valid = i < n;
-                bits[h] = zk_ld_chunk_elem(in, i, n, es, al);
-                e[h] = zcf_exponent(dt, bits[h]);
-                int d = (int)top - (int)e[h];
-                r[h] = zcf_t_rank(shape, (d >= 0 && d <= 12) ? (uint32_t)d : (uint32_t)ZCF_T_ESC);
-                p1[h] = valid ? (r[h] < 3 ? r[h] : 3) : 0;
-                b2[h] = ZK_BALLOT(valid && r[h] >= 3);
-                b3[h] = ZK_BALLOT(valid && r[h] >= 6);
-                be[h] = ZK_BALLOT(valid && r[h] == ZCF_T_ESC);
+                uint32_t e = zcf_exponent(dt, zk_ld_chunk_elem(in, i, n, es, al));
+                int d = (int)top - (int)e;
+                uint32_t r = zcf_t_rank(shape, (d >= 0 && d <= 12) ? (uint32_t)d : (uint32_t)ZCF_T_ESC);
+                c2 += zk_popc(ZK_BALLOT(valid && r >= 3));
+                c3 += zk_popc(ZK_BALLOT(valid && r >= 6));
+                ce += zk_popc(ZK_BALLOT(valid && r == ZCF_T_ESC));
             }
-            uint32_t m2n = m2 + zk_popc(b2[0]) + zk_popc(b2[1]), m3n = m3 + zk_popc(b3[0]) + zk_popc(b3[1]);
-            uint32_t nescn = nesc + zk_popc(be[0]) + zk_popc(be[1]);
-            fits = base + 16 * ((m2n + 63) / 64) + 24 * ((m3n + 63) / 64) + nescn < raw; /* uniform */
-            if (!fits) continue;
-            for (int h = 0; h < 2; h++) {
-                uint32_t i = 64 * g + 32 * h + lane;
-                if (i < n) zk_put_rest(rp, n, i, bits[h], dt);
+        if (lane == 0) sh[4 + 3 * warp] = c2, sh[5 + 3 * warp] = c3, sh[6 + 3 * warp] = ce;
+        ZK_SYNCTHREADS();
+        uint32_t m2 = 0, m3 = 0, nesc = 0, M2 = 0, M3 = 0, NE = 0; /* this warp's first entries; totals */
+        for (uint32_t w = 0; w < ZK_T_WARPS; w++) {
+            if (w == warp) m2 = M2, m3 = M3, nesc = NE;
+            M2 += sh[4 + 3 * w], M3 += sh[5 + 3 * w], NE += sh[6 + 3 * w];
+        }
+        const uint32_t t3 = base + 16 * ((M2 + 63) / 64), n3 = 24 * ((M3 + 63) / 64), ep = t3 + n3;
+        if (ep + NE < raw) { /* fits (uniform over the block) */
+            size = ep + NE;
+            const uint32_t w2 = 2 * 2 * ((M2 + 63) / 64), w3 = 2 * 3 * ((M3 + 63) / 64);
+            for (uint32_t j = tid; j < w2; j += nt) t2w[j] = 0;
+            for (uint32_t j = tid; j < w3; j += nt) t3w[j] = 0;
+            ZK_SYNCTHREADS();
+            uint8_t* rp = out + 8;
+            uint8_t* hp = out + 8 + n;
+            uint8_t* pp = out + 8 + rest;
+            for (uint32_t g = g0; g < g1; g++) { /* pass 2: the writes */
+                uint32_t bits[2], p1[2];
+                for (int h = 0; h < 2; h++) {
+                    uint32_t i = 64 * g + 32 * h + lane;
+                    int valid = i < n;
+                    bits[h] = zk_ld_chunk_elem(in, i, n, es, al);
+                    uint32_t e = zcf_exponent(dt, bits[h]);
+                    int d = (int)top - (int)e;
+                    uint32_t r = zcf_t_rank(shape, (d >= 0 && d <= 12) ? (uint32_t)d : (uint32_t)ZCF_T_ESC);
+                    p1[h] = valid ? (r < 3 ? r : 3) : 0;
+                    uint32_t b2 = ZK_BALLOT(valid && r >= 3), b3 = ZK_BALLOT(valid && r >= 6),
+                             be = ZK_BALLOT(valid && r == ZCF_T_ESC), below = zk_lanemask_lt(lane);
+                    if ((b2 >> lane) & 1u) zk_tier_bits(t2w, m2 + zk_popc(b2 & below), r >= 6 ? 3 : r - 3, 2);
+                    if ((b3 >> lane) & 1u) zk_tier_bits(t3w, m3 + zk_popc(b3 & below), r - 6, 3);
+                    if ((be >> lane) & 1u) out[ep + nesc + zk_popc(be & below)] = (uint8_t)e;
+                    m2 += zk_popc(b2), m3 += zk_popc(b3), nesc += zk_popc(be);
+                    if (valid) zk_put_rest(rp, n, i, bits[h], dt);
+                }
+                if (dt == ZCF_DT_FP16)
+                    zk_put_planes(hp + 24 * g, 64 * g + lane < n ? zk_fp16_hi3(bits[0]) : 0,
+                                  64 * g + 32 + lane < n ? zk_fp16_hi3(bits[1]) : 0, lane, 3);
+                zk_put_planes(pp + 16 * g, p1[0], p1[1], lane, 2);
             }
-            if (dt == ZCF_DT_FP16)
-                zk_put_planes(hp + 24 * g, 64 * g + lane < n ? zk_fp16_hi3(bits[0]) : 0,
-                              64 * g + 32 + lane < n ? zk_fp16_hi3(bits[1]) : 0, lane, 3);
-            zk_put_planes(pp + 16 * g, p1[0], p1[1], lane, 2);
-            for (int h = 0; h < 2; h++) {
-                uint32_t q2 = r[h] >= 6 ? 3 : r[h] - 3, q3 = r[h] - 6; /* read only where the ballots say */
-                if (b2[h]) zk_tier_add(sp, &pend2, m2, b2[h], q2, lane, 2);
-                if (b3[h]) zk_tier_add(tp, &pend3, m3, b3[h], q3, lane, 3);
-                m2 += zk_popc(b2[h]);
-                m3 += zk_popc(b3[h]);
-                if ((be[h] >> lane) & 1u) out[raw - 1 - nesc - zk_popc(be[h] & zk_lanemask_lt(lane))] = (uint8_t)e[h];
-                nesc += zk_popc(be[h]);
+            ZK_SYNCTHREADS(); /* every entry's bits are in the words */
+            for (uint32_t j = tid; j < w2; j += nt) zcf_st32(out + base + 4 * j, t2w[j]);
+            for (uint32_t j = tid; j < w3; j += nt) zcf_st32(out + t3 + 4 * j, t3w[j]);
+            if (tid == 0) {
+                out[0] = (uint8_t)ZCF_MODE_T, out[1] = (uint8_t)top, out[2] = (uint8_t)shape, out[3] = 0;
+                zcf_st32(out + 4, NE);
             }
         }
-        if (fits) {
-            if ((m2 & 63) && lane < 2) zk_st64(sp + 16 * (size_t)(m2 >> 6) + 8 * lane, pend2);
-            if ((m3 & 63) && lane < 3) zk_st64(tp + 24 * (size_t)(m3 >> 6) + 8 * lane, pend3);
-            ZK_SYNCWARP();
-            uint32_t t3 = base + 16 * ((m2 + 63) / 64), n3 = 24 * ((m3 + 63) / 64); /* below raw - nesc */
-            for (uint32_t j = lane; j < n3; j += 32) out[t3 + j] = tp[j];
-            zk_place_escapes(out, t3 + n3, raw, nesc, lane);
-            size = t3 + n3 + nesc;
-            zk_put_chunk_header(out, ZCF_MODE_T, top, shape, nesc, lane);
-        }
-        ZK_SYNCWARP(); /* the raw rewrite below must land after the T bytes */
     }
-    if (size == raw) zk_write_raw(out, in, n * es, lane);
-    zk_finish_chunk(a, c, out, size, lane);
+    if (size == raw) { /* the raw chunk, by the whole block */
+        if (tid < 8) out[tid] = 0; /* mode 0, top 0, table 0, reserved 0, n_esc 0 */
+        for (uint32_t j = tid; j < n * es; j += nt) out[8 + j] = in[j];
+    }
+    ZK_SYNCTHREADS(); /* the chunk's bytes are visible to warp 0 */
+    if (warp == 0) zk_finish_chunk(a, c, out, size, lane);
 }
 
 /* R chunk c (FORMAT.md §4.4) by one warp; smem: 128 bytes of table, then
@@ -785,13 +816,13 @@ template <int MODE, int DT>
 ZK void zk_encode_warp(const EncArgs& a) {
     uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
     if (c >= a.n_chunks) return;
-    if (MODE == ZCF_MODE_T) zk_encode_t_chunk<DT>(a, c, ZK_LANE());
-    else if (MODE == ZCF_MODE_F2) zk_encode_f2_chunk<DT>(a, c, ZK_LANE());
+    if (MODE == ZCF_MODE_F2) zk_encode_f2_chunk<DT>(a, c, ZK_LANE());
     else zk_encode_f3_chunk<DT>(a, c, ZK_LANE());
 }
-ZK void encode_t_bf16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_T, ZCF_DT_BF16>(a); }
-ZK void encode_t_fp16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_T, ZCF_DT_FP16>(a); }
-ZK void encode_t_fp32_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_T, ZCF_DT_FP32>(a); }
+/* T: one block of ZK_T_WARPS warps per chunk */
+ZK void encode_t_bf16_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_BF16>(a, ZK_BID(), ZK_SMEM()); }
+ZK void encode_t_fp16_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_FP16>(a, ZK_BID(), ZK_SMEM()); }
+ZK void encode_t_fp32_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_FP32>(a, ZK_BID(), ZK_SMEM()); }
 ZK void encode_f2_bf16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_BF16>(a); }
 ZK void encode_f2_fp16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_FP16>(a); }
 ZK void encode_f2_fp32_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_FP32>(a); }
@@ -1363,9 +1394,9 @@ static zipcclResult_t zk_sync(void* stream) {
  * (<= 64 registers) to keep enough loads in flight. */
 #define ZK_KERNEL(name, Args, threads, min_blocks) \
     __global__ void __launch_bounds__(threads, min_blocks) k_##name(const __grid_constant__ Args a) { name##_body(a); }
-ZK_KERNEL(encode_t_bf16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
-ZK_KERNEL(encode_t_fp16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
-ZK_KERNEL(encode_t_fp32, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(encode_t_bf16, EncArgs, 32 * ZK_T_WARPS, 4)
+ZK_KERNEL(encode_t_fp16, EncArgs, 32 * ZK_T_WARPS, 4)
+ZK_KERNEL(encode_t_fp32, EncArgs, 32 * ZK_T_WARPS, 4)
 ZK_KERNEL(encode_f2_bf16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f2_fp16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f2_fp32, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
@@ -1590,11 +1621,11 @@ static zipcclResult_t zk_compress_launch(ZkEnc* x, uint8_t* ws, void* stream) {
     if (codec == zipcclCodecDense)
         ZIPCCL_TRY(ZK_LAUNCH(encode_r, nc, 32, zk_encode_r_smem(), stream, e));
     else if (codec == zipcclCodecFast && dt == ZCF_DT_BF16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_t_bf16, warp_blocks, wb, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_t_bf16, nc, 32 * ZK_T_WARPS, ZK_T_SMEM, stream, e));
     else if (codec == zipcclCodecFast && dt == ZCF_DT_FP16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_t_fp16, warp_blocks, wb, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_t_fp16, nc, 32 * ZK_T_WARPS, ZK_T_SMEM, stream, e));
     else if (codec == zipcclCodecFast)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_t_fp32, warp_blocks, wb, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_t_fp32, nc, 32 * ZK_T_WARPS, ZK_T_SMEM, stream, e));
     else if (codec == zipcclCodecF2 && dt == ZCF_DT_BF16)
         ZIPCCL_TRY(ZK_LAUNCH(encode_f2_bf16, warp_blocks, wb, 0, stream, e));
     else if (codec == zipcclCodecF2 && dt == ZCF_DT_FP16)
