@@ -642,6 +642,7 @@ ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint8_t* smem) {
     const uint32_t per = (G + ZK_T_WARPS - 1) / ZK_T_WARPS, g0 = warp * per < G ? warp * per : G,
                    g1 = g0 + per < G ? g0 + per : G;
     uint32_t size = raw;
+    int coded = 0; /* uniform over the block */
     if (verdict == 0) {
         uint32_t c2 = 0, c3 = 0, ce = 0; /* pass 1: counts */
         for (uint32_t g = g0; g < g1; g++)
@@ -663,7 +664,8 @@ ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint8_t* smem) {
             M2 += sh[4 + 3 * w], M3 += sh[5 + 3 * w], NE += sh[6 + 3 * w];
         }
         const uint32_t t3 = base + 16 * ((M2 + 63) / 64), n3 = 24 * ((M3 + 63) / 64), ep = t3 + n3;
-        if (ep + NE < raw) { /* fits (uniform over the block) */
+        if (ep + NE < raw) { /* fits (the coded chunk is smaller than raw) */
+            coded = 1;
             size = ep + NE;
             const uint32_t w2 = 2 * 2 * ((M2 + 63) / 64), w3 = 2 * 3 * ((M3 + 63) / 64);
             for (uint32_t j = tid; j < w2; j += nt) t2w[j] = 0;
@@ -704,7 +706,7 @@ ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint8_t* smem) {
             }
         }
     }
-    if (size == raw) { /* the raw chunk, by the whole block */
+    if (!coded) { /* the raw chunk, by the whole block */
         if (tid < 8) out[tid] = 0; /* mode 0, top 0, table 0, reserved 0, n_esc 0 */
         for (uint32_t j = tid; j < n * es; j += nt) out[8 + j] = in[j];
     }
