@@ -18,7 +18,9 @@
  *   decompress  the host reads and checks the 16-byte header; k_plan checks
  *               the header checksum and the chunk table and prefix-sums the
  *               chunk offsets; k_sums checks chunk checksums; k_decode (one
- *               warp per chunk) validates and decodes each chunk. Every read
+ *               block of 8 warps per chunk: a T chunk split over the warps
+ *               as the encoder splits it, other modes by warp 0) validates
+ *               and decodes each chunk. Every read
  *               is bounded by sizes validated before it, so a corrupt frame
  *               returns zipcclCorruptStream and never faults or writes outside
  *               the caller's output.
@@ -1178,8 +1180,16 @@ ZK int zk_decode_f2(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
  * code-3 bits, m3 that of tier 2's, so both are counted (and padding
  * checked) before the size can be. Each element's codes come from its own
  * lane: a ballot gives its rank among the half's tier-2 (tier-3) entries. */
+/* T chunk by the block's ZK_T_WARPS warps (the encoder's split: warp w
+ * decodes a run of consecutive groups).  Every warp checks the layout
+ * itself (the same reads, the same verdict on every warp, so the block
+ * leaves together); a warp's first tier-2 and tier-3 entries are counts over
+ * the planes before its groups (popcounts of the tier-1 and tier-2 words);
+ * its first escape byte comes from a scan over the warps of the escapes each
+ * counts in its groups.  sc: ZK_T_WARPS + 1 words of shared memory.
+ * Returns nonzero on every thread if the chunk is corrupt. */
 template <int DT>
-ZK int zk_decode_t(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
+ZK int zk_decode_t(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t warp, uint32_t* sc) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.dst_aligned;
     const uint32_t n = k.n, top = k.top, nesc = k.nesc, emax = k.emax, shape = k.tbl;
     const uint64_t G = k.G, fixed = 8 + k.rest + 16 * G;
@@ -1187,22 +1197,77 @@ ZK int zk_decode_t(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
     if (shape >= ZCF_T_SHAPES || a.version < 2 || k.size < fixed + nesc) return 1;
     const uint8_t* pp = rp + k.rest;
     if (zk_pad_bad(pp, n, 2)) return 1;
-    uint32_t m2 = 0, m3 = 0;
-    for (uint64_t g = lane; g < G; g += 32) m2 += zk_popc64(zk_ld64(pp + 16 * g) & zk_ld64(pp + 16 * g + 8));
-    for (uint32_t d = 16; d; d >>= 1) m2 += ZK_SHFL(m2, lane ^ d);
+    /* warp w's groups [g0, g1) */
+    const uint32_t per = (uint32_t)((G + ZK_T_WARPS - 1) / ZK_T_WARPS);
+    const uint32_t g0 = warp * per < G ? warp * per : (uint32_t)G, g1 = g0 + per < G ? g0 + per : (uint32_t)G;
+    uint32_t m2 = 0, m3 = 0, s2 = 0, s3 = 0; /* totals; this warp's first entries */
+    for (uint64_t g = lane; g < G; g += 32) {
+        uint32_t c = zk_popc64(zk_ld64(pp + 16 * g) & zk_ld64(pp + 16 * g + 8));
+        m2 += c;
+        if (g < g0) s2 += c;
+    }
+    for (uint32_t d = 16; d; d >>= 1) m2 += ZK_SHFL(m2, lane ^ d), s2 += ZK_SHFL(s2, lane ^ d);
     uint64_t H2 = (m2 + 63) / 64;
     if (k.size < fixed + 16 * H2 + nesc) return 1;
     const uint8_t* sp = pp + 16 * G;
     if (zk_pad_bad(sp, m2, 2)) return 1;
-    for (uint64_t g = lane; g < H2; g += 32) m3 += zk_popc64(zk_ld64(sp + 16 * g) & zk_ld64(sp + 16 * g + 8));
-    for (uint32_t d = 16; d; d >>= 1) m3 += ZK_SHFL(m3, lane ^ d);
+    for (uint64_t g = lane; g < H2; g += 32) {
+        uint64_t w = zk_ld64(sp + 16 * g) & zk_ld64(sp + 16 * g + 8);
+        m3 += zk_popc64(w);
+        if (64 * g + 64 <= s2) s3 += zk_popc64(w); /* tier-2 entries before s2: this warp's first tier-3 entry */
+        else if (64 * g < s2) s3 += zk_popc64(w & ((1ull << (s2 - 64 * g)) - 1));
+    }
+    for (uint32_t d = 16; d; d >>= 1) m3 += ZK_SHFL(m3, lane ^ d), s3 += ZK_SHFL(s3, lane ^ d);
     uint64_t H3 = (m3 + 63) / 64;
     if (k.size != fixed + 16 * H2 + 24 * H3 + nesc) return 1;
     const uint8_t* tp = sp + 16 * H2;
     const uint8_t* ep = tp + 24 * H3;
     if (zk_pad_bad(tp, m3, 3) || (dt == ZCF_DT_FP16 && zk_pad_bad(rp + n, n, 3))) return 1;
-    uint32_t err = 0, run = 0, run2 = 0, run3 = 0;
-    for (uint32_t g = 0; g < G; g++) {
+    /* one element's rank r from its tier-1 code and the tiers' running counts */
+    auto rank = [&](uint64_t w0, uint64_t w1, uint32_t j, int valid, uint32_t* run2, uint32_t* run3) {
+        uint32_t r = zk_plane_bits(w0, w1, 0, j), q2 = 0;
+        int tier2 = valid && r == 3;
+        uint32_t b2 = ZK_BALLOT(tier2);
+        if (tier2) { /* entry t < m2: run2 counts the same bits as m2 */
+            uint32_t t = *run2 + zk_popc(b2 & zk_lanemask_lt(lane));
+            const uint8_t* w = sp + 16 * (size_t)(t >> 6) + ((t & 63) >> 3);
+            q2 = ((w[0] >> (t & 7)) & 1u) | (((w[8] >> (t & 7)) & 1u) << 1);
+            r = 3 + q2;
+        }
+        *run2 += zk_popc(b2);
+        int tier3 = tier2 && q2 == 3;
+        uint32_t b3 = ZK_BALLOT(tier3);
+        if (tier3) {
+            uint32_t t = *run3 + zk_popc(b3 & zk_lanemask_lt(lane));
+            const uint8_t* w = tp + 24 * (size_t)(t >> 6) + ((t & 63) >> 3);
+            r = 6 + (((w[0] >> (t & 7)) & 1u) | (((w[8] >> (t & 7)) & 1u) << 1) | (((w[16] >> (t & 7)) & 1u) << 2));
+        }
+        *run3 += zk_popc(b3);
+        return r;
+    };
+    /* pass 1: this warp's escapes, then a scan over the warps */
+    uint32_t run2 = s2, run3 = s3, ce = 0;
+    for (uint32_t g = g0; g < g1; g++) {
+        uint64_t w0 = zk_ld64(pp + 16 * g), w1 = zk_ld64(pp + 16 * g + 8);
+        for (uint32_t h = 0; h < 2; h++) {
+            uint32_t j = 32 * h + lane, i = 64 * g + j;
+            int valid = i < n;
+            uint32_t r = rank(w0, w1, j, valid, &run2, &run3);
+            ce += zk_popc(ZK_BALLOT(valid && zcf_t_pos(shape, r) == ZCF_T_ESC));
+        }
+    }
+    if (lane == 0) sc[warp] = ce;
+    ZK_SYNCTHREADS();
+    uint32_t run = 0, total = 0;
+    for (uint32_t w = 0; w < ZK_T_WARPS; w++) {
+        if (w == warp) run = total;
+        total += sc[w];
+    }
+    ZK_SYNCTHREADS(); /* sc is read by all before it is written again */
+    /* pass 2: the elements */
+    uint32_t err = 0;
+    run2 = s2, run3 = s3;
+    for (uint32_t g = g0; g < g1; g++) {
         uint64_t w0 = zk_ld64(pp + 16 * g), w1 = zk_ld64(pp + 16 * g + 8), h0 = 0, h1 = 0, h2 = 0;
         if (dt == ZCF_DT_FP16) {
             const uint8_t* hw = rp + n + 24 * g;
@@ -1211,24 +1276,7 @@ ZK int zk_decode_t(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
         for (uint32_t h = 0; h < 2; h++) {
             uint32_t j = 32 * h + lane, i = 64 * g + j;
             int valid = i < n;
-            uint32_t r = zk_plane_bits(w0, w1, 0, j), q2 = 0;
-            int tier2 = valid && r == 3;
-            uint32_t b2 = ZK_BALLOT(tier2);
-            if (tier2) { /* entry t < m2: run2 counts the same bits as m2 */
-                uint32_t t = run2 + zk_popc(b2 & zk_lanemask_lt(lane));
-                const uint8_t* w = sp + 16 * (size_t)(t >> 6) + ((t & 63) >> 3);
-                q2 = ((w[0] >> (t & 7)) & 1u) | (((w[8] >> (t & 7)) & 1u) << 1);
-                r = 3 + q2;
-            }
-            run2 += zk_popc(b2);
-            int tier3 = tier2 && q2 == 3;
-            uint32_t b3 = ZK_BALLOT(tier3);
-            if (tier3) {
-                uint32_t t = run3 + zk_popc(b3 & zk_lanemask_lt(lane));
-                const uint8_t* w = tp + 24 * (size_t)(t >> 6) + ((t & 63) >> 3);
-                r = 6 + (((w[0] >> (t & 7)) & 1u) | (((w[8] >> (t & 7)) & 1u) << 1) | (((w[16] >> (t & 7)) & 1u) << 2));
-            }
-            run3 += zk_popc(b3);
+            uint32_t r = rank(w0, w1, j, valid, &run2, &run3);
             uint32_t d = zcf_t_pos(shape, r);
             uint32_t e = zk_exponent_of(valid, d == ZCF_T_ESC, d, top, ep, nesc, emax, lane, &run, &err);
             if (valid) {
@@ -1237,7 +1285,13 @@ ZK int zk_decode_t(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
             }
         }
     }
-    return ZK_BALLOT(err || run != nesc) != 0;
+    if (lane == 0) sc[ZK_T_WARPS] = 0;
+    ZK_SYNCTHREADS();
+    if (ZK_BALLOT(err) && lane == 0) ZK_ATOMIC_OR(&sc[ZK_T_WARPS], 1u);
+    ZK_SYNCTHREADS();
+    const int bad = sc[ZK_T_WARPS] != 0 || total != nesc;
+    ZK_SYNCTHREADS(); /* sc is read by all before the next use */
+    return bad;
 }
 
 /* R chunk; sm: 33 u32 of this warp's shared memory for the table. */
@@ -1317,7 +1371,7 @@ ZK int zk_decode_r(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t* 
 
 /* Decodes chunk c; returns nonzero (on every lane) if it is corrupt. */
 template <int DT>
-ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t* sm) {
+ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t warp, uint32_t* sm) {
     const int es = DT == ZCF_DT_FP32 ? 4 : 2;
     uint64_t first = c << a.chunk_log2, C = 1ull << a.chunk_log2;
     ZkChunk k;
@@ -1333,41 +1387,48 @@ ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t* sm
     k.G = (k.n + 63) / 64;
     uint32_t mode = k.p[0];
     if (k.p[3]) return 1;
-    if (mode == ZCF_MODE_RAW) {
+    const uint32_t tid = 32 * warp + lane, nt = 32 * ZK_T_WARPS;
+    if (mode == ZCF_MODE_RAW) { /* every warp copies */
         if (k.top || k.tbl || k.nesc || k.size != 8 + (uint64_t)k.n * es) return 1;
-        for (uint32_t j = lane; j < k.n * (uint32_t)es; j += 32) k.out[j] = k.p[8 + j];
+        for (uint32_t j = tid; j < k.n * (uint32_t)es; j += nt) k.out[j] = k.p[8 + j];
         return 0;
     }
     if (mode == ZCF_MODE_C) { /* FORMAT.md 4.7: version 3 only */
         if (a.version < 3 || k.top || k.tbl || k.nesc || k.size != 8 + (uint64_t)es) return 1;
         uint32_t v = es == 2 ? zcf_ld16(k.p + 8) : zcf_ld32(k.p + 8);
         int al = a.dst_aligned;
-        for (uint32_t i = lane; i < k.n; i += 32) zk_st_elem(k.out + (size_t)i * es, v, es, al);
+        for (uint32_t i = tid; i < k.n; i += nt) zk_st_elem(k.out + (size_t)i * es, v, es, al);
         return 0;
     }
     if (k.top > k.emax || k.nesc > k.n) return 1;
     k.rp = k.p + 8 + (mode == ZCF_MODE_R ? 2 * (int)ZCF_R_LANES : 0);
+    if (mode == ZCF_MODE_T) return zk_decode_t<DT>(a, k, lane, warp, sm + 40); /* every warp */
+    if (warp) return 0; /* F3, F2, R: warp 0 alone */
     if (mode == ZCF_MODE_F3) return zk_decode_f3<DT>(a, k, lane);
     if (mode == ZCF_MODE_F2) return zk_decode_f2<DT>(a, k, lane);
-    if (mode == ZCF_MODE_T) return zk_decode_t<DT>(a, k, lane);
     if (mode == ZCF_MODE_R) return zk_decode_r<DT>(a, k, lane, sm);
     return 1;
 }
+/* One block of ZK_T_WARPS warps per chunk: T chunks by all of them (the
+ * encoder's split), the others by warp 0 (raw and constant chunks' copies
+ * by all).  Shared memory: ZK_DEC_SMEM bytes (warp 0's R table, then the T
+ * decoder's scan words). */
+#define ZK_DEC_SMEM (4 * (40 + ZK_T_WARPS + 1))
 template <int DT>
-ZK void zk_decode_warp(const DecArgs& a) {
-    uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
-    uint32_t lane = ZK_LANE();
+ZK void zk_decode_block(const DecArgs& a) {
+    uint64_t c = ZK_BID();
+    uint32_t lane = ZK_LANE(), warp = ZK_WARP();
     if (c >= a.n_chunks) return;
-    if (ZK_BALLOT(a.status[0] != 0)) return; /* table or checksum failed: write nothing */
-    uint32_t* sm = (uint32_t*)ZK_SMEM() + 40 * ZK_WARP();
-    if (zk_decode_chunk<DT>(a, c, lane, sm) && lane == 0) {
+    if (ZK_BALLOT(a.status[0] != 0)) return; /* table or checksum failed: write nothing (uniform) */
+    uint32_t* sm = (uint32_t*)ZK_SMEM();
+    if (zk_decode_chunk<DT>(a, c, lane, warp, sm) && lane == 0) {
         ZK_ATOMIC_OR(&a.status[1], 1u);
         ZK_ATOMIC_MAX(&a.status[2], 0xFFFFFFFFu - (uint32_t)(c < 0xFFFFFFFEu ? c : 0xFFFFFFFEu));
     }
 }
-ZK void decode_bf16_body(const DecArgs& a) { zk_decode_warp<ZCF_DT_BF16>(a); }
-ZK void decode_fp16_body(const DecArgs& a) { zk_decode_warp<ZCF_DT_FP16>(a); }
-ZK void decode_fp32_body(const DecArgs& a) { zk_decode_warp<ZCF_DT_FP32>(a); }
+ZK void decode_bf16_body(const DecArgs& a) { zk_decode_block<ZCF_DT_BF16>(a); }
+ZK void decode_fp16_body(const DecArgs& a) { zk_decode_block<ZCF_DT_FP16>(a); }
+ZK void decode_fp32_body(const DecArgs& a) { zk_decode_block<ZCF_DT_FP32>(a); }
 
 /* ------------------------------------------------------------------------ */
 /* 9. Kernels and launches                                                   */
@@ -1411,9 +1472,9 @@ ZK_KERNEL(assemble, AsmArgs, ZK_COPY_THREADS, 1)
 ZK_KERNEL(hsum, AsmArgs, 32, 1)
 ZK_KERNEL(put, PutArgs, 32, 1)
 ZK_KERNEL(sums, SumArgs, 32 * ZK_WARPS_PER_BLOCK, 1)
-ZK_KERNEL(decode_bf16, DecArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
-ZK_KERNEL(decode_fp16, DecArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
-ZK_KERNEL(decode_fp32, DecArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(decode_bf16, DecArgs, 32 * ZK_T_WARPS, 4)
+ZK_KERNEL(decode_fp16, DecArgs, 32 * ZK_T_WARPS, 4)
+ZK_KERNEL(decode_fp32, DecArgs, 32 * ZK_T_WARPS, 4)
 
 static zipcclResult_t zk_cuda(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return zipcclSuccess;
@@ -1882,13 +1943,9 @@ static zipcclResult_t zk_dec_launch(const ZkDec* x, uint8_t* ws, uint32_t* statu
     d.chunk_log2 = x->log2;
     d.dst_aligned = ((uintptr_t)x->dst % x->es) == 0;
     d.tab = zk_tables();
-    uint64_t warp_blocks = (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK;
-    size_t dsm = 40 * 4 * ZK_WARPS_PER_BLOCK;
-    if (x->dt == ZCF_DT_BF16)
-        return ZK_LAUNCH(decode_bf16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d);
-    if (x->dt == ZCF_DT_FP16)
-        return ZK_LAUNCH(decode_fp16, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d);
-    return ZK_LAUNCH(decode_fp32, warp_blocks, 32 * ZK_WARPS_PER_BLOCK, dsm, stream, d);
+    if (x->dt == ZCF_DT_BF16) return ZK_LAUNCH(decode_bf16, nc, 32 * ZK_T_WARPS, ZK_DEC_SMEM, stream, d);
+    if (x->dt == ZCF_DT_FP16) return ZK_LAUNCH(decode_fp16, nc, 32 * ZK_T_WARPS, ZK_DEC_SMEM, stream, d);
+    return ZK_LAUNCH(decode_fp32, nc, 32 * ZK_T_WARPS, ZK_DEC_SMEM, stream, d);
 }
 
 static zipcclResult_t zk_dec_verdict(const ZkDec* x, const uint32_t st[3]) {
