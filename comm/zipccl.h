@@ -290,7 +290,9 @@ typedef struct {
  *       (docs/COLLECTIVES.md): auto (default) takes the one that sends fewer
  *       bytes; the bits are the same.
  *   ZIPCCL_PIECE_BYTES, ZIPCCL_CALIBRATE=0|1, ZIPCCL_LINK_GBPS (> 0),
- *   ZIPCCL_LINK_ALPHA_US (> 0), ...: see docs/COLLECTIVES.md §8.
+ *   ZIPCCL_LINK_ALPHA_US (> 0), ZIPCCL_INTRA_GBPS (> 0, the link inside a
+ *   node: auto's model then prices hier), ZIPCCL_INTRA_ALPHA_US (> 0), ...:
+ *   see docs/COLLECTIVES.md §8.
  * The timeout is per call.  100 s, as TorchTitan's training steps use
  * (comm.train_timeout_seconds; PyTorch's ProcessGroupNCCL waits 10 min): a
  * collective of a training step here takes milliseconds to seconds, so one

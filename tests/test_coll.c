@@ -490,7 +490,8 @@ int main(int argc, char** argv) {
         {"ZIPCCL_A2A_WINDOW", "0"}, {"ZIPCCL_A2A_INFLIGHT", "-1"}, {"ZIPCCL_A2A_INFLIGHT", "2x"},
         {"ZIPCCL_AUTO_CONTEND", "-5"}, {"ZIPCCL_AUTO_CONTEND", "0.1"},
         {"ZIPCCL_LINK_GBPS", "0"}, {"ZIPCCL_LINK_GBPS", "-1"}, {"ZIPCCL_LINK_GBPS", "10G"},
-        {"ZIPCCL_LINK_ALPHA_US", "0"}, {"ZIPCCL_LINK_ALPHA_US", "-3"}, {"ZIPCCL_LOG", "7"}, {"ZIPCCL_LOG", "-1"},
+        {"ZIPCCL_LINK_ALPHA_US", "0"}, {"ZIPCCL_LINK_ALPHA_US", "-3"}, {"ZIPCCL_INTRA_GBPS", "0"},
+        {"ZIPCCL_INTRA_GBPS", "fast"}, {"ZIPCCL_INTRA_ALPHA_US", "-1"}, {"ZIPCCL_LOG", "7"}, {"ZIPCCL_LOG", "-1"},
         {"ZIPCCL_LOG", "yes"}, {"ZIPCCL_CALIBRATE", "2"}, {"ZIPCCL_AUTO_EXPLORE", "on"},
         {"ZIPCCL_TIMEOUT_S", "-1"}, {"ZIPCCL_TIMEOUT_S", "nan"}, {"ZIPCCL_PIECE_BYTES", "100"}};
     const size_t nbad = sizeof bad / sizeof bad[0];

@@ -18,7 +18,9 @@
  * between nodes (Gaussian data compresses); a flat compressed AllGather codes
  * its in-node hops too.  Small pieces (ZIPCCL_PIECE_BYTES=65536) so blocks
  * span several.  Auto at 2 x 2 (4 x 2 at 8 ranks) measures the hier designs,
- * and on one node never runs them (autoHier).
+ * and on one node never runs them (autoHier); by the model alone it runs
+ * them when a fast node link is declared, and not when it is slow
+ * (modelHier).
  */
 #include <math.h>
 #include <stdint.h>
@@ -402,6 +404,47 @@ static void autoHier(int k) {
     zipcclCommDestroy(comm);
 }
 
+/* Auto by the model alone (a declared link turns the measured selection
+ * off) on nodes of k ranks: with ZIPCCL_INTRA_GBPS declaring a node link
+ * far faster than the 1 Gbit/s between nodes, every call of a large
+ * AllGather runs a hier design; with the node link as slow, none does.
+ * Every call equals MPI_Allgather. */
+static void modelHier(int k, const char* intraGbps, int wantHier) {
+    enum { kCalls = 3 };
+    const size_t count = 2 << 20; /* bf16: 4 MiB per rank */
+    setenv("ZIPCCL_LINK_GBPS", "1", 1);
+    setenv("ZIPCCL_INTRA_GBPS", intraGbps, 1);
+    zipcclComm_t comm = newComm();
+    uint16_t* in = malloc(count * 2);
+    uint16_t* want = malloc(count * 2 * (size_t)nranks);
+    uint16_t* got = malloc(count * 2 * (size_t)nranks);
+    fill(in, count, zipcclBfloat16, rank, 91);
+    MPI_Allgather(in, (int)count, MPI_UINT16_T, want, (int)count, MPI_UINT16_T, MPI_COMM_WORLD);
+    zipcclCallConfig_t cfg = {zipcclStrategyAuto, zipcclCodecDefault, zipcclAlgoDefault};
+    zipcclCounters_t c0, c1;
+    zipcclCommGetCounters(comm, zipcclCollAllGather, &c0);
+    int ok = 1;
+    for (int i = 0; i < kCalls && ok; i++) {
+        memset(got, 0xEE, count * 2 * (size_t)nranks);
+        zipcclResult_t r = zipcclAllGather(in, got, count, zipcclBfloat16, comm, &cfg, NULL);
+        EXPECT(r == zipcclSuccess && !memcmp(got, want, count * 2 * (size_t)nranks),
+               "rank %d: auto AllGather %d: %s", rank, i, r == zipcclSuccess ? "differs from MPI_Allgather"
+                                                                           : zipcclGetLastErrorDetail());
+    }
+    zipcclCommGetCounters(comm, zipcclCollAllGather, &c1);
+    const unsigned long long hier = (unsigned long long)(c1.byAlgo[zipcclAlgoHier] - c0.byAlgo[zipcclAlgoHier]);
+    EXPECT(hier == (wantHier ? kCalls : 0), "rank %d: node link %s Gbit/s: %llu of %d calls ran hier, want %d",
+           rank, intraGbps, hier, kCalls, wantHier ? kCalls : 0);
+    char name[160];
+    snprintf(name, sizeof name, "auto by the model, %d x %d, node link %s Gbit/s, 1 between nodes: %s", nranks / k, k,
+             intraGbps, wantHier ? "hier every call" : "flat every call");
+    report(ok, name);
+    free(in), free(want), free(got);
+    zipcclCommDestroy(comm);
+    unsetenv("ZIPCCL_LINK_GBPS");
+    unsetenv("ZIPCCL_INTRA_GBPS");
+}
+
 int main(int argc, char** argv) {
     int prov;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
@@ -424,6 +467,8 @@ int main(int argc, char** argv) {
     subComms();
     unsetenv("ZIPCCL_STRATEGY"); /* auto per call, with its calibration */
     autoHier(2);
+    modelHier(2, "100", 1);
+    modelHier(2, "1", 0);
     unsetenv("ZIPCCL_NODE_SIZE");
     autoHier(nranks); /* one node here */
     setenv("ZIPCCL_STRATEGY", "raw", 1);

@@ -16,7 +16,9 @@
  *       fixed cost, by hand, and never below the pipelined estimate;
  *   (e) hier compressed beats flat compressed where the node's link is
  *       faster than the codec and the nodes' slower than both, and loses to
- *       it where the node's link is the slow one.
+ *       it where the node's link is the slow one;
+ *   (f) zipcclTuneDecide with a declared node link picks hier where it
+ *       pays, and without one never.
  * Pure functions: one process, no MPI.
  */
 #include <math.h>
@@ -24,6 +26,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "transport.h" /* the zipcclTp* capability flags */
 #include "tune.h"
 #include "zipccl.h"
 
@@ -173,6 +176,32 @@ int main(void) {
             snprintf(name, sizeof name, "hier_loses_where_the_node_is_slow/%s", zipcclCollName(kinds[ki]));
             CHECK(h2 > f2, name, "hier %.6g s, flat %.6g s", h2, f2);
         }
+    }
+    /* (f) zipcclTuneDecide with a declared intra-node link (intraBeta):
+     * every design priced on two levels, so at 2 x 2 with a fast node and
+     * 1 Gbit/s between nodes a large AllGather picks a hier design, with
+     * the node's link as slow as the nodes' it does not, and without a
+     * declared node link (the one-link model) it never does. */
+    {
+        zipcclTuneModel m = link(50e-6, 1e9 / 8); /* between nodes: 1 Gbit/s */
+        const zipcclTuneQuery q = {zipcclCollAllGather, zipcclBfloat16, 4.0 * (1 << 20), 4, 65536,
+                                   zipcclTpHostControl | zipcclTpRing, 1, 2};
+        zipcclTuneDesign cand[ZIPCCL_TUNE_NDESIGNS];
+        int nc = 0, b;
+        b = zipcclTuneDecide(&m, &q, cand, &nc);
+        const int noDecl = cand[b].algo != zipcclAlgoHier;
+        const double flatNoDecl = cand[b].t;
+        m.intraBeta = 100e9 / 8, m.intraAlpha = 5e-6;
+        b = zipcclTuneDecide(&m, &q, cand, &nc);
+        const int fast = cand[b].algo == zipcclAlgoHier;
+        char best[64];
+        snprintf(best, sizeof best, "%s %.3f ms", cand[b].name, cand[b].t * 1e3);
+        m.intraBeta = m.beta, m.intraAlpha = m.alpha;
+        b = zipcclTuneDecide(&m, &q, cand, &nc);
+        const int slow = cand[b].algo != zipcclAlgoHier;
+        CHECK(noDecl && fast && slow, "decide_prices_hier_with_a_declared_node_link",
+              "one link: flat (%d, %.3f ms); node 100 Gbit/s: hier (%d: %s); node as slow as the nodes: flat (%d)",
+              noDecl, flatNoDecl * 1e3, fast, best, slow);
     }
     return tu_exit();
 }

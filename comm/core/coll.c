@@ -218,6 +218,8 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
     double x = 0;
     ZIPCCL_TRY(envNumber("ZIPCCL_LINK_GBPS", 0, 0, 1e6, "Gbit/s > 0", &x));
     ZIPCCL_TRY(envNumber("ZIPCCL_LINK_ALPHA_US", 0, 0, 1e9, "microseconds > 0", &x));
+    ZIPCCL_TRY(envNumber("ZIPCCL_INTRA_GBPS", 0, 0, 1e6, "Gbit/s > 0", &x));
+    ZIPCCL_TRY(envNumber("ZIPCCL_INTRA_ALPHA_US", 0, 0, 1e9, "microseconds > 0", &x));
     long long v = 0;
     ZIPCCL_TRY(envInt("ZIPCCL_LOG", 0, 2, "0, 1 or 2", &v));
     c->model.log = (int)v;

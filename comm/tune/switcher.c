@@ -15,7 +15,10 @@
  *     ZIPCCL_A2AV_AGREE_EVERY-th call (a2avTotal).
  *
  * Environment: ZIPCCL_CALIBRATE=0 skips measuring (defaults), ZIPCCL_LINK_GBPS
- * / ZIPCCL_LINK_ALPHA_US override the link, ZIPCCL_LOG=1 prints each
+ * / ZIPCCL_LINK_ALPHA_US override the link (between nodes, on a
+ * communicator whose ranks span several nodes), ZIPCCL_INTRA_GBPS /
+ * ZIPCCL_INTRA_ALPHA_US declare the link inside a node (the model then
+ * prices the hier designs on two levels), ZIPCCL_LOG=1 prints each
  * decision with its estimates on rank 0 (stderr), ZIPCCL_AUTO_EXPLORE=0
  * turns measured selection off.
  *
@@ -61,6 +64,11 @@ static void applyEnv(zipcclModel* m) {
     if (s && atof(s) > 0) m->cost.beta = atof(s) * 1e9 / 8;
     s = getenv("ZIPCCL_LINK_ALPHA_US");
     if (s && atof(s) > 0) m->cost.alpha = atof(s) * 1e-6;
+    /* the link inside a node (tune.h: the model then prices hier) */
+    s = getenv("ZIPCCL_INTRA_GBPS");
+    if (s && atof(s) > 0) m->cost.intraBeta = atof(s) * 1e9 / 8;
+    s = getenv("ZIPCCL_INTRA_ALPHA_US");
+    if (s && atof(s) > 0) m->cost.intraAlpha = atof(s) * 1e-6;
 }
 
 /* Codec throughput on a synthetic Gaussian bf16 buffer (sigma 0.02). */

@@ -45,6 +45,12 @@ typedef struct {
      * (runtime/project.c); Init leaves both 0. */
     int serialCodec;
     double codecCallS;
+    /* The link inside a node, when it is declared (ZIPCCL_INTRA_GBPS,
+     * switcher.c; 0: unknown). With it, a query with a nodeSize is priced
+     * on two levels (zipcclTuneEstimateTwoLevel: inside a node at intraBeta
+     * and intraAlpha, or alpha if 0; between nodes at beta and alpha), so
+     * the model can choose the hier designs; without it, one link. */
+    double intraBeta, intraAlpha;
 } zipcclTuneModel;
 
 /* One call as the model sees it. */
@@ -94,10 +100,13 @@ void zipcclTuneInit(zipcclTuneModel* m);
  * them, at most ZIPCCL_TUNE_NDESIGNS); returns the index of the cheapest
  * that can run.  Native reductions never apply (their order is not the
  * canonical one).  The hier designs apply when q->nodeSize is set and the
- * transport has host-side control; this one-link model prices them as
- * their flat direct twins (it sees no node boundary), which come first in
- * the table and so win a tie: the model alone never picks hier, the
- * measured selection (tune_explore.c) measures it. */
+ * transport has host-side control.  With a declared intra-node link
+ * (m->intraBeta) every design of such a query is priced on two levels
+ * (zipcclTuneEstimateTwoLevel, one NIC per rank), hier included; without
+ * one, this one-link model prices the hier designs as their flat direct
+ * twins (it sees no node boundary), which come first in the table and so
+ * win a tie: the model alone never picks hier, the measured selection
+ * (tune_explore.c) measures it. */
 int zipcclTuneDecide(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclTuneDesign* cand, int* nc);
 /* The estimate of one design (also stored in d->t). */
 double zipcclTuneEstimate(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclTuneDesign* d);

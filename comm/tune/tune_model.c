@@ -285,9 +285,14 @@ int zipcclTuneDecide(const zipcclTuneModel* m, const zipcclTuneQuery* q, zipcclT
             continue;
         cand[(*nc)++] = *k;
     }
+    const int twoLevel = m->intraBeta > 0 && q->nodeSize > 1 && q->nodeSize < q->nranks;
+    zipcclTuneModel intra = *m;
+    intra.beta = m->intraBeta;
+    if (m->intraAlpha > 0) intra.alpha = m->intraAlpha;
     int best = 0;
     for (int i = 0; i < *nc; i++) {
-        zipcclTuneEstimate(m, q, &cand[i]);
+        if (twoLevel) zipcclTuneEstimateTwoLevel(&intra, m, q->nodeSize, q->nodeSize, q, &cand[i]);
+        else zipcclTuneEstimate(m, q, &cand[i]);
         if (cand[i].t < cand[best].t) best = i;
     }
     /* A communicator whose buffers' codec is not usable (NCCL without a
