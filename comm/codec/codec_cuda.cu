@@ -4,11 +4,11 @@
  * encoder (codec_cpu.c) for the same input and parameters (FORMAT.md §7).
  *
  * Shape of the work:
- *   compress    k_encode_t (codec fast: T chunks, C for a constant chunk:
- *               one block of 8 warps per chunk, each warp a run of its
- *               groups, a scan over the warps placing every section, each
- *               byte written once) / k_encode_f2 (codec f2) / k_encode_f3
- *               (codec f3) / k_encode_r (codec dense: one warp per chunk)
+ *   compress    k_encode_t (codec fast: T chunks, C for a constant chunk) /
+ *               k_encode_f3 (codec f3): one block of 8 warps per chunk,
+ *               each warp a run of its groups, a scan over the warps placing
+ *               every section, each byte written once; k_encode_f2 (codec
+ *               f2) / k_encode_r (codec dense): one warp per chunk; all
  *               encode into a fixed-size slot of the workspace (room for the
  *               raw chunk) and record its size and XXH32; k_plan prefix-sums the sizes; the
  *               host reads the total (it needs it anyway to post the send),
@@ -18,8 +18,8 @@
  *   decompress  the host reads and checks the 16-byte header; k_plan checks
  *               the header checksum and the chunk table and prefix-sums the
  *               chunk offsets; k_sums checks chunk checksums; k_decode (one
- *               block of 8 warps per chunk: a T chunk split over the warps
- *               as the encoder splits it, other modes by warp 0) validates
+ *               block of 8 warps per chunk: T and F3 chunks split over the
+ *               warps as the encoders split them, F2 and R by warp 0) validates
  *               and decodes each chunk. Every read
  *               is bounded by sizes validated before it, so a corrupt frame
  *               returns zipcclCorruptStream and never faults or writes outside
@@ -117,6 +117,7 @@ ZK void zk_st64a(uint8_t* p, uint64_t v) { *(uint64_t*)p = v; }
 #define ZK_LANE() (ZK_TID() & 31u)
 #define ZK_WARP() (ZK_TID() >> 5)
 #define ZK_WARPS_PER_BLOCK 4 /* warp-per-chunk kernels: 128 threads a block */
+#define ZK_T_WARPS 8         /* block-per-chunk kernels (T, F3, the decoder): 256 threads */
 #define ZK_SCAN_THREADS 1024
 #define ZK_COPY_THREADS 256
 
@@ -352,40 +353,59 @@ ZK void zk_put_chunk_header(uint8_t* out, uint32_t mode, uint32_t top, uint32_t 
     zcf_st32(out + 4, nesc);
 }
 
-/* F3 chunk c (FORMAT.md §4.3) by one warp; DT a compile-time dtype code. */
+/* F3 chunk c (FORMAT.md §4.3) by a block of ZK_T_WARPS warps, each a run
+ * of consecutive groups (T's split): every warp counts its escapes, a scan
+ * over the warps gives each its first escape byte and the total decides
+ * the fit, then each writes its rest bytes, code planes and escapes in
+ * place.  sh: ZK_T_WARPS words of shared memory. */
 template <int DT>
-ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
+ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t* sh) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
+    const uint32_t tid = ZK_TID(), lane = ZK_LANE(), warp = ZK_WARP(), nt = 32 * ZK_T_WARPS;
     const uint8_t* in;
     uint8_t* out;
     int s8;
-    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
-    uint32_t top = zcf_f3_top(dt, s8);
-    uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
-    uint32_t base = 8 + rest + 24 * G, size = raw;
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8); /* every warp: the same s8 */
+    const uint32_t top = zcf_f3_top(dt, s8);
+    const uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
+    const uint32_t base = 8 + rest + 24 * G;
+    const uint32_t per = (G + ZK_T_WARPS - 1) / ZK_T_WARPS, g0 = warp * per < G ? warp * per : G,
+                   g1 = g0 + per < G ? g0 + per : G;
+    uint32_t size = raw;
+    int coded = 0; /* uniform over the block */
     if (base < raw) {
-        uint8_t* rp = out + 8;        /* R0 (and R1, R2 for fp32)     */
-        uint8_t* hp = out + 8 + n;    /* fp16 hi3 planes              */
-        uint8_t* cp = out + 8 + rest; /* code planes                  */
-        uint32_t run = 0;             /* escapes so far, element order */
-        for (uint32_t g0 = 0; g0 < G; g0 += ZK_F3_UNROLL) {
-            uint32_t bits[ZK_F3_UNROLL][2];
-            for (int u = 0; u < ZK_F3_UNROLL; u++)
-                for (int h = 0; h < 2; h++) {
-                    uint32_t i = 64 * (g0 + u) + 32 * h + lane;
-                    bits[u][h] = zk_ld_chunk_elem(in, i, n, es, al);
-                }
-            for (int u = 0; u < ZK_F3_UNROLL && g0 + u < G; u++) {
-                uint32_t g = g0 + u, code[2], hv[2], e[2];
+        uint32_t ce = 0; /* pass 1: this warp's escapes */
+        for (uint32_t g = g0; g < g1; g++)
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = 64 * g + 32 * h + lane;
+                int d = (int)top - (int)zcf_exponent(dt, zk_ld_chunk_elem(in, i, n, es, al));
+                ce += zk_popc(ZK_BALLOT(i < n && !(d >= 0 && d <= 6)));
+            }
+        if (lane == 0) sh[warp] = ce;
+        ZK_SYNCTHREADS();
+        uint32_t first = 0, run = 0; /* this warp's first escape; all of them */
+        for (uint32_t w = 0; w < ZK_T_WARPS; w++) {
+            if (w == warp) first = run;
+            run += sh[w];
+        }
+        if (base + run < raw) {
+            coded = 1;
+            size = base + run;
+            uint8_t* rp = out + 8;        /* R0 (and R1, R2 for fp32)     */
+            uint8_t* hp = out + 8 + n;    /* fp16 hi3 planes              */
+            uint8_t* cp = out + 8 + rest; /* code planes                  */
+            for (uint32_t g = g0; g < g1; g++) { /* pass 2: the writes */
+                uint32_t code[2], hv[2], e[2];
                 for (int h = 0; h < 2; h++) {
                     uint32_t i = 64 * g + 32 * h + lane;
-                    e[h] = zcf_exponent(dt, bits[u][h]);
+                    uint32_t bits = zk_ld_chunk_elem(in, i, n, es, al);
+                    e[h] = zcf_exponent(dt, bits);
                     int d = (int)top - (int)e[h];
                     code[h] = (d >= 0 && d <= 6) ? (uint32_t)d : (uint32_t)ZCF_F3_ESC;
                     hv[h] = 0;
                     if (i < n) {
-                        zk_put_rest(rp, n, i, bits[u][h], dt);
-                        hv[h] = zk_fp16_hi3(bits[u][h]);
+                        zk_put_rest(rp, n, i, bits, dt);
+                        hv[h] = zk_fp16_hi3(bits);
                     } else {
                         code[h] = 0;
                     }
@@ -395,20 +415,22 @@ ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
                 for (int h = 0; h < 2; h++) {
                     int esc = code[h] == ZCF_F3_ESC;
                     uint32_t b = ZK_BALLOT(esc);
-                    uint32_t pos = base + run + zk_popc(b & zk_lanemask_lt(lane));
-                    if (esc && pos < raw) out[pos] = (uint8_t)e[h]; /* past raw: chunk goes raw */
-                    run += zk_popc(b);
+                    if (esc) out[base + first + zk_popc(b & zk_lanemask_lt(lane))] = (uint8_t)e[h];
+                    first += zk_popc(b);
                 }
             }
+            if (tid == 0) {
+                out[0] = (uint8_t)ZCF_MODE_F3, out[1] = (uint8_t)top, out[2] = 0, out[3] = 0;
+                zcf_st32(out + 4, run);
+            }
         }
-        if (base + run < raw) {
-            size = base + run;
-            zk_put_chunk_header(out, ZCF_MODE_F3, top, 0, run, lane);
-        }
-        ZK_SYNCWARP(); /* the raw rewrite below must land after the F3 bytes */
     }
-    if (size == raw) zk_write_raw(out, in, n * es, lane);
-    zk_finish_chunk(a, c, out, size, lane);
+    if (!coded) { /* the raw chunk, by the whole block */
+        if (tid < 8) out[tid] = 0; /* mode 0, top 0, table 0, reserved 0, n_esc 0 */
+        for (uint32_t j = tid; j < n * es; j += nt) out[8 + j] = in[j];
+    }
+    ZK_SYNCTHREADS(); /* the chunk's bytes are visible to warp 0 */
+    if (warp == 0) zk_finish_chunk(a, c, out, size, lane);
 }
 
 /* F2's secondary planes as the second tier grows (FORMAT.md §4.5). b: ballot
@@ -610,7 +632,6 @@ ZK int zk_try_c_chunk(const EncArgs& a, uint64_t c, const uint8_t* in, uint32_t 
  * Shared memory (ZK_T_SMEM bytes): 64 words of decisions and counts, then
  * the tier-2 words (2 planes x 256) and tier-3 words (3 planes x 256) as
  * u32 halves. */
-#define ZK_T_WARPS 8
 #define ZK_T_SMEM (4 * (64 + 2 * 2 * 256 + 3 * 2 * 256))
 
 /* Bits of q (np planes) of tier entry m into the u32-halved words at w. */
@@ -820,8 +841,7 @@ template <int MODE, int DT>
 ZK void zk_encode_warp(const EncArgs& a) {
     uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
     if (c >= a.n_chunks) return;
-    if (MODE == ZCF_MODE_F2) zk_encode_f2_chunk<DT>(a, c, ZK_LANE());
-    else zk_encode_f3_chunk<DT>(a, c, ZK_LANE());
+    zk_encode_f2_chunk<DT>(a, c, ZK_LANE()); /* F2: one warp per chunk */
 }
 /* T: one block of ZK_T_WARPS warps per chunk */
 ZK void encode_t_bf16_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_BF16>(a, ZK_BID(), ZK_SMEM()); }
@@ -830,9 +850,10 @@ ZK void encode_t_fp32_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_FP32>(a,
 ZK void encode_f2_bf16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_BF16>(a); }
 ZK void encode_f2_fp16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_FP16>(a); }
 ZK void encode_f2_fp32_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_FP32>(a); }
-ZK void encode_f3_bf16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F3, ZCF_DT_BF16>(a); }
-ZK void encode_f3_fp16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F3, ZCF_DT_FP16>(a); }
-ZK void encode_f3_fp32_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F3, ZCF_DT_FP32>(a); }
+/* F3: one block of ZK_T_WARPS warps per chunk, as T */
+ZK void encode_f3_bf16_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_BF16>(a, ZK_BID(), (uint32_t*)ZK_SMEM()); }
+ZK void encode_f3_fp16_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_FP16>(a, ZK_BID(), (uint32_t*)ZK_SMEM()); }
+ZK void encode_f3_fp32_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_FP32>(a, ZK_BID(), (uint32_t*)ZK_SMEM()); }
 ZK void encode_r_body(const EncArgs& a) { /* one warp a block: 32 KB of words */
     if (ZK_BID() < a.n_chunks) zk_encode_r_chunk(a, ZK_BID(), ZK_LANE(), ZK_SMEM());
 }
@@ -1074,8 +1095,13 @@ ZK uint32_t zk_exponent_of(int active, int esc, uint32_t c, uint32_t top, const 
  * Each checks the chunk size against its layout before reading past the
  * header: k_plan guarantees only that [p, p + size) lies in the frame. */
 
+/* F3 chunk by the block's ZK_T_WARPS warps, each a run of consecutive
+ * groups: a warp's first escape byte is the count of escape codes (all
+ * three plane bits set; padding codes are 0) in the groups before its own,
+ * and every warp counts the whole chunk's for the verdict.  sc: one word of
+ * shared memory.  Returns nonzero on every thread if the chunk is corrupt. */
 template <int DT>
-ZK int zk_decode_f3(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
+ZK int zk_decode_f3(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t warp, uint32_t* sc) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.dst_aligned;
     const uint32_t n = k.n, top = k.top, nesc = k.nesc, emax = k.emax;
     const uint64_t G = k.G;
@@ -1084,37 +1110,41 @@ ZK int zk_decode_f3(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
     const uint8_t* cp = rp + k.rest;
     const uint8_t* ep = cp + 24 * G;
     if (zk_pad_bad(cp, n, 3) || (dt == ZCF_DT_FP16 && zk_pad_bad(rp + n, n, 3))) return 1;
-    uint32_t err = 0, run = 0;
-    for (uint32_t g0 = 0; g0 < G; g0 += ZK_DEC_UNROLL) {
-        /* per lane only its two elements' bits of each plane word are kept */
-        uint32_t cdu[ZK_DEC_UNROLL][2], hvu[ZK_DEC_UNROLL][2], r[ZK_DEC_UNROLL][2];
-        for (int u = 0; u < ZK_DEC_UNROLL; u++) {
-            uint32_t g = g0 + u < G ? g0 + u : g0; /* past the end: reload a valid group */
-            const uint8_t* w = cp + 24 * g;
-            uint64_t w0 = zk_ld64(w), w1 = zk_ld64(w + 8), w2 = zk_ld64(w + 16), h0 = 0, h1 = 0, h2 = 0;
-            if (dt == ZCF_DT_FP16) {
-                const uint8_t* hw = rp + n + 24 * g;
-                h0 = zk_ld64(hw); h1 = zk_ld64(hw + 8); h2 = zk_ld64(hw + 16);
-            }
-            for (int h = 0; h < 2; h++) {
-                uint32_t i = 64 * g + 32 * h + lane;
-                r[u][h] = i < n ? zk_get_rest(dt, rp, n, i) : 0;
-                cdu[u][h] = zk_plane_bits(w0, w1, w2, 32 * h + lane);
-                hvu[u][h] = zk_plane_bits(h0, h1, h2, 32 * h + lane);
-            }
+    const uint32_t per = (uint32_t)((G + ZK_T_WARPS - 1) / ZK_T_WARPS);
+    const uint32_t g0 = warp * per < G ? warp * per : (uint32_t)G, g1 = g0 + per < G ? g0 + per : (uint32_t)G;
+    uint32_t run = 0, total = 0; /* escapes before this warp's groups; in the chunk */
+    for (uint64_t g = lane; g < G; g += 32) {
+        const uint8_t* w = cp + 24 * g;
+        uint32_t c = zk_popc64(zk_ld64(w) & zk_ld64(w + 8) & zk_ld64(w + 16));
+        total += c;
+        if (g < g0) run += c;
+    }
+    for (uint32_t d = 16; d; d >>= 1) total += ZK_SHFL(total, lane ^ d), run += ZK_SHFL(run, lane ^ d);
+    uint32_t err = 0;
+    for (uint32_t g = g0; g < g1; g++) {
+        const uint8_t* w = cp + 24 * g;
+        uint64_t w0 = zk_ld64(w), w1 = zk_ld64(w + 8), w2 = zk_ld64(w + 16), h0 = 0, h1 = 0, h2 = 0;
+        if (dt == ZCF_DT_FP16) {
+            const uint8_t* hw = rp + n + 24 * g;
+            h0 = zk_ld64(hw); h1 = zk_ld64(hw + 8); h2 = zk_ld64(hw + 16);
         }
-        for (int u = 0; u < ZK_DEC_UNROLL && g0 + u < G; u++) {
-            uint32_t g = g0 + u;
-            for (uint32_t h = 0; h < 2; h++) {
-                uint32_t j = 32 * h + lane, i = 64 * g + j;
-                int valid = i < n;
-                uint32_t cd = cdu[u][h];
-                uint32_t e = zk_exponent_of(valid, cd == ZCF_F3_ESC, cd, top, ep, nesc, emax, lane, &run, &err);
-                if (valid) zk_st_elem(k.out + (size_t)i * es, zk_rebuild(dt, r[u][h], e, hvu[u][h]), es, al);
-            }
+        for (uint32_t h = 0; h < 2; h++) {
+            uint32_t j = 32 * h + lane, i = 64 * g + j;
+            int valid = i < n;
+            uint32_t cd = zk_plane_bits(w0, w1, w2, j);
+            uint32_t e = zk_exponent_of(valid, cd == ZCF_F3_ESC, cd, top, ep, nesc, emax, lane, &run, &err);
+            if (valid)
+                zk_st_elem(k.out + (size_t)i * es,
+                           zk_rebuild(dt, zk_get_rest(dt, rp, n, i), e, zk_plane_bits(h0, h1, h2, j)), es, al);
         }
     }
-    return ZK_BALLOT(err || run != nesc) != 0;
+    if (warp == 0 && lane == 0) sc[0] = 0;
+    ZK_SYNCTHREADS();
+    if (ZK_BALLOT(err) && lane == 0) ZK_ATOMIC_OR(&sc[0], 1u);
+    ZK_SYNCTHREADS();
+    const int bad = sc[0] != 0 || total != nesc;
+    ZK_SYNCTHREADS(); /* sc is read by all before the next use */
+    return bad;
 }
 
 /* F2 (FORMAT.md §4.5): m, and with it where the secondary planes end, is
@@ -1403,15 +1433,15 @@ ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t war
     if (k.top > k.emax || k.nesc > k.n) return 1;
     k.rp = k.p + 8 + (mode == ZCF_MODE_R ? 2 * (int)ZCF_R_LANES : 0);
     if (mode == ZCF_MODE_T) return zk_decode_t<DT>(a, k, lane, warp, sm + 40); /* every warp */
-    if (warp) return 0; /* F3, F2, R: warp 0 alone */
-    if (mode == ZCF_MODE_F3) return zk_decode_f3<DT>(a, k, lane);
+    if (mode == ZCF_MODE_F3) return zk_decode_f3<DT>(a, k, lane, warp, sm + 40); /* every warp */
+    if (warp) return 0; /* F2, R: warp 0 alone */
     if (mode == ZCF_MODE_F2) return zk_decode_f2<DT>(a, k, lane);
     if (mode == ZCF_MODE_R) return zk_decode_r<DT>(a, k, lane, sm);
     return 1;
 }
-/* One block of ZK_T_WARPS warps per chunk: T chunks by all of them (the
- * encoder's split), the others by warp 0 (raw and constant chunks' copies
- * by all).  Shared memory: ZK_DEC_SMEM bytes (warp 0's R table, then the T
+/* One block of ZK_T_WARPS warps per chunk: T and F3 chunks by all of them
+ * (the encoders' split), F2 and R by warp 0 (raw and constant chunks'
+ * copies by all).  Shared memory: ZK_DEC_SMEM bytes (warp 0's R table, then the T
  * decoder's scan words). */
 #define ZK_DEC_SMEM (4 * (40 + ZK_T_WARPS + 1))
 template <int DT>
@@ -1463,9 +1493,9 @@ ZK_KERNEL(encode_t_fp32, EncArgs, 32 * ZK_T_WARPS, 4)
 ZK_KERNEL(encode_f2_bf16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f2_fp16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f2_fp32, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
-ZK_KERNEL(encode_f3_bf16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
-ZK_KERNEL(encode_f3_fp16, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
-ZK_KERNEL(encode_f3_fp32, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
+ZK_KERNEL(encode_f3_bf16, EncArgs, 32 * ZK_T_WARPS, 4)
+ZK_KERNEL(encode_f3_fp16, EncArgs, 32 * ZK_T_WARPS, 4)
+ZK_KERNEL(encode_f3_fp32, EncArgs, 32 * ZK_T_WARPS, 4)
 ZK_KERNEL(encode_r, EncArgs, 32, 1)
 ZK_KERNEL(plan, PlanArgs, ZK_SCAN_THREADS, 1)
 ZK_KERNEL(assemble, AsmArgs, ZK_COPY_THREADS, 1)
@@ -1696,11 +1726,11 @@ static zipcclResult_t zk_compress_launch(ZkEnc* x, uint8_t* ws, void* stream) {
     else if (codec == zipcclCodecF2)
         ZIPCCL_TRY(ZK_LAUNCH(encode_f2_fp32, warp_blocks, wb, 0, stream, e));
     else if (dt == ZCF_DT_BF16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_bf16, warp_blocks, wb, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_bf16, nc, 32 * ZK_T_WARPS, 4 * ZK_T_WARPS, stream, e));
     else if (dt == ZCF_DT_FP16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp16, warp_blocks, wb, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp16, nc, 32 * ZK_T_WARPS, 4 * ZK_T_WARPS, stream, e));
     else
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp32, warp_blocks, wb, 0, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp32, nc, 32 * ZK_T_WARPS, 4 * ZK_T_WARPS, stream, e));
     PlanArgs pl;
     memset(&pl, 0, sizeof pl);
     pl.sizes = e.sizes;
