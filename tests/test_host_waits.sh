@@ -37,10 +37,10 @@ EMU=${EMU:-$BUILD/gpu/train_emu}
 # cases, which a GPU run must equal)
 declare -A BUDGET=(
   [guarded_dense_np1]="1 0"
-  [guarded_dense_np2]="1 60"
+  [guarded_dense_np2]="1 40"
   [guarded_moe_np1]="5 0"
   [guarded_moe_l4_np1]="9 0"
-  [guarded_moe_ep2_np2]="5 92"
+  [guarded_moe_ep2_np2]="5 56"
   [cuda_dense_np1]="1 0"
   [cuda_dense_np2]="1 100"
   [cuda_moe_ep2_np2]="5 140"

@@ -98,10 +98,12 @@ void zipcclDeviceRelease(struct zipcclComm* c) {
 
 /* Device -> host (down) and host -> device (up), counted on the call. */
 static zipcclResult_t busCopy(struct zipcclComm* c, const zipcclOp* op, void* dst, const void* src, size_t bytes,
-                              zipcclExecStats* st, int up) {
+                              zipcclExecStats* st, int up, int async) {
     if (!bytes) return zipcclSuccess;
     const double t = zipcclNow();
-    const int bad = zdev_copy(c->dev, dst, src, bytes, up ? ZDEV_HOST_TO_DEVICE : ZDEV_DEVICE_TO_HOST, op->stream);
+    const ZDevDir dir = up ? ZDEV_HOST_TO_DEVICE : ZDEV_DEVICE_TO_HOST;
+    const int bad = async ? zdev_copy_async(c->dev, dst, src, bytes, dir, op->stream)
+                          : zdev_copy(c->dev, dst, src, bytes, dir, op->stream);
     st->busSeconds += zipcclNow() - t;
     st->busBytes += bytes;
     if (!bad) return zipcclSuccess;
@@ -112,11 +114,15 @@ static zipcclResult_t busCopy(struct zipcclComm* c, const zipcclOp* op, void* ds
 }
 zipcclResult_t zipcclDown(struct zipcclComm* c, const zipcclOp* op, void* host, const void* dev, size_t bytes,
                           zipcclExecStats* st) {
-    return busCopy(c, op, host, dev, bytes, st, 0);
+    return busCopy(c, op, host, dev, bytes, st, 0, 0);
 }
 zipcclResult_t zipcclUp(struct zipcclComm* c, const zipcclOp* op, void* dev, const void* host, size_t bytes,
                         zipcclExecStats* st) {
-    return busCopy(c, op, dev, host, bytes, st, 1);
+    return busCopy(c, op, dev, host, bytes, st, 1, 0);
+}
+zipcclResult_t zipcclUpAsync(struct zipcclComm* c, const zipcclOp* op, void* dev, const void* host, size_t bytes,
+                             zipcclExecStats* st) {
+    return busCopy(c, op, dev, host, bytes, st, 1, 1);
 }
 
 zipcclResult_t zipcclNoMemory(const struct zipcclComm* c, const zipcclOp* op, const char* where, size_t bytes) {

@@ -26,6 +26,10 @@ zipcclResult_t zipcclDown(struct zipcclComm* c, const zipcclOp* op, void* host, 
                           zipcclExecStats* st);
 zipcclResult_t zipcclUp(struct zipcclComm* c, const zipcclOp* op, void* dev, const void* host, size_t bytes,
                         zipcclExecStats* st);
+/* The same up, without a wait: ordered on the call's stream, done by the
+ * call's closing synchronisation (host must stay unchanged until then). */
+zipcclResult_t zipcclUpAsync(struct zipcclComm* c, const zipcclOp* op, void* dev, const void* host, size_t bytes,
+                             zipcclExecStats* st);
 /* zipcclSystemError "out of ... memory": where is "d:what" (the device's)
  * or "h:what" (host memory). */
 zipcclResult_t zipcclNoMemory(const struct zipcclComm* c, const zipcclOp* op, const char* where, size_t bytes);

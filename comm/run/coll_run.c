@@ -72,11 +72,14 @@ static zipcclResult_t runStaged(struct zipcclComm* c, const zipcclOp* op, zipccl
     h.sendbuf = hs;
     h.recvbuf = hr;
     ZIPCCL_TRY(runHost(c, &h, s, st));
-    if (op->kind != zipcclCollAlltoAllv) return zipcclUp(c, op, op->recvbuf, hr, recvB, st);
+    /* Up without a wait: the call's closing synchronisation
+     * (zipcclRunDecided) completes them, and the staging is not touched
+     * before it. */
+    if (op->kind != zipcclCollAlltoAllv) return zipcclUpAsync(c, op, op->recvbuf, hr, recvB, st);
     /* Only the blocks received: the gaps between them are the caller's. */
     for (int i = 0; i < n; i++) {
         const size_t at = op->rdispls[i] * esz;
-        ZIPCCL_TRY(zipcclUp(c, op, (char*)op->recvbuf + at, hr + at, op->recvcounts[i] * esz, st));
+        ZIPCCL_TRY(zipcclUpAsync(c, op, (char*)op->recvbuf + at, hr + at, op->recvcounts[i] * esz, st));
     }
     return zipcclSuccess;
 }
