@@ -179,7 +179,7 @@ hostnet_same device_net_compressed_equals_host_moe_ep2_4ranks 4 compressed $M --
 
 # (a'''') --trace on a device: every compute span of the host has its twin
 # on the "device" track, timed by the table's events (the guarded table runs
-# each call to its end, so the twin lies within a millisecond of it), and
+# each call to its end, so the twin lies within 2 ms of it), and
 # every gather, reduce-scatter and All-to-All its device span on the
 # "device comm" track (dense; MoE at EP 2 in 2 chunks)
 cat >"$tmp/trace_check.py" <<'PY'
@@ -210,7 +210,9 @@ for pid in sorted({e["pid"] for e in ev if "pid" in e}):
         continue
     key = lambda e: (e["ts"], e["name"])
     for h, d in zip(sorted(host, key=key), sorted(dev, key=key)):
-        if h["name"] != d["name"] or abs(h["ts"] - d["ts"]) > 1000 or abs(h["dur"] - d["dur"]) > 1000:
+        # within 2 ms: on 2 cores a progress thread can hold the guard
+        # between the host's clock and the event's (1.3 ms seen once in 7)
+        if h["name"] != d["name"] or abs(h["ts"] - d["ts"]) > 2000 or abs(h["dur"] - d["dur"]) > 2000:
             bad.append("rank %d: %s at %.0f us (%.0f) vs device %s at %.0f (%.0f)"
                        % (pid, h["name"], h["ts"], h["dur"], d["name"], d["ts"], d["dur"]))
             break
