@@ -383,6 +383,13 @@ static zipcclResult_t sizeOk(const zipcclOp* op, int i, double bytes, size_t slo
                           zipcclCollName(op->kind), i, bytes, slot);
 }
 
+/* The least power of two >= x (x itself when 0 or 1). */
+static size_t pow2Ceil(size_t x) {
+    size_t p = 1;
+    while (p < x) p <<= 1;
+    return x ? p : 0;
+}
+
 /* Blocks of a call: rank i's block has counts[i] elements at displs[i]. */
 static size_t maxOf(const size_t* v, int n) {
     size_t m = 0;
@@ -510,7 +517,12 @@ static zipcclResult_t codedAlltoAll(struct zipcclComm* c, const zipcclOp* op, zi
                                     const size_t* sd, const size_t* rc, const size_t* rd, double* size) {
     const int n = c->nranks, r = c->rank;
     const size_t esz = zipcclTypeSize(op->dtype);
-    const size_t most = maxOf(sc, n) > maxOf(rc, n) ? maxOf(sc, n) : maxOf(rc, n);
+    size_t most = maxOf(sc, n) > maxOf(rc, n) ? maxOf(sc, n) : maxOf(rc, n);
+    /* AlltoAllv's blocks change from call to call (an expert exchange's with
+     * the routing): frames and workspace sized for the next power of two,
+     * so a steady run stops growing them once a block near its largest has
+     * passed (a grow is an allocation in the step) */
+    if (op->kind == zipcclCollAlltoAllv) most = pow2Ceil(most);
     Frames f;
     ZIPCCL_TRY(framesInit(c, op, st, n, most, n, &f));
     memset(size, 0, (size_t)n * n * sizeof(double));
