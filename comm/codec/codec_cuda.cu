@@ -353,6 +353,20 @@ ZK void zk_put_chunk_header(uint8_t* out, uint32_t mode, uint32_t top, uint32_t 
     zcf_st32(out + 4, nesc);
 }
 
+/* The end of a chunk encoded by a block (T, F3): the raw chunk (header
+ * and bytes, by every thread) when it was not coded, then warp 0 records
+ * its size and checksum once every byte is visible. */
+ZK void zk_block_finish(const EncArgs& a, uint64_t c, uint8_t* out, const uint8_t* in, uint32_t nbytes,
+                        uint32_t size, int coded) {
+    const uint32_t tid = ZK_TID();
+    if (!coded) {
+        if (tid < 8) out[tid] = 0; /* mode 0, top 0, table 0, reserved 0, n_esc 0 */
+        for (uint32_t j = tid; j < nbytes; j += 32 * ZK_T_WARPS) out[8 + j] = in[j];
+    }
+    ZK_SYNCTHREADS();
+    if (ZK_WARP() == 0) zk_finish_chunk(a, c, out, size, ZK_LANE());
+}
+
 /* F3 chunk c (FORMAT.md §4.3) by a block of ZK_T_WARPS warps, each a run
  * of consecutive groups (T's split): every warp counts its escapes, a scan
  * over the warps gives each its first escape byte and the total decides
@@ -361,7 +375,7 @@ ZK void zk_put_chunk_header(uint8_t* out, uint32_t mode, uint32_t top, uint32_t 
 template <int DT>
 ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t* sh) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
-    const uint32_t tid = ZK_TID(), lane = ZK_LANE(), warp = ZK_WARP(), nt = 32 * ZK_T_WARPS;
+    const uint32_t tid = ZK_TID(), lane = ZK_LANE(), warp = ZK_WARP();
     const uint8_t* in;
     uint8_t* out;
     int s8;
@@ -419,18 +433,10 @@ ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t* sh) {
                     first += zk_popc(b);
                 }
             }
-            if (tid == 0) {
-                out[0] = (uint8_t)ZCF_MODE_F3, out[1] = (uint8_t)top, out[2] = 0, out[3] = 0;
-                zcf_st32(out + 4, run);
-            }
+            zk_put_chunk_header(out, ZCF_MODE_F3, top, 0, run, tid); /* by thread 0 */
         }
     }
-    if (!coded) { /* the raw chunk, by the whole block */
-        if (tid < 8) out[tid] = 0; /* mode 0, top 0, table 0, reserved 0, n_esc 0 */
-        for (uint32_t j = tid; j < n * es; j += nt) out[8 + j] = in[j];
-    }
-    ZK_SYNCTHREADS(); /* the chunk's bytes are visible to warp 0 */
-    if (warp == 0) zk_finish_chunk(a, c, out, size, lane);
+    zk_block_finish(a, c, out, in, n * es, size, coded);
 }
 
 /* F2's secondary planes as the second tier grows (FORMAT.md §4.5). b: ballot
@@ -723,18 +729,10 @@ ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint8_t* smem) {
             ZK_SYNCTHREADS(); /* every entry's bits are in the words */
             for (uint32_t j = tid; j < w2; j += nt) zcf_st32(out + base + 4 * j, t2w[j]);
             for (uint32_t j = tid; j < w3; j += nt) zcf_st32(out + t3 + 4 * j, t3w[j]);
-            if (tid == 0) {
-                out[0] = (uint8_t)ZCF_MODE_T, out[1] = (uint8_t)top, out[2] = (uint8_t)shape, out[3] = 0;
-                zcf_st32(out + 4, NE);
-            }
+            zk_put_chunk_header(out, ZCF_MODE_T, top, shape, NE, tid); /* by thread 0 */
         }
     }
-    if (!coded) { /* the raw chunk, by the whole block */
-        if (tid < 8) out[tid] = 0; /* mode 0, top 0, table 0, reserved 0, n_esc 0 */
-        for (uint32_t j = tid; j < n * es; j += nt) out[8 + j] = in[j];
-    }
-    ZK_SYNCTHREADS(); /* the chunk's bytes are visible to warp 0 */
-    if (warp == 0) zk_finish_chunk(a, c, out, size, lane);
+    zk_block_finish(a, c, out, in, n * es, size, coded);
 }
 
 /* R chunk c (FORMAT.md §4.4) by one warp; smem: 128 bytes of table, then
