@@ -1426,15 +1426,14 @@ void cu_attention_backward_bf16(float* dq, float* dk, float* dv, const float* do
 /* q, k, v in bf16 (the a16 entries): the flash kernels read them as they
  * are; only at the head dims the flash kernels take (the model keeps q, k,
  * v in bf16 only there). */
-const uint16_t* fa_a16_check(const uint16_t* p, int hd) {
+void fa_a16_require(int hd) {
     if (!fa_supported(hd)) zk_fail("attention_a16", "head dim without the flash kernels", __FILE__, __LINE__);
-    return p;
 }
 
 void cu_attention_forward_a16(float* out, float* lse, const uint16_t* q, const uint16_t* k,
                               const uint16_t* v, int B, int T, int H, int KV, int hd, float* scratch) {
     PROF(attention_forward);
-    fa_a16_check(q, hd);
+    fa_a16_require(hd);
     if (hd == 64) fa_forward<64>(out, lse, q, k, v, B, T, H, KV, scratch);
     else fa_forward<128>(out, lse, q, k, v, B, T, H, KV, scratch);
 }
@@ -1443,7 +1442,7 @@ void cu_attention_backward_a16(float* dq, float* dk, float* dv, const float* dou
                                const float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                int B, int T, int H, int KV, int hd, float* scratch) {
     PROF(attention_backward);
-    fa_a16_check(q, hd);
+    fa_a16_require(hd);
     if (hd == 64) fa_backward<64>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, scratch);
     else fa_backward<128>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, scratch);
 }

@@ -641,25 +641,37 @@ typedef struct {
 } Dims;
 
 /* A linear layer's input as the arena keeps it: fp32, or bf16 (ActA16);
- * exactly one pointer is set. */
+ * exactly one pointer is set. The norm or SwiGLU that makes it writes it
+ * (act_rmsnorm, act_swiglu), the GEMMs read it. */
 typedef struct {
-    const float* f32;
-    const uint16_t* bf16;
-} ActIn;
+    float* f32;
+    uint16_t* bf16;
+} Act;
 
-/* Row block `off` of an input kept as f32 or as b16 (is16). */
-static ActIn act_in(const float* f32, const uint16_t* b16, int is16, size_t off) {
-    return is16 ? (ActIn){NULL, b16 + off} : (ActIn){f32 + off, NULL};
+/* Row block `off` of a tensor kept as f32 or as b16 (is16). */
+static Act act_at(float* f32, uint16_t* b16, int is16, size_t off) {
+    return is16 ? (Act){NULL, b16 + off} : (Act){f32 + off, NULL};
+}
+
+/* rmsnorm_forward / swiglu_forward into either kind of tensor */
+static void act_rmsnorm(const ZrtKernels* K, Act out, float* rstd, const float* inp, const float* w, int N,
+                        int C, float eps) {
+    if (out.bf16) K->rmsnorm_forward_a16(out.bf16, rstd, inp, w, N, C, eps);
+    else K->rmsnorm_forward(out.f32, rstd, inp, w, N, C, eps);
+}
+static void act_swiglu(const ZrtKernels* K, Act h, const float* gate, const float* up, int N, int F) {
+    if (h.bf16) K->swiglu_forward_a16(h.bf16, gate, up, N, F);
+    else K->swiglu_forward(h.f32, gate, up, N, F);
 }
 
 /* linear_forward / linear_backward (weights.h) over either kind of input */
-static void act_linear_forward(const ZrtKernels* K, float* out, ActIn x, Weight w, int N, int IC,
+static void act_linear_forward(const ZrtKernels* K, float* out, Act x, Weight w, int N, int IC,
                                int OC) {
     if (x.bf16) K->matmul_forward_a16(out, x.bf16, w.f32, w.bf16, N, IC, OC);
     else linear_forward(K, out, x.f32, w, N, IC, OC);
 }
 static void act_linear_backward(const ZrtKernels* K, float* dinp, float* dweight,
-                                const float* dout, ActIn x, Weight w, int N, int IC, int OC,
+                                const float* dout, Act x, Weight w, int N, int IC, int OC,
                                 int accumulate) {
     if (x.bf16)
         K->matmul_backward_a16(dinp, dweight, dout, x.bf16, w.f32, w.bf16, N, IC, OC, accumulate);
@@ -729,7 +741,7 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const BlockPara
     const float eps = d->cfg->norm_eps;
     const float* x = a->resid + l * N * C;           // (N, C)
     float* out = a->resid + (l + 1) * N * C;         // (N, C)
-    const ActIn ln1 = act_in(a->ln1, a->ln1_16, d->a16.ln1, sl * N * C); // (N, C)
+    const Act ln1 = act_at(a->ln1, a->ln1_16, d->a16.ln1, sl * N * C); // (N, C)
     float* ln1_rstd = a->ln1_rstd + sl * N;          // (N)
     // q, k, v: fp32, or with bf16 q, k, v (ActA16.qkv) the backward's
     // scratch until RoPE rounds them into q_16, k_16, v_16
@@ -740,13 +752,11 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const BlockPara
     float* lse = a->lse + sl * N * d->H;             // (B, H, T)
     float* atty = a->atty + sl * N * QD;             // (N, H*hd)
     float* mid = a->resid_mid + sl * N * C;          // (N, C)
-    const ActIn ln2 = act_in(a->ln2, a->ln2_16, d->a16.ln2, sl * N * C); // (N, C)
+    const Act ln2 = act_at(a->ln2, a->ln2_16, d->a16.ln2, sl * N * C); // (N, C)
     float* ln2_rstd = a->ln2_rstd + sl * N;          // (N)
     float* tmp = a->dln;                             // (N, C) scratch
 
-    if (ln1.bf16)
-        K->rmsnorm_forward_a16((uint16_t*)ln1.bf16, ln1_rstd, x, p->attn_norm, d->N, d->C, eps);
-    else K->rmsnorm_forward((float*)ln1.f32, ln1_rstd, x, p->attn_norm, d->N, d->C, eps);
+    act_rmsnorm(K, ln1, ln1_rstd, x, p->attn_norm, d->N, d->C, eps);
     if (qkn) { // project into q_raw/k_raw, then an RMSNorm per head into q/k
         float* q_raw = a->q_raw + sl * N * QD;      // (N, H*hd)
         float* k_raw = a->k_raw + sl * N * KVD;     // (N, KV*hd)
@@ -775,9 +785,7 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const BlockPara
     linear_forward(K, tmp, atty, p->wo, d->N, (int)QD, d->C);
     K->add(mid, x, tmp, N * C);
 
-    if (ln2.bf16)
-        K->rmsnorm_forward_a16((uint16_t*)ln2.bf16, ln2_rstd, mid, p->mlp_norm, d->N, d->C, eps);
-    else K->rmsnorm_forward((float*)ln2.f32, ln2_rstd, mid, p->mlp_norm, d->N, d->C, eps);
+    act_rmsnorm(K, ln2, ln2_rstd, mid, p->mlp_norm, d->N, d->C, eps);
     if (again && moe) return 0; // the experts' activations are kept (moe.c)
     if (moe) {
         const int eu = llama_expert_unit(d->cfg, l);
@@ -787,11 +795,10 @@ static int block_forward(const Dims* d, const ActPtrs* a, int l, const BlockPara
     } else {
         float* gate = a->gate + ld * N * F;          // (N, F)
         float* up = a->up + ld * N * F;              // (N, F)
-        const ActIn hid = act_in(a->hid, a->hid_16, d->a16.hid, ld * N * F); // (N, F)
+        const Act hid = act_at(a->hid, a->hid_16, d->a16.hid, ld * N * F); // (N, F)
         act_linear_forward(K, gate, ln2, p->w_gate, d->N, d->C, d->F);
         act_linear_forward(K, up, ln2, p->w_up, d->N, d->C, d->F);
-        if (hid.bf16) K->swiglu_forward_a16((uint16_t*)hid.bf16, gate, up, d->N, d->F);
-        else K->swiglu_forward((float*)hid.f32, gate, up, d->N, d->F);
+        act_swiglu(K, hid, gate, up, d->N, d->F);
         if (again) return 0; // the backward reads hid, not the block's output
         act_linear_forward(K, tmp, hid, p->w_down, d->N, d->F, d->C);
     }
@@ -811,7 +818,7 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const BlockPar
     const int qkn = d->cfg->qk_norm, moe = llama_layer_is_moe(d->cfg, l);
     if (d->recompute && block_forward(d, a, l, p, 1)) return -1;
     const float* x = a->resid + l * N * C;
-    const ActIn ln1 = act_in(a->ln1, a->ln1_16, d->a16.ln1, sl * N * C);
+    const Act ln1 = act_at(a->ln1, a->ln1_16, d->a16.ln1, sl * N * C);
     const float* ln1_rstd = a->ln1_rstd + sl * N;
     const int a16 = d->a16.qkv; // q, k, v in bf16 (the fp32 ones have no room)
     const float* q = a16 ? NULL : a->q + sl * N * QD;
@@ -820,7 +827,7 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const BlockPar
     const float* lse = a->lse + sl * N * d->H;
     const float* atty = a->atty + sl * N * QD;
     const float* mid = a->resid_mid + sl * N * C;
-    const ActIn ln2 = act_in(a->ln2, a->ln2_16, d->a16.ln2, sl * N * C);
+    const Act ln2 = act_at(a->ln2, a->ln2_16, d->a16.ln2, sl * N * C);
     const float* ln2_rstd = a->ln2_rstd + sl * N;
     float* dresid = a->dresid; // (N, C)
     float* dln = a->dln;       // (N, C)
@@ -833,7 +840,7 @@ static int block_backward(const Dims* d, const ActPtrs* a, int l, const BlockPar
     } else { // out = mid + hid W_down^T, hid = silu(ln2 W_gate^T) * (ln2 W_up^T)
         const float* gate = a->gate + ld * N * F;
         const float* up = a->up + ld * N * F;
-        const ActIn hid = act_in(a->hid, a->hid_16, d->a16.hid, ld * N * F);
+        const Act hid = act_at(a->hid, a->hid_16, d->a16.hid, ld * N * F);
         act_linear_backward(K, a->dhid, g + w.w_down, dresid, hid, p->w_down, d->N, d->F, d->C,
                             0);
         K->swiglu_backward(a->dgate, a->dup, a->dhid, gate, up, d->N, d->F);
@@ -886,7 +893,7 @@ static void head_chunks(const Dims* d, const ActPtrs* a, const LlamaActs* acts, 
     zdevCheck(zdev_memset_async(K->dev, loss_sum, 0, sizeof(double), NULL));
     for (int r0 = 0; r0 < N; r0 += R) {
         const int rows = N - r0 < R ? N - r0 : R;
-        const ActIn lnf = act_in(a->lnf, a->lnf_16, d->a16.lnf, (size_t)r0 * C); // (rows, C)
+        const Act lnf = act_at(a->lnf, a->lnf_16, d->a16.lnf, (size_t)r0 * C); // (rows, C)
         act_linear_forward(K, a->logits, lnf, W, rows, C, V); // (rows, V)
         if (logits_out)
             zdevCheck(zdev_download(K->dev, logits_out + (size_t)r0 * V, a->logits, (size_t)rows * V * sizeof(float)));
@@ -1002,8 +1009,7 @@ float llama_step(const LlamaConfig* cfg, LlamaActs* acts, const int* tokens, con
     if (!p) return step_error("acquire(head) returned NULL");
     const float* final_norm = head_norm(&d, &a, p);
     const Weight head = weight_at(weight_of(p, d.bf16), head_lm_head(cfg));
-    if (d.a16.lnf) K->rmsnorm_forward_a16(a.lnf_16, a.lnf_rstd, resid_L, final_norm, N, d.C, cfg->norm_eps);
-    else K->rmsnorm_forward(a.lnf, a.lnf_rstd, resid_L, final_norm, N, d.C, cfg->norm_eps);
+    act_rmsnorm(K, act_at(a.lnf, a.lnf_16, d.a16.lnf, 0), a.lnf_rstd, resid_L, final_norm, N, d.C, cfg->norm_eps);
     double* loss_sum = acts->loss_sink ? acts->loss_sink : acts->loss;
     if (!backward) {
         head_chunks(&d, &a, acts, head, NULL, logits_out, dscale, loss_sum);
