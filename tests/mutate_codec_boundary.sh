@@ -11,12 +11,7 @@
 #
 # The plants: `< raw` -> `<= raw` (a coding of exactly raw bytes is kept:
 # the raw cases must fail) and `< raw` -> `+ 1 < raw` (a coding of raw - 1
-# bytes goes raw: the raw - 1 cases must fail). In the CUDA F2 encoder
-# `<= raw` alone changes nothing: the chunk's size stays raw, and
-# `if (size == raw)` rewrites it raw after the coded bytes; there the
-# plant also keeps the coded bytes (skips that rewrite when a coded header
-# was written), which is what the `<=` would do to an encoder that did not
-# rewrite (the R encoder chooses with if/else).
+# bytes goes raw: the raw - 1 cases must fail).
 #
 # Run by `make test-long` after the suite (a few minutes: one emulator
 # build per CUDA plant); prints PASS/FAIL lines, "N passed, N failed".
@@ -81,10 +76,8 @@ cuda_mutant() { # NAME [OCCURRENCE OLD NEW]...
   judge "$name" "$tmp/run.log"
 }
 F3_FITS='if (base + run < raw) {'; F2_FITS='+ nesc1 < raw;'; T_FITS='if (ep + NE < raw) {'; R_FITS='if (total < raw) {'
-RAW='if (size == raw) zk_write_raw(' # F2's (the T and F3 block encoders write raw only when they did not code)
-KEEP='if (size == raw && !out[0]) zk_write_raw(' # mode byte still 0: nothing coded
 cuda_mutant cuda_f3_fits_le_raw 1 "$F3_FITS" 'if (base + run <= raw) {'
-cuda_mutant cuda_f2_keeps_raw_size 1 "$F2_FITS" '+ nesc1 <= raw;' 1 "$RAW" "$KEEP"
+cuda_mutant cuda_f2_fits_le_raw 1 "$F2_FITS" '+ nesc1 <= raw;'
 cuda_mutant cuda_t_fits_le_raw 1 "$T_FITS" 'if (ep + NE <= raw) {'
 cuda_mutant cuda_r_fits_le_raw 1 "$R_FITS" 'if (total <= raw) {'
 cuda_mutant cuda_f3_one_byte_early 1 "$F3_FITS" 'if (base + run + 1 < raw) {'

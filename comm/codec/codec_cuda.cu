@@ -8,13 +8,15 @@
  *               k_encode_f3 (codec f3): one block of 8 warps per chunk,
  *               each warp a run of its groups, a scan over the warps placing
  *               every section, each byte written once; k_encode_f2 (codec
- *               f2) / k_encode_r (codec dense): one warp per chunk; all
- *               encode into a fixed-size slot of the workspace (room for the
- *               raw chunk) and record its size and XXH32; k_plan prefix-sums the sizes; the
- *               host reads the total (it needs it anyway to post the send),
- *               then k_assemble writes header, chunk table and checksums and
- *               compacts the chunks into the frame -- or the host emits a
- *               stored frame when the compressed one would not be smaller.
+ *               f2) / k_encode_r (codec dense): one warp per chunk.  One
+ *               pass over the output: each chunk learns its size before it
+ *               writes, its place from the chunks before it by a decoupled
+ *               look-back (zk_lookback), and writes itself, its table entry
+ *               and its XXH32 straight into the frame; k_head (one warp)
+ *               writes the header and its checksum.  The host reads the
+ *               total (it needs it anyway to post the send) and emits a
+ *               stored frame instead when the coded one would not be
+ *               smaller.  The workspace: 8 bytes a chunk.
  *   decompress  the host reads and checks the 16-byte header; k_plan checks
  *               the header checksum and the chunk table and prefix-sums the
  *               chunk offsets; k_sums checks chunk checksums; k_decode (one
@@ -49,6 +51,7 @@
  * k single calls, so the same bytes.
  *
  * Left out: an encoder for chunk_log2 other than 14 (decoding accepts 10..20),
+ * 16-byte vector loads of the input (the encoders load elements),
  * one launch for a whole batch (a batch is k launch sequences), frame sizes
  * handed to the next kernel without the host (the collectives need them on
  * the host for MPI anyway), overlapping several frames on streams (the
@@ -69,7 +72,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #ifdef ZIPCCL_CUDA_EMU
-/* emu_tid, emu_bid, emu_smem, emu_ballot, emu_shfl, emu_syncwarp,
+/* emu_tid, emu_bid, emu_smem, emu_ballot, emu_shfl, emu_syncwarp, emu_check_align, emu_fail,
  * emu_syncthreads and emu_launch are defined by the including emulator. */
 #define ZK static inline
 #define ZKHD static inline
@@ -82,14 +85,32 @@ extern "C" {
 #define ZK_SYNCTHREADS() emu_syncthreads()
 #define ZK_ATOMIC_OR(p, v) (*(p) |= (v))
 #define ZK_ATOMIC_MAX(p, v) (*(p) = *(p) > (v) ? *(p) : (v))
+#define ZK_TICKET(p) ((*(p))++)
+#define ZK_LOOK_LD(p) (*(p))
+#define ZK_LOOK_ST(p, v) (*(p) = (v))
+/* Blocks run one after another: a look-back waits only on a warp of its own
+ * block, which runs on at the waiter's next ballot.  A wait that never
+ * ends is a bug, not a slow peer. */
+ZK void zk_lb_pause(uint64_t spins) {
+    if (spins > 1000000) emu_fail("look-back: a chunk before this one never published its size");
+}
+#define ZK_LB_KEEP(c) ((c) % 37 == 0)
+/* What the look-backs did, for tests/gpu/cuda_emu.cc to see every path run. */
+struct ZkLbStats {
+    uint64_t waits, aggregates, windows;
+};
+inline ZkLbStats zk_lb_stats;
+#define ZK_LB_COUNT(field, n) (zk_lb_stats.field += (n))
 #define ZK_UNROLL
 ZK int zk_popc(uint32_t x) { return __builtin_popcount(x); }
-ZK uint16_t zk_ld16a(const uint8_t* p) { uint16_t v; memcpy(&v, p, 2); return v; }
-ZK uint32_t zk_ld32a(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return v; }
-ZK uint64_t zk_ld64a(const uint8_t* p) { uint64_t v; memcpy(&v, p, 8); return v; }
-ZK void zk_st16a(uint8_t* p, uint16_t v) { memcpy(p, &v, 2); }
-ZK void zk_st32a(uint8_t* p, uint32_t v) { memcpy(p, &v, 4); }
-ZK void zk_st64a(uint8_t* p, uint64_t v) { memcpy(p, &v, 8); }
+/* The aligned accesses fault on a device when misaligned: here they stop
+ * the emulator (emu_check_align) instead. */
+ZK uint16_t zk_ld16a(const uint8_t* p) { uint16_t v; emu_check_align(p, 2); memcpy(&v, p, 2); return v; }
+ZK uint32_t zk_ld32a(const uint8_t* p) { uint32_t v; emu_check_align(p, 4); memcpy(&v, p, 4); return v; }
+ZK uint64_t zk_ld64a(const uint8_t* p) { uint64_t v; emu_check_align(p, 8); memcpy(&v, p, 8); return v; }
+ZK void zk_st16a(uint8_t* p, uint16_t v) { emu_check_align(p, 2); memcpy(p, &v, 2); }
+ZK void zk_st32a(uint8_t* p, uint32_t v) { emu_check_align(p, 4); memcpy(p, &v, 4); }
+ZK void zk_st64a(uint8_t* p, uint64_t v) { emu_check_align(p, 8); memcpy(p, &v, 8); }
 #else
 #include <cuda_runtime.h>
 #define ZK static __device__ __forceinline__
@@ -104,6 +125,12 @@ extern __shared__ __align__(16) uint8_t zk_smem_dyn[];
 #define ZK_SYNCTHREADS() __syncthreads()
 #define ZK_ATOMIC_OR(p, v) atomicOr((p), (v))
 #define ZK_ATOMIC_MAX(p, v) atomicMax((p), (v))
+#define ZK_TICKET(p) atomicAdd((p), 1u)
+#define ZK_LOOK_LD(p) (*(volatile uint64_t*)(p)) /* one 64-bit access: state and value together */
+#define ZK_LOOK_ST(p, v) (*(volatile uint64_t*)(p) = (v))
+ZK void zk_lb_pause(uint64_t spins) { __nanosleep(spins < 8 ? 32 : 256); }
+#define ZK_LB_KEEP(c) 1
+#define ZK_LB_COUNT(field, n) ((void)0)
 #define ZK_UNROLL _Pragma("unroll") /* loops over register arrays: keep them in registers */
 ZK int zk_popc(uint32_t x) { return __popc(x); }
 ZK uint16_t zk_ld16a(const uint8_t* p) { return *(const uint16_t*)p; }
@@ -119,7 +146,6 @@ ZK void zk_st64a(uint8_t* p, uint64_t v) { *(uint64_t*)p = v; }
 #define ZK_WARPS_PER_BLOCK 4 /* warp-per-chunk kernels: 128 threads a block */
 #define ZK_T_WARPS 8         /* block-per-chunk kernels (T, F3, the decoder): 256 threads */
 #define ZK_SCAN_THREADS 1024
-#define ZK_COPY_THREADS 256
 
 ZK uint64_t zk_shfl64(uint64_t v, uint32_t src) {
     uint32_t lo = ZK_SHFL((uint32_t)v, src), hi = ZK_SHFL((uint32_t)(v >> 32), src);
@@ -282,13 +308,20 @@ typedef struct {
     uint8_t top_off[ZIPCCL_RANS_NCLASSES];                /* §7 item 2: window tops    */
 } ZkTables;
 
+/* The encoders write the frame in place (one pass over the output): a
+ * chunk's block (or warp) learns the chunk's size before it writes a byte,
+ * and its place from the chunks before it by a decoupled look-back over
+ * `look` (zk_lookback).  Chunks are taken in ticket order (misc[0]), so a
+ * chunk waits only for chunks whose blocks are already running. */
 typedef struct {
     const uint8_t* src;
-    uint8_t* slots;    /* n_chunks x slot_bytes, 16-aligned               */
-    uint32_t* sizes;   /* (n_chunks) chunk sizes                           */
-    uint32_t* sums;    /* (n_chunks) XXH32 of each chunk, if checksum      */
-    uint32_t* cflag;   /* set to 1 by a warp that writes a C chunk          */
-    uint64_t count, n_chunks, slot_bytes;
+    uint8_t* dst;      /* the frame: header | table | sums | chunks        */
+    uint64_t* look;    /* (n_chunks) look-back words, zeroed (zk_lookback) */
+    uint32_t* misc;    /* [0] ticket, [1] set by a C chunk, zeroed          */
+    uint64_t* total;   /* the chunks' bytes, set by the last chunk          */
+    uint64_t count, n_chunks;
+    uint64_t prefix;   /* header, table and checksums: the first chunk's place */
+    uint64_t cap;      /* a chunk that would end past cap writes nothing    */
     int dt, es, checksum, src_aligned;
     ZkTables tab;
 } EncArgs;
@@ -308,38 +341,123 @@ ZK int zk_estimate_s8(const uint8_t* in, uint32_t n, int dt, int es, int al, uin
     return (int)((8 * sum + cnt / 2) / cnt) + ZCF_EST_BIAS8;
 }
 
-ZK void zk_write_raw(uint8_t* out, const uint8_t* in, uint32_t nbytes, uint32_t lane) {
-    if (lane < 8) out[lane] = 0; /* mode 0, top 0, table 0, reserved 0, n_esc 0 */
-    uint32_t j = 0;
-    if (((uintptr_t)in & 3) == 0) { /* out + 8 is 8-aligned */
-        uint32_t words = nbytes / 4;
-        for (uint32_t w = lane; w < words; w += 32) zk_st32a(out + 8 + 4 * w, zk_ld32a(in + 4 * w));
-        j = 4 * words;
-    }
-    for (j += lane; j < nbytes; j += 32) out[8 + j] = in[j];
+/* len bytes from s to d, any alignment of either, thread t of nt: a u32
+ * store per aligned word of d (read as bytes where s is not aligned with it). */
+ZK void zk_copy_bytes(uint8_t* d, const uint8_t* s, uint32_t len, uint32_t t, uint32_t nt) {
+    uint32_t head = (uint32_t)((4 - ((uintptr_t)d & 3)) & 3);
+    if (head > len) head = len;
+    if (t < head) d[t] = s[t];
+    const uint32_t words = (len - head) / 4;
+    uint8_t* dw = d + head;
+    const uint8_t* sw = s + head;
+    if (((uintptr_t)sw & 3) == 0)
+        for (uint32_t j = t; j < words; j += nt) zk_st32a(dw + 4 * j, zk_ld32a(sw + 4 * j));
+    else
+        for (uint32_t j = t; j < words; j += nt) zk_st32a(dw + 4 * j, zcf_ld32(sw + 4 * j));
+    for (uint32_t k = head + 4 * words + t; k < len; k += nt) d[k] = s[k];
 }
 
-/* Records a finished chunk: size and (if asked) its checksum. */
+/* A raw chunk (FORMAT.md §4.1) at out, thread t of nt. */
+ZK void zk_write_raw(uint8_t* out, const uint8_t* in, uint32_t nbytes, uint32_t t, uint32_t nt) {
+    if (t < 8) out[t] = 0; /* mode 0, top 0, table 0, reserved 0, n_esc 0 */
+    zk_copy_bytes(out + 8, in, nbytes, t, nt);
+}
+
+/* Records a written chunk in the frame: its size in the table and (if
+ * asked) its checksum in the sums. */
 ZK void zk_finish_chunk(const EncArgs& a, uint64_t c, const uint8_t* out, uint32_t size, uint32_t lane) {
-    ZK_SYNCWARP(); /* every lane's bytes of the slot are visible to all */
-    if (lane == 0) a.sizes[c] = size;
+    ZK_SYNCWARP(); /* every lane's bytes of the chunk are visible to all */
+    if (lane == 0) zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * c, size);
     if (a.checksum) {
         uint32_t h = zk_xxh32_warp(out, size, lane);
-        if (lane == 0) a.sums[c] = h;
+        if (lane == 0) zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * a.n_chunks + 4 + 4 * c, h);
     }
+}
+
+/* Decoupled look-back (Merrill and Garland, "Single-pass Parallel Prefix
+ * Scan with Decoupled Look-back", 2016).  look[c] holds size << 2 | state:
+ * state 0 not yet, 1 chunk c's own size (its aggregate), 2 the bytes of
+ * chunks 0..c (its inclusive prefix).  Chunk c publishes its aggregate,
+ * then its warp reads the 32 words before it at once: it waits while any
+ * is 0, sums the words up to the nearest inclusive one, and if there is
+ * none, goes 32 further back.  Then it publishes its own inclusive prefix;
+ * the last chunk also writes the total.  Every lane returns the chunk's
+ * offset among the chunks.  (Under the emulator blocks run one after
+ * another and publish their inclusive prefix only now and then,
+ * ZK_LB_KEEP, so that the walk over aggregates and across windows runs.) */
+#define ZK_LB_AGG 1u
+#define ZK_LB_INCL 2u
+ZK uint64_t zk_lookback(const EncArgs& a, uint64_t c, uint32_t size, uint32_t lane) {
+    if (lane == 0) ZK_LOOK_ST(&a.look[c], ((uint64_t)size << 2) | (c == 0 ? ZK_LB_INCL : ZK_LB_AGG));
+    uint64_t excl = 0, spins = 0;
+    for (uint64_t end = c; end > 0;) { /* lane l reads chunk end - 1 - l */
+        const uint64_t v = lane < end ? ZK_LOOK_LD(&a.look[end - 1 - lane]) : (uint64_t)ZK_LB_INCL; /* before 0: 0 bytes */
+        if (ZK_BALLOT((v & 3) == 0)) { /* a chunk before has not published yet */
+            if (lane == 0) ZK_LB_COUNT(waits, 1);
+            zk_lb_pause(++spins);
+            continue;
+        }
+        const uint32_t incl = ZK_BALLOT((v & 3) == ZK_LB_INCL), upto = incl ? zk_select(incl, 0) : 31;
+        if (lane == 0) ZK_LB_COUNT(windows, 1), ZK_LB_COUNT(aggregates, upto + (incl ? 0 : 1));
+        uint64_t sum = lane <= upto ? v >> 2 : 0;
+        for (uint32_t m = 16; m; m >>= 1) sum += zk_shfl64(sum, lane ^ m);
+        excl += sum;
+        if (incl) break;
+        end -= 32; /* end > 32 here: lanes past chunk 0 read as inclusive */
+    }
+    if (lane == 0) {
+        if (c == 0 || ZK_LB_KEEP(c)) ZK_LOOK_ST(&a.look[c], ((excl + size) << 2) | ZK_LB_INCL);
+        if (c + 1 == a.n_chunks) *a.total = excl + size;
+    }
+    return excl;
+}
+
+/* Chunk c of `size` bytes placed (zk_lookback): its address in the frame,
+ * or NULL where it would end past the caller's capacity (the frame will be
+ * refused or stored; the chunk writes nothing).  One warp. */
+ZK uint8_t* zk_place(const EncArgs& a, uint64_t c, uint32_t size, uint32_t lane) {
+    const uint64_t at = a.prefix + zk_lookback(a, c, size, lane);
+    return at + size <= a.cap ? a.dst + at : (uint8_t*)0;
+}
+/* The same by a block: warp 0 looks back, every thread gets the address
+ * through sh (2 words of shared memory). */
+ZK uint8_t* zk_place_block(const EncArgs& a, uint64_t c, uint32_t size, uint32_t* sh) {
+    if (ZK_WARP() == 0) {
+        uint8_t* out = zk_place(a, c, size, ZK_LANE());
+        const uint64_t off = out ? (uint64_t)(out - a.dst) : ~0ull;
+        if (ZK_LANE() == 0) sh[0] = (uint32_t)off, sh[1] = (uint32_t)(off >> 32);
+    }
+    ZK_SYNCTHREADS();
+    const uint64_t off = ((uint64_t)sh[1] << 32) | sh[0];
+    ZK_SYNCTHREADS(); /* sh may be reused */
+    return off == ~0ull ? (uint8_t*)0 : a.dst + off;
+}
+
+/* The chunk a warp (zk_ticket_warp) or block (zk_ticket_block, through
+ * sh[0]) encodes: tickets in the order blocks start, so the chunks a
+ * look-back waits for are already being encoded. */
+ZK uint64_t zk_ticket_warp(const EncArgs& a, uint32_t lane) {
+    uint32_t t = 0;
+    if (lane == 0) t = ZK_TICKET(&a.misc[0]);
+    return ZK_SHFL(t, 0);
+}
+ZK uint64_t zk_ticket_block(const EncArgs& a, uint32_t* sh) {
+    if (ZK_TID() == 0) sh[0] = ZK_TICKET(&a.misc[0]);
+    ZK_SYNCTHREADS();
+    const uint64_t c = sh[0];
+    ZK_SYNCTHREADS(); /* sh may be reused */
+    return c;
 }
 
 #define ZK_F3_UNROLL 4 /* groups loaded before any is processed */
 #define ZK_R_BATCH 8   /* rANS steps whose loads are issued together */
 
 /* Chunk c of the input: returns its element count; *in: its elements,
- * *out: its output slot, *s8 (F3, F2; NULL for T and R, which take the
- * larger sample of their own): its scale estimate (FORMAT.md §7). */
-ZK uint32_t zk_enc_chunk(const EncArgs& a, uint64_t c, int dt, int es, uint32_t lane, const uint8_t** in,
-                         uint8_t** out, int* s8) {
+ * *s8 (F3, F2; NULL for T and R, which take the larger sample of their
+ * own): its scale estimate (FORMAT.md §7). */
+ZK uint32_t zk_enc_chunk(const EncArgs& a, uint64_t c, int dt, int es, uint32_t lane, const uint8_t** in, int* s8) {
     uint64_t first = c << ZCF_CHUNK_LOG2;
     *in = a.src + first * es;
-    *out = a.slots + c * a.slot_bytes;
     const uint32_t n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
     if (s8) *s8 = zk_estimate_s8(*in, n, dt, es, a.src_aligned, lane);
     return n;
@@ -358,35 +476,32 @@ ZK void zk_put_chunk_header(uint8_t* out, uint32_t mode, uint32_t top, uint32_t 
  * its size and checksum once every byte is visible. */
 ZK void zk_block_finish(const EncArgs& a, uint64_t c, uint8_t* out, const uint8_t* in, uint32_t nbytes,
                         uint32_t size, int coded) {
-    const uint32_t tid = ZK_TID();
-    if (!coded) {
-        if (tid < 8) out[tid] = 0; /* mode 0, top 0, table 0, reserved 0, n_esc 0 */
-        for (uint32_t j = tid; j < nbytes; j += 32 * ZK_T_WARPS) out[8 + j] = in[j];
-    }
+    if (!coded) zk_write_raw(out, in, nbytes, ZK_TID(), 32 * ZK_T_WARPS);
     ZK_SYNCTHREADS();
     if (ZK_WARP() == 0) zk_finish_chunk(a, c, out, size, ZK_LANE());
 }
 
-/* F3 chunk c (FORMAT.md §4.3) by a block of ZK_T_WARPS warps, each a run
- * of consecutive groups (T's split): every warp counts its escapes, a scan
- * over the warps gives each its first escape byte and the total decides
- * the fit, then each writes its rest bytes, code planes and escapes in
- * place.  sh: ZK_T_WARPS words of shared memory. */
+/* An F3 chunk (FORMAT.md §4.3), the block's ticket, by a block of
+ * ZK_T_WARPS warps, each a run of consecutive groups (T's split): every
+ * warp counts its escapes, a scan over the warps gives each its first
+ * escape byte and the total decides the fit and the size, the look-back
+ * the place; then each warp writes its rest bytes, code planes and escapes
+ * in place in the frame.  sh: ZK_T_WARPS words of shared memory. */
 template <int DT>
-ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t* sh) {
+ZK void zk_encode_f3_chunk(const EncArgs& a, uint32_t* sh) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
     const uint32_t tid = ZK_TID(), lane = ZK_LANE(), warp = ZK_WARP();
+    const uint64_t c = zk_ticket_block(a, sh);
     const uint8_t* in;
-    uint8_t* out;
     int s8;
-    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8); /* every warp: the same s8 */
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &s8); /* every warp: the same s8 */
     const uint32_t top = zcf_f3_top(dt, s8);
     const uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
     const uint32_t base = 8 + rest + 24 * G;
     const uint32_t per = (G + ZK_T_WARPS - 1) / ZK_T_WARPS, g0 = warp * per < G ? warp * per : G,
                    g1 = g0 + per < G ? g0 + per : G;
-    uint32_t size = raw;
-    int coded = 0; /* uniform over the block */
+    uint32_t size = raw, first = 0, run = 0; /* this warp's first escape; all of them */
+    int coded = 0;                           /* uniform over the block */
     if (base < raw) {
         uint32_t ce = 0; /* pass 1: this warp's escapes */
         for (uint32_t g = g0; g < g1; g++)
@@ -397,44 +512,48 @@ ZK void zk_encode_f3_chunk(const EncArgs& a, uint64_t c, uint32_t* sh) {
             }
         if (lane == 0) sh[warp] = ce;
         ZK_SYNCTHREADS();
-        uint32_t first = 0, run = 0; /* this warp's first escape; all of them */
         for (uint32_t w = 0; w < ZK_T_WARPS; w++) {
             if (w == warp) first = run;
             run += sh[w];
         }
-        if (base + run < raw) {
+        ZK_SYNCTHREADS(); /* sh is zk_place_block's next */
+        if (base + run < raw) { /* fits */
             coded = 1;
             size = base + run;
-            uint8_t* rp = out + 8;        /* R0 (and R1, R2 for fp32)     */
-            uint8_t* hp = out + 8 + n;    /* fp16 hi3 planes              */
-            uint8_t* cp = out + 8 + rest; /* code planes                  */
-            for (uint32_t g = g0; g < g1; g++) { /* pass 2: the writes */
-                uint32_t code[2], hv[2], e[2];
-                for (int h = 0; h < 2; h++) {
-                    uint32_t i = 64 * g + 32 * h + lane;
-                    uint32_t bits = zk_ld_chunk_elem(in, i, n, es, al);
-                    e[h] = zcf_exponent(dt, bits);
-                    int d = (int)top - (int)e[h];
-                    code[h] = (d >= 0 && d <= 6) ? (uint32_t)d : (uint32_t)ZCF_F3_ESC;
-                    hv[h] = 0;
-                    if (i < n) {
-                        zk_put_rest(rp, n, i, bits, dt);
-                        hv[h] = zk_fp16_hi3(bits);
-                    } else {
-                        code[h] = 0;
-                    }
-                }
-                zk_put_planes(cp + 24 * g, code[0], code[1], lane, 3);
-                if (dt == ZCF_DT_FP16) zk_put_planes(hp + 24 * g, hv[0], hv[1], lane, 3);
-                for (int h = 0; h < 2; h++) {
-                    int esc = code[h] == ZCF_F3_ESC;
-                    uint32_t b = ZK_BALLOT(esc);
-                    if (esc) out[base + first + zk_popc(b & zk_lanemask_lt(lane))] = (uint8_t)e[h];
-                    first += zk_popc(b);
+        }
+    }
+    uint8_t* out = zk_place_block(a, c, size, sh);
+    if (!out) return;
+    if (coded) {
+        uint8_t* rp = out + 8;        /* R0 (and R1, R2 for fp32)     */
+        uint8_t* hp = out + 8 + n;    /* fp16 hi3 planes              */
+        uint8_t* cp = out + 8 + rest; /* code planes                  */
+        for (uint32_t g = g0; g < g1; g++) { /* pass 2: the writes */
+            uint32_t code[2], hv[2], e[2];
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = 64 * g + 32 * h + lane;
+                uint32_t bits = zk_ld_chunk_elem(in, i, n, es, al);
+                e[h] = zcf_exponent(dt, bits);
+                int d = (int)top - (int)e[h];
+                code[h] = (d >= 0 && d <= 6) ? (uint32_t)d : (uint32_t)ZCF_F3_ESC;
+                hv[h] = 0;
+                if (i < n) {
+                    zk_put_rest(rp, n, i, bits, dt);
+                    hv[h] = zk_fp16_hi3(bits);
+                } else {
+                    code[h] = 0;
                 }
             }
-            zk_put_chunk_header(out, ZCF_MODE_F3, top, 0, run, tid); /* by thread 0 */
+            zk_put_planes(cp + 24 * g, code[0], code[1], lane, 3);
+            if (dt == ZCF_DT_FP16) zk_put_planes(hp + 24 * g, hv[0], hv[1], lane, 3);
+            for (int h = 0; h < 2; h++) {
+                int esc = code[h] == ZCF_F3_ESC;
+                uint32_t b = ZK_BALLOT(esc);
+                if (esc) out[base + first + zk_popc(b & zk_lanemask_lt(lane))] = (uint8_t)e[h];
+                first += zk_popc(b);
+            }
         }
+        zk_put_chunk_header(out, ZCF_MODE_F3, top, 0, run, tid); /* by thread 0 */
     }
     zk_block_finish(a, c, out, in, n * es, size, coded);
 }
@@ -460,77 +579,66 @@ ZK void zk_tier2_add(uint8_t* sp, uint64_t* pend, uint32_t m, uint32_t b, uint32
     }
 }
 
-/* F2's escape bytes, collected backwards from the end of the raw chunk's room
- * (their place follows the secondary planes, whose size is known only at the
- * end), moved to [at, at + k) in element order. at + k < raw, so the target
- * starts below the source; the ranges may overlap. */
-ZK void zk_place_escapes(uint8_t* out, uint32_t at, uint32_t raw, uint32_t k, uint32_t lane) {
-    uint8_t* t = out + raw - k;
-    ZK_SYNCWARP(); /* every lane's escape bytes are visible to all */
-    for (uint32_t j = lane; j < k / 2; j += 32) { /* reverse in place: pairs are disjoint */
-        uint8_t x = t[j];
-        t[j] = t[k - 1 - j];
-        t[k - 1 - j] = x;
-    }
-    /* move down, 32 bytes a round, ascending: a round reads all before it
-     * writes, and writes below the bytes later rounds read */
-    for (uint32_t j0 = 0; j0 < k; j0 += 32) {
-        uint32_t j = j0 + lane;
-        ZK_SYNCWARP();
-        uint8_t v = j < k ? t[j] : 0;
-        ZK_SYNCWARP();
-        if (j < k) out[at + j] = v;
-    }
-}
-
-/* F2 chunk c (FORMAT.md §4.5) by one warp; DT a compile-time dtype code.
- * Slot layout while encoding: header | rest | primary planes | secondary
- * planes growing up ... escapes growing down from raw. Both ends are
- * checked before each group is written: once the chunk would reach raw size
- * it goes raw, so the two never meet. */
+/* An F2 chunk (FORMAT.md §4.5) by one warp.  Pass 1 counts the second-tier
+ * entries and the escapes group by group; the sizes only grow, so the
+ * chunk fits if it fits at its last group (the count stops at the first
+ * group past raw).  The look-back places it; pass 2 writes every section
+ * in place: rest bytes, primary planes, secondary planes as the second
+ * tier grows, escapes in element order after them. */
 template <int DT>
 ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
+    const int U = DT == ZCF_DT_BF16 ? ZK_F3_UNROLL : 3; /* fp16, fp32: 4 groups would spill */
     const uint8_t* in;
-    uint8_t* out;
     int s8;
-    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, &s8);
-    uint32_t top = zcf_f2_top(dt, s8);
-    uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
-    uint32_t base = 8 + rest + 16 * G, size = raw; /* base: the secondary planes */
-    if (base < raw) {
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &s8);
+    const uint32_t top = zcf_f2_top(dt, s8);
+    const uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
+    const uint32_t base = 8 + rest + 16 * G; /* the secondary planes */
+    uint32_t fits = base < raw, M = 0, NE = 0; /* second-tier entries, escapes */
+    for (uint32_t g0 = 0; g0 < G && fits; g0 += U) { /* pass 1: counts */
+        uint32_t bits[U][2];
+        for (int u = 0; u < U; u++)
+            for (int h = 0; h < 2; h++) bits[u][h] = zk_ld_chunk_elem(in, 64 * (g0 + u) + 32 * h + lane, n, es, al);
+        ZK_UNROLL
+        for (int u = 0; u < U && g0 + u < G && fits; u++) {
+            uint32_t m1 = M, nesc1 = NE;
+            for (int h = 0; h < 2; h++) {
+                int valid = 64 * (g0 + u) + 32 * h + lane < n;
+                int d = (int)top - (int)zcf_exponent(dt, bits[u][h]);
+                uint32_t sym = (d >= 0 && d <= 9) ? (uint32_t)d : (uint32_t)ZCF_F2_ESC;
+                m1 += zk_popc(ZK_BALLOT(valid && zcf_f2_primary(sym) == 3));
+                nesc1 += zk_popc(ZK_BALLOT(valid && sym == ZCF_F2_ESC));
+            }
+            fits = base + 24 * ((m1 + 63) / 64) + nesc1 < raw; /* uniform; if not, goes raw */
+            M = m1, NE = nesc1;
+        }
+    }
+    const uint32_t ep = base + 24 * ((M + 63) / 64), size = fits ? ep + NE : raw;
+    uint8_t* out = zk_place(a, c, size, lane);
+    if (!out) return;
+    if (fits) {
         uint8_t* rp = out + 8;        /* R0 (and R1, R2 for fp32)      */
         uint8_t* hp = out + 8 + n;    /* fp16 hi3 planes               */
         uint8_t* pp = out + 8 + rest; /* primary planes                */
         uint8_t* sp = out + base;     /* secondary planes              */
-        uint32_t m = 0, nesc = 0, fits = 1; /* second-tier entries, escapes so far */
-        uint64_t pend = 0;                  /* see zk_tier2_add */
-        const int U = DT == ZCF_DT_BF16 ? ZK_F3_UNROLL : 3; /* fp16, fp32: 4 groups would spill */
-        for (uint32_t g0 = 0; g0 < G && fits; g0 += U) {
+        uint32_t m = 0, nesc = 0;     /* second-tier entries, escapes so far */
+        uint64_t pend = 0;            /* see zk_tier2_add */
+        for (uint32_t g0 = 0; g0 < G; g0 += U) { /* pass 2: the writes */
             uint32_t bits[U][2];
             for (int u = 0; u < U; u++)
-                for (int h = 0; h < 2; h++) {
-                    uint32_t i = 64 * (g0 + u) + 32 * h + lane;
-                    bits[u][h] = zk_ld_chunk_elem(in, i, n, es, al);
-                }
+                for (int h = 0; h < 2; h++) bits[u][h] = zk_ld_chunk_elem(in, 64 * (g0 + u) + 32 * h + lane, n, es, al);
             ZK_UNROLL
-            for (int u = 0; u < U && g0 + u < G && fits; u++) {
-                uint32_t g = g0 + u, e[2], pc[2], q[2], bt[2], be[2];
-                for (int h = 0; h < 2; h++) {
-                    int valid = 64 * g + 32 * h + lane < n;
-                    e[h] = zcf_exponent(dt, bits[u][h]);
-                    int d = (int)top - (int)e[h];
-                    uint32_t s = (d >= 0 && d <= 9) ? (uint32_t)d : (uint32_t)ZCF_F2_ESC;
-                    pc[h] = valid ? zcf_f2_primary(s) : 0;
-                    q[h] = zcf_f2_secondary(s);
-                    bt[h] = ZK_BALLOT(pc[h] == 3);
-                    be[h] = ZK_BALLOT(valid && s == ZCF_F2_ESC);
-                }
-                uint32_t m1 = m + zk_popc(bt[0]) + zk_popc(bt[1]), nesc1 = nesc + zk_popc(be[0]) + zk_popc(be[1]);
-                fits = base + 24 * ((m1 + 63) / 64) + nesc1 < raw; /* uniform; if not, goes raw */
-                if (!fits) continue;
+            for (int u = 0; u < U && g0 + u < G; u++) {
+                uint32_t g = g0 + u, e[2], pc[2], q[2], esc[2];
                 for (int h = 0; h < 2; h++) {
                     uint32_t i = 64 * g + 32 * h + lane;
+                    e[h] = zcf_exponent(dt, bits[u][h]);
+                    int d = (int)top - (int)e[h];
+                    uint32_t sym = (d >= 0 && d <= 9) ? (uint32_t)d : (uint32_t)ZCF_F2_ESC;
+                    pc[h] = i < n ? zcf_f2_primary(sym) : 0;
+                    q[h] = zcf_f2_secondary(sym);
+                    esc[h] = i < n && sym == ZCF_F2_ESC;
                     if (i < n) zk_put_rest(rp, n, i, bits[u][h], dt);
                 }
                 if (dt == ZCF_DT_FP16)
@@ -538,23 +646,19 @@ ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
                                   64 * g + 32 + lane < n ? zk_fp16_hi3(bits[u][1]) : 0, lane, 3);
                 zk_put_planes(pp + 16 * g, pc[0], pc[1], lane, 2);
                 for (int h = 0; h < 2; h++) {
-                    if (bt[h]) zk_tier2_add(sp, &pend, m, bt[h], q[h], lane);
-                    m += zk_popc(bt[h]);
-                    if ((be[h] >> lane) & 1u) out[raw - 1 - nesc - zk_popc(be[h] & zk_lanemask_lt(lane))] = (uint8_t)e[h];
-                    nesc += zk_popc(be[h]);
+                    const uint32_t bt = ZK_BALLOT(pc[h] == 3), be = ZK_BALLOT(esc[h]);
+                    if (bt) zk_tier2_add(sp, &pend, m, bt, q[h], lane);
+                    m += zk_popc(bt);
+                    if ((be >> lane) & 1u) out[ep + nesc + zk_popc(be & zk_lanemask_lt(lane))] = (uint8_t)e[h];
+                    nesc += zk_popc(be);
                 }
             }
         }
-        if (fits) {
-            if ((m & 63) && lane < 3) zk_st64(sp + 24 * (size_t)(m >> 6) + 8 * lane, pend); /* last, partial group */
-            uint32_t ep = base + 24 * ((m + 63) / 64);
-            zk_place_escapes(out, ep, raw, nesc, lane);
-            size = ep + nesc;
-            zk_put_chunk_header(out, ZCF_MODE_F2, top, 0, nesc, lane);
-        }
-        ZK_SYNCWARP(); /* the raw rewrite below must land after the F2 bytes */
+        if ((m & 63) && lane < 3) zk_st64(sp + 24 * (size_t)(m >> 6) + 8 * lane, pend); /* last, partial group */
+        zk_put_chunk_header(out, ZCF_MODE_F2, top, 0, NE, lane);
+    } else {
+        zk_write_raw(out, in, n * es, lane, 32);
     }
-    if (size == raw) zk_write_raw(out, in, n * es, lane);
     zk_finish_chunk(a, c, out, size, lane);
 }
 
@@ -609,26 +713,30 @@ ZK int zk_chunk_constant(const uint8_t* in, uint32_t n, int es, int al, uint32_t
     return 1;
 }
 
-/* Chunk c as a C chunk (FORMAT.md §4.7, §7 item 4) if its sample was
- * constant (same) and the whole chunk is: returns 1 once written. */
-ZK int zk_try_c_chunk(const EncArgs& a, uint64_t c, const uint8_t* in, uint32_t n, int es, int al, int same,
-                      uint8_t* out, uint32_t lane) {
-    if (!same || n < 2 || !zk_chunk_constant(in, n, es, al, lane)) return 0; /* 8 + es < raw */
+/* Whether a chunk is a C chunk (FORMAT.md §4.7, §7 item 4): its sample was
+ * constant (same) and the whole chunk is. */
+ZK int zk_is_c_chunk(const uint8_t* in, uint32_t n, int es, int al, int same, uint32_t lane) {
+    return same && n >= 2 && zk_chunk_constant(in, n, es, al, lane); /* 8 + es < raw */
+}
+/* Chunk c as a C chunk at out (one warp); the frame becomes version 3. */
+ZK void zk_write_c_chunk(const EncArgs& a, uint64_t c, const uint8_t* in, int es, uint8_t* out, uint32_t lane) {
     if (lane < 8) out[lane] = lane == 0 ? (uint8_t)ZCF_MODE_C : 0; /* top, table, n_esc 0 */
     if (lane < (uint32_t)es) out[8 + lane] = in[lane];
-    if (lane == 0) ZK_ATOMIC_OR(a.cflag, 1u);
+    if (lane == 0) ZK_ATOMIC_OR(&a.misc[1], 1u);
     zk_finish_chunk(a, c, out, 8 + es, lane);
-    return 1;
 }
 
-/* T chunk c (FORMAT.md §4.6) by a block of ZK_T_WARPS warps, or a C chunk
- * (§4.7) when every element has one bit pattern.  Warp 0 takes the sample
- * and decides; then each warp owns a run of consecutive 64-element groups:
+/* A T chunk (FORMAT.md §4.6), the block's ticket, by a block of ZK_T_WARPS
+ * warps, or a C chunk (§4.7) when every element has one bit pattern.  Warp
+ * 0 takes the sample and decides; then each warp owns a run of consecutive
+ * 64-element groups:
  *   pass 1  it counts its groups' tier-2, tier-3 and escape entries; a scan
  *           over the warps gives each its first entry of each kind, and the
  *           totals give every section's place, and whether the chunk fits
  *           (the sizes only grow group by group, so fitting at the end is
  *           fitting at every group, the CPU's test);
+ *   place   the chunk's size known, the look-back gives its place in the
+ *           frame (zk_place_block);
  *   pass 2  it writes its groups' rest bytes and tier-1 planes, its escape
  *           bytes at their final places, and its tier-2 and tier-3 entries'
  *           bits into plane words in shared memory (atomic ORs: a word's 64
@@ -647,30 +755,30 @@ ZK void zk_tier_bits(uint32_t* w, uint32_t m, uint32_t q, uint32_t np) {
 }
 
 template <int DT>
-ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint8_t* smem) {
+ZK void zk_encode_t_chunk(const EncArgs& a, uint8_t* smem) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
     const uint32_t tid = ZK_TID(), lane = ZK_LANE(), warp = ZK_WARP(), nt = 32 * ZK_T_WARPS;
-    uint32_t* sh = (uint32_t*)smem; /* [0] verdict, [1] top, [2] shape, [4 + 3w ..] warp w's counts */
+    uint32_t* sh = (uint32_t*)smem; /* [0] verdict, [1] top, [2] shape, [4 + 3w ..] warp w's counts, [32..] place */
     uint32_t* t2w = sh + 64;        /* tier-2 words */
     uint32_t* t3w = t2w + 2 * 2 * 256;
+    const uint64_t c = zk_ticket_block(a, sh + 32);
     const uint8_t* in;
-    uint8_t* out;
-    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, NULL);
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, NULL);
     const uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
     const uint32_t base = 8 + rest + 16 * G; /* the tier-2 planes */
     if (warp == 0) { /* the sample, the table, the constant-chunk test */
         uint32_t top = 0, shape = 0;
         int same = 0, ok = zk_t_choose(in, n, dt, es, al, lane, &top, &shape, &same);
-        int done = zk_try_c_chunk(a, c, in, n, es, al, same, out, lane);
-        if (lane == 0) sh[0] = done ? 2u : (ok && base < raw) ? 0u : 1u, sh[1] = top, sh[2] = shape;
+        int cc = zk_is_c_chunk(in, n, es, al, same, lane);
+        if (lane == 0) sh[0] = cc ? 2u : (ok && base < raw) ? 0u : 1u, sh[1] = top, sh[2] = shape;
     }
     ZK_SYNCTHREADS();
-    const uint32_t verdict = sh[0], top = sh[1], shape = sh[2]; /* 0: try T, 1: raw, 2: done (C) */
-    if (verdict == 2) return;
+    const uint32_t verdict = sh[0], top = sh[1], shape = sh[2]; /* 0: try T, 1: raw, 2: C */
     /* warp w's groups [g0, g1) */
     const uint32_t per = (G + ZK_T_WARPS - 1) / ZK_T_WARPS, g0 = warp * per < G ? warp * per : G,
                    g1 = g0 + per < G ? g0 + per : G;
-    uint32_t size = raw;
+    uint32_t size = verdict == 2 ? 8 + es : raw;
+    uint32_t m2 = 0, m3 = 0, nesc = 0, M2 = 0, M3 = 0, NE = 0, t3 = 0, ep = 0; /* this warp's first entries; totals */
     int coded = 0; /* uniform over the block */
     if (verdict == 0) {
         uint32_t c2 = 0, c3 = 0, ce = 0; /* pass 1: counts */
@@ -687,50 +795,57 @@ ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint8_t* smem) {
             }
         if (lane == 0) sh[4 + 3 * warp] = c2, sh[5 + 3 * warp] = c3, sh[6 + 3 * warp] = ce;
         ZK_SYNCTHREADS();
-        uint32_t m2 = 0, m3 = 0, nesc = 0, M2 = 0, M3 = 0, NE = 0; /* this warp's first entries; totals */
         for (uint32_t w = 0; w < ZK_T_WARPS; w++) {
             if (w == warp) m2 = M2, m3 = M3, nesc = NE;
             M2 += sh[4 + 3 * w], M3 += sh[5 + 3 * w], NE += sh[6 + 3 * w];
         }
-        const uint32_t t3 = base + 16 * ((M2 + 63) / 64), n3 = 24 * ((M3 + 63) / 64), ep = t3 + n3;
+        t3 = base + 16 * ((M2 + 63) / 64), ep = t3 + 24 * ((M3 + 63) / 64);
         if (ep + NE < raw) { /* fits (the coded chunk is smaller than raw) */
             coded = 1;
             size = ep + NE;
-            const uint32_t w2 = 2 * 2 * ((M2 + 63) / 64), w3 = 2 * 3 * ((M3 + 63) / 64);
-            for (uint32_t j = tid; j < w2; j += nt) t2w[j] = 0;
-            for (uint32_t j = tid; j < w3; j += nt) t3w[j] = 0;
-            ZK_SYNCTHREADS();
-            uint8_t* rp = out + 8;
-            uint8_t* hp = out + 8 + n;
-            uint8_t* pp = out + 8 + rest;
-            for (uint32_t g = g0; g < g1; g++) { /* pass 2: the writes */
-                uint32_t bits[2], p1[2];
-                for (int h = 0; h < 2; h++) {
-                    uint32_t i = 64 * g + 32 * h + lane;
-                    int valid = i < n;
-                    bits[h] = zk_ld_chunk_elem(in, i, n, es, al);
-                    uint32_t e = zcf_exponent(dt, bits[h]);
-                    int d = (int)top - (int)e;
-                    uint32_t r = zcf_t_rank(shape, (d >= 0 && d <= 12) ? (uint32_t)d : (uint32_t)ZCF_T_ESC);
-                    p1[h] = valid ? (r < 3 ? r : 3) : 0;
-                    uint32_t b2 = ZK_BALLOT(valid && r >= 3), b3 = ZK_BALLOT(valid && r >= 6),
-                             be = ZK_BALLOT(valid && r == ZCF_T_ESC), below = zk_lanemask_lt(lane);
-                    if ((b2 >> lane) & 1u) zk_tier_bits(t2w, m2 + zk_popc(b2 & below), r >= 6 ? 3 : r - 3, 2);
-                    if ((b3 >> lane) & 1u) zk_tier_bits(t3w, m3 + zk_popc(b3 & below), r - 6, 3);
-                    if ((be >> lane) & 1u) out[ep + nesc + zk_popc(be & below)] = (uint8_t)e;
-                    m2 += zk_popc(b2), m3 += zk_popc(b3), nesc += zk_popc(be);
-                    if (valid) zk_put_rest(rp, n, i, bits[h], dt);
-                }
-                if (dt == ZCF_DT_FP16)
-                    zk_put_planes(hp + 24 * g, 64 * g + lane < n ? zk_fp16_hi3(bits[0]) : 0,
-                                  64 * g + 32 + lane < n ? zk_fp16_hi3(bits[1]) : 0, lane, 3);
-                zk_put_planes(pp + 16 * g, p1[0], p1[1], lane, 2);
-            }
-            ZK_SYNCTHREADS(); /* every entry's bits are in the words */
-            for (uint32_t j = tid; j < w2; j += nt) zcf_st32(out + base + 4 * j, t2w[j]);
-            for (uint32_t j = tid; j < w3; j += nt) zcf_st32(out + t3 + 4 * j, t3w[j]);
-            zk_put_chunk_header(out, ZCF_MODE_T, top, shape, NE, tid); /* by thread 0 */
         }
+    }
+    uint8_t* out = zk_place_block(a, c, size, sh + 32);
+    if (!out) return;
+    if (verdict == 2) {
+        if (warp == 0) zk_write_c_chunk(a, c, in, es, out, lane);
+        return;
+    }
+    if (coded) {
+        const uint32_t w2 = 2 * 2 * ((M2 + 63) / 64), w3 = 2 * 3 * ((M3 + 63) / 64);
+        for (uint32_t j = tid; j < w2; j += nt) t2w[j] = 0;
+        for (uint32_t j = tid; j < w3; j += nt) t3w[j] = 0;
+        ZK_SYNCTHREADS();
+        uint8_t* rp = out + 8;
+        uint8_t* hp = out + 8 + n;
+        uint8_t* pp = out + 8 + rest;
+        for (uint32_t g = g0; g < g1; g++) { /* pass 2: the writes */
+            uint32_t bits[2], p1[2];
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = 64 * g + 32 * h + lane;
+                int valid = i < n;
+                bits[h] = zk_ld_chunk_elem(in, i, n, es, al);
+                uint32_t e = zcf_exponent(dt, bits[h]);
+                int d = (int)top - (int)e;
+                uint32_t r = zcf_t_rank(shape, (d >= 0 && d <= 12) ? (uint32_t)d : (uint32_t)ZCF_T_ESC);
+                p1[h] = valid ? (r < 3 ? r : 3) : 0;
+                uint32_t b2 = ZK_BALLOT(valid && r >= 3), b3 = ZK_BALLOT(valid && r >= 6),
+                         be = ZK_BALLOT(valid && r == ZCF_T_ESC), below = zk_lanemask_lt(lane);
+                if ((b2 >> lane) & 1u) zk_tier_bits(t2w, m2 + zk_popc(b2 & below), r >= 6 ? 3 : r - 3, 2);
+                if ((b3 >> lane) & 1u) zk_tier_bits(t3w, m3 + zk_popc(b3 & below), r - 6, 3);
+                if ((be >> lane) & 1u) out[ep + nesc + zk_popc(be & below)] = (uint8_t)e;
+                m2 += zk_popc(b2), m3 += zk_popc(b3), nesc += zk_popc(be);
+                if (valid) zk_put_rest(rp, n, i, bits[h], dt);
+            }
+            if (dt == ZCF_DT_FP16)
+                zk_put_planes(hp + 24 * g, 64 * g + lane < n ? zk_fp16_hi3(bits[0]) : 0,
+                              64 * g + 32 + lane < n ? zk_fp16_hi3(bits[1]) : 0, lane, 3);
+            zk_put_planes(pp + 16 * g, p1[0], p1[1], lane, 2);
+        }
+        ZK_SYNCTHREADS(); /* every entry's bits are in the words */
+        for (uint32_t j = tid; j < w2; j += nt) zcf_st32(out + base + 4 * j, t2w[j]);
+        for (uint32_t j = tid; j < w3; j += nt) zcf_st32(out + t3 + 4 * j, t3w[j]);
+        zk_put_chunk_header(out, ZCF_MODE_T, top, shape, NE, tid); /* by thread 0 */
     }
     zk_block_finish(a, c, out, in, n * es, size, coded);
 }
@@ -740,13 +855,16 @@ ZK void zk_encode_t_chunk(const EncArgs& a, uint64_t c, uint8_t* smem) {
 ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* smem) {
     const int dt = a.dt, es = a.es, al = a.src_aligned;
     const uint8_t* in;
-    uint8_t* out;
-    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &out, NULL);
+    const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, NULL);
     /* FORMAT.md §7 item 2: tail class, table and top from T's larger sample */
     uint32_t top = 0, tbl = 0, h[ZCF_T_BINS];
     int same;
     const int s8 = zk_sample(in, n, dt, es, al, lane, h, &same);
-    if (zk_try_c_chunk(a, c, in, n, es, al, same, out, lane)) return;
+    if (zk_is_c_chunk(in, n, es, al, same, lane)) {
+        uint8_t* out = zk_place(a, c, 8 + es, lane);
+        if (out) zk_write_c_chunk(a, c, in, es, out, lane);
+        return;
+    }
     zcf_r_pick(h, n, s8, dt, a.tab.cost, a.tab.top_off, &top, &tbl);
     uint32_t* fq = (uint32_t*)smem;
     uint32_t* cm = fq + 16;
@@ -793,9 +911,10 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
     }
     uint32_t off = incl - lsz, lanes_total = ZK_SHFL(incl, 31);
     uint32_t rest = (uint32_t)zcf_rest_size(dt, n), S0 = 8 + 2 * ZCF_R_LANES + rest;
-    uint32_t raw = 8 + n * es, total = S0 + lanes_total + nesc, size = raw;
+    const uint32_t raw = 8 + n * es, total = S0 + lanes_total + nesc, size = total < raw ? total : raw;
+    uint8_t* out = zk_place(a, c, size, lane);
+    if (!out) return;
     if (total < raw) {
-        size = total;
         zk_put_chunk_header(out, ZCF_MODE_R, top, tbl, nesc, lane);
         zcf_st16(out + 8 + 2 * lane, (uint16_t)lsz);
         if (nl) zcf_st32(out + S0 + off, x);
@@ -830,30 +949,32 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
             if (dt == ZCF_DT_FP16) zk_put_planes(rp + n + 24 * g, hv[0], hv[1], lane, 3);
         }
     } else {
-        zk_write_raw(out, in, n * es, lane);
+        zk_write_raw(out, in, n * es, lane, 32);
     }
     zk_finish_chunk(a, c, out, size, lane);
 }
 
-template <int MODE, int DT>
-ZK void zk_encode_warp(const EncArgs& a) {
-    uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
-    if (c >= a.n_chunks) return;
-    zk_encode_f2_chunk<DT>(a, c, ZK_LANE()); /* F2: one warp per chunk */
+/* F2 and R: one warp per chunk, the warp's ticket (warps past the last
+ * chunk leave at once) */
+template <int DT>
+ZK void zk_encode_f2_warp(const EncArgs& a) {
+    const uint64_t c = zk_ticket_warp(a, ZK_LANE());
+    if (c < a.n_chunks) zk_encode_f2_chunk<DT>(a, c, ZK_LANE());
 }
 /* T: one block of ZK_T_WARPS warps per chunk */
-ZK void encode_t_bf16_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_BF16>(a, ZK_BID(), ZK_SMEM()); }
-ZK void encode_t_fp16_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_FP16>(a, ZK_BID(), ZK_SMEM()); }
-ZK void encode_t_fp32_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_FP32>(a, ZK_BID(), ZK_SMEM()); }
-ZK void encode_f2_bf16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_BF16>(a); }
-ZK void encode_f2_fp16_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_FP16>(a); }
-ZK void encode_f2_fp32_body(const EncArgs& a) { zk_encode_warp<ZCF_MODE_F2, ZCF_DT_FP32>(a); }
+ZK void encode_t_bf16_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_BF16>(a, ZK_SMEM()); }
+ZK void encode_t_fp16_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_FP16>(a, ZK_SMEM()); }
+ZK void encode_t_fp32_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_FP32>(a, ZK_SMEM()); }
+ZK void encode_f2_bf16_body(const EncArgs& a) { zk_encode_f2_warp<ZCF_DT_BF16>(a); }
+ZK void encode_f2_fp16_body(const EncArgs& a) { zk_encode_f2_warp<ZCF_DT_FP16>(a); }
+ZK void encode_f2_fp32_body(const EncArgs& a) { zk_encode_f2_warp<ZCF_DT_FP32>(a); }
 /* F3: one block of ZK_T_WARPS warps per chunk, as T */
-ZK void encode_f3_bf16_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_BF16>(a, ZK_BID(), (uint32_t*)ZK_SMEM()); }
-ZK void encode_f3_fp16_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_FP16>(a, ZK_BID(), (uint32_t*)ZK_SMEM()); }
-ZK void encode_f3_fp32_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_FP32>(a, ZK_BID(), (uint32_t*)ZK_SMEM()); }
+ZK void encode_f3_bf16_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_BF16>(a, (uint32_t*)ZK_SMEM()); }
+ZK void encode_f3_fp16_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_FP16>(a, (uint32_t*)ZK_SMEM()); }
+ZK void encode_f3_fp32_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_FP32>(a, (uint32_t*)ZK_SMEM()); }
 ZK void encode_r_body(const EncArgs& a) { /* one warp a block: 32 KB of words */
-    if (ZK_BID() < a.n_chunks) zk_encode_r_chunk(a, ZK_BID(), ZK_LANE(), ZK_SMEM());
+    const uint64_t c = zk_ticket_warp(a, ZK_LANE());
+    if (c < a.n_chunks) zk_encode_r_chunk(a, c, ZK_LANE(), ZK_SMEM());
 }
 static size_t zk_encode_r_smem(void) { return 128 + 2 * ((size_t)1 << ZCF_CHUNK_LOG2); }
 
@@ -931,62 +1052,35 @@ ZK void plan_body(const PlanArgs& a) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* 6. Frame assembly (compress)                                              */
+/* 6. Frame header (compress)                                                */
 /* ------------------------------------------------------------------------ */
 
 typedef struct {
-    const uint8_t* slots;
-    const uint32_t* sizes;
-    const uint32_t* sums;
-    const uint64_t* offs;
-    const uint32_t* cflag; /* nonzero: a C chunk, the frame is version 3 (4: R) */
     uint8_t* dst;
-    uint64_t n_chunks, slot_bytes, prefix; /* prefix: header + table + sums */
-    uint64_t bound, cap; /* write only a frame < bound that fits in cap    */
+    const uint64_t* total; /* the chunks' bytes (the encoder's last chunk)      */
+    const uint32_t* cflag; /* nonzero: a C chunk, the frame is version 3 (4: R) */
+    uint64_t n_chunks, prefix; /* prefix: header + table + sums */
+    uint64_t bound, cap;   /* write only a frame < bound that fits in cap       */
     int checksum;
     uint8_t header[16];
-} AsmArgs;
+} HeadArgs;
 
-/* Launched before the host has read the total, so the GPU never waits on
- * the host in between: the frame is written only if the host will keep it
- * (smaller than the stored frame, fits the caller's buffer). */
-ZK int zk_frame_kept(const AsmArgs& a) {
-    uint64_t size = a.prefix + a.offs[a.n_chunks];
-    return size < a.bound && size <= a.cap;
-}
-
-/* Copy len bytes from a 16-aligned slot (readable up to its 4-rounded end)
- * to any address, a thread a u32 word of the destination. */
-ZK void zk_copy_out(uint8_t* d, const uint8_t* s, uint32_t len, uint32_t t, uint32_t nt) {
-    uint32_t head = (uint32_t)((4 - ((uintptr_t)d & 3)) & 3);
-    if (head > len) head = len;
-    if (t < head) d[t] = s[t];
-    uint32_t words = (len - head) / 4, sh = 8 * head;
-    for (uint32_t j = t; j < words; j += nt) {
-        uint32_t lo = zk_ld32a(s + 4 * j);
-        uint32_t v = sh ? (lo >> sh) | (zk_ld32a(s + 4 * j + 4) << (32 - sh)) : lo;
-        zk_st32a(d + head + 4 * j, v);
-    }
-    for (uint32_t k = head + 4 * words + t; k < len; k += nt) d[k] = s[k];
-}
-
-ZK void assemble_body(const AsmArgs& a) {
-    if (!zk_frame_kept(a)) return;
-    uint64_t c = ZK_BID();
-    uint32_t t = ZK_TID(), len = a.sizes[c];
-    zk_copy_out(a.dst + a.prefix + a.offs[c], a.slots + c * a.slot_bytes, len, t, ZK_COPY_THREADS);
-    if (t == 0) {
-        zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * c, len);
-        if (a.checksum) zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * a.n_chunks + 4 + 4 * c, a.sums[c]);
-    }
-    if (c == 0 && t < 16) a.dst[t] = t == 4 && *a.cflag && a.header[4] < ZCF_VERSION_C ? (uint8_t)ZCF_VERSION_C : a.header[t];
-}
-
-ZK void hsum_body(const AsmArgs& a) { /* one warp, after k_assemble: the header checksum */
-    if (!zk_frame_kept(a)) return;
-    uint64_t len = ZCF_HEADER_SIZE + 4 * a.n_chunks;
-    uint32_t h = zk_xxh32_warp(a.dst, len, ZK_LANE());
-    if (ZK_LANE() == 0) zcf_st32(a.dst + len, h);
+/* One warp, after the encoder: the 16-byte header and, if asked, its
+ * checksum over header and table.  Launched before the host has read the
+ * total, so the GPU never waits on the host in between: the frame is
+ * finished only if the host will keep it (smaller than the stored frame,
+ * fits the caller's buffer; else every chunk wrote nothing or the host
+ * writes the stored frame over it). */
+ZK void head_body(const HeadArgs& a) {
+    const uint64_t size = a.prefix + *a.total;
+    if (!(size < a.bound && size <= a.cap)) return;
+    const uint32_t lane = ZK_LANE();
+    if (lane < 16) a.dst[lane] = lane == 4 && *a.cflag && a.header[4] < ZCF_VERSION_C ? (uint8_t)ZCF_VERSION_C : a.header[lane];
+    ZK_SYNCWARP();
+    if (!a.checksum) return;
+    const uint64_t len = ZCF_HEADER_SIZE + 4 * a.n_chunks;
+    uint32_t h = zk_xxh32_warp(a.dst, len, lane);
+    if (lane == 0) zcf_st32(a.dst + len, h);
 }
 
 typedef struct {
@@ -1496,8 +1590,7 @@ ZK_KERNEL(encode_f3_fp16, EncArgs, 32 * ZK_T_WARPS, 4)
 ZK_KERNEL(encode_f3_fp32, EncArgs, 32 * ZK_T_WARPS, 4)
 ZK_KERNEL(encode_r, EncArgs, 32, 1)
 ZK_KERNEL(plan, PlanArgs, ZK_SCAN_THREADS, 1)
-ZK_KERNEL(assemble, AsmArgs, ZK_COPY_THREADS, 1)
-ZK_KERNEL(hsum, AsmArgs, 32, 1)
+ZK_KERNEL(head, HeadArgs, 32, 1)
 ZK_KERNEL(put, PutArgs, 32, 1)
 ZK_KERNEL(sums, SumArgs, 32 * ZK_WARPS_PER_BLOCK, 1)
 ZK_KERNEL(decode_bf16, DecArgs, 32 * ZK_T_WARPS, 4)
@@ -1537,26 +1630,20 @@ static zipcclDataType_t zk_dtype(int dt) {
 }
 static size_t zk_align(size_t x) { return (x + 255) & ~(size_t)255; }
 
-/* Workspace layouts. Compress: slots | sizes | sums | offs | misc.
- * Decompress: offs | status. A frame's chunk_log2 may be as small as 10, so
- * the decompress part is sized for that. */
+/* Workspace layouts. Compress: look | misc (the look-back words, 8 bytes a
+ * chunk; ticket, C flag and total), zeroed before the encoder runs: the
+ * frame itself is written in place.  Decompress: offs | status. A frame's
+ * chunk_log2 may be as small as 10, so the decompress part is sized for
+ * that. */
 typedef struct {
-    size_t slots, sizes, sums, offs, misc, total;
+    size_t look, offs, misc, total;
 } ZkLayout;
 
-/* A slot holds the raw chunk, and past it (8-aligned) T's tier-3 planes
- * while they grow: at most 24 bytes per 64 elements. */
-static size_t zk_slot_bytes(int es) {
-    return ((8 + ((size_t)es << ZCF_CHUNK_LOG2) + 8 + 24 * ((size_t)1 << ZCF_CHUNK_LOG2) / 64) + 15) & ~(size_t)15;
-}
-static ZkLayout zk_layout_compress(uint64_t n_chunks, int es) {
+static ZkLayout zk_layout_compress(uint64_t n_chunks) {
     ZkLayout L;
-    size_t slot = zk_slot_bytes(es);
-    L.slots = 0;
-    L.sizes = zk_align(L.slots + n_chunks * slot);
-    L.sums = zk_align(L.sizes + 4 * n_chunks);
-    L.offs = zk_align(L.sums + 4 * n_chunks);
-    L.misc = zk_align(L.offs + 8 * (n_chunks + 1));
+    memset(&L, 0, sizeof L);
+    L.look = 0;
+    L.misc = zk_align(8 * n_chunks);
     L.total = zk_align(L.misc + 64);
     return L;
 }
@@ -1572,8 +1659,7 @@ static ZkLayout zk_layout_decompress(uint64_t n_chunks) {
 static size_t zk_workspace_size(size_t count, zipcclDataType_t dtype) {
     int dt = zk_dt(dtype);
     if (!dt) return 0;
-    int es = zcf_elem_size(dt);
-    size_t c = zk_layout_compress(zcf_num_chunks(count, ZCF_CHUNK_LOG2), es).total;
+    size_t c = zk_layout_compress(zcf_num_chunks(count, ZCF_CHUNK_LOG2)).total;
     size_t d = zk_layout_decompress(zcf_num_chunks(count, ZCF_CHUNK_LOG2_MIN)).total;
     return (c > d ? c : d) + 256; /* + room to align a caller's odd pointer */
 }
@@ -1682,25 +1768,27 @@ static zipcclResult_t zk_compress_check(const void* d_src, size_t count, zipcclD
 
 /* The workspace one buffer's launches use (zk_layout_compress; 0 when the
  * frame is stored without coding). */
-static size_t zk_compress_ws(const ZkEnc* e) { return e->stored ? 0 : zk_layout_compress(e->nc, e->es).total; }
+static size_t zk_compress_ws(const ZkEnc* e) { return e->stored ? 0 : zk_layout_compress(e->nc).total; }
 
-/* Encode, plan and assemble e's buffer on `stream`, in the workspace at ws
- * (256-aligned, zk_compress_ws bytes). */
+/* Encode e's buffer into its frame on `stream`, in the workspace at ws
+ * (256-aligned, zk_compress_ws bytes): the encoder writes chunks, table and
+ * sums in place, k_head the header and its checksum. */
 static zipcclResult_t zk_compress_launch(ZkEnc* x, uint8_t* ws, void* stream) {
     const int dt = x->dt, es = x->es;
     const uint64_t nc = x->nc;
     const zipcclCodec_t codec = x->codec;
-    ZkLayout L = zk_layout_compress(nc, es);
+    ZkLayout L = zk_layout_compress(nc);
     EncArgs e;
     memset(&e, 0, sizeof e);
     e.src = x->src;
-    e.slots = ws + L.slots;
-    e.sizes = (uint32_t*)(ws + L.sizes);
-    e.sums = (uint32_t*)(ws + L.sums);
-    e.cflag = (uint32_t*)(ws + L.misc);
+    e.dst = x->dst;
+    e.look = (uint64_t*)(ws + L.look);
+    e.misc = (uint32_t*)(ws + L.misc);
+    e.total = (uint64_t*)(ws + L.misc + 8);
     e.count = x->count;
     e.n_chunks = nc;
-    e.slot_bytes = zk_slot_bytes(es);
+    e.prefix = x->prefix;
+    e.cap = x->cap;
     e.dt = dt;
     e.es = es;
     e.checksum = x->cs;
@@ -1708,7 +1796,7 @@ static zipcclResult_t zk_compress_launch(ZkEnc* x, uint8_t* ws, void* stream) {
     e.tab = zk_tables();
     uint64_t warp_blocks = (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK;
     unsigned wb = 32 * ZK_WARPS_PER_BLOCK;
-    ZIPCCL_TRY(zk_memset(e.cflag, 0, 4, stream));
+    ZIPCCL_TRY(zk_memset(ws, 0, L.total, stream));
     if (codec == zipcclCodecDense)
         ZIPCCL_TRY(ZK_LAUNCH(encode_r, nc, 32, zk_encode_r_smem(), stream, e));
     else if (codec == zipcclCodecFast && dt == ZCF_DT_BF16)
@@ -1729,37 +1817,25 @@ static zipcclResult_t zk_compress_launch(ZkEnc* x, uint8_t* ws, void* stream) {
         ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp16, nc, 32 * ZK_T_WARPS, 4 * ZK_T_WARPS, stream, e));
     else
         ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp32, nc, 32 * ZK_T_WARPS, 4 * ZK_T_WARPS, stream, e));
-    PlanArgs pl;
-    memset(&pl, 0, sizeof pl);
-    pl.sizes = e.sizes;
-    pl.offs = (uint64_t*)(ws + L.offs);
-    pl.n_chunks = nc;
-    pl.max_chunk = ~0ull;
-    ZIPCCL_TRY(ZK_LAUNCH(plan, 1, ZK_SCAN_THREADS, 34 * 8, stream, pl));
-    AsmArgs as;
-    memset(&as, 0, sizeof as);
-    as.slots = e.slots;
-    as.sizes = e.sizes;
-    as.sums = e.sums;
-    as.offs = pl.offs;
-    as.cflag = e.cflag;
-    as.dst = x->dst;
-    as.n_chunks = nc;
-    as.slot_bytes = e.slot_bytes;
-    as.prefix = x->prefix;
-    as.bound = x->bound;
-    as.cap = x->cap;
-    as.checksum = x->cs;
+    HeadArgs hd;
+    memset(&hd, 0, sizeof hd);
+    hd.dst = x->dst;
+    hd.total = e.total;
+    hd.cflag = e.misc + 1;
+    hd.n_chunks = nc;
+    hd.prefix = x->prefix;
+    hd.bound = x->bound;
+    hd.cap = x->cap;
+    hd.checksum = x->cs;
     /* version 4 for R frames, 2 only where T chunks may be, 3 (set by
-     * k_assemble) where a C chunk is, as the CPU codec writes */
-    zk_put_header(as.header,
+     * k_head) where a C chunk is, as the CPU codec writes */
+    zk_put_header(hd.header,
                   codec == zipcclCodecDense  ? ZCF_VERSION_R
                   : codec == zipcclCodecFast ? ZCF_VERSION_T
                                              : ZCF_VERSION_MIN,
                   dt, x->cs ? ZCF_FLAG_CHECKSUM : 0, x->count);
-    ZIPCCL_TRY(ZK_LAUNCH(assemble, nc, ZK_COPY_THREADS, 0, stream, as));
-    if (x->cs) ZIPCCL_TRY(ZK_LAUNCH(hsum, 1, 32, 0, stream, as));
-    x->total_dev = pl.offs + nc;
+    ZIPCCL_TRY(ZK_LAUNCH(head, 1, 32, 0, stream, hd));
+    x->total_dev = e.total;
     return zipcclSuccess;
 }
 
@@ -2097,7 +2173,7 @@ static size_t zk_workspace_size_batch(int k, size_t maxCount, zipcclDataType_t d
         return zk_dec_head(k) +
                (size_t)k * zk_align(zk_layout_decompress(zcf_num_chunks(maxCount, ZCF_CHUNK_LOG2_MIN)).total) + 256;
     return zk_batch_head(k) +
-           (size_t)k * zk_align(zk_layout_compress(zcf_num_chunks(maxCount, ZCF_CHUNK_LOG2), zcf_elem_size(dt)).total) +
+           (size_t)k * zk_align(zk_layout_compress(zcf_num_chunks(maxCount, ZCF_CHUNK_LOG2)).total) +
            256;
 }
 

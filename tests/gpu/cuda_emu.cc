@@ -169,6 +169,47 @@ static void check_compress_capacity(void) {
         }
 }
 
+/* The encoders' decoupled look-back (zk_lookback) over frames of 80
+ * chunks, every codec: under the emulator a chunk publishes its inclusive
+ * prefix only at every 37th chunk, so look-backs sum aggregates across
+ * 32-chunk windows.  Every third chunk is random bits (a raw chunk, whose
+ * warp reaches its look-back first), so F2's warps of one block wait for
+ * the warp before them.  The frame is the CPU codec's byte for byte; a
+ * capacity that ends mid-frame is zipcclDstTooSmall with nothing written
+ * past it. */
+static void check_lookback(void) {
+    const size_t count = 80 * 16384 + 777;
+    std::vector<uint8_t> src = cc_make(zipcclBfloat16, D_GAUSS, count);
+    for (size_t i = 0; i < 2 * count; i++)
+        if ((i / 2 / 16384) % 3 == 1) src[i] = (uint8_t)((i * 0x9E3779B97F4A7C15ull) >> 56); /* cc_next's stream untouched */
+    for (int c = 0; c < CC_NCODECS; c++) {
+        zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+        p.codec = cc_codecs[c];
+        p.checksum = c % 2;
+        std::vector<uint8_t> ref(zipcclCompressBound(count, zipcclBfloat16, p.checksum)), f;
+        size_t rsize = 0;
+        int ok = zipcclCompress(src.data(), count, zipcclBfloat16, ref.data(), ref.size(), &rsize, &p) == zipcclSuccess;
+        const ZkLbStats before = zk_lb_stats;
+        ok &= emu_compress(src.data(), count, zipcclBfloat16, &p, &f) == zipcclSuccess && f.size() == rsize &&
+              !memcmp(f.data(), ref.data(), rsize);
+        const uint64_t windows = zk_lb_stats.windows - before.windows, aggs = zk_lb_stats.aggregates - before.aggregates,
+                       waits = zk_lb_stats.waits - before.waits;
+        std::vector<uint8_t> ws(zk_workspace_size(count, zipcclBfloat16)), out(rsize + 64, 0xEE);
+        size_t size = 0, cut = rsize / 2;
+        zipcclResult_t r = zk_compress(src.data(), count, zipcclBfloat16, out.data(), cut, &size, &p, ws.data(),
+                                       ws.size(), NULL);
+        int untouched = 1;
+        for (size_t i = cut; i < out.size(); i++) untouched &= out[i] == 0xEE;
+        char n[96];
+        snprintf(n, sizeof n, "emu/lookback/%s", cc_codec_name(p.codec));
+        CHECK(ok && rsize < count * 2 && windows > 80 && aggs > 80 * 10 && (p.codec != zipcclCodecF2 || waits > 0) &&
+                  r == zipcclDstTooSmall && untouched,
+              n, "same bytes %d (size %zu), windows %llu, aggregates %llu, waits %llu; cut at %zu: %d, untouched past it %d",
+              ok, rsize, (unsigned long long)windows, (unsigned long long)aggs, (unsigned long long)waits, cut, r,
+              untouched);
+    }
+}
+
 /* The batched entries (zipcclCompressCudaBatch / zipcclDecompressCudaBatch):
  * k buffers of every codec and dtype, empty, stored, incompressible and
  * Gaussian ones mixed, with and without checksums, give the single calls'
@@ -263,7 +304,7 @@ static void check_batch(void) {
                   zipcclSuccess && failed == -1,
           "emu/batch/empty", "a batch of none");
     std::vector<uint8_t> a = cc_make(zipcclBfloat16, D_GAUSS, 20000), o(zipcclCompressBound(20000, zipcclBfloat16, 0));
-    std::vector<uint8_t> small(1024);
+    std::vector<uint8_t> small(300); /* the batch head alone takes 256 */
     const void* ap[1] = {a.data()};
     void* opp[1] = {o.data()};
     size_t cnt1[1] = {20000}, cap1[1] = {o.size()}, sz1[1];
@@ -281,6 +322,7 @@ int main(int argc, char** argv) {
     check_select();
     check_scan();
     check_compress_capacity();
+    check_lookback();
     check_batch();
     cc_api(&kEmu);
     cc_chunk_log2(&kEmu);

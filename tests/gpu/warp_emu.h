@@ -195,6 +195,13 @@ inline uint32_t emu_ballot(int p) { return emu::collective(emu::OP_BALLOT, (uint
 inline uint32_t emu_shfl(uint32_t v, int src) { return emu::collective(emu::OP_SHFL, v, src); }
 inline void emu_syncwarp(void) { emu::collective(emu::OP_SYNCWARP, 0, 0); }
 inline void emu_syncthreads(void) { emu::syncthreads(); }
+/* An aligned load or store of n bytes at p: a device faults where p is not
+ * a multiple of n; the emulator stops. */
+inline void emu_check_align(const void* p, unsigned n) {
+    if ((uintptr_t)p % n) emu::die("misaligned access (a device faults)");
+}
+/* A kernel found itself in a state a device would hang or fault in. */
+inline void emu_fail(const char* what) { emu::die(what); }
 inline void emu_launch(uint64_t grid, unsigned block, size_t smem, const std::function<void()>& fn) {
     emu::launch(grid, block, smem, fn);
 }
