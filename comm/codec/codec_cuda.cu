@@ -44,15 +44,17 @@
  * through the ZK_* macros for that reason.
  *
  * Batched entries (zipcclCompressCudaBatch / zipcclDecompressCudaBatch,
- * section 10): k buffers' launches one after the other on the stream, their
- * coded totals (compress) or headers and verdicts (decompress) gathered in
- * the workspace's head by device-to-device copies and read in one copy each:
- * one host wait for k frame sizes, two for k verdicts.  The same launches as
- * k single calls, so the same bytes.
+ * section 10): compress codes up to ZK_BATCH_MAX buffers in one launch of
+ * the encoder and one of k_head (their chunks numbered one after the
+ * other), the totals written into the workspace's head; decompress runs k
+ * frames' launches one after the other, their headers and verdicts
+ * gathered in the head by device-to-device copies.  Each is read in one
+ * copy: one host wait for k frame sizes, two for k verdicts.  The same
+ * kernels as k single calls, so the same bytes.
  *
  * Left out: an encoder for chunk_log2 other than 14 (decoding accepts 10..20),
  * 16-byte vector loads of the input (the encoders load elements),
- * one launch for a whole batch (a batch is k launch sequences), frame sizes
+ * one launch for a batch's decodes (k launch sequences), frame sizes
  * handed to the next kernel without the host (the collectives need them on
  * the host for MPI anyway), overlapping several frames on streams (the
  * collectives do that).
@@ -311,18 +313,29 @@ typedef struct {
 /* The encoders write the frame in place (one pass over the output): a
  * chunk's block (or warp) learns the chunk's size before it writes a byte,
  * and its place from the chunks before it by a decoupled look-back over
- * `look` (zk_lookback).  Chunks are taken in ticket order (misc[0]), so a
- * chunk waits only for chunks whose blocks are already running. */
-typedef struct {
+ * `look` (zk_lookback).  One launch codes up to ZK_BATCH_MAX buffers (a
+ * batch's): their chunks are numbered one after the other and taken in
+ * ticket order, so a chunk waits only for chunks whose blocks are already
+ * running. */
+typedef struct { /* one buffer of a launch */
     const uint8_t* src;
     uint8_t* dst;      /* the frame: header | table | sums | chunks        */
     uint64_t* look;    /* (n_chunks) look-back words, zeroed (zk_lookback) */
-    uint32_t* misc;    /* [0] ticket, [1] set by a C chunk, zeroed          */
+    uint32_t* cflag;   /* set by a C chunk (zeroed)                         */
     uint64_t* total;   /* the chunks' bytes, set by the last chunk          */
     uint64_t count, n_chunks;
+    uint64_t first;    /* its first chunk's ticket                          */
     uint64_t prefix;   /* header, table and checksums: the first chunk's place */
     uint64_t cap;      /* a chunk that would end past cap writes nothing    */
-    int dt, es, checksum, src_aligned;
+    int checksum, src_aligned;
+} EncBuf;
+
+#define ZK_BATCH_MAX 8 /* the buffers of a launch: the arguments stay under 4 KB */
+typedef struct {
+    EncBuf buf[ZK_BATCH_MAX];
+    uint32_t* ticket;  /* zeroed */
+    uint64_t n_chunks; /* all buffers' */
+    int k;
     ZkTables tab;
 } EncArgs;
 
@@ -365,7 +378,7 @@ ZK void zk_write_raw(uint8_t* out, const uint8_t* in, uint32_t nbytes, uint32_t 
 
 /* Records a written chunk in the frame: its size in the table and (if
  * asked) its checksum in the sums. */
-ZK void zk_finish_chunk(const EncArgs& a, uint64_t c, const uint8_t* out, uint32_t size, uint32_t lane) {
+ZK void zk_finish_chunk(const EncBuf& a, uint64_t c, const uint8_t* out, uint32_t size, uint32_t lane) {
     ZK_SYNCWARP(); /* every lane's bytes of the chunk are visible to all */
     if (lane == 0) zcf_st32(a.dst + ZCF_HEADER_SIZE + 4 * c, size);
     if (a.checksum) {
@@ -387,7 +400,7 @@ ZK void zk_finish_chunk(const EncArgs& a, uint64_t c, const uint8_t* out, uint32
  * ZK_LB_KEEP, so that the walk over aggregates and across windows runs.) */
 #define ZK_LB_AGG 1u
 #define ZK_LB_INCL 2u
-ZK uint64_t zk_lookback(const EncArgs& a, uint64_t c, uint32_t size, uint32_t lane) {
+ZK uint64_t zk_lookback(const EncBuf& a, uint64_t c, uint32_t size, uint32_t lane) {
     if (lane == 0) ZK_LOOK_ST(&a.look[c], ((uint64_t)size << 2) | (c == 0 ? ZK_LB_INCL : ZK_LB_AGG));
     uint64_t excl = 0, spins = 0;
     for (uint64_t end = c; end > 0;) { /* lane l reads chunk end - 1 - l */
@@ -415,13 +428,13 @@ ZK uint64_t zk_lookback(const EncArgs& a, uint64_t c, uint32_t size, uint32_t la
 /* Chunk c of `size` bytes placed (zk_lookback): its address in the frame,
  * or NULL where it would end past the caller's capacity (the frame will be
  * refused or stored; the chunk writes nothing).  One warp. */
-ZK uint8_t* zk_place(const EncArgs& a, uint64_t c, uint32_t size, uint32_t lane) {
+ZK uint8_t* zk_place(const EncBuf& a, uint64_t c, uint32_t size, uint32_t lane) {
     const uint64_t at = a.prefix + zk_lookback(a, c, size, lane);
     return at + size <= a.cap ? a.dst + at : (uint8_t*)0;
 }
 /* The same by a block: warp 0 looks back, every thread gets the address
  * through sh (2 words of shared memory). */
-ZK uint8_t* zk_place_block(const EncArgs& a, uint64_t c, uint32_t size, uint32_t* sh) {
+ZK uint8_t* zk_place_block(const EncBuf& a, uint64_t c, uint32_t size, uint32_t* sh) {
     if (ZK_WARP() == 0) {
         uint8_t* out = zk_place(a, c, size, ZK_LANE());
         const uint64_t off = out ? (uint64_t)(out - a.dst) : ~0ull;
@@ -433,20 +446,27 @@ ZK uint8_t* zk_place_block(const EncArgs& a, uint64_t c, uint32_t size, uint32_t
     return off == ~0ull ? (uint8_t*)0 : a.dst + off;
 }
 
-/* The chunk a warp (zk_ticket_warp) or block (zk_ticket_block, through
- * sh[0]) encodes: tickets in the order blocks start, so the chunks a
- * look-back waits for are already being encoded. */
-ZK uint64_t zk_ticket_warp(const EncArgs& a, uint32_t lane) {
+/* The ticket of the chunk a warp (zk_ticket_warp) or block
+ * (zk_ticket_block, through sh[0]) encodes: tickets in the order blocks
+ * start, so the chunks a look-back waits for are already being encoded. */
+ZK uint64_t zk_ticket_warp(const EncArgs& A, uint32_t lane) {
     uint32_t t = 0;
-    if (lane == 0) t = ZK_TICKET(&a.misc[0]);
+    if (lane == 0) t = ZK_TICKET(A.ticket);
     return ZK_SHFL(t, 0);
 }
-ZK uint64_t zk_ticket_block(const EncArgs& a, uint32_t* sh) {
-    if (ZK_TID() == 0) sh[0] = ZK_TICKET(&a.misc[0]);
+ZK uint64_t zk_ticket_block(const EncArgs& A, uint32_t* sh) {
+    if (ZK_TID() == 0) sh[0] = ZK_TICKET(A.ticket);
     ZK_SYNCTHREADS();
-    const uint64_t c = sh[0];
+    const uint64_t t = sh[0];
     ZK_SYNCTHREADS(); /* sh may be reused */
-    return c;
+    return t;
+}
+/* Ticket t's buffer, and *c its chunk there. */
+ZK const EncBuf& zk_buf_of(const EncArgs& A, uint64_t t, uint64_t* c) {
+    int i = 0;
+    while (i + 1 < A.k && t >= A.buf[i + 1].first) i++;
+    *c = t - A.buf[i].first;
+    return A.buf[i];
 }
 
 #define ZK_F3_UNROLL 4 /* groups loaded before any is processed */
@@ -455,7 +475,7 @@ ZK uint64_t zk_ticket_block(const EncArgs& a, uint32_t* sh) {
 /* Chunk c of the input: returns its element count; *in: its elements,
  * *s8 (F3, F2; NULL for T and R, which take the larger sample of their
  * own): its scale estimate (FORMAT.md §7). */
-ZK uint32_t zk_enc_chunk(const EncArgs& a, uint64_t c, int dt, int es, uint32_t lane, const uint8_t** in, int* s8) {
+ZK uint32_t zk_enc_chunk(const EncBuf& a, uint64_t c, int dt, int es, uint32_t lane, const uint8_t** in, int* s8) {
     uint64_t first = c << ZCF_CHUNK_LOG2;
     *in = a.src + first * es;
     const uint32_t n = (uint32_t)(a.count - first < (1u << ZCF_CHUNK_LOG2) ? a.count - first : (1u << ZCF_CHUNK_LOG2));
@@ -474,7 +494,7 @@ ZK void zk_put_chunk_header(uint8_t* out, uint32_t mode, uint32_t top, uint32_t 
 /* The end of a chunk encoded by a block (T, F3): the raw chunk (header
  * and bytes, by every thread) when it was not coded, then warp 0 records
  * its size and checksum once every byte is visible. */
-ZK void zk_block_finish(const EncArgs& a, uint64_t c, uint8_t* out, const uint8_t* in, uint32_t nbytes,
+ZK void zk_block_finish(const EncBuf& a, uint64_t c, uint8_t* out, const uint8_t* in, uint32_t nbytes,
                         uint32_t size, int coded) {
     if (!coded) zk_write_raw(out, in, nbytes, ZK_TID(), 32 * ZK_T_WARPS);
     ZK_SYNCTHREADS();
@@ -488,10 +508,11 @@ ZK void zk_block_finish(const EncArgs& a, uint64_t c, uint8_t* out, const uint8_
  * the place; then each warp writes its rest bytes, code planes and escapes
  * in place in the frame.  sh: ZK_T_WARPS words of shared memory. */
 template <int DT>
-ZK void zk_encode_f3_chunk(const EncArgs& a, uint32_t* sh) {
+ZK void zk_encode_f3_chunk(const EncArgs& A, uint32_t* sh) {
+    uint64_t c;
+    const EncBuf& a = zk_buf_of(A, zk_ticket_block(A, sh), &c);
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
     const uint32_t tid = ZK_TID(), lane = ZK_LANE(), warp = ZK_WARP();
-    const uint64_t c = zk_ticket_block(a, sh);
     const uint8_t* in;
     int s8;
     const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, &s8); /* every warp: the same s8 */
@@ -586,7 +607,7 @@ ZK void zk_tier2_add(uint8_t* sp, uint64_t* pend, uint32_t m, uint32_t b, uint32
  * in place: rest bytes, primary planes, secondary planes as the second
  * tier grows, escapes in element order after them. */
 template <int DT>
-ZK void zk_encode_f2_chunk(const EncArgs& a, uint64_t c, uint32_t lane) {
+ZK void zk_encode_f2_chunk(const EncBuf& a, uint64_t c, uint32_t lane) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
     const int U = DT == ZCF_DT_BF16 ? ZK_F3_UNROLL : 3; /* fp16, fp32: 4 groups would spill */
     const uint8_t* in;
@@ -719,10 +740,10 @@ ZK int zk_is_c_chunk(const uint8_t* in, uint32_t n, int es, int al, int same, ui
     return same && n >= 2 && zk_chunk_constant(in, n, es, al, lane); /* 8 + es < raw */
 }
 /* Chunk c as a C chunk at out (one warp); the frame becomes version 3. */
-ZK void zk_write_c_chunk(const EncArgs& a, uint64_t c, const uint8_t* in, int es, uint8_t* out, uint32_t lane) {
+ZK void zk_write_c_chunk(const EncBuf& a, uint64_t c, const uint8_t* in, int es, uint8_t* out, uint32_t lane) {
     if (lane < 8) out[lane] = lane == 0 ? (uint8_t)ZCF_MODE_C : 0; /* top, table, n_esc 0 */
     if (lane < (uint32_t)es) out[8 + lane] = in[lane];
-    if (lane == 0) ZK_ATOMIC_OR(&a.misc[1], 1u);
+    if (lane == 0) ZK_ATOMIC_OR(a.cflag, 1u);
     zk_finish_chunk(a, c, out, 8 + es, lane);
 }
 
@@ -755,13 +776,14 @@ ZK void zk_tier_bits(uint32_t* w, uint32_t m, uint32_t q, uint32_t np) {
 }
 
 template <int DT>
-ZK void zk_encode_t_chunk(const EncArgs& a, uint8_t* smem) {
-    const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
-    const uint32_t tid = ZK_TID(), lane = ZK_LANE(), warp = ZK_WARP(), nt = 32 * ZK_T_WARPS;
+ZK void zk_encode_t_chunk(const EncArgs& A, uint8_t* smem) {
     uint32_t* sh = (uint32_t*)smem; /* [0] verdict, [1] top, [2] shape, [4 + 3w ..] warp w's counts, [32..] place */
     uint32_t* t2w = sh + 64;        /* tier-2 words */
     uint32_t* t3w = t2w + 2 * 2 * 256;
-    const uint64_t c = zk_ticket_block(a, sh + 32);
+    uint64_t c;
+    const EncBuf& a = zk_buf_of(A, zk_ticket_block(A, sh + 32), &c);
+    const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
+    const uint32_t tid = ZK_TID(), lane = ZK_LANE(), warp = ZK_WARP(), nt = 32 * ZK_T_WARPS;
     const uint8_t* in;
     const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, NULL);
     const uint32_t raw = 8 + n * es, G = (n + 63) / 64, rest = (uint32_t)zcf_rest_size(dt, n);
@@ -852,8 +874,9 @@ ZK void zk_encode_t_chunk(const EncArgs& a, uint8_t* smem) {
 
 /* R chunk c (FORMAT.md §4.4) by one warp; smem: 128 bytes of table, then
  * the lanes' pushed words, interleaved (word k of lane l at 32k + l). */
-ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* smem) {
-    const int dt = a.dt, es = a.es, al = a.src_aligned;
+template <int DT>
+ZK void zk_encode_r_chunk(const EncBuf& a, const ZkTables& tab, uint64_t c, uint32_t lane, uint8_t* smem) {
+    const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.src_aligned;
     const uint8_t* in;
     const uint32_t n = zk_enc_chunk(a, c, dt, es, lane, &in, NULL);
     /* FORMAT.md §7 item 2: tail class, table and top from T's larger sample */
@@ -865,14 +888,14 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
         if (out) zk_write_c_chunk(a, c, in, es, out, lane);
         return;
     }
-    zcf_r_pick(h, n, s8, dt, a.tab.cost, a.tab.top_off, &top, &tbl);
+    zcf_r_pick(h, n, s8, dt, tab.cost, tab.top_off, &top, &tbl);
     uint32_t* fq = (uint32_t*)smem;
     uint32_t* cm = fq + 16;
     uint16_t* words = (uint16_t*)(smem + 128);
     if (lane < 16) {
         uint32_t cacc = 0;
-        for (uint32_t k = 0; k < lane; k++) cacc += a.tab.f[tbl][k];
-        fq[lane] = a.tab.f[tbl][lane];
+        for (uint32_t k = 0; k < lane; k++) cacc += tab.f[tbl][k];
+        fq[lane] = tab.f[tbl][lane];
         cm[lane] = cacc;
     }
     ZK_SYNCWARP();
@@ -957,9 +980,22 @@ ZK void zk_encode_r_chunk(const EncArgs& a, uint64_t c, uint32_t lane, uint8_t* 
 /* F2 and R: one warp per chunk, the warp's ticket (warps past the last
  * chunk leave at once) */
 template <int DT>
-ZK void zk_encode_f2_warp(const EncArgs& a) {
-    const uint64_t c = zk_ticket_warp(a, ZK_LANE());
-    if (c < a.n_chunks) zk_encode_f2_chunk<DT>(a, c, ZK_LANE());
+ZK void zk_encode_f2_warp(const EncArgs& A) {
+    const uint64_t t = zk_ticket_warp(A, ZK_LANE());
+    uint64_t c;
+    if (t < A.n_chunks) {
+        const EncBuf& a = zk_buf_of(A, t, &c);
+        zk_encode_f2_chunk<DT>(a, c, ZK_LANE());
+    }
+}
+template <int DT>
+ZK void zk_encode_r_warp(const EncArgs& A) { /* one warp a block: 32 KB of words */
+    const uint64_t t = zk_ticket_warp(A, ZK_LANE());
+    uint64_t c;
+    if (t < A.n_chunks) {
+        const EncBuf& a = zk_buf_of(A, t, &c);
+        zk_encode_r_chunk<DT>(a, A.tab, c, ZK_LANE(), ZK_SMEM());
+    }
 }
 /* T: one block of ZK_T_WARPS warps per chunk */
 ZK void encode_t_bf16_body(const EncArgs& a) { zk_encode_t_chunk<ZCF_DT_BF16>(a, ZK_SMEM()); }
@@ -972,10 +1008,9 @@ ZK void encode_f2_fp32_body(const EncArgs& a) { zk_encode_f2_warp<ZCF_DT_FP32>(a
 ZK void encode_f3_bf16_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_BF16>(a, (uint32_t*)ZK_SMEM()); }
 ZK void encode_f3_fp16_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_FP16>(a, (uint32_t*)ZK_SMEM()); }
 ZK void encode_f3_fp32_body(const EncArgs& a) { zk_encode_f3_chunk<ZCF_DT_FP32>(a, (uint32_t*)ZK_SMEM()); }
-ZK void encode_r_body(const EncArgs& a) { /* one warp a block: 32 KB of words */
-    const uint64_t c = zk_ticket_warp(a, ZK_LANE());
-    if (c < a.n_chunks) zk_encode_r_chunk(a, c, ZK_LANE(), ZK_SMEM());
-}
+ZK void encode_r_bf16_body(const EncArgs& a) { zk_encode_r_warp<ZCF_DT_BF16>(a); }
+ZK void encode_r_fp16_body(const EncArgs& a) { zk_encode_r_warp<ZCF_DT_FP16>(a); }
+ZK void encode_r_fp32_body(const EncArgs& a) { zk_encode_r_warp<ZCF_DT_FP32>(a); }
 static size_t zk_encode_r_smem(void) { return 128 + 2 * ((size_t)1 << ZCF_CHUNK_LOG2); }
 
 /* ------------------------------------------------------------------------ */
@@ -1061,23 +1096,27 @@ typedef struct {
     const uint32_t* cflag; /* nonzero: a C chunk, the frame is version 3 (4: R) */
     uint64_t n_chunks, prefix; /* prefix: header + table + sums */
     uint64_t bound, cap;   /* write only a frame < bound that fits in cap       */
-    int checksum;
     uint8_t header[16];
+} HeadBuf;
+typedef struct {
+    HeadBuf buf[ZK_BATCH_MAX];
+    int checksum;
 } HeadArgs;
 
-/* One warp, after the encoder: the 16-byte header and, if asked, its
- * checksum over header and table.  Launched before the host has read the
- * total, so the GPU never waits on the host in between: the frame is
- * finished only if the host will keep it (smaller than the stored frame,
- * fits the caller's buffer; else every chunk wrote nothing or the host
- * writes the stored frame over it). */
-ZK void head_body(const HeadArgs& a) {
+/* One warp per buffer of the launch, after the encoder: the 16-byte header
+ * and, if asked, its checksum over header and table.  Launched before the
+ * host has read the totals, so the GPU never waits on the host in between:
+ * a frame is finished only if the host will keep it (smaller than the
+ * stored frame, fits the caller's buffer; else the host refuses it, or
+ * writes the stored frame over what the chunks wrote). */
+ZK void head_body(const HeadArgs& A) {
+    const HeadBuf& a = A.buf[ZK_BID()];
     const uint64_t size = a.prefix + *a.total;
     if (!(size < a.bound && size <= a.cap)) return;
     const uint32_t lane = ZK_LANE();
     if (lane < 16) a.dst[lane] = lane == 4 && *a.cflag && a.header[4] < ZCF_VERSION_C ? (uint8_t)ZCF_VERSION_C : a.header[lane];
     ZK_SYNCWARP();
-    if (!a.checksum) return;
+    if (!A.checksum) return;
     const uint64_t len = ZCF_HEADER_SIZE + 4 * a.n_chunks;
     uint32_t h = zk_xxh32_warp(a.dst, len, lane);
     if (lane == 0) zcf_st32(a.dst + len, h);
@@ -1577,6 +1616,9 @@ static zipcclResult_t zk_sync(void* stream) {
 #else
 /* min_blocks: the warp-per-chunk kernels want >= 32 resident warps an SM
  * (<= 64 registers) to keep enough loads in flight. */
+/* Kernel arguments travel in the launch, which takes 4 KB on any driver. */
+static_assert(sizeof(EncArgs) <= 4096 && sizeof(HeadArgs) <= 4096 && sizeof(DecArgs) <= 4096,
+              "kernel arguments over 4 KB");
 #define ZK_KERNEL(name, Args, threads, min_blocks) \
     __global__ void __launch_bounds__(threads, min_blocks) k_##name(const __grid_constant__ Args a) { name##_body(a); }
 ZK_KERNEL(encode_t_bf16, EncArgs, 32 * ZK_T_WARPS, 4)
@@ -1588,7 +1630,9 @@ ZK_KERNEL(encode_f2_fp32, EncArgs, 32 * ZK_WARPS_PER_BLOCK, 8)
 ZK_KERNEL(encode_f3_bf16, EncArgs, 32 * ZK_T_WARPS, 4)
 ZK_KERNEL(encode_f3_fp16, EncArgs, 32 * ZK_T_WARPS, 4)
 ZK_KERNEL(encode_f3_fp32, EncArgs, 32 * ZK_T_WARPS, 4)
-ZK_KERNEL(encode_r, EncArgs, 32, 1)
+ZK_KERNEL(encode_r_bf16, EncArgs, 32, 1)
+ZK_KERNEL(encode_r_fp16, EncArgs, 32, 1)
+ZK_KERNEL(encode_r_fp32, EncArgs, 32, 1)
 ZK_KERNEL(plan, PlanArgs, ZK_SCAN_THREADS, 1)
 ZK_KERNEL(head, HeadArgs, 32, 1)
 ZK_KERNEL(put, PutArgs, 32, 1)
@@ -1630,9 +1674,9 @@ static zipcclDataType_t zk_dtype(int dt) {
 }
 static size_t zk_align(size_t x) { return (x + 255) & ~(size_t)255; }
 
-/* Workspace layouts. Compress: look | misc (the look-back words, 8 bytes a
- * chunk; ticket, C flag and total), zeroed before the encoder runs: the
- * frame itself is written in place.  Decompress: offs | status. A frame's
+/* Workspace layouts. Compress (one launch): look | misc (the look-back
+ * words, 8 bytes a chunk; the ticket, the C flags, a single call's total),
+ * zeroed before the encoder runs: the frame itself is written in place.  Decompress: offs | status. A frame's
  * chunk_log2 may be as small as 10, so the decompress part is sized for
  * that. */
 typedef struct {
@@ -1644,9 +1688,11 @@ static ZkLayout zk_layout_compress(uint64_t n_chunks) {
     memset(&L, 0, sizeof L);
     L.look = 0;
     L.misc = zk_align(8 * n_chunks);
-    L.total = zk_align(L.misc + 64);
+    L.total = zk_align(L.misc + 128);
     return L;
 }
+/* The workspace of one launch's buffers of n_chunks chunks in all. */
+static size_t zk_launch_ws(uint64_t n_chunks) { return zk_layout_compress(n_chunks).total; }
 static ZkLayout zk_layout_decompress(uint64_t n_chunks) {
     ZkLayout L;
     memset(&L, 0, sizeof L);
@@ -1721,11 +1767,12 @@ static zipcclResult_t zk_write_stored(const uint8_t* src, uint64_t count, int dt
 }
 
 /* One buffer's compression, from its arguments to the frame: the checks
- * (zk_compress_check), the launches (zk_compress_launch: encode, plan,
- * assemble into dst, the coded total left at *total_dev), and once the host
- * has read that total, the choice of the stored frame (zk_compress_finish).
+ * (zk_compress_check), the launches (zk_compress_launch: the frame written
+ * in place, the coded total left on the device), and once the host has
+ * read that total, the choice of the stored frame (zk_compress_finish).
  * zk_compress runs them for one buffer (one host wait), zk_compress_batch
- * for k (one host wait for all): the same launches, the same bytes. */
+ * for k, ZK_BATCH_MAX to a launch (one host wait for all): the same
+ * kernels, the same bytes. */
 typedef struct {
     const uint8_t* src;
     uint8_t* dst;
@@ -1734,7 +1781,6 @@ typedef struct {
     zipcclCodec_t codec;
     uint64_t nc;
     size_t prefix, bound;    /* the coded frame's header part and the stored frame's size */
-    const uint64_t* total_dev; /* the coded chunks' bytes (device), after the launches */
 } ZkEnc;
 
 static zipcclResult_t zk_compress_check(const void* d_src, size_t count, zipcclDataType_t dtype, void* d_dst,
@@ -1768,43 +1814,75 @@ static zipcclResult_t zk_compress_check(const void* d_src, size_t count, zipcclD
 
 /* The workspace one buffer's launches use (zk_layout_compress; 0 when the
  * frame is stored without coding). */
-static size_t zk_compress_ws(const ZkEnc* e) { return e->stored ? 0 : zk_layout_compress(e->nc).total; }
+static size_t zk_compress_ws(const ZkEnc* e) { return e->stored ? 0 : zk_launch_ws(e->nc); }
 
-/* Encode e's buffer into its frame on `stream`, in the workspace at ws
- * (256-aligned, zk_compress_ws bytes): the encoder writes chunks, table and
- * sums in place, k_head the header and its checksum. */
-static zipcclResult_t zk_compress_launch(ZkEnc* x, uint8_t* ws, void* stream) {
-    const int dt = x->dt, es = x->es;
-    const uint64_t nc = x->nc;
-    const zipcclCodec_t codec = x->codec;
-    ZkLayout L = zk_layout_compress(nc);
+/* Encode k (1..ZK_BATCH_MAX) buffers into their frames on `stream` in one
+ * launch of the encoder and one of k_head: the same dtype, codec and
+ * checksum setting, none stored without coding.  The workspace at ws
+ * (256-aligned, zk_launch_ws of their chunks): their look-back words one
+ * buffer after the other, then the ticket and the C flags.  Buffer i's
+ * coded total goes to totals[i] (device). */
+static zipcclResult_t zk_compress_launch(const ZkEnc* x, int k, uint8_t* ws, uint64_t* totals, void* stream) {
+    const int dt = x[0].dt;
+    const zipcclCodec_t codec = x[0].codec;
+    uint64_t nc = 0;
+    for (int i = 0; i < k; i++) nc += x[i].nc;
+    const ZkLayout L = zk_layout_compress(nc);
+    uint32_t* misc = (uint32_t*)(ws + L.misc);
     EncArgs e;
+    HeadArgs hd;
     memset(&e, 0, sizeof e);
-    e.src = x->src;
-    e.dst = x->dst;
-    e.look = (uint64_t*)(ws + L.look);
-    e.misc = (uint32_t*)(ws + L.misc);
-    e.total = (uint64_t*)(ws + L.misc + 8);
-    e.count = x->count;
+    memset(&hd, 0, sizeof hd);
+    e.ticket = misc;
     e.n_chunks = nc;
-    e.prefix = x->prefix;
-    e.cap = x->cap;
-    e.dt = dt;
-    e.es = es;
-    e.checksum = x->cs;
-    e.src_aligned = ((uintptr_t)x->src % es) == 0;
+    e.k = k;
     e.tab = zk_tables();
-    uint64_t warp_blocks = (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK;
-    unsigned wb = 32 * ZK_WARPS_PER_BLOCK;
+    hd.checksum = x[0].cs;
+    for (int i = 0, first = 0; i < k; first += (int)x[i].nc, i++) {
+        EncBuf* b = &e.buf[i];
+        b->src = x[i].src;
+        b->dst = x[i].dst;
+        b->look = (uint64_t*)(ws + L.look) + first;
+        b->cflag = misc + 1 + i;
+        b->total = totals + i;
+        b->count = x[i].count;
+        b->n_chunks = x[i].nc;
+        b->first = (uint64_t)first;
+        b->prefix = x[i].prefix;
+        b->cap = x[i].cap;
+        b->checksum = x[i].cs;
+        b->src_aligned = ((uintptr_t)x[i].src % x[i].es) == 0;
+        HeadBuf* h = &hd.buf[i];
+        h->dst = x[i].dst;
+        h->total = b->total;
+        h->cflag = b->cflag;
+        h->n_chunks = x[i].nc;
+        h->prefix = x[i].prefix;
+        h->bound = x[i].bound;
+        h->cap = x[i].cap;
+        /* version 4 for R frames, 2 only where T chunks may be, 3 (set by
+         * k_head) where a C chunk is, as the CPU codec writes */
+        zk_put_header(h->header,
+                      codec == zipcclCodecDense  ? ZCF_VERSION_R
+                      : codec == zipcclCodecFast ? ZCF_VERSION_T
+                                                 : ZCF_VERSION_MIN,
+                      dt, x[i].cs ? ZCF_FLAG_CHECKSUM : 0, x[i].count);
+    }
+    const uint64_t warp_blocks = (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK;
+    const unsigned wb = 32 * ZK_WARPS_PER_BLOCK, tb = 32 * ZK_T_WARPS;
     ZIPCCL_TRY(zk_memset(ws, 0, L.total, stream));
-    if (codec == zipcclCodecDense)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_r, nc, 32, zk_encode_r_smem(), stream, e));
+    if (codec == zipcclCodecDense && dt == ZCF_DT_BF16)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_r_bf16, nc, 32, zk_encode_r_smem(), stream, e));
+    else if (codec == zipcclCodecDense && dt == ZCF_DT_FP16)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_r_fp16, nc, 32, zk_encode_r_smem(), stream, e));
+    else if (codec == zipcclCodecDense)
+        ZIPCCL_TRY(ZK_LAUNCH(encode_r_fp32, nc, 32, zk_encode_r_smem(), stream, e));
     else if (codec == zipcclCodecFast && dt == ZCF_DT_BF16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_t_bf16, nc, 32 * ZK_T_WARPS, ZK_T_SMEM, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_t_bf16, nc, tb, ZK_T_SMEM, stream, e));
     else if (codec == zipcclCodecFast && dt == ZCF_DT_FP16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_t_fp16, nc, 32 * ZK_T_WARPS, ZK_T_SMEM, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_t_fp16, nc, tb, ZK_T_SMEM, stream, e));
     else if (codec == zipcclCodecFast)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_t_fp32, nc, 32 * ZK_T_WARPS, ZK_T_SMEM, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_t_fp32, nc, tb, ZK_T_SMEM, stream, e));
     else if (codec == zipcclCodecF2 && dt == ZCF_DT_BF16)
         ZIPCCL_TRY(ZK_LAUNCH(encode_f2_bf16, warp_blocks, wb, 0, stream, e));
     else if (codec == zipcclCodecF2 && dt == ZCF_DT_FP16)
@@ -1812,31 +1890,12 @@ static zipcclResult_t zk_compress_launch(ZkEnc* x, uint8_t* ws, void* stream) {
     else if (codec == zipcclCodecF2)
         ZIPCCL_TRY(ZK_LAUNCH(encode_f2_fp32, warp_blocks, wb, 0, stream, e));
     else if (dt == ZCF_DT_BF16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_bf16, nc, 32 * ZK_T_WARPS, 4 * ZK_T_WARPS, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_bf16, nc, tb, 4 * ZK_T_WARPS, stream, e));
     else if (dt == ZCF_DT_FP16)
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp16, nc, 32 * ZK_T_WARPS, 4 * ZK_T_WARPS, stream, e));
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp16, nc, tb, 4 * ZK_T_WARPS, stream, e));
     else
-        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp32, nc, 32 * ZK_T_WARPS, 4 * ZK_T_WARPS, stream, e));
-    HeadArgs hd;
-    memset(&hd, 0, sizeof hd);
-    hd.dst = x->dst;
-    hd.total = e.total;
-    hd.cflag = e.misc + 1;
-    hd.n_chunks = nc;
-    hd.prefix = x->prefix;
-    hd.bound = x->bound;
-    hd.cap = x->cap;
-    hd.checksum = x->cs;
-    /* version 4 for R frames, 2 only where T chunks may be, 3 (set by
-     * k_head) where a C chunk is, as the CPU codec writes */
-    zk_put_header(hd.header,
-                  codec == zipcclCodecDense  ? ZCF_VERSION_R
-                  : codec == zipcclCodecFast ? ZCF_VERSION_T
-                                             : ZCF_VERSION_MIN,
-                  dt, x->cs ? ZCF_FLAG_CHECKSUM : 0, x->count);
-    ZIPCCL_TRY(ZK_LAUNCH(head, 1, 32, 0, stream, hd));
-    x->total_dev = e.total;
-    return zipcclSuccess;
+        ZIPCCL_TRY(ZK_LAUNCH(encode_f3_fp32, nc, tb, 4 * ZK_T_WARPS, stream, e));
+    return ZK_LAUNCH(head, k, 32, 0, stream, hd);
 }
 
 /* With the coded total read: the stored frame where coding did not make
@@ -1863,18 +1922,21 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
     if (!d_ws || wsSize < zk_compress_ws(&e))
         return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): workspace of %zu usable bytes, need %zu", wsSize,
                               zk_compress_ws(&e));
-    ZIPCCL_TRY(zk_compress_launch(&e, ws, stream));
+    uint64_t* total_dev = (uint64_t*)(ws + zk_layout_compress(e.nc).misc + 64);
+    ZIPCCL_TRY(zk_compress_launch(&e, 1, ws, total_dev, stream));
     uint64_t total = 0;
-    ZIPCCL_TRY(zk_memcpy(&total, e.total_dev, 8, stream));
+    ZIPCCL_TRY(zk_memcpy(&total, total_dev, 8, stream));
     ZIPCCL_TRY(zk_sync(stream));
     return zk_compress_finish(&e, total, dstSize, stream);
 }
 
-/* k buffers: every one's launches, their totals gathered on the device
- * (8 bytes each, in the workspace's head) and read in one copy: one host
- * wait for the k frames.  The workspace: a 256-byte head per 32 buffers,
- * then each buffer's zk_compress_ws, 256-aligned, in order. *failed: the
- * buffer an error names (-1 for none). */
+/* k buffers: the coded ones in launches of up to ZK_BATCH_MAX (one
+ * encoder and one k_head each), their totals written by the encoder into
+ * the workspace's head and read in one copy: one host wait for the k
+ * frames.  The workspace: a 256-byte head per 32 buffers, then each
+ * launch's zk_launch_ws, 256-aligned, in order (at most the buffers'
+ * zk_compress_ws, 256-aligned, summed).  *failed: the buffer an error names
+ * (-1 for none). */
 static size_t zk_batch_head(int k) { return zk_align((size_t)k * 32); }
 
 static zipcclResult_t zk_compress_batch(int k, const void* const* d_src, const size_t* count, zipcclDataType_t dtype,
@@ -1886,35 +1948,44 @@ static zipcclResult_t zk_compress_batch(int k, const void* const* d_src, const s
         return zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): bad batch of %d buffers", k);
     if (!k) return zipcclSuccess;
     ZkEnc* e = (ZkEnc*)malloc((size_t)k * sizeof *e);
+    ZkEnc* run = (ZkEnc*)malloc((size_t)k * sizeof *run); /* the coded ones, in order */
+    int* idx = (int*)malloc((size_t)k * sizeof *idx);     /* run[j] is buffer idx[j] */
     uint64_t* total = (uint64_t*)calloc((size_t)k, sizeof *total);
-    zipcclResult_t res = e && total ? zipcclSuccess
-                                    : zipcclSetError(zipcclSystemError, "compress (CUDA, batched): out of host memory");
+    zipcclResult_t res = e && run && idx && total
+                             ? zipcclSuccess
+                             : zipcclSetError(zipcclSystemError, "compress (CUDA, batched): out of host memory");
     size_t need = zk_batch_head(k);
+    int m = 0;
     for (int i = 0; i < k && res == zipcclSuccess; i++) {
         res = zk_compress_check(d_src[i], count[i], dtype, d_dst[i], cap[i], params, &e[i]);
         if (res != zipcclSuccess && failed) *failed = i;
         need += zk_align(zk_compress_ws(&e[i]));
+        if (res == zipcclSuccess && !e[i].stored) run[m] = e[i], idx[m++] = i;
     }
     uint8_t* ws = d_ws ? zk_ws_align(d_ws, &wsSize) : NULL;
     if (res == zipcclSuccess && (!d_ws || wsSize < need))
         res = zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): workspace of %zu usable bytes, need %zu",
                              d_ws ? wsSize : 0, need);
-    uint64_t* totals = (uint64_t*)ws; /* the head */
+    uint64_t* totals = (uint64_t*)ws; /* the head: run j's total at j */
     size_t at = zk_batch_head(k);
-    for (int i = 0; i < k && res == zipcclSuccess; i++) {
-        if (e[i].stored) continue;
-        res = zk_compress_launch(&e[i], ws + at, stream);
-        if (res == zipcclSuccess) res = zk_memcpy(totals + i, e[i].total_dev, 8, stream);
-        if (res != zipcclSuccess && failed) *failed = i;
-        at += zk_align(zk_compress_ws(&e[i]));
+    for (int j = 0; j < m && res == zipcclSuccess; j += ZK_BATCH_MAX) {
+        const int n = m - j < ZK_BATCH_MAX ? m - j : ZK_BATCH_MAX;
+        uint64_t nc = 0;
+        for (int i = 0; i < n; i++) nc += run[j + i].nc;
+        res = zk_compress_launch(run + j, n, ws + at, totals + j, stream);
+        if (res != zipcclSuccess && failed) *failed = idx[j];
+        at += zk_align(zk_launch_ws(nc));
     }
-    if (res == zipcclSuccess) res = zk_memcpy(total, totals, (size_t)k * 8, stream);
+    if (res == zipcclSuccess && m) res = zk_memcpy(total, totals, (size_t)m * 8, stream);
     if (res == zipcclSuccess) res = zk_sync(stream);
-    for (int i = 0; i < k && res == zipcclSuccess; i++) {
-        res = zk_compress_finish(&e[i], total[i], &dstSize[i], stream);
+    for (int i = 0, j = 0; i < k && res == zipcclSuccess; i++) {
+        const uint64_t t = j < m && idx[j] == i ? total[j++] : 0;
+        res = zk_compress_finish(&e[i], t, &dstSize[i], stream);
         if (res != zipcclSuccess && failed) *failed = i;
     }
     free(e);
+    free(run);
+    free(idx);
     free(total);
     return res;
 }

@@ -298,6 +298,46 @@ static void check_batch(void) {
                     out[victim] = keep;
                 }
             }
+    /* 19 buffers (3 empty): the 16 coded in two launches of the encoder and
+     * two of k_head (8 buffers a launch; 2 x 16 before), each frame the
+     * single call's */
+    for (int c = 0; c < CC_NCODECS; c++) {
+        enum { K = 19 };
+        zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+        p.codec = cc_codecs[c];
+        p.checksum = c % 2;
+        std::vector<uint8_t> src[K], ref[K], out[K];
+        const void* sp[K];
+        void* dp[K];
+        size_t counts[K], cap[K], size[K], most = 0;
+        int ok = 1;
+        for (int i = 0; i < K; i++) {
+            counts[i] = i % 6 == 5 ? 0 : 1000 + 2777 * (size_t)i;
+            src[i] = cc_make(zipcclBfloat16, i % 4 == 3 ? D_RANDBITS : D_GAUSS, counts[i]);
+            ok &= emu_compress(src[i].data(), counts[i], zipcclBfloat16, &p, &ref[i]) == zipcclSuccess;
+            cap[i] = zipcclCompressBound(counts[i], zipcclBfloat16, p.checksum);
+            out[i].assign(cap[i] + 8, 0xEE);
+            sp[i] = src[i].data(), dp[i] = out[i].data();
+            if (counts[i] > most) most = counts[i];
+        }
+        std::vector<uint8_t> ws(zk_workspace_size_batch(K, most, zipcclBfloat16, 0));
+        int failed = 7;
+        const uint64_t l0 = emu::launches, s0 = emu_syncs();
+        zipcclResult_t r = zk_compress_batch(K, sp, counts, zipcclBfloat16, dp, cap, size, &p, ws.data(), ws.size(),
+                                             NULL, &failed);
+        const uint64_t launches = emu::launches - l0, syncs = emu_syncs() - s0;
+        for (int i = 0; i < K && r == zipcclSuccess; i++)
+            ok &= size[i] == ref[i].size() && !memcmp(out[i].data(), ref[i].data(), size[i]);
+        char n[96];
+        snprintf(n, sizeof n, "emu/batch/%s/19_buffers_in_two_launches", cc_codec_name(p.codec));
+        /* and each stored frame (the empty ones, the random bits' fallback)
+         * its k_put, with checksums the random ones their k_sums too */
+        uint64_t want = 4;
+        for (int i = 0; i < K; i++) want += counts[i] == 0 ? 1 : i % 4 == 3 ? 1 + p.checksum : 0;
+        CHECK(ok && r == zipcclSuccess && failed == -1 && syncs == 1 && launches == want, n,
+              "same frames %d, result %d, failed %d, host waits %llu (want 1), launches %llu (want %llu)", ok, r,
+              failed, (unsigned long long)syncs, (unsigned long long)launches, (unsigned long long)want);
+    }
     /* a batch of none, and a workspace too small */
     int failed = 3;
     CHECK(zk_compress_batch(0, NULL, NULL, zipcclBfloat16, NULL, NULL, NULL, NULL, NULL, 0, NULL, &failed) ==

@@ -57,6 +57,7 @@ inline unsigned grid_dim[3] = {1, 1, 1}; /* of the running launch */
 inline std::vector<uint8_t> smem;
 inline const std::function<void()>* body;
 inline std::recursive_mutex lock;
+inline uint64_t launches; /* kernels launched so far */
 
 [[noreturn]] inline void die(const char* what) {
     printf("FAIL warp_emu: %s (block %llu)\n", what, (unsigned long long)block_id);
@@ -174,6 +175,7 @@ inline void launch3(const unsigned grid[3], unsigned block, size_t smem_bytes,
     }
     nthreads = block;
     body = &fn;
+    launches++;
     memcpy(grid_dim, grid, sizeof grid_dim);
     const uint64_t nblocks = (uint64_t)grid[0] * grid[1] * grid[2];
     for (uint64_t b = 0; b < nblocks; b++) run_block(b, block, smem_bytes);
