@@ -177,8 +177,8 @@ zipcclResult_t zipcclDecompressCuda(const void* d_src, size_t srcSize, void* d_d
                                     size_t workspaceSize, void* stream);
 /* Batched (as nvCOMP's batched API): k buffers or frames in one call, the
  * same bytes as k single calls, with one host wait for all k frame sizes
- * (compress) and two for all k verdicts (decompress: the headers, then the
- * decode's status) instead of one and two per buffer.  Arrays of k;
+ * (compress) and one for all k verdicts (decompress: the headers are read
+ * on the device) instead of one and two per buffer.  Arrays of k;
  * workspace: zipcclCudaWorkspaceSizeBatch(k, the largest count, dtype,
  * 0 to compress / 1 to decompress) bytes.  On an error *failed (may be
  * NULL) names the buffer or frame (-1: the batch itself); a stored frame

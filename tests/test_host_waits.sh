@@ -42,8 +42,8 @@ declare -A BUDGET=(
   [guarded_moe_l4_np1]="9 0"
   [guarded_moe_ep2_np2]="5 56"
   [cuda_dense_np1]="1 0"
-  [cuda_dense_np2]="1 100"
-  [cuda_moe_ep2_np2]="5 140"
+  [cuda_dense_np2]="1 80"
+  [cuda_moe_ep2_np2]="5 112"
 )
 
 tiny_yaml 4 2 0 1

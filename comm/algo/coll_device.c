@@ -339,7 +339,7 @@ static zipcclResult_t exchange(struct zipcclComm* c, const zipcclOp* op, zipcclE
                                 : zipcclPrefixError(res, "%s: exchanging the frames", zipcclCollName(op->kind));
 }
 
-/* Decode k frames on the device in one batch (two host waits for all k
+/* Decode k frames on the device in one batch (one host wait for all k
  * on CUDA): frame i is send slot slot[i] (sent[i]: one this rank encoded)
  * or receive slot slot[i] (rank from[i]'s; without a network it goes up
  * from the staging first, all of them together before the batch's first

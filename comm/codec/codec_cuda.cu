@@ -17,12 +17,16 @@
  *               total (it needs it anyway to post the send) and emits a
  *               stored frame instead when the coded one would not be
  *               smaller.  The workspace: 8 bytes a chunk.
- *   decompress  the host reads and checks the 16-byte header; k_plan checks
- *               the header checksum and the chunk table and prefix-sums the
- *               chunk offsets; k_sums checks chunk checksums; k_decode (one
- *               block of 8 warps per chunk: T and F3 chunks split over the
- *               warps as the encoders split them, F2 and R by warp 0) validates
- *               and decodes each chunk. Every read
+ *   decompress  k_dhead reads and checks the 16-byte header on the device
+ *               (zk_hdr_parse, the host's own rules); k_dplan checks the
+ *               header checksum and the chunk table and prefix-sums the
+ *               chunk offsets; k_dsums checks chunk checksums; k_ddecode
+ *               (blocks of 8 warps over the chunks: T and F3 chunks split
+ *               over the warps as the encoders split them, F2 and R by warp
+ *               0) validates and decodes each chunk; k_dstore copies a
+ *               stored frame's data once it passed.  The host reads the
+ *               verdicts (and the header, to name a fault) in one copy at
+ *               the end: one host wait. Every read
  *               is bounded by sizes validated before it, so a corrupt frame
  *               returns zipcclCorruptStream and never faults or writes outside
  *               the caller's output.
@@ -46,15 +50,15 @@
  * Batched entries (zipcclCompressCudaBatch / zipcclDecompressCudaBatch,
  * section 10): compress codes up to ZK_BATCH_MAX buffers in one launch of
  * the encoder and one of k_head (their chunks numbered one after the
- * other), the totals written into the workspace's head; decompress runs k
- * frames' launches one after the other, their headers and verdicts
- * gathered in the head by device-to-device copies.  Each is read in one
- * copy: one host wait for k frame sizes, two for k verdicts.  The same
- * kernels as k single calls, so the same bytes.
+ * other), the totals written into the workspace's head; decompress reads
+ * and checks the headers on the device too and runs its five kernels once
+ * for up to ZK_BATCH_MAX frames (section 8b), each frame's verdict and
+ * header left in the workspace's head.  Each is read in one copy: one host
+ * wait for k frame sizes, one for k verdicts.  The same kernels as k
+ * single calls, so the same bytes.
  *
  * Left out: an encoder for chunk_log2 other than 14 (decoding accepts 10..20),
- * 16-byte vector loads of the input (the encoders load elements),
- * one launch for a batch's decodes (k launch sequences), frame sizes
+ * 16-byte vector loads of the input (the encoders load elements), frame sizes
  * handed to the next kernel without the host (the collectives need them on
  * the host for MPI anyway), overlapping several frames on streams (the
  * collectives do that).
@@ -1144,11 +1148,8 @@ typedef struct {
     uint64_t n, slice_bytes, data_bytes;
 } SumArgs;
 
-ZK void sums_body(const SumArgs& a) {
-    uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
-    uint32_t lane = ZK_LANE();
-    if (c >= a.n) return;
-    if (a.status && ZK_BALLOT(a.status[0] != 0)) return; /* table already bad */
+ZK void zk_sum_item(const SumArgs& a, uint64_t c, uint32_t lane) {
+    if (a.status && ZK_BALLOT(a.status[0] != 0)) return; /* table or checksum already bad */
     const uint8_t* p;
     uint64_t len;
     if (a.offs) {
@@ -1164,6 +1165,10 @@ ZK void sums_body(const SumArgs& a) {
         else if (h != zcf_ld32(a.sums + 4 * c)) ZK_ATOMIC_OR(&a.status[0], 2u);
     }
 }
+ZK void sums_body(const SumArgs& a) {
+    uint64_t c = (uint64_t)ZK_BID() * ZK_WARPS_PER_BLOCK + ZK_WARP();
+    if (c < a.n) zk_sum_item(a, c, ZK_LANE());
+}
 
 /* ------------------------------------------------------------------------ */
 /* 8. Decoder                                                                */
@@ -1176,7 +1181,6 @@ typedef struct {
     uint32_t* status;       /* [0] plan/verify, [1] decode error, [2] ~first bad chunk */
     uint64_t count, n_chunks;
     int version, dt, es, chunk_log2, dst_aligned;
-    ZkTables tab;
 } DecArgs;
 
 /* The last group's plane bits past the end of a sequence of n entries must
@@ -1457,7 +1461,7 @@ ZK int zk_decode_t(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t w
 
 /* R chunk; sm: 33 u32 of this warp's shared memory for the table. */
 template <int DT>
-ZK int zk_decode_r(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t* sm) {
+ZK int zk_decode_r(const DecArgs& a, const ZkTables& tab, const ZkChunk& k, uint32_t lane, uint32_t* sm) {
     const int dt = DT, es = DT == ZCF_DT_FP32 ? 4 : 2, al = a.dst_aligned;
     const uint32_t n = k.n, top = k.top, tbl = k.tbl, nesc = k.nesc, emax = k.emax;
     const uint8_t *p = k.p, *rp = k.rp;
@@ -1479,8 +1483,8 @@ ZK int zk_decode_r(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t* 
     uint32_t* cm = sm + 16; /* 17 entries: cm[16] = M */
     if (lane < 16) {
         uint32_t cacc = 0;
-        for (uint32_t k = 0; k < lane; k++) cacc += a.tab.f[tbl][k];
-        fq[lane] = a.tab.f[tbl][lane];
+        for (uint32_t k = 0; k < lane; k++) cacc += tab.f[tbl][k];
+        fq[lane] = tab.f[tbl][lane];
         cm[lane] = cacc;
     }
     if (lane == 16) cm[16] = ZCF_R_M;
@@ -1532,7 +1536,7 @@ ZK int zk_decode_r(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t* 
 
 /* Decodes chunk c; returns nonzero (on every lane) if it is corrupt. */
 template <int DT>
-ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t warp, uint32_t* sm) {
+ZK int zk_decode_chunk(const DecArgs& a, const ZkTables& tab, uint64_t c, uint32_t lane, uint32_t warp, uint32_t* sm) {
     const int es = DT == ZCF_DT_FP32 ? 4 : 2;
     uint64_t first = c << a.chunk_log2, C = 1ull << a.chunk_log2;
     ZkChunk k;
@@ -1567,29 +1571,194 @@ ZK int zk_decode_chunk(const DecArgs& a, uint64_t c, uint32_t lane, uint32_t war
     if (mode == ZCF_MODE_F3) return zk_decode_f3<DT>(a, k, lane, warp, sm + 40); /* every warp */
     if (warp) return 0; /* F2, R: warp 0 alone */
     if (mode == ZCF_MODE_F2) return zk_decode_f2<DT>(a, k, lane);
-    if (mode == ZCF_MODE_R) return zk_decode_r<DT>(a, k, lane, sm);
+    if (mode == ZCF_MODE_R) return zk_decode_r<DT>(a, tab, k, lane, sm);
     return 1;
 }
 /* One block of ZK_T_WARPS warps per chunk: T and F3 chunks by all of them
  * (the encoders' split), F2 and R by warp 0 (raw and constant chunks'
- * copies by all).  Shared memory: ZK_DEC_SMEM bytes (warp 0's R table, then the T
- * decoder's scan words). */
+ * copies by all); a block takes chunks j, j + per, ... of its frame.
+ * Shared memory: ZK_DEC_SMEM bytes (warp 0's R table, then the T decoder's
+ * scan words). */
 #define ZK_DEC_SMEM (4 * (40 + ZK_T_WARPS + 1))
 template <int DT>
-ZK void zk_decode_block(const DecArgs& a) {
-    uint64_t c = ZK_BID();
-    uint32_t lane = ZK_LANE(), warp = ZK_WARP();
-    if (c >= a.n_chunks) return;
+ZK void zk_decode_frame(const DecArgs& a, const ZkTables& tab, uint64_t j, uint64_t per) {
+    const uint32_t lane = ZK_LANE(), warp = ZK_WARP();
     if (ZK_BALLOT(a.status[0] != 0)) return; /* table or checksum failed: write nothing (uniform) */
     uint32_t* sm = (uint32_t*)ZK_SMEM();
-    if (zk_decode_chunk<DT>(a, c, lane, warp, sm) && lane == 0) {
-        ZK_ATOMIC_OR(&a.status[1], 1u);
-        ZK_ATOMIC_MAX(&a.status[2], 0xFFFFFFFFu - (uint32_t)(c < 0xFFFFFFFEu ? c : 0xFFFFFFFEu));
+    for (uint64_t c = j; c < a.n_chunks; c += per) {
+        if (zk_decode_chunk<DT>(a, tab, c, lane, warp, sm) && lane == 0) {
+            ZK_ATOMIC_OR(&a.status[1], 1u);
+            ZK_ATOMIC_MAX(&a.status[2], 0xFFFFFFFFu - (uint32_t)(c < 0xFFFFFFFEu ? c : 0xFFFFFFFEu));
+        }
+        ZK_SYNCTHREADS(); /* shared memory is the next chunk's */
     }
 }
-ZK void decode_bf16_body(const DecArgs& a) { zk_decode_block<ZCF_DT_BF16>(a); }
-ZK void decode_fp16_body(const DecArgs& a) { zk_decode_block<ZCF_DT_FP16>(a); }
-ZK void decode_fp32_body(const DecArgs& a) { zk_decode_block<ZCF_DT_FP32>(a); }
+
+/* ------------------------------------------------------------------------ */
+/* 8b. Decompress on the device: header, table, checksums, chunks, stored    */
+/* ------------------------------------------------------------------------ */
+
+/* A frame's header (FORMAT.md §2) as read and checked. */
+typedef struct {
+    uint64_t count, nc, prefix, total; /* nc: chunks; prefix: header, sums, table */
+    int dt, es, cs, stored, log2, version;
+} ZkHdr;
+
+/* zk_hdr_parse's verdicts, in the CPU decoder's order of checks. */
+enum {
+    ZK_H_OK = 0, ZK_H_MAGIC, ZK_H_VERSION, ZK_H_DTYPE, ZK_H_FLAGS, ZK_H_LOG2, ZK_H_COUNT, ZK_H_HOLD,
+    ZK_H_HSUM, ZK_H_SIZE, ZK_H_MISMATCH, ZK_H_DSTSMALL, ZK_H_NODST, ZK_H_WORKSPACE
+};
+
+/* Checks the header h (ZCF_HEADER_SIZE + 4 bytes, zero past srcSize) of a
+ * frame of srcSize bytes to be decoded into cap bytes (have_dst: a
+ * destination was given), as a dtype code expect (0: any): ZK_H_OK and *o,
+ * or the first check that fails.  The device decides by it whether to
+ * decode; the host names the fault by it (zk_dec_header). */
+ZKHD int zk_hdr_parse(const uint8_t* h, uint64_t srcSize, uint64_t cap, int expect, int have_dst, ZkHdr* o) {
+    if (zcf_ld32(h) != ZCF_MAGIC) return ZK_H_MAGIC;
+    if (h[4] < ZCF_VERSION_MIN || h[4] > ZCF_VERSION) return ZK_H_VERSION;
+    const int dt = h[5];
+    if (dt < ZCF_DT_BF16 || dt > ZCF_DT_FP32) return ZK_H_DTYPE;
+    if (h[6] & ~(ZCF_FLAG_CHECKSUM | ZCF_FLAG_STORED)) return ZK_H_FLAGS;
+    const int cs = (h[6] & ZCF_FLAG_CHECKSUM) != 0, stored = (h[6] & ZCF_FLAG_STORED) != 0, log2 = h[7];
+    if (log2 < ZCF_CHUNK_LOG2_MIN || log2 > ZCF_CHUNK_LOG2_MAX) return ZK_H_LOG2;
+    const uint64_t count = zcf_ld64(h + 8);
+    const int es = zcf_elem_size(dt);
+    if (count >= (1ull << 62) / es) return ZK_H_COUNT;
+    const uint64_t nc = zcf_num_chunks(count, log2), total = count * es;
+    const uint64_t prefix = ZCF_HEADER_SIZE + (cs ? 4 + 4 * nc : 0) + (stored ? 0 : 4 * nc);
+    if (prefix + (stored ? total : 0) > srcSize) return ZK_H_HOLD;
+    if (cs && (stored || nc == 0) && zk_xxh32(h, ZCF_HEADER_SIZE) != zcf_ld32(h + ZCF_HEADER_SIZE)) return ZK_H_HSUM;
+    if ((stored || nc == 0) && prefix + (stored ? total : 0) != srcSize) return ZK_H_SIZE;
+    if (expect && dt != expect) return ZK_H_MISMATCH;
+    if (cap < total) return ZK_H_DSTSMALL;
+    if (total && !have_dst) return ZK_H_NODST;
+    o->count = count, o->nc = nc, o->prefix = prefix, o->total = total;
+    o->dt = dt, o->es = es, o->cs = cs, o->stored = stored, o->log2 = log2, o->version = h[4];
+    return ZK_H_OK;
+}
+
+/* What the device learned of a frame, read back by the host in one copy
+ * with the other frames' (the decompress's one host wait). Zeroed first. */
+typedef struct {
+    uint8_t h[ZCF_HEADER_SIZE + 4]; /* the header as read: the host names a fault from it */
+    uint32_t code;                  /* zk_hdr_parse's (ZK_H_WORKSPACE: offs too small)   */
+    uint32_t status[4];             /* [0] |= 1 table, 2 checksum; [1] a chunk corrupt; [2] ~first bad chunk */
+    ZkHdr hdr;
+} ZkInfo;
+
+typedef struct { /* one frame of a launch */
+    const uint8_t* src;
+    uint8_t* dst;
+    ZkInfo* info;
+    uint64_t* offs;            /* room for offs_cap + 1 chunk offsets */
+    uint64_t srcSize, cap, offs_cap;
+} DecBuf;
+typedef struct {
+    DecBuf buf[ZK_BATCH_MAX];
+    int k, expect; /* expect: a dtype code, 0 for any */
+    uint32_t per;  /* blocks per frame: each takes every per-th chunk (or 64 KiB of a stored frame) */
+    ZkTables tab;
+} DecLaunch;
+
+/* Kernel 1, one warp per frame: the header read and checked on the device. */
+ZK void dhead_body(const DecLaunch& A) {
+    const DecBuf& b = A.buf[ZK_BID()];
+    if (ZK_LANE()) return;
+    ZkInfo* in = b.info;
+    for (uint32_t i = 0; i < ZCF_HEADER_SIZE + 4; i++) in->h[i] = i < b.srcSize ? b.src[i] : 0;
+    ZkHdr o;
+    memset(&o, 0, sizeof o);
+    uint32_t code = (uint32_t)zk_hdr_parse(in->h, b.srcSize, b.cap, A.expect, b.dst != NULL, &o);
+    if (code == ZK_H_OK && !o.stored && o.nc > b.offs_cap) code = ZK_H_WORKSPACE;
+    in->hdr = o;
+    in->code = code;
+}
+/* The frame a block works on (A.per blocks each) and its index there. */
+ZK const DecBuf& zk_dec_buf(const DecLaunch& A, uint64_t* j) {
+    *j = ZK_BID() % A.per;
+    return A.buf[ZK_BID() / A.per];
+}
+/* Kernel 2, a block per coded frame: the header checksum over the table,
+ * the table checked and prefix-summed into offs (k_plan's body). */
+ZK void dplan_body(const DecLaunch& A) {
+    const DecBuf& b = A.buf[ZK_BID()];
+    const ZkInfo* in = b.info;
+    if (in->code || in->hdr.stored || in->hdr.nc == 0) return;
+    PlanArgs pl;
+    memset(&pl, 0, sizeof pl);
+    pl.frame = b.src;
+    pl.offs = b.offs;
+    pl.status = b.info->status;
+    pl.n_chunks = in->hdr.nc;
+    pl.payload = b.srcSize - in->hdr.prefix;
+    pl.max_chunk = 256 + (8ull << in->hdr.log2); /* far above any valid chunk; keeps sums < 2^63 */
+    pl.checksum = in->hdr.cs;
+    plan_body(pl);
+}
+/* Kernel 3, warps over the chunks (or a stored frame's slices): their
+ * checksums verified. */
+ZK void dsums_body(const DecLaunch& A) {
+    uint64_t j;
+    const DecBuf& b = zk_dec_buf(A, &j);
+    const ZkInfo* in = b.info;
+    const ZkHdr& x = in->hdr;
+    if (in->code || !x.cs || x.nc == 0) return;
+    SumArgs s;
+    memset(&s, 0, sizeof s);
+    s.data = b.src + x.prefix;
+    s.status = b.info->status;
+    s.n = x.nc;
+    if (x.stored) {
+        s.sums = (uint8_t*)b.src + ZCF_HEADER_SIZE + 4;
+        s.slice_bytes = (uint64_t)x.es << x.log2;
+        s.data_bytes = x.total;
+    } else {
+        s.offs = b.offs;
+        s.sums = (uint8_t*)b.src + ZCF_HEADER_SIZE + 4 * x.nc + 4;
+    }
+    for (uint64_t c = j * ZK_WARPS_PER_BLOCK + ZK_WARP(); c < x.nc; c += (uint64_t)A.per * ZK_WARPS_PER_BLOCK)
+        zk_sum_item(s, c, ZK_LANE());
+}
+/* Kernel 4, blocks of ZK_T_WARPS warps over the chunks: decoded. */
+ZK void ddecode_body(const DecLaunch& A) {
+    uint64_t j;
+    const DecBuf& b = zk_dec_buf(A, &j);
+    const ZkInfo* in = b.info;
+    const ZkHdr& x = in->hdr;
+    if (in->code || x.stored || x.nc == 0) return;
+    DecArgs d;
+    memset(&d, 0, sizeof d);
+    d.payload = b.src + x.prefix;
+    d.offs = b.offs;
+    d.dst = b.dst;
+    d.status = b.info->status;
+    d.count = x.count;
+    d.n_chunks = x.nc;
+    d.dt = x.dt;
+    d.version = x.version;
+    d.es = x.es;
+    d.chunk_log2 = x.log2;
+    d.dst_aligned = ((uintptr_t)b.dst % x.es) == 0;
+    if (x.dt == ZCF_DT_BF16) zk_decode_frame<ZCF_DT_BF16>(d, A.tab, j, A.per);
+    else if (x.dt == ZCF_DT_FP16) zk_decode_frame<ZCF_DT_FP16>(d, A.tab, j, A.per);
+    else zk_decode_frame<ZCF_DT_FP32>(d, A.tab, j, A.per);
+}
+/* Kernel 5, blocks over 64 KiB pieces: a stored frame's data copied out,
+ * once its checksums passed (a damaged one writes nothing). */
+#define ZK_STORE_PIECE (64u << 10)
+ZK void dstore_body(const DecLaunch& A) {
+    uint64_t j;
+    const DecBuf& b = zk_dec_buf(A, &j);
+    const ZkInfo* in = b.info;
+    const ZkHdr& x = in->hdr;
+    if (in->code || !x.stored || in->status[0]) return;
+    for (uint64_t at = j * ZK_STORE_PIECE; at < x.total; at += (uint64_t)A.per * ZK_STORE_PIECE) {
+        const uint32_t len = (uint32_t)(x.total - at < ZK_STORE_PIECE ? x.total - at : ZK_STORE_PIECE);
+        zk_copy_bytes(b.dst + at, b.src + x.prefix + at, len, ZK_TID(), 256);
+    }
+}
 
 /* ------------------------------------------------------------------------ */
 /* 9. Kernels and launches                                                   */
@@ -1617,7 +1786,7 @@ static zipcclResult_t zk_sync(void* stream) {
 /* min_blocks: the warp-per-chunk kernels want >= 32 resident warps an SM
  * (<= 64 registers) to keep enough loads in flight. */
 /* Kernel arguments travel in the launch, which takes 4 KB on any driver. */
-static_assert(sizeof(EncArgs) <= 4096 && sizeof(HeadArgs) <= 4096 && sizeof(DecArgs) <= 4096,
+static_assert(sizeof(EncArgs) <= 4096 && sizeof(HeadArgs) <= 4096 && sizeof(DecLaunch) <= 4096,
               "kernel arguments over 4 KB");
 #define ZK_KERNEL(name, Args, threads, min_blocks) \
     __global__ void __launch_bounds__(threads, min_blocks) k_##name(const __grid_constant__ Args a) { name##_body(a); }
@@ -1637,9 +1806,11 @@ ZK_KERNEL(plan, PlanArgs, ZK_SCAN_THREADS, 1)
 ZK_KERNEL(head, HeadArgs, 32, 1)
 ZK_KERNEL(put, PutArgs, 32, 1)
 ZK_KERNEL(sums, SumArgs, 32 * ZK_WARPS_PER_BLOCK, 1)
-ZK_KERNEL(decode_bf16, DecArgs, 32 * ZK_T_WARPS, 4)
-ZK_KERNEL(decode_fp16, DecArgs, 32 * ZK_T_WARPS, 4)
-ZK_KERNEL(decode_fp32, DecArgs, 32 * ZK_T_WARPS, 4)
+ZK_KERNEL(dhead, DecLaunch, 32, 1)
+ZK_KERNEL(dplan, DecLaunch, ZK_SCAN_THREADS, 1)
+ZK_KERNEL(dsums, DecLaunch, 32 * ZK_WARPS_PER_BLOCK, 1)
+ZK_KERNEL(ddecode, DecLaunch, 32 * ZK_T_WARPS, 4)
+ZK_KERNEL(dstore, DecLaunch, 256, 1)
 
 static zipcclResult_t zk_cuda(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return zipcclSuccess;
@@ -1676,9 +1847,10 @@ static size_t zk_align(size_t x) { return (x + 255) & ~(size_t)255; }
 
 /* Workspace layouts. Compress (one launch): look | misc (the look-back
  * words, 8 bytes a chunk; the ticket, the C flags, a single call's total),
- * zeroed before the encoder runs: the frame itself is written in place.  Decompress: offs | status. A frame's
- * chunk_log2 may be as small as 10, so the decompress part is sized for
- * that. */
+ * zeroed before the encoder runs: the frame itself is written in place.
+ * Decompress (one frame): info | offs (what the device learns of the
+ * frame, zk_dec_run; the chunk offsets).  A frame's chunk_log2 may be as
+ * small as 10, so the decompress part is sized for that. */
 typedef struct {
     size_t look, offs, misc, total;
 } ZkLayout;
@@ -1693,12 +1865,13 @@ static ZkLayout zk_layout_compress(uint64_t n_chunks) {
 }
 /* The workspace of one launch's buffers of n_chunks chunks in all. */
 static size_t zk_launch_ws(uint64_t n_chunks) { return zk_layout_compress(n_chunks).total; }
+static size_t zk_info_head(int k) { return zk_align((size_t)k * sizeof(ZkInfo)); }
 static ZkLayout zk_layout_decompress(uint64_t n_chunks) {
     ZkLayout L;
     memset(&L, 0, sizeof L);
-    L.offs = 0;
-    L.misc = zk_align(8 * (n_chunks + 1));
-    L.total = zk_align(L.misc + 64);
+    L.misc = 0;
+    L.offs = zk_info_head(1);
+    L.total = L.offs + zk_align(8 * (n_chunks + 1));
     return L;
 }
 
@@ -1992,19 +2165,24 @@ static zipcclResult_t zk_compress_batch(int k, const void* const* d_src, const s
 
 #define ZK_CORRUPT(...) zipcclSetError(zipcclCorruptStream, __VA_ARGS__)
 
-/* One frame's decompression: the checks of the arguments (zk_dec_args), of
- * the header once the host has it (zk_dec_header, in the CPU decoder's
- * order, so both name the same fault), the launches (zk_dec_launch), and
- * the verdict the kernels left in `status` (zk_dec_verdict).  zk_decompress
- * runs them for one frame (two host waits: the header, the verdict),
- * zk_decompress_batch for k (two host waits for all). */
+/* Decompression of k frames (zk_dec_run): the checks of the arguments on
+ * the host (zk_dec_args), then on the device, ZK_BATCH_MAX frames to a
+ * launch of each kernel: the header read and checked (k_dhead, by
+ * zk_hdr_parse), the table checked and prefix-summed (k_dplan), chunk or
+ * slice checksums (k_dsums), the chunks decoded (k_ddecode), stored data
+ * copied out once it passed (k_dstore).  Then the frames' ZkInfo come to
+ * the host in one copy: the one host wait.  A header fault is named by the
+ * host from the header bytes the device read (zk_dec_header, in the CPU
+ * decoder's order of checks), the rest by the verdict the kernels left
+ * (zk_dec_verdict).  Grids are sized before the header is known: a frame
+ * gets `per` blocks (enough for its chunks at chunk_log2 14 if its
+ * capacity is full, at most ZK_DEC_PER), each taking every per-th chunk. */
+#define ZK_DEC_PER 4096u
+
 typedef struct {
     const uint8_t* src;
     uint8_t* dst;
-    size_t srcSize, cap, hn;
-    uint8_t h[ZCF_HEADER_SIZE + 4];
-    int dt, es, cs, stored, log2;
-    uint64_t count, nc, prefix, total;
+    size_t srcSize, cap;
 } ZkDec;
 
 static zipcclResult_t zk_dec_args(const void* d_src, size_t srcSize, void* d_dst, size_t cap, zipcclDataType_t expect,
@@ -2014,224 +2192,151 @@ static zipcclResult_t zk_dec_args(const void* d_src, size_t srcSize, void* d_dst
         return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): unknown expected dtype %d", (int)expect);
     if (srcSize < ZCF_HEADER_SIZE)
         return ZK_CORRUPT("frame of %zu bytes is shorter than its header", srcSize);
-    memset(x, 0, sizeof *x);
     x->src = (const uint8_t*)d_src;
     x->dst = (uint8_t*)d_dst;
     x->srcSize = srcSize;
     x->cap = cap;
-    x->hn = srcSize < sizeof x->h ? srcSize : sizeof x->h;
     return zipcclSuccess;
 }
 
-static zipcclResult_t zk_dec_header(ZkDec* x, zipcclDataType_t expect) {
-    const uint8_t* h = x->h;
+/* The fault zk_hdr_parse found in header h (code), named as the CPU decoder
+ * names it. */
+static zipcclResult_t zk_dec_header(const ZkDec* x, const uint8_t* h, int code, zipcclDataType_t expect) {
     const size_t srcSize = x->srcSize;
-    if (zcf_ld32(h) != ZCF_MAGIC) return ZK_CORRUPT("bad magic 0x%08x", zcf_ld32(h));
-    if (h[4] < ZCF_VERSION_MIN || h[4] > ZCF_VERSION)
+    const int dt = h[5], es = zcf_elem_size(dt), log2 = h[7], stored = (h[6] & ZCF_FLAG_STORED) != 0;
+    const uint64_t count = zcf_ld64(h + 8), total = count * es;
+    const uint64_t nc = zcf_num_chunks(count, log2 < ZCF_CHUNK_LOG2_MIN ? ZCF_CHUNK_LOG2_MIN : log2);
+    const uint64_t prefix = ZCF_HEADER_SIZE + ((h[6] & ZCF_FLAG_CHECKSUM) ? 4 + 4 * nc : 0) + (stored ? 0 : 4 * nc);
+    switch (code) {
+    case ZK_H_OK: return zipcclSuccess;
+    case ZK_H_MAGIC: return ZK_CORRUPT("bad magic 0x%08x", zcf_ld32(h));
+    case ZK_H_VERSION:
         return zipcclSetError(zipcclUnsupported, "frame version %u, this build reads %d..%d", h[4], ZCF_VERSION_MIN,
                               ZCF_VERSION);
-    int dt = h[5];
-    if (dt < ZCF_DT_BF16 || dt > ZCF_DT_FP32) return ZK_CORRUPT("unknown dtype code %u", h[5]);
-    if (h[6] & ~(ZCF_FLAG_CHECKSUM | ZCF_FLAG_STORED)) return ZK_CORRUPT("unknown flag bits 0x%02x", h[6]);
-    int cs = h[6] & ZCF_FLAG_CHECKSUM, stored = (h[6] & ZCF_FLAG_STORED) != 0, log2 = h[7];
-    if (log2 < ZCF_CHUNK_LOG2_MIN || log2 > ZCF_CHUNK_LOG2_MAX)
-        return ZK_CORRUPT("chunk_log2 %d outside %d..%d", log2, ZCF_CHUNK_LOG2_MIN, ZCF_CHUNK_LOG2_MAX);
-    uint64_t count = zcf_ld64(h + 8);
-    int es = zcf_elem_size(dt);
-    if (count >= (1ull << 62) / es) return ZK_CORRUPT("count %llu too large", (unsigned long long)count);
-    uint64_t nc = zcf_num_chunks(count, log2), sums_bytes = cs ? 4 + 4 * nc : 0, total = count * es;
-    uint64_t prefix = ZCF_HEADER_SIZE + sums_bytes + (stored ? 0 : 4 * nc);
-    if (prefix + (stored ? total : 0) > srcSize)
-        return ZK_CORRUPT("frame of %zu bytes cannot hold %llu elements (%s)", srcSize,
-                          (unsigned long long)count, stored ? "stored" : "compressed");
-    if (cs && (stored || nc == 0) && zk_xxh32(h, ZCF_HEADER_SIZE) != zcf_ld32(h + ZCF_HEADER_SIZE))
-        return zipcclSetError(zipcclChecksumMismatch, "header checksum mismatch");
-    if ((stored || nc == 0) && prefix + (stored ? total : 0) != srcSize)
+    case ZK_H_DTYPE: return ZK_CORRUPT("unknown dtype code %u", h[5]);
+    case ZK_H_FLAGS: return ZK_CORRUPT("unknown flag bits 0x%02x", h[6]);
+    case ZK_H_LOG2: return ZK_CORRUPT("chunk_log2 %d outside %d..%d", log2, ZCF_CHUNK_LOG2_MIN, ZCF_CHUNK_LOG2_MAX);
+    case ZK_H_COUNT: return ZK_CORRUPT("count %llu too large", (unsigned long long)count);
+    case ZK_H_HOLD:
+        return ZK_CORRUPT("frame of %zu bytes cannot hold %llu elements (%s)", srcSize, (unsigned long long)count,
+                          stored ? "stored" : "compressed");
+    case ZK_H_HSUM: return zipcclSetError(zipcclChecksumMismatch, "header checksum mismatch");
+    case ZK_H_SIZE:
         return ZK_CORRUPT("frame is %llu bytes but %zu were given", (unsigned long long)(prefix + total), srcSize);
-    if (expect && zk_dtype(dt) != expect)
+    case ZK_H_MISMATCH:
         return zipcclSetError(zipcclMismatch, "frame holds %s, caller expects %s", zipcclTypeName(zk_dtype(dt)),
                               zipcclTypeName(expect));
-    if (x->cap < total) return zipcclSetError(zipcclDstTooSmall, "decompress (CUDA): need %llu bytes, have %zu",
-                                              (unsigned long long)total, x->cap);
-    if (total && !x->dst) return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): null destination");
-    x->dt = dt, x->es = es, x->cs = cs, x->stored = stored, x->log2 = log2;
-    x->count = count, x->nc = nc, x->prefix = prefix, x->total = total;
-    return zipcclSuccess;
+    case ZK_H_DSTSMALL:
+        return zipcclSetError(zipcclDstTooSmall, "decompress (CUDA): need %llu bytes, have %zu",
+                              (unsigned long long)total, x->cap);
+    case ZK_H_NODST: return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): null destination");
+    case ZK_H_WORKSPACE:
+        return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): workspace too small for %llu chunks",
+                              (unsigned long long)nc);
+    default: return zipcclSetError(zipcclInternalError, "decompress (CUDA): header verdict %d", code);
+    }
 }
 
-/* The workspace the frame's launches use (the chunk offsets). */
-static size_t zk_dec_ws(const ZkDec* x) { return x->nc == 0 ? 0 : zk_layout_decompress(x->nc).total; }
-
-/* The frame's kernels on `stream`, the verdict into status (3 words,
- * zeroed by the caller): a stored frame's slice checksums (its data is
- * copied by the caller once they pass), or a coded frame's plan, chunk
- * checksums and decode.  ws: 256-aligned, zk_dec_ws bytes. */
-static zipcclResult_t zk_dec_launch(const ZkDec* x, uint8_t* ws, uint32_t* status, void* stream) {
-    (void)stream; /* (the emulator's launches take none) */
-    const uint64_t nc = x->nc;
-    if (x->stored) {
-        if (!x->cs) return zipcclSuccess;
-        SumArgs s;
-        memset(&s, 0, sizeof s);
-        s.data = x->src + x->prefix;
-        s.sums = (uint8_t*)x->src + ZCF_HEADER_SIZE + 4;
-        s.status = status;
-        s.n = nc;
-        s.slice_bytes = (uint64_t)x->es << x->log2;
-        s.data_bytes = x->total;
-        return ZK_LAUNCH(sums, (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK, 32 * ZK_WARPS_PER_BLOCK, 0, stream,
-                         s);
-    }
-    uint64_t* offs = (uint64_t*)(ws + zk_layout_decompress(nc).offs);
-    PlanArgs pl;
-    memset(&pl, 0, sizeof pl);
-    pl.frame = x->src;
-    pl.offs = offs;
-    pl.status = status;
-    pl.n_chunks = nc;
-    pl.payload = x->srcSize - x->prefix;
-    pl.max_chunk = 256 + (8ull << x->log2); /* far above any valid chunk; keeps sums < 2^63 */
-    pl.checksum = x->cs;
-    ZIPCCL_TRY(ZK_LAUNCH(plan, 1, ZK_SCAN_THREADS, 34 * 8, stream, pl));
-    if (x->cs) {
-        SumArgs s;
-        memset(&s, 0, sizeof s);
-        s.data = x->src + x->prefix;
-        s.offs = offs;
-        s.sums = (uint8_t*)x->src + ZCF_HEADER_SIZE + 4 * nc + 4;
-        s.status = status;
-        s.n = nc;
-        ZIPCCL_TRY(ZK_LAUNCH(sums, (nc + ZK_WARPS_PER_BLOCK - 1) / ZK_WARPS_PER_BLOCK, 32 * ZK_WARPS_PER_BLOCK, 0,
-                             stream, s));
-    }
-    DecArgs d;
-    memset(&d, 0, sizeof d);
-    d.payload = x->src + x->prefix;
-    d.offs = offs;
-    d.dst = x->dst;
-    d.status = status;
-    d.count = x->count;
-    d.n_chunks = nc;
-    d.dt = x->dt;
-    d.version = x->h[4];
-    d.es = x->es;
-    d.chunk_log2 = x->log2;
-    d.dst_aligned = ((uintptr_t)x->dst % x->es) == 0;
-    d.tab = zk_tables();
-    if (x->dt == ZCF_DT_BF16) return ZK_LAUNCH(decode_bf16, nc, 32 * ZK_T_WARPS, ZK_DEC_SMEM, stream, d);
-    if (x->dt == ZCF_DT_FP16) return ZK_LAUNCH(decode_fp16, nc, 32 * ZK_T_WARPS, ZK_DEC_SMEM, stream, d);
-    return ZK_LAUNCH(decode_fp32, nc, 32 * ZK_T_WARPS, ZK_DEC_SMEM, stream, d);
-}
-
-static zipcclResult_t zk_dec_verdict(const ZkDec* x, const uint32_t st[3]) {
-    if (x->stored) {
-        if (x->cs && st[0]) return zipcclSetError(zipcclChecksumMismatch, "stored frame: slice checksum mismatch");
+static zipcclResult_t zk_dec_verdict(const ZkInfo* in, size_t srcSize) {
+    const uint32_t* st = in->status;
+    if (in->hdr.stored) {
+        if (in->hdr.cs && st[0]) return zipcclSetError(zipcclChecksumMismatch, "stored frame: slice checksum mismatch");
         return zipcclSuccess;
     }
     if (st[0] & 2) return zipcclSetError(zipcclChecksumMismatch, "header or chunk checksum mismatch");
-    if (st[0] & 1) return ZK_CORRUPT("chunk table does not match the frame size of %zu bytes", x->srcSize);
+    if (st[0] & 1) return ZK_CORRUPT("chunk table does not match the frame size of %zu bytes", srcSize);
     if (st[1]) return ZK_CORRUPT("chunk %u is corrupt", 0xFFFFFFFFu - st[2]);
     return zipcclSuccess;
+}
+
+/* k frames (1 or more); `who` names the entry in errors.  The workspace
+ * (256-aligned, wsSize usable bytes): the k ZkInfo, then an equal share
+ * for each frame's chunk offsets.  *failed: the frame an error names (-1
+ * for none; the frames before it are decoded). */
+static zipcclResult_t zk_dec_run(int k, const void* const* d_src, const size_t* srcSize, void* const* d_dst,
+                                 const size_t* cap, size_t* countOut, zipcclDataType_t expect, uint8_t* ws,
+                                 size_t wsSize, void* stream, int* failed, const char* who) {
+    *failed = -1;
+    ZkDec* x = (ZkDec*)malloc((size_t)k * sizeof *x);
+    ZkInfo* info = (ZkInfo*)malloc((size_t)k * sizeof *info);
+    zipcclResult_t res = x && info ? zipcclSuccess : zipcclSetError(zipcclSystemError, "%s: out of host memory", who);
+    for (int i = 0; i < k && res == zipcclSuccess; i++) {
+        res = zk_dec_args(d_src[i], srcSize[i], d_dst[i], cap[i], expect, &x[i]);
+        if (res != zipcclSuccess) *failed = i;
+    }
+    const size_t head = zk_info_head(k);
+    const size_t share = wsSize > head ? ((wsSize - head) / (size_t)k) & ~(size_t)255 : 0;
+    if (res == zipcclSuccess && (!ws || share < 256))
+        res = zipcclSetError(zipcclInvalidArgument, "%s: workspace of %zu usable bytes, need %zu", who,
+                             ws ? wsSize : 0, head + (size_t)k * 256);
+    ZkInfo* dinfo = (ZkInfo*)ws;
+    if (res == zipcclSuccess) res = zk_memset(ws, 0, head, stream);
+    for (int g = 0; g < k && res == zipcclSuccess; g += ZK_BATCH_MAX) {
+        const int n = k - g < ZK_BATCH_MAX ? k - g : ZK_BATCH_MAX;
+        DecLaunch A;
+        memset(&A, 0, sizeof A);
+        A.k = n;
+        A.expect = expect ? zk_dt(expect) : 0;
+        A.tab = zk_tables();
+        uint64_t per = 1;
+        for (int i = 0; i < n; i++) {
+            const ZkDec* y = &x[g + i];
+            DecBuf* b = &A.buf[i];
+            b->src = y->src;
+            b->dst = y->dst;
+            b->info = dinfo + g + i;
+            b->offs = (uint64_t*)(ws + head + (size_t)(g + i) * share);
+            b->srcSize = y->srcSize;
+            b->cap = y->cap;
+            b->offs_cap = share / 8 - 1;
+            const uint64_t want = y->cap / 2 / ((uint64_t)1 << ZCF_CHUNK_LOG2) + 1;
+            if (want > per) per = want;
+        }
+        A.per = (uint32_t)(per < ZK_DEC_PER ? per : ZK_DEC_PER);
+        const uint64_t grid = (uint64_t)n * A.per;
+        res = ZK_LAUNCH(dhead, n, 32, 0, stream, A);
+        if (res == zipcclSuccess) res = ZK_LAUNCH(dplan, n, ZK_SCAN_THREADS, 34 * 8, stream, A);
+        if (res == zipcclSuccess) res = ZK_LAUNCH(dsums, grid, 32 * ZK_WARPS_PER_BLOCK, 0, stream, A);
+        if (res == zipcclSuccess) res = ZK_LAUNCH(ddecode, grid, 32 * ZK_T_WARPS, ZK_DEC_SMEM, stream, A);
+        if (res == zipcclSuccess) res = ZK_LAUNCH(dstore, grid, 256, 0, stream, A);
+    }
+    if (res == zipcclSuccess) res = zk_memcpy(info, dinfo, (size_t)k * sizeof *info, stream);
+    if (res == zipcclSuccess) res = zk_sync(stream); /* the one host wait */
+    for (int i = 0; i < k && res == zipcclSuccess; i++) {
+        res = info[i].code ? zk_dec_header(&x[i], info[i].h, (int)info[i].code, expect)
+                           : zk_dec_verdict(&info[i], x[i].srcSize);
+        if (res == zipcclSuccess && info[i].code)
+            res = zipcclSetError(zipcclInternalError, "%s: the device refused a header the host accepts", who);
+        if (res != zipcclSuccess) *failed = i;
+        else if (countOut) countOut[i] = info[i].hdr.count;
+    }
+    free(x);
+    free(info);
+    return res;
 }
 
 static zipcclResult_t zk_decompress(const void* d_src, size_t srcSize, void* d_dst, size_t cap,
                                     size_t* countOut, zipcclDataType_t expect, void* d_ws,
                                     size_t wsSize, void* stream) {
-    ZkDec x;
-    memset(&x, 0, sizeof x);
-    ZIPCCL_TRY(zk_dec_args(d_src, srcSize, d_dst, cap, expect, &x));
-    ZIPCCL_TRY(zk_memcpy(x.h, x.src, x.hn, stream));
-    ZIPCCL_TRY(zk_sync(stream));
-    ZIPCCL_TRY(zk_dec_header(&x, expect));
-    if (x.nc == 0) {
-        if (countOut) *countOut = 0;
-        return zipcclSuccess;
-    }
-    ZkLayout L = zk_layout_decompress(x.nc);
-    uint8_t* ws = zk_ws_align(d_ws, &wsSize);
-    if (!d_ws || wsSize < L.total)
-        return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA): workspace of %zu usable bytes, need %zu",
-                              wsSize, L.total);
-    uint32_t* status = (uint32_t*)(ws + L.misc);
-    uint32_t st[3] = {0, 0, 0};
-    ZIPCCL_TRY(zk_memset(status, 0, 12, stream));
-    ZIPCCL_TRY(zk_dec_launch(&x, ws, status, stream));
-    if (!x.stored || x.cs) { /* the verdict (a stored frame without checksums has none) */
-        ZIPCCL_TRY(zk_memcpy(st, status, 12, stream));
-        ZIPCCL_TRY(zk_sync(stream));
-        ZIPCCL_TRY(zk_dec_verdict(&x, st));
-    }
-    if (x.stored) ZIPCCL_TRY(zk_memcpy(x.dst, x.src + x.prefix, x.total, stream));
-    if (countOut) *countOut = x.count;
-    return zipcclSuccess;
+    uint8_t* ws = d_ws ? zk_ws_align(d_ws, &wsSize) : NULL;
+    int failed;
+    return zk_dec_run(1, &d_src, &srcSize, &d_dst, &cap, countOut, expect, ws, wsSize, stream, &failed,
+                      "decompress (CUDA)");
 }
-
-/* k frames: their headers gathered on the device and read in one copy,
- * every frame's kernels, their verdicts gathered and read in one copy: two
- * host waits for the k frames.  A stored frame's data is copied once its
- * checksums pass, so a damaged one writes nothing.  The workspace: a head
- * (k headers of 32 bytes, k verdicts of 16), then each frame's zk_dec_ws,
- * 256-aligned, in order.  *failed: the frame an error names (-1 for none);
- * the frames before it are decoded. */
-static size_t zk_dec_head(int k) { return zk_align((size_t)k * 32) + zk_align((size_t)k * 16); }
 
 static zipcclResult_t zk_decompress_batch(int k, const void* const* d_src, const size_t* srcSize,
                                           void* const* d_dst, const size_t* cap, size_t* countOut,
                                           zipcclDataType_t expect, void* d_ws, size_t wsSize, void* stream,
                                           int* failed) {
+    int bad = -1;
     if (failed) *failed = -1;
     if (k < 0 || (k && (!d_src || !srcSize || !d_dst || !cap)))
         return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA, batched): bad batch of %d frames", k);
     if (!k) return zipcclSuccess;
     uint8_t* ws = d_ws ? zk_ws_align(d_ws, &wsSize) : NULL;
-    if (!d_ws || wsSize < zk_dec_head(k))
-        return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA, batched): workspace of %zu usable bytes, "
-                              "need %zu for the headers", d_ws ? wsSize : 0, zk_dec_head(k));
-    ZkDec* x = (ZkDec*)malloc((size_t)k * sizeof *x);
-    uint8_t* hh = (uint8_t*)malloc((size_t)k * 32);
-    uint32_t* st = (uint32_t*)malloc((size_t)k * 16);
-    zipcclResult_t res = x && hh && st
-                             ? zipcclSuccess
-                             : zipcclSetError(zipcclSystemError, "decompress (CUDA, batched): out of host memory");
-    uint8_t* hdev = ws;
-    uint32_t* sdev = (uint32_t*)(ws + zk_align((size_t)k * 32));
-    int bad = -1;
-    for (int i = 0; i < k && res == zipcclSuccess; i++) {
-        res = zk_dec_args(d_src[i], srcSize[i], d_dst[i], cap[i], expect, &x[i]);
-        if (res == zipcclSuccess) res = zk_memcpy(hdev + 32 * (size_t)i, x[i].src, x[i].hn, stream);
-        if (res != zipcclSuccess) bad = i;
-    }
-    if (res == zipcclSuccess) res = zk_memcpy(hh, hdev, (size_t)k * 32, stream);
-    if (res == zipcclSuccess) res = zk_sync(stream); /* wait 1: the headers */
-    size_t need = zk_dec_head(k);
-    for (int i = 0; i < k && res == zipcclSuccess; i++) {
-        memcpy(x[i].h, hh + 32 * (size_t)i, x[i].hn);
-        res = zk_dec_header(&x[i], expect);
-        if (res != zipcclSuccess) bad = i;
-        need += zk_align(zk_dec_ws(&x[i]));
-    }
-    if (res == zipcclSuccess && wsSize < need)
-        res = zipcclSetError(zipcclInvalidArgument, "decompress (CUDA, batched): workspace of %zu usable bytes, "
-                             "need %zu for these frames", wsSize, need);
-    if (res == zipcclSuccess) res = zk_memset(sdev, 0, (size_t)k * 16, stream);
-    size_t at = zk_dec_head(k);
-    for (int i = 0; i < k && res == zipcclSuccess; i++) {
-        if (x[i].nc) res = zk_dec_launch(&x[i], ws + at, sdev + 4 * (size_t)i, stream);
-        if (res != zipcclSuccess) bad = i;
-        at += zk_align(zk_dec_ws(&x[i]));
-    }
-    if (res == zipcclSuccess) res = zk_memcpy(st, sdev, (size_t)k * 16, stream);
-    if (res == zipcclSuccess) res = zk_sync(stream); /* wait 2: the verdicts */
-    for (int i = 0; i < k && res == zipcclSuccess; i++) {
-        if (x[i].nc) res = zk_dec_verdict(&x[i], st + 4 * (size_t)i);
-        if (res == zipcclSuccess && x[i].stored) res = zk_memcpy(x[i].dst, x[i].src + x[i].prefix, x[i].total, stream);
-        if (res != zipcclSuccess) bad = i;
-        else if (countOut) countOut[i] = x[i].count;
-    }
+    zipcclResult_t res = zk_dec_run(k, d_src, srcSize, d_dst, cap, countOut, expect, ws, wsSize, stream, &bad,
+                                    "decompress (CUDA, batched)");
     if (failed) *failed = bad;
-    free(x);
-    free(hh);
-    free(st);
     return res;
 }
 
@@ -2241,8 +2346,7 @@ static size_t zk_workspace_size_batch(int k, size_t maxCount, zipcclDataType_t d
     int dt = zk_dt(dtype);
     if (!dt || k <= 0) return 0;
     if (decompress)
-        return zk_dec_head(k) +
-               (size_t)k * zk_align(zk_layout_decompress(zcf_num_chunks(maxCount, ZCF_CHUNK_LOG2_MIN)).total) + 256;
+        return zk_info_head(k) + (size_t)k * zk_align(8 * (zcf_num_chunks(maxCount, ZCF_CHUNK_LOG2_MIN) + 1)) + 256;
     return zk_batch_head(k) +
            (size_t)k * zk_align(zk_layout_compress(zcf_num_chunks(maxCount, ZCF_CHUNK_LOG2)).total) +
            256;
