@@ -309,28 +309,48 @@ static int run_rows(const Runs* r, int j, int s) {
     return r->src ? r->src[(size_t)s * r->n_local + j] : r->rc[j];
 }
 
-/* One run's forward: yl at rows [o, o + c) = SwiGLU expert we of xin's rows. */
-static void run_forward(const MoeDims* d, const MoeLayer* L, const ZrtKernels* K, Weight we,
-                        float* yl, int o, int c) {
+/* One run's gate and up: rows [o, o + c) of xin times expert we's w_gate
+ * and w_up. */
+static void run_gate_up(const MoeDims* d, const MoeLayer* L, const ZrtKernels* K, Weight we, int o, int c) {
     const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
     const float* x = L->xin + (size_t)o * C;
-    float *g = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe, *h = L->hid + (size_t)o * Fe;
-    linear_forward(K, g, x, we, c, d->C, d->Fe);
-    linear_forward(K, u, x, weight_at(we, FC), c, d->C, d->Fe);
-    K->swiglu_forward(h, g, u, c, d->Fe);
-    linear_forward(K, yl + (size_t)o * C, h, weight_at(we, 2 * FC), c, d->Fe, d->C);
+    linear_forward(K, L->gate + (size_t)o * Fe, x, we, c, d->C, d->Fe);
+    linear_forward(K, L->up + (size_t)o * Fe, x, weight_at(we, FC), c, d->C, d->Fe);
 }
 
-/* yl at chunk c's rows = the SwiGLU of each local expert over its rows of
- * that chunk of xin, run by run. */
-static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, Weight p,
-                            float* yl, int chunk, const int* src, int n_src) {
+/* Chunk c's gate and up, run by run, then its hid = SwiGLU(gate, up) in
+ * one call over all its rows (elementwise: the bits of one call per run,
+ * a launch per chunk instead of per expert). Returns the chunk's runs. */
+static Runs chunk_gate_up(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, Weight p, int chunk, const int* src,
+                          int n_src) {
     const Runs r = runs_of(L, chunk, src, n_src);
+    const size_t Fe = d->Fe, rows = (size_t)(L->chunk_off[chunk + 1] - r.base);
     for (int j = 0, o = r.base; j < r.n_local; j++) {
         const Weight we = weight_at(p, (size_t)j * expert_numel(d));
         for (int s = 0; s < r.n_src; s++) {
             const int c = run_rows(&r, j, s);
-            if (c) run_forward(d, L, K, we, yl, o, c);
+            if (c) run_gate_up(d, L, K, we, o, c);
+            o += c;
+        }
+    }
+    if (rows)
+        K->swiglu_forward(L->hid + (size_t)r.base * Fe, L->gate + (size_t)r.base * Fe, L->up + (size_t)r.base * Fe,
+                          (int)rows, d->Fe);
+    return r;
+}
+
+/* yl at chunk c's rows = the SwiGLU of each local expert over its rows of
+ * that chunk of xin: gate and up run by run, SwiGLU over the chunk, the
+ * down projection run by run. */
+static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, Weight p,
+                            float* yl, int chunk, const int* src, int n_src) {
+    const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
+    const Runs r = chunk_gate_up(d, L, K, p, chunk, src, n_src);
+    for (int j = 0, o = r.base; j < r.n_local; j++) {
+        const Weight wd = weight_at(p, (size_t)j * expert_numel(d) + 2 * FC);
+        for (int s = 0; s < r.n_src; s++) {
+            const int c = run_rows(&r, j, s);
+            if (c) linear_forward(K, yl + (size_t)o * C, L->hid + (size_t)o * Fe, wd, c, d->Fe, d->C);
             o += c;
         }
     }
@@ -353,6 +373,41 @@ static void run_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m, const 
     K->swiglu_backward(m->dgate, m->dup, m->dhid, gt, u, c, d->Fe);
     linear_backward(K, dx, ge, m->dgate, x, we, c, d->C, d->Fe, 0);
     linear_backward(K, dx, ge + FC, m->dup, x, weight_at(we, FC), c, d->C, d->Fe, 1);
+}
+
+/* Chunk c's backward with one run per local expert: (recomputed gate, up
+ * and hid, as the forward makes them), each expert's down projection
+ * (dhid at the run's rows of the chunk), one SwiGLU backward over the
+ * chunk's rows, then each expert's gate and up.  Every tensor sees the
+ * per-run order's operations in the same order (each expert's gradient
+ * regions belong to its run alone; a row's dx is gate's, then up's added),
+ * so the bits are run_backward's, with one SwiGLU launch a chunk. */
+static void experts_backward_phased(const MoeDims* d, const MoeLayer* L, MoeActs* m, const ZrtKernels* K,
+                                    Weight p, float* g, const float* dyl, float* dxl, int chunk) {
+    const size_t C = d->C, Fe = d->Fe, FC = Fe * C, en = expert_numel(d);
+    const Runs r = d->recompute ? chunk_gate_up(d, (MoeLayer*)L, K, p, chunk, NULL, 0) : runs_of(L, chunk, NULL, 0);
+    const size_t rows = (size_t)(L->chunk_off[chunk + 1] - r.base), b = (size_t)r.base;
+    for (int j = 0, o = r.base; j < r.n_local; j++) {
+        const int c = run_rows(&r, j, 0);
+        const size_t at = (size_t)(o - r.base);
+        if (c)
+            linear_backward(K, m->dhid + at * Fe, g + (size_t)j * en + 2 * FC, dyl + at * C, L->hid + (size_t)o * Fe,
+                            weight_at(p, (size_t)j * en + 2 * FC), c, d->Fe, d->C, 0);
+        o += c;
+    }
+    if (rows) K->swiglu_backward(m->dgate, m->dup, m->dhid, L->gate + b * Fe, L->up + b * Fe, (int)rows, d->Fe);
+    for (int j = 0, o = r.base; j < r.n_local; j++) {
+        const int c = run_rows(&r, j, 0);
+        const size_t at = (size_t)(o - r.base);
+        const float* x = L->xin + (size_t)o * C;
+        float* dx = dxl + (size_t)o * C;
+        const Weight we = weight_at(p, (size_t)j * en);
+        if (c) {
+            linear_backward(K, dx, g + (size_t)j * en, m->dgate + at * Fe, x, we, c, d->C, d->Fe, 0);
+            linear_backward(K, dx, g + (size_t)j * en + FC, m->dup + at * Fe, x, weight_at(we, FC), c, d->C, d->Fe, 1);
+        }
+        o += c;
+    }
 }
 
 /* The source tree's buffers (src runs): a zero expert, the leaf, and one
@@ -390,17 +445,16 @@ static int experts_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m, con
     if (src) {
         if (n_src < 1 || (n_src & (n_src - 1)) || !(tb = tree_buffers(m, n_src))) return -1;
     }
+    if (!src) { /* one run per expert: the experts' phases one after the other */
+        experts_backward_phased(d, L, m, K, p, g, dyl, dxl, chunk);
+        return 0;
+    }
     for (int j = 0, o = r.base; j < r.n_local; j++) {
         const size_t off = (size_t)j * en;
         const Weight we = weight_at(p, off);
         for (int s = 0; s < r.n_src; s++) {
             const int c = run_rows(&r, j, s);
             const float* dy = dyl + (size_t)(o - r.base) * C;
-            if (!src) {
-                if (c) run_backward(d, L, m, K, we, g + off, dy, dxl, o, c);
-                o += c;
-                continue;
-            }
             // s's trailing ones: the merges with pending left subtrees; then
             // the result waits at level `ones`, or (the last s) is the top
             int ones = 0;
