@@ -1534,23 +1534,34 @@ ZK int zk_decode_r(const DecArgs& a, const ZkTables& tab, const ZkChunk& k, uint
     return ZK_BALLOT(err || run != nesc) != 0;
 }
 
-/* Decodes chunk c; returns nonzero (on every lane) if it is corrupt. */
+/* Chunk c's view (*k) and its mode byte. */
 template <int DT>
-ZK int zk_decode_chunk(const DecArgs& a, const ZkTables& tab, uint64_t c, uint32_t lane, uint32_t warp, uint32_t* sm) {
+ZK uint32_t zk_chunk_view(const DecArgs& a, uint64_t c, ZkChunk* k) {
     const int es = DT == ZCF_DT_FP32 ? 4 : 2;
-    uint64_t first = c << a.chunk_log2, C = 1ull << a.chunk_log2;
-    ZkChunk k;
-    k.n = (uint32_t)(a.count - first < C ? a.count - first : C);
-    k.p = a.payload + a.offs[c];
-    k.size = a.offs[c + 1] - a.offs[c]; /* >= 8, checked by k_plan */
-    k.out = a.dst + first * es;
-    k.top = k.p[1];
-    k.tbl = k.p[2];
-    k.nesc = zcf_ld32(k.p + 4);
-    k.emax = (1u << zcf_exp_bits(DT)) - 1u;
-    k.rest = zcf_rest_size(DT, k.n);
-    k.G = (k.n + 63) / 64;
-    uint32_t mode = k.p[0];
+    const uint64_t first = c << a.chunk_log2, C = 1ull << a.chunk_log2;
+    k->n = (uint32_t)(a.count - first < C ? a.count - first : C);
+    k->p = a.payload + a.offs[c];
+    k->size = a.offs[c + 1] - a.offs[c]; /* >= 8, checked by k_plan */
+    k->out = a.dst + first * es;
+    k->top = k->p[1];
+    k->tbl = k->p[2];
+    k->nesc = zcf_ld32(k->p + 4);
+    k->emax = (1u << zcf_exp_bits(DT)) - 1u;
+    k->rest = zcf_rest_size(DT, k->n);
+    k->G = (k->n + 63) / 64;
+    k->rp = k->p + 8 + (k->p[0] == ZCF_MODE_R ? 2 * (int)ZCF_R_LANES : 0);
+    return k->p[0];
+}
+/* F2 and R chunks are decoded by one warp; the others by the block. */
+ZK int zk_warp_mode(uint32_t mode) { return mode == ZCF_MODE_F2 || mode == ZCF_MODE_R; }
+
+/* A raw, C, T or F3 chunk (or one of no known mode) by the whole block;
+ * returns nonzero (on every lane) if it is corrupt.  sm: the T and F3
+ * decoders' scan words. */
+template <int DT>
+ZK int zk_decode_block_chunk(const DecArgs& a, const ZkChunk& k, uint32_t mode, uint32_t lane, uint32_t warp,
+                             uint32_t* sm) {
+    const int es = DT == ZCF_DT_FP32 ? 4 : 2;
     if (k.p[3]) return 1;
     const uint32_t tid = 32 * warp + lane, nt = 32 * ZK_T_WARPS;
     if (mode == ZCF_MODE_RAW) { /* every warp copies */
@@ -1566,31 +1577,51 @@ ZK int zk_decode_chunk(const DecArgs& a, const ZkTables& tab, uint64_t c, uint32
         return 0;
     }
     if (k.top > k.emax || k.nesc > k.n) return 1;
-    k.rp = k.p + 8 + (mode == ZCF_MODE_R ? 2 * (int)ZCF_R_LANES : 0);
-    if (mode == ZCF_MODE_T) return zk_decode_t<DT>(a, k, lane, warp, sm + 40); /* every warp */
-    if (mode == ZCF_MODE_F3) return zk_decode_f3<DT>(a, k, lane, warp, sm + 40); /* every warp */
-    if (warp) return 0; /* F2, R: warp 0 alone */
-    if (mode == ZCF_MODE_F2) return zk_decode_f2<DT>(a, k, lane);
-    if (mode == ZCF_MODE_R) return zk_decode_r<DT>(a, tab, k, lane, sm);
+    if (mode == ZCF_MODE_T) return zk_decode_t<DT>(a, k, lane, warp, sm);
+    if (mode == ZCF_MODE_F3) return zk_decode_f3<DT>(a, k, lane, warp, sm);
     return 1;
 }
-/* One block of ZK_T_WARPS warps per chunk: T and F3 chunks by all of them
- * (the encoders' split), F2 and R by warp 0 (raw and constant chunks'
- * copies by all); a block takes chunks j, j + per, ... of its frame.
- * Shared memory: ZK_DEC_SMEM bytes (warp 0's R table, then the T decoder's
- * scan words). */
-#define ZK_DEC_SMEM (4 * (40 + ZK_T_WARPS + 1))
+/* An F2 or R chunk by one warp; sm: this warp's 40 words (R's table). */
 template <int DT>
-ZK void zk_decode_frame(const DecArgs& a, const ZkTables& tab, uint64_t j, uint64_t per) {
+ZK int zk_decode_warp_chunk(const DecArgs& a, const ZkTables& tab, const ZkChunk& k, uint32_t mode, uint32_t lane,
+                            uint32_t* sm) {
+    if (k.p[3] || k.top > k.emax || k.nesc > k.n) return 1;
+    if (mode == ZCF_MODE_F2) return zk_decode_f2<DT>(a, k, lane);
+    return zk_decode_r<DT>(a, tab, k, lane, sm);
+}
+ZK void zk_chunk_bad(const DecArgs& a, uint64_t c) { /* lane 0 of a warp that found chunk c corrupt */
+    ZK_ATOMIC_OR(&a.status[1], 1u);
+    ZK_ATOMIC_MAX(&a.status[2], 0xFFFFFFFFu - (uint32_t)(c < 0xFFFFFFFEu ? c : 0xFFFFFFFEu));
+}
+
+/* A block of ZK_T_WARPS warps decodes slots j, j + per, ... of its frame, a
+ * slot W chunks: W = 1 where the frame's chunks are decoded by blocks (T
+ * and F3 frames: all warps on the chunk, as the encoders split it), W =
+ * ZK_T_WARPS where they are decoded by warps (F2 and R frames: warp w takes
+ * the slot's chunk w).  Either way a raw, C, T or F3 chunk takes the whole
+ * block, an F2 or R chunk one warp.  Shared memory: ZK_DEC_SMEM bytes
+ * (each warp's R table, then the T and F3 decoders' scan words). */
+#define ZK_DEC_SMEM (4 * (40 * ZK_T_WARPS + ZK_T_WARPS + 1))
+template <int DT>
+ZK void zk_decode_frame(const DecArgs& a, const ZkTables& tab, uint64_t j, uint64_t per, uint32_t W) {
     const uint32_t lane = ZK_LANE(), warp = ZK_WARP();
     if (ZK_BALLOT(a.status[0] != 0)) return; /* table or checksum failed: write nothing (uniform) */
     uint32_t* sm = (uint32_t*)ZK_SMEM();
-    for (uint64_t c = j; c < a.n_chunks; c += per) {
-        if (zk_decode_chunk<DT>(a, tab, c, lane, warp, sm) && lane == 0) {
-            ZK_ATOMIC_OR(&a.status[1], 1u);
-            ZK_ATOMIC_MAX(&a.status[2], 0xFFFFFFFFu - (uint32_t)(c < 0xFFFFFFFEu ? c : 0xFFFFFFFEu));
+    for (uint64_t s = j; s * W < a.n_chunks; s += per) {
+        const uint64_t c0 = s * W, cn = c0 + W < a.n_chunks ? c0 + W : a.n_chunks;
+        ZkChunk k;
+        for (uint64_t c = c0; c < cn; c++) { /* the block's chunks, one after the other */
+            const uint32_t mode = zk_chunk_view<DT>(a, c, &k);
+            if (zk_warp_mode(mode)) continue;
+            if (zk_decode_block_chunk<DT>(a, k, mode, lane, warp, sm + 40 * ZK_T_WARPS) && lane == 0) zk_chunk_bad(a, c);
+            ZK_SYNCTHREADS(); /* the scan words are the next chunk's */
         }
-        ZK_SYNCTHREADS(); /* shared memory is the next chunk's */
+        for (uint64_t c = c0 + warp; c < cn; c += ZK_T_WARPS) { /* the warps' chunks, side by side */
+            const uint32_t mode = zk_chunk_view<DT>(a, c, &k);
+            if (zk_warp_mode(mode) && zk_decode_warp_chunk<DT>(a, tab, k, mode, lane, sm + 40 * warp) && lane == 0)
+                zk_chunk_bad(a, c);
+        }
+        ZK_SYNCTHREADS();
     }
 }
 
@@ -1644,6 +1675,7 @@ ZKHD int zk_hdr_parse(const uint8_t* h, uint64_t srcSize, uint64_t cap, int expe
 typedef struct {
     uint8_t h[ZCF_HEADER_SIZE + 4]; /* the header as read: the host names a fault from it */
     uint32_t code;                  /* zk_hdr_parse's (ZK_H_WORKSPACE: offs too small)   */
+    uint32_t warp_frame;            /* an R frame, or chunk 0 is F2 or R: decoded by warps */
     uint32_t status[4];             /* [0] |= 1 table, 2 checksum; [1] a chunk corrupt; [2] ~first bad chunk */
     ZkHdr hdr;
 } ZkInfo;
@@ -1672,6 +1704,10 @@ ZK void dhead_body(const DecLaunch& A) {
     memset(&o, 0, sizeof o);
     uint32_t code = (uint32_t)zk_hdr_parse(in->h, b.srcSize, b.cap, A.expect, b.dst != NULL, &o);
     if (code == ZK_H_OK && !o.stored && o.nc > b.offs_cap) code = ZK_H_WORKSPACE;
+    if (code == ZK_H_OK && !o.stored && o.nc && o.prefix < b.srcSize) { /* how its chunks are decoded */
+        const uint32_t mode0 = b.src[o.prefix];
+        in->warp_frame = o.version == ZCF_VERSION_R || zk_warp_mode(mode0);
+    }
     in->hdr = o;
     in->code = code;
 }
@@ -1741,9 +1777,10 @@ ZK void ddecode_body(const DecLaunch& A) {
     d.es = x.es;
     d.chunk_log2 = x.log2;
     d.dst_aligned = ((uintptr_t)b.dst % x.es) == 0;
-    if (x.dt == ZCF_DT_BF16) zk_decode_frame<ZCF_DT_BF16>(d, A.tab, j, A.per);
-    else if (x.dt == ZCF_DT_FP16) zk_decode_frame<ZCF_DT_FP16>(d, A.tab, j, A.per);
-    else zk_decode_frame<ZCF_DT_FP32>(d, A.tab, j, A.per);
+    const uint32_t W = in->warp_frame ? ZK_T_WARPS : 1;
+    if (x.dt == ZCF_DT_BF16) zk_decode_frame<ZCF_DT_BF16>(d, A.tab, j, A.per, W);
+    else if (x.dt == ZCF_DT_FP16) zk_decode_frame<ZCF_DT_FP16>(d, A.tab, j, A.per, W);
+    else zk_decode_frame<ZCF_DT_FP32>(d, A.tab, j, A.per, W);
 }
 /* Kernel 5, blocks over 64 KiB pieces: a stored frame's data copied out,
  * once its checksums passed (a damaged one writes nothing). */
