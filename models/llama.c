@@ -468,10 +468,10 @@ struct LlamaActs {
     int async_batch;    // llama_acts_set_async_batch: the batch goes up without a wait
 };
 
-static MoeDims moe_dims(const LlamaConfig* cfg, int N, const LlamaMemOpts* o) {
+static MoeDims moe_dims(const LlamaConfig* cfg, int N, const LlamaMemOpts* o, const ZrtKernels* K) {
     return (MoeDims){N,        cfg->dim, cfg->n_experts, cfg->n_experts_per_tok,
                      cfg->moe_ffn_hidden, cfg->norm_topk_prob, cfg->capacity_factor,
-                     o->expert_exchange, o->recompute};
+                     o->expert_exchange, o->recompute, acts_a16(cfg, K).hid};
 }
 
 /* Index of block l among the dense blocks (for the dense MLP activations). */
@@ -557,7 +557,7 @@ size_t llama_acts_bytes_opts(const LlamaConfig* cfg, int B, int T, const ZrtKern
     size_t bytes = acts_layout(cfg, K, &o, B, T, NULL, &p) * sizeof(float) +
                    2 * (size_t)B * T * sizeof(int);
     if (cfg->n_experts > 0) {
-        const MoeDims d = moe_dims(cfg, B * T, &o);
+        const MoeDims d = moe_dims(cfg, B * T, &o, K);
         bytes += moe_acts_bytes(&d, n_moe_layers(cfg));
     }
     return bytes;
@@ -588,7 +588,7 @@ LlamaActs* llama_acts_alloc_opts(const LlamaConfig* cfg, int B, int T, const Zrt
     a->tgt = zdev_alloc(K->dev, (size_t)B * T * sizeof(int));
     a->loss = zdev_alloc(K->dev, sizeof(double));
     if (a->mem && cfg->n_experts > 0) {
-        const MoeDims d = moe_dims(cfg, B * T, &a->opts);
+        const MoeDims d = moe_dims(cfg, B * T, &a->opts, K);
         a->moe = moe_acts_alloc(&d, n_moe_layers(cfg), K);
     }
     if (!a->mem || !a->tok || !a->tgt || !a->loss || (cfg->n_experts > 0 && !a->moe)) {
@@ -640,42 +640,11 @@ typedef struct {
     ActA16 a16;                   // the inputs kept in bf16 (acts_a16)
 } Dims;
 
-/* A linear layer's input as the arena keeps it: fp32, or bf16 (ActA16);
- * exactly one pointer is set. The norm or SwiGLU that makes it writes it
- * (act_rmsnorm, act_swiglu), the GEMMs read it. */
-typedef struct {
-    float* f32;
-    uint16_t* bf16;
-} Act;
-
-/* Row block `off` of a tensor kept as f32 or as b16 (is16). */
-static Act act_at(float* f32, uint16_t* b16, int is16, size_t off) {
-    return is16 ? (Act){NULL, b16 + off} : (Act){f32 + off, NULL};
-}
-
-/* rmsnorm_forward / swiglu_forward into either kind of tensor */
+/* rmsnorm_forward into either kind of tensor (Act, weights.h) */
 static void act_rmsnorm(const ZrtKernels* K, Act out, float* rstd, const float* inp, const float* w, int N,
                         int C, float eps) {
     if (out.bf16) K->rmsnorm_forward_a16(out.bf16, rstd, inp, w, N, C, eps);
     else K->rmsnorm_forward(out.f32, rstd, inp, w, N, C, eps);
-}
-static void act_swiglu(const ZrtKernels* K, Act h, const float* gate, const float* up, int N, int F) {
-    if (h.bf16) K->swiglu_forward_a16(h.bf16, gate, up, N, F);
-    else K->swiglu_forward(h.f32, gate, up, N, F);
-}
-
-/* linear_forward / linear_backward (weights.h) over either kind of input */
-static void act_linear_forward(const ZrtKernels* K, float* out, Act x, Weight w, int N, int IC,
-                               int OC) {
-    if (x.bf16) K->matmul_forward_a16(out, x.bf16, w.f32, w.bf16, N, IC, OC);
-    else linear_forward(K, out, x.f32, w, N, IC, OC);
-}
-static void act_linear_backward(const ZrtKernels* K, float* dinp, float* dweight,
-                                const float* dout, Act x, Weight w, int N, int IC, int OC,
-                                int accumulate) {
-    if (x.bf16)
-        K->matmul_backward_a16(dinp, dweight, dout, x.bf16, w.f32, w.bf16, N, IC, OC, accumulate);
-    else linear_backward(K, dinp, dweight, dout, x.f32, w, N, IC, OC, accumulate);
 }
 
 /* Where block l's saved tensors live: its own slot, or with recomputation

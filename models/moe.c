@@ -52,14 +52,22 @@ size_t moe_rows_received(const MoeDims* d) {
                         : (size_t)ceil((d->capacity_factor > 0 ? d->capacity_factor : 1.0) * nk);
 }
 
+/* Floats a row of gate | up | hid takes (hid in bf16 with d->a16), and a
+ * row of the expert side's scratch (yl or dxl, dgate, dup, dhid, and with
+ * d->a16 xin16). */
+static size_t swiglu_row_floats(const MoeDims* d) { return 2 * (size_t)d->Fe + (d->a16 ? ((size_t)d->Fe + 1) / 2 : (size_t)d->Fe); }
+static size_t scratch_row_floats(const MoeDims* d) {
+    return (size_t)d->C + 3 * (size_t)d->Fe + (d->a16 ? ((size_t)d->C + 1) / 2 : 0);
+}
+
 size_t moe_acts_bytes(const MoeDims* d, int n_layers) {
-    const size_t N = d->N, E = d->E, k = d->k, C = d->C, Fe = d->Fe, cap = moe_rows_received(d);
+    const size_t N = d->N, E = d->E, k = d->k, C = d->C, cap = moe_rows_received(d), sw = swiglu_row_floats(d);
     // per block: the fixed arrays (with xs, unless shared), xl with an
     // exchange, gate/up/hid unless recomputed
     const size_t per_layer = layer_fixed_floats(d) - (d->exchange ? N * k * C : 0) +
-                             (d->exchange ? cap * C : 0) + (d->recompute ? 0 : cap * 3 * Fe);
-    const size_t shared = N * E + N * k + 2 * N * k * C + cap * (C + 3 * Fe) +
-                          (d->exchange ? N * k * C : 0) + (d->recompute ? cap * 3 * Fe : 0);
+                             (d->exchange ? cap * C : 0) + (d->recompute ? 0 : cap * sw);
+    const size_t shared = N * E + N * k + 2 * N * k * C + cap * scratch_row_floats(d) +
+                          (d->exchange ? N * k * C : 0) + (d->recompute ? cap * sw : 0);
     return ((size_t)n_layers * per_layer + shared) * sizeof(float) +
            E * (sizeof(long long) + 2 * sizeof(double));
 }
@@ -76,7 +84,7 @@ static int swiglu_reserve(MoeActs* m, MoeLayer* L, int rows) {
     if (!m->d.recompute) {
         if (rows <= L->cap) return 0;
         rows = grown(rows);
-        float* mem = zdev_alloc(m->K->dev, (size_t)rows * 3 * Fe * sizeof(float));
+        float* mem = zdev_alloc(m->K->dev, (size_t)rows * swiglu_row_floats(&m->d) * sizeof(float));
         if (!mem) return -1;
         zdev_free(m->K->dev, L->gate);
         L->gate = mem;
@@ -84,7 +92,7 @@ static int swiglu_reserve(MoeActs* m, MoeLayer* L, int rows) {
     } else {
         if (rows > m->sg_cap) {
             rows = grown(rows);
-            float* mem = zdev_alloc(m->K->dev, (size_t)rows * 3 * Fe * sizeof(float));
+            float* mem = zdev_alloc(m->K->dev, (size_t)rows * swiglu_row_floats(&m->d) * sizeof(float));
             if (!mem) return -1;
             zdev_free(m->K->dev, m->sg_mem);
             m->sg_mem = mem;
@@ -94,7 +102,8 @@ static int swiglu_reserve(MoeActs* m, MoeLayer* L, int rows) {
         L->cap = m->sg_cap;
     }
     L->up = L->gate + (size_t)L->cap * Fe;
-    L->hid = L->up + (size_t)L->cap * Fe;
+    L->hid = m->d.a16 ? NULL : L->up + (size_t)L->cap * Fe;
+    L->hid16 = m->d.a16 ? (uint16_t*)(L->up + (size_t)L->cap * Fe) : NULL;
     return 0;
 }
 
@@ -134,7 +143,7 @@ static int scratch_reserve(MoeActs* m, int rows) {
     if (rows <= m->cap) return 0;
     rows = grown(rows);
     const size_t C = m->d.C, Fe = m->d.Fe;
-    float* mem = zdev_alloc(m->K->dev, (size_t)rows * (C + 3 * Fe) * sizeof(float));
+    float* mem = zdev_alloc(m->K->dev, (size_t)rows * scratch_row_floats(&m->d) * sizeof(float));
     if (!mem) return -1;
     zdev_free(m->K->dev, m->yl);
     // yl is forward scratch (free once the block's combine completed), dxl
@@ -145,6 +154,7 @@ static int scratch_reserve(MoeActs* m, int rows) {
     m->dgate = m->dxl + (size_t)rows * C;
     m->dup = m->dgate + (size_t)rows * Fe;
     m->dhid = m->dup + (size_t)rows * Fe;
+    m->xin16 = m->d.a16 ? (uint16_t*)(m->dhid + (size_t)rows * Fe) : NULL;
     m->cap = rows;
     return 0;
 }
@@ -309,48 +319,65 @@ static int run_rows(const Runs* r, int j, int s) {
     return r->src ? r->src[(size_t)s * r->n_local + j] : r->rc[j];
 }
 
+/* The GEMMs' inputs at row o (Act, weights.h): xin's rows, in bf16 with
+ * d->a16 (m->xin16, which x16_chunk fills for the chunk at hand), and hid,
+ * kept in bf16 with d->a16. */
+static Act xin_at(const MoeActs* m, const MoeLayer* L, int o) {
+    const size_t at = (size_t)o * m->d.C;
+    return m->d.a16 ? (Act){NULL, m->xin16 + at} : (Act){(float*)L->xin + at, NULL};
+}
+static Act hid_at(const MoeDims* d, const MoeLayer* L, int o) { return act_at(L->hid, L->hid16, d->a16, (size_t)o * d->Fe); }
+/* With d->a16: the chunk's xin rows rounded to bf16 once, for all its GEMMs. */
+static void x16_chunk(MoeActs* m, const MoeLayer* L, int chunk) {
+    const int b = L->chunk_off[chunk];
+    const size_t rows = (size_t)(L->chunk_off[chunk + 1] - b), C = m->d.C;
+    if (m->d.a16 && rows) m->K->round_to_bf16(m->xin16 + (size_t)b * C, L->xin + (size_t)b * C, rows * C);
+}
+
 /* One run's gate and up: rows [o, o + c) of xin times expert we's w_gate
  * and w_up. */
-static void run_gate_up(const MoeDims* d, const MoeLayer* L, const ZrtKernels* K, Weight we, int o, int c) {
-    const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
-    const float* x = L->xin + (size_t)o * C;
-    linear_forward(K, L->gate + (size_t)o * Fe, x, we, c, d->C, d->Fe);
-    linear_forward(K, L->up + (size_t)o * Fe, x, weight_at(we, FC), c, d->C, d->Fe);
+static void run_gate_up(const MoeActs* m, const MoeLayer* L, Weight we, int o, int c) {
+    const MoeDims* d = &m->d;
+    const size_t Fe = d->Fe, FC = Fe * d->C;
+    const Act x = xin_at(m, L, o);
+    act_linear_forward(m->K, L->gate + (size_t)o * Fe, x, we, c, d->C, d->Fe);
+    act_linear_forward(m->K, L->up + (size_t)o * Fe, x, weight_at(we, FC), c, d->C, d->Fe);
 }
 
 /* Chunk c's gate and up, run by run, then its hid = SwiGLU(gate, up) in
  * one call over all its rows (elementwise: the bits of one call per run,
  * a launch per chunk instead of per expert). Returns the chunk's runs. */
-static Runs chunk_gate_up(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, Weight p, int chunk, const int* src,
-                          int n_src) {
+static Runs chunk_gate_up(MoeActs* m, MoeLayer* L, Weight p, int chunk, const int* src, int n_src) {
+    const MoeDims* d = &m->d;
     const Runs r = runs_of(L, chunk, src, n_src);
     const size_t Fe = d->Fe, rows = (size_t)(L->chunk_off[chunk + 1] - r.base);
+    x16_chunk(m, L, chunk);
     for (int j = 0, o = r.base; j < r.n_local; j++) {
         const Weight we = weight_at(p, (size_t)j * expert_numel(d));
         for (int s = 0; s < r.n_src; s++) {
             const int c = run_rows(&r, j, s);
-            if (c) run_gate_up(d, L, K, we, o, c);
+            if (c) run_gate_up(m, L, we, o, c);
             o += c;
         }
     }
     if (rows)
-        K->swiglu_forward(L->hid + (size_t)r.base * Fe, L->gate + (size_t)r.base * Fe, L->up + (size_t)r.base * Fe,
-                          (int)rows, d->Fe);
+        act_swiglu(m->K, hid_at(d, L, r.base), L->gate + (size_t)r.base * Fe, L->up + (size_t)r.base * Fe, (int)rows,
+                   d->Fe);
     return r;
 }
 
 /* yl at chunk c's rows = the SwiGLU of each local expert over its rows of
  * that chunk of xin: gate and up run by run, SwiGLU over the chunk, the
  * down projection run by run. */
-static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, Weight p,
-                            float* yl, int chunk, const int* src, int n_src) {
-    const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
-    const Runs r = chunk_gate_up(d, L, K, p, chunk, src, n_src);
+static void experts_forward(MoeActs* m, MoeLayer* L, Weight p, float* yl, int chunk, const int* src, int n_src) {
+    const MoeDims* d = &m->d;
+    const size_t C = d->C, FC = (size_t)d->Fe * C;
+    const Runs r = chunk_gate_up(m, L, p, chunk, src, n_src);
     for (int j = 0, o = r.base; j < r.n_local; j++) {
         const Weight wd = weight_at(p, (size_t)j * expert_numel(d) + 2 * FC);
         for (int s = 0; s < r.n_src; s++) {
             const int c = run_rows(&r, j, s);
-            if (c) linear_forward(K, yl + (size_t)o * C, L->hid + (size_t)o * Fe, wd, c, d->Fe, d->C);
+            if (c) act_linear_forward(m->K, yl + (size_t)o * C, hid_at(d, L, o), wd, c, d->Fe, d->C);
             o += c;
         }
     }
@@ -361,18 +388,18 @@ static void experts_forward(const MoeDims* d, MoeLayer* L, const ZrtKernels* K, 
 static void run_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m, const ZrtKernels* K,
                          Weight we, float* ge, const float* dy, float* dxl, int o, int c) {
     const size_t C = d->C, Fe = d->Fe, FC = Fe * C;
-    const float* x = L->xin + (size_t)o * C;
-    float *gt = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe, *h = L->hid + (size_t)o * Fe;
+    const Act x = xin_at(m, L, o), h = hid_at(d, L, o);
+    float *gt = L->gate + (size_t)o * Fe, *u = L->up + (size_t)o * Fe;
     float* dx = dxl + (size_t)o * C;
     if (d->recompute) { // the forward's gate, up and hid again: same kernels, same bits
-        linear_forward(K, gt, x, we, c, d->C, d->Fe);
-        linear_forward(K, u, x, weight_at(we, FC), c, d->C, d->Fe);
-        K->swiglu_forward(h, gt, u, c, d->Fe);
+        act_linear_forward(K, gt, x, we, c, d->C, d->Fe);
+        act_linear_forward(K, u, x, weight_at(we, FC), c, d->C, d->Fe);
+        act_swiglu(K, h, gt, u, c, d->Fe);
     }
-    linear_backward(K, m->dhid, ge + 2 * FC, dy, h, weight_at(we, 2 * FC), c, d->Fe, d->C, 0);
+    act_linear_backward(K, m->dhid, ge + 2 * FC, dy, h, weight_at(we, 2 * FC), c, d->Fe, d->C, 0);
     K->swiglu_backward(m->dgate, m->dup, m->dhid, gt, u, c, d->Fe);
-    linear_backward(K, dx, ge, m->dgate, x, we, c, d->C, d->Fe, 0);
-    linear_backward(K, dx, ge + FC, m->dup, x, weight_at(we, FC), c, d->C, d->Fe, 1);
+    act_linear_backward(K, dx, ge, m->dgate, x, we, c, d->C, d->Fe, 0);
+    act_linear_backward(K, dx, ge + FC, m->dup, x, weight_at(we, FC), c, d->C, d->Fe, 1);
 }
 
 /* Chunk c's backward with one run per local expert: (recomputed gate, up
@@ -385,26 +412,33 @@ static void run_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m, const 
 static void experts_backward_phased(const MoeDims* d, const MoeLayer* L, MoeActs* m, const ZrtKernels* K,
                                     Weight p, float* g, const float* dyl, float* dxl, int chunk) {
     const size_t C = d->C, Fe = d->Fe, FC = Fe * C, en = expert_numel(d);
-    const Runs r = d->recompute ? chunk_gate_up(d, (MoeLayer*)L, K, p, chunk, NULL, 0) : runs_of(L, chunk, NULL, 0);
+    Runs r;
+    if (d->recompute) {
+        r = chunk_gate_up(m, (MoeLayer*)L, p, chunk, NULL, 0);
+    } else {
+        r = runs_of(L, chunk, NULL, 0);
+        x16_chunk(m, L, chunk); /* the forward's xin16 is another block's by now */
+    }
     const size_t rows = (size_t)(L->chunk_off[chunk + 1] - r.base), b = (size_t)r.base;
     for (int j = 0, o = r.base; j < r.n_local; j++) {
         const int c = run_rows(&r, j, 0);
         const size_t at = (size_t)(o - r.base);
         if (c)
-            linear_backward(K, m->dhid + at * Fe, g + (size_t)j * en + 2 * FC, dyl + at * C, L->hid + (size_t)o * Fe,
-                            weight_at(p, (size_t)j * en + 2 * FC), c, d->Fe, d->C, 0);
+            act_linear_backward(K, m->dhid + at * Fe, g + (size_t)j * en + 2 * FC, dyl + at * C, hid_at(d, L, o),
+                                weight_at(p, (size_t)j * en + 2 * FC), c, d->Fe, d->C, 0);
         o += c;
     }
     if (rows) K->swiglu_backward(m->dgate, m->dup, m->dhid, L->gate + b * Fe, L->up + b * Fe, (int)rows, d->Fe);
     for (int j = 0, o = r.base; j < r.n_local; j++) {
         const int c = run_rows(&r, j, 0);
         const size_t at = (size_t)(o - r.base);
-        const float* x = L->xin + (size_t)o * C;
+        const Act x = xin_at(m, L, o);
         float* dx = dxl + (size_t)o * C;
         const Weight we = weight_at(p, (size_t)j * en);
         if (c) {
-            linear_backward(K, dx, g + (size_t)j * en, m->dgate + at * Fe, x, we, c, d->C, d->Fe, 0);
-            linear_backward(K, dx, g + (size_t)j * en + FC, m->dup + at * Fe, x, weight_at(we, FC), c, d->C, d->Fe, 1);
+            act_linear_backward(K, dx, g + (size_t)j * en, m->dgate + at * Fe, x, we, c, d->C, d->Fe, 0);
+            act_linear_backward(K, dx, g + (size_t)j * en + FC, m->dup + at * Fe, x, weight_at(we, FC), c, d->C,
+                                d->Fe, 1);
         }
         o += c;
     }
@@ -449,6 +483,7 @@ static int experts_backward(const MoeDims* d, const MoeLayer* L, MoeActs* m, con
         experts_backward_phased(d, L, m, K, p, g, dyl, dxl, chunk);
         return 0;
     }
+    x16_chunk(m, L, chunk);
     for (int j = 0, o = r.base; j < r.n_local; j++) {
         const size_t off = (size_t)j * en;
         const Weight we = weight_at(p, off);
@@ -605,7 +640,7 @@ int moe_forward(MoeActs* m, int i, const ZrtKernels* K, Weight router, const flo
         const float* recv;
         if (hooks->dispatch && exchange_chunk(L, d, K, hooks, layer, 0, c, &recv)) return -1;
         const int* src = sources(hooks, layer, c, &n_src);
-        experts_forward(d, L, K, p, yl, c, src, n_src);
+        experts_forward(m, L, p, yl, c, src, n_src);
         if (hooks->dispatch &&
             hooks->combine_send(hooks->ctx, layer, 0, c, yl + (size_t)L->chunk_off[c] * C, L->ys))
             return moe_error("combine_send failed", layer);

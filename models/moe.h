@@ -42,6 +42,11 @@ typedef struct {
      *   blocks, recomputed from xl in the backward (two of the three expert
      *   GEMMs again; no second exchange) */
     int exchange, recompute;
+    /* a16 (a bf16 table with the a16 entries, kernels.h "bf16 activations"):
+     * the GEMMs read their inputs in bf16 as they would round them anyway:
+     * a chunk's xin rows rounded once (MoeActs.xin16) instead of once per
+     * GEMM, hid kept in bf16 (MoeLayer.hid16, half its memory) */
+    int a16;
 } MoeDims;
 
 /* What one MoE block's forward saves for its backward. Float arrays and
@@ -84,6 +89,7 @@ typedef struct {
     float* gate;      /* (cap, Fe) x Wg^T */
     float* up;        /* (cap, Fe) x Wu^T */
     float* hid;       /* (cap, Fe) silu(gate) * up, input of w_down */
+    uint16_t* hid16;  /* with d.a16 hid in bf16 instead (hid NULL) */
 } MoeLayer;
 
 /* Every MoE block's saved tensors plus the scratch they share. */
@@ -99,6 +105,7 @@ typedef struct {
     float *logits, *dw, *dys, *dxs, *aux_dev;
     int cap;
     float *yl, *dxl, *dgate, *dup, *dhid;
+    uint16_t* xin16; /* d.a16: (cap, C) a chunk's xin rows in bf16, rounded per chunk */
     /* d.exchange: xs of every block (N*k, C); d.recompute: gate | up | hid
      * of every block, sg_cap rows */
     float *xs_shared, *sg_mem;

@@ -55,6 +55,37 @@ static inline void linear_backward(const ZrtKernels* K, float* dinp, float* dwei
     else K->matmul_backward(dinp, dweight, dout, inp, w.f32, N, IC, OC, accumulate);
 }
 
+/* A linear layer's input as the activations keep it: fp32, or bf16 (the
+ * bf16 tables' a16 entries, kernels.h "bf16 activations"); exactly one
+ * pointer is set. The norm or SwiGLU that makes it writes it, the GEMMs
+ * read it. */
+typedef struct {
+    float* f32;
+    uint16_t* bf16;
+} Act;
+
+/* Row block `off` of a tensor kept as f32 or as b16 (is16). */
+static inline Act act_at(float* f32, uint16_t* b16, int is16, size_t off) {
+    return is16 ? (Act){NULL, b16 + off} : (Act){f32 + off, NULL};
+}
+
+/* swiglu_forward into either kind of tensor */
+static inline void act_swiglu(const ZrtKernels* K, Act h, const float* gate, const float* up, int N, int F) {
+    if (h.bf16) K->swiglu_forward_a16(h.bf16, gate, up, N, F);
+    else K->swiglu_forward(h.f32, gate, up, N, F);
+}
+
+/* linear_forward / linear_backward over either kind of input */
+static inline void act_linear_forward(const ZrtKernels* K, float* out, Act x, Weight w, int N, int IC, int OC) {
+    if (x.bf16) K->matmul_forward_a16(out, x.bf16, w.f32, w.bf16, N, IC, OC);
+    else linear_forward(K, out, x.f32, w, N, IC, OC);
+}
+static inline void act_linear_backward(const ZrtKernels* K, float* dinp, float* dweight, const float* dout, Act x,
+                                       Weight w, int N, int IC, int OC, int accumulate) {
+    if (x.bf16) K->matmul_backward_a16(dinp, dweight, dout, x.bf16, w.f32, w.bf16, N, IC, OC, accumulate);
+    else linear_backward(K, dinp, dweight, dout, x.f32, w, N, IC, OC, accumulate);
+}
+
 /* out (N, C) = table[tokens[n]] */
 static inline void embedding_forward(const ZrtKernels* K, float* out, const int* tokens,
                                      Weight table, int N, int C) {

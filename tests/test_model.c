@@ -577,7 +577,7 @@ static const void* cap_acquire(void* ctx, int unit, int phase) {
 static void cap_release(void* ctx, int unit, int phase) { (void)ctx, (void)unit, (void)phase; }
 static void check_moe_capacity_order(void) {
     enum { N = 8, C = 2, E = 2, k = 1, Fe = 3 };
-    const MoeDims d = {N, C, E, k, Fe, 0, 1.0f, 0, 0};
+    const MoeDims d = {N, C, E, k, Fe, 0, 1.0f, 0, 0, 0};
     MoeActs* m = moe_acts_alloc(&d, 1, zrt_kernels_cpu());
     if (!CHECK(m != NULL, "moe/capacity_order_setup", "allocation failed")) return;
     const int pick[N] = {0, 0, 1, 0, 0, 1, 0, 0};
@@ -1906,6 +1906,8 @@ static void check_a16_model(void) {
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_units", 0.0, &dense, STEP_BF16_UNITS);
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_logit_chunks", 0.0, &dense, STEP_LOGIT_CHUNKS);
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_moe", 0.0, &moe, 0);
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits_moe_recompute", 0.0, &moe, STEP_RECOMPUTE);
+    check_step_of(A, &plain, "cpu_bf16/a16_same_bits_moe_units", 0.0, &moe, STEP_BF16_UNITS);
     /* head dim 64: q, k, v in bf16 too (attention's flash tiles) */
     LlamaConfig h64 = tiny_config(0);
     h64.dim = 128, h64.n_heads = 2, h64.n_kv_heads = 1, h64.ffn_hidden = 64;
@@ -1931,12 +1933,24 @@ static void check_a16_model(void) {
     CHECK(full - half >= want - 4 * 64 && full - half <= want + 4 * 64, "cpu_bf16/a16_arena",
           "arena %zu -> %zu bytes, %zu saved; ln1, ln2, hid, lnf halved: %zu", full, half, full - half,
           want);
-    const size_t mfull = llama_acts_bytes(&moe, B, T, &plain), mhalf = llama_acts_bytes(&moe, B, T, A);
-    const size_t Lm = moe.n_layers, Ld = 1; /* moe_config(0): one dense block */
-    const size_t mwant = (Lm * N * moe.dim + Ld * N * moe.ffn_hidden + N * moe.dim) * 2; /* ln2 stays fp32 */
-    CHECK(mfull - mhalf >= mwant - 3 * 64 && mfull - mhalf <= mwant + 3 * 64,
-          "cpu_bf16/a16_arena_moe", "arena %zu -> %zu bytes, %zu saved; ln1, hid and lnf halved: %zu",
-          mfull, mhalf, mfull - mhalf, mwant);
+    /* MoE: ln1, the dense blocks' hid and lnf halved (ln2 stays fp32: the
+     * router reads it), each MoE block's expert hid halved (cap = N k rows
+     * of Fe), and one (cap, C) bf16 copy of a chunk's expert input added */
+    for (int v = 0; v < 2; v++) {
+        LlamaConfig mc = moe_config(v);
+        size_t Lm = 0, Ld = 0;
+        for (int l = 0; l < mc.n_layers; l++) llama_layer_is_moe(&mc, l) ? Lm++ : Ld++;
+        const size_t cap = N * mc.n_experts_per_tok, Fe = mc.moe_ffn_hidden;
+        const size_t mfull = llama_acts_bytes(&mc, B, T, &plain), mhalf = llama_acts_bytes(&mc, B, T, A);
+        const long long mwant = (long long)((mc.n_layers * N * mc.dim + Ld * N * mc.ffn_hidden + N * mc.dim) * 2 +
+                                            Lm * cap * Fe * 2) - (long long)(cap * mc.dim * 2);
+        const long long saved = (long long)mfull - (long long)mhalf;
+        char name[64];
+        snprintf(name, sizeof name, "cpu_bf16/a16_arena_moe%s", v ? "_variant" : "");
+        CHECK(saved >= mwant - 3 * 64 && saved <= mwant + 3 * 64, name,
+              "arena %zu -> %zu bytes, %lld saved; want %lld (ln1, dense hid, lnf, expert hid halved, xin16 added)",
+              mfull, mhalf, saved, mwant);
+    }
 }
 
 /* ------------------------------------------ a table's kernels vs the CPU's */
