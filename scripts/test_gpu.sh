@@ -149,6 +149,19 @@ run_step() { # run_step NAME TIMEOUT CMD...
 }
 
 run_step gpu_codec_tests 150 "$codec"
+# the codec's kernels under compute-sanitizer: out-of-bounds and misaligned
+# accesses, look-backs across many chunks (memcheck), shared-memory hazards
+# between the warps of a chunk (racecheck, on 3-chunk frames: it is slow);
+# GPU_SKIP_SANITIZER=1 leaves them out
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+if [ -n "${GPU_SKIP_SANITIZER:-}" ]; then
+  say "== gpu_codec sanitizer runs: skipped (GPU_SKIP_SANITIZER set)"
+elif [ -n "$sanitizer" ]; then
+  run_step gpu_codec_memcheck 90 "$sanitizer" --tool memcheck --error-exitcode 1 "$codec" --sanitize
+  run_step gpu_codec_racecheck 60 "$sanitizer" --tool racecheck --error-exitcode 1 "$codec" --sanitize small
+else
+  say "== gpu_codec sanitizer runs: compute-sanitizer not found (not run)"
+fi
 run_step gpu_kernels 60 "$BIN_TESTS/test_model" --cuda
 # one layer's attention, fp32 SGEMM path vs the bf16 table's flash kernels
 # (device ms, TFLOP/s, their agreement): the Llama-3.2-1B shape at T 2048,

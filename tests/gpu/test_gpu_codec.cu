@@ -26,6 +26,14 @@
  *                             8192^3 on one stream, alone and while another
  *                             host thread compresses and decompresses 256 MiB
  *                             of bf16 on its own stream, each codec.
+ *   test_gpu_codec --sanitize [small]
+ *                             a few frames of every codec and dtype (3
+ *                             chunks) and, unless small, 81 chunks of mixed
+ *                             scales (the encoders' look-back across
+ *                             windows of 32, F2 and R frames decoded a warp
+ *                             a chunk) and the batch: small enough to run
+ *                             under compute-sanitizer (scripts/test_gpu.sh:
+ *                             memcheck on all, racecheck on the small set).
  *   test_gpu_codec --probe    exit 0 if a CUDA device is usable, else 2.
  *
  * Run by scripts/test_gpu.sh (make test-gpu). Prints "PASS name" /
@@ -394,6 +402,21 @@ static int run_bench(const char* json_path) {
     return bad || tu_failures ? 1 : 0;
 }
 
+/* ---- under compute-sanitizer ------------------------------------------------ */
+
+static int run_sanitize(int small) {
+    const zipcclDataType_t dts[] = {zipcclBfloat16, zipcclFloat16, zipcclFloat32};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < CC_NCODECS; c++) cc_roundtrip(&kDev, dts[d], cc_codecs[c], 1, D_GAUSS, 2 * 16384 + 4097);
+    if (!small) {
+        for (int c = 0; c < CC_NCODECS; c++)
+            cc_roundtrip(&kDev, zipcclBfloat16, cc_codecs[c], c % 2, D_MIXED, 81 * 16384 + 777);
+        check_batch();
+    }
+    printf("%d passed, %d failed\n", tu_passes, tu_failures);
+    return tu_failures ? 1 : 0;
+}
+
 /* ---- the codec beside a GEMM ---------------------------------------------- */
 
 /* A bf16 GEMM (M = N = K = 8192, fp32 accumulation, cuBLAS) on its own
@@ -522,15 +545,17 @@ static int run_contention(const char* json_path) {
 }
 
 int main(int argc, char** argv) {
-    int bench = 0, probe = 0, contention = 0;
+    int bench = 0, probe = 0, contention = 0, sanitize = 0;
     const char* json = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench")) bench = 1;
         else if (!strcmp(argv[i], "--contention")) contention = 1;
         else if (!strcmp(argv[i], "--probe")) probe = 1;
+        else if (!strcmp(argv[i], "--sanitize")) sanitize = i + 1 < argc && !strcmp(argv[i + 1], "small") ? (i++, 2) : 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--probe | --bench [--json FILE] | --contention [--json FILE]]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--probe | --sanitize [small] | --bench [--json FILE] | --contention [--json FILE]]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -542,7 +567,7 @@ int main(int argc, char** argv) {
     }
     if (probe) return 0;
     CUDA_OK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
-    int rc = contention ? run_contention(json) : bench ? run_bench(json) : run_tests();
+    int rc = contention ? run_contention(json) : bench ? run_bench(json) : sanitize ? run_sanitize(sanitize == 2) : run_tests();
     CUDA_OK(cudaStreamDestroy(g_stream));
     return rc;
 }
