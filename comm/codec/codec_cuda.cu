@@ -1018,14 +1018,13 @@ ZK void encode_r_fp32_body(const EncArgs& a) { zk_encode_r_warp<ZCF_DT_FP32>(a);
 static size_t zk_encode_r_smem(void) { return 128 + 2 * ((size_t)1 << ZCF_CHUNK_LOG2); }
 
 /* ------------------------------------------------------------------------ */
-/* 5. Chunk table: prefix sums and validation (one block)                    */
+/* 5. Chunk table: prefix sums and validation (one block, decompress)       */
 /* ------------------------------------------------------------------------ */
 
 typedef struct {
-    const uint32_t* sizes; /* compress: the encoder's sizes; else NULL       */
-    const uint8_t* frame;  /* decompress: the frame (table at +16)           */
+    const uint8_t* frame;  /* the frame (table at +16)                       */
     uint64_t* offs;        /* (n_chunks + 1) chunk offsets in the payload    */
-    uint32_t* status;      /* decompress: status[0] |= 1 corrupt, 2 checksum */
+    uint32_t* status;      /* status[0] |= 1 corrupt, 2 checksum             */
     uint64_t n_chunks, payload, max_chunk;
     int checksum;
 } PlanArgs;
@@ -1076,7 +1075,7 @@ ZK void plan_body(const PlanArgs& a) {
     for (uint64_t b = 0; b < a.n_chunks; b += ZK_SCAN_THREADS) {
         uint64_t c = b + tid, v = 0, total;
         if (c < a.n_chunks) {
-            v = a.sizes ? a.sizes[c] : zcf_ld32(a.frame + ZCF_HEADER_SIZE + 4 * c);
+            v = zcf_ld32(a.frame + ZCF_HEADER_SIZE + 4 * c);
             if (v < ZCF_CHUNK_HEADER_SIZE || v > a.max_chunk) bad = 1;
         }
         uint64_t ex = zk_block_scan(v, sm, &total);
@@ -1085,9 +1084,9 @@ ZK void plan_body(const PlanArgs& a) {
     }
     if (tid == 0) {
         a.offs[a.n_chunks] = carry;
-        if (!a.sizes && carry != a.payload) bad = 1;
+        if (carry != a.payload) bad = 1;
     }
-    if (bad && a.status) ZK_ATOMIC_OR(&a.status[0], 1u);
+    if (bad) ZK_ATOMIC_OR(&a.status[0], 1u);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1839,7 +1838,6 @@ ZK_KERNEL(encode_f3_fp32, EncArgs, 32 * ZK_T_WARPS, 4)
 ZK_KERNEL(encode_r_bf16, EncArgs, 32, 1)
 ZK_KERNEL(encode_r_fp16, EncArgs, 32, 1)
 ZK_KERNEL(encode_r_fp32, EncArgs, 32, 1)
-ZK_KERNEL(plan, PlanArgs, ZK_SCAN_THREADS, 1)
 ZK_KERNEL(head, HeadArgs, 32, 1)
 ZK_KERNEL(put, PutArgs, 32, 1)
 ZK_KERNEL(sums, SumArgs, 32 * ZK_WARPS_PER_BLOCK, 1)

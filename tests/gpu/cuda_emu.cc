@@ -121,25 +121,33 @@ static void check_select(void) {
 }
 
 static void check_scan(void) {
-    /* k_plan's block scan over more chunks than threads */
+    /* k_dplan's block scan over a chunk table of more chunks than threads */
     std::vector<uint32_t> sizes(2500);
     for (auto& s : sizes) s = 8 + (uint32_t)(cc_next() % 50000);
+    std::vector<uint8_t> frame(ZCF_HEADER_SIZE + 4 * sizes.size());
+    uint64_t sum = 0;
+    for (size_t i = 0; i < sizes.size(); i++) zcf_st32(frame.data() + ZCF_HEADER_SIZE + 4 * i, sizes[i]), sum += sizes[i];
     std::vector<uint64_t> offs(sizes.size() + 1, 0);
-    std::vector<uint8_t> sm(34 * 8);
+    uint32_t status[2] = {0, 0};
     PlanArgs a;
     memset(&a, 0, sizeof a);
-    a.sizes = sizes.data();
+    a.frame = frame.data();
     a.offs = offs.data();
+    a.status = status;
     a.n_chunks = sizes.size();
+    a.payload = sum;
     a.max_chunk = ~0ull;
     emu_launch(1, ZK_SCAN_THREADS, 34 * 8, [&]() { plan_body(a); });
     uint64_t acc = 0;
-    int ok = 1;
+    int ok = status[0] == 0;
     for (size_t i = 0; i < sizes.size(); i++) {
         if (offs[i] != acc) ok = 0;
         acc += sizes[i];
     }
-    CHECK(ok && offs[sizes.size()] == acc, "emu/plan_prefix_sums", "offsets differ from a serial sum");
+    a.payload = sum + 1; /* a table that does not add up to the payload */
+    emu_launch(1, ZK_SCAN_THREADS, 34 * 8, [&]() { plan_body(a); });
+    CHECK(ok && offs[sizes.size()] == acc && status[0] == 1, "emu/plan_prefix_sums",
+          "offsets differ from a serial sum, or a table that misses the payload passed (status %u)", status[0]);
 }
 
 /* The frame is written only when it fits: exact capacity works, one byte
