@@ -82,6 +82,9 @@ REPLAYS    := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/replay_%,$(FUZZ_SRC))
 # tests/gpu/*.cc -> BUILD/gpu/* (host emulation of the CUDA codec, plain C++,
 # run in the suite by tests/test_codec_cuda_emu.sh). Not in sanitizer builds.
 GPU_PROGS  := $(if $(SAN),,$(patsubst tests/gpu/%.cc,$(BUILD)/gpu/%,$(wildcard tests/gpu/*.cc)))
+# ... and the codec's emulation once more under UBSan (the suite runs this
+# one; ASan cannot follow the emulator's coroutine stacks)
+GPU_PROGS  += $(if $(SAN),,$(BUILD)/gpu/cuda_emu_ubsan)
 # ... and the model's CUDA kernel table and ZipCCL's CUDA device under the
 # same emulator, checked by test_model's and test_coll_device's CUDA checks
 # (tests/test_model_cuda_emu.sh, tests/test_coll_device_cuda_emu.sh).
@@ -147,6 +150,10 @@ $(BUILD)/tests/replay_%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/rep
 $(BUILD)/gpu/%: tests/gpu/%.cc comm/codec/codec_cuda.cu $(wildcard tests/gpu/*.h) $(LIBZIPCCL)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) -O2 -g -std=c++17 -Wall -Wextra -Werror $< $(LIBZIPCCL) $(LDLIBS) -o $@
+$(BUILD)/gpu/cuda_emu_ubsan: tests/gpu/cuda_emu.cc comm/codec/codec_cuda.cu $(wildcard tests/gpu/*.h) $(LIBZIPCCL)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) -O1 -g -std=c++17 -Wall -Wextra -Werror -fsanitize=undefined -fno-sanitize-recover=undefined \
+	    $< $(LIBZIPCCL) $(LDLIBS) -o $@
 # CUDA sources as plain C++ for the warp emulator (tests/gpu/warp_emu.h): each
 # launch k<<<g, b>>>(args) rewritten to emu::launcher(k, g, b)(args), the
 # CUDA headers tests/gpu/emu's stand-ins (first on the include path). Their

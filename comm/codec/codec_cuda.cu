@@ -2000,10 +2000,14 @@ static zipcclResult_t zk_compress_check(const void* d_src, size_t count, zipcclD
     int es = zcf_elem_size(dt);
     if (count > ((size_t)1 << 61) / es)
         return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): count %zu too large", count);
-    zipcclCodec_t codec = params ? params->codec : zipcclCodecDefault;
-    if (codec == zipcclCodecDefault) codec = zipcclCodecFast;
-    if (codec < zipcclCodecFast || codec > zipcclCodecF2)
-        return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): unknown codec %d", (int)codec);
+    /* read as an int: a C caller may pass any value, which C++ may not load as the enum */
+    int cv = (int)zipcclCodecDefault;
+    static_assert(sizeof(zipcclCodec_t) == sizeof(int), "zipcclCodec_t is an int");
+    if (params) memcpy(&cv, &params->codec, sizeof cv);
+    if (cv == (int)zipcclCodecDefault) cv = (int)zipcclCodecFast;
+    if (cv < (int)zipcclCodecFast || cv > (int)zipcclCodecF2)
+        return zipcclSetError(zipcclInvalidArgument, "compress (CUDA): unknown codec %d", cv);
+    const zipcclCodec_t codec = (zipcclCodec_t)cv;
     memset(e, 0, sizeof *e);
     e->src = (const uint8_t*)d_src;
     e->dst = (uint8_t*)d_dst;
@@ -2240,7 +2244,8 @@ static zipcclResult_t zk_dec_header(const ZkDec* x, const uint8_t* h, int code, 
     const size_t srcSize = x->srcSize;
     const int dt = h[5], es = zcf_elem_size(dt), log2 = h[7], stored = (h[6] & ZCF_FLAG_STORED) != 0;
     const uint64_t count = zcf_ld64(h + 8), total = count * es;
-    const uint64_t nc = zcf_num_chunks(count, log2 < ZCF_CHUNK_LOG2_MIN ? ZCF_CHUNK_LOG2_MIN : log2);
+    const int lg = log2 < ZCF_CHUNK_LOG2_MIN ? ZCF_CHUNK_LOG2_MIN : log2 > ZCF_CHUNK_LOG2_MAX ? ZCF_CHUNK_LOG2_MAX : log2;
+    const uint64_t nc = zcf_num_chunks(count, lg); /* the messages that print it come after log2's check */
     const uint64_t prefix = ZCF_HEADER_SIZE + ((h[6] & ZCF_FLAG_CHECKSUM) ? 4 + 4 * nc : 0) + (stored ? 0 : 4 * nc);
     switch (code) {
     case ZK_H_OK: return zipcclSuccess;
