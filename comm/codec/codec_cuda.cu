@@ -1175,7 +1175,7 @@ ZK void sums_body(const SumArgs& a) {
 
 typedef struct {
     const uint8_t* payload; /* chunk 0                                       */
-    const uint64_t* offs;   /* (n_chunks + 1), validated by k_plan            */
+    const uint64_t* offs;   /* (n_chunks + 1), validated by k_dplan           */
     uint8_t* dst;
     uint32_t* status;       /* [0] plan/verify, [1] decode error, [2] ~first bad chunk */
     uint64_t count, n_chunks;
@@ -1227,7 +1227,7 @@ ZK uint32_t zk_exponent_of(int active, int esc, uint32_t c, uint32_t top, const 
 
 /* The decoders below return nonzero (on every lane) if the chunk is corrupt.
  * Each checks the chunk size against its layout before reading past the
- * header: k_plan guarantees only that [p, p + size) lies in the frame. */
+ * header: k_dplan guarantees only that [p, p + size) lies in the frame. */
 
 /* F3 chunk by the block's ZK_T_WARPS warps, each a run of consecutive
  * groups: a warp's first escape byte is the count of escape codes (all
@@ -1540,7 +1540,7 @@ ZK uint32_t zk_chunk_view(const DecArgs& a, uint64_t c, ZkChunk* k) {
     const uint64_t first = c << a.chunk_log2, C = 1ull << a.chunk_log2;
     k->n = (uint32_t)(a.count - first < C ? a.count - first : C);
     k->p = a.payload + a.offs[c];
-    k->size = a.offs[c + 1] - a.offs[c]; /* >= 8, checked by k_plan */
+    k->size = a.offs[c + 1] - a.offs[c]; /* >= 8, checked by k_dplan */
     k->out = a.dst + first * es;
     k->top = k->p[1];
     k->tbl = k->p[2];
