@@ -1565,7 +1565,7 @@ ZK int zk_decode_block_chunk(const DecArgs& a, const ZkChunk& k, uint32_t mode, 
     const uint32_t tid = 32 * warp + lane, nt = 32 * ZK_T_WARPS;
     if (mode == ZCF_MODE_RAW) { /* every warp copies */
         if (k.top || k.tbl || k.nesc || k.size != 8 + (uint64_t)k.n * es) return 1;
-        for (uint32_t j = tid; j < k.n * (uint32_t)es; j += nt) k.out[j] = k.p[8 + j];
+        zk_copy_bytes(k.out, k.p + 8, k.n * (uint32_t)es, tid, nt); /* a u32 store per word of out */
         return 0;
     }
     if (mode == ZCF_MODE_C) { /* FORMAT.md 4.7: version 3 only */
