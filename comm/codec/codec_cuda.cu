@@ -292,6 +292,12 @@ ZK uint32_t zk_plane_bits(uint64_t w0, uint64_t w1, uint64_t w2, uint32_t j) {
     return (uint32_t)(((w0 >> j) & 1u) | (((w1 >> j) & 1u) << 1) | (((w2 >> j) & 1u) << 2));
 }
 ZK int zk_popc64(uint64_t x) { return zk_popc((uint32_t)x) + zk_popc((uint32_t)(x >> 32)); }
+/* fp16's three hi3 plane words of group g (rest at rp, n elements: the
+ * planes follow the n R0 bytes, FORMAT.md §4.1). */
+ZK void zk_hi3_words(const uint8_t* rp, uint32_t n, uint32_t g, uint64_t* h0, uint64_t* h1, uint64_t* h2) {
+    const uint8_t* hw = rp + n + 24 * (size_t)g;
+    *h0 = zk_ld64(hw), *h1 = zk_ld64(hw + 8), *h2 = zk_ld64(hw + 16);
+}
 
 /* Bit position of the t-th set bit (from 0) of b, for t < popc(b): a binary
  * search with popc, so the device and the emulator run the same code. */
@@ -1258,10 +1264,7 @@ ZK int zk_decode_f3(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t 
     for (uint32_t g = g0; g < g1; g++) {
         const uint8_t* w = cp + 24 * g;
         uint64_t w0 = zk_ld64(w), w1 = zk_ld64(w + 8), w2 = zk_ld64(w + 16), h0 = 0, h1 = 0, h2 = 0;
-        if (dt == ZCF_DT_FP16) {
-            const uint8_t* hw = rp + n + 24 * g;
-            h0 = zk_ld64(hw); h1 = zk_ld64(hw + 8); h2 = zk_ld64(hw + 16);
-        }
+        if (dt == ZCF_DT_FP16) zk_hi3_words(rp, n, g, &h0, &h1, &h2);
         for (uint32_t h = 0; h < 2; h++) {
             uint32_t j = 32 * h + lane, i = 64 * g + j;
             int valid = i < n;
@@ -1309,10 +1312,7 @@ ZK int zk_decode_f2(const DecArgs& a, const ZkChunk& k, uint32_t lane) {
         for (int u = 0; u < U; u++) {
             uint32_t g = g0 + u < G ? g0 + u : g0; /* past the end: reload a valid group */
             uint64_t w0 = zk_ld64(pp + 16 * g), w1 = zk_ld64(pp + 16 * g + 8), h0 = 0, h1 = 0, h2 = 0;
-            if (dt == ZCF_DT_FP16) {
-                const uint8_t* hw = rp + n + 24 * g;
-                h0 = zk_ld64(hw); h1 = zk_ld64(hw + 8); h2 = zk_ld64(hw + 16);
-            }
+            if (dt == ZCF_DT_FP16) zk_hi3_words(rp, n, g, &h0, &h1, &h2);
             for (int h = 0; h < 2; h++) {
                 uint32_t i = 64 * g + 32 * h + lane;
                 r[u][h] = i < n ? zk_get_rest(dt, rp, n, i) : 0;
@@ -1433,10 +1433,7 @@ ZK int zk_decode_t(const DecArgs& a, const ZkChunk& k, uint32_t lane, uint32_t w
     run2 = s2, run3 = s3;
     for (uint32_t g = g0; g < g1; g++) {
         uint64_t w0 = zk_ld64(pp + 16 * g), w1 = zk_ld64(pp + 16 * g + 8), h0 = 0, h1 = 0, h2 = 0;
-        if (dt == ZCF_DT_FP16) {
-            const uint8_t* hw = rp + n + 24 * g;
-            h0 = zk_ld64(hw); h1 = zk_ld64(hw + 8); h2 = zk_ld64(hw + 16);
-        }
+        if (dt == ZCF_DT_FP16) zk_hi3_words(rp, n, g, &h0, &h1, &h2);
         for (uint32_t h = 0; h < 2; h++) {
             uint32_t j = 32 * h + lane, i = 64 * g + j;
             int valid = i < n;
