@@ -1640,7 +1640,8 @@ enum {
 /* Checks the header h (ZCF_HEADER_SIZE + 4 bytes, zero past srcSize) of a
  * frame of srcSize bytes to be decoded into cap bytes (have_dst: a
  * destination was given), as a dtype code expect (0: any): ZK_H_OK and *o,
- * or the first check that fails.  The device decides by it whether to
+ * or the first check that fails (o's count, nc, prefix and total set from
+ * ZK_H_HOLD on, for the messages).  The device decides by it whether to
  * decode; the host names the fault by it (zk_dec_header). */
 ZKHD int zk_hdr_parse(const uint8_t* h, uint64_t srcSize, uint64_t cap, int expect, int have_dst, ZkHdr* o) {
     if (zcf_ld32(h) != ZCF_MAGIC) return ZK_H_MAGIC;
@@ -1655,13 +1656,13 @@ ZKHD int zk_hdr_parse(const uint8_t* h, uint64_t srcSize, uint64_t cap, int expe
     if (count >= (1ull << 62) / es) return ZK_H_COUNT;
     const uint64_t nc = zcf_num_chunks(count, log2), total = count * es;
     const uint64_t prefix = ZCF_HEADER_SIZE + (cs ? 4 + 4 * nc : 0) + (stored ? 0 : 4 * nc);
+    o->count = count, o->nc = nc, o->prefix = prefix, o->total = total; /* for the faults below */
     if (prefix + (stored ? total : 0) > srcSize) return ZK_H_HOLD;
     if (cs && (stored || nc == 0) && zk_xxh32(h, ZCF_HEADER_SIZE) != zcf_ld32(h + ZCF_HEADER_SIZE)) return ZK_H_HSUM;
     if ((stored || nc == 0) && prefix + (stored ? total : 0) != srcSize) return ZK_H_SIZE;
     if (expect && dt != expect) return ZK_H_MISMATCH;
     if (cap < total) return ZK_H_DSTSMALL;
     if (total && !have_dst) return ZK_H_NODST;
-    o->count = count, o->nc = nc, o->prefix = prefix, o->total = total;
     o->dt = dt, o->es = es, o->cs = cs, o->stored = stored, o->log2 = log2, o->version = h[4];
     return ZK_H_OK;
 }
@@ -2235,15 +2236,14 @@ static zipcclResult_t zk_dec_args(const void* d_src, size_t srcSize, void* d_dst
     return zipcclSuccess;
 }
 
-/* The fault zk_hdr_parse found in header h (code), named as the CPU decoder
+/* The fault zk_hdr_parse found in the device's read of a header (in: the
+ * header bytes, the code, the sizes it derived), named as the CPU decoder
  * names it. */
-static zipcclResult_t zk_dec_header(const ZkDec* x, const uint8_t* h, int code, zipcclDataType_t expect) {
+static zipcclResult_t zk_dec_header(const ZkDec* x, const ZkInfo* in, zipcclDataType_t expect) {
     const size_t srcSize = x->srcSize;
-    const int dt = h[5], es = zcf_elem_size(dt), log2 = h[7], stored = (h[6] & ZCF_FLAG_STORED) != 0;
-    const uint64_t count = zcf_ld64(h + 8), total = count * es;
-    const int lg = log2 < ZCF_CHUNK_LOG2_MIN ? ZCF_CHUNK_LOG2_MIN : log2 > ZCF_CHUNK_LOG2_MAX ? ZCF_CHUNK_LOG2_MAX : log2;
-    const uint64_t nc = zcf_num_chunks(count, lg); /* the messages that print it come after log2's check */
-    const uint64_t prefix = ZCF_HEADER_SIZE + ((h[6] & ZCF_FLAG_CHECKSUM) ? 4 + 4 * nc : 0) + (stored ? 0 : 4 * nc);
+    const uint8_t* h = in->h;
+    const int dt = h[5], log2 = h[7], stored = (h[6] & ZCF_FLAG_STORED) != 0, code = (int)in->code;
+    const uint64_t count = zcf_ld64(h + 8), nc = in->hdr.nc, prefix = in->hdr.prefix, total = in->hdr.total;
     switch (code) {
     case ZK_H_OK: return zipcclSuccess;
     case ZK_H_MAGIC: return ZK_CORRUPT("bad magic 0x%08x", zcf_ld32(h));
@@ -2340,7 +2340,7 @@ static zipcclResult_t zk_dec_run(int k, const void* const* d_src, const size_t* 
     if (res == zipcclSuccess) res = zk_memcpy(info, dinfo, (size_t)k * sizeof *info, stream);
     if (res == zipcclSuccess) res = zk_sync(stream); /* the one host wait */
     for (int i = 0; i < k && res == zipcclSuccess; i++) {
-        res = info[i].code ? zk_dec_header(&x[i], info[i].h, (int)info[i].code, expect)
+        res = info[i].code ? zk_dec_header(&x[i], &info[i], expect)
                            : zk_dec_verdict(&info[i], x[i].srcSize);
         if (res == zipcclSuccess && info[i].code)
             res = zipcclSetError(zipcclInternalError, "%s: the device refused a header the host accepts", who);
