@@ -347,7 +347,7 @@ static void run_gate_up(const MoeActs* m, const MoeLayer* L, Weight we, int o, i
 /* Chunk c's gate and up, run by run, then its hid = SwiGLU(gate, up) in
  * one call over all its rows (elementwise: the bits of one call per run,
  * a launch per chunk instead of per expert). Returns the chunk's runs. */
-static Runs chunk_gate_up(MoeActs* m, MoeLayer* L, Weight p, int chunk, const int* src, int n_src) {
+static Runs chunk_gate_up(MoeActs* m, const MoeLayer* L, Weight p, int chunk, const int* src, int n_src) {
     const MoeDims* d = &m->d;
     const Runs r = runs_of(L, chunk, src, n_src);
     const size_t Fe = d->Fe, rows = (size_t)(L->chunk_off[chunk + 1] - r.base);
@@ -369,7 +369,7 @@ static Runs chunk_gate_up(MoeActs* m, MoeLayer* L, Weight p, int chunk, const in
 /* yl at chunk c's rows = the SwiGLU of each local expert over its rows of
  * that chunk of xin: gate and up run by run, SwiGLU over the chunk, the
  * down projection run by run. */
-static void experts_forward(MoeActs* m, MoeLayer* L, Weight p, float* yl, int chunk, const int* src, int n_src) {
+static void experts_forward(MoeActs* m, const MoeLayer* L, Weight p, float* yl, int chunk, const int* src, int n_src) {
     const MoeDims* d = &m->d;
     const size_t C = d->C, FC = (size_t)d->Fe * C;
     const Runs r = chunk_gate_up(m, L, p, chunk, src, n_src);
@@ -414,7 +414,7 @@ static void experts_backward_phased(const MoeDims* d, const MoeLayer* L, MoeActs
     const size_t C = d->C, Fe = d->Fe, FC = Fe * C, en = expert_numel(d);
     Runs r;
     if (d->recompute) {
-        r = chunk_gate_up(m, (MoeLayer*)L, p, chunk, NULL, 0);
+        r = chunk_gate_up(m, L, p, chunk, NULL, 0);
     } else {
         r = runs_of(L, chunk, NULL, 0);
         x16_chunk(m, L, chunk); /* the forward's xin16 is another block's by now */
