@@ -195,6 +195,36 @@ zipcclResult_t zipcclDecompressCudaBatch(int k, const void* const* d_src, const 
                                          void* d_workspace, size_t workspaceSize, void* stream,
                                          int* failed);
 
+/* The batched calls in two halves (as nvCOMP's asynchronous API), for a
+ * caller that has other work while the device codes: ...Start checks the
+ * arguments, enqueues the kernels on `stream` and the copy of what the host
+ * needs into `pending` (host memory of zipcclCudaPendingBytes(k,
+ * decompress) bytes; pinned, or the copy waits), and returns without
+ * waiting.  Once the caller has waited for the stream, or for an event it
+ * recorded there after Start, ...End (the same arguments) reads it: the
+ * frame sizes (End may enqueue the stored frame where coding did not pay:
+ * launches only) or the verdicts and counts.  End never waits.  The
+ * batched calls above are Start, one stream synchronisation, End. */
+size_t zipcclCudaPendingBytes(int k, int decompress);
+zipcclResult_t zipcclCompressCudaBatchStart(int k, const void* const* d_src, const size_t* count,
+                                            zipcclDataType_t dtype, void* const* d_dst,
+                                            const size_t* dstCapacity, const zipcclCodecParams_t* params,
+                                            void* d_workspace, size_t workspaceSize, void* stream,
+                                            void* pending, int* failed);
+zipcclResult_t zipcclCompressCudaBatchEnd(int k, const void* const* d_src, const size_t* count,
+                                          zipcclDataType_t dtype, void* const* d_dst,
+                                          const size_t* dstCapacity, const zipcclCodecParams_t* params,
+                                          const void* pending, size_t* dstSize, void* stream, int* failed);
+zipcclResult_t zipcclDecompressCudaBatchStart(int k, const void* const* d_src, const size_t* srcSize,
+                                              void* const* d_dst, const size_t* dstCapacity,
+                                              zipcclDataType_t expectDtype, void* d_workspace,
+                                              size_t workspaceSize, void* stream, void* pending,
+                                              int* failed);
+zipcclResult_t zipcclDecompressCudaBatchEnd(int k, const void* const* d_src, const size_t* srcSize,
+                                            void* const* d_dst, const size_t* dstCapacity,
+                                            zipcclDataType_t expectDtype, const void* pending,
+                                            size_t* count, int* failed);
+
 /* ------------------------------------------------------------------------ */
 /* Collectives                                                              */
 /* ------------------------------------------------------------------------ */

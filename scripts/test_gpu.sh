@@ -33,7 +33,8 @@
 # them all back): test_gpu.log (everything), build.log, nvidia-smi.txt,
 # gpu_codec_bench.jsonl (one JSON line per codec x dtype x size, 64 KiB to
 # 1 GiB, and one per codec beside a bf16 GEMM, "kind": "contention"),
-# coll_bench_cuda.jsonl (zipccl-bench --device cuda at 2 and 4 ranks),
+# coll_bench_cuda.jsonl (zipccl-bench --device cuda at 2 and 4 ranks; and
+# compressed calls in one piece and in 8 MiB pieces, "device_piece_bytes"),
 # train_gpu.log and train_gpu_runs.jsonl (scripts/test_train_gpu.sh),
 # torch_baseline.jsonl (scripts/torch_baseline.py, one line per row).
 #
@@ -232,6 +233,17 @@ for n in 2 4; do
   run_step "coll_bench_cuda_np$n" 150 sh -c "mpirun --oversubscribe --bind-to none -n $n '$BIN/zipccl-bench' \
     --device cuda --coll allgather,reducescatter,alltoallv --strategy native,raw,compressed \
     -b 1M -e 64M -f 8 -n 3 -w 1 --json >>'$OUT_DIR/coll_bench_cuda.jsonl' && echo PASS coll_bench_cuda_np$n"
+done
+# the same compressed calls with each block coded in one piece
+# (ZIPCCL_DEVICE_PIECE_BYTES=0: codec and wire one after the other) and in
+# 8 MiB pieces (the default: piece k+1 coded while piece k is on the wire),
+# 8-256 MiB at 2 ranks, into the same file ("device_piece_bytes" 0 and
+# 8388608)
+for pb in 0 8388608; do
+  run_step "coll_bench_cuda_pieces${pb}_np2" 90 sh -c "ZIPCCL_DEVICE_PIECE_BYTES=$pb mpirun --oversubscribe \
+    --bind-to none -x ZIPCCL_DEVICE_PIECE_BYTES -n 2 '$BIN/zipccl-bench' --device cuda \
+    --coll allgather,reducescatter --strategy compressed -b 8M -e 256M -f 4 -n 3 -w 1 --json \
+    >>'$OUT_DIR/coll_bench_cuda.jsonl' && echo PASS coll_bench_cuda_pieces${pb}_np2"
 done
 if [ -z "${GPU_SKIP_CODEC_BENCH:-}" ]; then
   run_step gpu_codec_bench 180 "$codec" --bench --json "$OUT_DIR/gpu_codec_bench.jsonl"

@@ -26,7 +26,10 @@
  * on one rank (it says so, its peers time out naming it instead of hanging,
  * and a fresh communicator works), zdev_cuda without a device, an NCCL-free
  * build's stub, and ranks that disagree on where the AllGather is coded
- * (zipcclMismatch on every rank, naming it).
+ * or on the pieces it is coded in (zipcclMismatch on every rank, naming
+ * it).  Each coded table runs again in pieces (ZIPCCL_DEVICE_PIECE_BYTES,
+ * kPieceBytes): the same bits, each piece coded, exchanged and decoded
+ * while the next is coded.
  * With --cuda (scripts/test_gpu.sh, on a GPU machine) the same comparison
  * runs on zdev_cuda, coded: the CUDA codec codes every compressed call on
  * the device and must give the host path's bits.  Without a GPU the same
@@ -261,8 +264,20 @@ static zipcclComm_t devComm(const Dev* mem, const char* net) {
     return dev;
 }
 
-static void compareAll(const Dev* mem, zipcclComm_t host, const char* net) {
+/* kPieceBytes: the run in pieces (ZIPCCL_DEVICE_PIECE_BYTES), a block of
+ * `count` elements in 3 (bf16) or 5 (fp32) frames: the same bits as in one
+ * piece and as the host designs, in more host waits (two a piece). */
+enum { kPieceBytes = 4096 };
+static size_t piecesOf(size_t bytes) { return (bytes + kPieceBytes - 1) / kPieceBytes; }
+
+static void compareAll(const Dev* mem, zipcclComm_t host, const char* net, int pieces) {
+    if (pieces) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", kPieceBytes);
+        setenv("ZIPCCL_DEVICE_PIECE_BYTES", v, 1);
+    }
     zipcclComm_t dev = devComm(mem, net);
+    unsetenv("ZIPCCL_DEVICE_PIECE_BYTES");
     if (!dev) return;
     static const zipcclCollKind_t kinds[] = {zipcclCollAllGather, zipcclCollReduceScatter, zipcclCollAllReduce,
                                              zipcclCollAlltoAll, zipcclCollAlltoAllv};
@@ -275,6 +290,8 @@ static void compareAll(const Dev* mem, zipcclComm_t host, const char* net) {
     const size_t count = 5000;
     int nCases = 0, same = 1, gaps = 1, bus = 1, codedSmaller = 1, wireSmaller = 1, noCodec = 1;
     uint64_t maxWaits[5] = {0, 0, 0, 0, 0}; /* per kind: the most host waits of a coded call */
+    uint64_t waitBound[5] = {4, 4, 8, 4, 4}; /* below */
+    int piecesRan = !pieces;
     why[0] = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++)
@@ -341,8 +358,9 @@ static void compareAll(const Dev* mem, zipcclComm_t host, const char* net) {
                 /* Over a network nothing crosses the bus, and compressed calls
                  * send fewer bytes than they stand for. */
                 /* (sizes over the network: only the frame sizes, up and down) */
+                const size_t K = pieces ? piecesOf(count * esz) : 1;
                 const size_t sizesBus = !strcmp(net ? net : "", "hostsizes")
-                                            ? 2 * 8 * (size_t)(nranks + nranks * nranks) : 0;
+                                            ? 2 * 8 * K * (size_t)(nranks + nranks * nranks) : 0;
                 if (net && moved > sizesBus) bus = 0;
                 if (net && coded && nranks > 1 &&
                     !(after.wireBytes - before.wireBytes < after.rawBytes - before.rawBytes)) {
@@ -390,13 +408,33 @@ static void compareAll(const Dev* mem, zipcclComm_t host, const char* net) {
                     noCodec = 0;
                 }
                 if (coded && waits > maxWaits[k]) maxWaits[k] = waits;
+                /* In pieces: two waits a piece (its sizes, its frames down)
+                 * where one piece took two; the bound grows with the pieces,
+                 * and a call of several pieces shows more waits than one. */
+                if (coded && pieces && kind != zipcclCollAlltoAllv) {
+                    /* (the sizes over the network: two more a piece) */
+                    const uint64_t b = (sizesBus ? 4 : 2) * K + 2;
+                    const uint64_t want = kind == zipcclCollAllReduce ? 2 * b : b;
+                    if (want > waitBound[k]) waitBound[k] = want;
+                    /* the evidence: staged, a wait for each piece's frames
+                     * to come down; sizes over the network, each piece's
+                     * sizes up and down (8 + 8n bytes); over the network
+                     * with the CUDA codec, its waits (none with the CPU's:
+                     * no check there) */
+                    if (kind == zipcclCollAllGather && nranks > 1) {
+                        if (!net) piecesRan |= waits > 4;
+                        else if (sizesBus) piecesRan |= moved >= 2 * 8 * (size_t)(nranks + 1);
+                        else if (mem->dev->kind == ZDEV_KIND_CUDA) piecesRan |= waits > 2;
+                        else piecesRan = -1;
+                    }
+                }
                 nCases++;
                 zdev_free(mem->dev, dIn);
                 zdev_free(mem->dev, dOut);
                 free(in), free(outH), free(outD);
             }
     char name[120], tag[60];
-    snprintf(tag, sizeof tag, "%s%s%s", mem->name, net ? "_net_" : "", net ? net : "");
+    snprintf(tag, sizeof tag, "%s%s%s%s", mem->name, net ? "_net_" : "", net ? net : "", pieces ? "_pieces" : "");
     snprintf(name, sizeof name, "device_%s_equals_host_%d_cases", tag, nCases);
     report(same, name);
     snprintf(name, sizeof name, "device_%s_alltoallv_keeps_gaps", tag);
@@ -407,7 +445,7 @@ static void compareAll(const Dev* mem, zipcclComm_t host, const char* net) {
         snprintf(name, sizeof name, "device_%s_compressed_calls_send_fewer_bytes", tag);
         report(wireSmaller, name);
     } else if (mem->coding != zipcclDeviceStaged) {
-        snprintf(name, sizeof name, "device_%s_coded_calls_move_frames_only", mem->name);
+        snprintf(name, sizeof name, "device_%s_coded_calls_move_frames_only", tag);
         report(codedSmaller, name);
     }
     if (nranks == 1 && mem->coding != zipcclDeviceStaged) {
@@ -419,17 +457,23 @@ static void compareAll(const Dev* mem, zipcclComm_t host, const char* net) {
      * headers are read on the device), the frames down together (one), the
      * call's end (one); AllReduce is two such calls; a network saves the
      * copies, its size exchange adds two. */
-    static const uint64_t waitBound[5] = {4, 4, 8, 4, 4};
     int fewWaits = 1;
     for (int k = 0; k < 5; k++) fewWaits &= maxWaits[k] <= waitBound[k];
     snprintf(why, sizeof why, "%s: host waits of a coded call at most AllGather %llu, ReduceScatter %llu, "
-             "AllReduce %llu, AlltoAll %llu, AlltoAllv %llu at %d ranks (bounds 4, 4, 8, 4, 4)", tag,
+             "AllReduce %llu, AlltoAll %llu, AlltoAllv %llu at %d ranks (bounds %llu, %llu, %llu, %llu, %llu)", tag,
              (unsigned long long)maxWaits[0], (unsigned long long)maxWaits[1], (unsigned long long)maxWaits[2],
-             (unsigned long long)maxWaits[3], (unsigned long long)maxWaits[4], nranks);
+             (unsigned long long)maxWaits[3], (unsigned long long)maxWaits[4], nranks,
+             (unsigned long long)waitBound[0], (unsigned long long)waitBound[1], (unsigned long long)waitBound[2],
+             (unsigned long long)waitBound[3], (unsigned long long)waitBound[4]);
     if (mem->coding != zipcclDeviceStaged) { /* (staged calls copy each received AlltoAllv block up) */
         if (rank == 0) printf("note: %s\n", why);
         snprintf(name, sizeof name, "device_%s_coded_calls_wait_a_few_times", tag);
         report(fewWaits, name);
+    }
+    if (pieces && nranks > 1 && piecesRan >= 0) {
+        snprintf(why, sizeof why, "%s: no coded AllGather waited more often than in one piece", tag);
+        snprintf(name, sizeof name, "device_%s_coded_calls_ran_in_pieces", tag);
+        report(piecesRan, name);
     }
     zipcclCommDestroy(dev);
 }
@@ -501,8 +545,14 @@ static void failingCopy(void) {
 /* In-place calls on device buffers (AllGather from its own block of recvbuf,
  * ReduceScatter into its own block of sendbuf, AllReduce), staged and coded,
  * equal the host communicator's out-of-place results. */
-static void inPlace(const Dev* mem, zipcclComm_t host, const char* net) {
+static void inPlace(const Dev* mem, zipcclComm_t host, const char* net, int pieces) {
+    if (pieces) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", kPieceBytes);
+        setenv("ZIPCCL_DEVICE_PIECE_BYTES", v, 1); /* blocks of 3000 bf16 in two pieces */
+    }
     zipcclComm_t dev = devComm(mem, net);
+    unsetenv("ZIPCCL_DEVICE_PIECE_BYTES");
     if (!dev) return;
     int ok = 1;
     const size_t n = 3000, N = n * (size_t)nranks, esz = 2;
@@ -551,7 +601,8 @@ static void inPlace(const Dev* mem, zipcclComm_t host, const char* net) {
         zdev_free(mem->dev, d);
     }
     char name[80];
-    snprintf(name, sizeof name, "device_%s%s%s_in_place_equals_host", mem->name, net ? "_net_" : "", net ? net : "");
+    snprintf(name, sizeof name, "device_%s%s%s%s_in_place_equals_host", mem->name, net ? "_net_" : "", net ? net : "",
+             pieces ? "_pieces" : "");
     report(ok, name);
     zipcclCommDestroy(dev);
     free(in), free(ref), free(got);
@@ -646,6 +697,21 @@ static void refusals(void) {
            "rank %d: a network on rank 0 only gave %d (%s)", rank, (int)r, zipcclGetLastErrorDetail());
     report(ok, "device_net_on_some_ranks_is_a_mismatch_on_every_rank");
     zipcclCommDestroy(c);
+
+    /* Rank 0 codes its blocks in other pieces than its peers (a block of
+     * 1000 fp32 in one piece on rank 0, in pieces of 1024 bytes elsewhere):
+     * refused on every rank before any frame moves. */
+    if (rank) setenv("ZIPCCL_DEVICE_PIECE_BYTES", "1024", 1);
+    c = devComm(&kHostCoded, NULL);
+    unsetenv("ZIPCCL_DEVICE_PIECE_BYTES");
+    cfg.strategy = zipcclStrategyCompressed;
+    cfg.algo = zipcclAlgoDefault;
+    r = c ? zipcclAllGather(d, e, 1000, zipcclFloat32, c, &cfg, NULL) : zipcclInternalError;
+    ok = 1;
+    EXPECT(r == zipcclMismatch && strstr(zipcclGetLastErrorDetail(), "ZIPCCL_DEVICE_PIECE_BYTES"),
+           "rank %d: pieces of 1024 bytes on some ranks only gave %d (%s)", rank, (int)r, zipcclGetLastErrorDetail());
+    report(ok, "device_piece_size_differs_is_a_mismatch_on_every_rank");
+    zipcclCommDestroy(c);
     zdev_free(zdev_cpu(), d);
     zdev_free(zdev_cpu(), e);
 }
@@ -658,7 +724,7 @@ static void refusals(void) {
  * destroy). */
 static void streamed(zipcclComm_t host, const char* net) {
     memset(&g_st, 0, sizeof g_st);
-    compareAll(&kStreamed, host, net);
+    compareAll(&kStreamed, host, net, 0);
     int ok = 1;
     EXPECT(g_st.streams == 1 && g_st.streamsFreed == 1, "streams: %d created, %d freed (one communicator)",
            g_st.streams, g_st.streamsFreed);
@@ -741,29 +807,38 @@ int main(int argc, char** argv) {
         snprintf(why, sizeof why, "rank %d: %s", rank, zdev_error());
         report(ok, "device_cuda_table");
         if (agree(ok)) {
-            compareAll(&cu, host, NULL);
+            compareAll(&cu, host, NULL, 0);
+            compareAll(&cu, host, NULL, 1);
 #ifdef ZIPCCL_TEST_CUDA_EMU
             /* the warp emulator's device memory is host memory, so the host
              * stand-in network (MPI messages) can carry it: the designs over
              * a network with the CUDA codec and kernels, as over NCCL */
-            compareAll(&cu, host, "host");
-            compareAll(&cu, host, "hostsizes");
-            inPlace(&cu, host, NULL);
-            inPlace(&cu, host, "host");
+            compareAll(&cu, host, "host", 0);
+            compareAll(&cu, host, "host", 1);
+            compareAll(&cu, host, "hostsizes", 0);
+            inPlace(&cu, host, NULL, 0);
+            inPlace(&cu, host, NULL, 1);
+            inPlace(&cu, host, "host", 0);
 #endif
             if (nccl) {
-                compareAll(&cu, host, "nccl");
-                inPlace(&cu, host, "nccl");
+                compareAll(&cu, host, "nccl", 0);
+                compareAll(&cu, host, "nccl", 1);
+                inPlace(&cu, host, "nccl", 0);
             }
         }
     } else {
-        compareAll(&kGuarded, host, NULL);
-        compareAll(&kHostCoded, host, NULL);
-        compareAll(&kHostCoded, host, "host");
-        compareAll(&kHostCoded, host, "hostsizes");
-        inPlace(&kGuarded, host, NULL);
-        inPlace(&kHostCoded, host, NULL);
-        inPlace(&kHostCoded, host, "host");
+        compareAll(&kGuarded, host, NULL, 0);
+        compareAll(&kHostCoded, host, NULL, 0);
+        compareAll(&kHostCoded, host, NULL, 1);
+        compareAll(&kHostCoded, host, "host", 0);
+        compareAll(&kHostCoded, host, "host", 1);
+        compareAll(&kHostCoded, host, "hostsizes", 0);
+        compareAll(&kHostCoded, host, "hostsizes", 1);
+        inPlace(&kGuarded, host, NULL, 0);
+        inPlace(&kHostCoded, host, NULL, 0);
+        inPlace(&kHostCoded, host, NULL, 1);
+        inPlace(&kHostCoded, host, "host", 0);
+        inPlace(&kHostCoded, host, "host", 1);
         streamed(host, NULL);
         streamed(host, "host");
     }

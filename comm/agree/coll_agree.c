@@ -29,7 +29,9 @@
  *       receiving peer;
  *   [2] AlltoAllv: the elements this rank expects from that peer;
  *   [3] AlltoAllv: a digest of all of this rank's counts (below);
- *   [4] the piece size, which shapes every message (ZIPCCL_PIECE_BYTES).
+ *   [4] the piece size, which shapes every message (ZIPCCL_PIECE_BYTES);
+ *   [5] the piece size of calls coded on the device, which sets how many
+ *       frames a block goes in (ZIPCCL_DEVICE_PIECE_BYTES).
  * AlltoAllv's counts are pairwise, so no rank sees the whole matrix.  Each
  * rank's digest is the XOR of a 64-bit hash of (sender, receiver, count) over
  * its sends and over its receives; across all ranks every consistent pair
@@ -175,6 +177,7 @@ zipcclResult_t zipcclAgreeStart(struct zipcclComm* c, const zipcclOp* op) {
         d[2] = a2av ? op->recvcounts[p] : 0;
         d[3] = digest;
         d[4] = c->pieceBytes;
+        d[5] = c->devPieceBytes;
     }
     memcpy(a->in + (size_t)r * W, a->out + (size_t)r * W, W * sizeof(uint64_t));
     a->kind = op->kind;
@@ -324,7 +327,9 @@ static zipcclResult_t agreeCheck(struct zipcclComm* c, const zipcclOp* op) {
     for (int s = 0; s < n && !text[0]; s++)
         if (fieldOf(a->in[(size_t)s * W], 56) != versions)
             snprintf(text, sizeof text, "ranks run different versions of ZipCCL's call agreement");
-    for (int w = 1; w <= 4 && !text[0]; w += 3) { /* the count (not AlltoAllv's), the piece size */
+    static const int words[3] = {1, 4, 5}; /* the count (not AlltoAllv's), the piece sizes */
+    for (int i = 0; i < 3 && !text[0]; i++) {
+        const int w = words[i];
         if (w == 1 && a->kind == zipcclCollAlltoAllv) continue;
         int differ = 0;
         for (int s = 0; s < n; s++) {
@@ -335,7 +340,10 @@ static zipcclResult_t agreeCheck(struct zipcclComm* c, const zipcclOp* op) {
         char list[300];
         describeField(list, sizeof list, vals, n, w == 1 ? nameElems : nameBytes);
         snprintf(text, sizeof text, "ranks disagree on the %s: %s",
-                 w == 1 ? countMeaning(a->kind) : "piece size (ZIPCCL_PIECE_BYTES)", list);
+                 w == 1   ? countMeaning(a->kind)
+                 : w == 4 ? "piece size (ZIPCCL_PIECE_BYTES)"
+                          : "piece size of calls coded on the device (ZIPCCL_DEVICE_PIECE_BYTES)",
+                 list);
     }
     if (!text[0] && a->kind == zipcclCollAlltoAllv && digest != 0) a2avDetail(c, op, text, sizeof text);
     if (!text[0]) return zipcclSuccess;

@@ -40,9 +40,19 @@
  * canonical order (docs/COLLECTIVES.md §3) through the table's accumulate
  * and finalize.
  *
- * Left out: pipelining the codec, copies and messages of one call (one
- * frame per peer per call); ring and one-shot designs over a network (the
- * direct ones only: an explicit request for another is refused).
+ * A coded call goes in pieces (ZIPCCL_DEVICE_PIECE_BYTES a block, 8 MiB by
+ * default; runCoded): each piece is coded, its sizes summed, its frames
+ * exchanged and decoded as the whole call would be, and the device codes
+ * piece k+1 while piece k is on the wire: about max(codec, wire) a piece
+ * instead of their sum.  AlltoAllv (whose blocks no rank knows all of) and
+ * an in-place AlltoAll go in one piece.
+ *
+ * Left out: over a network the exchange is on the call's stream too, so
+ * pieces there do not yet overlap the codec (that needs a second stream);
+ * a piece's decode is not overlapped with the next piece's wire (one
+ * stream: the next frames go down after it); ring and one-shot designs over
+ * a network (the direct ones only: an explicit request for another is
+ * refused).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +100,10 @@ void zipcclDeviceRelease(struct zipcclComm* c) {
         c->devScratchCap[i] = 0;
     }
     for (int i = 0; i < 2; i++) {
+        if (c->pieceEvent[i]) zdev_event_destroy(d, c->pieceEvent[i]);
+        c->pieceEvent[i] = NULL;
+    }
+    for (int i = 0; i < 3; i++) {
         zdev_host_free(d, c->hostStage[i]);
         c->hostStage[i] = NULL;
         c->hostStageCap[i] = 0;
@@ -178,31 +192,40 @@ size_t zipcclExtentOf(const size_t* counts, const size_t* displs, int n) {
 
 /* ---- device buffers, coded on the device: what every coded call shares ------------ */
 
-/* One coded call's frames: `sendSlots` slots for what this rank sends and n
- * for what it receives, on the device, and (without a network) their twins
- * in host staging, which is what crosses between the ranks; the codec and
- * its context on the call's stream.  A slot holds the largest frame of the
- * call's largest block, 256-byte aligned (the device codec's aligned loads
- * and stores), with room for the pad byte of the 2-byte elements the
+/* One coded call's frames: `sendSlots` slots for what this rank sends (two
+ * sets of them when the call runs in pieces: piece p encodes into set p % 2
+ * while piece p - 1's may still be read) and n for what it receives, on the
+ * device, and (without a network) their twins in host staging, which is
+ * what crosses between the ranks; the codec and its context on the call's
+ * stream; host memory for what the codec's halves leave for the host
+ * (pinned: the copies into it do not wait).  A slot holds the largest frame
+ * of the call's largest piece, 256-byte aligned (the device codec's aligned
+ * loads and stores), with room for the pad byte of the 2-byte elements the
  * staged frames travel as. */
 typedef struct {
     const zipcclCodecOps* codec;
     zipcclCodecCtx cx;
     zipcclCodecParams_t params;
     size_t slot;
+    int sendSlots;
     char *dsend, *drecv; /* device */
+    char* dcur;          /* the send set of the piece at hand */
     char *hsend, *hrecv; /* host staging; NULL over a network */
+    char *encPend, *decPend; /* host: the encoder's, then one decoder share per piece */
+    size_t decShare;
 } Frames;
 
 static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const zipcclExecStats* st, int sendSlots,
-                                 size_t maxCount, int decodes, Frames* f) {
-    const int n = c->nranks;
+                                 size_t maxCount, int decodes, size_t pieces, Frames* f) {
+    const int n = c->nranks, sets = pieces > 1 ? 2 : 1;
     f->codec = zipcclCodecOpsFor(c->dev->kind == ZDEV_KIND_CUDA);
     f->slot = (f->codec->bound(maxCount, op->dtype, 0) + 1 + 255) & ~(size_t)255;
-    const size_t all = (size_t)(sendSlots + n) * f->slot;
+    f->sendSlots = sendSlots;
+    const size_t all = (size_t)(sets * sendSlots + n) * f->slot;
     f->dsend = devScratch(c, kDevFrames, all);
     if (!f->dsend) return zipcclNoMemory(c, op, "d:frames", all);
-    f->drecv = f->dsend + (size_t)sendSlots * f->slot;
+    f->dcur = f->dsend;
+    f->drecv = f->dsend + (size_t)(sets * sendSlots) * f->slot;
     /* one batch of up to sendSlots encodes, one of `decodes` decodes */
     const size_t we = f->codec->workspaceBatch(sendSlots, maxCount, op->dtype, 0),
                  wd = f->codec->workspaceBatch(decodes, maxCount, op->dtype, 1), wsz = we > wd ? we : wd;
@@ -214,47 +237,15 @@ static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const
         f->hrecv = f->hsend ? zipcclHostStage(c, zipcclStageRecv, (size_t)n * f->slot) : NULL;
         if (!f->hsend || !f->hrecv) return zipcclNoMemory(c, op, "h:frame staging", all);
     }
+    const size_t ep = (f->codec->pendingBytes(sendSlots, 0) + 63) & ~(size_t)63;
+    f->decShare = (f->codec->pendingBytes(decodes, 1) + 63) & ~(size_t)63;
+    const size_t pend = ep + pieces * f->decShare;
+    f->encPend = zipcclHostStage(c, zipcclStagePending, pend);
+    if (!f->encPend) return zipcclNoMemory(c, op, "h:the codec's results", pend);
+    f->decPend = f->encPend + ep;
     f->cx = (zipcclCodecCtx){.workspace = work, .workspaceSize = wsz, .stream = op->stream};
     f->params = (zipcclCodecParams_t)ZIPCCL_CODEC_PARAMS_DEFAULT;
     f->params.codec = st->codec;
-    return zipcclSuccess;
-}
-
-/* Compress k blocks on the device in one batch: block i (count[i]
- * elements at src[i], for rank to[i], or -1: every rank) into send slot
- * slot[i], bytes[i] its frame's size (one host wait for all k on CUDA).
- * Without a network, the frames a peer reads then come down into their
- * staging slots together (padded to 2 bytes): one more wait. */
-static zipcclResult_t encodeMany(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f, int k,
-                                 const void* const* src, const size_t* count, const int* slot, const int* to,
-                                 size_t* bytes) {
-    if (k == 0) return zipcclSuccess;
-    void* frame[k];
-    size_t cap[k];
-    for (int i = 0; i < k; i++) frame[i] = f->dsend + (size_t)slot[i] * f->slot, cap[i] = f->slot;
-    int bad = -1;
-    double t = zipcclNow();
-    zipcclResult_t res =
-        f->codec->compressBatch(&f->cx, k, src, count, op->dtype, frame, cap, bytes, &f->params, &bad);
-    st->codecSeconds += zipcclNow() - t;
-    if (res != zipcclSuccess)
-        return zipcclPrefixError(res, "%s: compressing the block for rank %d on the device", zipcclCollName(op->kind),
-                                 bad < 0 || to[bad] < 0 ? c->rank : to[bad]);
-    if (c->hasNet) return zipcclSuccess;
-    t = zipcclNow();
-    int down = 0;
-    for (int i = 0; i < k; i++) {
-        if (to[i] == c->rank) continue; /* only this rank reads it */
-        char* host = f->hsend + (size_t)slot[i] * f->slot;
-        if (zdev_copy_async(c->dev, host, frame[i], bytes[i], ZDEV_DEVICE_TO_HOST, op->stream))
-            return zipcclDevFail(c, zipcclCollName(op->kind), "copying a frame from the device to the host");
-        if (bytes[i] & 1) host[bytes[i]] = 0; /* the pad byte of the last 2-byte element */
-        st->busBytes += bytes[i];
-        down = 1;
-    }
-    if (down && zdev_stream_sync(c->dev, op->stream))
-        return zipcclDevFail(c, zipcclCollName(op->kind), "waiting for the frames to come down");
-    st->busSeconds += zipcclNow() - t;
     return zipcclSuccess;
 }
 
@@ -302,9 +293,9 @@ static zipcclResult_t sumSizes(struct zipcclComm* c, const zipcclOp* op, zipcclE
 }
 
 /* The frames between the ranks: to each peer p, sb[p] bytes of send slot
- * slotOf[p]; from each, rb[p] bytes into receive slot p (the rank itself:
- * none).  Over the network device to device, else by the raw AlltoAllv
- * design over the host staging, as 2-byte elements. */
+ * slotOf[p] (of the piece's set); from each, rb[p] bytes into receive slot
+ * p (the rank itself: none).  Over the network device to device, else by
+ * the raw AlltoAllv design over the host staging, as 2-byte elements. */
 static zipcclResult_t exchange(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const Frames* f,
                                const int* slotOf, const size_t* sb, const size_t* rb) {
     const int n = c->nranks;
@@ -312,7 +303,7 @@ static zipcclResult_t exchange(struct zipcclComm* c, const zipcclOp* op, zipcclE
         const void* send[n];
         void* recv[n];
         for (int p = 0; p < n; p++) {
-            send[p] = f->dsend + (size_t)slotOf[p] * f->slot;
+            send[p] = f->dcur + (size_t)slotOf[p] * f->slot;
             recv[p] = f->drecv + (size_t)p * f->slot;
         }
         return netRound(c, op, st, send, sb, recv, rb);
@@ -339,43 +330,6 @@ static zipcclResult_t exchange(struct zipcclComm* c, const zipcclOp* op, zipcclE
                                 : zipcclPrefixError(res, "%s: exchanging the frames", zipcclCollName(op->kind));
 }
 
-/* Decode k frames on the device in one batch (one host wait for all k
- * on CUDA): frame i is send slot slot[i] (sent[i]: one this rank encoded)
- * or receive slot slot[i] (rank from[i]'s; without a network it goes up
- * from the staging first, all of them together before the batch's first
- * wait), bytes[i] long, decoded into count[i] elements at dst[i]. */
-static zipcclResult_t decodeMany(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f, int k,
-                                 const int* sent, const int* slot, const int* from, const size_t* bytes,
-                                 void* const* dst, const size_t* count) {
-    if (k == 0) return zipcclSuccess;
-    const char* what = zipcclCollName(op->kind);
-    const size_t esz = zipcclTypeSize(op->dtype);
-    const void* frame[k];
-    size_t cap[k], got[k];
-    double t = zipcclNow();
-    for (int i = 0; i < k; i++) {
-        char* fr = (sent[i] ? f->dsend : f->drecv) + (size_t)slot[i] * f->slot;
-        frame[i] = fr, cap[i] = count[i] * esz, got[i] = 0;
-        if (sent[i] || c->hasNet) continue;
-        if (zdev_copy_async(c->dev, fr, f->hrecv + (size_t)slot[i] * f->slot, bytes[i], ZDEV_HOST_TO_DEVICE,
-                            op->stream))
-            return zipcclDevFail(c, what, "copying a frame from the host to the device");
-        st->busBytes += bytes[i];
-    }
-    st->busSeconds += zipcclNow() - t;
-    int bad = -1;
-    t = zipcclNow();
-    zipcclResult_t res = f->codec->decompressBatch(&f->cx, k, frame, bytes, dst, cap, got, op->dtype, &bad);
-    st->codecSeconds += zipcclNow() - t;
-    if (res != zipcclSuccess)
-        return zipcclPrefixError(res, "%s: decoding rank %d's frame on the device", what, bad < 0 ? c->rank : from[bad]);
-    for (int i = 0; i < k; i++)
-        if (got[i] != count[i])
-            return zipcclSetError(zipcclCorruptStream, "%s: rank %d's frame holds %zu elements, not %zu", what,
-                                  from[i], got[i], count[i]);
-    return zipcclSuccess;
-}
-
 /* A frame size the sizes' all-reduce reported, checked against the slot. */
 static zipcclResult_t sizeOk(const zipcclOp* op, int i, double bytes, size_t slot) {
     if (bytes >= 1 && bytes < (double)slot) return zipcclSuccess;
@@ -398,45 +352,355 @@ static size_t maxOf(const size_t* v, int n) {
     return m;
 }
 
+/* ---- the coded designs, in pieces ---------------------------------------------------- */
+
+/* A coded call as runCoded runs it (the designs below fill it):
+ *   enc: the blocks this rank compresses, block e (encCount[e] elements at
+ *        encSrc[e]) for rank encTo[e] (-1: every rank) into send slot
+ *        encSlot[e];
+ *   rows: the sizes' shape, 1 (AllGather: one frame a rank, to all) or n
+ *        ([sender][receiver]);
+ *   dec: the frames this rank decodes, frame d from rank decFrom[d] (its
+ *        own send slot decSlot[d] when decSent[d], else receive slot
+ *        decSlot[d]) into decCount[d] elements at decDst[d];
+ *   sum (ReduceScatter): the decoded blocks, in dec's order (ranks r+1,
+ *        ..., r-1), then `own`, added into the fp32 accumulator `acc` and
+ *        rounded once into `out`, sumCount elements;
+ *   emptyFrames: an empty block still has a frame (AllGather and
+ *        ReduceScatter, whose blocks the host designs split; not the
+ *        All-to-Alls, where an empty block sends nothing).
+ * The blocks go in pieces of `piece` elements: piece p of a block is its
+ * elements [p * piece, (p + 1) * piece), each piece coded, exchanged and
+ * decoded as the whole call would be, and the sum taken piece by piece: the
+ * same bits for any piece size (the codec is lossless, the sum
+ * elementwise). */
+typedef struct {
+    int nEnc;
+    const char* const* encSrc;
+    const size_t* encCount;
+    const int *encTo, *encSlot;
+    int rows;
+    int nDec;
+    const int *decSent, *decSlot, *decFrom;
+    char* const* decDst;
+    const size_t* decCount;
+    int sum;
+    const char* own;
+    float* acc;
+    void* out;
+    size_t sumCount;
+    int emptyFrames;
+    size_t piece;
+} Coded;
+
+/* Pieces of a block of m elements, and piece p's length (0: none). */
+static size_t piecesOf(const Coded* x, size_t m) { return m ? (m + x->piece - 1) / x->piece : (size_t)x->emptyFrames; }
+static int hasPiece(const Coded* x, size_t m, size_t p) { return p < piecesOf(x, m); }
+static size_t pieceLen(const Coded* x, size_t m, size_t p) {
+    const size_t at = p * x->piece;
+    return m > at ? (m - at < x->piece ? m - at : x->piece) : 0;
+}
+
+/* The piece size of a call of `maxBlock` elements at most a block: the
+ * communicator's (ZIPCCL_DEVICE_PIECE_BYTES, 0: none) over the element
+ * size, at most kMaxPieces pieces; the whole block when `whole`. */
+enum { kMaxPieces = 64 };
+static size_t pieceElems(const struct zipcclComm* c, const zipcclOp* op, size_t maxBlock, int whole) {
+    const size_t esz = zipcclTypeSize(op->dtype);
+    size_t p = c->devPieceBytes / esz;
+    if (whole || !p || p >= maxBlock) return maxBlock ? maxBlock : 1;
+    if ((maxBlock + p - 1) / p > kMaxPieces) p = (maxBlock + kMaxPieces - 1) / kMaxPieces;
+    return p;
+}
+
+/* Mark the stream here (for a call in pieces; event ev of the
+ * communicator's two), and wait for the mark: an event where the call is in
+ * pieces (the stream may hold later work by then), else the stream itself
+ * (the waits of the call unpipelined). */
+static zipcclResult_t markHere(struct zipcclComm* c, const zipcclOp* op, int pieced, int ev) {
+    if (!pieced || !zipcclDevRecord(c, &c->pieceEvent[ev], op->stream)) return zipcclSuccess;
+    return zipcclDevFail(c, zipcclCollName(op->kind), "recording an event on the call's stream");
+}
+static zipcclResult_t waitMark(struct zipcclComm* c, const zipcclOp* op, int pieced, int ev, const char* doing) {
+    const int bad = pieced ? zdev_event_sync(c->dev, c->pieceEvent[ev]) : zdev_stream_sync(c->dev, op->stream);
+    return bad ? zipcclDevFail(c, zipcclCollName(op->kind), doing) : zipcclSuccess;
+}
+
+/* Piece p's encodes started on the stream (the codec's first half): the
+ * blocks that have a piece p, into the piece's send set; *k how many. */
+static zipcclResult_t encStart(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f,
+                               const Coded* x, size_t p, int* k, int* which) {
+    const size_t esz = zipcclTypeSize(op->dtype);
+    const int m = x->nEnc ? x->nEnc : 1;
+    const void* src[m];
+    size_t cnt[m], cap[m];
+    void* frame[m];
+    char* set = f->dsend + (size_t)(p % 2) * (size_t)f->sendSlots * f->slot;
+    *k = 0;
+    for (int e = 0; e < x->nEnc; e++) {
+        if (!hasPiece(x, x->encCount[e], p)) continue;
+        src[*k] = x->encSrc[e] + p * x->piece * esz, cnt[*k] = pieceLen(x, x->encCount[e], p);
+        frame[*k] = set + (size_t)x->encSlot[e] * f->slot, cap[*k] = f->slot;
+        which[(*k)++] = e;
+    }
+    if (!*k) return zipcclSuccess;
+    int bad = -1;
+    const double t = zipcclNow();
+    zipcclResult_t res = f->codec->compressStart(&f->cx, *k, src, cnt, op->dtype, frame, cap, &f->params, f->encPend, &bad);
+    st->codecSeconds += zipcclNow() - t;
+    if (res == zipcclSuccess) return res;
+    const int to = bad < 0 ? -1 : x->encTo[which[bad]];
+    return zipcclPrefixError(res, "%s: compressing the block for rank %d on the device", zipcclCollName(op->kind),
+                             to < 0 ? c->rank : to);
+}
+
+/* Its second half, once the stream has passed the first: the frames' sizes
+ * into bytes[e] (0 for a block with no piece p). */
+static zipcclResult_t encEnd(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f,
+                             const Coded* x, size_t p, int k, const int* which, size_t* bytes) {
+    const size_t esz = zipcclTypeSize(op->dtype);
+    for (int e = 0; e < x->nEnc; e++) bytes[e] = 0;
+    if (!k) return zipcclSuccess;
+    const void* src[k];
+    size_t cnt[k], cap[k], got[k];
+    void* frame[k];
+    char* set = f->dsend + (size_t)(p % 2) * (size_t)f->sendSlots * f->slot;
+    for (int i = 0; i < k; i++) {
+        const int e = which[i];
+        src[i] = x->encSrc[e] + p * x->piece * esz, cnt[i] = pieceLen(x, x->encCount[e], p);
+        frame[i] = set + (size_t)x->encSlot[e] * f->slot, cap[i] = f->slot;
+    }
+    int bad = -1;
+    const double t = zipcclNow();
+    zipcclResult_t res = f->codec->compressEnd(&f->cx, k, src, cnt, op->dtype, frame, cap, &f->params, f->encPend,
+                                               got, &bad);
+    st->codecSeconds += zipcclNow() - t;
+    if (res != zipcclSuccess) {
+        const int to = bad < 0 ? -1 : x->encTo[which[bad]];
+        return zipcclPrefixError(res, "%s: compressing the block for rank %d on the device",
+                                 zipcclCollName(op->kind), to < 0 ? c->rank : to);
+    }
+    for (int i = 0; i < k; i++) bytes[which[i]] = got[i];
+    return zipcclSuccess;
+}
+
+/* Without a network, the piece's frames a peer reads go down into their
+ * staging slots (padded to 2 bytes), queued on the stream. */
+static zipcclResult_t framesDown(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const Frames* f,
+                                 const Coded* x, const size_t* bytes) {
+    if (c->hasNet) return zipcclSuccess;
+    const double t = zipcclNow();
+    for (int e = 0; e < x->nEnc; e++) {
+        if (!bytes[e] || x->encTo[e] == c->rank) continue; /* only this rank reads it */
+        char* host = f->hsend + (size_t)x->encSlot[e] * f->slot;
+        if (zdev_copy_async(c->dev, host, f->dcur + (size_t)x->encSlot[e] * f->slot, bytes[e], ZDEV_DEVICE_TO_HOST,
+                            op->stream))
+            return zipcclDevFail(c, zipcclCollName(op->kind), "copying a frame from the device to the host");
+        st->busBytes += bytes[e];
+    }
+    st->busSeconds += zipcclNow() - t;
+    return zipcclSuccess;
+}
+
+/* Piece p's frames decoded on the device (the codec's first half; the
+ * verdicts are read once the call's work is done, decEnd): the received
+ * ones go up from the staging first (without a network); then, for a sum,
+ * the piece's decoded blocks and our own added in the canonical order and
+ * rounded. */
+static zipcclResult_t decStart(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f,
+                               const Coded* x, size_t p, const size_t* fbytes) {
+    const char* what = zipcclCollName(op->kind);
+    const size_t esz = zipcclTypeSize(op->dtype), off = p * x->piece;
+    const int m = x->nDec ? x->nDec : 1;
+    const void* frame[m];
+    void* dst[m];
+    size_t cap[m], fb[m];
+    int k = 0, which[m];
+    double t = zipcclNow();
+    for (int d = 0; d < x->nDec; d++) {
+        if (!hasPiece(x, x->decCount[d], p)) continue;
+        char* fr = (x->decSent[d] ? f->dcur : f->drecv) + (size_t)x->decSlot[d] * f->slot;
+        frame[k] = fr, fb[k] = fbytes[d], dst[k] = x->decDst[d] + off * esz;
+        cap[k] = pieceLen(x, x->decCount[d], p) * esz, which[k++] = d;
+        if (x->decSent[d] || c->hasNet) continue;
+        if (zdev_copy_async(c->dev, fr, f->hrecv + (size_t)x->decSlot[d] * f->slot, fbytes[d], ZDEV_HOST_TO_DEVICE,
+                            op->stream))
+            return zipcclDevFail(c, what, "copying a frame from the host to the device");
+        st->busBytes += fbytes[d];
+    }
+    st->busSeconds += zipcclNow() - t;
+    if (k) {
+        int bad = -1;
+        t = zipcclNow();
+        zipcclResult_t res = f->codec->decompressStart(&f->cx, k, frame, fb, dst, cap, op->dtype,
+                                                       f->decPend + p * f->decShare, &bad);
+        st->codecSeconds += zipcclNow() - t;
+        if (res != zipcclSuccess)
+            return zipcclPrefixError(res, "%s: decoding rank %d's frame on the device", what,
+                                     bad < 0 ? c->rank : x->decFrom[which[bad]]);
+    }
+    if (!x->sum) return zipcclSuccess;
+    const size_t len = pieceLen(x, x->sumCount, p);
+    if (!len) return zipcclSuccess;
+    for (int d = 0; d < x->nDec; d++) /* ranks r+1, ..., r-1 */
+        ZIPCCL_TRY(accumulate(c, op, x->acc + off, x->decDst[d] + off * esz, len, d == 0));
+    ZIPCCL_TRY(accumulate(c, op, x->acc + off, x->own + off * esz, len, x->nDec == 0)); /* our own last */
+    return finalize(c, op, (char*)x->out + off * esz, x->acc + off, len);
+}
+
+/* Piece p's verdicts, after the call's work: each frame whole and holding
+ * its piece's count. */
+static zipcclResult_t decEnd(struct zipcclComm* c, const zipcclOp* op, Frames* f, const Coded* x, size_t p,
+                             const size_t* fbytes) {
+    const char* what = zipcclCollName(op->kind);
+    const size_t esz = zipcclTypeSize(op->dtype), off = p * x->piece;
+    const int m = x->nDec ? x->nDec : 1;
+    const void* frame[m];
+    void* dst[m];
+    size_t cap[m], fb[m], got[m];
+    int k = 0, which[m];
+    for (int d = 0; d < x->nDec; d++) {
+        if (!hasPiece(x, x->decCount[d], p)) continue;
+        frame[k] = (x->decSent[d] ? f->dcur : f->drecv) + (size_t)x->decSlot[d] * f->slot;
+        fb[k] = fbytes[(size_t)p * x->nDec + d], dst[k] = x->decDst[d] + off * esz;
+        cap[k] = pieceLen(x, x->decCount[d], p) * esz, got[k] = 0, which[k++] = d;
+    }
+    if (!k) return zipcclSuccess;
+    int bad = -1;
+    zipcclResult_t res = f->codec->decompressEnd(&f->cx, k, frame, fb, dst, cap, op->dtype,
+                                                 f->decPend + p * f->decShare, got, &bad);
+    if (res != zipcclSuccess)
+        return zipcclPrefixError(res, "%s: decoding rank %d's frame on the device", what,
+                                 bad < 0 ? c->rank : x->decFrom[which[bad]]);
+    for (int i = 0; i < k; i++)
+        if (got[i] != cap[i] / esz)
+            return zipcclSetError(zipcclCorruptStream, "%s: rank %d's frame holds %zu elements, not %zu", what,
+                                  x->decFrom[which[i]], got[i], cap[i] / esz);
+    return zipcclSuccess;
+}
+
+/* A coded call, piece by piece, the encoder of piece p + 1 running on the
+ * device while piece p is on the wire.  On the call's stream, in order:
+ *
+ *   encode 0 | [wait: sizes 0] frames 0 down, encode 1 | sum sizes 0 (MPI),
+ *   [wait: frames 0 down] exchange 0 (the device encodes 1 meanwhile),
+ *   frames 0 up, decode 0 (+ sum 0) | [wait: sizes 1] frames 1 down,
+ *   encode 2 | ... | [wait: all] the verdicts of every piece.
+ *
+ * One stream keeps every dependence in order: a piece's frames go down
+ * before the next encoder runs, the staging is rewritten only after the
+ * frames uploaded from it, and the send slots alternate between two sets
+ * (piece p's own frame, which AllGather decodes, is still there when piece
+ * p + 1 is encoded).  Events (markHere, waitMark) let the host wait for a
+ * point of the stream, not its end.  In one piece it is the call
+ * unpipelined, with its waits: sizes, frames down, verdicts.  The sizes:
+ * each piece's (rows x n), summed over the ranks as the whole call's were;
+ * the verdicts read once, after the last piece. */
+static zipcclResult_t runCoded(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const Coded* x,
+                               size_t maxBlock, double* size) {
+    const int n = c->nranks, r = c->rank, rows = x->rows;
+    size_t K = 1; /* the call's pieces: the most any block has (the same on every rank) */
+    for (int e = 0; e < x->nEnc; e++)
+        if (piecesOf(x, x->encCount[e]) > K) K = piecesOf(x, x->encCount[e]);
+    for (int d = 0; d < x->nDec; d++)
+        if (piecesOf(x, x->decCount[d]) > K) K = piecesOf(x, x->decCount[d]);
+    if (x->sum && piecesOf(x, x->sumCount) > K) K = piecesOf(x, x->sumCount);
+    const int pieced = K > 1;
+    Frames f;
+    ZIPCCL_TRY(framesInit(c, op, st, rows == 1 ? 1 : n, maxBlock < x->piece ? maxBlock : x->piece,
+                          x->nDec ? x->nDec : 1, K, &f));
+    const int ne = x->nEnc ? x->nEnc : 1, nd = x->nDec ? x->nDec : 1;
+    size_t bytes[ne];
+    int which[ne], k = 0;
+    size_t* fb = malloc(K * (size_t)nd * sizeof *fb); /* every piece's frame sizes, for the verdicts */
+    if (!fb) return zipcclNoMemory(c, op, "h:the frame sizes", K * (size_t)nd * sizeof *fb);
+    /* what this rank expects from rank i: the count of its block, -1 for none */
+    long long expect[n];
+    for (int i = 0; i < n; i++) expect[i] = -1;
+    for (int d = 0; d < x->nDec; d++)
+        if (!x->decSent[d]) expect[x->decFrom[d]] = (long long)x->decCount[d];
+    int slotOf[n];
+    size_t sb[n], rb[n];
+    for (int i = 0; i < n; i++) slotOf[i] = rows == 1 ? 0 : i;
+    /* the codec's results wait for the device only on one (the CPU
+     * codec's are in when its Start returns) */
+    const int dev = f.codec->device;
+    int decoded = 0;
+    zipcclResult_t res = encStart(c, op, st, &f, x, 0, &k, which);
+    if (res == zipcclSuccess && k && dev) res = markHere(c, op, pieced, 0);
+    for (size_t p = 0; p < K && res == zipcclSuccess; p++) {
+        f.dcur = f.dsend + (size_t)(p % 2) * (size_t)f.sendSlots * f.slot;
+        if (k && dev) res = waitMark(c, op, pieced, 0, "waiting for the frames' sizes");
+        if (res == zipcclSuccess) res = encEnd(c, op, st, &f, x, p, k, which, bytes);
+        if (res == zipcclSuccess) res = framesDown(c, op, st, &f, x, bytes);
+        const int down = !c->hasNet && n > 1;
+        if (res == zipcclSuccess && down) res = markHere(c, op, pieced, 1);
+        if (res == zipcclSuccess && p + 1 < K) {
+            res = encStart(c, op, st, &f, x, p + 1, &k, which);
+            if (res == zipcclSuccess && k && dev) res = markHere(c, op, pieced, 0);
+        }
+        if (res != zipcclSuccess) break;
+        /* the sizes: rows x n, this rank's part filled */
+        memset(size, 0, (size_t)rows * n * sizeof(double));
+        for (int e = 0; e < x->nEnc; e++)
+            if (rows == 1) size[r] = (double)bytes[e];
+            else if (x->encTo[e] >= 0) size[(size_t)r * n + x->encTo[e]] = (double)bytes[e];
+        res = sumSizes(c, op, st, size, rows);
+        for (int i = 0; i < n && res == zipcclSuccess; i++) {
+            const double in = rows == 1 ? size[i] : size[(size_t)i * n + r];
+            const int want = i != r && expect[i] >= 0 && hasPiece(x, (size_t)expect[i], p);
+            if (want) res = sizeOk(op, i, in, f.slot);
+            else if (i != r && in != 0)
+                res = zipcclSetError(zipcclMismatch, "%s: rank %d sends rank %d a frame it does not expect (piece "
+                                     "%zu; recvcounts[%d] %lld)", zipcclCollName(op->kind), i, r, p, i,
+                                     expect[i] < 0 ? 0 : expect[i]);
+            sb[i] = i == r ? 0 : (size_t)(rows == 1 ? size[r] : size[(size_t)r * n + i]);
+            rb[i] = i == r ? 0 : (size_t)in;
+        }
+        if (res == zipcclSuccess && down) res = waitMark(c, op, pieced, 1, "waiting for the frames to come down");
+        if (res == zipcclSuccess && n > 1) res = exchange(c, op, st, &f, slotOf, sb, rb);
+        for (int d = 0; d < x->nDec; d++) {
+            const int i = x->decFrom[d];
+            fb[p * (size_t)nd + d] = x->decSent[d] ? (rows == 1 ? (size_t)size[r] : (size_t)size[(size_t)r * n + i])
+                                                   : (rows == 1 ? (size_t)size[i] : (size_t)size[(size_t)i * n + r]);
+        }
+        if (res == zipcclSuccess) res = decStart(c, op, st, &f, x, p, fb + p * (size_t)nd);
+        for (int d = 0; d < x->nDec; d++) decoded |= hasPiece(x, x->decCount[d], p);
+    }
+    /* the one wait for every piece's decoding, then the verdicts */
+    if (res == zipcclSuccess && dev && decoded && zdev_stream_sync(c->dev, op->stream))
+        res = zipcclDevFail(c, zipcclCollName(op->kind), "waiting for the frames to be decoded");
+    for (size_t p = 0; p < K && res == zipcclSuccess; p++) {
+        f.dcur = f.dsend + (size_t)(p % 2) * (size_t)f.sendSlots * f.slot;
+        res = decEnd(c, op, &f, x, p, fb);
+    }
+    free(fb);
+    return res;
+}
+
 /* ---- AllGather coded on the device ------------------------------------------------- */
 
 /* Rank r's block `mine` is compressed on the device (once, for every peer);
  * the frames' sizes are summed over the ranks (each adds its own at its
- * index); the frames are exchanged; all n are decoded in one batch into
- * their blocks of recvbuf, ours too (what a peer decodes of it, and no
- * copy). */
+ * index); the frames are exchanged; all n are decoded into their blocks of
+ * recvbuf, ours too (what a peer decodes of it, and no copy). */
 static zipcclResult_t codedAllGather(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const void* mine,
-                                     const size_t* counts, const size_t* displs, void* recvbuf) {
+                                     const size_t* counts, const size_t* displs, void* recvbuf, double* size) {
     const int n = c->nranks, r = c->rank;
-    const size_t esz = zipcclTypeSize(op->dtype);
-    Frames f;
-    ZIPCCL_TRY(framesInit(c, op, st, 1, maxOf(counts, n), n, &f));
-    size_t own = 0;
-    const int zero = 0, every = -1;
-    ZIPCCL_TRY(encodeMany(c, op, st, &f, 1, &mine, &counts[r], &zero, &every, &own));
-    double size[n];
-    for (int i = 0; i < n; i++) size[i] = i == r ? (double)own : 0;
-    if (n > 1) {
-        ZIPCCL_TRY(sumSizes(c, op, st, size, 1));
-        int slotOf[n];
-        size_t sb[n], rb[n];
-        for (int i = 0; i < n; i++) {
-            ZIPCCL_TRY(sizeOk(op, i, size[i], f.slot));
-            slotOf[i] = 0;
-            sb[i] = i == r ? 0 : own;
-            rb[i] = i == r ? 0 : (size_t)size[i];
-        }
-        ZIPCCL_TRY(exchange(c, op, st, &f, slotOf, sb, rb));
-    }
-    st->rawBytes += (size_t)(n - 1) * counts[r] * esz;
+    const size_t esz = zipcclTypeSize(op->dtype), most = maxOf(counts, n);
+    const char* src = mine;
+    const int every = -1, zero = 0;
     int sent[n], slot[n], from[n];
-    size_t bytes[n];
-    void* dst[n];
+    char* dst[n];
     for (int i = 0; i < n; i++) {
-        sent[i] = i == r, slot[i] = i == r ? 0 : i, from[i] = i, bytes[i] = (size_t)size[i];
+        sent[i] = i == r, slot[i] = i == r ? 0 : i, from[i] = i;
         dst[i] = (char*)recvbuf + displs[i] * esz;
     }
-    return decodeMany(c, op, st, &f, n, sent, slot, from, bytes, dst, counts);
+    st->rawBytes += (size_t)(n - 1) * counts[r] * esz;
+    const Coded x = {.nEnc = 1, .encSrc = &src, .encCount = &counts[r], .encTo = &every, .encSlot = &zero,
+                     .rows = 1, .nDec = n, .decSent = sent, .decSlot = slot, .decFrom = from, .decDst = dst,
+                     .decCount = counts, .emptyFrames = 1, .piece = pieceElems(c, op, most, 0)};
+    return runCoded(c, op, st, &x, most, size);
 }
 
 /* ---- ReduceScatter coded on the device --------------------------------------------- */
@@ -444,75 +708,51 @@ static zipcclResult_t codedAllGather(struct zipcclComm* c, const zipcclOp* op, z
 /* Each peer's block of sendbuf is compressed on the device into a frame of
  * its own; every rank's n sizes are summed over the ranks into the (n, n)
  * matrix `size` (row: sender), so each knows what it will receive; the
- * frames are exchanged; the received ones are decoded one at a time and
- * added in the canonical order (ranks r+1, ..., r-1, then our own block,
+ * frames are exchanged; the received ones are decoded and added in the
+ * canonical order (ranks r+1, ..., r-1, then our own block,
  * docs/COLLECTIVES.md §3) into an fp32 accumulator on the device, rounded
  * once into out: the bits of the host designs. */
 static zipcclResult_t codedReduceScatter(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st,
                                          const char* sendbuf, const size_t* counts, const size_t* displs, void* out,
                                          double* size) {
     const int n = c->nranks, r = c->rank;
-    const zipcclDataType_t dt = op->dtype;
-    const size_t esz = zipcclTypeSize(dt), count = counts[r];
-    Frames f;
-    ZIPCCL_TRY(framesInit(c, op, st, n, maxOf(counts, n), n - 1, &f));
+    const size_t esz = zipcclTypeSize(op->dtype), count = counts[r], most = maxOf(counts, n);
     float* acc = devScratch(c, kDevAcc, count * sizeof(float));
     if (!acc) return zipcclNoMemory(c, op, "d:the fp32 accumulator", count * sizeof(float));
-    const size_t blk = count * esz; /* the n - 1 decoded blocks, in rank order */
+    const size_t blk = count * esz; /* the n - 1 decoded blocks, in the canonical order */
     char* tmp = n > 1 ? devScratch(c, kDevTmp, (size_t)(n - 1) * blk) : NULL;
     if (n > 1 && !tmp) return zipcclNoMemory(c, op, "d:the decoded blocks", (size_t)(n - 1) * blk);
-    zipcclResult_t res = zipcclSuccess;
-
-    if (n > 1) {
-        memset(size, 0, (size_t)n * n * sizeof(double)); /* [sender][receiver] */
-        const void* src[n - 1];
-        size_t cnt[n - 1], bytes[n - 1];
-        int slot[n - 1], to[n - 1], k = 0;
-        for (int j = 0; j < n; j++) {
-            if (j == r) continue;
-            src[k] = sendbuf + displs[j] * esz, cnt[k] = counts[j], slot[k] = j, to[k] = j;
-            st->rawBytes += counts[j] * esz;
-            k++;
-        }
-        ZIPCCL_TRY(encodeMany(c, op, st, &f, k, src, cnt, slot, to, bytes));
-        for (int i = 0; i < k; i++) size[(size_t)r * n + to[i]] = (double)bytes[i];
-        ZIPCCL_TRY(sumSizes(c, op, st, size, n));
-        int slotOf[n];
-        size_t sb[n], rb[n];
-        for (int i = 0; i < n; i++) {
-            if (i != r) ZIPCCL_TRY(sizeOk(op, i, size[(size_t)i * n + r], f.slot));
-            slotOf[i] = i;
-            sb[i] = i == r ? 0 : (size_t)size[(size_t)r * n + i];
-            rb[i] = i == r ? 0 : (size_t)size[(size_t)i * n + r];
-        }
-        ZIPCCL_TRY(exchange(c, op, st, &f, slotOf, sb, rb));
-        /* every received frame in one batch (the k-th from rank r+k into
-         * decoded block k-1), then the sum in the canonical order: r+1,
-         * ..., r-1 */
-        int sent[n - 1], from[n - 1];
-        size_t fb[n - 1], cnt2[n - 1];
-        void* dst[n - 1];
-        for (int k = 1; k < n; k++) {
-            const int i = (r + k) % n;
-            sent[k - 1] = 0, slot[k - 1] = i, from[k - 1] = i, fb[k - 1] = (size_t)size[(size_t)i * n + r];
-            dst[k - 1] = tmp + (size_t)(k - 1) * blk, cnt2[k - 1] = count;
-        }
-        ZIPCCL_TRY(decodeMany(c, op, st, &f, n - 1, sent, slot, from, fb, dst, cnt2));
-        for (int k = 1; k < n && res == zipcclSuccess; k++)
-            res = accumulate(c, op, acc, tmp + (size_t)(k - 1) * blk, count, k == 1);
+    const int m = n > 1 ? n - 1 : 1;
+    const char* src[m];
+    size_t ecnt[m], dcnt[m];
+    int to[m], eslot[m], sent[m], dslot[m], from[m], k = 0;
+    char* dst[m];
+    for (int j = 0; j < n; j++) {
+        if (j == r) continue;
+        src[k] = sendbuf + displs[j] * esz, ecnt[k] = counts[j], eslot[k] = j, to[k] = j;
+        st->rawBytes += counts[j] * esz;
+        k++;
     }
-    /* Our own block last (alone on one rank), then one rounding. */
-    if (res == zipcclSuccess) res = accumulate(c, op, acc, sendbuf + displs[r] * esz, count, n == 1);
-    if (res == zipcclSuccess) res = finalize(c, op, out, acc, count);
-    return res;
+    for (int d = 1; d < n; d++) { /* the d-th from rank r+d into decoded block d-1 */
+        const int i = (r + d) % n;
+        sent[d - 1] = 0, dslot[d - 1] = i, from[d - 1] = i, dcnt[d - 1] = count;
+        dst[d - 1] = tmp + (size_t)(d - 1) * blk;
+    }
+    const Coded x = {.nEnc = n - 1, .encSrc = src, .encCount = ecnt, .encTo = to, .encSlot = eslot, .rows = n,
+                     .nDec = n - 1, .decSent = sent, .decSlot = dslot, .decFrom = from, .decDst = dst,
+                     .decCount = dcnt, .sum = 1, .own = sendbuf + displs[r] * esz, .acc = acc, .out = out,
+                     .sumCount = count, .emptyFrames = 1, .piece = pieceElems(c, op, most, 0)};
+    return runCoded(c, op, st, &x, most, size);
 }
 
-/* ---- the All-to-Alls coded on the device (over a network) -------------------------- */
+/* ---- the All-to-Alls coded on the device -------------------------------------------- */
 
 /* Every non-empty block compressed on the device, ours too; the (n, n)
  * sizes summed; the frames exchanged; each received one (and ours) decoded
- * into its place in recvbuf.  An empty block has no frame.  In place is
- * fine: every block is encoded before any is decoded. */
+ * into its place in recvbuf.  An empty block has no frame.  In pieces only
+ * where every rank knows the piece count (AlltoAll, not in place: piece p
+ * is decoded before piece p + 1 is encoded); AlltoAllv's blocks differ
+ * from rank to rank, so it runs in one piece. */
 static zipcclResult_t codedAlltoAll(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const size_t* sc,
                                     const size_t* sd, const size_t* rc, const size_t* rd, double* size) {
     const int n = c->nranks, r = c->rank;
@@ -522,49 +762,29 @@ static zipcclResult_t codedAlltoAll(struct zipcclComm* c, const zipcclOp* op, zi
      * the routing): frames and workspace sized for the next power of two,
      * so a steady run stops growing them once a block near its largest has
      * passed (a grow is an allocation in the step) */
-    if (op->kind == zipcclCollAlltoAllv) most = pow2Ceil(most);
-    Frames f;
-    ZIPCCL_TRY(framesInit(c, op, st, n, most, n, &f));
-    memset(size, 0, (size_t)n * n * sizeof(double));
-    {
-        const void* src[n];
-        size_t cnt[n], bytes[n];
-        int slot[n], to[n], k = 0;
-        memset(slot, 0, sizeof slot), memset(to, 0, sizeof to);
-        for (int j = 0; j < n; j++) {
-            if (!sc[j]) continue;
-            src[k] = (const char*)op->sendbuf + sd[j] * esz, cnt[k] = sc[j], slot[k] = j, to[k] = j;
-            if (j != r) st->rawBytes += sc[j] * esz;
-            k++;
-        }
-        ZIPCCL_TRY(encodeMany(c, op, st, &f, k, src, cnt, slot, to, bytes));
-        for (int i = 0; i < k; i++) size[(size_t)r * n + to[i]] = (double)bytes[i];
+    const int v = op->kind == zipcclCollAlltoAllv;
+    if (v) most = pow2Ceil(most);
+    const char* src[n];
+    size_t ecnt[n], dcnt[n];
+    int to[n], eslot[n], sent[n], dslot[n], from[n], ke = 0, kd = 0;
+    char* dst[n];
+    for (int j = 0; j < n; j++) {
+        if (!sc[j]) continue;
+        src[ke] = (const char*)op->sendbuf + sd[j] * esz, ecnt[ke] = sc[j], eslot[ke] = j, to[ke] = j;
+        if (j != r) st->rawBytes += sc[j] * esz;
+        ke++;
     }
-    if (n > 1)
-        ZIPCCL_TRY(sumSizes(c, op, st, size, n));
-    int slotOf[n];
-    size_t sb[n], rb[n];
-    for (int i = 0; i < n; i++) {
-        const double in = size[(size_t)i * n + r];
-        if (rc[i]) ZIPCCL_TRY(sizeOk(op, i, in, f.slot));
-        else if (in != 0)
-            return zipcclSetError(zipcclMismatch, "%s: rank %d sends a frame to rank %d, whose recvcounts[%d] is 0",
-                                  zipcclCollName(op->kind), i, r, i);
-        slotOf[i] = i;
-        sb[i] = i == r ? 0 : (size_t)size[(size_t)r * n + i];
-        rb[i] = i == r ? 0 : (size_t)in;
-    }
-    if (n > 1) ZIPCCL_TRY(exchange(c, op, st, &f, slotOf, sb, rb));
-    int sent[n], slot[n], from[n], k = 0;
-    size_t fb[n], cnt[n];
-    void* dst[n];
     for (int i = 0; i < n; i++) {
         if (!rc[i]) continue;
-        sent[k] = i == r, slot[k] = i, from[k] = i, fb[k] = (size_t)size[(size_t)i * n + r];
-        dst[k] = (char*)op->recvbuf + rd[i] * esz, cnt[k] = rc[i];
-        k++;
+        sent[kd] = i == r, dslot[kd] = i, from[kd] = i, dcnt[kd] = rc[i];
+        dst[kd] = (char*)op->recvbuf + rd[i] * esz;
+        kd++;
     }
-    return decodeMany(c, op, st, &f, k, sent, slot, from, fb, dst, cnt);
+    const Coded x = {.nEnc = ke, .encSrc = src, .encCount = ecnt, .encTo = to, .encSlot = eslot, .rows = n,
+                     .nDec = kd, .decSent = sent, .decSlot = dslot, .decFrom = from, .decDst = dst,
+                     .decCount = dcnt, .emptyFrames = 0,
+                     .piece = pieceElems(c, op, most, v || op->sendbuf == op->recvbuf)};
+    return runCoded(c, op, st, &x, most, size);
 }
 
 /* ---- raw over a network -------------------------------------------------------------- */
@@ -732,7 +952,7 @@ static zipcclResult_t runDirect(struct zipcclComm* c, const zipcclOp* op, zipccl
     switch (k) {
     case zipcclCollAllGather:
         if (!op->count) return zipcclSuccess;
-        return coded ? codedAllGather(c, op, st, op->sendbuf, counts, displs, op->recvbuf)
+        return coded ? codedAllGather(c, op, st, op->sendbuf, counts, displs, op->recvbuf, size)
                      : rawAllGather(c, op, st, op->sendbuf, counts, displs, op->recvbuf);
     case zipcclCollReduceScatter:
         if (!op->count) return zipcclSuccess;
@@ -744,7 +964,7 @@ static zipcclResult_t runDirect(struct zipcclComm* c, const zipcclOp* op, zipccl
         if (!block) return zipcclNoMemory(c, op, "d:the reduced block", counts[r] * esz);
         if (coded) {
             ZIPCCL_TRY(codedReduceScatter(c, op, st, op->sendbuf, counts, displs, block, size));
-            return codedAllGather(c, op, st, block, counts, displs, op->recvbuf);
+            return codedAllGather(c, op, st, block, counts, displs, op->recvbuf, size);
         }
         ZIPCCL_TRY(rawReduceScatter(c, op, st, op->sendbuf, counts, displs, block));
         return rawAllGather(c, op, st, block, counts, displs, op->recvbuf);

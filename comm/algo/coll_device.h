@@ -15,7 +15,7 @@
 #include "comm_state.h"
 
 /* ---- a device communicator's memory ---- */
-enum { zipcclStageSend = 0, zipcclStageRecv = 1 }; /* host staging slots */
+enum { zipcclStageSend = 0, zipcclStageRecv = 1, zipcclStagePending = 2 }; /* host staging slots */
 /* Host staging slot `slot` of at least `bytes` (the table's pinned
  * allocator, grown by 1/8 more); NULL when out of memory. */
 void* zipcclHostStage(struct zipcclComm* c, int slot, size_t bytes);

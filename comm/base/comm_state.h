@@ -186,7 +186,7 @@ typedef struct {
  * peer a descriptor of the call (ZIPCCL_DESC_WORDS words) on that channel,
  * so that ranks that disagree all learn it before any receive is posted.
  * The same channel carries the liveness queries of a long wait. */
-#define ZIPCCL_DESC_WORDS 5
+#define ZIPCCL_DESC_WORDS 6
 typedef struct {
     uint64_t seq;        /* agreements started (each one's tag)               */
     int pending;         /* this call's descriptors are in flight             */
@@ -262,8 +262,11 @@ struct zipcclComm {
                             * frame sizes (over a net) */
     void* devScratch[ZIPCCL_DEV_SLOTS];
     size_t devScratchCap[ZIPCCL_DEV_SLOTS];
-    void* hostStage[2];
-    size_t hostStageCap[2];
+    void* hostStage[3];  /* send, receive, the codec's results (coll_device.h) */
+    size_t hostStageCap[3];
+    size_t devPieceBytes; /* coded calls on the device go in pieces of this many
+                           * bytes a block (ZIPCCL_DEVICE_PIECE_BYTES; 0: whole) */
+    void* pieceEvent[2];  /* their marks on the stream: encoded, frames down  */
     /* Device memory moved device to device (zipcclCommSetNet): every call
      * runs on it (coll_run.c, runNet). */
     int hasNet;

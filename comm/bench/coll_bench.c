@@ -744,6 +744,10 @@ static void report(const Options* o, const CollShape* s, const CollTest* coll, z
                o->input ? "file" : o->dist == DIST_RANDOM ? "random" : "gaussian", t * 1e6, algbw,
                busbw, ratio, codecUs, o->iters, o->sequential ? "sequential" : "interleaved", o->gapMs);
         if (o->device) printf("\"bus_bytes\":%.0f,", busPerCall);
+        if (o->device) { /* the pieces of calls coded on the device (null: the library's default) */
+            const char* pb = getenv("ZIPCCL_DEVICE_PIECE_BYTES");
+            printf("\"device_piece_bytes\":%s,", pb && *pb && strspn(pb, "0123456789") == strlen(pb) ? pb : "null");
+        }
         if (differ >= 0) printf("\"differ\":%lld,", differ);
         if (wrong >= 0) printf("\"wrong\":%lld}\n", wrong);
         else printf("\"wrong\":null}\n");

@@ -2142,36 +2142,56 @@ static zipcclResult_t zk_compress(const void* d_src, size_t count, zipcclDataTyp
 
 /* k buffers: the coded ones in launches of up to ZK_BATCH_MAX (one
  * encoder and one k_head each), their totals written by the encoder into
- * the workspace's head and read in one copy: one host wait for the k
- * frames.  The workspace: a 256-byte head per 32 buffers, then each
- * launch's zk_launch_ws, 256-aligned, in order (at most the buffers'
+ * the workspace's head.  zk_compress_start checks the k buffers, launches
+ * and queues the copy of the coded ones' totals into `pending` (host
+ * memory, 8 bytes a buffer: run j's total at j), and returns without a
+ * wait; once the caller has waited for the stream, zk_compress_end reads
+ * them and finishes each frame (the stored one where coding did not pay:
+ * launches only).  zk_compress_batch is the two with one host wait between.
+ * The workspace: a 256-byte head per 32 buffers, then each launch's
+ * zk_launch_ws, 256-aligned, in order (at most the buffers'
  * zk_compress_ws, 256-aligned, summed).  *failed: the buffer an error names
  * (-1 for none). */
 static size_t zk_batch_head(int k) { return zk_align((size_t)k * 32); }
 
-static zipcclResult_t zk_compress_batch(int k, const void* const* d_src, const size_t* count, zipcclDataType_t dtype,
-                                        void* const* d_dst, const size_t* cap, size_t* dstSize,
-                                        const zipcclCodecParams_t* params, void* d_ws, size_t wsSize, void* stream,
-                                        int* failed) {
+/* The k buffers' checks (e[i]); `run` the coded ones' indices in order,
+ * *m their number, *need the workspace the launches take. */
+static zipcclResult_t zk_compress_plan(int k, const void* const* d_src, const size_t* count, zipcclDataType_t dtype,
+                                       void* const* d_dst, const size_t* cap, const zipcclCodecParams_t* params,
+                                       ZkEnc* e, int* run, int* m, size_t* need, int* failed) {
     if (failed) *failed = -1;
-    if (k < 0 || (k && (!d_src || !count || !d_dst || !cap || !dstSize)))
+    if (k < 0 || (k && (!d_src || !count || !d_dst || !cap)))
         return zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): bad batch of %d buffers", k);
-    if (!k) return zipcclSuccess;
+    *m = 0;
+    *need = zk_batch_head(k);
+    for (int i = 0; i < k; i++) {
+        zipcclResult_t res = zk_compress_check(d_src[i], count[i], dtype, d_dst[i], cap[i], params, &e[i]);
+        if (res != zipcclSuccess) {
+            if (failed) *failed = i;
+            return res;
+        }
+        *need += zk_align(zk_compress_ws(&e[i]));
+        if (!e[i].stored) run[(*m)++] = i;
+    }
+    return zipcclSuccess;
+}
+
+static zipcclResult_t zk_compress_start(int k, const void* const* d_src, const size_t* count, zipcclDataType_t dtype,
+                                        void* const* d_dst, const size_t* cap, const zipcclCodecParams_t* params,
+                                        void* d_ws, size_t wsSize, void* stream, uint64_t* pending, int* failed) {
+    if (failed) *failed = -1;
+    if (k <= 0) return k < 0 ? zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): bad batch of %d buffers", k)
+                             : zipcclSuccess;
+    if (!pending) return zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): no pending area");
     ZkEnc* e = (ZkEnc*)malloc((size_t)k * sizeof *e);
     ZkEnc* run = (ZkEnc*)malloc((size_t)k * sizeof *run); /* the coded ones, in order */
     int* idx = (int*)malloc((size_t)k * sizeof *idx);     /* run[j] is buffer idx[j] */
-    uint64_t* total = (uint64_t*)calloc((size_t)k, sizeof *total);
-    zipcclResult_t res = e && run && idx && total
-                             ? zipcclSuccess
-                             : zipcclSetError(zipcclSystemError, "compress (CUDA, batched): out of host memory");
-    size_t need = zk_batch_head(k);
+    zipcclResult_t res = e && run && idx ? zipcclSuccess
+                                         : zipcclSetError(zipcclSystemError, "compress (CUDA, batched): out of host memory");
+    size_t need = 0;
     int m = 0;
-    for (int i = 0; i < k && res == zipcclSuccess; i++) {
-        res = zk_compress_check(d_src[i], count[i], dtype, d_dst[i], cap[i], params, &e[i]);
-        if (res != zipcclSuccess && failed) *failed = i;
-        need += zk_align(zk_compress_ws(&e[i]));
-        if (res == zipcclSuccess && !e[i].stored) run[m] = e[i], idx[m++] = i;
-    }
+    if (res == zipcclSuccess) res = zk_compress_plan(k, d_src, count, dtype, d_dst, cap, params, e, idx, &m, &need, failed);
+    for (int j = 0; j < m && res == zipcclSuccess; j++) run[j] = e[idx[j]];
     uint8_t* ws = d_ws ? zk_ws_align(d_ws, &wsSize) : NULL;
     if (res == zipcclSuccess && (!d_ws || wsSize < need))
         res = zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): workspace of %zu usable bytes, need %zu",
@@ -2186,17 +2206,52 @@ static zipcclResult_t zk_compress_batch(int k, const void* const* d_src, const s
         if (res != zipcclSuccess && failed) *failed = idx[j];
         at += zk_align(zk_launch_ws(nc));
     }
-    if (res == zipcclSuccess && m) res = zk_memcpy(total, totals, (size_t)m * 8, stream);
-    if (res == zipcclSuccess) res = zk_sync(stream);
+    if (res == zipcclSuccess && m) res = zk_memcpy(pending, totals, (size_t)m * 8, stream);
+    free(e);
+    free(run);
+    free(idx);
+    return res;
+}
+
+static zipcclResult_t zk_compress_end(int k, const void* const* d_src, const size_t* count, zipcclDataType_t dtype,
+                                      void* const* d_dst, const size_t* cap, const zipcclCodecParams_t* params,
+                                      const uint64_t* pending, size_t* dstSize, void* stream, int* failed) {
+    if (failed) *failed = -1;
+    if (k <= 0) return k < 0 ? zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): bad batch of %d buffers", k)
+                             : zipcclSuccess;
+    if (!dstSize || !pending) return zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): null pointer argument");
+    ZkEnc* e = (ZkEnc*)malloc((size_t)k * sizeof *e);
+    int* idx = (int*)malloc((size_t)k * sizeof *idx);
+    zipcclResult_t res = e && idx ? zipcclSuccess
+                                  : zipcclSetError(zipcclSystemError, "compress (CUDA, batched): out of host memory");
+    size_t need = 0;
+    int m = 0;
+    if (res == zipcclSuccess) res = zk_compress_plan(k, d_src, count, dtype, d_dst, cap, params, e, idx, &m, &need, failed);
     for (int i = 0, j = 0; i < k && res == zipcclSuccess; i++) {
-        const uint64_t t = j < m && idx[j] == i ? total[j++] : 0;
+        const uint64_t t = j < m && idx[j] == i ? pending[j++] : 0;
         res = zk_compress_finish(&e[i], t, &dstSize[i], stream);
         if (res != zipcclSuccess && failed) *failed = i;
     }
     free(e);
-    free(run);
     free(idx);
-    free(total);
+    return res;
+}
+
+static zipcclResult_t zk_compress_batch(int k, const void* const* d_src, const size_t* count, zipcclDataType_t dtype,
+                                        void* const* d_dst, const size_t* cap, size_t* dstSize,
+                                        const zipcclCodecParams_t* params, void* d_ws, size_t wsSize, void* stream,
+                                        int* failed) {
+    if (failed) *failed = -1;
+    if (k < 0 || (k && (!d_src || !count || !d_dst || !cap || !dstSize)))
+        return zipcclSetError(zipcclInvalidArgument, "compress (CUDA, batched): bad batch of %d buffers", k);
+    if (!k) return zipcclSuccess;
+    uint64_t* pending = (uint64_t*)calloc((size_t)k, 8);
+    if (!pending) return zipcclSetError(zipcclSystemError, "compress (CUDA, batched): out of host memory");
+    zipcclResult_t res =
+        zk_compress_start(k, d_src, count, dtype, d_dst, cap, params, d_ws, wsSize, stream, pending, failed);
+    if (res == zipcclSuccess) res = zk_sync(stream);
+    if (res == zipcclSuccess) res = zk_compress_end(k, d_src, count, dtype, d_dst, cap, params, pending, dstSize, stream, failed);
+    free(pending);
     return res;
 }
 
@@ -2288,19 +2343,27 @@ static zipcclResult_t zk_dec_verdict(const ZkInfo* in, size_t srcSize) {
 
 /* k frames (1 or more); `who` names the entry in errors.  The workspace
  * (256-aligned, wsSize usable bytes): the k ZkInfo, then an equal share
- * for each frame's chunk offsets.  *failed: the frame an error names (-1
+ * for each frame's chunk offsets.  zk_dec_start checks the arguments,
+ * launches and queues the copy of the k ZkInfo into `pending` (host
+ * memory), without a wait; once the caller has waited for the stream,
+ * zk_dec_end names the first fault.  *failed: the frame an error names (-1
  * for none; the frames before it are decoded). */
-static zipcclResult_t zk_dec_run(int k, const void* const* d_src, const size_t* srcSize, void* const* d_dst,
-                                 const size_t* cap, size_t* countOut, zipcclDataType_t expect, uint8_t* ws,
-                                 size_t wsSize, void* stream, int* failed, const char* who) {
+static zipcclResult_t zk_dec_check(int k, const void* const* d_src, const size_t* srcSize, void* const* d_dst,
+                                   const size_t* cap, zipcclDataType_t expect, ZkDec* x, int* failed) {
+    for (int i = 0; i < k; i++) {
+        zipcclResult_t res = zk_dec_args(d_src[i], srcSize[i], d_dst[i], cap[i], expect, &x[i]);
+        if (res != zipcclSuccess) return *failed = i, res;
+    }
+    return zipcclSuccess;
+}
+
+static zipcclResult_t zk_dec_start(int k, const void* const* d_src, const size_t* srcSize, void* const* d_dst,
+                                   const size_t* cap, zipcclDataType_t expect, uint8_t* ws, size_t wsSize,
+                                   void* stream, ZkInfo* pending, int* failed, const char* who) {
     *failed = -1;
     ZkDec* x = (ZkDec*)malloc((size_t)k * sizeof *x);
-    ZkInfo* info = (ZkInfo*)malloc((size_t)k * sizeof *info);
-    zipcclResult_t res = x && info ? zipcclSuccess : zipcclSetError(zipcclSystemError, "%s: out of host memory", who);
-    for (int i = 0; i < k && res == zipcclSuccess; i++) {
-        res = zk_dec_args(d_src[i], srcSize[i], d_dst[i], cap[i], expect, &x[i]);
-        if (res != zipcclSuccess) *failed = i;
-    }
+    zipcclResult_t res = x ? zipcclSuccess : zipcclSetError(zipcclSystemError, "%s: out of host memory", who);
+    if (res == zipcclSuccess) res = zk_dec_check(k, d_src, srcSize, d_dst, cap, expect, x, failed);
     const size_t head = zk_info_head(k);
     const size_t share = wsSize > head ? ((wsSize - head) / (size_t)k) & ~(size_t)255 : 0;
     if (res == zipcclSuccess && (!ws || share < 256))
@@ -2337,8 +2400,18 @@ static zipcclResult_t zk_dec_run(int k, const void* const* d_src, const size_t* 
         if (res == zipcclSuccess) res = ZK_LAUNCH(ddecode, grid, 32 * ZK_T_WARPS, ZK_DEC_SMEM, stream, A);
         if (res == zipcclSuccess) res = ZK_LAUNCH(dstore, grid, 256, 0, stream, A);
     }
-    if (res == zipcclSuccess) res = zk_memcpy(info, dinfo, (size_t)k * sizeof *info, stream);
-    if (res == zipcclSuccess) res = zk_sync(stream); /* the one host wait */
+    if (res == zipcclSuccess) res = zk_memcpy(pending, dinfo, (size_t)k * sizeof *pending, stream);
+    free(x);
+    return res;
+}
+
+static zipcclResult_t zk_dec_end(int k, const void* const* d_src, const size_t* srcSize, void* const* d_dst,
+                                 const size_t* cap, size_t* countOut, zipcclDataType_t expect, const ZkInfo* info,
+                                 int* failed, const char* who) {
+    *failed = -1;
+    ZkDec* x = (ZkDec*)malloc((size_t)k * sizeof *x);
+    zipcclResult_t res = x ? zipcclSuccess : zipcclSetError(zipcclSystemError, "%s: out of host memory", who);
+    if (res == zipcclSuccess) res = zk_dec_check(k, d_src, srcSize, d_dst, cap, expect, x, failed);
     for (int i = 0; i < k && res == zipcclSuccess; i++) {
         res = info[i].code ? zk_dec_header(&x[i], &info[i], expect)
                            : zk_dec_verdict(&info[i], x[i].srcSize);
@@ -2348,6 +2421,18 @@ static zipcclResult_t zk_dec_run(int k, const void* const* d_src, const size_t* 
         else if (countOut) countOut[i] = info[i].hdr.count;
     }
     free(x);
+    return res;
+}
+
+/* Start, the one host wait, end. */
+static zipcclResult_t zk_dec_run(int k, const void* const* d_src, const size_t* srcSize, void* const* d_dst,
+                                 const size_t* cap, size_t* countOut, zipcclDataType_t expect, uint8_t* ws,
+                                 size_t wsSize, void* stream, int* failed, const char* who) {
+    ZkInfo* info = (ZkInfo*)calloc((size_t)k, sizeof *info);
+    if (!info) return zipcclSetError(zipcclSystemError, "%s: out of host memory", who);
+    zipcclResult_t res = zk_dec_start(k, d_src, srcSize, d_dst, cap, expect, ws, wsSize, stream, info, failed, who);
+    if (res == zipcclSuccess) res = zk_sync(stream); /* the one host wait */
+    if (res == zipcclSuccess) res = zk_dec_end(k, d_src, srcSize, d_dst, cap, countOut, expect, info, failed, who);
     free(info);
     return res;
 }
@@ -2372,6 +2457,39 @@ static zipcclResult_t zk_decompress_batch(int k, const void* const* d_src, const
     if (!k) return zipcclSuccess;
     uint8_t* ws = d_ws ? zk_ws_align(d_ws, &wsSize) : NULL;
     zipcclResult_t res = zk_dec_run(k, d_src, srcSize, d_dst, cap, countOut, expect, ws, wsSize, stream, &bad,
+                                    "decompress (CUDA, batched)");
+    if (failed) *failed = bad;
+    return res;
+}
+
+/* The split batch: the same checks as zk_decompress_batch, then start or
+ * end. */
+static zipcclResult_t zk_dec_batch_args(int k, const void* const* d_src, const size_t* srcSize, void* const* d_dst,
+                                        const size_t* cap, const void* pending, int* failed) {
+    if (failed) *failed = -1;
+    if (k < 0 || (k && (!d_src || !srcSize || !d_dst || !cap || !pending)))
+        return zipcclSetError(zipcclInvalidArgument, "decompress (CUDA, batched): bad batch of %d frames", k);
+    return zipcclSuccess;
+}
+static zipcclResult_t zk_decompress_start(int k, const void* const* d_src, const size_t* srcSize, void* const* d_dst,
+                                          const size_t* cap, zipcclDataType_t expect, void* d_ws, size_t wsSize,
+                                          void* stream, void* pending, int* failed) {
+    ZIPCCL_TRY(zk_dec_batch_args(k, d_src, srcSize, d_dst, cap, pending, failed));
+    if (!k) return zipcclSuccess;
+    int bad = -1;
+    uint8_t* ws = d_ws ? zk_ws_align(d_ws, &wsSize) : NULL;
+    zipcclResult_t res = zk_dec_start(k, d_src, srcSize, d_dst, cap, expect, ws, wsSize, stream, (ZkInfo*)pending,
+                                      &bad, "decompress (CUDA, batched)");
+    if (failed) *failed = bad;
+    return res;
+}
+static zipcclResult_t zk_decompress_end(int k, const void* const* d_src, const size_t* srcSize, void* const* d_dst,
+                                        const size_t* cap, zipcclDataType_t expect, const void* pending,
+                                        size_t* countOut, int* failed) {
+    ZIPCCL_TRY(zk_dec_batch_args(k, d_src, srcSize, d_dst, cap, pending, failed));
+    if (!k) return zipcclSuccess;
+    int bad = -1;
+    zipcclResult_t res = zk_dec_end(k, d_src, srcSize, d_dst, cap, countOut, expect, (const ZkInfo*)pending, &bad,
                                     "decompress (CUDA, batched)");
     if (failed) *failed = bad;
     return res;
@@ -2440,6 +2558,41 @@ zipcclResult_t zipcclDecompressCudaBatch(int k, const void* const* d_src, const 
                                          void* d_workspace, size_t workspaceSize, void* stream, int* failed) {
     return zk_decompress_batch(k, d_src, srcSize, d_dst, dstCapacity, count, expectDtype, d_workspace,
                                workspaceSize, stream, failed);
+}
+
+size_t zipcclCudaPendingBytes(int k, int decompress) {
+    return k <= 0 ? 0 : (size_t)k * (decompress ? sizeof(ZkInfo) : 8);
+}
+
+zipcclResult_t zipcclCompressCudaBatchStart(int k, const void* const* d_src, const size_t* count,
+                                            zipcclDataType_t dtype, void* const* d_dst, const size_t* dstCapacity,
+                                            const zipcclCodecParams_t* params, void* d_workspace,
+                                            size_t workspaceSize, void* stream, void* pending, int* failed) {
+    return zk_compress_start(k, d_src, count, dtype, d_dst, dstCapacity, params, d_workspace, workspaceSize, stream,
+                             (uint64_t*)pending, failed);
+}
+
+zipcclResult_t zipcclCompressCudaBatchEnd(int k, const void* const* d_src, const size_t* count,
+                                          zipcclDataType_t dtype, void* const* d_dst, const size_t* dstCapacity,
+                                          const zipcclCodecParams_t* params, const void* pending, size_t* dstSize,
+                                          void* stream, int* failed) {
+    return zk_compress_end(k, d_src, count, dtype, d_dst, dstCapacity, params, (const uint64_t*)pending, dstSize,
+                           stream, failed);
+}
+
+zipcclResult_t zipcclDecompressCudaBatchStart(int k, const void* const* d_src, const size_t* srcSize,
+                                              void* const* d_dst, const size_t* dstCapacity,
+                                              zipcclDataType_t expectDtype, void* d_workspace, size_t workspaceSize,
+                                              void* stream, void* pending, int* failed) {
+    return zk_decompress_start(k, d_src, srcSize, d_dst, dstCapacity, expectDtype, d_workspace, workspaceSize,
+                               stream, pending, failed);
+}
+
+zipcclResult_t zipcclDecompressCudaBatchEnd(int k, const void* const* d_src, const size_t* srcSize,
+                                            void* const* d_dst, const size_t* dstCapacity,
+                                            zipcclDataType_t expectDtype, const void* pending, size_t* count,
+                                            int* failed) {
+    return zk_decompress_end(k, d_src, srcSize, d_dst, dstCapacity, expectDtype, pending, count, failed);
 }
 
 } /* extern "C" */

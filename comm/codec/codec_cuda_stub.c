@@ -67,6 +67,54 @@ zipcclResult_t zipcclDecompressCudaBatch(int k, const void* const* d_src, const 
     return zipcclSetError(zipcclUnsupported,
                           "zipcclDecompressCudaBatch: libzipccl was built without CUDA (no nvcc)");
 }
+
+size_t zipcclCudaPendingBytes(int k, int decompress) {
+    (void)k; (void)decompress;
+    return 0;
+}
+
+static zipcclResult_t noCuda(const char* who, int* failed) {
+    if (failed) *failed = -1;
+    return zipcclSetError(zipcclUnsupported, "%s: libzipccl was built without CUDA (no nvcc)", who);
+}
+
+zipcclResult_t zipcclCompressCudaBatchStart(int k, const void* const* d_src, const size_t* count,
+                                            zipcclDataType_t dtype, void* const* d_dst,
+                                            const size_t* dstCapacity, const zipcclCodecParams_t* params,
+                                            void* d_workspace, size_t workspaceSize, void* stream,
+                                            void* pending, int* failed) {
+    (void)k; (void)d_src; (void)count; (void)dtype; (void)d_dst; (void)dstCapacity; (void)params;
+    (void)d_workspace; (void)workspaceSize; (void)stream; (void)pending;
+    return noCuda("zipcclCompressCudaBatchStart", failed);
+}
+
+zipcclResult_t zipcclCompressCudaBatchEnd(int k, const void* const* d_src, const size_t* count,
+                                          zipcclDataType_t dtype, void* const* d_dst,
+                                          const size_t* dstCapacity, const zipcclCodecParams_t* params,
+                                          const void* pending, size_t* dstSize, void* stream, int* failed) {
+    (void)k; (void)d_src; (void)count; (void)dtype; (void)d_dst; (void)dstCapacity; (void)params;
+    (void)pending; (void)dstSize; (void)stream;
+    return noCuda("zipcclCompressCudaBatchEnd", failed);
+}
+
+zipcclResult_t zipcclDecompressCudaBatchStart(int k, const void* const* d_src, const size_t* srcSize,
+                                              void* const* d_dst, const size_t* dstCapacity,
+                                              zipcclDataType_t expectDtype, void* d_workspace,
+                                              size_t workspaceSize, void* stream, void* pending,
+                                              int* failed) {
+    (void)k; (void)d_src; (void)srcSize; (void)d_dst; (void)dstCapacity; (void)expectDtype;
+    (void)d_workspace; (void)workspaceSize; (void)stream; (void)pending;
+    return noCuda("zipcclDecompressCudaBatchStart", failed);
+}
+
+zipcclResult_t zipcclDecompressCudaBatchEnd(int k, const void* const* d_src, const size_t* srcSize,
+                                            void* const* d_dst, const size_t* dstCapacity,
+                                            zipcclDataType_t expectDtype, const void* pending,
+                                            size_t* count, int* failed) {
+    (void)k; (void)d_src; (void)srcSize; (void)d_dst; (void)dstCapacity; (void)expectDtype;
+    (void)pending; (void)count;
+    return noCuda("zipcclDecompressCudaBatchEnd", failed);
+}
 #else
 /* ISO C forbids an empty translation unit. */
 typedef int zipccl_codec_cuda_stub_unused_t;

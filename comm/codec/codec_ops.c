@@ -54,6 +54,40 @@ static zipcclResult_t cpuDecompressBatch(const zipcclCodecCtx* ctx, int k, const
     return zipcclSuccess;
 }
 
+/* The halves on the CPU: Start does the work, leaving each buffer's frame
+ * size or count in `pending` (8 bytes a buffer); End copies them out. */
+static size_t cpuPendingBytes(int k, int decompress) {
+    (void)decompress;
+    return k > 0 ? (size_t)k * sizeof(size_t) : 0;
+}
+static zipcclResult_t cpuCompressStart(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* count,
+                                       zipcclDataType_t dtype, void* const* dst, const size_t* dstCapacity,
+                                       const zipcclCodecParams_t* params, void* pending, int* failed) {
+    return cpuCompressBatch(ctx, k, src, count, dtype, dst, dstCapacity, (size_t*)pending, params, failed);
+}
+static zipcclResult_t cpuCompressEnd(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* count,
+                                     zipcclDataType_t dtype, void* const* dst, const size_t* dstCapacity,
+                                     const zipcclCodecParams_t* params, const void* pending, size_t* dstSize,
+                                     int* failed) {
+    (void)ctx, (void)src, (void)count, (void)dtype, (void)dst, (void)dstCapacity, (void)params;
+    *failed = -1;
+    for (int i = 0; i < k; i++) dstSize[i] = ((const size_t*)pending)[i];
+    return zipcclSuccess;
+}
+static zipcclResult_t cpuDecompressStart(const zipcclCodecCtx* ctx, int k, const void* const* src,
+                                         const size_t* srcSize, void* const* dst, const size_t* dstCapacity,
+                                         zipcclDataType_t expectDtype, void* pending, int* failed) {
+    return cpuDecompressBatch(ctx, k, src, srcSize, dst, dstCapacity, (size_t*)pending, expectDtype, failed);
+}
+static zipcclResult_t cpuDecompressEnd(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* srcSize,
+                                       void* const* dst, const size_t* dstCapacity, zipcclDataType_t expectDtype,
+                                       const void* pending, size_t* count, int* failed) {
+    (void)ctx, (void)src, (void)srcSize, (void)dst, (void)dstCapacity, (void)expectDtype;
+    *failed = -1;
+    for (int i = 0; i < k; i++) count[i] = ((const size_t*)pending)[i];
+    return zipcclSuccess;
+}
+
 const zipcclCodecOps zipcclCodecOpsCpu = {
     .name = "cpu",
     .device = 0,
@@ -65,6 +99,11 @@ const zipcclCodecOps zipcclCodecOpsCpu = {
     .workspaceBatch = cpuWorkspaceBatch,
     .compressBatch = cpuCompressBatch,
     .decompressBatch = cpuDecompressBatch,
+    .pendingBytes = cpuPendingBytes,
+    .compressStart = cpuCompressStart,
+    .compressEnd = cpuCompressEnd,
+    .decompressStart = cpuDecompressStart,
+    .decompressEnd = cpuDecompressEnd,
 };
 
 /* ---- CUDA: device buffers, the context's workspace and stream -------------- */
@@ -96,6 +135,32 @@ static zipcclResult_t cudaDecompressBatch(const zipcclCodecCtx* ctx, int k, cons
                                      ctx->workspaceSize, ctx->stream, failed);
 }
 
+static zipcclResult_t cudaCompressStart(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* count,
+                                        zipcclDataType_t dtype, void* const* dst, const size_t* dstCapacity,
+                                        const zipcclCodecParams_t* params, void* pending, int* failed) {
+    return zipcclCompressCudaBatchStart(k, src, count, dtype, dst, dstCapacity, params, ctx->workspace,
+                                        ctx->workspaceSize, ctx->stream, pending, failed);
+}
+static zipcclResult_t cudaCompressEnd(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* count,
+                                      zipcclDataType_t dtype, void* const* dst, const size_t* dstCapacity,
+                                      const zipcclCodecParams_t* params, const void* pending, size_t* dstSize,
+                                      int* failed) {
+    return zipcclCompressCudaBatchEnd(k, src, count, dtype, dst, dstCapacity, params, pending, dstSize, ctx->stream,
+                                      failed);
+}
+static zipcclResult_t cudaDecompressStart(const zipcclCodecCtx* ctx, int k, const void* const* src,
+                                          const size_t* srcSize, void* const* dst, const size_t* dstCapacity,
+                                          zipcclDataType_t expectDtype, void* pending, int* failed) {
+    return zipcclDecompressCudaBatchStart(k, src, srcSize, dst, dstCapacity, expectDtype, ctx->workspace,
+                                          ctx->workspaceSize, ctx->stream, pending, failed);
+}
+static zipcclResult_t cudaDecompressEnd(const zipcclCodecCtx* ctx, int k, const void* const* src,
+                                        const size_t* srcSize, void* const* dst, const size_t* dstCapacity,
+                                        zipcclDataType_t expectDtype, const void* pending, size_t* count, int* failed) {
+    (void)ctx;
+    return zipcclDecompressCudaBatchEnd(k, src, srcSize, dst, dstCapacity, expectDtype, pending, count, failed);
+}
+
 const zipcclCodecOps zipcclCodecOpsCuda = {
     .name = "cuda",
     .device = 1,
@@ -107,6 +172,11 @@ const zipcclCodecOps zipcclCodecOpsCuda = {
     .workspaceBatch = zipcclCudaWorkspaceSizeBatch,
     .compressBatch = cudaCompressBatch,
     .decompressBatch = cudaDecompressBatch,
+    .pendingBytes = zipcclCudaPendingBytes,
+    .compressStart = cudaCompressStart,
+    .compressEnd = cudaCompressEnd,
+    .decompressStart = cudaDecompressStart,
+    .decompressEnd = cudaDecompressEnd,
 };
 
 const zipcclCodecOps* zipcclCodecOpsFor(int device) { return device ? &zipcclCodecOpsCuda : &zipcclCodecOpsCpu; }

@@ -70,6 +70,27 @@ typedef struct zipcclCodecOps {
     zipcclResult_t (*decompressBatch)(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* srcSize,
                                       void* const* dst, const size_t* dstCapacity, size_t* count,
                                       zipcclDataType_t expectDtype, int* failed);
+    /* The batches in two halves (zipcclCompressCudaBatchStart / End, ...):
+     * Start enqueues the batch and the copy of what End reads into
+     * `pending` (host memory of pendingBytes(k, decompress) bytes), without
+     * a wait; after the caller has waited for ctx->stream (or an event
+     * recorded there after Start), End (the same arguments) gives the frame
+     * sizes or the verdicts and counts, without a wait.  On the CPU, Start
+     * does the work and End copies its results. */
+    size_t (*pendingBytes)(int k, int decompress);
+    zipcclResult_t (*compressStart)(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* count,
+                                    zipcclDataType_t dtype, void* const* dst, const size_t* dstCapacity,
+                                    const zipcclCodecParams_t* params, void* pending, int* failed);
+    zipcclResult_t (*compressEnd)(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* count,
+                                  zipcclDataType_t dtype, void* const* dst, const size_t* dstCapacity,
+                                  const zipcclCodecParams_t* params, const void* pending, size_t* dstSize,
+                                  int* failed);
+    zipcclResult_t (*decompressStart)(const zipcclCodecCtx* ctx, int k, const void* const* src,
+                                      const size_t* srcSize, void* const* dst, const size_t* dstCapacity,
+                                      zipcclDataType_t expectDtype, void* pending, int* failed);
+    zipcclResult_t (*decompressEnd)(const zipcclCodecCtx* ctx, int k, const void* const* src, const size_t* srcSize,
+                                    void* const* dst, const size_t* dstCapacity, zipcclDataType_t expectDtype,
+                                    const void* pending, size_t* count, int* failed);
 } zipcclCodecOps;
 
 extern const zipcclCodecOps zipcclCodecOpsCpu;

@@ -228,6 +228,9 @@ static zipcclResult_t readEnv(struct zipcclComm* c) {
     v = 0; /* unset: sized to the link at init (sizeToLink) */
     ZIPCCL_TRY(envInt("ZIPCCL_PIECE_BYTES", 32768, 1ll << 40, "an integer >= 32768", &v));
     c->pieceBytes = (size_t)v;
+    v = 8ll << 20; /* a block's pieces on the device: each costs two host waits and a sizes' all-reduce */
+    ZIPCCL_TRY(envInt("ZIPCCL_DEVICE_PIECE_BYTES", 0, 1ll << 40, "an integer >= 0; 0 = one piece a block", &v));
+    c->devPieceBytes = (size_t)v;
     v = 2;
     ZIPCCL_TRY(envInt("ZIPCCL_A2A_WINDOW", 1, 1 << 20, "an integer >= 1", &v));
     c->a2aWindow = (int)v;

@@ -386,6 +386,78 @@ static void check_batch(void) {
           "%d: %s", r, zipcclGetLastErrorDetail());
 }
 
+/* The batches in halves (zk_compress_start / end, zk_dec_start / end, the
+ * entries zipcclCompressCudaBatchStart ... of a pipelined collective): two
+ * batches started back to back on one workspace, ends after one wait, give
+ * the single calls' frames and elements; neither half waits; a damaged frame
+ * is named by the end. */
+static void check_split(void) {
+    enum { K = 3 };
+    const size_t counts[2][K] = {{20000, 0, 5000}, {16385, 1, 7000}};
+    zipcclCodecParams_t p = ZIPCCL_CODEC_PARAMS_DEFAULT;
+    p.checksum = 1;
+    for (int c = 0; c < CC_NCODECS; c++) {
+        p.codec = cc_codecs[c];
+        std::vector<uint8_t> src[2][K], ref[2][K], out[2][K], dec[2][K];
+        const void* sp[2][K];
+        void* dp[2][K];
+        size_t cap[2][K], size[2][K], dcap[2][K], cnt[2][K];
+        uint64_t pend[2][K];
+        int ok = 1;
+        for (int b = 0; b < 2; b++)
+            for (int i = 0; i < K; i++) {
+                src[b][i] = cc_make(zipcclBfloat16, i == 2 && b ? D_RANDBITS : D_GAUSS, counts[b][i]);
+                ok &= emu_compress(src[b][i].data(), counts[b][i], zipcclBfloat16, &p, &ref[b][i]) == zipcclSuccess;
+                cap[b][i] = zipcclCompressBound(counts[b][i], zipcclBfloat16, 1);
+                out[b][i].assign(cap[b][i] + 8, 0xEE);
+                sp[b][i] = src[b][i].data(), dp[b][i] = out[b][i].data();
+                dec[b][i].assign(counts[b][i] * 2 + 8, 0xEE);
+                dcap[b][i] = counts[b][i] * 2;
+            }
+        std::vector<uint8_t> ws(zk_workspace_size_batch(K, 20000, zipcclBfloat16, 0));
+        int failed = 7;
+        const uint64_t s0 = emu_syncs();
+        zipcclResult_t r = zipcclSuccess;
+        for (int b = 0; b < 2 && r == zipcclSuccess; b++)
+            r = zk_compress_start(K, sp[b], counts[b], zipcclBfloat16, dp[b], cap[b], &p, ws.data(), ws.size(), NULL,
+                                  pend[b], &failed);
+        for (int b = 0; b < 2 && r == zipcclSuccess; b++)
+            r = zk_compress_end(K, sp[b], counts[b], zipcclBfloat16, dp[b], cap[b], &p, pend[b], size[b], NULL,
+                                &failed);
+        const uint64_t csyncs = emu_syncs() - s0;
+        for (int b = 0; b < 2 && r == zipcclSuccess; b++)
+            for (int i = 0; i < K; i++)
+                ok &= size[b][i] == ref[b][i].size() && !memcmp(out[b][i].data(), ref[b][i].data(), size[b][i]);
+        /* damage batch 1's frame 2 (stored: random bits): its end names it */
+        out[1][2][size[1][2] - 1] ^= 0x40;
+        std::vector<uint8_t> dws(zk_workspace_size_batch(K, 20000, zipcclBfloat16, 1));
+        std::vector<ZkInfo> info[2] = {std::vector<ZkInfo>(K), std::vector<ZkInfo>(K)};
+        const void* fp[2][K];
+        void* op[2][K];
+        for (int b = 0; b < 2; b++)
+            for (int i = 0; i < K; i++) fp[b][i] = out[b][i].data(), op[b][i] = dec[b][i].data();
+        const uint64_t s1 = emu_syncs();
+        zipcclResult_t rd[2] = {r, r};
+        int bad[2] = {7, 7};
+        for (int b = 0; b < 2 && r == zipcclSuccess; b++)
+            rd[b] = zk_decompress_start(K, fp[b], size[b], op[b], dcap[b], zipcclBfloat16, dws.data(), dws.size(),
+                                        NULL, info[b].data(), &bad[b]);
+        for (int b = 0; b < 2 && rd[0] == zipcclSuccess && rd[1] == zipcclSuccess; b++)
+            rd[b] = zk_decompress_end(K, fp[b], size[b], op[b], dcap[b], zipcclBfloat16, info[b].data(), cnt[b],
+                                      &bad[b]);
+        const uint64_t dsyncs = emu_syncs() - s1;
+        for (int i = 0; i < K && rd[0] == zipcclSuccess; i++)
+            ok &= cnt[0][i] == counts[0][i] && !memcmp(dec[0][i].data(), src[0][i].data(), counts[0][i] * 2);
+        char n[96];
+        snprintf(n, sizeof n, "emu/batch_split/%s", cc_codec_name(p.codec));
+        CHECK(ok && r == zipcclSuccess && csyncs == 0 && dsyncs == 0 && rd[0] == zipcclSuccess &&
+                  rd[1] == zipcclChecksumMismatch && bad[0] == -1 && bad[1] == 2,
+              n, "same bytes %d, compress %d, host waits %llu and %llu (want 0), decompress %d and %d (want %d), "
+                 "failed %d and %d (want -1, 2)", ok, r, (unsigned long long)csyncs, (unsigned long long)dsyncs,
+              rd[0], rd[1], (int)zipcclChecksumMismatch, bad[0], bad[1]);
+    }
+}
+
 int main(int argc, char** argv) {
     int longrun = argc > 1 && !strcmp(argv[1], "--long");
     tu_quiet_pass = 0;
@@ -397,6 +469,7 @@ int main(int argc, char** argv) {
     check_lookback();
     check_decompress_workspace();
     check_batch();
+    check_split();
     cc_api(&kEmu);
     cc_chunk_log2(&kEmu);
     cc_small_chunks(&kEmu);
