@@ -99,7 +99,12 @@ void zipcclDeviceRelease(struct zipcclComm* c) {
         c->devScratch[i] = NULL;
         c->devScratchCap[i] = 0;
     }
-    for (int i = 0; i < 2; i++) {
+    if (c->netStream) {
+        zdev_stream_sync(d, c->netStream);
+        zdev_stream_destroy(d, c->netStream);
+        c->netStream = NULL;
+    }
+    for (int i = 0; i < 4; i++) {
         if (c->pieceEvent[i]) zdev_event_destroy(d, c->pieceEvent[i]);
         c->pieceEvent[i] = NULL;
     }
@@ -209,7 +214,7 @@ typedef struct {
     size_t slot;
     int sendSlots;
     char *dsend, *drecv; /* device */
-    char* dcur;          /* the send set of the piece at hand */
+    char *dcur, *rcur;   /* the send and receive sets of the piece at hand */
     char *hsend, *hrecv; /* host staging; NULL over a network */
     char *encPend, *decPend; /* host: the encoder's, then one decoder share per piece */
     size_t decShare;
@@ -217,15 +222,17 @@ typedef struct {
 
 static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const zipcclExecStats* st, int sendSlots,
                                  size_t maxCount, int decodes, size_t pieces, Frames* f) {
-    const int n = c->nranks, sets = pieces > 1 ? 2 : 1;
+    /* two receive sets over a network in pieces: the next piece arrives
+     * (on the network's stream) while this one is decoded */
+    const int n = c->nranks, sets = pieces > 1 ? 2 : 1, recvSets = pieces > 1 && c->hasNet ? 2 : 1;
     f->codec = zipcclCodecOpsFor(c->dev->kind == ZDEV_KIND_CUDA);
     f->slot = (f->codec->bound(maxCount, op->dtype, 0) + 1 + 255) & ~(size_t)255;
     f->sendSlots = sendSlots;
-    const size_t all = (size_t)(sets * sendSlots + n) * f->slot;
+    const size_t all = (size_t)(sets * sendSlots + recvSets * n) * f->slot;
     f->dsend = devScratch(c, kDevFrames, all);
     if (!f->dsend) return zipcclNoMemory(c, op, "d:frames", all);
     f->dcur = f->dsend;
-    f->drecv = f->dsend + (size_t)(sets * sendSlots) * f->slot;
+    f->drecv = f->rcur = f->dsend + (size_t)(sets * sendSlots) * f->slot;
     /* one batch of up to sendSlots encodes, one of `decodes` decodes */
     const size_t we = f->codec->workspaceBatch(sendSlots, maxCount, op->dtype, 0),
                  wd = f->codec->workspaceBatch(decodes, maxCount, op->dtype, 1), wsz = we > wd ? we : wd;
@@ -304,7 +311,7 @@ static zipcclResult_t exchange(struct zipcclComm* c, const zipcclOp* op, zipcclE
         void* recv[n];
         for (int p = 0; p < n; p++) {
             send[p] = f->dcur + (size_t)slotOf[p] * f->slot;
-            recv[p] = f->drecv + (size_t)p * f->slot;
+            recv[p] = f->rcur + (size_t)p * f->slot;
         }
         return netRound(c, op, st, send, sb, recv, rb);
     }
@@ -519,7 +526,7 @@ static zipcclResult_t decStart(struct zipcclComm* c, const zipcclOp* op, zipcclE
     double t = zipcclNow();
     for (int d = 0; d < x->nDec; d++) {
         if (!hasPiece(x, x->decCount[d], p)) continue;
-        char* fr = (x->decSent[d] ? f->dcur : f->drecv) + (size_t)x->decSlot[d] * f->slot;
+        char* fr = (x->decSent[d] ? f->dcur : f->rcur) + (size_t)x->decSlot[d] * f->slot;
         frame[k] = fr, fb[k] = fbytes[d], dst[k] = x->decDst[d] + off * esz;
         cap[k] = pieceLen(x, x->decCount[d], p) * esz, which[k++] = d;
         if (x->decSent[d] || c->hasNet) continue;
@@ -561,7 +568,7 @@ static zipcclResult_t decEnd(struct zipcclComm* c, const zipcclOp* op, Frames* f
     int k = 0, which[m];
     for (int d = 0; d < x->nDec; d++) {
         if (!hasPiece(x, x->decCount[d], p)) continue;
-        frame[k] = (x->decSent[d] ? f->dcur : f->drecv) + (size_t)x->decSlot[d] * f->slot;
+        frame[k] = (x->decSent[d] ? f->dcur : f->rcur) + (size_t)x->decSlot[d] * f->slot;
         fb[k] = fbytes[(size_t)p * x->nDec + d], dst[k] = x->decDst[d] + off * esz;
         cap[k] = pieceLen(x, x->decCount[d], p) * esz, got[k] = 0, which[k++] = d;
     }
@@ -628,13 +635,24 @@ static zipcclResult_t runCoded(struct zipcclComm* c, const zipcclOp* op, zipcclE
     int decoded = 0;
     zipcclResult_t res = encStart(c, op, st, &f, x, 0, &k, which);
     if (res == zipcclSuccess && k && dev) res = markHere(c, op, pieced, 0);
+
+    /* over a network in pieces, the exchange on a stream of its own
+     * (c->netStream): it waits for the piece's frames (event 2), the
+     * piece's decode for it (event 3), and the codec runs on beside it */
+    const int two = pieced && c->hasNet && n > 1;
+    zipcclOp xop = *op;
+    if (two && res == zipcclSuccess && !c->netStream && zdev_stream_create(c->dev, &c->netStream))
+        res = zipcclDevFail(c, zipcclCollName(op->kind), "creating the network's stream");
+    if (two) xop.stream = c->netStream;
     for (size_t p = 0; p < K && res == zipcclSuccess; p++) {
         f.dcur = f.dsend + (size_t)(p % 2) * (size_t)f.sendSlots * f.slot;
+        f.rcur = f.drecv + (size_t)(two ? p % 2 : 0) * (size_t)n * f.slot;
         if (k && dev) res = waitMark(c, op, pieced, 0, "waiting for the frames' sizes");
         if (res == zipcclSuccess) res = encEnd(c, op, st, &f, x, p, k, which, bytes);
         if (res == zipcclSuccess) res = framesDown(c, op, st, &f, x, bytes);
         const int down = !c->hasNet && n > 1;
         if (res == zipcclSuccess && down) res = markHere(c, op, pieced, 1);
+        if (res == zipcclSuccess && two) res = markHere(c, op, 1, 2);
         if (res == zipcclSuccess && p + 1 < K) {
             res = encStart(c, op, st, &f, x, p + 1, &k, which);
             if (res == zipcclSuccess && k && dev) res = markHere(c, op, pieced, 0);
@@ -658,7 +676,13 @@ static zipcclResult_t runCoded(struct zipcclComm* c, const zipcclOp* op, zipcclE
             rb[i] = i == r ? 0 : (size_t)in;
         }
         if (res == zipcclSuccess && down) res = waitMark(c, op, pieced, 1, "waiting for the frames to come down");
-        if (res == zipcclSuccess && n > 1) res = exchange(c, op, st, &f, slotOf, sb, rb);
+        if (res == zipcclSuccess && two && zdev_stream_wait_event(c->dev, xop.stream, c->pieceEvent[2]))
+            res = zipcclDevFail(c, zipcclCollName(op->kind), "ordering the exchange after the encoder");
+        if (res == zipcclSuccess && n > 1) res = exchange(c, &xop, st, &f, slotOf, sb, rb);
+        if (res == zipcclSuccess && two &&
+            (zipcclDevRecord(c, &c->pieceEvent[3], xop.stream) ||
+             zdev_stream_wait_event(c->dev, op->stream, c->pieceEvent[3])))
+            res = zipcclDevFail(c, zipcclCollName(op->kind), "ordering the decoder after the exchange");
         for (int d = 0; d < x->nDec; d++) {
             const int i = x->decFrom[d];
             fb[p * (size_t)nd + d] = x->decSent[d] ? (rows == 1 ? (size_t)size[r] : (size_t)size[(size_t)r * n + i])
@@ -672,6 +696,7 @@ static zipcclResult_t runCoded(struct zipcclComm* c, const zipcclOp* op, zipcclE
         res = zipcclDevFail(c, zipcclCollName(op->kind), "waiting for the frames to be decoded");
     for (size_t p = 0; p < K && res == zipcclSuccess; p++) {
         f.dcur = f.dsend + (size_t)(p % 2) * (size_t)f.sendSlots * f.slot;
+        f.rcur = f.drecv + (size_t)(two ? p % 2 : 0) * (size_t)n * f.slot;
         res = decEnd(c, op, &f, x, p, fb);
     }
     free(fb);

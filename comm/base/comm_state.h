@@ -266,7 +266,9 @@ struct zipcclComm {
     size_t hostStageCap[3];
     size_t devPieceBytes; /* coded calls on the device go in pieces of this many
                            * bytes a block (ZIPCCL_DEVICE_PIECE_BYTES; 0: whole) */
-    void* pieceEvent[2];  /* their marks on the stream: encoded, frames down  */
+    void* pieceEvent[4];  /* their marks: encoded, frames down (the host waits);
+                           * coded, exchanged (the streams wait)            */
+    void* netStream;      /* over a network, their exchanges' stream         */
     /* Device memory moved device to device (zipcclCommSetNet): every call
      * runs on it (coll_run.c, runNet). */
     int hasNet;

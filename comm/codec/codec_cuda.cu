@@ -1799,21 +1799,24 @@ ZK void dstore_body(const DecLaunch& A) {
 /* ------------------------------------------------------------------------ */
 
 #ifdef ZIPCCL_CUDA_EMU
-#define ZK_LAUNCH(name, grid, block, smem, stream, args) \
-    (emu_launch((uint64_t)(grid), (unsigned)(block), (size_t)(smem), [&]() { name##_body(args); }), zipcclSuccess)
+/* on the stream (emu::on_stream: at once, or queued where the runtime
+ * stand-in defers streams), the arguments copied as a launch copies them */
+#define ZK_LAUNCH(name, grid, block, smem, stream, args)                                                       \
+    (emu::on_stream((stream), [g_ = (uint64_t)(grid), b_ = (unsigned)(block), s_ = (size_t)(smem), a_ = (args)]() { \
+         emu_launch(g_, b_, s_, [&]() { name##_body(a_); });                                                    \
+     }),                                                                                                        \
+     zipcclSuccess)
 static zipcclResult_t zk_memcpy(void* d, const void* s, size_t n, void* stream) {
-    (void)stream;
-    if (n) memmove(d, s, n);
+    if (n) emu::on_stream(stream, [=]() { memmove(d, s, n); });
     return zipcclSuccess;
 }
 static zipcclResult_t zk_memset(void* d, int v, size_t n, void* stream) {
-    (void)stream;
-    memset(d, v, n);
+    emu::on_stream(stream, [=]() { memset(d, v, n); });
     return zipcclSuccess;
 }
 static zipcclResult_t zk_sync(void* stream) {
-    (void)stream;
     zdev_count_sync();
+    if (emu::stream_sync) emu::stream_sync(stream);
     return zipcclSuccess;
 }
 #else

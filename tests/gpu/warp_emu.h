@@ -189,6 +189,22 @@ inline void launch(uint64_t grid, unsigned block, size_t smem_bytes,
 }
 } // namespace emu
 
+/* Where a stream's work goes.  Alone (tests/gpu/cuda_emu.cc) it runs when
+ * it is issued; under the CUDA runtime stand-in (tests/gpu/emu/
+ * cuda_emu_runtime.h) with ZK_EMU_ASYNC=1 it is queued on its stream and
+ * runs only when something waits for it (a stream or event
+ * synchronisation, another stream's wait, a free), so a host read or a
+ * second stream that is not ordered after the work sees it undone, as it
+ * may on a device.  stream_sync runs a stream's queue. */
+namespace emu {
+inline void (*stream_enqueue)(void* stream, std::function<void()> fn) = nullptr;
+inline void (*stream_sync)(void* stream) = nullptr;
+inline void on_stream(void* stream, std::function<void()> fn) {
+    if (stream_enqueue) stream_enqueue(stream, std::move(fn));
+    else fn();
+}
+} // namespace emu
+
 /* The names comm/codec/codec_cuda.cu's ZK_* macros use in its emulated build. */
 inline unsigned emu_tid(void) { return emu::cur; }
 inline uint64_t emu_bid(void) { return emu::block_id; }

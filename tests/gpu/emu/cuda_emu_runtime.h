@@ -24,8 +24,20 @@
  *     contraction (nvcc contracts a*b+c into an FMA elsewhere, so results
  *     other than the _rn paths differ from a GPU's in the last bits).
  *
- * Not modelled: streams (everything runs at once, in order), asynchrony,
- * memory-ordering races, timing. Events read the host clock.
+ *   - streams: by default work runs when it is issued, in order.  With
+ *     ZK_EMU_ASYNC=1 every stream's work (kernels, async copies and sets,
+ *     cuBLAS on the handle's stream, the codec's launches) is queued on its
+ *     stream and runs only when something waits for it: a stream or event
+ *     synchronisation, a free (CUDA's cudaFree synchronises the device), a
+ *     stream's wait for an event on another (it runs that stream up to the
+ *     event when its turn comes).  A host read, or a second stream, that is
+ *     not ordered after the work sees it undone, as it may on a device; so a
+ *     missing event or wait changes the bits the tests compare.  The legacy
+ *     stream (NULL) runs at once, after every queue.  The blocking
+ *     cudaMemcpy does not wait for the non-blocking streams, as on a device.
+ *
+ * Not modelled: concurrency between streams (queued work runs in the order
+ * it is forced), memory-ordering races, timing. Events read the host clock.
  */
 #ifndef ZIPCCL_TEST_CUDA_EMU_RUNTIME_H
 #define ZIPCCL_TEST_CUDA_EMU_RUNTIME_H
@@ -35,8 +47,12 @@
 #include <string.h>
 #include <time.h>
 
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <set>
+#include <type_traits>
 #include <vector>
 
 #include <cblas.h>
@@ -58,6 +74,13 @@ struct dim3 {
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 
+/* a stream: its queue (ZK_EMU_ASYNC), how many ops were issued and run */
+struct CUstream_emu {
+    int flags;
+    std::deque<std::function<void()>> q;
+    uint64_t issued, done;
+};
+
 namespace emu {
 inline dim3 thread_idx() { return dim3(cur, 0, 0); }
 inline dim3 block_idx() {
@@ -67,21 +90,85 @@ inline dim3 block_idx() {
 inline dim3 block_dim() { return dim3(nthreads, 1, 1); }
 inline dim3 grid_dims() { return dim3(grid_dim[0], grid_dim[1], grid_dim[2]); }
 
+/* ---- streams (ZK_EMU_ASYNC=1: queued until waited for) ---- */
+inline bool async_streams() {
+    static const bool on = [] {
+        const char* v = getenv("ZK_EMU_ASYNC");
+        return v && !strcmp(v, "1");
+    }();
+    return on;
+}
+/* every queue, and the work running from it, under one lock: a
+ * communicator's progress thread and the caller's take turns */
+inline std::recursive_mutex queue_lock;
+inline std::set<CUstream_emu*>& live_streams() {
+    static std::set<CUstream_emu*> s;
+    return s;
+}
+/* run stream s's queue until `seq` of its ops have run */
+inline void run_until(CUstream_emu* s, uint64_t seq) {
+    std::lock_guard<std::recursive_mutex> hold(queue_lock);
+    while (s->done < seq && !s->q.empty()) {
+        std::function<void()> fn = std::move(s->q.front());
+        s->q.pop_front();
+        s->done++;
+        fn();
+    }
+}
+inline void run_all() {
+    std::lock_guard<std::recursive_mutex> hold(queue_lock);
+    for (CUstream_emu* s : live_streams()) run_until(s, s->issued);
+}
+inline void enqueue(void* stream, std::function<void()> fn) {
+    std::lock_guard<std::recursive_mutex> hold(queue_lock);
+    CUstream_emu* s = (CUstream_emu*)stream;
+    if (!async_streams()) return fn();
+    if (!s) { /* the legacy stream: after everything queued */
+        run_all();
+        return fn();
+    }
+    s->q.push_back(std::move(fn));
+    s->issued++;
+}
+inline void sync_stream(void* stream) {
+    if (stream) run_until((CUstream_emu*)stream, ((CUstream_emu*)stream)->issued);
+    else run_all();
+}
+/* the codec's launches and copies (warp_emu.h's hooks) go the same way */
+inline const bool hooks_set = [] {
+    stream_enqueue = enqueue;
+    stream_sync = sync_stream;
+    return true;
+}();
+template <class S>
+inline void* as_stream(S s) {
+    if constexpr (std::is_pointer<S>::value) return (void*)s;
+    else return nullptr;
+}
+
 /* k<<<grid, block, smem, stream>>>(args) becomes launcher(k, grid, block,
- * smem, stream)(args): the kernel runs to completion under the emulator. */
+ * smem, stream)(args): the kernel runs to completion under the emulator,
+ * when its stream gets to it (its arguments copied at the launch, as CUDA
+ * copies them). */
 template <class F>
 struct Launcher {
     F kernel;
     unsigned grid[3], block;
     size_t smem;
+    void* stream;
     template <class... A>
     void operator()(A... args) const {
-        launch3(grid, block, smem, [&]() { kernel(args...); });
+        const F k = kernel;
+        const unsigned g[3] = {grid[0], grid[1], grid[2]}, b = block;
+        const size_t sm = smem;
+        enqueue(stream, [=]() {
+            const unsigned gg[3] = {g[0], g[1], g[2]};
+            launch3(gg, b, sm, [&]() { k(args...); });
+        });
     }
 };
 template <class F, class S = void*>
 Launcher<F> launcher(F kernel, dim3 grid, dim3 block, size_t smem = 0, S stream = nullptr) {
-    (void)stream;
     if (block.y != 1 || block.z != 1) die("kernels/cuda.cu launches one-dimensional blocks only");
     if (!grid.x || !grid.y || !grid.z) die("a launch with an empty grid (CUDA refuses it)");
     Launcher<F> l;
@@ -89,6 +176,7 @@ Launcher<F> launcher(F kernel, dim3 grid, dim3 block, size_t smem = 0, S stream 
     l.grid[0] = grid.x, l.grid[1] = grid.y, l.grid[2] = grid.z;
     l.block = block.x;
     l.smem = smem;
+    l.stream = as_stream(stream);
     return l;
 }
 } // namespace emu
@@ -156,16 +244,17 @@ typedef enum {
     cudaMemcpyDeviceToHost = 2,
     cudaMemcpyDeviceToDevice = 3
 } cudaMemcpyKind;
-struct CUstream_emu {
-    int flags;
-};
 typedef CUstream_emu* cudaStream_t;
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 enum { cudaEventDefault = 0, cudaEventDisableTiming = 2 };
 enum { cudaHostAllocDefault = 0, cudaHostAllocPortable = 1 };
+/* an event: the host clock when it ran, and where it was recorded (the
+ * stream and how many of its ops come before it) */
 struct CUevent_emu {
     double t;
     unsigned flags;
+    CUstream_emu* s;
+    uint64_t seq;
 };
 typedef CUevent_emu* cudaEvent_t;
 struct cudaDeviceProp {
@@ -246,7 +335,10 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
     snprintf(p->name, sizeof p->name, "%s", as && *as ? as : "warp emulator (tests/gpu/warp_emu.h)");
     return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() {
+    emu::run_all();
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     size_t used = 0;
     std::lock_guard<std::recursive_mutex> hold(emu::map_lock);
@@ -270,8 +362,15 @@ inline cudaError_t cudaHostAlloc(T** p, size_t bytes, unsigned flags) {
     (void)flags;
     return cudaMallocHost(p, bytes);
 }
-inline cudaError_t cudaFree(void* p) { return emu::release(p, 1); }
-inline cudaError_t cudaFreeHost(void* p) { return emu::release(p, 0); }
+/* (CUDA's frees wait for the device first) */
+inline cudaError_t cudaFree(void* p) {
+    emu::run_all();
+    return emu::release(p, 1);
+}
+inline cudaError_t cudaFreeHost(void* p) {
+    emu::run_all();
+    return emu::release(p, 0);
+}
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     const int dd = emu::on_device(dst, n), sd = emu::on_device(src, n);
     const int want_d = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -282,8 +381,12 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKi
 }
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
                                    cudaStream_t s) {
-    (void)s;
-    return cudaMemcpy(dst, src, n, kind);
+    const int dd = emu::on_device(dst, n), sd = emu::on_device(src, n);
+    const int want_d = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const int want_s = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (dd != want_d || sd != want_s) emu::die("cudaMemcpyAsync: a pointer is not where its kind says");
+    emu::enqueue(s, [=]() { memmove(dst, src, n); });
+    return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {
     if (!emu::on_device(p, n)) emu::die("cudaMemset on memory that is not the device's");
@@ -291,11 +394,12 @@ inline cudaError_t cudaMemset(void* p, int v, size_t n) {
     return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
-    (void)s;
-    return cudaMemset(p, v, n);
+    if (!emu::on_device(p, n)) emu::die("cudaMemsetAsync on memory that is not the device's");
+    emu::enqueue(s, [=]() { memset(p, v, n); });
+    return cudaSuccess;
 }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
-    *e = new CUevent_emu{0.0, flags};
+    *e = new CUevent_emu{0.0, flags, nullptr, 0};
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
@@ -304,12 +408,14 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return cudaSuccess;
 }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    (void)s;
-    e->t = emu::now_ms();
+    std::lock_guard<std::recursive_mutex> hold(emu::queue_lock);
+    e->s = emu::async_streams() ? s : nullptr;
+    e->seq = s ? s->issued : 0;
+    emu::enqueue(s, [e]() { e->t = emu::now_ms(); });
     return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    (void)e;
+    if (e->s) emu::run_until(e->s, e->seq + 1); /* its work and the record itself */
     return cudaSuccess;
 }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
@@ -330,20 +436,34 @@ inline cudaError_t cudaFuncSetAttribute(F kernel, cudaFuncAttribute attr, int va
 /* Streams: work runs when it is issued, so a stream is only a token and
  * every wait is already satisfied. */
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
-    *s = new CUstream_emu{(int)flags};
+    std::lock_guard<std::recursive_mutex> hold(emu::queue_lock);
+    *s = new CUstream_emu{(int)flags, {}, 0, 0};
+    emu::live_streams().insert(*s);
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> hold(emu::queue_lock);
+    emu::run_until(s, s->issued); /* CUDA lets its work finish */
+    emu::live_streams().erase(s);
     delete s;
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
+    emu::sync_stream(s);
     return cudaSuccess;
 }
+/* s's later work waits for e's: when s gets there, e's stream runs up to
+ * it (an event recorded after the wait was issued does not count, as on a
+ * device) */
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
-    (void)s, (void)flags;
-    return e ? cudaSuccess : cudaErrorInvalidValue;
+    (void)flags;
+    if (!e) return cudaErrorInvalidValue;
+    if (e->s && e->s != s) {
+        CUstream_emu* es = e->s;
+        const uint64_t seq = e->seq + 1;
+        emu::enqueue(s, [es, seq]() { emu::run_until(es, seq); });
+    }
+    return cudaSuccess;
 }
 
 /* ---- cuBLAS ----------------------------------------------------------------- */
@@ -359,11 +479,12 @@ typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 struct cublasContext_emu {
     int math;
+    cudaStream_t stream;
 };
 typedef cublasContext_emu* cublasHandle_t;
 
 inline cublasStatus_t cublasCreate(cublasHandle_t* h) {
-    *h = new cublasContext_emu{0};
+    *h = new cublasContext_emu{0, nullptr};
     return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
@@ -371,7 +492,7 @@ inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
     return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
-    (void)h;
+    h->stream = s;
     return s ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE; /* the tables never use the legacy stream */
 }
 inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
@@ -419,9 +540,11 @@ inline void need_device(const void* p, const char* what) {
 inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                                   int n, int k, const float* alpha, const float* A, int lda,
                                   const float* B, int ldb, const float* beta, float* C, int ldc) {
-    (void)h;
     emu::need_device(A, "A"), emu::need_device(B, "B"), emu::need_device(C, "C");
-    return emu::gemm(ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+    if (m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+    const float al = *alpha, be = *beta; /* host scalars: read at the call */
+    emu::enqueue(h->stream, [=]() { emu::gemm(ta, tb, m, n, k, al, A, lda, B, ldb, be, C, ldc); });
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
@@ -438,15 +561,9 @@ inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperatio
     return CUBLAS_STATUS_SUCCESS;
 }
 
-inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                                   int n, int k, const void* alpha, const void* A, cudaDataType at,
-                                   int lda, const void* B, cudaDataType bt, int ldb, const void* beta,
-                                   void* C, cudaDataType ct, int ldc, cublasComputeType_t comp,
-                                   cublasGemmAlgo_t algo) {
-    (void)h, (void)algo;
-    if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F || comp != CUBLAS_COMPUTE_32F)
-        return CUBLAS_STATUS_INVALID_VALUE; /* the only combination kernels/cuda.cu uses */
-    emu::need_device(A, "A"), emu::need_device(B, "B"), emu::need_device(C, "C");
+namespace emu {
+inline cublasStatus_t gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                                const void* A, int lda, const void* B, int ldb, float beta, float* C, int ldc) {
     /* the bf16 operands widened (exact), then the fp32 product */
     /* (rows, cols) as stored: the last column ends at its last row */
     const size_t ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
@@ -455,8 +572,23 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cubla
     std::vector<float> a(na), b(nb);
     for (size_t i = 0; i < na; i++) a[i] = emu::bf16_load(A, i);
     for (size_t i = 0; i < nb; i++) b[i] = emu::bf16_load(B, i);
-    return emu::gemm(ta, tb, m, n, k, *(const float*)alpha, a.data(), lda, b.data(), ldb,
-                     *(const float*)beta, (float*)C, ldc);
+    return emu::gemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+}
+} // namespace emu
+
+inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                   int n, int k, const void* alpha, const void* A, cudaDataType at,
+                                   int lda, const void* B, cudaDataType bt, int ldb, const void* beta,
+                                   void* C, cudaDataType ct, int ldc, cublasComputeType_t comp,
+                                   cublasGemmAlgo_t algo) {
+    (void)algo;
+    if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F || comp != CUBLAS_COMPUTE_32F)
+        return CUBLAS_STATUS_INVALID_VALUE; /* the only combination kernels/cuda.cu uses */
+    emu::need_device(A, "A"), emu::need_device(B, "B"), emu::need_device(C, "C");
+    if (m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+    const float al = *(const float*)alpha, be = *(const float*)beta;
+    emu::enqueue(h->stream, [=]() { emu::gemm_bf16(ta, tb, m, n, k, al, A, lda, B, ldb, be, (float*)C, ldc); });
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 #endif
