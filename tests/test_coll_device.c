@@ -292,6 +292,7 @@ static void compareAll(const Dev* mem, zipcclComm_t host, const char* net, int p
     uint64_t maxWaits[5] = {0, 0, 0, 0, 0}; /* per kind: the most host waits of a coded call */
     uint64_t waitBound[5] = {4, 4, 8, 4, 4}; /* below */
     int piecesRan = !pieces;
+    char whySame[sizeof why] = "";
     why[0] = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++)
@@ -340,13 +341,13 @@ static void compareAll(const Dev* mem, zipcclComm_t host, const char* net, int p
                 snprintf(label, sizeof label, "%s %s %s", zipcclCollName(kind), runs[ri].name,
                          dt == zipcclBfloat16 ? "bf16" : "fp32");
                 if (rh != zipcclSuccess || rd != zipcclSuccess) {
-                    if (same) snprintf(why, sizeof why, "%s: host %d, device %d (%s)", label, (int)rh, (int)rd,
+                    if (same) snprintf(whySame, sizeof whySame, "%s: host %d, device %d (%s)", label, (int)rh, (int)rd,
                                        zipcclGetLastErrorDetail());
                     same = 0;
                 } else if (memcmp(outH, outD, rB)) {
                     size_t i = 0;
                     while (outH[i] == outD[i]) i++;
-                    if (same) snprintf(why, sizeof why, "%s: byte %zu of %zu differs", label, i, rB);
+                    if (same) snprintf(whySame, sizeof whySame, "%s: byte %zu of %zu differs", label, i, rB);
                     same = 0;
                 }
                 if (kind == zipcclCollAlltoAllv)
@@ -436,6 +437,7 @@ static void compareAll(const Dev* mem, zipcclComm_t host, const char* net, int p
     char name[120], tag[60];
     snprintf(tag, sizeof tag, "%s%s%s%s", mem->name, net ? "_net_" : "", net ? net : "", pieces ? "_pieces" : "");
     snprintf(name, sizeof name, "device_%s_equals_host_%d_cases", tag, nCases);
+    if (!same) snprintf(why, sizeof why, "%s", whySame); /* (the other checks below write why too) */
     report(same, name);
     snprintf(name, sizeof name, "device_%s_alltoallv_keeps_gaps", tag);
     report(gaps, name);

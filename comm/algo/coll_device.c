@@ -42,17 +42,14 @@
  *
  * A coded call goes in pieces (ZIPCCL_DEVICE_PIECE_BYTES a block, 8 MiB by
  * default; runCoded): each piece is coded, its sizes summed, its frames
- * exchanged and decoded as the whole call would be, and the device codes
- * piece k+1 while piece k is on the wire: about max(codec, wire) a piece
- * instead of their sum.  AlltoAllv (whose blocks no rank knows all of) and
- * an in-place AlltoAll go in one piece.
+ * exchanged and decoded as the whole call would be, and while piece k is on
+ * the wire the device encodes piece k+1 and brings piece k-1 up and decodes
+ * it (over a network the exchange has a stream of its own): about
+ * max(device work, wire) a piece instead of their sum.  AlltoAllv (whose
+ * blocks no rank knows all of) and an in-place AlltoAll go in one piece.
  *
- * Left out: over a network the exchange is on the call's stream too, so
- * pieces there do not yet overlap the codec (that needs a second stream);
- * a piece's decode is not overlapped with the next piece's wire (one
- * stream: the next frames go down after it); ring and one-shot designs over
- * a network (the direct ones only: an explicit request for another is
- * refused).
+ * Left out: ring and one-shot designs over a network (the direct ones only:
+ * an explicit request for another is refused).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,13 +194,16 @@ size_t zipcclExtentOf(const size_t* counts, const size_t* displs, int n) {
 
 /* ---- device buffers, coded on the device: what every coded call shares ------------ */
 
-/* One coded call's frames: `sendSlots` slots for what this rank sends (two
- * sets of them when the call runs in pieces: piece p encodes into set p % 2
- * while piece p - 1's may still be read) and n for what it receives, on the
- * device, and (without a network) their twins in host staging, which is
- * what crosses between the ranks; the codec and its context on the call's
- * stream; host memory for what the codec's halves leave for the host
- * (pinned: the copies into it do not wait).  A slot holds the largest frame
+/* One coded call's frames: `sendSlots` slots for what this rank sends and
+ * n for what it receives, on the device, and (without a network) their
+ * twins in host staging, which is what crosses between the ranks; the
+ * codec and its context on the call's stream; host memory for what the
+ * codec's halves leave for the host (pinned: the copies into it do not
+ * wait).  A call in pieces keeps several sets, piece p using set p % sets
+ * (usePiece): three of the send slots (piece p + 2 is encoded before piece
+ * p's own frame is decoded, runCoded) and two of the received frames (the
+ * next piece arrives while this one goes up or is decoded: on the host
+ * without a network, on the device over one).  A slot holds the largest frame
  * of the call's largest piece, 256-byte aligned (the device codec's aligned
  * loads and stores), with room for the pad byte of the 2-byte elements the
  * staged frames travel as. */
@@ -212,27 +212,26 @@ typedef struct {
     zipcclCodecCtx cx;
     zipcclCodecParams_t params;
     size_t slot;
-    int sendSlots;
+    int sendSlots, sendSets, recvSets, hostRecvSets;
     char *dsend, *drecv; /* device */
-    char *dcur, *rcur;   /* the send and receive sets of the piece at hand */
     char *hsend, *hrecv; /* host staging; NULL over a network */
+    char *dcur, *rcur, *hrcur; /* the sets of the piece at hand (usePiece) */
     char *encPend, *decPend; /* host: the encoder's, then one decoder share per piece */
     size_t decShare;
 } Frames;
 
 static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const zipcclExecStats* st, int sendSlots,
                                  size_t maxCount, int decodes, size_t pieces, Frames* f) {
-    /* two receive sets over a network in pieces: the next piece arrives
-     * (on the network's stream) while this one is decoded */
-    const int n = c->nranks, sets = pieces > 1 ? 2 : 1, recvSets = pieces > 1 && c->hasNet ? 2 : 1;
+    const int n = c->nranks, sets = pieces > 1 ? 3 : 1, recvSets = pieces > 1 && c->hasNet ? 2 : 1,
+              hostRecvSets = pieces > 1 && !c->hasNet ? 2 : 1;
+    f->sendSets = sets, f->recvSets = recvSets, f->hostRecvSets = hostRecvSets;
     f->codec = zipcclCodecOpsFor(c->dev->kind == ZDEV_KIND_CUDA);
     f->slot = (f->codec->bound(maxCount, op->dtype, 0) + 1 + 255) & ~(size_t)255;
     f->sendSlots = sendSlots;
     const size_t all = (size_t)(sets * sendSlots + recvSets * n) * f->slot;
     f->dsend = devScratch(c, kDevFrames, all);
     if (!f->dsend) return zipcclNoMemory(c, op, "d:frames", all);
-    f->dcur = f->dsend;
-    f->drecv = f->rcur = f->dsend + (size_t)(sets * sendSlots) * f->slot;
+    f->drecv = f->dsend + (size_t)(sets * sendSlots) * f->slot;
     /* one batch of up to sendSlots encodes, one of `decodes` decodes */
     const size_t we = f->codec->workspaceBatch(sendSlots, maxCount, op->dtype, 0),
                  wd = f->codec->workspaceBatch(decodes, maxCount, op->dtype, 1), wsz = we > wd ? we : wd;
@@ -241,7 +240,7 @@ static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const
     f->hsend = f->hrecv = NULL;
     if (!c->hasNet) {
         f->hsend = zipcclHostStage(c, zipcclStageSend, (size_t)sendSlots * f->slot);
-        f->hrecv = f->hsend ? zipcclHostStage(c, zipcclStageRecv, (size_t)n * f->slot) : NULL;
+        f->hrecv = f->hsend ? zipcclHostStage(c, zipcclStageRecv, (size_t)(hostRecvSets * n) * f->slot) : NULL;
         if (!f->hsend || !f->hrecv) return zipcclNoMemory(c, op, "h:frame staging", all);
     }
     const size_t ep = (f->codec->pendingBytes(sendSlots, 0) + 63) & ~(size_t)63;
@@ -250,10 +249,18 @@ static zipcclResult_t framesInit(struct zipcclComm* c, const zipcclOp* op, const
     f->encPend = zipcclHostStage(c, zipcclStagePending, pend);
     if (!f->encPend) return zipcclNoMemory(c, op, "h:the codec's results", pend);
     f->decPend = f->encPend + ep;
+    f->dcur = f->dsend, f->rcur = f->drecv, f->hrcur = f->hrecv;
     f->cx = (zipcclCodecCtx){.workspace = work, .workspaceSize = wsz, .stream = op->stream};
     f->params = (zipcclCodecParams_t)ZIPCCL_CODEC_PARAMS_DEFAULT;
     f->params.codec = st->codec;
     return zipcclSuccess;
+}
+
+/* The sets piece p uses. */
+static void usePiece(Frames* f, size_t p, int n) {
+    f->dcur = f->dsend + (size_t)(p % (size_t)f->sendSets) * (size_t)f->sendSlots * f->slot;
+    f->rcur = f->drecv + (size_t)(p % (size_t)f->recvSets) * (size_t)n * f->slot;
+    f->hrcur = f->hrecv ? f->hrecv + (size_t)(p % (size_t)f->hostRecvSets) * (size_t)n * f->slot : NULL;
 }
 
 /* One round over the network, counted on the call. */
@@ -320,7 +327,7 @@ static zipcclResult_t exchange(struct zipcclComm* c, const zipcclOp* op, zipcclE
         sc[p] = (sb[p] + 1) / 2, sd[p] = (size_t)slotOf[p] * f->slot / 2;
         rc[p] = (rb[p] + 1) / 2, rd[p] = (size_t)p * f->slot / 2;
     }
-    zipcclOp x = {.comm = c, .kind = zipcclCollAlltoAllv, .sendbuf = f->hsend, .recvbuf = f->hrecv,
+    zipcclOp x = {.comm = c, .kind = zipcclCollAlltoAllv, .sendbuf = f->hsend, .recvbuf = f->hrcur,
                   .sendcounts = sc, .sdispls = sd, .recvcounts = rc, .rdispls = rd,
                   .dtype = zipcclBfloat16, .op = zipcclSum, .stream = op->stream};
     x.cfg = op->cfg;
@@ -442,7 +449,8 @@ static zipcclResult_t encStart(struct zipcclComm* c, const zipcclOp* op, zipcclE
     const void* src[m];
     size_t cnt[m], cap[m];
     void* frame[m];
-    char* set = f->dsend + (size_t)(p % 2) * (size_t)f->sendSlots * f->slot;
+    usePiece(f, p, c->nranks);
+    char* set = f->dcur;
     *k = 0;
     for (int e = 0; e < x->nEnc; e++) {
         if (!hasPiece(x, x->encCount[e], p)) continue;
@@ -471,7 +479,8 @@ static zipcclResult_t encEnd(struct zipcclComm* c, const zipcclOp* op, zipcclExe
     const void* src[k];
     size_t cnt[k], cap[k], got[k];
     void* frame[k];
-    char* set = f->dsend + (size_t)(p % 2) * (size_t)f->sendSlots * f->slot;
+    usePiece(f, p, c->nranks);
+    char* set = f->dcur;
     for (int i = 0; i < k; i++) {
         const int e = which[i];
         src[i] = x->encSrc[e] + p * x->piece * esz, cnt[i] = pieceLen(x, x->encCount[e], p);
@@ -523,6 +532,7 @@ static zipcclResult_t decStart(struct zipcclComm* c, const zipcclOp* op, zipcclE
     void* dst[m];
     size_t cap[m], fb[m];
     int k = 0, which[m];
+    usePiece(f, p, c->nranks);
     double t = zipcclNow();
     for (int d = 0; d < x->nDec; d++) {
         if (!hasPiece(x, x->decCount[d], p)) continue;
@@ -530,7 +540,7 @@ static zipcclResult_t decStart(struct zipcclComm* c, const zipcclOp* op, zipcclE
         frame[k] = fr, fb[k] = fbytes[d], dst[k] = x->decDst[d] + off * esz;
         cap[k] = pieceLen(x, x->decCount[d], p) * esz, which[k++] = d;
         if (x->decSent[d] || c->hasNet) continue;
-        if (zdev_copy_async(c->dev, fr, f->hrecv + (size_t)x->decSlot[d] * f->slot, fbytes[d], ZDEV_HOST_TO_DEVICE,
+        if (zdev_copy_async(c->dev, fr, f->hrcur + (size_t)x->decSlot[d] * f->slot, fbytes[d], ZDEV_HOST_TO_DEVICE,
                             op->stream))
             return zipcclDevFail(c, what, "copying a frame from the host to the device");
         st->busBytes += fbytes[d];
@@ -566,6 +576,7 @@ static zipcclResult_t decEnd(struct zipcclComm* c, const zipcclOp* op, Frames* f
     void* dst[m];
     size_t cap[m], fb[m], got[m];
     int k = 0, which[m];
+    usePiece(f, p, c->nranks);
     for (int d = 0; d < x->nDec; d++) {
         if (!hasPiece(x, x->decCount[d], p)) continue;
         frame[k] = (x->decSent[d] ? f->dcur : f->rcur) + (size_t)x->decSlot[d] * f->slot;
@@ -586,23 +597,49 @@ static zipcclResult_t decEnd(struct zipcclComm* c, const zipcclOp* op, Frames* f
     return zipcclSuccess;
 }
 
-/* A coded call, piece by piece, the encoder of piece p + 1 running on the
- * device while piece p is on the wire.  On the call's stream, in order:
+/* Piece p made ready to go (its encoder started before): wait for its
+ * sizes, finish it (bytes), send its frames down (without a network) and
+ * mark them (event 1), mark it for the network's stream (event 2, over a
+ * network in pieces), then start piece p + 1's encoder and mark it (event
+ * 0); *k and which say what that encoder codes. */
+static zipcclResult_t prepare(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f,
+                              const Coded* x, size_t p, size_t K, int* k, int* which, size_t* bytes) {
+    const int pieced = K > 1, dev = f->codec->device, n = c->nranks;
+    if (*k && dev) ZIPCCL_TRY(waitMark(c, op, pieced, 0, "waiting for the frames' sizes"));
+    ZIPCCL_TRY(encEnd(c, op, st, f, x, p, *k, which, bytes));
+    ZIPCCL_TRY(framesDown(c, op, st, f, x, bytes));
+    if (!c->hasNet && n > 1) ZIPCCL_TRY(markHere(c, op, pieced, 1));
+    if (c->hasNet && n > 1) ZIPCCL_TRY(markHere(c, op, pieced, 2));
+    if (p + 1 >= K) return zipcclSuccess;
+    ZIPCCL_TRY(encStart(c, op, st, f, x, p + 1, k, which));
+    return *k && dev ? markHere(c, op, pieced, 0) : zipcclSuccess;
+}
+
+/* A coded call, piece by piece.  The host, for piece p: sum its sizes,
+ * wait for its frames to be down, exchange them (the wire), then make
+ * piece p + 1 ready (wait for its sizes, queue its frames down and piece
+ * p + 2's encoder: prepare) and only then queue piece p's frames up, its
+ * decode and its sum.  So the call's stream holds, in order:
  *
- *   encode 0 | [wait: sizes 0] frames 0 down, encode 1 | sum sizes 0 (MPI),
- *   [wait: frames 0 down] exchange 0 (the device encodes 1 meanwhile),
- *   frames 0 up, decode 0 (+ sum 0) | [wait: sizes 1] frames 1 down,
- *   encode 2 | ... | [wait: all] the verdicts of every piece.
+ *   enc 0, down 0, enc 1 | down 1, enc 2, up 0, dec 0 | down 2, enc 3,
+ *   up 1, dec 1 | ...
  *
- * One stream keeps every dependence in order: a piece's frames go down
- * before the next encoder runs, the staging is rewritten only after the
- * frames uploaded from it, and the send slots alternate between two sets
- * (piece p's own frame, which AllGather decodes, is still there when piece
- * p + 1 is encoded).  Events (markHere, waitMark) let the host wait for a
- * point of the stream, not its end.  In one piece it is the call
- * unpipelined, with its waits: sizes, frames down, verdicts.  The sizes:
- * each piece's (rows x n), summed over the ranks as the whole call's were;
- * the verdicts read once, after the last piece. */
+ * and while piece p is on the wire the device runs enc p+1, up p-1 and
+ * dec p-1; the wire of piece p + 1 waits only for its frames to be down.
+ * One stream orders everything else: the staging for sends is rewritten
+ * only after the wire is done with it; piece p uses set p % 3 of the send
+ * slots (its own frame, which AllGather decodes, outlives the encoders of
+ * p + 1 and p + 2) and set p % 2 of the received frames (the next piece
+ * arrives before this one went up).  Over a network the exchange runs on a
+ * stream of its own (c->netStream), after the piece's frames (event 2),
+ * and the decode after it (event 3).  Events (markHere, waitMark) let the
+ * host wait for a point of the stream, not its end.  In one piece it is
+ * the call unpipelined, with its waits: sizes, frames down, verdicts.  The
+ * sizes: each piece's (rows x n), summed over the ranks as the whole
+ * call's were; the verdicts read once, after the last piece.
+ * tests/test_coll_device_cuda_emu.sh runs it with the emulator's streams
+ * deferred (ZK_EMU_ASYNC=1): one set of received frames instead of two
+ * fails there. */
 static zipcclResult_t runCoded(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const Coded* x,
                                size_t maxBlock, double* size) {
     const int n = c->nranks, r = c->rank, rows = x->rows;
@@ -617,7 +654,7 @@ static zipcclResult_t runCoded(struct zipcclComm* c, const zipcclOp* op, zipcclE
     ZIPCCL_TRY(framesInit(c, op, st, rows == 1 ? 1 : n, maxBlock < x->piece ? maxBlock : x->piece,
                           x->nDec ? x->nDec : 1, K, &f));
     const int ne = x->nEnc ? x->nEnc : 1, nd = x->nDec ? x->nDec : 1;
-    size_t bytes[ne];
+    size_t bytes[2][ne]; /* this piece's frame sizes and the next one's */
     int which[ne], k = 0;
     size_t* fb = malloc(K * (size_t)nd * sizeof *fb); /* every piece's frame sizes, for the verdicts */
     if (!fb) return zipcclNoMemory(c, op, "h:the frame sizes", K * (size_t)nd * sizeof *fb);
@@ -633,36 +670,25 @@ static zipcclResult_t runCoded(struct zipcclComm* c, const zipcclOp* op, zipcclE
      * codec's are in when its Start returns) */
     const int dev = f.codec->device;
     int decoded = 0;
-    zipcclResult_t res = encStart(c, op, st, &f, x, 0, &k, which);
-    if (res == zipcclSuccess && k && dev) res = markHere(c, op, pieced, 0);
-
     /* over a network in pieces, the exchange on a stream of its own
      * (c->netStream): it waits for the piece's frames (event 2), the
      * piece's decode for it (event 3), and the codec runs on beside it */
-    const int two = pieced && c->hasNet && n > 1;
+    const int two = pieced && c->hasNet && n > 1, down = !c->hasNet && n > 1;
     zipcclOp xop = *op;
-    if (two && res == zipcclSuccess && !c->netStream && zdev_stream_create(c->dev, &c->netStream))
+    zipcclResult_t res = zipcclSuccess;
+    if (two && !c->netStream && zdev_stream_create(c->dev, &c->netStream))
         res = zipcclDevFail(c, zipcclCollName(op->kind), "creating the network's stream");
     if (two) xop.stream = c->netStream;
+    if (res == zipcclSuccess) res = encStart(c, op, st, &f, x, 0, &k, which);
+    if (res == zipcclSuccess && k && dev) res = markHere(c, op, pieced, 0);
+    if (res == zipcclSuccess) res = prepare(c, op, st, &f, x, 0, K, &k, which, bytes[0]);
     for (size_t p = 0; p < K && res == zipcclSuccess; p++) {
-        f.dcur = f.dsend + (size_t)(p % 2) * (size_t)f.sendSlots * f.slot;
-        f.rcur = f.drecv + (size_t)(two ? p % 2 : 0) * (size_t)n * f.slot;
-        if (k && dev) res = waitMark(c, op, pieced, 0, "waiting for the frames' sizes");
-        if (res == zipcclSuccess) res = encEnd(c, op, st, &f, x, p, k, which, bytes);
-        if (res == zipcclSuccess) res = framesDown(c, op, st, &f, x, bytes);
-        const int down = !c->hasNet && n > 1;
-        if (res == zipcclSuccess && down) res = markHere(c, op, pieced, 1);
-        if (res == zipcclSuccess && two) res = markHere(c, op, 1, 2);
-        if (res == zipcclSuccess && p + 1 < K) {
-            res = encStart(c, op, st, &f, x, p + 1, &k, which);
-            if (res == zipcclSuccess && k && dev) res = markHere(c, op, pieced, 0);
-        }
-        if (res != zipcclSuccess) break;
+        const size_t* mine = bytes[p % 2];
         /* the sizes: rows x n, this rank's part filled */
         memset(size, 0, (size_t)rows * n * sizeof(double));
         for (int e = 0; e < x->nEnc; e++)
-            if (rows == 1) size[r] = (double)bytes[e];
-            else if (x->encTo[e] >= 0) size[(size_t)r * n + x->encTo[e]] = (double)bytes[e];
+            if (rows == 1) size[r] = (double)mine[e];
+            else if (x->encTo[e] >= 0) size[(size_t)r * n + x->encTo[e]] = (double)mine[e];
         res = sumSizes(c, op, st, size, rows);
         for (int i = 0; i < n && res == zipcclSuccess; i++) {
             const double in = rows == 1 ? size[i] : size[(size_t)i * n + r];
@@ -675,30 +701,31 @@ static zipcclResult_t runCoded(struct zipcclComm* c, const zipcclOp* op, zipcclE
             sb[i] = i == r ? 0 : (size_t)(rows == 1 ? size[r] : size[(size_t)r * n + i]);
             rb[i] = i == r ? 0 : (size_t)in;
         }
-        if (res == zipcclSuccess && down) res = waitMark(c, op, pieced, 1, "waiting for the frames to come down");
-        if (res == zipcclSuccess && two && zdev_stream_wait_event(c->dev, xop.stream, c->pieceEvent[2]))
-            res = zipcclDevFail(c, zipcclCollName(op->kind), "ordering the exchange after the encoder");
-        if (res == zipcclSuccess && n > 1) res = exchange(c, &xop, st, &f, slotOf, sb, rb);
-        if (res == zipcclSuccess && two &&
-            (zipcclDevRecord(c, &c->pieceEvent[3], xop.stream) ||
-             zdev_stream_wait_event(c->dev, op->stream, c->pieceEvent[3])))
-            res = zipcclDevFail(c, zipcclCollName(op->kind), "ordering the decoder after the exchange");
         for (int d = 0; d < x->nDec; d++) {
             const int i = x->decFrom[d];
             fb[p * (size_t)nd + d] = x->decSent[d] ? (rows == 1 ? (size_t)size[r] : (size_t)size[(size_t)r * n + i])
                                                    : (rows == 1 ? (size_t)size[i] : (size_t)size[(size_t)i * n + r]);
         }
+        /* piece p on the wire (the device encodes piece p + 1 meanwhile) */
+        if (res == zipcclSuccess && down) res = waitMark(c, op, pieced, 1, "waiting for the frames to come down");
+        if (res == zipcclSuccess && two && zdev_stream_wait_event(c->dev, xop.stream, c->pieceEvent[2]))
+            res = zipcclDevFail(c, zipcclCollName(op->kind), "ordering the exchange after the encoder");
+        usePiece(&f, p, n);
+        if (res == zipcclSuccess && n > 1) res = exchange(c, &xop, st, &f, slotOf, sb, rb);
+        if (res == zipcclSuccess && two && zipcclDevRecord(c, &c->pieceEvent[3], xop.stream))
+            res = zipcclDevFail(c, zipcclCollName(op->kind), "marking the exchange's end");
+        /* piece p + 1's frames down and piece p + 2's encoder queued before
+         * piece p's decode, so the next exchange need not wait for it */
+        if (res == zipcclSuccess && p + 1 < K) res = prepare(c, op, st, &f, x, p + 1, K, &k, which, bytes[(p + 1) % 2]);
+        if (res == zipcclSuccess && two && zdev_stream_wait_event(c->dev, op->stream, c->pieceEvent[3]))
+            res = zipcclDevFail(c, zipcclCollName(op->kind), "ordering the decoder after the exchange");
         if (res == zipcclSuccess) res = decStart(c, op, st, &f, x, p, fb + p * (size_t)nd);
         for (int d = 0; d < x->nDec; d++) decoded |= hasPiece(x, x->decCount[d], p);
     }
     /* the one wait for every piece's decoding, then the verdicts */
     if (res == zipcclSuccess && dev && decoded && zdev_stream_sync(c->dev, op->stream))
         res = zipcclDevFail(c, zipcclCollName(op->kind), "waiting for the frames to be decoded");
-    for (size_t p = 0; p < K && res == zipcclSuccess; p++) {
-        f.dcur = f.dsend + (size_t)(p % 2) * (size_t)f.sendSlots * f.slot;
-        f.rcur = f.drecv + (size_t)(two ? p % 2 : 0) * (size_t)n * f.slot;
-        res = decEnd(c, op, &f, x, p, fb);
-    }
+    for (size_t p = 0; p < K && res == zipcclSuccess; p++) res = decEnd(c, op, &f, x, p, fb);
     free(fb);
     return res;
 }
