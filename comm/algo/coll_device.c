@@ -415,16 +415,19 @@ static size_t pieceLen(const Coded* x, size_t m, size_t p) {
     return m > at ? (m - at < x->piece ? m - at : x->piece) : 0;
 }
 
-/* The piece size of a call of `maxBlock` elements at most a block: the
- * communicator's (ZIPCCL_DEVICE_PIECE_BYTES, 0: none) over the element
- * size, at most kMaxPieces pieces; the whole block when `whole`. */
+/* The piece size of a call of `maxBlock` elements at most a block: as many
+ * pieces as the communicator's size (ZIPCCL_DEVICE_PIECE_BYTES, 0: none)
+ * asks, at most kMaxPieces, of equal size (so a call in pieces keeps no
+ * more frames than in one: its sets hold 4 or 5 pieces where the whole call
+ * holds 2 blocks, and a block just over the size goes in two halves, not
+ * one piece and a sliver); the whole block when `whole`. */
 enum { kMaxPieces = 64 };
 static size_t pieceElems(const struct zipcclComm* c, const zipcclOp* op, size_t maxBlock, int whole) {
-    const size_t esz = zipcclTypeSize(op->dtype);
-    size_t p = c->devPieceBytes / esz;
+    const size_t esz = zipcclTypeSize(op->dtype), p = c->devPieceBytes / esz;
     if (whole || !p || p >= maxBlock) return maxBlock ? maxBlock : 1;
-    if ((maxBlock + p - 1) / p > kMaxPieces) p = (maxBlock + kMaxPieces - 1) / kMaxPieces;
-    return p;
+    size_t k = (maxBlock + p - 1) / p;
+    if (k > kMaxPieces) k = kMaxPieces;
+    return (maxBlock + k - 1) / k;
 }
 
 /* Mark the stream here (for a call in pieces; event ev of the
