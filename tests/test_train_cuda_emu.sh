@@ -18,9 +18,9 @@
 #   - --trace: a device comm span for each collective, read from the CUDA
 #     device table's timing events;
 #   - the 2-rank dense and MoE runs with the emulator's streams deferred
-#     (ZK_EMU_ASYNC=1: work runs only when waited for; the dense one's
-#     compressed calls in 4 KiB pieces) == the same runs with work run at
-#     once, bit for bit;
+#     (ZK_EMU_ASYNC=1: work runs only when waited for; their compressed
+#     calls in 4 KiB pieces) == the same runs with work run at once, bit
+#     for bit;
 #   - MFU's peak (runtime/peaks.c): the emulator is no card the table knows,
 #     so the header says MFU is against the matmul probe, a probe, not the
 #     spec, and the JSON's mfu_peak_source is "probe"; named a card
@@ -130,11 +130,12 @@ fi
 # waits for it (ZK_EMU_ASYNC=1, tests/gpu/emu/cuda_emu_runtime.h): the
 # trainer's and ZipCCL's events and waits must order everything, or a kernel
 # reads a buffer before it is written (dropping zdev_stream_wait_event makes
-# these runs fail); the dense one with its compressed calls in pieces of
-# 4 KiB (ZIPCCL_DEVICE_PIECE_BYTES: each piece's codec beside the last
-# one's messages), which must not change a bit either
+# these runs fail); both with their compressed calls in pieces of 4 KiB
+# (ZIPCCL_DEVICE_PIECE_BYTES: each piece's codec beside the last one's
+# messages; the MoE run's expert exchange too), which must not change a bit
+# either
 if [ -s "$tmp/e2.jsonl" ] && [ -s "$tmp/em.jsonl" ] && ZK_EMU_ASYNC=1 ZIPCCL_DEVICE_PIECE_BYTES=4096 emu 2 e2async &&
-   ZK_EMU_ASYNC=1 emu 2 emasync $M --set parallelism.ep=2; then
+   ZK_EMU_ASYNC=1 ZIPCCL_DEVICE_PIECE_BYTES=4096 emu 2 emasync $M --set parallelism.ep=2; then
   check emu_deferred_streams_2ranks_same_bits e2 e2async exact
   check emu_deferred_streams_moe_ep2_same_bits em emasync exact
 else

@@ -31,7 +31,11 @@
  *   [3] AlltoAllv: a digest of all of this rank's counts (below);
  *   [4] the piece size, which shapes every message (ZIPCCL_PIECE_BYTES);
  *   [5] the piece size of calls coded on the device, which sets how many
- *       frames a block goes in (ZIPCCL_DEVICE_PIECE_BYTES).
+ *       frames a block goes in (ZIPCCL_DEVICE_PIECE_BYTES);
+ *   [6] the largest block this rank sends or receives (AlltoAllv: its
+ *       largest send or receive count; else the count), not compared: the
+ *       largest of all ranks' sets an AlltoAllv's pieces on the device
+ *       (zipcclAgreedMaxBlock), which no rank could know alone.
  * AlltoAllv's counts are pairwise, so no rank sees the whole matrix.  Each
  * rank's digest is the XOR of a 64-bit hash of (sender, receiver, count) over
  * its sends and over its receives; across all ranks every consistent pair
@@ -170,6 +174,11 @@ zipcclResult_t zipcclAgreeStart(struct zipcclComm* c, const zipcclOp* op) {
     if (a2av)
         for (int p = 0; p < n; p++) digest ^= pairTerm(r, p, op->sendcounts[p]) ^ pairTerm(p, r, op->recvcounts[p]);
     const uint64_t shape = shapeWord(op);
+    uint64_t most = a2av ? 0 : op->count;
+    for (int p = 0; a2av && p < n; p++) {
+        if (op->sendcounts[p] > most) most = op->sendcounts[p];
+        if (op->recvcounts[p] > most) most = op->recvcounts[p];
+    }
     for (int p = 0; p < n; p++) {
         uint64_t* d = a->out + (size_t)p * W;
         d[0] = shape;
@@ -178,6 +187,7 @@ zipcclResult_t zipcclAgreeStart(struct zipcclComm* c, const zipcclOp* op) {
         d[3] = digest;
         d[4] = c->pieceBytes;
         d[5] = c->devPieceBytes;
+        d[6] = most;
     }
     memcpy(a->in + (size_t)r * W, a->out + (size_t)r * W, W * sizeof(uint64_t));
     a->kind = op->kind;
@@ -395,6 +405,14 @@ static int waitingFor(struct zipcclComm* c, char* out, size_t cap) {
         snprintf(out, cap, "%s to take this rank's call descriptor (%s the call, or %s stopped)", list,
                  unsent > 1 ? "they left" : "it left", unsent > 1 ? "are" : "is");
     return missing + unsent;
+}
+
+size_t zipcclAgreedMaxBlock(const struct zipcclComm* c) {
+    const zipcclAgree* a = &c->agree;
+    uint64_t most = 0;
+    for (int s = 0; s < c->nranks; s++)
+        if (a->in[(size_t)s * W + 6] > most) most = a->in[(size_t)s * W + 6];
+    return (size_t)most;
 }
 
 zipcclResult_t zipcclAgreeWait(struct zipcclComm* c) {

@@ -25,6 +25,10 @@ zipcclResult_t zipcclAgreeTest(struct zipcclComm* c, int* done);
  * the switcher's agreements and barriers) comes after this, so ranks that
  * are in different calls never meet in different collectives. */
 zipcclResult_t zipcclAgreeWait(struct zipcclComm* c);
+/* After zipcclAgreeWait succeeded for the call in hand (with host control
+ * and more than one rank): the largest block any rank sends or receives
+ * in it (descriptor word 6). */
+size_t zipcclAgreedMaxBlock(const struct zipcclComm* c);
 /* Answer the liveness queries of peers in a long wait (rate-limited; called
  * from every idle poll). */
 void zipcclAnswerPings(struct zipcclComm* c);

@@ -45,8 +45,9 @@
  * exchanged and decoded as the whole call would be, and while piece k is on
  * the wire the device encodes piece k+1 and brings piece k-1 up and decodes
  * it (over a network the exchange has a stream of its own): about
- * max(device work, wire) a piece instead of their sum.  AlltoAllv (whose
- * blocks no rank knows all of) and an in-place AlltoAll go in one piece.
+ * max(device work, wire) a piece instead of their sum.  AlltoAllv's pieces
+ * come from the largest block of any rank, which the call agreement
+ * carries (without one, and for an in-place AlltoAll, one piece).
  *
  * Left out: ring and one-shot designs over a network (the direct ones only:
  * an explicit request for another is refused).
@@ -405,6 +406,7 @@ typedef struct {
     size_t sumCount;
     int emptyFrames;
     size_t piece;
+    size_t pieces; /* the call's pieces where no rank knows all blocks (AlltoAllv), else 0 */
 } Coded;
 
 /* Pieces of a block of m elements, and piece p's length (0: none). */
@@ -652,6 +654,7 @@ static zipcclResult_t runCoded(struct zipcclComm* c, const zipcclOp* op, zipcclE
     for (int d = 0; d < x->nDec; d++)
         if (piecesOf(x, x->decCount[d]) > K) K = piecesOf(x, x->decCount[d]);
     if (x->sum && piecesOf(x, x->sumCount) > K) K = piecesOf(x, x->sumCount);
+    if (x->pieces > K) K = x->pieces;
     const int pieced = K > 1;
     Frames f;
     ZIPCCL_TRY(framesInit(c, op, st, rows == 1 ? 1 : n, maxBlock < x->piece ? maxBlock : x->piece,
@@ -804,21 +807,31 @@ static zipcclResult_t codedReduceScatter(struct zipcclComm* c, const zipcclOp* o
 
 /* Every non-empty block compressed on the device, ours too; the (n, n)
  * sizes summed; the frames exchanged; each received one (and ours) decoded
- * into its place in recvbuf.  An empty block has no frame.  In pieces only
- * where every rank knows the piece count (AlltoAll, not in place: piece p
- * is decoded before piece p + 1 is encoded); AlltoAllv's blocks differ
- * from rank to rank, so it runs in one piece. */
+ * into its place in recvbuf.  An empty block has no frame.  In pieces
+ * (not in place: piece p is decoded before piece p + 1 is encoded), sized
+ * by the largest block of the call: AlltoAll's count, and for AlltoAllv
+ * the largest any rank sends or receives, which the call agreement tells
+ * every rank (zipcclAgreedMaxBlock; without one, NCCL's own communicators,
+ * AlltoAllv goes in one piece). */
 static zipcclResult_t codedAlltoAll(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, const size_t* sc,
                                     const size_t* sd, const size_t* rc, const size_t* rd, double* size) {
     const int n = c->nranks, r = c->rank;
     const size_t esz = zipcclTypeSize(op->dtype);
     size_t most = maxOf(sc, n) > maxOf(rc, n) ? maxOf(sc, n) : maxOf(rc, n);
+    const int v = op->kind == zipcclCollAlltoAllv, inPlace = op->sendbuf == op->recvbuf;
+    size_t all = most, pieces = 0; /* the largest block of every rank's */
+    const int agreed = v && !inPlace && n > 1 && zipcclHostControl(c) && c->devPieceBytes;
+    if (agreed) {
+        ZIPCCL_TRY(zipcclAgreeWait(c));
+        all = zipcclAgreedMaxBlock(c);
+    }
     /* AlltoAllv's blocks change from call to call (an expert exchange's with
      * the routing): frames and workspace sized for the next power of two,
      * so a steady run stops growing them once a block near its largest has
      * passed (a grow is an allocation in the step) */
-    const int v = op->kind == zipcclCollAlltoAllv;
     if (v) most = pow2Ceil(most);
+    const size_t piece = pieceElems(c, op, all, inPlace || (v && !agreed));
+    if (agreed) pieces = all ? (all + piece - 1) / piece : 1;
     const char* src[n];
     size_t ecnt[n], dcnt[n];
     int to[n], eslot[n], sent[n], dslot[n], from[n], ke = 0, kd = 0;
@@ -837,8 +850,7 @@ static zipcclResult_t codedAlltoAll(struct zipcclComm* c, const zipcclOp* op, zi
     }
     const Coded x = {.nEnc = ke, .encSrc = src, .encCount = ecnt, .encTo = to, .encSlot = eslot, .rows = n,
                      .nDec = kd, .decSent = sent, .decSlot = dslot, .decFrom = from, .decDst = dst,
-                     .decCount = dcnt, .emptyFrames = 0,
-                     .piece = pieceElems(c, op, most, v || op->sendbuf == op->recvbuf)};
+                     .decCount = dcnt, .emptyFrames = 0, .piece = piece, .pieces = pieces};
     return runCoded(c, op, st, &x, most, size);
 }
 

@@ -186,7 +186,7 @@ typedef struct {
  * peer a descriptor of the call (ZIPCCL_DESC_WORDS words) on that channel,
  * so that ranks that disagree all learn it before any receive is posted.
  * The same channel carries the liveness queries of a long wait. */
-#define ZIPCCL_DESC_WORDS 6
+#define ZIPCCL_DESC_WORDS 7
 typedef struct {
     uint64_t seq;        /* agreements started (each one's tag)               */
     int pending;         /* this call's descriptors are in flight             */
