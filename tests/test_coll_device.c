@@ -264,6 +264,19 @@ static zipcclComm_t devComm(const Dev* mem, const char* net) {
     return dev;
 }
 
+/* devComm with ZIPCCL_DEVICE_PIECE_BYTES set to pieceBytes while it is
+ * created (0: the default). */
+static zipcclComm_t devCommPieces(const Dev* mem, const char* net, int pieceBytes) {
+    if (pieceBytes) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", pieceBytes);
+        setenv("ZIPCCL_DEVICE_PIECE_BYTES", v, 1);
+    }
+    zipcclComm_t dev = devComm(mem, net);
+    unsetenv("ZIPCCL_DEVICE_PIECE_BYTES");
+    return dev;
+}
+
 /* kPieceBytes: the run in pieces (ZIPCCL_DEVICE_PIECE_BYTES), a block of
  * `count` elements in 3 (bf16) or 5 (fp32) frames: the same bits as in one
  * piece and as the host designs, in more host waits (two a piece). */
@@ -271,13 +284,7 @@ enum { kPieceBytes = 4096 };
 static size_t piecesOf(size_t bytes) { return (bytes + kPieceBytes - 1) / kPieceBytes; }
 
 static void compareAll(const Dev* mem, zipcclComm_t host, const char* net, int pieces) {
-    if (pieces) {
-        char v[16];
-        snprintf(v, sizeof v, "%d", kPieceBytes);
-        setenv("ZIPCCL_DEVICE_PIECE_BYTES", v, 1);
-    }
-    zipcclComm_t dev = devComm(mem, net);
-    unsetenv("ZIPCCL_DEVICE_PIECE_BYTES");
+    zipcclComm_t dev = devCommPieces(mem, net, pieces ? kPieceBytes : 0);
     if (!dev) return;
     static const zipcclCollKind_t kinds[] = {zipcclCollAllGather, zipcclCollReduceScatter, zipcclCollAllReduce,
                                              zipcclCollAlltoAll, zipcclCollAlltoAllv};
@@ -560,13 +567,8 @@ static void failingCopy(void) {
  * ReduceScatter into its own block of sendbuf, AllReduce), staged and coded,
  * equal the host communicator's out-of-place results. */
 static void inPlace(const Dev* mem, zipcclComm_t host, const char* net, int pieces) {
-    if (pieces) {
-        char v[16];
-        snprintf(v, sizeof v, "%d", kPieceBytes);
-        setenv("ZIPCCL_DEVICE_PIECE_BYTES", v, 1); /* blocks of 3000 bf16 in two pieces */
-    }
-    zipcclComm_t dev = devComm(mem, net);
-    unsetenv("ZIPCCL_DEVICE_PIECE_BYTES");
+    /* (in pieces: blocks of 3000 bf16 in two) */
+    zipcclComm_t dev = devCommPieces(mem, net, pieces ? kPieceBytes : 0);
     if (!dev) return;
     int ok = 1;
     const size_t n = 3000, N = n * (size_t)nranks, esz = 2;
@@ -715,9 +717,7 @@ static void refusals(void) {
     /* Rank 0 codes its blocks in other pieces than its peers (a block of
      * 1000 fp32 in one piece on rank 0, in pieces of 1024 bytes elsewhere):
      * refused on every rank before any frame moves. */
-    if (rank) setenv("ZIPCCL_DEVICE_PIECE_BYTES", "1024", 1);
-    c = devComm(&kHostCoded, NULL);
-    unsetenv("ZIPCCL_DEVICE_PIECE_BYTES");
+    c = devCommPieces(&kHostCoded, NULL, rank ? 1024 : 0);
     cfg.strategy = zipcclStrategyCompressed;
     cfg.algo = zipcclAlgoDefault;
     r = c ? zipcclAllGather(d, e, 1000, zipcclFloat32, c, &cfg, NULL) : zipcclInternalError;

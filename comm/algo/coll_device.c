@@ -445,62 +445,60 @@ static zipcclResult_t waitMark(struct zipcclComm* c, const zipcclOp* op, int pie
     return bad ? zipcclDevFail(c, zipcclCollName(op->kind), doing) : zipcclSuccess;
 }
 
+/* The codec's arguments for piece p of the k blocks which[0..k) (send
+ * slots of the piece's set), and the error naming a block's peer. */
+static void encArgs(const zipcclOp* op, Frames* f, const Coded* x, size_t p, int n, int k, const int* which,
+                    const void** src, size_t* cnt, void** frame, size_t* cap) {
+    const size_t esz = zipcclTypeSize(op->dtype);
+    usePiece(f, p, n);
+    for (int i = 0; i < k; i++) {
+        const int e = which[i];
+        src[i] = x->encSrc[e] + p * x->piece * esz, cnt[i] = pieceLen(x, x->encCount[e], p);
+        frame[i] = f->dcur + (size_t)x->encSlot[e] * f->slot, cap[i] = f->slot;
+    }
+}
+static zipcclResult_t encFail(const struct zipcclComm* c, const zipcclOp* op, const Coded* x, const int* which,
+                              int bad, zipcclResult_t res) {
+    const int to = bad < 0 ? -1 : x->encTo[which[bad]];
+    return zipcclPrefixError(res, "%s: compressing the block for rank %d on the device", zipcclCollName(op->kind),
+                             to < 0 ? c->rank : to);
+}
+
 /* Piece p's encodes started on the stream (the codec's first half): the
  * blocks that have a piece p, into the piece's send set; *k how many. */
 static zipcclResult_t encStart(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f,
                                const Coded* x, size_t p, int* k, int* which) {
-    const size_t esz = zipcclTypeSize(op->dtype);
-    const int m = x->nEnc ? x->nEnc : 1;
-    const void* src[m];
-    size_t cnt[m], cap[m];
-    void* frame[m];
-    usePiece(f, p, c->nranks);
-    char* set = f->dcur;
     *k = 0;
-    for (int e = 0; e < x->nEnc; e++) {
-        if (!hasPiece(x, x->encCount[e], p)) continue;
-        src[*k] = x->encSrc[e] + p * x->piece * esz, cnt[*k] = pieceLen(x, x->encCount[e], p);
-        frame[*k] = set + (size_t)x->encSlot[e] * f->slot, cap[*k] = f->slot;
-        which[(*k)++] = e;
-    }
+    for (int e = 0; e < x->nEnc; e++)
+        if (hasPiece(x, x->encCount[e], p)) which[(*k)++] = e;
     if (!*k) return zipcclSuccess;
+    const void* src[*k];
+    size_t cnt[*k], cap[*k];
+    void* frame[*k];
+    encArgs(op, f, x, p, c->nranks, *k, which, src, cnt, frame, cap);
     int bad = -1;
     const double t = zipcclNow();
     zipcclResult_t res = f->codec->compressStart(&f->cx, *k, src, cnt, op->dtype, frame, cap, &f->params, f->encPend, &bad);
     st->codecSeconds += zipcclNow() - t;
-    if (res == zipcclSuccess) return res;
-    const int to = bad < 0 ? -1 : x->encTo[which[bad]];
-    return zipcclPrefixError(res, "%s: compressing the block for rank %d on the device", zipcclCollName(op->kind),
-                             to < 0 ? c->rank : to);
+    return res == zipcclSuccess ? res : encFail(c, op, x, which, bad, res);
 }
 
 /* Its second half, once the stream has passed the first: the frames' sizes
  * into bytes[e] (0 for a block with no piece p). */
 static zipcclResult_t encEnd(struct zipcclComm* c, const zipcclOp* op, zipcclExecStats* st, Frames* f,
                              const Coded* x, size_t p, int k, const int* which, size_t* bytes) {
-    const size_t esz = zipcclTypeSize(op->dtype);
     for (int e = 0; e < x->nEnc; e++) bytes[e] = 0;
     if (!k) return zipcclSuccess;
     const void* src[k];
     size_t cnt[k], cap[k], got[k];
     void* frame[k];
-    usePiece(f, p, c->nranks);
-    char* set = f->dcur;
-    for (int i = 0; i < k; i++) {
-        const int e = which[i];
-        src[i] = x->encSrc[e] + p * x->piece * esz, cnt[i] = pieceLen(x, x->encCount[e], p);
-        frame[i] = set + (size_t)x->encSlot[e] * f->slot, cap[i] = f->slot;
-    }
+    encArgs(op, f, x, p, c->nranks, k, which, src, cnt, frame, cap);
     int bad = -1;
     const double t = zipcclNow();
     zipcclResult_t res = f->codec->compressEnd(&f->cx, k, src, cnt, op->dtype, frame, cap, &f->params, f->encPend,
                                                got, &bad);
     st->codecSeconds += zipcclNow() - t;
-    if (res != zipcclSuccess) {
-        const int to = bad < 0 ? -1 : x->encTo[which[bad]];
-        return zipcclPrefixError(res, "%s: compressing the block for rank %d on the device",
-                                 zipcclCollName(op->kind), to < 0 ? c->rank : to);
-    }
+    if (res != zipcclSuccess) return encFail(c, op, x, which, bad, res);
     for (int i = 0; i < k; i++) bytes[which[i]] = got[i];
     return zipcclSuccess;
 }
