@@ -802,6 +802,34 @@ static void cpu_matmul_backward_a16(float* dinp, float* dweight, const float* do
     cpu_matmul_backward(dinp, dweight, g, a, w, N, IC, OC, accumulate);
 }
 
+/* The grouped entries (kernels.h): each group's rows through the a16
+ * entries above, one group after the other (the reference of the CUDA
+ * table's one-launch grouped GEMM). */
+static void cpu_matmul_forward_grouped_a16(float* out, const uint16_t* inp, const float* weight,
+                                           const uint16_t* weight16, size_t w_stride, const int* rows,
+                                           int G, int IC, int OC) {
+    for (int g = 0, o = 0; g < G; o += rows[g], g++) {
+        const size_t w = (size_t)g * w_stride;
+        if (rows[g])
+            cpu_matmul_forward_a16(out + (size_t)o * OC, inp + (size_t)o * IC, weight ? weight + w : NULL,
+                                   weight16 ? weight16 + w : NULL, rows[g], IC, OC);
+    }
+}
+
+static void cpu_matmul_backward_grouped_a16(float* dinp, float* dweight, size_t dw_stride,
+                                            const float* dout, const uint16_t* inp, const float* weight,
+                                            const uint16_t* weight16, size_t w_stride, const int* rows,
+                                            int G, int IC, int OC, int accumulate) {
+    for (int g = 0, o = 0; g < G; o += rows[g], g++) {
+        const size_t w = (size_t)g * w_stride;
+        if (rows[g])
+            cpu_matmul_backward_a16(dinp ? dinp + (size_t)o * IC : NULL,
+                                    dweight ? dweight + (size_t)g * dw_stride : NULL, dout + (size_t)o * OC,
+                                    inp + (size_t)o * IC, weight ? weight + w : NULL,
+                                    weight16 ? weight16 + w : NULL, rows[g], IC, OC, accumulate);
+    }
+}
+
 /* ------------------------------------------------------ mixture of experts */
 
 static void cpu_moe_route(float* probs, int* sel_all, float* w_all, const float* logits, int N,
@@ -957,6 +985,8 @@ static void cpu_bf16_init(void) {
     cpu_bf16_kernels.rope_forward_a16 = cpu_rope_forward_a16;
     cpu_bf16_kernels.attention_forward_a16 = cpu_attention_forward_a16;
     cpu_bf16_kernels.attention_backward_a16 = cpu_attention_backward_a16;
+    cpu_bf16_kernels.matmul_forward_grouped_a16 = cpu_matmul_forward_grouped_a16;
+    cpu_bf16_kernels.matmul_backward_grouped_a16 = cpu_matmul_backward_grouped_a16;
 }
 
 const ZrtKernels* zrt_kernels_cpu_bf16(void) {

@@ -75,6 +75,18 @@ static void g_matmul_backward_a16(float* dinp, float* dweight, const float* dout
     GUARD(C()->matmul_backward_a16(dinp, dweight, dout, inp, weight, weight16, N, IC, OC,
                                    accumulate));
 }
+static void g_matmul_forward_grouped_a16(float* out, const uint16_t* inp, const float* weight,
+                                         const uint16_t* weight16, size_t w_stride, const int* rows, int G,
+                                         int IC, int OC) {
+    GUARD(C()->matmul_forward_grouped_a16(out, inp, weight, weight16, w_stride, rows, G, IC, OC));
+}
+static void g_matmul_backward_grouped_a16(float* dinp, float* dweight, size_t dw_stride, const float* dout,
+                                          const uint16_t* inp, const float* weight, const uint16_t* weight16,
+                                          size_t w_stride, const int* rows, int G, int IC, int OC,
+                                          int accumulate) {
+    GUARD(C()->matmul_backward_grouped_a16(dinp, dweight, dw_stride, dout, inp, weight, weight16, w_stride,
+                                           rows, G, IC, OC, accumulate));
+}
 static void g_rope_forward_a16(uint16_t* out, const float* x, const float* cs, int B, int T, int NH,
                                int hd) {
     GUARD(C()->rope_forward_a16(out, x, cs, B, T, NH, hd));
@@ -255,5 +267,8 @@ const ZrtKernels* zrt_kernels_guarded(const ZrtKernels* base) {
     bf16_twin.rope_forward_a16 = base->rope_forward_a16 ? g_rope_forward_a16 : NULL;
     bf16_twin.attention_forward_a16 = base->attention_forward_a16 ? g_attention_forward_a16 : NULL;
     bf16_twin.attention_backward_a16 = base->attention_backward_a16 ? g_attention_backward_a16 : NULL;
+    bf16_twin.matmul_forward_grouped_a16 = base->matmul_forward_grouped_a16 ? g_matmul_forward_grouped_a16 : NULL;
+    bf16_twin.matmul_backward_grouped_a16 =
+        base->matmul_backward_grouped_a16 ? g_matmul_backward_grouped_a16 : NULL;
     return &bf16_twin;
 }

@@ -28,7 +28,9 @@
  * accumulation, on tensor cores; a weight that is bf16 already, a unit
  * FSDP gathered in bf16 (the _w16 entries), goes in as it is; attention a
  * FlashAttention-2 kernel of our own on tensor cores (WMMA, head dims 64 and
- * 128; "flash attention" below); everything else the fp32 table's).
+ * 128; "flash attention" below), the MoE experts' GEMMs as grouped GEMMs
+ * (cublasGemmGroupedBatchedEx, "grouped GEMMs" below); everything else the
+ * fp32 table's).
  * ZRT_CUDA_PROFILE=1 prints the device time of every entry at exit.
  *
  * Leaves out: fused kernels beyond the bf16 table's attention; tiled
@@ -491,6 +493,28 @@ __global__ void k_to_nv_bf16(__nv_bfloat16* out, const float* in, size_t n) {
     if (i < n) out[i] = __ushort_as_bfloat16(zipcclFloatToBf16(in[i]));
 }
 
+/* G slices of n elements, slice g at in + g * stride, into out + g * n
+ * (the grouped GEMMs' fp32 weights, rounded as bf16_operand rounds) */
+__global__ void k_to_nv_bf16_slices(__nv_bfloat16* out, const float* in, size_t n, size_t stride) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t g = blockIdx.y;
+    if (i < n) out[g * n + i] = __ushort_as_bfloat16(zipcclFloatToBf16(in[g * stride + i]));
+}
+
+/* The grouped GEMM's operand pointers (cuBLAS reads them from device
+ * memory), made on the device from the launch's arguments: nothing to
+ * upload, so no host buffer has to outlive the call. */
+constexpr int GG_MAX = 64; /* problems per grouped launch */
+struct GroupPtrArgs {
+    const void* p[3][GG_MAX]; /* cuBLAS's A, B and C of each problem */
+    int n;
+};
+__global__ void k_group_ptrs(const void** ptrs, const GroupPtrArgs a) {
+    const int j = threadIdx.x;
+    if (j < a.n)
+        for (int t = 0; t < 3; t++) ptrs[t * GG_MAX + j] = a.p[t][j];
+}
+
 __global__ void k_round_bf16(float* x, size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = zipcclBf16ToFloat(zipcclFloatToBf16(x[i]));
@@ -612,7 +636,7 @@ __global__ void k_scale(float* x, size_t n, float factor) {
     X(attention_backward) X(swiglu_forward) X(swiglu_backward) X(embedding_forward) \
     X(embedding_backward) X(crossentropy_forward_backward) X(moe_route) X(moe_prob_sum) \
     X(moe_gather) X(moe_combine) X(moe_combine_backward) X(moe_router_backward) X(add) X(zero) \
-    X(round_to_bf16) X(bf16_to_float) \
+    X(round_to_bf16) X(bf16_to_float) X(matmul_forward_grouped) X(matmul_backward_grouped) \
     X(round_bf16_inplace) X(add_bf16) X(adamw) X(sumsq) X(scale) X(adamw_multi) X(sumsq_multi)
 enum ProfId {
 #define ZK_PROF_ID(n) P_##n,
@@ -814,6 +838,120 @@ void cu_matmul_backward_a16(float* dinp, float* dweight, const float* dout, cons
                      IC);
     if (dweight)
         gemm_rm_bf16(true, false, OC, IC, N, 1.0f, g, OC, as_nv_bf16(inp), IC, 1.0f, dweight, IC);
+}
+
+/* ---- grouped GEMMs (kernels.h): the MoE experts' products in one
+ * cublasGemmGroupedBatchedEx launch per GG_MAX problems, each problem a
+ * group of its own (their shapes differ), bf16 operands, fp32 output and
+ * accumulation as gemm_rm_bf16. Where cuBLAS refuses the call (a cuBLAS
+ * without bf16 -> fp32 grouped GEMMs), the problems run one cublasGemmEx
+ * each, said once on stderr; ZRT_GROUPED_GEMM=0 leaves the entries out of
+ * the table (the model's loop over experts). */
+struct GemmProblem { /* row-major, as gemm_rm_bf16's arguments */
+    bool transA, transB;
+    int M, N, K;
+    const __nv_bfloat16* A;
+    int lda;
+    const __nv_bfloat16* B;
+    int ldb;
+    float beta;
+    float* C;
+    int ldc;
+};
+int g_grouped_refused; /* cuBLAS refused a grouped call: one GEMM per problem from then on */
+
+void gemm_grouped_bf16(const GemmProblem* p, int n) {
+    static void* ptrs;
+    static size_t cap;
+    ptrs = scratch_grow(ptrs, &cap, 3 * GG_MAX * sizeof(void*));
+    for (int at = 0; at < n && !g_grouped_refused; at += GG_MAX) {
+        const int m = n - at < GG_MAX ? n - at : GG_MAX;
+        cublasOperation_t ta[GG_MAX], tb[GG_MAX];
+        int mm[GG_MAX], nn[GG_MAX], kk[GG_MAX], lda[GG_MAX], ldb[GG_MAX], ldc[GG_MAX], one[GG_MAX];
+        float alpha[GG_MAX], beta[GG_MAX];
+        GroupPtrArgs a{};
+        a.n = m;
+        for (int j = 0; j < m; j++) {
+            const GemmProblem& q = p[at + j];
+            ta[j] = q.transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb[j] = q.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+            mm[j] = q.N, nn[j] = q.M, kk[j] = q.K, lda[j] = q.ldb, ldb[j] = q.lda, ldc[j] = q.ldc;
+            alpha[j] = 1.0f, beta[j] = q.beta, one[j] = 1;
+            // column-major C^T = op(B)^T op(A)^T: cuBLAS's A is our B, its B our A
+            a.p[0][j] = q.B, a.p[1][j] = q.A, a.p[2][j] = q.C;
+        }
+        const void** P = (const void**)ptrs;
+        k_group_ptrs<<<1, GG_MAX, 0, g_stream>>>(P, a);
+        CKL(k_group_ptrs);
+        const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+            handle(), ta, tb, mm, nn, kk, alpha, P, CUDA_R_16BF, lda, P + GG_MAX, CUDA_R_16BF, ldb, beta,
+            (void* const*)(P + 2 * GG_MAX), CUDA_R_32F, ldc, m, one,
+            CUBLAS_COMPUTE_32F);
+        if (st == CUBLAS_STATUS_SUCCESS) continue;
+        fprintf(stderr, "zrt cuda: cublasGemmGroupedBatchedEx (bf16 in, fp32 out): %s; the grouped GEMMs run "
+                        "one cublasGemmEx per problem\n", cublasGetStatusString(st));
+        g_grouped_refused = 1;
+        n -= at, p += at; // the rest, one by one
+    }
+    if (!g_grouped_refused) return;
+    for (int j = 0; j < n; j++)
+        gemm_rm_bf16(p[j].transA, p[j].transB, p[j].M, p[j].N, p[j].K, 1.0f, p[j].A, p[j].lda, p[j].B, p[j].ldb,
+                     p[j].beta, p[j].C, p[j].ldc);
+}
+
+/* The groups' weights as bf16 operands: bf16 already, or the G fp32 slices
+ * rounded into a buffer that grows (slice g at g * OC * IC: its stride) */
+const __nv_bfloat16* grouped_weights(const float* weight, const uint16_t* weight16, size_t w_stride, int G,
+                                     size_t n, size_t* stride) {
+    if (!weight) {
+        *stride = w_stride;
+        return as_nv_bf16(weight16);
+    }
+    static void* buf;
+    static size_t cap;
+    buf = scratch_grow(buf, &cap, (size_t)G * n * sizeof(__nv_bfloat16));
+    __nv_bfloat16* b = (__nv_bfloat16*)buf;
+    k_to_nv_bf16_slices<<<dim3(blocks_for(n, 256), G), 256, 0, g_stream>>>(b, weight, n, w_stride);
+    CKL(k_to_nv_bf16_slices);
+    *stride = n;
+    return b;
+}
+
+void cu_matmul_forward_grouped_a16(float* out, const uint16_t* inp, const float* weight, const uint16_t* weight16,
+                                   size_t w_stride, const int* rows, int G, int IC, int OC) {
+    PROF(matmul_forward_grouped);
+    std::vector<GemmProblem> p;
+    size_t ws;
+    const __nv_bfloat16* W = grouped_weights(weight, weight16, w_stride, G, (size_t)OC * IC, &ws);
+    for (int g = 0, o = 0; g < G; o += rows[g], g++)
+        if (rows[g]) // out rows (rows, OC) = inp rows (rows, IC) W_g^T
+            p.push_back({false, true, rows[g], OC, IC, as_nv_bf16(inp) + (size_t)o * IC, IC, W + g * ws, IC,
+                         0.0f, out + (size_t)o * OC, OC});
+    gemm_grouped_bf16(p.data(), (int)p.size());
+}
+
+void cu_matmul_backward_grouped_a16(float* dinp, float* dweight, size_t dw_stride, const float* dout,
+                                    const uint16_t* inp, const float* weight, const uint16_t* weight16,
+                                    size_t w_stride, const int* rows, int G, int IC, int OC, int accumulate) {
+    PROF(matmul_backward_grouped);
+    size_t N = 0, ws = 0;
+    for (int g = 0; g < G; g++) N += (size_t)rows[g];
+    if (!N) return;
+    const __nv_bfloat16* W =
+        dinp ? grouped_weights(weight, weight16, w_stride, G, (size_t)OC * IC, &ws) : nullptr;
+    const __nv_bfloat16* d = bf16_operand(0, dout, N * OC); // every group's dout, rounded once
+    const __nv_bfloat16* x = as_nv_bf16(inp);
+    std::vector<GemmProblem> p;
+    for (int g = 0, o = 0; g < G; o += rows[g], g++) {
+        if (!rows[g]) continue;
+        const __nv_bfloat16* dg = d + (size_t)o * OC;
+        if (dinp) // dinp rows (rows, IC) (=|+=) dout rows (rows, OC) W_g
+            p.push_back({false, false, rows[g], IC, OC, dg, OC, W + g * ws, IC, accumulate ? 1.0f : 0.0f,
+                         dinp + (size_t)o * IC, IC});
+        if (dweight) // dW_g (OC, IC) += dout rows^T inp rows
+            p.push_back({true, false, OC, IC, rows[g], dg, OC, x + (size_t)o * IC, IC, 1.0f,
+                         dweight + g * dw_stride, IC});
+    }
+    gemm_grouped_bf16(p.data(), (int)p.size());
 }
 
 void cu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
@@ -1758,6 +1896,11 @@ ZrtKernels make_table_bf16() {
     t.rope_forward_a16 = cu_rope_forward_a16;
     t.attention_forward_a16 = cu_attention_forward_a16;
     t.attention_backward_a16 = cu_attention_backward_a16;
+    const char* gg = getenv("ZRT_GROUPED_GEMM");
+    if (!gg || strcmp(gg, "0")) {
+        t.matmul_forward_grouped_a16 = cu_matmul_forward_grouped_a16;
+        t.matmul_backward_grouped_a16 = cu_matmul_backward_grouped_a16;
+    }
     return t;
 }
 ZrtKernels cuda_table_bf16 = make_table_bf16();

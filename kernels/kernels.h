@@ -142,6 +142,24 @@ typedef struct ZrtKernels_ {
                                    const float* out, const float* lse, const uint16_t* q,
                                    const uint16_t* k, const uint16_t* v, int B, int T, int H,
                                    int KV, int hd, float* scratch);
+    /* ---- grouped GEMMs (the MoE experts; optional, NULL where a table has
+     * none: the model then calls the a16 entries once per expert).
+     * G groups of rows one after the other: group g is rows[g] rows (a
+     * host array; 0 allowed) starting where group g-1's end, with its own
+     * weight at weight (or weight16) + g * w_stride elements and, in the
+     * backward, its own weight gradient at dweight + g * dw_stride. Each
+     * group is matmul_forward_a16 / matmul_backward_a16 on its rows: the
+     * same bits as those calls one group after the other, in one launch
+     * (the CUDA table: cublasGemmGroupedBatchedEx, operand pointers made on
+     * the device, no host wait). Groups must not share a weight gradient
+     * (they would race). */
+    void (*matmul_forward_grouped_a16)(float* out, const uint16_t* inp, const float* weight,
+                                       const uint16_t* weight16, size_t w_stride, const int* rows,
+                                       int G, int IC, int OC);
+    void (*matmul_backward_grouped_a16)(float* dinp, float* dweight, size_t dw_stride,
+                                        const float* dout, const uint16_t* inp, const float* weight,
+                                        const uint16_t* weight16, size_t w_stride, const int* rows,
+                                        int G, int IC, int OC, int accumulate);
 
     /* out (N, C) = inp * rstd * weight, rstd (N) = 1/sqrt(mean(inp^2) + eps) */
     void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, int N,

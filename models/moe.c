@@ -334,6 +334,14 @@ static void x16_chunk(MoeActs* m, const MoeLayer* L, int chunk) {
     if (m->d.a16 && rows) m->K->round_to_bf16(m->xin16 + (size_t)b * C, L->xin + (size_t)b * C, rows * C);
 }
 
+/* The experts' GEMMs as grouped GEMMs (kernels.h: one launch for all local
+ * experts, the bits of one call per expert): where the table has them and
+ * the GEMMs read bf16 inputs, for runs of one expert each (not the
+ * rank-invariant source runs, whose shapes must be EP = 1's one GEMM each). */
+static int grouped(const MoeActs* m, const int* src) {
+    return m->d.a16 && !src && m->K->matmul_forward_grouped_a16 && m->K->matmul_backward_grouped_a16;
+}
+
 /* One run's gate and up: rows [o, o + c) of xin times expert we's w_gate
  * and w_up. */
 static void run_gate_up(const MoeActs* m, const MoeLayer* L, Weight we, int o, int c) {
@@ -350,14 +358,23 @@ static void run_gate_up(const MoeActs* m, const MoeLayer* L, Weight we, int o, i
 static Runs chunk_gate_up(MoeActs* m, const MoeLayer* L, Weight p, int chunk, const int* src, int n_src) {
     const MoeDims* d = &m->d;
     const Runs r = runs_of(L, chunk, src, n_src);
-    const size_t Fe = d->Fe, rows = (size_t)(L->chunk_off[chunk + 1] - r.base);
+    const size_t Fe = d->Fe, FC = Fe * d->C, rows = (size_t)(L->chunk_off[chunk + 1] - r.base);
     x16_chunk(m, L, chunk);
-    for (int j = 0, o = r.base; j < r.n_local; j++) {
-        const Weight we = weight_at(p, (size_t)j * expert_numel(d));
-        for (int s = 0; s < r.n_src; s++) {
-            const int c = run_rows(&r, j, s);
-            if (c) run_gate_up(m, L, we, o, c);
-            o += c;
+    if (grouped(m, src)) { /* every expert's gate, then every expert's up: one launch each */
+        const Weight wu = weight_at(p, FC);
+        const uint16_t* x = xin_at(m, L, r.base).bf16;
+        m->K->matmul_forward_grouped_a16(L->gate + (size_t)r.base * Fe, x, p.f32, p.bf16, expert_numel(d), r.rc,
+                                         r.n_local, d->C, d->Fe);
+        m->K->matmul_forward_grouped_a16(L->up + (size_t)r.base * Fe, x, wu.f32, wu.bf16, expert_numel(d), r.rc,
+                                         r.n_local, d->C, d->Fe);
+    } else {
+        for (int j = 0, o = r.base; j < r.n_local; j++) {
+            const Weight we = weight_at(p, (size_t)j * expert_numel(d));
+            for (int s = 0; s < r.n_src; s++) {
+                const int c = run_rows(&r, j, s);
+                if (c) run_gate_up(m, L, we, o, c);
+                o += c;
+            }
         }
     }
     if (rows)
@@ -373,6 +390,12 @@ static void experts_forward(MoeActs* m, const MoeLayer* L, Weight p, float* yl, 
     const MoeDims* d = &m->d;
     const size_t C = d->C, FC = (size_t)d->Fe * C;
     const Runs r = chunk_gate_up(m, L, p, chunk, src, n_src);
+    if (grouped(m, src)) {
+        const Weight wd = weight_at(p, 2 * FC);
+        m->K->matmul_forward_grouped_a16(yl + (size_t)r.base * C, hid_at(d, L, r.base).bf16, wd.f32, wd.bf16,
+                                         expert_numel(d), r.rc, r.n_local, d->Fe, d->C);
+        return;
+    }
     for (int j = 0, o = r.base; j < r.n_local; j++) {
         const Weight wd = weight_at(p, (size_t)j * expert_numel(d) + 2 * FC);
         for (int s = 0; s < r.n_src; s++) {
@@ -420,6 +443,18 @@ static void experts_backward_phased(const MoeDims* d, const MoeLayer* L, MoeActs
         x16_chunk(m, L, chunk); /* the forward's xin16 is another block's by now */
     }
     const size_t rows = (size_t)(L->chunk_off[chunk + 1] - r.base), b = (size_t)r.base;
+    if (grouped(m, NULL)) { /* the same products, one launch per projection */
+        const Weight wd = weight_at(p, 2 * FC), wu = weight_at(p, FC);
+        const uint16_t* x = xin_at(m, L, r.base).bf16;
+        K->matmul_backward_grouped_a16(m->dhid, g + 2 * FC, en, dyl, hid_at(d, L, r.base).bf16, wd.f32, wd.bf16, en,
+                                       r.rc, r.n_local, d->Fe, d->C, 0);
+        if (rows) K->swiglu_backward(m->dgate, m->dup, m->dhid, L->gate + b * Fe, L->up + b * Fe, (int)rows, d->Fe);
+        K->matmul_backward_grouped_a16(dxl + b * C, g, en, m->dgate, x, p.f32, p.bf16, en, r.rc, r.n_local, d->C,
+                                       d->Fe, 0);
+        K->matmul_backward_grouped_a16(dxl + b * C, g + FC, en, m->dup, x, wu.f32, wu.bf16, en, r.rc, r.n_local,
+                                       d->C, d->Fe, 1);
+        return;
+    }
     for (int j = 0, o = r.base; j < r.n_local; j++) {
         const int c = run_rows(&r, j, 0);
         const size_t at = (size_t)(o - r.base);

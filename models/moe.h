@@ -18,9 +18,12 @@
  * its token's output (the residual carries the token on) and has no
  * gradient. The aux loss counts the routing choices, dropped or not.
  *
+ * The experts' GEMMs: one grouped GEMM per projection over all local
+ * experts where the table has the grouped entries (kernels.h: the bf16
+ * tables, with bf16 activations), else one GEMM per expert and projection.
+ *
  * What this leaves out: shared experts, router noise or z-loss, other drop
- * policies (by probability), and grouped GEMMs (one GEMM per expert and
- * projection).
+ * policies (by probability).
  */
 #ifndef MODELS_MOE_H
 #define MODELS_MOE_H

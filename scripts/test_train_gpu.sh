@@ -17,7 +17,8 @@
 # (step time, tokens/s, MFU against the card's dense spec peak for the
 # compute dtype, runtime/peaks.c, and against the run's matmul probe),
 # the device time per kernel-table entry of its step (ZRT_CUDA_PROFILE=1),
-# a 0.9 B Llama at T = 2048 in bf16, and qwen3-moe-100m at EP 1.
+# a 0.9 B Llama at T = 2048 in bf16, and qwen3-moe-100m at EP 1 (fp32, and
+# bf16 with and without the experts' grouped GEMMs).
 #   BIN=dir      where train is (default build)
 #   OUT_DIR=dir  where train_gpu.log goes (default: a temporary folder)
 #   DEV=name     the device (default cuda; cpu_guarded exercises this script
@@ -247,6 +248,22 @@ cat "$T/bench_moe.log" >>"$LOG"
 grep -E '^# (device|MFU against)|^step|^# done' "$T/bench_moe.log" | cut -c1-260
 breakdown "$T/bench_moe100m.jsonl"
 [ $rc -eq 0 ] || fail gpu_bench_moe_100m "exit $rc: $(tail -3 "$T/bench_moe.log" | tr '\n' ' ')"
+
+# the same in model.compute: bf16, the experts' GEMMs grouped (one
+# cublasGemmGroupedBatchedEx per projection; the default) and one GEMM per
+# expert (ZRT_GROUPED_GEMM=0): the grouped GEMM's gain, same card, same run
+for gg in 1 0; do
+  echo "== figure: qwen3-moe-100m at EP 1, batch 16 x 256, bf16 compute, ZRT_GROUPED_GEMM=$gg"
+  echo "== bench qwen3-moe-100m cuda bf16 grouped=$gg" >>"$LOG"
+  ZRT_GROUPED_GEMM=$gg timeout 60 "$BIN/train" configs/qwen3-moe-100m.yaml --set runtime.device=$DEV \
+    --set train.steps=4 --set parallelism.ep=1 --set data.batch_size=16 --set model.compute=bf16 \
+    --log-json "$T/bench_moe100m_bf16_grouped$gg.jsonl" >"$T/bench_moe16_$gg.log" 2>&1
+  rc=$?
+  cat "$T/bench_moe16_$gg.log" >>"$LOG"
+  grep -E '^step|^# done|grouped' "$T/bench_moe16_$gg.log" | cut -c1-200
+  breakdown "$T/bench_moe100m_bf16_grouped$gg.jsonl"
+  [ $rc -eq 0 ] || fail "gpu_bench_moe_100m_bf16_grouped$gg" "exit $rc: $(tail -3 "$T/bench_moe16_$gg.log" | tr '\n' ' ')"
+done
 
 # every run's JSON log in one file, for the record (docs/bench/)
 if [ -n "$OUT_DIR" ]; then

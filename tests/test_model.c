@@ -1886,6 +1886,108 @@ static void check_a16_entries(const ZrtKernels* G, const char* name) {
     check_a16_attention(G, name);
 }
 
+/* max |a - b| / (max |b| + 1e-30) over n host floats */
+static double rel_diff_host(const float* a, const float* b, size_t n) {
+    double md = 0.0, mx = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        md = d > md ? d : md;
+        mx = fabs(b[i]) > mx ? fabs(b[i]) : mx;
+    }
+    return md / (mx + 1e-30);
+}
+
+/* The grouped entries (the MoE experts' GEMMs in one launch) on table G:
+ * within tol of the a16 entries called group after group (tol 0: their
+ * bits; a GPU's grouped kernels may sum in another order), forward and
+ * backward (dinp overwritten and accumulated, dweight per group at its own
+ * stride), with fp32 weights (rounded) and bf16 ones, empty groups among
+ * them, and more groups than one CUDA launch takes (kernels/cuda.cu GG_MAX
+ * 64: 70 groups). */
+static void check_grouped_entries(const ZrtKernels* G, const char* name, double tol) {
+    enum { IC = 24, OC = 20, GMAX = 70 };
+    char what[96];
+    snprintf(what, sizeof what, "%s/grouped_entries", name);
+    if (!CHECK(G->matmul_forward_grouped_a16 && G->matmul_backward_grouped_a16, what,
+               "the bf16 table lacks the grouped entries"))
+        return;
+    static const int few[] = {5, 0, 9, 1, 0, 14};
+    static int many[GMAX];
+    for (int g = 0; g < GMAX; g++) many[g] = g % 5 == 3 ? 0 : 1 + g % 3;
+    const size_t ws = 3 * (size_t)OC * IC + 8, dws = 2 * (size_t)OC * IC + 4; /* strides past a group's matrix */
+    ZDevice* dv = G->dev;
+    for (int shape = 0; shape < 2; shape++) {
+        const int* rows = shape ? many : few;
+        const int ng = shape ? GMAX : (int)(sizeof few / sizeof few[0]);
+        int N = 0;
+        for (int g = 0; g < ng; g++) N += rows[g];
+        const size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = ng * ws, ndw = ng * dws;
+        float* w = malloc(nw * sizeof(float));
+        float* dy = malloc(ny * sizeof(float));
+        float* t = malloc((nx > ndw ? nx : ndw) * sizeof(float));
+        float *got = malloc(ny * sizeof(float)), *want = malloc(ny * sizeof(float));
+        float *gdx = malloc(nx * sizeof(float)), *wdx = malloc(nx * sizeof(float));
+        float *gdw = malloc(ndw * sizeof(float)), *wdw = malloc(ndw * sizeof(float));
+        uint16_t *x16 = malloc(nx * 2), *w16 = malloc(nw * 2);
+        srand(77 + shape);
+        for (size_t i = 0; i < nx; i++) x16[i] = zipcclFloatToBf16(((float)rand() / RAND_MAX - 0.5f) * 3.0f);
+        for (size_t i = 0; i < nw; i++) {
+            w[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.4f; /* not bf16-representable */
+            w16[i] = zipcclFloatToBf16(w[i]);
+        }
+        for (size_t i = 0; i < ny; i++) dy[i] = (float)rand() / RAND_MAX - 0.5f;
+        float *dW = zdev_alloc(dv, nw * 4), *dDY = zdev_alloc(dv, ny * 4), *dY = zdev_alloc(dv, ny * 4),
+              *dDX = zdev_alloc(dv, nx * 4), *dDW = zdev_alloc(dv, ndw * 4);
+        uint16_t *dX16 = zdev_alloc(dv, nx * 2), *dW16 = zdev_alloc(dv, nw * 2);
+        zdevCheck(zdev_upload(dv, dW, w, nw * 4));
+        zdevCheck(zdev_upload(dv, dW16, w16, nw * 2));
+        zdevCheck(zdev_upload(dv, dX16, x16, nx * 2));
+        zdevCheck(zdev_upload(dv, dDY, dy, ny * 4));
+        for (int wk = 0; wk < 2; wk++)
+            for (int acc = 0; acc < 2; acc++) {
+                const float* W32 = wk ? NULL : dW;
+                const uint16_t* W16 = wk ? dW16 : NULL;
+                for (int pass = 0; pass < 2; pass++) { /* 0: grouped, 1: the a16 entries group by group */
+                    for (size_t i = 0; i < nx; i++) t[i] = 0.125f * (float)(i % 7);
+                    zdevCheck(zdev_upload(dv, dDX, t, nx * 4)); /* accumulated into with acc */
+                    for (size_t i = 0; i < ndw; i++) t[i] = 0.25f * (float)(i % 5);
+                    zdevCheck(zdev_upload(dv, dDW, t, ndw * 4));
+                    zdevCheck(zdev_memset_async(dv, dY, 0, ny * 4, NULL));
+                    if (!pass) {
+                        G->matmul_forward_grouped_a16(dY, dX16, W32, W16, ws, rows, ng, IC, OC);
+                        G->matmul_backward_grouped_a16(dDX, dDW, dws, dDY, dX16, W32, W16, ws, rows, ng, IC, OC, acc);
+                    } else {
+                        for (int g = 0, o = 0; g < ng; o += rows[g], g++) {
+                            if (!rows[g]) continue;
+                            const size_t wo = (size_t)g * ws;
+                            G->matmul_forward_a16(dY + (size_t)o * OC, dX16 + (size_t)o * IC, W32 ? W32 + wo : NULL,
+                                                  W16 ? W16 + wo : NULL, rows[g], IC, OC);
+                            G->matmul_backward_a16(dDX + (size_t)o * IC, dDW + (size_t)g * dws, dDY + (size_t)o * OC,
+                                                   dX16 + (size_t)o * IC, W32 ? W32 + wo : NULL,
+                                                   W16 ? W16 + wo : NULL, rows[g], IC, OC, acc);
+                        }
+                    }
+                    zdevCheck(zdev_download(dv, pass ? want : got, dY, ny * 4));
+                    zdevCheck(zdev_download(dv, pass ? wdx : gdx, dDX, nx * 4));
+                    zdevCheck(zdev_download(dv, pass ? wdw : gdw, dDW, ndw * 4));
+                }
+                snprintf(what, sizeof what, "%s/grouped_%s_%s%s", name, shape ? "70_groups" : "6_groups",
+                         wk ? "w16" : "w32", acc ? "_accumulate" : "");
+                const double fe = rel_diff_host(got, want, ny), be = rel_diff_host(gdx, wdx, nx),
+                             we = rel_diff_host(gdw, wdw, ndw);
+                const int ok = tol > 0 ? fe <= tol && be <= tol && we <= tol
+                                       : !memcmp(got, want, ny * 4) && !memcmp(gdx, wdx, nx * 4) &&
+                                             !memcmp(gdw, wdw, ndw * 4);
+                CHECK(ok, what, "forward %.3g, dinp %.3g, dweight %.3g relative from the a16 entries' (bound %g)", fe,
+                      be, we, tol);
+            }
+        zdev_free(dv, dW), zdev_free(dv, dDY), zdev_free(dv, dY), zdev_free(dv, dDX), zdev_free(dv, dDW);
+        zdev_free(dv, dX16), zdev_free(dv, dW16);
+        free(w), free(dy), free(t), free(got), free(want), free(gdx), free(wdx), free(gdw), free(wdw);
+        free(x16), free(w16);
+    }
+}
+
 /* The model over the bf16 twin keeps ln1, ln2, hid and lnf in bf16 (llama.c's
  * ActA16): a step has the bits of the same twin without the a16 entries
  * (every input still rounded by its GEMMs), dense and MoE, with
@@ -1908,6 +2010,17 @@ static void check_a16_model(void) {
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_moe", 0.0, &moe, 0);
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_moe_recompute", 0.0, &moe, STEP_RECOMPUTE);
     check_step_of(A, &plain, "cpu_bf16/a16_same_bits_moe_units", 0.0, &moe, STEP_BF16_UNITS);
+    {   /* the experts' grouped GEMMs: the bits of one GEMM per expert */
+        static ZrtKernels loop;
+        loop = *A;
+        loop.name = "cpu_bf16_no_grouped";
+        loop.matmul_forward_grouped_a16 = NULL, loop.matmul_backward_grouped_a16 = NULL;
+        const LlamaConfig moe1 = moe_config(1);
+        check_step_of(A, &loop, "cpu_bf16/grouped_same_bits_moe", 0.0, &moe, 0);
+        check_step_of(A, &loop, "cpu_bf16/grouped_same_bits_moe_top1", 0.0, &moe1, 0);
+        check_step_of(A, &loop, "cpu_bf16/grouped_same_bits_moe_recompute", 0.0, &moe, STEP_RECOMPUTE);
+        check_step_of(A, &loop, "cpu_bf16/grouped_same_bits_moe_units", 0.0, &moe, STEP_BF16_UNITS);
+    }
     /* head dim 64: q, k, v in bf16 too (attention's flash tiles) */
     LlamaConfig h64 = tiny_config(0);
     h64.dim = 128, h64.n_heads = 2, h64.n_kv_heads = 1, h64.ffn_hidden = 64;
@@ -2685,6 +2798,7 @@ int main(int argc, char** argv) {
         check_w16_entries(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
         check_w16_entries(zrt_kernels_cuda_bf16(NULL), zrt_kernels_cpu_bf16(), "cuda_bf16", 1e-5);
         check_a16_entries(zrt_kernels_cuda_bf16(NULL), "cuda_bf16");
+        check_grouped_entries(zrt_kernels_cuda_bf16(NULL), "cuda_bf16", getenv("ZRT_TEST_EMULATED") ? 0.0 : 1e-5);
         CHECK(!zrt_kernels_cuda(NULL)->matmul_forward_a16, "cuda/a16_fp32_table_has_none",
               "the fp32 table has a bf16 activation entry");
         check_step_bf16_units(zrt_kernels_cuda(NULL), zrt_kernels_cpu(), "cuda", 1e-5);
@@ -2737,6 +2851,7 @@ int main(int argc, char** argv) {
     check_w16_entries(zrt_kernels_cpu(), zrt_kernels_cpu(), "cpu", 0.0);
     check_w16_entries(zrt_kernels_cpu_bf16(), zrt_kernels_cpu_bf16(), "cpu_bf16", 0.0);
     check_a16_entries(zrt_kernels_cpu_bf16(), "cpu_bf16");
+    check_grouped_entries(zrt_kernels_cpu_bf16(), "cpu_bf16", 0.0);
     check_a16_model();
     check_w16_entries(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
     check_step_bf16_units(zrt_kernels_cpu(), zrt_kernels_cpu(), "cpu", 0.0);

@@ -12,6 +12,8 @@
 #     the CUDA codec's kernels on the device) == raw bit for bit;
 #   - the MoE model at EP 2 on 2 ranks (the exchange's rows on the device):
 #     within 1e-4 of the CPU (compressed == raw with ZIPCCL_TEST_LONG=1);
+#   - the MoE model at EP 2 in model.compute: bf16, its experts' GEMMs
+#     grouped (run deferred) == one GEMM per expert, bit for bit;
 #   - model.compute: bf16 within 1e-4 of the CPU's bf16 twin, also at head
 #     dim 64 (attention: the flash kernel on tensor cores); recomputation
 #     with a chunked output layer within 1e-5 of the CPU;
@@ -140,6 +142,20 @@ if [ -s "$tmp/e2.jsonl" ] && [ -s "$tmp/em.jsonl" ] && ZK_EMU_ASYNC=1 ZIPCCL_DEV
   check emu_deferred_streams_moe_ep2_same_bits em emasync exact
 else
   fail emu_deferred_streams "a run failed"
+fi
+
+# The MoE model at EP 2 in model.compute: bf16: the experts' GEMMs are the
+# bf16 table's grouped GEMMs (one cublasGemmGroupedBatchedEx per projection,
+# operand pointers made on the device; run deferred, so cuBLAS reads them
+# when the stream gets there), the same bits as one GEMM per expert
+# (ZRT_GROUPED_GEMM=0), the exchange in two chunks (the second's rows start
+# past the first's)
+# shellcheck disable=SC2086
+if ZK_EMU_ASYNC=1 emu 2 emg $M --set parallelism.ep=2 --set model.compute=bf16 --set moe.overlap_chunks=2 &&
+   ZRT_GROUPED_GEMM=0 emu 2 emg0 $M --set parallelism.ep=2 --set model.compute=bf16 --set moe.overlap_chunks=2; then
+  check emu_moe_ep2_bf16_grouped_gemm_same_bits emg emg0 exact
+else
+  fail emu_moe_ep2_bf16_grouped_gemm "a run failed"
 fi
 
 if cpu 1 cb --set model.compute=bf16 && ZRT_EMU_DEVICE_NAME="NVIDIA H200" emu 1 eb --set model.compute=bf16; then

@@ -591,4 +591,51 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cubla
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* Grouped GEMMs (cuBLAS 12.5+): group i is group_size[i] problems of one
+ * shape; the sizes, scalars and leading dimensions are host arrays (read at
+ * the call), the operand pointers device arrays of device pointers, read
+ * when the stream runs the call (a kernel earlier on the stream may write
+ * them). The same type combination as cublasGemmEx above. One launch
+ * computes its problems concurrently on a device, so two problems whose C
+ * overlap would race: the emulator refuses that. */
+inline cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t ta[],
+                                                 const cublasOperation_t tb[], const int m[], const int n[],
+                                                 const int k[], const void* alpha, const void* const Aarray[],
+                                                 cudaDataType at, const int lda[], const void* const Barray[],
+                                                 cudaDataType bt, const int ldb[], const void* beta,
+                                                 void* const Carray[], cudaDataType ct, const int ldc[],
+                                                 int group_count, const int group_size[],
+                                                 cublasComputeType_t comp) {
+    if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F || comp != CUBLAS_COMPUTE_32F || group_count < 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    emu::need_device(Aarray, "Aarray"), emu::need_device(Barray, "Barray"), emu::need_device(Carray, "Carray");
+    struct P { cublasOperation_t ta, tb; int m, n, k, lda, ldb, ldc; float al, be; };
+    std::vector<P> ps;
+    for (int g = 0; g < group_count; g++) {
+        if (m[g] < 0 || n[g] < 0 || k[g] < 0 || ldc[g] < (m[g] > 1 ? m[g] : 1) || group_size[g] < 0)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        for (int i = 0; i < group_size[g]; i++)
+            ps.push_back({ta[g], tb[g], m[g], n[g], k[g], lda[g], ldb[g], ldc[g], ((const float*)alpha)[g],
+                          ((const float*)beta)[g]});
+    }
+    emu::enqueue(h->stream, [=]() {
+        const size_t np = ps.size();
+        for (size_t i = 0; i < np; i++) { /* the problems' outputs must be apart */
+            const float* ci = (const float*)Carray[i];
+            const size_t ni = ps[i].n ? (size_t)ps[i].ldc * (ps[i].n - 1) + ps[i].m : 0;
+            emu::need_device(Aarray[i], "A"), emu::need_device(Barray[i], "B"), emu::need_device(ci, "C");
+            for (size_t j = 0; j < i; j++) {
+                const float* cj = (const float*)Carray[j];
+                const size_t nj = ps[j].n ? (size_t)ps[j].ldc * (ps[j].n - 1) + ps[j].m : 0;
+                if (ni && nj && ci < cj + nj && cj < ci + ni)
+                    emu::die("cublasGemmGroupedBatchedEx: two problems of one launch write overlapping C");
+            }
+        }
+        for (size_t i = 0; i < np; i++)
+            emu::gemm_bf16(ps[i].ta, ps[i].tb, ps[i].m, ps[i].n, ps[i].k, ps[i].al, Aarray[i], ps[i].lda, Barray[i],
+                           ps[i].ldb, ps[i].be, (float*)Carray[i], ps[i].ldc);
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 #endif
