@@ -28,6 +28,10 @@ CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 SUBMAKE    := $(MAKE) --no-print-directory
+# the builds that targets start themselves (test, run, ...) use every core
+# (a make -jN of the caller's passes its own jobserver down instead)
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+BUILDMAKE  = $(SUBMAKE) $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS))
 
 COMM_DIRS  := comm/base comm/core comm/run comm/agree comm/transport comm/algo comm/tune comm/codec
 # device/: the one device model (memory, streams, events) under both the
@@ -201,11 +205,11 @@ asan-all:
 	@$(MAKE) --no-print-directory BUILD=build-asan NO_CUDA=1 SAN="$(ASAN_FLAGS)" CFLAGS="-O1 -g" all
 
 test: deps
-	@$(SUBMAKE) all asan-all
+	@$(BUILDMAKE) all asan-all
 	@scripts/run_tests.sh $(BUILD) build-asan
 
 test-asan: deps
-	@$(SUBMAKE) asan-all
+	@$(BUILDMAKE) asan-all
 	@scripts/run_tests.sh build-asan
 
 # test-long: the suite's long sweeps; every fuzz target for
@@ -217,18 +221,18 @@ test-asan: deps
 # suite's closing line comes last.
 FUZZ_LONG_SECONDS ?= 60
 test-long: deps
-	@$(SUBMAKE) all
+	@$(BUILDMAKE) all
 	@rc=0; FUZZ_KEEP_CORPUS=1 scripts/fuzz.sh $(FUZZ_LONG_SECONDS) || rc=1; \
 	 tests/mutate_codec_boundary.sh $(BUILD) || rc=1; \
 	 tests/mutate_tree_order.sh $(BUILD) || rc=1; \
 	 ZIPCCL_TEST_LONG=1 scripts/run_tests.sh $(BUILD) || rc=1; exit $$rc
 
 run: deps
-	@$(SUBMAKE) all
+	@$(BUILDMAKE) all
 	@scripts/run_default.sh
 
 run-moe: deps
-	@$(SUBMAKE) all
+	@$(BUILDMAKE) all
 	@CONFIG=configs/qwen3-moe-tiny.yaml scripts/run_default.sh
 
 FUZZ_SECONDS ?= 60
