@@ -57,10 +57,21 @@ LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/li
               -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lnccl -lstdc++
 endif
 
+# cuDNN's fused attention (kernels/attention_cudnn.cpp): built against the
+# cuDNN frontend's headers (PyPI's nvidia-cudnn-frontend, which make deps
+# installs) and cudnn.h where both are found, cuDNN loaded at run time;
+# otherwise the same file builds its stubs (the flash kernels run)
+PYTHON     ?= python3
+CUDNN_FE   := $(shell $(PYTHON) -c "import sysconfig,os; p=sysconfig.get_paths()['purelib']+'/include'; print(p if os.path.exists(p+'/cudnn_frontend.h') else '')" 2>/dev/null)
+CUDNN_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h))
+CUDNN_CXXFLAGS := $(if $(and $(CUDNN_FE),$(CUDNN_H)),-DZRT_CUDNN_SDPA -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING \
+                  -isystem $(CUDNN_FE) -isystem $(dir $(CUDNN_H)))
+
 COMM_SRC   := $(wildcard $(addsuffix /*.c,$(DEV_DIRS) $(COMM_DIRS)))
 RT_SRC     := $(filter-out runtime/train.c runtime/export_hf.c runtime/supervise.c,$(wildcard kernels/*.c models/*.c runtime/*.c))
 COMM_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(COMM_SRC)) $(filter $(BUILD)/obj/comm/% $(BUILD)/obj/device/%,$(CU_OBJ))
-RT_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC)) $(filter $(BUILD)/obj/kernels/%,$(CU_OBJ))
+RT_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC)) $(filter $(BUILD)/obj/kernels/%,$(CU_OBJ)) \
+              $(if $(HAVE_CUDA),$(BUILD)/obj/kernels/attention_cudnn.o)
 LIBZIPCCL  := $(BUILD)/libzipccl.a
 LIBZRT     := $(BUILD)/libzrt.a
 
@@ -116,6 +127,13 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out $(MPI_CFLAGS),$(CPPFLAGS)) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+# host C++ (graph building; it runs once per shape): -O1 keeps the
+# frontend's templates quick to compile
+$(BUILD)/obj/kernels/attention_cudnn.o: kernels/attention_cudnn.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -Idevice -Ikernels $(CUDNN_CXXFLAGS) -isystem $(CUDA_HOME)/include -std=c++17 -O1 -g0 -fPIC \
+	  -Wall -Wextra -Werror -MMD -MP -c $< -o $@
 
 $(LIBZIPCCL): $(COMM_OBJ)
 	@mkdir -p $(dir $@)

@@ -26,9 +26,11 @@
  * bf16 compute (zrt_kernels_cuda_bf16: the linear layers through
  * cublasGemmEx with bf16 operands converted on the fly and fp32
  * accumulation, on tensor cores; a weight that is bf16 already, a unit
- * FSDP gathered in bf16 (the _w16 entries), goes in as it is; attention a
- * FlashAttention-2 kernel of our own on tensor cores (WMMA, head dims 64 and
- * 128; "flash attention" below), the MoE experts' GEMMs as grouped GEMMs
+ * FSDP gathered in bf16 (the _w16 entries), goes in as it is; attention
+ * (head dims 64 and 128) cuDNN's fused SDPA where cuDNN loads
+ * (attention_cudnn.h; "the attention engine" below) or a FlashAttention-2
+ * kernel of our own on tensor cores (WMMA; "flash attention" below), the
+ * MoE experts' GEMMs as grouped GEMMs
  * (cublasGemmGroupedBatchedEx, "grouped GEMMs" below); everything else the
  * fp32 table's).
  * ZRT_CUDA_PROFILE=1 prints the device time of every entry at exit.
@@ -57,6 +59,7 @@
 extern "C" {
 #include "kernels.h"
 }
+#include "attention_cudnn.h"
 #include "moe_route.h"
 
 namespace {
@@ -1568,10 +1571,150 @@ void fa_a16_require(int hd) {
     if (!fa_supported(hd)) zk_fail("attention_a16", "head dim without the flash kernels", __FILE__, __LINE__);
 }
 
+/* ---- the attention engine of the bf16 table (hd 64 and 128): cuDNN's
+ * fused SDPA (kernels/attention_cudnn.h) where cuDNN loads, else the flash
+ * kernels above. ZRT_ATTENTION=own keeps the flash kernels, =cudnn insists
+ * on cuDNN (fatal without it), auto (the default) takes cuDNN when it opens
+ * and, at each shape's first forward, agrees with the flash kernels within
+ * 2e-2 of the output's largest value (one download of both outputs, once
+ * per shape); a shape cuDNN has no plan for, or one that disagrees, runs
+ * the flash kernels. What ran is said once on stderr. The warp emulator has
+ * no cuDNN: it always runs the flash kernels. */
+enum AttEngine { ATT_UNSET, ATT_OWN, ATT_CUDNN };
+AttEngine g_att = ATT_UNSET;
+int g_att_insist; /* ZRT_ATTENTION=cudnn */
+
+AttEngine att_engine() {
+    if (g_att != ATT_UNSET) return g_att;
+    const char* e = getenv("ZRT_ATTENTION");
+    const char* want = e && *e ? e : "auto";
+    char why[256] = "";
+    g_att = ATT_OWN;
+    if (strcmp(want, "own") && strcmp(want, "cudnn") && strcmp(want, "auto"))
+        zk_fail("ZRT_ATTENTION", "not one of auto, cudnn, own", __FILE__, __LINE__);
+    g_att_insist = !strcmp(want, "cudnn");
+    if (!strcmp(want, "own")) {
+        snprintf(why, sizeof why, "ZRT_ATTENTION=own");
+    } else {
+#ifdef ZIPCCL_HAVE_CUDA
+        if (!zrt_cudnn_sdpa_open((void*)g_stream, why, sizeof why)) g_att = ATT_CUDNN;
+#else
+        snprintf(why, sizeof why, "the warp emulator has no cuDNN");
+#endif
+        if (g_att != ATT_CUDNN && g_att_insist) zk_fail("ZRT_ATTENTION=cudnn", why, __FILE__, __LINE__);
+    }
+    if (g_att == ATT_CUDNN)
+        fprintf(stderr, "zrt cuda: attention (bf16, hd 64/128): %s fused SDPA (ZRT_ATTENTION=%s)\n",
+                zrt_cudnn_sdpa_version(), want);
+    else
+        fprintf(stderr, "zrt cuda: attention (bf16, hd 64/128): own flash kernels (cuDNN: %s)\n", why);
+    return g_att;
+}
+
+/* bf16 buffers of the cuDNN engine: o, do, dq, dk, dv; grown, kept */
+uint16_t* att16(int slot, size_t n) {
+    static void* buf[5];
+    static size_t cap[5];
+    buf[slot] = scratch_grow(buf[slot], &cap[slot], n * sizeof(uint16_t));
+    return (uint16_t*)buf[slot];
+}
+
+void widen_into(float* out, const uint16_t* in, size_t n) {
+    k_from_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    CKL(k_from_bf16);
+}
+void round_into(uint16_t* out, const float* in, size_t n) {
+    k_to_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    CKL(k_to_bf16);
+}
+
+/* The shapes cuDNN ran (1) or must not run (-1), by (B, T, H, KV, hd). */
+std::vector<std::pair<std::vector<int>, int>> g_att_shapes;
+int att_shape_state(int B, int T, int H, int KV, int hd) {
+    const std::vector<int> key{B, T, H, KV, hd};
+    for (auto& s : g_att_shapes)
+        if (s.first == key) return s.second;
+    return 0;
+}
+void att_shape_set(int B, int T, int H, int KV, int hd, int st) {
+    g_att_shapes.push_back({std::vector<int>{B, T, H, KV, hd}, st});
+}
+
+/* cuDNN's forward into out and lse; 0, or -1 when this shape runs the
+ * flash kernels (said once) */
+int cudnn_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v, int B, int T,
+                  int H, int KV, int hd, float* scratch) {
+    if (att_engine() != ATT_CUDNN) return -1;
+    const int st = att_shape_state(B, T, H, KV, hd);
+    if (st < 0) return -1;
+    const size_t n = (size_t)B * T * H * hd;
+    uint16_t* o16 = att16(0, n);
+    char why[512];
+    if (zrt_cudnn_sdpa_forward(g_dev, o16, lse, q, k, v, B, T, H, KV, hd, why, sizeof why)) {
+        if (g_att_insist) zk_fail("ZRT_ATTENTION=cudnn", why, __FILE__, __LINE__);
+        fprintf(stderr, "zrt cuda: attention at (B %d, T %d, H %d, KV %d, hd %d): own flash kernels (%s)\n", B, T, H,
+                KV, hd, why);
+        att_shape_set(B, T, H, KV, hd, -1);
+        return -1;
+    }
+    widen_into(out, o16, n);
+    if (st == 0) { /* this shape's first forward: the flash kernels' output beside it */
+        att_shape_set(B, T, H, KV, hd, 1);
+        std::vector<float> a(n), b(n);
+        CKD(zdev_download(g_dev, a.data(), out, n * sizeof(float)));
+        float* own = (float*)zdev_alloc(g_dev, n * sizeof(float));
+        float* own_lse = (float*)zdev_alloc(g_dev, (size_t)B * H * T * sizeof(float));
+        if (!own || !own_lse) zk_fail("attention self-check", zdev_error(), __FILE__, __LINE__);
+        if (hd == 64) fa_forward<64>(own, own_lse, q, k, v, B, T, H, KV, scratch);
+        else fa_forward<128>(own, own_lse, q, k, v, B, T, H, KV, scratch);
+        CKD(zdev_download(g_dev, b.data(), own, n * sizeof(float)));
+        zdev_free(g_dev, own), zdev_free(g_dev, own_lse);
+        double md = 0, mx = 0;
+        for (size_t i = 0; i < n; i++) {
+            md = fmax(md, fabs((double)a[i] - b[i]));
+            mx = fmax(mx, fabs((double)b[i]));
+        }
+        const double rel = md / (mx + 1e-30);
+        if (!(rel <= 2e-2)) {
+            if (g_att_insist) zk_fail("ZRT_ATTENTION=cudnn", "cuDNN's output disagrees with the flash kernels'",
+                                      __FILE__, __LINE__);
+            fprintf(stderr, "zrt cuda: attention: cuDNN's forward is %.3g of the output's largest value from the "
+                            "flash kernels' at (B %d, T %d, H %d, KV %d, hd %d): own flash kernels from now on\n",
+                    rel, B, T, H, KV, hd);
+            g_att = ATT_OWN;
+            return -1;
+        }
+        fprintf(stderr, "zrt cuda: attention at (B %d, T %d, H %d, KV %d, hd %d): cuDNN, within %.2g of the flash "
+                        "kernels\n", B, T, H, KV, hd, rel);
+    }
+    return 0;
+}
+
+int cudnn_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                   const uint16_t* q, const uint16_t* k, const uint16_t* v, int B, int T, int H, int KV, int hd) {
+    if (att_engine() != ATT_CUDNN || att_shape_state(B, T, H, KV, hd) <= 0) return -1;
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd;
+    uint16_t *o16 = att16(0, nq), *do16 = att16(1, nq), *dq16 = att16(2, nq), *dk16 = att16(3, nkv),
+             *dv16 = att16(4, nkv);
+    round_into(o16, out, nq); // exact: out is the widening of cuDNN's bf16 output
+    round_into(do16, dout, nq);
+    char why[512];
+    if (zrt_cudnn_sdpa_backward(g_dev, dq16, dk16, dv16, do16, o16, lse, q, k, v, B, T, H, KV, hd, why,
+                                sizeof why)) {
+        if (g_att_insist) zk_fail("ZRT_ATTENTION=cudnn", why, __FILE__, __LINE__);
+        fprintf(stderr, "zrt cuda: attention backward at (B %d, T %d, H %d, KV %d, hd %d): own flash kernels (%s)\n",
+                B, T, H, KV, hd, why);
+        return -1;
+    }
+    widen_into(dq, dq16, nq), widen_into(dk, dk16, nkv), widen_into(dv, dv16, nkv);
+    return 0;
+}
+
 void cu_attention_forward_a16(float* out, float* lse, const uint16_t* q, const uint16_t* k,
                               const uint16_t* v, int B, int T, int H, int KV, int hd, float* scratch) {
     PROF(attention_forward);
     fa_a16_require(hd);
+    if (!cudnn_forward(out, lse, q, k, v, B, T, H, KV, hd, scratch)) return;
     if (hd == 64) fa_forward<64>(out, lse, q, k, v, B, T, H, KV, scratch);
     else fa_forward<128>(out, lse, q, k, v, B, T, H, KV, scratch);
 }
@@ -1581,6 +1724,7 @@ void cu_attention_backward_a16(float* dq, float* dk, float* dv, const float* dou
                                int B, int T, int H, int KV, int hd, float* scratch) {
     PROF(attention_backward);
     fa_a16_require(hd);
+    if (!cudnn_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd)) return;
     if (hd == 64) fa_backward<64>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, scratch);
     else fa_backward<128>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, scratch);
 }

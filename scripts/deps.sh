@@ -18,10 +18,13 @@
 #                        tests/test_hf_train.py and tests/test_hf_ref.py (runs on the
 #                        CPU; PyPI's torch wheel brings its CUDA libraries, ~45 s and ~6 GB)
 #   tokenizers           tokenizer.json files: scripts/prepare_data.py (and transformers)
+#   nvidia-cudnn-frontend  (module cudnn) the cuDNN frontend's C++ headers, for the
+#                        bf16 CUDA table's cuDNN attention (kernels/attention_cudnn.cpp;
+#                        header-only, cuDNN itself is loaded at run time)
 set -euo pipefail
 APT_PKGS="build-essential libopenmpi-dev openmpi-bin libopenblas-dev libyaml-dev libjansson-dev libzstd-dev
           liblz4-dev libxxhash-dev fortunes fortunes-min iproute2"
-PY_MODS="numpy jax safetensors matplotlib torch transformers tokenizers"
+PY_MODS="numpy jax safetensors matplotlib torch transformers tokenizers cudnn"
 
 missing=()
 for p in $APT_PKGS; do
@@ -40,7 +43,8 @@ pymissing=()
 # the tests were written against (transformers 5 names and stacks MoE
 # experts differently from 4; see tests/test_hf_ref.py).
 pin() { case $1 in torch) echo "torch==2.15.0" ;; transformers) echo "transformers==5.24.0" ;;
-                  tokenizers) echo "tokenizers==0.23.3" ;; *) echo "$1" ;; esac; }
+                  tokenizers) echo "tokenizers==0.23.3" ;; cudnn) echo "nvidia-cudnn-frontend==1.32.0" ;;
+                  *) echo "$1" ;; esac; }
 for m in $PY_MODS; do
   $PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('$m') is None)" 2>/dev/null \
     || pymissing+=("$(pin "$m")")

@@ -73,7 +73,9 @@ if [ -n "$BUNDLE" ]; then
   fi
   B=$U/gpu-bundle
   cudalibs=
-  for name in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  # (libcudnn.so.9: the bf16 table's cuDNN attention loads it at run time;
+  # without it the run says so and uses the flash kernels)
+  for name in libcublas.so.13 libcublasLt.so.13 libnccl.so.2 libcudnn.so.9; do
     d=$(find /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/lib/x86_64-linux-gnu /opt /usr/local/lib \
           -name "$name" -print -quit 2>/dev/null)
     [ -n "$d" ] || d=$(find / -xdev -name "$name" -print -quit 2>/dev/null)
@@ -164,12 +166,20 @@ else
   say "== gpu_codec sanitizer runs: compute-sanitizer not found (not run)"
 fi
 run_step gpu_kernels 60 "$BIN_TESTS/test_model" --cuda
+# the same checks with the bf16 table's own flash kernels as its attention
+# (the run above takes cuDNN's fused SDPA where libcudnn.so.9 loads; stderr
+# says which ran)
+run_step gpu_kernels_own_attention 60 env ZRT_ATTENTION=own "$BIN_TESTS/test_model" --cuda
 # one layer's attention, fp32 SGEMM path vs the bf16 table's flash kernels
 # (device ms, TFLOP/s, their agreement): the Llama-3.2-1B shape at T 2048,
 # B 4 (hd 64) and the Llama-3-8B one at B 1 (hd 128); docs/MODEL.md holds
 # the estimate these replace
 run_step attention_bench_hd64 120 "$BIN_TESTS/test_model" --bench-attention 4 2048 32 8 64 10
 run_step attention_bench_hd128 120 "$BIN_TESTS/test_model" --bench-attention 1 2048 32 8 128 10
+# the flash kernels' rows when cuDNN ran above (the engine is chosen once a
+# process): cuDNN against our own kernels at the same shapes
+run_step attention_bench_hd64_own 120 env ZRT_ATTENTION=own "$BIN_TESTS/test_model" --bench-attention 4 2048 32 8 64 10
+run_step attention_bench_hd128_own 120 env ZRT_ATTENTION=own "$BIN_TESTS/test_model" --bench-attention 1 2048 32 8 128 10
 # device buffers over MPI with the CUDA table and codec: 2 and 4 ranks on
 # the GPU(s) here, each result bit for bit the host path's
 for n in 2 4; do

@@ -2672,7 +2672,8 @@ static int bench(int argc, char** argv, const char* core) {
 /* --bench-attention [B T H KV hd reps] (scripts/test_gpu.sh; default the
  * Llama-3.2-1B shape at T 2048, B 4): one layer's attention forward and
  * backward on the fp32 CUDA table (SGEMM, (T, T) scratch) and on the bf16
- * table (the flash kernels), device time per call (events, the median of
+ * table's a16 entries (cuDNN's fused SDPA or the flash kernels: the engine
+ * training runs, ZRT_ATTENTION), device time per call (events, the median of
  * reps), TFLOP/s of the causal products (forward 2 B H T^2 hd, backward
  * 2.5x that: the useful work, not what either computes), and one check:
  * the two agree within bf16's 2e-2 (q, k, v rounded to bf16 first). */
@@ -2695,8 +2696,17 @@ static int bench_attention(int argc, char** argv) {
     g_tab = G;
     float *q = dev_copy(hq, nq * 4), *k = dev_copy(hk, nkv * 4), *v = dev_copy(hv, nkv * 4),
           *dO = dev_copy(hd_o, nq * 4);
+    // the bf16 row runs the a16 entries, as training does (q, k, v in bf16):
+    // its engine is cuDNN's fused SDPA or the flash kernels (ZRT_ATTENTION,
+    // kernels/cuda.cu; stderr says which)
+    uint16_t *q16 = zdev_alloc(G->dev, nq * 2), *k16 = zdev_alloc(G->dev, nkv * 2), *v16 = zdev_alloc(G->dev, nkv * 2);
+    if (!q16 || !k16 || !v16) {
+        printf("FAIL attention_bench: out of device memory\n");
+        return 1;
+    }
+    W->round_to_bf16(q16, q, nq), W->round_to_bf16(k16, k, nkv), W->round_to_bf16(v16, v, nkv);
     const ZrtKernels* tab[2] = {G, W};
-    const char* names[2] = {"sgemm_fp32", "flash_bf16"};
+    const char* names[2] = {"sgemm_fp32", "bf16_a16"};
     float *o[2], *l[2], *dq[2], *dk[2], *dv[2];
     double ms[2][2];
     void *e0, *e1;
@@ -2716,13 +2726,15 @@ static int bench_attention(int argc, char** argv) {
         const int n = reps > 64 ? 64 : reps;
         for (int r = -1; r < n; r++) { // r = -1: warm-up
             zdevCheck(zdev_event_record(G->dev, e0, NULL));
-            K->attention_forward(o[t], l[t], q, k, v, B, T, H, KV, hd, scr);
+            if (t) K->attention_forward_a16(o[t], l[t], q16, k16, v16, B, T, H, KV, hd, scr);
+            else K->attention_forward(o[t], l[t], q, k, v, B, T, H, KV, hd, scr);
             zdevCheck(zdev_event_record(G->dev, e1, NULL));
             double x = 0;
             zdevCheck(zdev_event_elapsed_ms(G->dev, e0, e1, &x));
             if (r >= 0) f[r] = x;
             zdevCheck(zdev_event_record(G->dev, e0, NULL));
-            K->attention_backward(dq[t], dk[t], dv[t], dO, o[t], l[t], q, k, v, B, T, H, KV, hd, scr);
+            if (t) K->attention_backward_a16(dq[t], dk[t], dv[t], dO, o[t], l[t], q16, k16, v16, B, T, H, KV, hd, scr);
+            else K->attention_backward(dq[t], dk[t], dv[t], dO, o[t], l[t], q, k, v, B, T, H, KV, hd, scr);
             zdevCheck(zdev_event_record(G->dev, e1, NULL));
             zdevCheck(zdev_event_elapsed_ms(G->dev, e0, e1, &x));
             if (r >= 0) b[r] = x;
@@ -2739,7 +2751,7 @@ static int bench_attention(int argc, char** argv) {
                2.5 * fwd_flop / ms[t][1] / 1e9, K->attention_scratch_floats(B, T, H, KV, hd) * 4.0 / (1 << 20));
         zdev_free(G->dev, scr);
     }
-    printf("attention_bench: flash / sgemm speed-up forward %.2fx, backward %.2fx\n",
+    printf("attention_bench: bf16 / sgemm speed-up forward %.2fx, backward %.2fx\n",
            ms[0][0] / ms[1][0], ms[0][1] / ms[1][1]);
     float* ref = malloc(nq * 4);
     float* ref_l = malloc(nl * 4);
@@ -2759,6 +2771,7 @@ static int bench_attention(int argc, char** argv) {
     printf("note: attention_bench flash vs sgemm: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", eo, el,
            eq, ek, ev);
     free(hq), free(hk), free(hv), free(hd_o), free(ref), free(ref_l), free(ref_k);
+    zdev_free(G->dev, q16), zdev_free(G->dev, k16), zdev_free(G->dev, v16);
     return tu_exit();
 }
 

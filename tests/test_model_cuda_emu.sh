@@ -19,4 +19,19 @@ if [ ! -x "$bin" ]; then
 fi
 # ZRT_TEST_EMULATED: the checks whose bounds differ on the emulator (its
 # expf is the host's, as the CPU twin's) take the emulator's
+# The bf16 table's attention engine (ZRT_ATTENTION, kernels/cuda.cu): the
+# emulator has no cuDNN, so auto runs the flash kernels and says why;
+# ZRT_ATTENTION=cudnn is refused with that reason, an unknown engine by its
+# name (one layer's attention through --bench-attention at a small shape)
+engine() { # engine NAME ENV EXPECT_RC PATTERN
+  local out rc
+  out=$(env "$2" "$bin" --bench-attention 1 64 2 1 64 1 2>&1); rc=$?
+  if [ "$rc" = "$3" ] && grep -q -- "$4" <<<"$out"; then echo "PASS $1"
+  else echo "FAIL $1: exit $rc, $(grep -m1 -E 'zrt cuda|FAIL' <<<"$out")"; fi
+}
+engine attention_engine_auto_says_own_without_cudnn ZRT_ATTENTION=auto 0 \
+  "attention (bf16, hd 64/128): own flash kernels (cuDNN: the warp emulator has no cuDNN)"
+engine attention_engine_cudnn_insisted_refused ZRT_ATTENTION=cudnn 1 \
+  "ZRT_ATTENTION=cudnn failed .*: the warp emulator has no cuDNN"
+engine attention_engine_unknown_refused ZRT_ATTENTION=fast 1 "ZRT_ATTENTION failed .*not one of auto, cudnn, own"
 ZRT_TEST_EMULATED=1 exec "$bin" --cuda
