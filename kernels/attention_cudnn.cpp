@@ -105,7 +105,11 @@ Plan& plan_for(int backward, int B, int T, int H, int KV, int hd) {
                        .set_diagonal_band_right_bound(0);
         auto [o, stats] = g->sdpa(q, k, v, opt);
         heads_output(o, U_O, B, T, H, hd);
-        stats->set_output(true).set_uid(U_STATS).set_data_type(fe::DataType_t::FLOAT);
+        stats->set_output(true)
+            .set_uid(U_STATS)
+            .set_data_type(fe::DataType_t::FLOAT)
+            .set_dim({B, H, T, 1})
+            .set_stride({(int64_t)H * T, T, 1, 1}); // the table's lse (B, H, T)
     } else {
         auto o = heads_tensor(*g, "o", U_O, B, T, H, hd), d_o = heads_tensor(*g, "do", U_DO, B, T, H, hd);
         auto stats = g->tensor(fe::graph::Tensor_attributes()
@@ -114,8 +118,10 @@ Plan& plan_for(int backward, int B, int T, int H, int KV, int hd) {
                                    .set_dim({B, H, T, 1})
                                    .set_stride({(int64_t)H * T, T, 1, 1})
                                    .set_data_type(fe::DataType_t::FLOAT));
+        // deterministic: the runtime's runs repeat their bits (no atomics in dQ)
         auto opt = fe::graph::SDPA_backward_attributes()
                        .set_name("sdpa_backward")
+                       .set_deterministic_algorithm(true)
                        .set_attn_scale(scale)
                        .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                        .set_diagonal_band_right_bound(0);

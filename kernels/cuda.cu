@@ -1637,7 +1637,13 @@ int att_shape_state(int B, int T, int H, int KV, int hd) {
     return 0;
 }
 void att_shape_set(int B, int T, int H, int KV, int hd, int st) {
-    g_att_shapes.push_back({std::vector<int>{B, T, H, KV, hd}, st});
+    const std::vector<int> key{B, T, H, KV, hd};
+    for (auto& s : g_att_shapes)
+        if (s.first == key) {
+            s.second = st;
+            return;
+        }
+    g_att_shapes.push_back({key, st});
 }
 
 /* cuDNN's forward into out and lse; 0, or -1 when this shape runs the
@@ -1702,8 +1708,9 @@ int cudnn_backward(float* dq, float* dk, float* dv, const float* dout, const flo
     if (zrt_cudnn_sdpa_backward(g_dev, dq16, dk16, dv16, do16, o16, lse, q, k, v, B, T, H, KV, hd, why,
                                 sizeof why)) {
         if (g_att_insist) zk_fail("ZRT_ATTENTION=cudnn", why, __FILE__, __LINE__);
-        fprintf(stderr, "zrt cuda: attention backward at (B %d, T %d, H %d, KV %d, hd %d): own flash kernels (%s)\n",
-                B, T, H, KV, hd, why);
+        fprintf(stderr, "zrt cuda: attention backward at (B %d, T %d, H %d, KV %d, hd %d): own flash kernels from "
+                        "now on, both directions (%s)\n", B, T, H, KV, hd, why);
+        att_shape_set(B, T, H, KV, hd, -1);
         return -1;
     }
     widen_into(dq, dq16, nq), widen_into(dk, dk16, nkv), widen_into(dv, dv16, nkv);
