@@ -49,7 +49,17 @@ for m in $PY_MODS; do
   $PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('$m') is None)" 2>/dev/null \
     || pymissing+=("$(pin "$m")")
 done
+# the cuDNN frontend for its headers alone: without its Python
+# dependencies (CUTLASS's DSL and more, ~0.5 GB)
+nodeps=()
+for i in "${!pymissing[@]}"; do
+  case ${pymissing[$i]} in nvidia-cudnn-frontend*) nodeps+=("${pymissing[$i]}"); unset "pymissing[$i]" ;; esac
+done
 if [ ${#pymissing[@]} -gt 0 ]; then
   echo "deps: installing Python packages: ${pymissing[*]}"
   $PY -m pip install -q --disable-pip-version-check "${pymissing[@]}"
+fi
+if [ ${#nodeps[@]} -gt 0 ]; then
+  echo "deps: installing Python packages without their dependencies: ${nodeps[*]}"
+  $PY -m pip install -q --disable-pip-version-check --no-deps "${nodeps[@]}"
 fi
