@@ -150,9 +150,11 @@ fi
 # when the stream gets there), the same bits as one GEMM per expert
 # (ZRT_GROUPED_GEMM=0), the exchange in two chunks (the second's rows start
 # past the first's)
+# (two steps: the second runs on the first's update)
+G2="--set train.steps=2 --set data.val_every=0"
 # shellcheck disable=SC2086
-if ZK_EMU_ASYNC=1 emu 2 emg $M --set parallelism.ep=2 --set model.compute=bf16 --set moe.overlap_chunks=2 &&
-   ZRT_GROUPED_GEMM=0 emu 2 emg0 $M --set parallelism.ep=2 --set model.compute=bf16 --set moe.overlap_chunks=2; then
+if ZK_EMU_ASYNC=1 emu 2 emg $M --set parallelism.ep=2 --set model.compute=bf16 --set moe.overlap_chunks=2 $G2 &&
+   ZRT_GROUPED_GEMM=0 emu 2 emg0 $M --set parallelism.ep=2 --set model.compute=bf16 --set moe.overlap_chunks=2 $G2; then
   check emu_moe_ep2_bf16_grouped_gemm_same_bits emg emg0 exact
 else
   fail emu_moe_ep2_bf16_grouped_gemm "a run failed"
