@@ -1576,8 +1576,9 @@ void fa_a16_require(int hd) {
  * kernels above. ZRT_ATTENTION=own keeps the flash kernels, =cudnn insists
  * on cuDNN (fatal without it), auto (the default) takes cuDNN when it opens
  * and, at each shape's first forward, agrees with the flash kernels within
- * 2e-2 of the output's largest value (one download of both outputs, once
- * per shape); a shape cuDNN has no plan for, or one that disagrees, runs
+ * 2e-2 (out against its largest value, lse against 1 + |lse|; one download
+ * of both engines' outputs, once per shape); a shape cuDNN has no plan for,
+ * or one that disagrees, runs
  * the flash kernels. What ran is said once on stderr. The warp emulator has
  * no cuDNN: it always runs the flash kernels. */
 enum AttEngine { ATT_UNSET, ATT_OWN, ATT_CUDNN };
@@ -1674,18 +1675,25 @@ int cudnn_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, 
         if (hd == 64) fa_forward<64>(own, own_lse, q, k, v, B, T, H, KV, scratch);
         else fa_forward<128>(own, own_lse, q, k, v, B, T, H, KV, scratch);
         CKD(zdev_download(g_dev, b.data(), own, n * sizeof(float)));
+        // and the statistics (the flash backward may follow this forward)
+        const size_t nl = (size_t)B * H * T;
+        std::vector<float> la(nl), lb(nl);
+        CKD(zdev_download(g_dev, la.data(), lse, nl * sizeof(float)));
+        CKD(zdev_download(g_dev, lb.data(), own_lse, nl * sizeof(float)));
         zdev_free(g_dev, own), zdev_free(g_dev, own_lse);
-        double md = 0, mx = 0;
+        double md = 0, mx = 0, ld = 0;
         for (size_t i = 0; i < n; i++) {
             md = fmax(md, fabs((double)a[i] - b[i]));
             mx = fmax(mx, fabs((double)b[i]));
         }
-        const double rel = md / (mx + 1e-30);
+        for (size_t i = 0; i < nl; i++) ld = fmax(ld, fabs((double)la[i] - lb[i]) / (1.0 + fabs((double)lb[i])));
+        const double rel = fmax(md / (mx + 1e-30), ld);
         if (!(rel <= 2e-2)) {
             if (g_att_insist) zk_fail("ZRT_ATTENTION=cudnn", "cuDNN's output disagrees with the flash kernels'",
                                       __FILE__, __LINE__);
-            fprintf(stderr, "zrt cuda: attention: cuDNN's forward is %.3g of the output's largest value from the "
-                            "flash kernels' at (B %d, T %d, H %d, KV %d, hd %d): own flash kernels from now on\n",
+            fprintf(stderr, "zrt cuda: attention: cuDNN's forward is %.3g (relative: the output's largest value, "
+                            "lse's 1 + |lse|) from the flash kernels' at (B %d, T %d, H %d, KV %d, hd %d): own "
+                            "flash kernels from now on\n",
                     rel, B, T, H, KV, hd);
             g_att = ATT_OWN;
             return -1;
