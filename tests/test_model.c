@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attention_cudnn.h"
 #include "kernels.h"
 #include "llama.h"
 #include "moe.h"
@@ -2066,6 +2067,28 @@ static void check_a16_model(void) {
     }
 }
 
+#ifdef ZIPCCL_HAVE_CUDA
+/* The bf16 CUDA table's cuDNN engine (kernels/attention_cudnn.cpp) on a
+ * machine without a usable GPU: it refuses to open and says why (cuDNN's
+ * version and the failed handle where libcudnn.so.9 loads: its dynamic
+ * loading ran; or that the library is absent, or that the build has no
+ * frontend), and a forward then fails with the same reason, no crash. With
+ * a GPU here, make test-gpu checks the engine instead. */
+static void check_cudnn_engine_without_gpu(void) {
+    if (zrt_kernels_cuda(NULL)) {
+        printf("note: a CUDA device is here: the cuDNN engine is checked by make test-gpu\n");
+        return;
+    }
+    char why[256] = "", why2[256] = "";
+    const int r = zrt_cudnn_sdpa_open(NULL, why, sizeof why);
+    const int r2 =
+        zrt_cudnn_sdpa_forward(NULL, NULL, NULL, NULL, NULL, NULL, 1, 64, 2, 1, 64, why2, sizeof why2);
+    CHECK(r == -1 && why[0] && r2 == -1 && !strcmp(why, why2) && !zrt_cudnn_sdpa_version()[0],
+          "cudnn/engine_refused_without_gpu", "open %d (%s), forward %d (%s)", r, why, r2, why2);
+    printf("note: the cuDNN attention engine here: %s\n", why);
+}
+#endif
+
 /* ------------------------------------------ a table's kernels vs the CPU's */
 
 /* The checks below reach the table's memory through its own entries only, so
@@ -2870,6 +2893,9 @@ int main(int argc, char** argv) {
     check_step_bf16_units(zrt_kernels_cpu(), zrt_kernels_cpu(), "cpu", 0.0);
     check_step_bf16_units(zrt_kernels_cpu_bf16(), zrt_kernels_cpu_bf16(), "cpu_bf16", 0.0);
     check_step_bf16_units(zrt_kernels_cpu_guarded(), zrt_kernels_cpu(), "guarded", 0.0);
+#ifdef ZIPCCL_HAVE_CUDA
+    check_cudnn_engine_without_gpu();
+#endif
     if (zrt_kernels_cuda(NULL)) check_table_kernels(zrt_kernels_cuda(NULL), "cuda");
     else printf("note: CUDA table checks not run here (%s); make test-gpu runs them on a GPU, "
                 "tests/test_model_cuda_emu.sh on the warp emulator\n", zrt_cuda_error());
