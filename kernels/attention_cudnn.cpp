@@ -143,9 +143,8 @@ Plan& plan_for(int backward, int B, int T, int H, int KV, int hd) {
     return p;
 }
 
-int run(ZDevice* dev, int backward, int B, int T, int H, int KV, int hd, std::unordered_map<int64_t, void*>& ptrs,
-        char* why, size_t n) {
-    std::lock_guard<std::mutex> lock(g_mu);
+int run_locked(ZDevice* dev, int backward, int B, int T, int H, int KV, int hd,
+               std::unordered_map<int64_t, void*>& ptrs, char* why, size_t n) {
     if (g_open != 1) {
         snprintf(why, n, "%s", g_open ? g_why : "cuDNN not opened");
         return -1;
@@ -170,6 +169,18 @@ int run(ZDevice* dev, int backward, int B, int T, int H, int KV, int hd, std::un
         return -1;
     }
     return 0;
+}
+
+/* One direction on one shape; the frontend's exceptions become a reason. */
+int run(ZDevice* dev, int backward, int B, int T, int H, int KV, int hd, std::unordered_map<int64_t, void*> ptrs,
+        char* why, size_t n) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    try {
+        return run_locked(dev, backward, B, T, H, KV, hd, ptrs, why, n);
+    } catch (const std::exception& ex) {
+        snprintf(why, n, "cuDNN SDPA %s: %s", backward ? "backward" : "forward", ex.what());
+        return -1;
+    }
 }
 
 } // namespace
@@ -207,28 +218,17 @@ extern "C" const char* zrt_cudnn_sdpa_version(void) { return g_open == 1 ? g_ver
 
 extern "C" int zrt_cudnn_sdpa_forward(ZDevice* dev, uint16_t* o, float* stats, const uint16_t* q, const uint16_t* k,
                                       const uint16_t* v, int B, int T, int H, int KV, int hd, char* why, size_t n) {
-    std::unordered_map<int64_t, void*> ptrs = {
-        {U_Q, (void*)q}, {U_K, (void*)k}, {U_V, (void*)v}, {U_O, o}, {U_STATS, stats}};
-    try {
-        return run(dev, 0, B, T, H, KV, hd, ptrs, why, n);
-    } catch (const std::exception& ex) {
-        snprintf(why, n, "cuDNN SDPA forward: %s", ex.what());
-        return -1;
-    }
+    return run(dev, 0, B, T, H, KV, hd,
+               {{U_Q, (void*)q}, {U_K, (void*)k}, {U_V, (void*)v}, {U_O, o}, {U_STATS, stats}}, why, n);
 }
 
 extern "C" int zrt_cudnn_sdpa_backward(ZDevice* dev, uint16_t* dq, uint16_t* dk, uint16_t* dv, const uint16_t* do_,
                                        const uint16_t* o, const float* stats, const uint16_t* q, const uint16_t* k,
                                        const uint16_t* v, int B, int T, int H, int KV, int hd, char* why, size_t n) {
-    std::unordered_map<int64_t, void*> ptrs = {{U_Q, (void*)q},      {U_K, (void*)k},   {U_V, (void*)v},
-                                               {U_O, (void*)o},      {U_DO, (void*)do_}, {U_STATS, (void*)stats},
-                                               {U_DQ, dq},           {U_DK, dk},        {U_DV, dv}};
-    try {
-        return run(dev, 1, B, T, H, KV, hd, ptrs, why, n);
-    } catch (const std::exception& ex) {
-        snprintf(why, n, "cuDNN SDPA backward: %s", ex.what());
-        return -1;
-    }
+    return run(dev, 1, B, T, H, KV, hd,
+               {{U_Q, (void*)q}, {U_K, (void*)k}, {U_V, (void*)v}, {U_O, (void*)o}, {U_DO, (void*)do_},
+                {U_STATS, (void*)stats}, {U_DQ, dq}, {U_DK, dk}, {U_DV, dv}},
+               why, n);
 }
 
 #endif

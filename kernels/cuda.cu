@@ -53,6 +53,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <array>
+#include <map>
 #include <type_traits>
 #include <vector>
 
@@ -731,6 +733,17 @@ void cu_matmul_backward(float* dinp, float* dweight, const float* dout, const fl
     matmul_backward_fp32(dinp, dweight, dout, inp, weight, N, IC, OC, accumulate);
 }
 
+/* fp32 <-> bf16 (the table's conversions, without a profile scope: the
+ * entries below that use them have their own) */
+void widen_into(float* out, const uint16_t* in, size_t n) {
+    k_from_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    CKL(k_from_bf16);
+}
+void round_into(uint16_t* out, const float* in, size_t n) {
+    k_to_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    CKL(k_to_bf16);
+}
+
 /* bf16 copies of the operands, in three device buffers that grow */
 const __nv_bfloat16* bf16_operand(int slot, const float* x, size_t n) {
     static void* buf[3];
@@ -780,8 +793,7 @@ const float* widened_operand(const uint16_t* w, size_t n) {
     static size_t cap;
     scratch = scratch_grow(scratch, &cap, n * sizeof(float));
     float* buf = (float*)scratch;
-    k_from_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(buf, w, n);
-    CKL(k_from_bf16);
+    widen_into(buf, w, n);
     return buf;
 }
 
@@ -867,15 +879,16 @@ void gemm_grouped_bf16(const GemmProblem* p, int n) {
     static void* ptrs;
     static size_t cap;
     ptrs = scratch_grow(ptrs, &cap, 3 * GG_MAX * sizeof(void*));
-    for (int at = 0; at < n && !g_grouped_refused; at += GG_MAX) {
-        const int m = n - at < GG_MAX ? n - at : GG_MAX;
+    int done = 0; // problems the grouped launches took
+    for (; done < n && !g_grouped_refused; done += GG_MAX) {
+        const int m = n - done < GG_MAX ? n - done : GG_MAX;
         cublasOperation_t ta[GG_MAX], tb[GG_MAX];
         int mm[GG_MAX], nn[GG_MAX], kk[GG_MAX], lda[GG_MAX], ldb[GG_MAX], ldc[GG_MAX], one[GG_MAX];
         float alpha[GG_MAX], beta[GG_MAX];
         GroupPtrArgs a{};
         a.n = m;
         for (int j = 0; j < m; j++) {
-            const GemmProblem& q = p[at + j];
+            const GemmProblem& q = p[done + j];
             ta[j] = q.transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb[j] = q.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
             mm[j] = q.N, nn[j] = q.M, kk[j] = q.K, lda[j] = q.ldb, ldb[j] = q.lda, ldc[j] = q.ldc;
             alpha[j] = 1.0f, beta[j] = q.beta, one[j] = 1;
@@ -887,16 +900,14 @@ void gemm_grouped_bf16(const GemmProblem* p, int n) {
         CKL(k_group_ptrs);
         const cublasStatus_t st = cublasGemmGroupedBatchedEx(
             handle(), ta, tb, mm, nn, kk, alpha, P, CUDA_R_16BF, lda, P + GG_MAX, CUDA_R_16BF, ldb, beta,
-            (void* const*)(P + 2 * GG_MAX), CUDA_R_32F, ldc, m, one,
-            CUBLAS_COMPUTE_32F);
+            (void* const*)(P + 2 * GG_MAX), CUDA_R_32F, ldc, m, one, CUBLAS_COMPUTE_32F);
         if (st == CUBLAS_STATUS_SUCCESS) continue;
         fprintf(stderr, "zrt cuda: cublasGemmGroupedBatchedEx (bf16 in, fp32 out): %s; the grouped GEMMs run "
                         "one cublasGemmEx per problem\n", cublasGetStatusString(st));
         g_grouped_refused = 1;
-        n -= at, p += at; // the rest, one by one
+        break;
     }
-    if (!g_grouped_refused) return;
-    for (int j = 0; j < n; j++)
+    for (int j = done; j < n; j++) // what cuBLAS refused to group, one by one
         gemm_rm_bf16(p[j].transA, p[j].transB, p[j].M, p[j].N, p[j].K, 1.0f, p[j].A, p[j].lda, p[j].B, p[j].ldb,
                      p[j].beta, p[j].C, p[j].ldc);
 }
@@ -1620,39 +1631,17 @@ uint16_t* att16(int slot, size_t n) {
     return (uint16_t*)buf[slot];
 }
 
-void widen_into(float* out, const uint16_t* in, size_t n) {
-    k_from_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, in, n);
-    CKL(k_from_bf16);
-}
-void round_into(uint16_t* out, const float* in, size_t n) {
-    k_to_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, in, n);
-    CKL(k_to_bf16);
-}
-
-/* The shapes cuDNN ran (1) or must not run (-1), by (B, T, H, KV, hd). */
-std::vector<std::pair<std::vector<int>, int>> g_att_shapes;
-int att_shape_state(int B, int T, int H, int KV, int hd) {
-    const std::vector<int> key{B, T, H, KV, hd};
-    for (auto& s : g_att_shapes)
-        if (s.first == key) return s.second;
-    return 0;
-}
-void att_shape_set(int B, int T, int H, int KV, int hd, int st) {
-    const std::vector<int> key{B, T, H, KV, hd};
-    for (auto& s : g_att_shapes)
-        if (s.first == key) {
-            s.second = st;
-            return;
-        }
-    g_att_shapes.push_back({key, st});
-}
+/* The shapes cuDNN ran (1) or must not run (-1), by (B, T, H, KV, hd);
+ * absent: not tried yet. */
+std::map<std::array<int, 5>, int> g_att_shapes;
+int& att_shape(int B, int T, int H, int KV, int hd) { return g_att_shapes[{B, T, H, KV, hd}]; }
 
 /* cuDNN's forward into out and lse; 0, or -1 when this shape runs the
  * flash kernels (said once) */
 int cudnn_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v, int B, int T,
                   int H, int KV, int hd, float* scratch) {
     if (att_engine() != ATT_CUDNN) return -1;
-    const int st = att_shape_state(B, T, H, KV, hd);
+    const int st = att_shape(B, T, H, KV, hd);
     if (st < 0) return -1;
     const size_t n = (size_t)B * T * H * hd;
     uint16_t* o16 = att16(0, n);
@@ -1661,12 +1650,12 @@ int cudnn_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, 
         if (g_att_insist) zk_fail("ZRT_ATTENTION=cudnn", why, __FILE__, __LINE__);
         fprintf(stderr, "zrt cuda: attention at (B %d, T %d, H %d, KV %d, hd %d): own flash kernels (%s)\n", B, T, H,
                 KV, hd, why);
-        att_shape_set(B, T, H, KV, hd, -1);
+        att_shape(B, T, H, KV, hd) = -1;
         return -1;
     }
     widen_into(out, o16, n);
     if (st == 0) { /* this shape's first forward: the flash kernels' output beside it */
-        att_shape_set(B, T, H, KV, hd, 1);
+        att_shape(B, T, H, KV, hd) = 1;
         std::vector<float> a(n), b(n);
         CKD(zdev_download(g_dev, a.data(), out, n * sizeof(float)));
         float* own = (float*)zdev_alloc(g_dev, n * sizeof(float));
@@ -1706,7 +1695,7 @@ int cudnn_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, 
 
 int cudnn_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                    const uint16_t* q, const uint16_t* k, const uint16_t* v, int B, int T, int H, int KV, int hd) {
-    if (att_engine() != ATT_CUDNN || att_shape_state(B, T, H, KV, hd) <= 0) return -1;
+    if (att_engine() != ATT_CUDNN || att_shape(B, T, H, KV, hd) <= 0) return -1;
     const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd;
     uint16_t *o16 = att16(0, nq), *do16 = att16(1, nq), *dq16 = att16(2, nq), *dk16 = att16(3, nkv),
              *dv16 = att16(4, nkv);
@@ -1718,7 +1707,7 @@ int cudnn_backward(float* dq, float* dk, float* dv, const float* dout, const flo
         if (g_att_insist) zk_fail("ZRT_ATTENTION=cudnn", why, __FILE__, __LINE__);
         fprintf(stderr, "zrt cuda: attention backward at (B %d, T %d, H %d, KV %d, hd %d): own flash kernels from "
                         "now on, both directions (%s)\n", B, T, H, KV, hd, why);
-        att_shape_set(B, T, H, KV, hd, -1);
+        att_shape(B, T, H, KV, hd) = -1;
         return -1;
     }
     widen_into(dq, dq16, nq), widen_into(dk, dk16, nkv), widen_into(dv, dv16, nkv);
@@ -1867,14 +1856,12 @@ void cu_zero(float* x, size_t n) {
 
 void cu_round_to_bf16(uint16_t* out, const float* in, size_t n) {
     PROF(round_to_bf16);
-    k_to_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, in, n);
-    CKL(k_to_bf16);
+    round_into(out, in, n);
 }
 
 void cu_bf16_to_float(float* out, const uint16_t* in, size_t n) {
     PROF(bf16_to_float);
-    k_from_bf16<<<blocks_for(n, 256), 256, 0, g_stream>>>(out, in, n);
-    CKL(k_from_bf16);
+    widen_into(out, in, n);
 }
 
 void cu_round_bf16_inplace(float* x, size_t n) {
